@@ -1,0 +1,61 @@
+/**
+ * The batch descriptor: what the scheduler, the run guard, the CLI and the dashboard need to know
+ * about a batch, as plain data plus the program itself.
+ */
+import { Context, Duration, Effect, Option } from "effect"
+import type { LeaseLost } from "./Errors.ts"
+
+export interface ExclusiveLeaseSpec {
+  readonly name: string
+  readonly ttl: Duration.Duration
+}
+
+export interface Batch<Summary = unknown, E = unknown, R = unknown> {
+  /** kebab-case, used in CLI, events (`batch:<name>`), metrics and `SWEEPER_CRON_<NAME>`. */
+  readonly name: string
+  /** The GitLab worker this batch ports. */
+  readonly worker: string
+  readonly description: string
+  /** Default 5-field cron expression (UTC unless `SWEEPER_TIMEZONE`). */
+  readonly cron: string
+  /** The run's time budget; the guard's hard timeout is this plus `HARD_TIMEOUT_GRACE`. */
+  readonly budget: Duration.Duration
+  /** The batch's own exclusive lease, if it must never overlap with itself cluster-wide. */
+  readonly lease: Option.Option<ExclusiveLeaseSpec>
+  readonly run: Effect.Effect<Summary, E, R>
+}
+
+export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped"
+
+/** Cooperative budgets get this long past their budget before the guard interrupts the run. */
+export const HARD_TIMEOUT_GRACE = Duration.seconds(30)
+
+/** The fencing token of the exclusive lease a run holds; guarded writes check it. */
+export interface Fence {
+  readonly lease: string
+  readonly epoch: number
+  /** Fails with LeaseLost when the lease is no longer ours (renewal failed or another holder). */
+  readonly check: Effect.Effect<void, LeaseLost>
+}
+
+/**
+ * What a program may know about the run it is part of. The run guard provides it; a program run
+ * bare (in a spec) sees the defaults: not a dry run, no fence.
+ */
+export interface RunInfo {
+  readonly runId: string | null
+  readonly batch: string | null
+  readonly dryRun: boolean
+  readonly budget: Option.Option<Duration.Duration>
+  readonly fence: Option.Option<Fence>
+}
+
+export const CurrentRun = Context.Reference<RunInfo>("sweeper/domain/Batch/CurrentRun", {
+  defaultValue: () => ({ runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() })
+})
+
+/** A safe point: stop here, writing nothing more, if the run's lease was lost. */
+export const checkFence: Effect.Effect<void, LeaseLost> = Effect.gen(function*() {
+  const run = yield* CurrentRun
+  if (Option.isSome(run.fence)) yield* run.fence.value.check
+})

@@ -1,0 +1,48 @@
+/** CI builds (`ci_builds`) as drop-canceling-builds sees them. */
+import { DateTime, Duration } from "effect"
+
+/** A build in `canceling` whose created_at and updated_at are both older than this is stuck. */
+export const CANCELING_TIMEOUT = Duration.hours(1)
+export const DROP_BATCH_SIZE = 100
+/** Optimistic-lock attempts before a build is doomed instead of dropped. */
+export const MAX_DROP_ATTEMPTS = 3
+
+export const FailureReason = {
+  stuck_or_timeout_failure: 3,
+  data_integrity_failure: 12
+} as const
+
+export const BUILD_STATUSES = [
+  "created", "pending", "running", "success", "failed", "canceling", "canceled", "skipped", "manual",
+  "scheduled", "preparing", "waiting_for_resource", "waiting_for_callback"
+] as const
+export type BuildStatus = typeof BUILD_STATUSES[number]
+
+export interface CancelingBuild {
+  readonly id: number
+  readonly projectId: number
+  readonly runnerId: number | null
+  readonly status: string
+  readonly lockVersion: number
+  readonly createdAt: DateTime.Utc
+  readonly updatedAt: DateTime.Utc
+}
+
+/** Keyset position in (created_at, project_id, id) order; id breaks ties so no row is read twice. */
+export interface BuildCursor {
+  readonly createdAt: DateTime.Utc
+  readonly projectId: number
+  readonly id: number
+}
+
+export const cursorOf = (build: CancelingBuild): BuildCursor =>
+  ({ createdAt: build.createdAt, projectId: build.projectId, id: build.id })
+
+/** Everything strictly before this instant is "older than" the timeout. */
+export const cancelingCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, CANCELING_TIMEOUT)
+
+export const isStuckCanceling = (build: Pick<CancelingBuild, "status" | "createdAt" | "updatedAt">, now: DateTime.Utc) => {
+  const cutoff = cancelingCutoff(now)
+  return build.status === "canceling" && DateTime.isLessThan(build.createdAt, cutoff) &&
+    DateTime.isLessThan(build.updatedAt, cutoff)
+}

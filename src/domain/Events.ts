@@ -1,0 +1,129 @@
+/**
+ * Every run and every repair is an event in `sweeper_events` (SPEC §6). Each event class knows its
+ * stream; `data` is the class's encoded fields.
+ */
+import { Schema } from "effect"
+
+const Outcome = Schema.Literals(["succeeded", "failed", "timed_out", "skipped"])
+
+export class RunStarted extends Schema.TaggedClass<RunStarted>()("RunStarted", {
+  batch: Schema.String,
+  run_id: Schema.String,
+  scheduled_at: Schema.NullOr(Schema.String),
+  node: Schema.String,
+  trigger: Schema.Literals(["schedule", "manual", "startup"]),
+  dryRun: Schema.Boolean
+}) {}
+
+export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished", {
+  batch: Schema.String,
+  outcome: Outcome,
+  summary: Schema.Unknown,
+  duration_ms: Schema.Number,
+  dryRun: Schema.Boolean,
+  reason: Schema.optionalKey(Schema.String),
+  error: Schema.optionalKey(Schema.String)
+}) {}
+
+export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
+  batch: Schema.String,
+  scheduled_at: Schema.String,
+  reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled"])
+}) {}
+
+export class LeaseLostEvent extends Schema.TaggedClass<LeaseLostEvent>()("LeaseLost", {
+  batch: Schema.String,
+  lease: Schema.String,
+  epoch: Schema.Number
+}) {}
+
+export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropped", {
+  id: Schema.Number,
+  project_id: Schema.Number,
+  runner_id: Schema.NullOr(Schema.Number),
+  failure_reason: Schema.Number
+}) {}
+
+export class BuildDoomed extends Schema.TaggedClass<BuildDoomed>()("BuildDoomed", {
+  id: Schema.Number,
+  project_id: Schema.Number,
+  runner_id: Schema.NullOr(Schema.Number),
+  failure_reason: Schema.Number
+}) {}
+
+export class ExportJobFailed extends Schema.TaggedClass<ExportJobFailed>()("ExportJobFailed", {
+  id: Schema.Number,
+  jid: Schema.String,
+  project_id: Schema.Number
+}) {}
+
+export class StaleDirectUploadDeleted extends Schema.TaggedClass<StaleDirectUploadDeleted>()("StaleDirectUploadDeleted", {
+  location: Schema.String,
+  path: Schema.String,
+  preparedAt: Schema.Number
+}) {}
+
+export class RebalanceRescheduled extends Schema.TaggedClass<RebalanceRescheduled>()("RebalanceRescheduled", {
+  type: Schema.Literals([1, 2]),
+  id: Schema.Number,
+  jid: Schema.NullOr(Schema.String),
+  duplicate: Schema.Boolean
+}) {}
+
+export class ConcurrencyLimitJobsResumed extends Schema.TaggedClass<ConcurrencyLimitJobsResumed>()("ConcurrencyLimitJobsResumed", {
+  worker: Schema.String,
+  queue: Schema.String,
+  count: Schema.Number,
+  limit: Schema.Number
+}) {}
+
+export class ConcurrencyLimitJobsDead extends Schema.TaggedClass<ConcurrencyLimitJobsDead>()("ConcurrencyLimitJobsDead", {
+  worker: Schema.String,
+  count: Schema.Number
+}) {}
+
+export const DomainEvent = Schema.Union([
+  RunStarted, RunFinished, TickMissed, LeaseLostEvent, BuildDropped, BuildDoomed, ExportJobFailed,
+  StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead
+])
+export type DomainEvent = typeof DomainEvent.Type
+export type EventType = DomainEvent["_tag"]
+
+/** The stream an event belongs to (SPEC §6). */
+export const streamOf = (event: DomainEvent): string => {
+  switch (event._tag) {
+    case "RunStarted":
+    case "RunFinished":
+    case "TickMissed":
+    case "LeaseLost":
+      return `batch:${event.batch}`
+    case "BuildDropped":
+    case "BuildDoomed":
+      return `build:${event.id}`
+    case "ExportJobFailed":
+      return `export_job:${event.id}`
+    case "StaleDirectUploadDeleted":
+      return `direct_upload:${event.location}:${event.path}`
+    case "RebalanceRescheduled":
+      return `rebalance:${event.type}/${event.id}`
+    case "ConcurrencyLimitJobsResumed":
+    case "ConcurrencyLimitJobsDead":
+      return `concurrency_limit:${event.worker}`
+  }
+}
+
+/** The jsonb `data` of an event: its fields without the tag. */
+export const dataOf = (event: DomainEvent): Record<string, unknown> => {
+  const { _tag, ...data } = Schema.encodeSync(DomainEvent)(event) as { _tag: string } & Record<string, unknown>
+  return data
+}
+
+/** An event as stored, with its position and run. */
+export interface StoredEvent {
+  readonly id: number
+  readonly stream: string
+  readonly type: string
+  readonly data: Record<string, unknown>
+  readonly runId: string | null
+  readonly occurredAt: Date
+}
