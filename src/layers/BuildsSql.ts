@@ -1,0 +1,103 @@
+/** Builds on PostgreSQL (`ci_builds`, timestamps without time zone holding UTC). */
+import { PgClient } from "@effect/sql-pg"
+import { DateTime, Effect, Layer, Option } from "effect"
+import { type BuildCursor, type CancelingBuild, FailureReason } from "../domain/Build.ts"
+import { BuildDoomed, BuildDropped } from "../domain/Events.ts"
+import { Builds } from "../services/Builds.ts"
+import { EventLog } from "../services/EventLog.ts"
+import { fenceWrite } from "./Fencing.ts"
+
+interface BuildRow {
+  readonly id: string
+  readonly project_id: string
+  readonly runner_id: string | null
+  readonly status: string
+  readonly lock_version: number
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+const toBuild = (row: BuildRow): CancelingBuild => ({
+  id: Number(row.id),
+  projectId: Number(row.project_id),
+  runnerId: row.runner_id === null ? null : Number(row.runner_id),
+  status: row.status,
+  lockVersion: row.lock_version,
+  createdAt: DateTime.fromDateUnsafe(row.created_at),
+  updatedAt: DateTime.fromDateUnsafe(row.updated_at)
+})
+
+export const BuildsSql = Layer.effect(
+  Builds,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const events = yield* EventLog
+    const columns = sql`id, project_id, runner_id, status, lock_version, created_at, updated_at`
+
+    const findStuckCanceling = Effect.fn("Builds.findStuckCanceling")(function*(options: {
+      readonly cutoff: DateTime.Utc
+      readonly after: Option.Option<BuildCursor>
+      readonly limit: number
+    }) {
+      const cutoff = DateTime.toDateUtc(options.cutoff)
+      const after = Option.match(options.after, {
+        onNone: () => sql``,
+        onSome: (c) => sql`AND (created_at, project_id, id) > (${DateTime.toDateUtc(c.createdAt)}, ${c.projectId}, ${c.id})`
+      })
+      const rows = yield* sql<BuildRow>`
+        SELECT ${columns} FROM ci_builds
+        WHERE status = 'canceling' AND type = 'Ci::Build'
+          AND created_at < ${cutoff} AND updated_at < ${cutoff} ${after}
+        ORDER BY created_at, project_id, id
+        LIMIT ${options.limit}`
+      return rows.map(toBuild)
+    })
+
+    const find = Effect.fn("Builds.find")(function*(id: number) {
+      const rows = yield* sql<BuildRow>`SELECT ${columns} FROM ci_builds WHERE id = ${id}`
+      return Option.map(Option.fromNullishOr(rows[0]), toBuild)
+    })
+
+    const drop = Effect.fn("Builds.drop")(function*(build: CancelingBuild, now: DateTime.Utc) {
+      const at = DateTime.toDateUtc(now)
+      return yield* events.transaction(Effect.gen(function*() {
+        yield* fenceWrite(sql)
+        const updated = yield* sql`
+          UPDATE ci_builds SET status = 'failed', failure_reason = ${FailureReason.stuck_or_timeout_failure},
+            finished_at = ${at}, updated_at = ${at}, lock_version = lock_version + 1
+          WHERE id = ${build.id} AND status = 'canceling' AND lock_version = ${build.lockVersion}
+          RETURNING id`
+        if (updated.length === 0) return false
+        yield* events.append(new BuildDropped({
+          id: build.id,
+          project_id: build.projectId,
+          runner_id: build.runnerId,
+          failure_reason: FailureReason.stuck_or_timeout_failure
+        }))
+        return true
+      }))
+    })
+
+    const doom = Effect.fn("Builds.doom")(function*(build: CancelingBuild, now: DateTime.Utc) {
+      const at = DateTime.toDateUtc(now)
+      return yield* events.transaction(Effect.gen(function*() {
+        yield* fenceWrite(sql)
+        const updated = yield* sql`
+          UPDATE ci_builds SET status = 'failed', failure_reason = ${FailureReason.data_integrity_failure},
+            finished_at = ${at}, updated_at = ${at}, lock_version = lock_version + 1
+          WHERE id = ${build.id} AND status = 'canceling'
+          RETURNING id`
+        if (updated.length === 0) return false
+        yield* events.append(new BuildDoomed({
+          id: build.id,
+          project_id: build.projectId,
+          runner_id: build.runnerId,
+          failure_reason: FailureReason.data_integrity_failure
+        }))
+        return true
+      }))
+    })
+
+    return Builds.of({ findStuckCanceling, find, drop, doom })
+  })
+)

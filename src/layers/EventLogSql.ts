@@ -1,0 +1,51 @@
+/** EventLog on PostgreSQL. `append` uses whatever connection the fiber's transaction holds. */
+import { DateTime, Effect, Layer } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../domain/Events.ts"
+import { CurrentRun } from "../domain/Batch.ts"
+import { type EventFilter, EventLog } from "../services/EventLog.ts"
+
+interface EventRow {
+  readonly id: string | number
+  readonly stream: string
+  readonly type: string
+  readonly data: Record<string, unknown>
+  readonly run_id: string | null
+  readonly occurred_at: Date
+}
+
+export const EventLogSql = Layer.effect(
+  EventLog,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const append = Effect.fn("EventLog.append")(function*(event: DomainEvent) {
+      const run = yield* CurrentRun
+      const now = yield* DateTime.now
+      yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at) VALUES (
+        ${streamOf(event)}, ${event._tag}, ${sql.json(dataOf(event))}, ${run.runId}, ${DateTime.toDateUtc(now)})`
+    })
+    const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
+      const clauses = [
+        filter.stream !== undefined ? sql`stream = ${filter.stream}` : undefined,
+        filter.streamPrefix !== undefined ? sql`stream LIKE ${filter.streamPrefix.replace(/[%_\\]/g, "\\$&") + "%"}` : undefined,
+        filter.type !== undefined ? sql`type = ${filter.type}` : undefined,
+        filter.runId !== undefined ? sql`run_id = ${filter.runId}` : undefined,
+        filter.since !== undefined ? sql`occurred_at >= ${filter.since}` : undefined,
+        filter.until !== undefined ? sql`occurred_at < ${filter.until}` : undefined
+      ].filter((clause) => clause !== undefined)
+      const where = clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+      const order = filter.newestFirst === true ? sql`ORDER BY id DESC` : sql`ORDER BY id`
+      const limit = filter.limit !== undefined ? sql`LIMIT ${filter.limit}` : sql``
+      const rows = yield* sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events ${where} ${order} ${limit}`
+      return rows.map((row): StoredEvent => ({
+        id: Number(row.id),
+        stream: row.stream,
+        type: row.type,
+        data: row.data,
+        runId: row.run_id,
+        occurredAt: row.occurred_at
+      }))
+    })
+    return EventLog.of({ append, query, transaction: sql.withTransaction })
+  })
+)

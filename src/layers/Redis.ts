@@ -1,0 +1,40 @@
+/**
+ * The ioredis client as a scoped service: connected when the layer is built (so a wrong REDIS_URL
+ * fails start-up), quit when the scope closes. Every call goes through `use`, which turns a
+ * rejected promise into a typed `RedisError` naming the operation.
+ */
+import { Context, Effect, Layer, Redacted } from "effect"
+import { Redis as IORedis } from "ioredis"
+import { RedisError } from "../domain/Errors.ts"
+
+export class Redis extends Context.Service<Redis, {
+  readonly client: IORedis
+  use<A>(operation: string, f: (client: IORedis) => Promise<A>): Effect.Effect<A, RedisError>
+}>()("sweeper/layers/Redis") {
+  static readonly layer = (url: Redacted.Redacted<string>) =>
+    Layer.effect(
+      Redis,
+      Effect.gen(function*() {
+        const client = yield* Effect.acquireRelease(
+          Effect.tryPromise({
+            try: async () => {
+              const client = new IORedis(Redacted.value(url), {
+                lazyConnect: true,
+                maxRetriesPerRequest: 2,
+                connectTimeout: 5_000
+              })
+              // Without a listener ioredis prints every reconnect error to stderr.
+              client.on("error", () => {})
+              await client.connect()
+              return client
+            },
+            catch: (cause) => new RedisError({ operation: "connect", cause })
+          }),
+          (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
+        )
+        const use = <A>(operation: string, f: (client: IORedis) => Promise<A>) =>
+          Effect.tryPromise({ try: () => f(client), catch: (cause) => new RedisError({ operation, cause }) })
+        return Redis.of({ client, use })
+      })
+    )
+}

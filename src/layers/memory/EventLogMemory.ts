@@ -1,0 +1,52 @@
+/** EventLog in memory: the events of a failed `transaction` are rolled back like SQL's. */
+import { Context, DateTime, Effect, Exit, Layer } from "effect"
+import { CurrentRun } from "../../domain/Batch.ts"
+import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../../domain/Events.ts"
+import { type EventFilter, EventLog } from "../../services/EventLog.ts"
+
+export class MemoryEvents extends Context.Service<MemoryEvents, Array<StoredEvent>>()("sweeper/layers/memory/MemoryEvents") {
+  static readonly layer = Layer.sync(MemoryEvents, () => [])
+}
+
+const matches = (filter: EventFilter) => (event: StoredEvent) =>
+  (filter.stream === undefined || event.stream === filter.stream) &&
+  (filter.streamPrefix === undefined || event.stream.startsWith(filter.streamPrefix)) &&
+  (filter.type === undefined || event.type === filter.type) &&
+  (filter.runId === undefined || event.runId === filter.runId) &&
+  (filter.since === undefined || event.occurredAt >= filter.since) &&
+  (filter.until === undefined || event.occurredAt < filter.until)
+
+export const EventLogMemory = Layer.effect(
+  EventLog,
+  Effect.gen(function*() {
+    const events = yield* MemoryEvents
+    const append = (event: DomainEvent) =>
+      Effect.gen(function*() {
+        const run = yield* CurrentRun
+        const now = yield* DateTime.now
+        events.push({
+          id: events.length + 1,
+          stream: streamOf(event),
+          type: event._tag,
+          data: dataOf(event),
+          runId: run.runId,
+          occurredAt: DateTime.toDateUtc(now)
+        })
+      })
+    const query = (filter: EventFilter) =>
+      Effect.sync(() => {
+        const found = events.filter(matches(filter))
+        if (filter.newestFirst === true) found.reverse()
+        return filter.limit === undefined ? found : found.slice(0, filter.limit)
+      })
+    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.suspend(() => {
+        const mark = events.length
+        return Effect.onExit(effect, (exit) =>
+          Effect.sync(() => {
+            if (Exit.isFailure(exit)) events.splice(mark)
+          }))
+      })
+    return EventLog.of({ append, query, transaction })
+  })
+).pipe(Layer.provideMerge(MemoryEvents.layer))

@@ -1,0 +1,229 @@
+/**
+ * A small in-process Redis: the data types and commands Sweeper's services use, with key expiry read
+ * from the effect `Clock` (so `TestClock` expires keys). The memory implementations of the
+ * Redis-backed services keep their state here under GitLab's key formats, which lets tests and the
+ * simulator seed both backends the same way. Single-threaded JS makes every method atomic, which is
+ * what the Lua scripts give the real implementations.
+ */
+import { Clock, Context, Effect, Layer } from "effect"
+
+type Value =
+  | { readonly type: "string"; value: string }
+  | { readonly type: "hash"; readonly value: Map<string, string> }
+  | { readonly type: "list"; value: Array<string> }
+  | { readonly type: "set"; readonly value: Set<string> }
+
+interface Entry {
+  readonly data: Value
+  expiresAt: number | undefined
+}
+
+const globToRegExp = (pattern: string) =>
+  new RegExp(`^${pattern.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`)
+
+export class MemoryRedisStore {
+  private readonly entries = new Map<string, Entry>()
+  private readonly now: () => number
+
+  constructor(now: () => number) {
+    this.now = now
+  }
+
+  private live(key: string): Entry | undefined {
+    const entry = this.entries.get(key)
+    if (entry === undefined) return undefined
+    if (entry.expiresAt !== undefined && entry.expiresAt <= this.now()) {
+      this.entries.delete(key)
+      return undefined
+    }
+    return entry
+  }
+
+  private typed<T extends Value["type"]>(key: string, type: T): Extract<Value, { type: T }> | undefined {
+    const entry = this.live(key)
+    if (entry === undefined) return undefined
+    if (entry.data.type !== type) throw new Error(`WRONGTYPE ${key} holds a ${entry.data.type}, not a ${type}`)
+    return entry.data as Extract<Value, { type: T }>
+  }
+
+  private create<T extends Value>(key: string, data: T): T {
+    this.entries.set(key, { data, expiresAt: undefined })
+    return data
+  }
+
+  private dropIfEmpty(key: string, size: number) {
+    if (size === 0) this.entries.delete(key)
+  }
+
+  exists(key: string): boolean {
+    return this.live(key) !== undefined
+  }
+
+  del(...keys: ReadonlyArray<string>): number {
+    let n = 0
+    for (const key of keys) if (this.live(key) !== undefined && this.entries.delete(key)) n++
+    return n
+  }
+
+  keys(pattern: string): Array<string> {
+    const re = globToRegExp(pattern)
+    return [...this.entries.keys()].filter((key) => re.test(key) && this.live(key) !== undefined)
+  }
+
+  expire(key: string, seconds: number): boolean {
+    const entry = this.live(key)
+    if (entry === undefined) return false
+    entry.expiresAt = this.now() + seconds * 1000
+    return true
+  }
+
+  /** Remaining TTL in ms: -2 missing, -1 no expiry (as PTTL). */
+  pttl(key: string): number {
+    const entry = this.live(key)
+    if (entry === undefined) return -2
+    return entry.expiresAt === undefined ? -1 : entry.expiresAt - this.now()
+  }
+
+  // strings
+  get(key: string): string | null {
+    return this.typed(key, "string")?.value ?? null
+  }
+
+  set(key: string, value: string, options: { readonly exSeconds?: number; readonly nx?: boolean } = {}): boolean {
+    if (options.nx === true && this.live(key) !== undefined) return false
+    this.entries.set(key, {
+      data: { type: "string", value },
+      expiresAt: options.exSeconds === undefined ? undefined : this.now() + options.exSeconds * 1000
+    })
+    return true
+  }
+
+  incrBy(key: string, by: number): number {
+    const current = this.typed(key, "string")
+    const next = Number(current?.value ?? "0") + by
+    if (current === undefined) this.create(key, { type: "string", value: String(next) })
+    else current.value = String(next)
+    return next
+  }
+
+  // hashes
+  hset(key: string, fields: Record<string, string>): number {
+    const hash = this.typed(key, "hash") ?? this.create(key, { type: "hash", value: new Map() })
+    let added = 0
+    for (const [field, value] of Object.entries(fields)) {
+      if (!hash.value.has(field)) added++
+      hash.value.set(field, value)
+    }
+    return added
+  }
+
+  hget(key: string, field: string): string | null {
+    return this.typed(key, "hash")?.value.get(field) ?? null
+  }
+
+  hdel(key: string, ...fields: ReadonlyArray<string>): number {
+    const hash = this.typed(key, "hash")
+    if (hash === undefined) return 0
+    let n = 0
+    for (const field of fields) if (hash.value.delete(field)) n++
+    this.dropIfEmpty(key, hash.value.size)
+    return n
+  }
+
+  hlen(key: string): number {
+    return this.typed(key, "hash")?.value.size ?? 0
+  }
+
+  hgetall(key: string): Record<string, string> {
+    return Object.fromEntries(this.typed(key, "hash")?.value ?? [])
+  }
+
+  /**
+   * HSCAN over insertion order. The cursor is a position; like Redis, an entry present for the whole
+   * scan is returned at least once even if others are deleted meanwhile (deletes behind the cursor
+   * shift positions, so the cursor is re-anchored on the last field returned).
+   */
+  hscan(key: string, cursor: string, count: number): [string, Array<[string, string]>] {
+    const hash = this.typed(key, "hash")
+    if (hash === undefined) return ["0", []]
+    const fields = [...hash.value.keys()]
+    let start = 0
+    if (cursor !== "0") {
+      const anchor = fields.indexOf(cursor)
+      start = anchor === -1 ? 0 : anchor + 1
+    }
+    const page = fields.slice(start, start + count)
+    const next = start + count >= fields.length ? "0" : page[page.length - 1]!
+    return [next, page.map((field) => [field, hash.value.get(field)!])]
+  }
+
+  // lists
+  rpush(key: string, ...values: ReadonlyArray<string>): number {
+    const list = this.typed(key, "list") ?? this.create(key, { type: "list", value: [] })
+    list.value.push(...values)
+    return list.value.length
+  }
+
+  lpush(key: string, ...values: ReadonlyArray<string>): number {
+    const list = this.typed(key, "list") ?? this.create(key, { type: "list", value: [] })
+    for (const value of values) list.value.unshift(value)
+    return list.value.length
+  }
+
+  lpop(key: string, count: number): Array<string> {
+    const list = this.typed(key, "list")
+    if (list === undefined) return []
+    const popped = list.value.splice(0, count)
+    this.dropIfEmpty(key, list.value.length)
+    return popped
+  }
+
+  lrange(key: string, start: number, stop: number): Array<string> {
+    const list = this.typed(key, "list")?.value ?? []
+    const end = stop < 0 ? list.length + stop + 1 : stop + 1
+    return list.slice(start < 0 ? Math.max(list.length + start, 0) : start, end)
+  }
+
+  llen(key: string): number {
+    return this.typed(key, "list")?.value.length ?? 0
+  }
+
+  // sets
+  sadd(key: string, ...members: ReadonlyArray<string>): number {
+    const set = this.typed(key, "set") ?? this.create(key, { type: "set", value: new Set() })
+    let added = 0
+    for (const member of members) {
+      if (!set.value.has(member)) added++
+      set.value.add(member)
+    }
+    return added
+  }
+
+  srem(key: string, ...members: ReadonlyArray<string>): number {
+    const set = this.typed(key, "set")
+    if (set === undefined) return 0
+    let n = 0
+    for (const member of members) if (set.value.delete(member)) n++
+    this.dropIfEmpty(key, set.value.size)
+    return n
+  }
+
+  smembers(key: string): Array<string> {
+    return [...(this.typed(key, "set")?.value ?? [])]
+  }
+
+  flushAll(): void {
+    this.entries.clear()
+  }
+}
+
+export class MemoryRedis extends Context.Service<MemoryRedis, MemoryRedisStore>()("sweeper/layers/memory/MemoryRedis") {
+  /** A fresh store whose expiry follows the Clock of the context the layer is built in. */
+  static readonly layer = Layer.effect(
+    MemoryRedis,
+    Effect.gen(function*() {
+      const clock = yield* Clock.Clock
+      return new MemoryRedisStore(() => clock.currentTimeMillisUnsafe())
+    })
+  )
+}
