@@ -1,0 +1,22 @@
+/**
+ * The batch registry: plain data that the scheduler, CLI, REPL and HTTP API all read. Adding a
+ * batch is adding it here.
+ */
+import { Effect } from "effect"
+import type { Batch } from "../domain/Batch.ts"
+import { UnknownBatch } from "../domain/Errors.ts"
+import type { PlatformServices } from "../layers/App.ts"
+import { DropCancelingBuilds } from "./DropCancelingBuilds.ts"
+
+export type RegisteredBatch = Batch<unknown, unknown, PlatformServices>
+
+export const batches: ReadonlyArray<RegisteredBatch> = [
+  DropCancelingBuilds
+]
+
+export const batchNames = batches.map((batch) => batch.name)
+
+export const findBatch = (name: string): Effect.Effect<RegisteredBatch, UnknownBatch> => {
+  const batch = batches.find((candidate) => candidate.name === name)
+  return batch === undefined ? Effect.fail(new UnknownBatch({ name, known: batchNames })) : Effect.succeed(batch)
+}

@@ -1,0 +1,15 @@
+/**
+ * Logs go to stderr, so stdout stays clean for `--json` output: JSON lines by default, pretty when
+ * stderr is a terminal. `SWEEPER_LOG_LEVEL` sets the minimum level (default Info).
+ */
+import { Config, Effect, Layer, Logger, References } from "effect"
+
+export const LoggingLive = Layer.unwrap(Effect.gen(function*() {
+  const level = yield* Config.LogLevel("SWEEPER_LOG_LEVEL").pipe(Config.withDefault("Info"))
+  const logger = process.stderr.isTTY ? Logger.consolePretty() : Logger.withConsoleError(Logger.formatJson)
+  return Layer.mergeAll(
+    Logger.layer([logger]),
+    Layer.succeed(Logger.LogToStderr, true),
+    Layer.succeed(References.MinimumLogLevel, level)
+  )
+}))

@@ -1,0 +1,190 @@
+/**
+ * The run guard (SPEC §0.4): everything a run needs that is not the program's business, applied
+ * once for every batch and every trigger (cron tick, CLI, REPL, HTTP):
+ *
+ *   tick lease → exclusive lease (renewed, fenced) → span + log annotations → time budget →
+ *   retry of transient errors → RunStarted / RunFinished events → metrics → every failure caught.
+ *
+ * It never fails: whatever happens is an outcome in the returned RunResult.
+ */
+import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
+import { randomUUID } from "node:crypto"
+import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
+import { isTransient, LeaseLost } from "../domain/Errors.ts"
+import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
+import { SweeperConfig } from "../layers/Config.ts"
+import { EventLog } from "../services/EventLog.ts"
+import { Lease, type LeaseHandle } from "../services/Lease.ts"
+import { increment, lastSuccessTimestamp, leaseSkipsTotal, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
+
+export type Trigger = "schedule" | "manual" | "startup"
+
+export interface RunOptions {
+  readonly trigger: Trigger
+  readonly dryRun?: boolean | undefined
+  /** Overrides the batch's budget for this run. */
+  readonly budget?: Duration.Duration | undefined
+  /** The cron tick this run is for; with `claimTick` only one process in the cluster runs it. */
+  readonly scheduledAt?: DateTime.Utc | undefined
+  readonly claimTick?: boolean | undefined
+}
+
+export interface RunResult {
+  readonly batch: string
+  readonly runId: string
+  readonly outcome: Outcome
+  readonly summary: unknown
+  readonly reason?: string | undefined
+  readonly error?: string | undefined
+  readonly durationMs: number
+}
+
+/** Transient infrastructure errors: exponential backoff from 200 ms, capped at 5 s, jittered, 3 retries. */
+export const transientRetry = Schedule.min([Schedule.exponential("200 millis"), Schedule.spaced("5 seconds")]).pipe(
+  Schedule.jittered,
+  Schedule.upTo({ times: 3 }),
+  Schedule.setInputType<unknown>(),
+  Schedule.while(({ input }) => isTransient(input))
+)
+
+/** How long a claimed tick stays claimed: longer than any period, so no replica re-runs it. */
+const TICK_CLAIM_TTL = Duration.hours(25)
+
+export const tickLeaseName = (batch: string, scheduledAt: DateTime.Utc) =>
+  `sweeper/tick/${batch}/${DateTime.formatIso(scheduledAt)}`
+
+const describe = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  if (error instanceof Error) return `${error.name}: ${error.message}`
+  return String(error)
+}
+
+/**
+ * Holds the batch's exclusive lease for the scope: renewed every TTL/3; a failed renewal marks it
+ * lost so the next safe point (`Fence.check`) stops the run. Released when the scope closes.
+ */
+const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
+  const lease = yield* Lease
+  const lost = yield* Ref.make(false)
+  const renewEvery = Duration.divideUnsafe(handle.ttl, 3)
+  const renewal = Effect.gen(function*() {
+    const renewed = yield* lease.renew(handle).pipe(Effect.orElseSucceed(() => false))
+    if (!renewed) {
+      yield* Ref.set(lost, true)
+      yield* Effect.logWarning("Exclusive lease lost").pipe(Effect.annotateLogs({ lease: handle.name }))
+    }
+    return renewed
+  })
+  yield* renewal.pipe(
+    Effect.delay(renewEvery),
+    Effect.repeat({ while: (renewed) => renewed }),
+    Effect.forkScoped
+  )
+  yield* Effect.addFinalizer(() => lease.release(handle).pipe(Effect.ignore))
+  const fail = new LeaseLost({ lease: handle.name, epoch: handle.epoch })
+  const fence: Fence = {
+    lease: handle.name,
+    epoch: handle.epoch,
+    check: Effect.gen(function*() {
+      if (yield* Ref.get(lost)) return yield* fail
+      const held = yield* lease.isHeld(handle).pipe(Effect.orElseSucceed(() => true))
+      if (!held) {
+        yield* Ref.set(lost, true)
+        return yield* fail
+      }
+    })
+  }
+  return fence
+})
+
+export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
+  Effect.gen(function*(): Effect.fn.Return<RunResult, never, R | SweeperConfig | Lease | EventLog> {
+    const config = yield* SweeperConfig
+    const lease = yield* Lease
+    const events = yield* EventLog
+    const runId = randomUUID()
+    const dryRun = options.dryRun === true
+    const budget = options.budget ?? batch.budget
+    const startedAt = yield* DateTime.now
+    const startedMs = DateTime.toEpochMillis(startedAt)
+
+    const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
+      const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
+      yield* events.append(new RunFinished({ batch: batch.name, outcome, summary, duration_ms: durationMs, dryRun, ...details })).pipe(
+        Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
+      )
+      yield* increment(runsTotal, 1, { batch: batch.name, outcome })
+      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name }), durationMs / 1000)
+      if (outcome === "succeeded" && !dryRun) {
+        yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
+      }
+      const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
+      yield* log(`Run ${outcome}`).pipe(Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details }))
+      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs } satisfies RunResult
+    })
+
+    const guarded = Effect.scoped(Effect.gen(function*() {
+      // One replica per scheduled tick: the claim is never released, it simply expires.
+      if (options.claimTick === true && options.scheduledAt !== undefined) {
+        const claim = yield* lease.tryAcquire(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL)
+        if (Option.isNone(claim)) {
+          yield* Effect.logDebug("Tick already claimed by another process")
+          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "tick claimed elsewhere", durationMs: 0 } satisfies RunResult
+        }
+      }
+
+      let fence = Option.none<Fence>()
+      if (Option.isSome(batch.lease) && !dryRun) {
+        const handle = yield* lease.tryAcquire(batch.lease.value.name, batch.lease.value.ttl)
+        if (Option.isNone(handle)) {
+          yield* events.append(new RunStarted({ batch: batch.name, run_id: runId, scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null, node: config.node, trigger: options.trigger, dryRun }))
+          yield* increment(leaseSkipsTotal, 1, { batch: batch.name })
+          return yield* finish("skipped", null, { reason: "lease held" })
+        }
+        fence = Option.some(yield* holdLease(handle.value))
+      }
+
+      yield* events.append(new RunStarted({
+        batch: batch.name,
+        run_id: runId,
+        scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
+        node: config.node,
+        trigger: options.trigger,
+        dryRun
+      }))
+
+      const program = batch.run.pipe(
+        Effect.retry(transientRetry),
+        Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence }),
+        Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
+      )
+      const exit = yield* Effect.exit(program)
+      if (Exit.isSuccess(exit)) {
+        return Option.isSome(exit.value)
+          ? yield* finish("succeeded", exit.value.value)
+          : yield* finish("timed_out", null, { reason: `exceeded budget ${Duration.format(budget)} + grace` })
+      }
+      const failure = Cause.findErrorOption(exit.cause)
+      if (Option.isSome(failure) && failure.value instanceof LeaseLost) {
+        yield* events.append(new LeaseLostEvent({ batch: batch.name, lease: failure.value.lease, epoch: failure.value.epoch })).pipe(Effect.ignore)
+        return yield* finish("failed", null, { reason: "lease lost", error: describe(exit.cause) })
+      }
+      if (Cause.hasInterruptsOnly(exit.cause)) {
+        return yield* finish("failed", null, { reason: "interrupted" })
+      }
+      return yield* finish("failed", null, { error: describe(exit.cause) })
+    }))
+
+    return yield* guarded.pipe(
+      Effect.catchCause((cause) =>
+        Effect.gen(function*() {
+          yield* Effect.logError("Run guard failed", describe(cause))
+          const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
+          yield* increment(runsTotal, 1, { batch: batch.name, outcome: "failed" })
+          return { batch: batch.name, runId, outcome: "failed", summary: null, error: describe(cause), durationMs } satisfies RunResult
+        })
+      ),
+      Effect.annotateLogs({ batch: batch.name, run_id: runId }),
+      Effect.withSpan(`batch.${batch.name}`, { attributes: { batch: batch.name, run_id: runId, dry_run: dryRun } })
+    )
+  })
