@@ -176,6 +176,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     }))
 
     return yield* guarded.pipe(
+      Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence: Option.none() }),
       Effect.catchCause((cause) =>
         Effect.gen(function*() {
           yield* Effect.logError("Run guard failed", describe(cause))

@@ -1,0 +1,47 @@
+/**
+ * Real PostgreSQL for storage tests: every call makes a fresh database (migrated), dropped when the
+ * scope closes, so test files never see each other's rows. The server is TEST_DATABASE_URL's
+ * (default postgres://postgres@127.0.0.1:5432/test); tests fail, never skip, if it is unreachable.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Context, Effect, Layer, Redacted } from "effect"
+import { randomBytes } from "node:crypto"
+import { migrate } from "../../src/layers/Migrations.ts"
+import { layerServer } from "../../src/layers/Postgres.ts"
+
+export const adminUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
+
+const admin = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
+
+export const databaseUrl = (name: string) => {
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+/** Creates a fresh, empty database; yields its URL; drops it at scope close. */
+export const freshDatabase = Effect.acquireRelease(
+  Effect.gen(function*() {
+    const name = `sweeper_t_${randomBytes(6).toString("hex")}`
+    const sql = yield* PgClient.PgClient
+    yield* sql.unsafe(`CREATE DATABASE ${name}`)
+    return { name, url: databaseUrl(name) }
+  }).pipe(Effect.provide(admin)),
+  ({ name }) =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    }).pipe(Effect.provide(admin), Effect.orDie)
+).pipe(Effect.orDie)
+
+export class TestDatabaseUrl extends Context.Service<TestDatabaseUrl, string>()("test/support/TestDatabaseUrl") {}
+
+/** PgClient (and SqlClient) on a fresh migrated database, plus its URL for child processes. */
+export const PgTest = Layer.unwrap(Effect.gen(function*() {
+  const { url } = yield* freshDatabase
+  return Layer.effectDiscard(migrate).pipe(
+    Layer.provideMerge(layerServer(Redacted.make(url))),
+    Layer.merge(Layer.succeed(TestDatabaseUrl, url)),
+    Layer.orDie
+  )
+}))
