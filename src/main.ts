@@ -4,7 +4,8 @@
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Console, Effect } from "effect"
-import { cli } from "./runtime/Cli.ts"
+import { Cause, Exit, Runtime } from "effect"
+import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 
 cli.pipe(
@@ -24,5 +25,11 @@ cli.pipe(
   }),
   Effect.provide(NodeServices.layer),
   Effect.provide(LoggingLive),
-  NodeRuntime.runMain
+  NodeRuntime.runMain({
+    // SIGTERM/SIGINT interrupt the supervisor; once its graceful shutdown has run, that is success.
+    teardown: (exit, onExit) =>
+      supervisor.started && Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)
+        ? onExit(0)
+        : Runtime.defaultTeardown(exit, onExit)
+  })
 )

@@ -4,6 +4,7 @@
  */
 import { Context, Duration, Effect, Option } from "effect"
 import type { LeaseLost } from "./Errors.ts"
+import type { MissedRunPolicy } from "./Schedule.ts"
 
 export interface ExclusiveLeaseSpec {
   readonly name: string
@@ -23,6 +24,8 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
   /** The batch's own exclusive lease, if it must never overlap with itself cluster-wide. */
   readonly lease: Option.Option<ExclusiveLeaseSpec>
   readonly run: Effect.Effect<Summary, E, R>
+  /** What the scheduler does about ticks missed while no process was running (default run-latest-if-recent). */
+  readonly missedRuns?: MissedRunPolicy
 }
 
 export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped"

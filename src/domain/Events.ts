@@ -31,6 +31,16 @@ export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
   reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled"])
 }) {}
 
+export class BatchPaused extends Schema.TaggedClass<BatchPaused>()("BatchPaused", {
+  batch: Schema.String,
+  by: Schema.String
+}) {}
+
+export class BatchResumed extends Schema.TaggedClass<BatchResumed>()("BatchResumed", {
+  batch: Schema.String,
+  by: Schema.String
+}) {}
+
 export class LeaseLostEvent extends Schema.TaggedClass<LeaseLostEvent>()("LeaseLost", {
   batch: Schema.String,
   lease: Schema.String,
@@ -83,7 +93,7 @@ export class ConcurrencyLimitJobsDead extends Schema.TaggedClass<ConcurrencyLimi
 }) {}
 
 export const DomainEvent = Schema.Union([
-  RunStarted, RunFinished, TickMissed, LeaseLostEvent, BuildDropped, BuildDoomed, ExportJobFailed,
+  RunStarted, RunFinished, TickMissed, BatchPaused, BatchResumed, LeaseLostEvent, BuildDropped, BuildDoomed, ExportJobFailed,
   StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead
 ])
 export type DomainEvent = typeof DomainEvent.Type
@@ -95,6 +105,8 @@ export const streamOf = (event: DomainEvent): string => {
     case "RunStarted":
     case "RunFinished":
     case "TickMissed":
+    case "BatchPaused":
+    case "BatchResumed":
     case "LeaseLost":
       return `batch:${event.batch}`
     case "BuildDropped":

@@ -27,6 +27,8 @@ export interface SweeperSettings {
   readonly timezone: string
   readonly disabledBatches: ReadonlyArray<string>
   readonly shutdownGrace: Duration.Duration
+  /** Bearer token for the HTTP API's mutating actions (run now, pause, resume); none disables them. */
+  readonly apiToken: Option.Option<Redacted.Redacted<string>>
 }
 
 const ObjectStorageJson = Schema.fromJsonString(Schema.Record(Schema.String, Schema.String))
@@ -54,7 +56,8 @@ const settings = Config.all({
     Config.withDefault(""),
     Config.map((list) => list.split(",").map((name) => name.trim()).filter((name) => name.length > 0))
   ),
-  shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25)))
+  shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
+  apiToken: Config.option(Config.Redacted("SWEEPER_API_TOKEN"))
 })
 
 /** Pulls the variable name out of a ConfigError so the message leads with it. */
@@ -82,6 +85,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       timezone: "UTC",
       disabledBatches: [],
       shutdownGrace: Duration.seconds(25),
+      apiToken: Option.none(),
       ...overrides
     })
 }

@@ -2,15 +2,21 @@
  * The `sweeper` command line. Every command builds the same AppLayer the supervisor uses, so a
  * one-off run is the scheduled run's program under the same run guard.
  */
-import { Console, Duration, Effect, Option, Schema } from "effect"
+import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
+import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, describeBackends } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { migrate } from "../layers/Migrations.ts"
-import { batchNames, findBatch } from "../programs/index.ts"
+import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { startingAt } from "./Clocks.ts"
+import { HttpLive } from "./Http.ts"
 import { runBatch } from "./RunGuard.ts"
+import { Scheduler, schedulerLayer } from "./Scheduler.ts"
+
+/** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
+export const supervisor = { started: false }
 
 export class InvalidFlag extends Schema.TaggedError<InvalidFlag>()("InvalidFlag", {
   flag: Schema.String,
@@ -117,9 +123,50 @@ const events = Command.make(
   }, Effect.provide(AppLayer))
 ).pipe(Command.withDescription("Show recorded events, newest last"))
 
+/** Logs the schedule table and where the HTTP server listens, once everything is up. */
+const Announce = Layer.effectDiscard(Effect.gen(function*() {
+  const scheduler = yield* Scheduler
+  const server = yield* HttpServer.HttpServer
+  for (const batch of yield* scheduler.snapshots) {
+    yield* Effect.logInfo(`Scheduled ${batch.name}`, {
+      cron: batch.cron,
+      timezone: batch.timezone,
+      state: batch.status,
+      nextTick: batch.nextTick?.toISOString() ?? null,
+      lastOutcome: batch.history.lastRun?.outcome ?? null
+    })
+  }
+  yield* Effect.logInfo(`HTTP listening on ${HttpServer.formatAddress(server.address)}`, {
+    endpoints: ["/healthz", "/readyz", "/metrics", "/api/batches", "/"]
+  })
+  supervisor.started = true
+}))
+
+export const Supervisor = Announce.pipe(
+  Layer.provideMerge(HttpLive),
+  Layer.provideMerge(schedulerLayer(batches)),
+  Layer.provideMerge(AppLayer)
+)
+
+const start = Command.make(
+  "start",
+  {},
+  Effect.fn("Cli.start")(function*() {
+    const settings = yield* SweeperConfig
+    const embedded = Option.isNone(settings.databaseUrl) && Option.isNone(settings.redisUrl)
+    yield* Effect.logInfo(
+      embedded
+        ? "Sweeper starting on the embedded default (no DATABASE_URL / REDIS_URL): PGlite + in-memory Redis"
+        : "Sweeper starting",
+      describeBackends(settings)
+    )
+    return yield* Layer.launch(Supervisor)
+  }, Effect.provide(SweeperConfig.layer))
+).pipe(Command.withDescription("Run the supervisor: every batch on its schedule, plus the HTTP server"))
+
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([run, migrateCommand, events])
+  Command.withSubcommands([start, run, migrateCommand, events])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })

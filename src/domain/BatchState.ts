@@ -1,0 +1,84 @@
+/**
+ * A batch actor's state is a fold of its events (stream `batch:<name>`): rebuilt at start-up, so a
+ * restarted process knows its last run, its last outcome, whether it is paused, and which tick it
+ * last covered (for the missed-run policy).
+ */
+import type { Outcome } from "./Batch.ts"
+import type { StoredEvent } from "./Events.ts"
+
+export interface LastRun {
+  readonly runId: string | null
+  readonly outcome: Outcome
+  readonly finishedAt: Date
+  readonly durationMs: number
+  readonly summary: unknown
+}
+
+export interface BatchHistory {
+  readonly lastStartedAt: Date | undefined
+  /** The newest tick that ran, was skipped or was recorded missed. */
+  readonly lastCoveredTick: Date | undefined
+  readonly lastRun: LastRun | undefined
+  readonly lastSuccessAt: Date | undefined
+  readonly consecutiveFailures: number
+  readonly paused: boolean
+}
+
+export const emptyHistory: BatchHistory = {
+  lastStartedAt: undefined,
+  lastCoveredTick: undefined,
+  lastRun: undefined,
+  lastSuccessAt: undefined,
+  consecutiveFailures: 0,
+  paused: false
+}
+
+const later = (a: Date | undefined, b: Date | undefined) =>
+  a === undefined ? b : b === undefined ? a : a.getTime() >= b.getTime() ? a : b
+
+const dateField = (value: unknown): Date | undefined =>
+  typeof value === "string" && !Number.isNaN(Date.parse(value)) ? new Date(value) : undefined
+
+/** Applies one event (oldest first) to the state. */
+export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory => {
+  switch (event.type) {
+    case "RunStarted":
+      return {
+        ...state,
+        lastStartedAt: event.occurredAt,
+        lastCoveredTick: later(state.lastCoveredTick, dateField(event.data.scheduled_at) ?? event.occurredAt)
+      }
+    case "RunFinished": {
+      const outcome = event.data.outcome as Outcome
+      if (event.data.dryRun === true) return state
+      return {
+        ...state,
+        lastRun: {
+          runId: event.runId,
+          outcome,
+          finishedAt: event.occurredAt,
+          durationMs: Number(event.data.duration_ms ?? 0),
+          summary: event.data.summary
+        },
+        lastSuccessAt: outcome === "succeeded" ? event.occurredAt : state.lastSuccessAt,
+        consecutiveFailures: outcome === "failed" || outcome === "timed_out"
+          ? state.consecutiveFailures + 1
+          : outcome === "succeeded" ? 0 : state.consecutiveFailures
+      }
+    }
+    case "TickMissed":
+      return { ...state, lastCoveredTick: later(state.lastCoveredTick, dateField(event.data.scheduled_at)) }
+    case "BatchPaused":
+      return { ...state, paused: true }
+    case "BatchResumed":
+      return { ...state, paused: false }
+    default:
+      return state
+  }
+}
+
+export const foldHistory = (events: Iterable<StoredEvent>): BatchHistory => {
+  let state = emptyHistory
+  for (const event of events) state = evolve(state, event)
+  return state
+}

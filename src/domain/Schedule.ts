@@ -1,0 +1,72 @@
+/**
+ * Cron arithmetic for the scheduler, pure: when the next tick is, which ticks a stopped process
+ * missed, and what to do about them at start-up.
+ */
+import { Cron, Duration, Result } from "effect"
+
+export type MissedRunPolicy =
+  /** Run the latest missed tick once at start-up if it is younger than one period; skip the rest. */
+  | "run-latest-if-recent"
+  /** Never catch up: record every missed tick and wait for the next one. */
+  | "skip"
+
+export const DEFAULT_MISSED_RUN_POLICY: MissedRunPolicy = "run-latest-if-recent"
+
+/** Missed ticks older than this many are summarised in a log line rather than recorded one by one. */
+export const MAX_RECORDED_MISSED_TICKS = 100
+
+export const parseCron = (expression: string, timezone: string): Result.Result<Cron.Cron, string> =>
+  Result.mapError(Cron.parse(expression, timezone), (error) => error.message)
+
+export const nextTick = (cron: Cron.Cron, after: Date): Date => Cron.next(cron, after)
+
+/** The latest tick at or before `at`. */
+export const latestTick = (cron: Cron.Cron, at: Date): Date => {
+  const previous = Cron.prev(cron, new Date(at.getTime() + 1))
+  return previous
+}
+
+/** The length of the period that starts at `tick`. */
+export const periodAt = (cron: Cron.Cron, tick: Date): Duration.Duration =>
+  Duration.millis(Cron.next(cron, tick).getTime() - tick.getTime())
+
+export interface StartupPlan {
+  /** The tick to run now, if any. */
+  readonly runTick: Date | undefined
+  /** Ticks that will not run, newest first, at most MAX_RECORDED_MISSED_TICKS. */
+  readonly missed: ReadonlyArray<Date>
+  /** How many missed ticks exist in total (may exceed `missed.length`). */
+  readonly missedTotal: number
+}
+
+/**
+ * What to do at start-up given the last tick this batch is known to have covered (from its events).
+ * No history means nothing was missed: the batch was never supposed to have run.
+ */
+export const planStartup = (
+  cron: Cron.Cron,
+  lastCovered: Date | undefined,
+  now: Date,
+  policy: MissedRunPolicy
+): StartupPlan => {
+  if (lastCovered === undefined) return { runTick: undefined, missed: [], missedTotal: 0 }
+  const missed: Array<Date> = []
+  let total = 0
+  let tick = latestTick(cron, now)
+  while (tick.getTime() > lastCovered.getTime()) {
+    total++
+    if (missed.length < MAX_RECORDED_MISSED_TICKS + 1) missed.push(tick)
+    else if (total > 100_000) break
+    tick = Cron.prev(cron, tick)
+  }
+  const newest = missed[0]
+  if (newest === undefined) return { runTick: undefined, missed: [], missedTotal: 0 }
+  const recent = now.getTime() - newest.getTime() < Duration.toMillis(periodAt(cron, newest))
+  if (policy === "run-latest-if-recent" && recent) {
+    return { runTick: newest, missed: missed.slice(1, MAX_RECORDED_MISSED_TICKS + 1), missedTotal: total - 1 }
+  }
+  return { runTick: undefined, missed: missed.slice(0, MAX_RECORDED_MISSED_TICKS), missedTotal: total }
+}
+
+/** `drop-canceling-builds` → `SWEEPER_CRON_DROP_CANCELING_BUILDS`. */
+export const cronVariable = (batch: string) => `SWEEPER_CRON_${batch.toUpperCase().replace(/-/g, "_")}`
