@@ -70,3 +70,6 @@ export const planStartup = (
 
 /** `drop-canceling-builds` → `SWEEPER_CRON_DROP_CANCELING_BUILDS`. */
 export const cronVariable = (batch: string) => `SWEEPER_CRON_${batch.toUpperCase().replace(/-/g, "_")}`
+
+/** `drop-canceling-builds` → `SWEEPER_LEASE_TTL_DROP_CANCELING_BUILDS`. */
+export const leaseTtlVariable = (batch: string) => `SWEEPER_LEASE_TTL_${batch.toUpperCase().replace(/-/g, "_")}`

@@ -13,7 +13,7 @@ import { EventLog } from "../services/EventLog.ts"
 import { startingAt } from "./Clocks.ts"
 import { HttpLive } from "./Http.ts"
 import { runBatch } from "./RunGuard.ts"
-import { Scheduler, schedulerLayer } from "./Scheduler.ts"
+import { Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
 
 /** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
 export const supervisor = { started: false }
@@ -61,7 +61,7 @@ const run = Command.make(
     budget: Flag.String("budget").pipe(Flag.withDescription("Override the batch's time budget (e.g. 30s, 5m)"), Flag.optional)
   },
   Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget }) {
-    const batch = yield* findBatch(name)
+    const batch = yield* Effect.flatMap(findBatch(name), withLeaseOverride)
     const budgetOverride = Option.isSome(budget)
       ? yield* Option.match(parseDuration(budget.value), {
         onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s, got "${budget.value}"` })),

@@ -165,7 +165,10 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence }),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
-      const exit = yield* Effect.exit(program)
+      // Interrupted from outside (shutdown past its grace): still record how the run ended.
+      const exit = yield* Effect.exit(program).pipe(
+        Effect.onInterrupt(() => finish("failed", null, { reason: "interrupted" }))
+      )
       if (Exit.isSuccess(exit)) {
         return Option.isSome(exit.value)
           ? yield* finish("succeeded", exit.value.value)

@@ -16,7 +16,7 @@ import { Cause, Config, Context, type Cron, DateTime, Deferred, Duration, Effect
 import { foldHistory, type BatchHistory } from "../domain/BatchState.ts"
 import { InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
-import { cronVariable, DEFAULT_MISSED_RUN_POLICY, nextTick, parseCron, planStartup } from "../domain/Schedule.ts"
+import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, planStartup } from "../domain/Schedule.ts"
 import type { PlatformServices } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
@@ -67,6 +67,17 @@ export class Scheduler extends Context.Service<Scheduler, {
 }>()("sweeper/runtime/Scheduler") {}
 
 const HISTORY_EVENTS = 1000
+
+/** SWEEPER_LEASE_TTL_<BATCH> (e.g. "90 seconds") replaces the TTL of a batch's exclusive lease. */
+export const withLeaseOverride = (batch: RegisteredBatch) =>
+  Effect.gen(function*() {
+    if (Option.isNone(batch.lease)) return batch
+    const variable = leaseTtlVariable(batch.name)
+    const ttl = yield* Config.option(Config.Duration(variable)).pipe(
+      Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
+    )
+    return Option.isNone(ttl) ? batch : { ...batch, lease: Option.some({ ...batch.lease.value, ttl: ttl.value }) }
+  })
 const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
@@ -100,7 +111,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     const fibers = yield* FiberMap.make<string>()
 
     const actors = new Map<string, Actor>()
-    for (const batch of batches) {
+    for (const configured of batches) {
+      const batch = yield* withLeaseOverride(configured)
       const variable = cronVariable(batch.name)
       const cronText = yield* Config.String(variable).pipe(
         Config.withDefault(batch.cron),
