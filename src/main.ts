@@ -9,9 +9,12 @@ import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 
 cli.pipe(
+  Effect.provide(NodeServices.layer),
+  Effect.provide(LoggingLive),
   Effect.catchTags({
     InvalidConfig: (error) =>
-      Console.error(`sweeper: invalid configuration: ${error.variable}: ${error.message}`).pipe(
+      // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
+      Console.error(`sweeper: invalid configuration: ${error.variable}: ${error.message.replace(/\s*\n\s*/g, " ")}`).pipe(
         Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
       ),
     UnknownBatch: (error) =>
@@ -23,8 +26,6 @@ cli.pipe(
         Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
       )
   }),
-  Effect.provide(NodeServices.layer),
-  Effect.provide(LoggingLive),
   NodeRuntime.runMain({
     // SIGTERM/SIGINT interrupt the supervisor; once its graceful shutdown has run, that is success.
     teardown: (exit, onExit) =>

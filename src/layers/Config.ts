@@ -50,7 +50,10 @@ const settings = Config.all({
     )
   ),
   httpHost: Config.String("SWEEPER_HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
-  httpPort: Config.Port("SWEEPER_HTTP_PORT").pipe(Config.withDefault(9394)),
+  // 0 asks the OS for a free port (tests, several replicas on one machine).
+  httpPort: Config.schema(Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 0, maximum: 65535 }))), "SWEEPER_HTTP_PORT").pipe(
+    Config.withDefault(9394)
+  ),
   timezone: Config.String("SWEEPER_TIMEZONE").pipe(Config.withDefault("UTC")),
   disabledBatches: Config.String("SWEEPER_DISABLED_BATCHES").pipe(
     Config.withDefault(""),

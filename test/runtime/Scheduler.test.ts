@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Context, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
+import type { InvalidConfig } from "../../src/domain/Errors.ts"
 import { RunStarted } from "../../src/domain/Events.ts"
 import type { SweeperSettings } from "../../src/layers/Config.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
@@ -234,7 +235,7 @@ describe("Scheduler: batch actors", () => {
       assert.strictEqual(yield* Ref.get(runs), 1)
       const invalid = yield* Effect.flip(startScheduler(batch, { SWEEPER_CRON_TEST_BATCH: "61 * * * *" }))
       assert.strictEqual(invalid._tag, "InvalidConfig")
-      assert.strictEqual(invalid.variable, "SWEEPER_CRON_TEST_BATCH")
+      assert.strictEqual((invalid as InvalidConfig).variable, "SWEEPER_CRON_TEST_BATCH")
       assert.include(invalid.message, "invalid cron")
     }).pipe(Effect.provide(platform())))
 
