@@ -1,0 +1,77 @@
+/** ExportJobs on PostgreSQL (`project_export_jobs`, `project_relation_exports`). */
+import { PgClient } from "@effect/sql-pg"
+import { DateTime, Effect, Layer } from "effect"
+import { type EnqueuedExportJob, ExportJobStatus } from "../domain/ExportJob.ts"
+import { ExportJobFailed } from "../domain/Events.ts"
+import { EventLog } from "../services/EventLog.ts"
+import { ExportJobs } from "../services/ExportJobs.ts"
+import { fenceWrite } from "./Fencing.ts"
+
+interface RefRow {
+  readonly id: string
+  readonly jid: string
+}
+
+interface JobRow {
+  readonly id: string
+  readonly project_id: string
+  readonly jid: string
+  readonly status: number
+  readonly created_at: Date
+  readonly relation_exports: string
+}
+
+/** Ids per re-read query: keeps the IN list well under PostgreSQL's parameter limit. */
+const REREAD_SLICE = 1000
+
+const toJob = (row: JobRow): EnqueuedExportJob => ({
+  id: Number(row.id),
+  projectId: Number(row.project_id),
+  jid: row.jid,
+  status: row.status,
+  createdAt: DateTime.fromDateUnsafe(row.created_at),
+  relationExports: Number(row.relation_exports)
+})
+
+export const ExportJobsSql = Layer.effect(
+  ExportJobs,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const events = yield* EventLog
+    const { queued, started } = ExportJobStatus
+
+    const listEnqueued = Effect.gen(function*() {
+      const rows = yield* sql<RefRow>`SELECT id, jid FROM project_export_jobs WHERE status IN (${queued}, ${started}) ORDER BY id`
+      return rows.map((row) => ({ id: Number(row.id), jid: row.jid }))
+    }).pipe(Effect.withSpan("ExportJobs.listEnqueued"))
+
+    const findEnqueued = Effect.fn("ExportJobs.findEnqueued")(function*(ids: ReadonlyArray<number>) {
+      const found: Array<EnqueuedExportJob> = []
+      for (let start = 0; start < ids.length; start += REREAD_SLICE) {
+        const rows = yield* sql<JobRow>`
+          SELECT j.id, j.project_id, j.jid, j.status, j.created_at,
+            (SELECT count(*) FROM project_relation_exports r WHERE r.project_export_job_id = j.id) AS relation_exports
+          FROM project_export_jobs j
+          WHERE ${sql.in("j.id", ids.slice(start, start + REREAD_SLICE))} AND j.status IN (${queued}, ${started})
+          ORDER BY j.id`
+        found.push(...rows.map(toJob))
+      }
+      return found
+    })
+
+    const fail = Effect.fn("ExportJobs.fail")(function*(job: EnqueuedExportJob, now: DateTime.Utc) {
+      return yield* events.transaction(Effect.gen(function*() {
+        yield* fenceWrite(sql)
+        const updated = yield* sql<{ readonly project_id: string }>`
+          UPDATE project_export_jobs SET status = ${ExportJobStatus.failed}, updated_at = ${DateTime.toDateUtc(now)}
+          WHERE id = ${job.id} AND jid = ${job.jid} AND status IN (${queued}, ${started})
+          RETURNING project_id`
+        if (updated.length === 0) return false
+        yield* events.append(new ExportJobFailed({ id: job.id, jid: job.jid, project_id: Number(updated[0]!.project_id) }))
+        return true
+      }))
+    })
+
+    return ExportJobs.of({ listEnqueued, findEnqueued, fail })
+  })
+)

@@ -1,0 +1,35 @@
+/** JobStatus on real Redis: MGET in slices, so a large backlog costs a few round trips, not one per jid. */
+import { type Duration, Effect, Layer } from "effect"
+import { JOB_STATUS_LOOKUP_SLICE, JOB_STATUS_VALUE, jobStatusKey } from "../domain/SidekiqStatus.ts"
+import { JobStatus } from "../services/JobStatus.ts"
+import { ttlSeconds } from "./LeaseRedis.ts"
+import { Redis } from "./Redis.ts"
+
+export const JobStatusRedis = Layer.effect(
+  JobStatus,
+  Effect.gen(function*() {
+    const redis = yield* Redis
+
+    const completedJids = Effect.fn("JobStatus.completedJids")(function*(jids: ReadonlyArray<string>) {
+      const completed: Array<string> = []
+      for (let start = 0; start < jids.length; start += JOB_STATUS_LOOKUP_SLICE) {
+        const slice = jids.slice(start, start + JOB_STATUS_LOOKUP_SLICE)
+        const values = yield* redis.use("jobStatus.mget", (client) => client.mget(slice.map(jobStatusKey)))
+        slice.forEach((jid, i) => {
+          if (values[i] === null || values[i] === undefined) completed.push(jid)
+        })
+      }
+      return completed
+    })
+
+    const track = Effect.fn("JobStatus.track")(function*(jid: string, ttl: Duration.Duration) {
+      yield* redis.use("jobStatus.set", (client) => client.set(jobStatusKey(jid), JOB_STATUS_VALUE, "EX", ttlSeconds(ttl)))
+    })
+
+    const untrack = Effect.fn("JobStatus.untrack")(function*(jid: string) {
+      yield* redis.use("jobStatus.del", (client) => client.del(jobStatusKey(jid)))
+    })
+
+    return JobStatus.of({ completedJids, track, untrack })
+  })
+)

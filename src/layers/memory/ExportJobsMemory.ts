@@ -1,0 +1,91 @@
+/**
+ * ExportJobs in memory, for program specs. State is exposed (`MemoryExportJobs`) so a spec can seed
+ * rows and stage the races the program must survive: `afterListEnqueued` hooks run (once each)
+ * right after the next step-1 read, e.g. a job re-enqueued with a new jid or finishing; a
+ * `beforeFail` hook runs right before the guarded UPDATE of that job, as a concurrent writer that
+ * wins the race would.
+ */
+import { Context, DateTime, Effect, Layer } from "effect"
+import { checkFence } from "../../domain/Batch.ts"
+import { ExportJobFailed } from "../../domain/Events.ts"
+import { type EnqueuedExportJob, ExportJobStatus, isEnqueued } from "../../domain/ExportJob.ts"
+import { EventLog } from "../../services/EventLog.ts"
+import { ExportJobs } from "../../services/ExportJobs.ts"
+
+export interface ExportJobRecord {
+  id: number
+  projectId: number
+  jid: string
+  status: number
+  createdAt: DateTime.Utc
+  updatedAt: DateTime.Utc
+}
+
+export interface RelationExportRecord {
+  readonly id: number
+  readonly projectExportJobId: number
+  readonly relation: string
+}
+
+export class MemoryExportJobs extends Context.Service<MemoryExportJobs, {
+  readonly jobs: Map<number, ExportJobRecord>
+  readonly relationExports: Array<RelationExportRecord>
+  readonly afterListEnqueued: Array<() => void>
+  readonly beforeFail: Map<number, () => void>
+  /** The ids each findEnqueued call asked for, in order. */
+  readonly reReads: Array<ReadonlyArray<number>>
+}>()("sweeper/layers/memory/MemoryExportJobs") {
+  static readonly layer = Layer.sync(MemoryExportJobs, () => ({
+    jobs: new Map(),
+    relationExports: [],
+    afterListEnqueued: [],
+    beforeFail: new Map(),
+    reReads: []
+  }))
+}
+
+export const ExportJobsMemory = Layer.effect(
+  ExportJobs,
+  Effect.gen(function*() {
+    const state = yield* MemoryExportJobs
+    const events = yield* EventLog
+    const byId = (a: { readonly id: number }, b: { readonly id: number }) => a.id - b.id
+
+    const toJob = (row: ExportJobRecord): EnqueuedExportJob => ({
+      id: row.id,
+      projectId: row.projectId,
+      jid: row.jid,
+      status: row.status,
+      createdAt: row.createdAt,
+      relationExports: state.relationExports.filter((r) => r.projectExportJobId === row.id).length
+    })
+
+    return ExportJobs.of({
+      listEnqueued: Effect.sync(() => {
+        const found = [...state.jobs.values()].filter((row) => isEnqueued(row.status)).sort(byId)
+          .map((row) => ({ id: row.id, jid: row.jid }))
+        state.afterListEnqueued.splice(0).forEach((hook) => hook())
+        return found
+      }),
+      findEnqueued: (ids) =>
+        Effect.sync(() => {
+          state.reReads.push([...ids])
+          return ids.flatMap((id) => {
+            const row = state.jobs.get(id)
+            return row !== undefined && isEnqueued(row.status) ? [toJob(row)] : []
+          }).sort(byId)
+        }),
+      fail: (job, now) =>
+        events.transaction(Effect.gen(function*() {
+          yield* checkFence
+          state.beforeFail.get(job.id)?.()
+          const row = state.jobs.get(job.id)
+          if (row === undefined || row.jid !== job.jid || !isEnqueued(row.status)) return false
+          row.status = ExportJobStatus.failed
+          row.updatedAt = now
+          yield* events.append(new ExportJobFailed({ id: row.id, jid: row.jid, project_id: row.projectId }))
+          return true
+        }))
+    })
+  })
+).pipe(Layer.provideMerge(MemoryExportJobs.layer))

@@ -1,0 +1,87 @@
+/**
+ * stuck-export-jobs — port of GitLab's StuckExportJobsWorker (seed: stuck-export-jobs.ja.md,
+ * SPEC §1). A project export whose Sidekiq job has completed (its `gitlab-sidekiq-status:<jid>` key
+ * is gone: the worker crashed, was killed, or the status expired) while the export job row still
+ * says queued/started will never progress: it is marked failed so the user sees the truth and can
+ * retry.
+ *
+ * Why the second read: a job may finish normally between the status look-up and the write, so the
+ * completed ids are read again and only rows still queued/started are considered; the UPDATE itself
+ * is guarded by status and jid as well, so a job that finishes or is re-enqueued in the last
+ * instant is never overwritten. Parallel exports (with relation exports) keep running in other
+ * workers after the main worker completes, so they get EXPORT_JOBS_EXPIRATION (6 h) first.
+ */
+import { DateTime, Duration, Effect, Option } from "effect"
+import type { Batch } from "../domain/Batch.ts"
+import { CurrentRun } from "../domain/Batch.ts"
+import { decideStuckExport } from "../domain/ExportJob.ts"
+import { ExportJobs } from "../services/ExportJobs.ts"
+import { JobStatus } from "../services/JobStatus.ts"
+import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
+
+export interface StuckExportJobsSummary {
+  /** Queued/started jobs whose Sidekiq status was looked up. */
+  readonly checked: number
+  /** Of those, the ones whose Sidekiq job has completed. */
+  readonly completed: number
+  /** Marked failed (in a dry run: would be). */
+  readonly failed: number
+  /** Parallel exports younger than EXPORT_JOBS_EXPIRATION, left alone. */
+  readonly skippedParallel: number
+  /** Re-enqueued with a new jid since the look-up, left alone. */
+  readonly skippedRequeued: number
+  readonly failedJids: ReadonlyArray<string>
+}
+
+const run = Effect.fn("StuckExportJobs.run")(function*() {
+  const exportJobs = yield* ExportJobs
+  const jobStatus = yield* JobStatus
+  const { dryRun } = yield* CurrentRun
+  const now = yield* DateTime.now
+
+  const enqueued = yield* exportJobs.listEnqueued
+  const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
+  let skippedParallel = 0
+  let skippedRequeued = 0
+  const failedJids: Array<string> = []
+  const summary = () => ({
+    checked: enqueued.length,
+    completed: completedJids.length,
+    failed: failedJids.length,
+    skippedParallel,
+    skippedRequeued,
+    failedJids
+  } satisfies StuckExportJobsSummary)
+  if (completedJids.length === 0) return summary()
+
+  const completed = new Set(completedJids)
+  const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
+  // Read again: jobs that finished while we looked up their status drop out here.
+  for (const job of yield* exportJobs.findEnqueued(completedIds)) {
+    const decision = decideStuckExport(job, now, completed)
+    if (decision === "skippedParallel") skippedParallel++
+    else if (decision === "skippedRequeued") skippedRequeued++
+    else if (dryRun || (yield* exportJobs.fail(job, yield* DateTime.now))) failedJids.push(job.jid)
+    else {
+      yield* Effect.logInfo("Export job changed meanwhile, not failed").pipe(
+        Effect.annotateLogs({ export_job_id: job.id, jid: job.jid })
+      )
+    }
+  }
+
+  yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
+    Effect.annotateLogs({ job_ids: failedJids, failed: failedJids.length })
+  )
+  if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failedJids.length)
+  return summary()
+})
+
+export const StuckExportJobs = {
+  name: "stuck-export-jobs",
+  worker: "StuckExportJobsWorker",
+  description: "Fails project export jobs left queued/started after their Sidekiq job completed",
+  cron: "30 * * * *",
+  budget: Duration.minutes(10),
+  lease: Option.none(),
+  run: run()
+} satisfies Batch<StuckExportJobsSummary, unknown, unknown>

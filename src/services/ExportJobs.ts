@@ -1,0 +1,17 @@
+/** `project_export_jobs` as stuck-export-jobs needs it. The fail write appends its event in the same transaction. */
+import { Context, type DateTime, type Effect } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
+import type { LeaseLost } from "../domain/Errors.ts"
+import type { EnqueuedExportJob, ExportJobRef } from "../domain/ExportJob.ts"
+
+export class ExportJobs extends Context.Service<ExportJobs, {
+  /** (id, jid) of every queued or started job, by id. */
+  listEnqueued: Effect.Effect<ReadonlyArray<ExportJobRef>, SqlError>
+  /** Those of `ids` still queued or started, as they are now, with their relation export counts, by id. */
+  findEnqueued(ids: ReadonlyArray<number>): Effect.Effect<ReadonlyArray<EnqueuedExportJob>, SqlError>
+  /**
+   * status = failed, updated_at = now, guarded by status IN (queued, started) AND the jid read, with
+   * its ExportJobFailed event. False when the row changed meanwhile, nothing written.
+   */
+  fail(job: EnqueuedExportJob, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
+}>()("sweeper/services/ExportJobs") {}
