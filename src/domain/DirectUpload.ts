@@ -1,0 +1,99 @@
+/**
+ * Pending direct uploads (SPEC §3), as GitLab's ObjectStorage::PendingDirectUpload keeps them: one
+ * Redis hash, field `<location>:<path>`, value = the epoch second the upload was prepared. An entry
+ * still there hours later belongs to an upload that never completed.
+ */
+import { DateTime, Duration, Option, Result, Schema } from "effect"
+
+/** GitLab's `ObjectStorage::PendingDirectUpload::KEY`. */
+export const PENDING_DIRECT_UPLOADS_KEY = "pending_direct_uploads"
+
+/** GitLab's `MAX_UPLOAD_DURATION`: an upload prepared longer ago than this will not complete. */
+export const STALE_AFTER = Duration.hours(3)
+
+/** GitLab's `DeleteStaleDirectUploadsService::MAX_EXEC_DURATION`: the default run budget. */
+export const MAX_EXEC_DURATION = Duration.seconds(250)
+
+/** HSCAN COUNT hint: fields fetched per round trip. */
+export const SCAN_PAGE_SIZE = 100
+
+/** The object-storage locations GitLab prepares direct uploads for (`ObjectStorage::Config` keys). */
+export const LOCATIONS = [
+  "artifacts",
+  "external_diffs",
+  "lfs",
+  "uploads",
+  "packages",
+  "dependency_proxy",
+  "terraform_state",
+  "pages",
+  "ci_secure_files"
+] as const
+
+export const Location = Schema.Literals(LOCATIONS)
+export type Location = typeof Location.Type
+
+/**
+ * The hash value: non-negative decimal epoch seconds. Stricter than JavaScript's Number() on purpose
+ * ("", " 1", "0x10" are not timestamps); GitLab's `to_i` would read garbage as 0, i.e. stale.
+ */
+export const EpochSeconds = Schema.String.check(Schema.isPattern(/^\d+(\.\d+)?$/)).pipe(
+  Schema.decodeTo(Schema.FiniteFromString)
+)
+
+/** A hash entry as Redis returns it: untrusted. */
+export interface RawPendingEntry {
+  readonly field: string
+  readonly value: string
+}
+
+/** A well-formed pending upload. */
+export interface PendingDirectUpload {
+  /** The hash field, verbatim: what HDEL must be given. */
+  readonly field: string
+  readonly location: Location
+  /** Everything after the first `:`, further colons included. */
+  readonly path: string
+  /** Epoch seconds. */
+  readonly preparedAt: number
+}
+
+export type InvalidReason = "non_numeric_value" | "no_colon" | "unknown_location" | "empty_path"
+
+/** An entry Sweeper will not act on (never deleted, only reported). */
+export interface InvalidPendingEntry {
+  readonly field: string
+  readonly value: string
+  readonly reason: InvalidReason
+}
+
+const decodeLocation = Schema.decodeUnknownOption(Location)
+const decodeEpochSeconds = Schema.decodeUnknownOption(EpochSeconds)
+
+/**
+ * Splits the field at its FIRST `:` (GitLab's `split(':')` would drop anything after a second one,
+ * losing part of the path) and decodes both halves and the value.
+ */
+export const parseEntry = ({ field, value }: RawPendingEntry): Result.Result<PendingDirectUpload, InvalidPendingEntry> => {
+  const invalid = (reason: InvalidReason) => Result.fail<InvalidPendingEntry>({ field, value, reason })
+  const colon = field.indexOf(":")
+  if (colon === -1) return invalid("no_colon")
+  const location = decodeLocation(field.slice(0, colon))
+  if (Option.isNone(location)) return invalid("unknown_location")
+  const path = field.slice(colon + 1)
+  // `artifacts:` would name the location's root itself; never a file somebody uploaded.
+  if (path.length === 0) return invalid("empty_path")
+  const preparedAt = decodeEpochSeconds(value)
+  if (Option.isNone(preparedAt)) return invalid("non_numeric_value")
+  return Result.succeed({ field, location: location.value, path, preparedAt: preparedAt.value })
+}
+
+/** The GitLab hash field for a location and path. */
+export const fieldOf = (location: string, path: string) => `${location}:${path}`
+
+/** Prepared strictly before this instant ⇒ stale. */
+export const staleCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, STALE_AFTER)
+
+/** `preparedAt < now − 3 h` (strict: exactly 3 h old is not stale yet). */
+export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: DateTime.Utc): boolean =>
+  upload.preparedAt * 1000 < DateTime.toEpochMillis(staleCutoff(now))

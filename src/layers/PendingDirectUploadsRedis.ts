@@ -1,0 +1,33 @@
+/** PendingDirectUploads on Redis: HLEN, HSCAN … COUNT, HDEL on GitLab's `pending_direct_uploads`. */
+import { Effect, Layer, Option, Stream } from "effect"
+import { PENDING_DIRECT_UPLOADS_KEY, type RawPendingEntry, SCAN_PAGE_SIZE } from "../domain/DirectUpload.ts"
+import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
+import { Redis } from "./Redis.ts"
+
+/** HSCAN replies `[cursor, [field, value, field, value, …]]`. */
+const toEntries = (flat: ReadonlyArray<string>): Array<RawPendingEntry> => {
+  const entries: Array<RawPendingEntry> = []
+  for (let i = 0; i + 1 < flat.length; i += 2) entries.push({ field: flat[i]!, value: flat[i + 1]! })
+  return entries
+}
+
+export const PendingDirectUploadsRedis = Layer.effect(
+  PendingDirectUploads,
+  Effect.gen(function*() {
+    const redis = yield* Redis
+    const key = PENDING_DIRECT_UPLOADS_KEY
+
+    const page = (cursor: string, pageSize: number) =>
+      redis.use("HSCAN pending_direct_uploads", (client) => client.hscan(key, cursor, "COUNT", pageSize)).pipe(
+        Effect.map(([next, flat]) => [toEntries(flat), next === "0" ? Option.none<string>() : Option.some(next)] as const)
+      )
+
+    return PendingDirectUploads.of({
+      count: redis.use("HLEN pending_direct_uploads", (client) => client.hlen(key)),
+      scan: (options) => Stream.paginate("0", (cursor: string) => page(cursor, options?.pageSize ?? SCAN_PAGE_SIZE)),
+      remove: Effect.fn("PendingDirectUploads.remove")(function*(field: string) {
+        return (yield* redis.use("HDEL pending_direct_uploads", (client) => client.hdel(key, field))) > 0
+      })
+    })
+  })
+)

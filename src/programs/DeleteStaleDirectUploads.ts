@@ -1,0 +1,154 @@
+/**
+ * delete-stale-direct-uploads — port of GitLab's ObjectStorage::DeleteStaleDirectUploadsWorker (seed:
+ * delete-stale-direct-uploads.ja.md, SPEC §3). A direct upload registers `<location>:<path>` in the
+ * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
+ * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
+ * Each such object is deleted, then its entry. Walking the hash is cooperative: after every entry
+ * the run stops once its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six
+ * minutes later, carries on.
+ *
+ * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
+ * number would read as 0 — "stale" — under Ruby's to_i) are reported, never deleted; and one object
+ * that cannot be deleted keeps its entry without stopping the run.
+ */
+import { Clock, DateTime, Duration, Effect, Option, Result, Stream } from "effect"
+import { type Batch, CurrentRun } from "../domain/Batch.ts"
+import {
+  type InvalidPendingEntry,
+  isStale,
+  MAX_EXEC_DURATION,
+  parseEntry,
+  type PendingDirectUpload,
+  type RawPendingEntry
+} from "../domain/DirectUpload.ts"
+import type { ObjectStorageError } from "../domain/Errors.ts"
+import { StaleDirectUploadDeleted } from "../domain/Events.ts"
+import { EventLog } from "../services/EventLog.ts"
+import {
+  directUploadsDeletedTotal,
+  directUploadsFailedDeletesTotal,
+  directUploadsInvalidEntriesTotal,
+  directUploadsPending,
+  increment,
+  setGauge
+} from "../services/Metrics.ts"
+import { ObjectStorage } from "../services/ObjectStorage.ts"
+import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
+
+export interface DeleteStaleDirectUploadsSummary {
+  readonly totalPendingEntries: number
+  readonly totalDeletedStaleEntries: number
+  readonly executionTimeout: boolean
+  readonly invalidEntries: number
+  readonly failedDeletes: number
+}
+
+/** How many bad entries / failed deletes the run's single log line for each quotes. */
+const LOG_SAMPLE_SIZE = 5
+/** Untrusted strings quoted in a log line are cut to this length. */
+const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
+
+/** Object first, then the entry: a crash in between leaves an entry whose object is "missing" next run. */
+const deleteUpload = Effect.fnUntraced(function*(upload: PendingDirectUpload) {
+  const storage = yield* ObjectStorage
+  const pending = yield* PendingDirectUploads
+  const events = yield* EventLog
+  yield* storage.delete(upload.location, upload.path)
+  // False when the entry vanished meanwhile (the upload completed, or HSCAN returned it twice).
+  const removed = yield* pending.remove(upload.field)
+  if (removed) {
+    yield* events.append(new StaleDirectUploadDeleted({ location: upload.location, path: upload.path, preparedAt: upload.preparedAt }))
+  }
+  return removed
+})
+
+const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
+  const pending = yield* PendingDirectUploads
+  const { dryRun, budget } = yield* CurrentRun
+  const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
+  const startedMillis = yield* Clock.currentTimeMillis
+  const now = yield* DateTime.now
+
+  const totalPendingEntries = yield* pending.count
+  yield* setGauge(directUploadsPending, totalPendingEntries)
+
+  let totalDeletedStaleEntries = 0
+  let executionTimeout = false
+  const invalid: Array<InvalidPendingEntry> = []
+  let invalidEntries = 0
+  const failures: Array<ObjectStorageError> = []
+  let failedDeletes = 0
+
+  /** Handles one entry; false once the budget is spent (checked after the entry, so one always runs). */
+  const handle = Effect.fnUntraced(function*(raw: RawPendingEntry) {
+    const parsed = parseEntry(raw)
+    if (Result.isFailure(parsed)) {
+      if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
+    } else if (isStale(parsed.success, now)) {
+      if (dryRun) {
+        totalDeletedStaleEntries++
+      } else {
+        const deleted = yield* deleteUpload(parsed.success).pipe(
+          Effect.catchTag("ObjectStorageError", (error) =>
+            Effect.sync(() => {
+              if (failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(error)
+              return false
+            }))
+        )
+        if (deleted) totalDeletedStaleEntries++
+      }
+    }
+    const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
+    if (elapsed >= budgetMillis) executionTimeout = true
+    return !executionTimeout
+  })
+
+  yield* Stream.runForEachWhile(pending.scan(), handle)
+
+  if (invalidEntries > 0) {
+    yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(Effect.annotateLogs({
+      invalid_entries: invalidEntries,
+      sample: invalid.map(({ field, value, reason }) => ({ field: clip(field), value: clip(value), reason }))
+    }))
+  }
+  if (failedDeletes > 0) {
+    yield* Effect.logWarning("Could not delete stale direct upload objects; their entries are kept").pipe(Effect.annotateLogs({
+      failed_deletes: failedDeletes,
+      sample: failures.map(({ location, path, message }) => ({ location, path, message }))
+    }))
+  }
+
+  const summary: DeleteStaleDirectUploadsSummary = {
+    totalPendingEntries,
+    totalDeletedStaleEntries,
+    executionTimeout,
+    invalidEntries,
+    failedDeletes
+  }
+  if (!dryRun) {
+    yield* increment(directUploadsDeletedTotal, totalDeletedStaleEntries)
+    yield* increment(directUploadsInvalidEntriesTotal, invalidEntries)
+    yield* increment(directUploadsFailedDeletesTotal, failedDeletes)
+  }
+  yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
+    total_pending_entries: totalPendingEntries,
+    total_deleted_stale_entries: totalDeletedStaleEntries,
+    execution_timeout: executionTimeout,
+    invalid_entries: invalidEntries,
+    failed_deletes: failedDeletes,
+    dry_run: dryRun
+  }))
+  return summary
+})
+
+export const DeleteStaleDirectUploads = {
+  name: "delete-stale-direct-uploads",
+  worker: "ObjectStorage::DeleteStaleDirectUploadsWorker",
+  description: "Deletes objects and pending_direct_uploads entries of direct uploads abandoned for over 3 hours",
+  cron: "*/6 * * * *",
+  budget: MAX_EXEC_DURATION,
+  // GitLab relies on deduplicate :until_executed; the scheduler's single flight covers overlap.
+  // Single flight cluster-wide (SPEC §3): a run past its 6 min tick must not overlap the next one.
+  lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
+  run: run()
+} satisfies Batch<DeleteStaleDirectUploadsSummary, unknown, unknown>

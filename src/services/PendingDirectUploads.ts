@@ -1,0 +1,21 @@
+/**
+ * GitLab's `pending_direct_uploads` Redis hash (SPEC §3). Entries come back raw (untrusted strings);
+ * `parseEntry` in the domain decides what they mean. The scan never loads the whole hash: it is HSCAN
+ * with a COUNT hint, one page per round trip, pulled only as fast as the consumer handles entries.
+ */
+import { Context, type Effect, type Stream } from "effect"
+import type { RawPendingEntry } from "../domain/DirectUpload.ts"
+import type { RedisError } from "../domain/Errors.ts"
+
+export class PendingDirectUploads extends Context.Service<PendingDirectUploads, {
+  /** HLEN. */
+  readonly count: Effect.Effect<number, RedisError>
+  /**
+   * HSCAN from cursor 0 until the cursor returns to 0, `pageSize` (COUNT hint) per round trip. As
+   * with Redis, an entry present for the whole scan is emitted at least once (possibly more), also
+   * while entries are removed during the scan.
+   */
+  scan(options?: { readonly pageSize?: number }): Stream.Stream<RawPendingEntry, RedisError>
+  /** HDEL; true when the field was there. */
+  remove(field: string): Effect.Effect<boolean, RedisError>
+}>()("sweeper/services/PendingDirectUploads") {}

@@ -1,0 +1,265 @@
+import { assert, describe, it } from "@effect/vitest"
+import { DateTime, Duration, Effect, Fiber, Logger, Option, References } from "effect"
+import { TestClock } from "effect/testing"
+import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
+import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
+import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
+import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { MemoryObjectStorage, putObjects } from "../../src/layers/memory/ObjectStorageMemory.ts"
+import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
+import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { MemoryPlatform } from "../support/memory.ts"
+
+const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
+const NOW_SECONDS = DateTime.toEpochMillis(NOW) / 1000
+/** The hash value of an upload prepared `seconds` ago. */
+const preparedAgo = (seconds: number) => String(NOW_SECONDS - seconds)
+const STALE = preparedAgo(4 * 3600)
+const FRESH = preparedAgo(3600)
+
+const seed = (entries: Record<string, string>) =>
+  Effect.gen(function*() {
+    yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+    const redis = yield* MemoryRedis
+    redis.hset(PENDING_DIRECT_UPLOADS_KEY, entries)
+  })
+
+const hash = Effect.map(MemoryRedis, (redis) => redis.hgetall(PENDING_DIRECT_UPLOADS_KEY))
+
+/** The program as the run guard would give it `run`; the clock is already at NOW (`seed`). */
+const runProgram = (run: Partial<RunInfo> = {}) =>
+  Effect.gen(function*() {
+    const defaults = yield* CurrentRun
+    return yield* DeleteStaleDirectUploads.run.pipe(Effect.provideService(CurrentRun, { ...defaults, ...run }))
+  })
+
+const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0 }
+
+describe("delete-stale-direct-uploads", () => {
+  it.effect("nothing to do: an empty hash", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      assert.deepStrictEqual(yield* runProgram(), zero)
+      assert.lengthOf(yield* MemoryEvents, 0)
+      assert.lengthOf((yield* MemoryObjectStorage).deletes, 0)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("happy path: the stale object is deleted, then its field, then the event is recorded", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:tmp/work/stale": STALE, "artifacts:tmp/work/fresh": FRESH })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "artifacts", "tmp/work/stale", "tmp/work/fresh")
+      const redis = yield* MemoryRedis
+      const events = yield* MemoryEvents
+      const seenAtDelete: Array<{ fieldPresent: boolean; events: number }> = []
+      storage.onDelete = () =>
+        seenAtDelete.push({
+          fieldPresent: redis.hget(PENDING_DIRECT_UPLOADS_KEY, "artifacts:tmp/work/stale") !== null,
+          events: events.length
+        })
+
+      const summary = yield* runProgram()
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1 })
+      assert.deepStrictEqual(seenAtDelete, [{ fieldPresent: true, events: 0 }])
+      assert.deepStrictEqual(storage.deletes, [{ location: "artifacts", path: "tmp/work/stale", outcome: "deleted" }])
+      assert.deepStrictEqual([...storage.stores.get("artifacts")!], ["tmp/work/fresh"])
+      assert.deepStrictEqual(yield* hash, { "artifacts:tmp/work/fresh": FRESH })
+      assert.deepStrictEqual(events.map((e) => [e.stream, e.type, e.data]), [[
+        "direct_upload:artifacts:tmp/work/stale",
+        "StaleDirectUploadDeleted",
+        { location: "artifacts", path: "tmp/work/stale", preparedAt: NOW_SECONDS - 4 * 3600 }
+      ]])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("boundary: exactly 3 h old stays, 3 h + 1 s is deleted, 3 h − 1 s stays", () =>
+    Effect.gen(function*() {
+      yield* seed({
+        "uploads:exactly": preparedAgo(10800),
+        "uploads:older": preparedAgo(10801),
+        "uploads:younger": preparedAgo(10799)
+      })
+      putObjects(yield* MemoryObjectStorage, "uploads", "exactly", "older", "younger")
+      const summary = yield* runProgram()
+      assert.strictEqual(summary.totalDeletedStaleEntries, 1)
+      assert.deepStrictEqual(Object.keys(yield* hash).sort(), ["uploads:exactly", "uploads:younger"])
+      assert.deepStrictEqual([...(yield* MemoryObjectStorage).stores.get("uploads")!].sort(), ["exactly", "younger"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a known location without a store configured: only the field is removed", () =>
+    Effect.gen(function*() {
+      yield* seed({ "terraform_state:state/1": STALE })
+      const summary = yield* runProgram()
+      assert.strictEqual(summary.totalDeletedStaleEntries, 1)
+      assert.deepStrictEqual(yield* hash, {})
+      const storage = yield* MemoryObjectStorage
+      assert.deepStrictEqual(storage.deletes, [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), ["direct_upload:terraform_state:state/1"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("an object already gone counts as deleted", () =>
+    Effect.gen(function*() {
+      yield* seed({ "lfs:objects/ab/cd": STALE })
+      putObjects(yield* MemoryObjectStorage, "lfs")
+      const summary = yield* runProgram()
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, totalDeletedStaleEntries: 1 })
+      assert.deepStrictEqual(yield* hash, {})
+      assert.deepStrictEqual((yield* MemoryObjectStorage).deletes.map((d) => d.outcome), ["missing"])
+      assert.lengthOf(yield* MemoryEvents, 1)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a storage error keeps that field (nothing lost) and the run continues", () =>
+    Effect.gen(function*() {
+      yield* seed({ "packages:a": STALE, "packages:b": STALE, "packages:c": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "packages", "a", "b", "c")
+      storage.failures.set("packages:b", "503 Service Unavailable")
+      const summary = yield* runProgram()
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, totalDeletedStaleEntries: 2, failedDeletes: 1 })
+      assert.deepStrictEqual(yield* hash, { "packages:b": STALE })
+      assert.deepStrictEqual([...storage.stores.get("packages")!], ["b"])
+      assert.deepStrictEqual(storage.deletes.map((d) => [d.path, d.outcome]), [["a", "deleted"], ["b", "failed"], ["c", "deleted"]])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["a", "c"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("malformed entries are kept, counted, and logged once with a sample", () =>
+    Effect.gen(function*() {
+      const malformed = {
+        "artifacts:tmp/bad-value": "yesterday",
+        "no-colon-at-all": STALE,
+        "avatars:tmp/x": STALE
+      }
+      yield* seed({ ...malformed, "artifacts:tmp/good": STALE })
+      const logs: Array<{ level: string; message: string; annotations: unknown }> = []
+      const collector = Logger.make((options) => {
+        logs.push({
+          level: options.logLevel,
+          message: String(options.message),
+          annotations: options.fiber.getRef(References.CurrentLogAnnotations)
+        })
+      })
+      const summary = yield* runProgram().pipe(Effect.provide(Logger.layer([collector])))
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 4, totalDeletedStaleEntries: 1, invalidEntries: 3 })
+      assert.deepStrictEqual(yield* hash, malformed)
+      assert.deepStrictEqual((yield* MemoryObjectStorage).deletes.map((d) => d.path), ["tmp/good"])
+      const warnings = logs.filter((log) => log.level === "Warn")
+      assert.lengthOf(warnings, 1)
+      assert.match(warnings[0]!.message, /malformed/)
+      const annotations = warnings[0]!.annotations as { invalid_entries: number; sample: Array<{ reason: string }> }
+      assert.strictEqual(annotations.invalid_entries, 3)
+      assert.deepStrictEqual(annotations.sample.map((s) => s.reason), ["non_numeric_value", "no_colon", "unknown_location"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a path containing further colons is kept whole", () =>
+    Effect.gen(function*() {
+      yield* seed({ "external_diffs:merge_request_diffs/mr-1:diff-2:v3": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "external_diffs", "merge_request_diffs/mr-1:diff-2:v3", "merge_request_diffs/mr-1")
+      yield* runProgram()
+      assert.deepStrictEqual([...storage.stores.get("external_diffs")!], ["merge_request_diffs/mr-1"])
+      assert.deepStrictEqual(yield* hash, {})
+      const [event] = yield* MemoryEvents
+      assert.strictEqual(event!.stream, "direct_upload:external_diffs:merge_request_diffs/mr-1:diff-2:v3")
+      assert.strictEqual(event!.data.path, "merge_request_diffs/mr-1:diff-2:v3")
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("budget: slow deletes stop the run once 250 s have elapsed, leaving the rest for the next run", () =>
+    Effect.gen(function*() {
+      const entries = Object.fromEntries(Array.from({ length: 6 }, (_, i) => [`ci_secure_files:f${i}`, STALE]))
+      yield* seed(entries)
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "ci_secure_files", ...Object.keys(entries).map((field) => field.split(":")[1]!))
+      storage.latency = Duration.seconds(100)
+      const fiber = yield* Effect.forkChild(runProgram())
+      yield* TestClock.adjust("20 minutes")
+      const summary = yield* Fiber.join(fiber)
+      // 100 s, 200 s, 300 s ≥ 250 s: three entries, then stop.
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 6, totalDeletedStaleEntries: 3, executionTimeout: true })
+      assert.deepStrictEqual(Object.keys(yield* hash), ["ci_secure_files:f3", "ci_secure_files:f4", "ci_secure_files:f5"])
+      assert.lengthOf(storage.deletes, 3)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("budget 0s handles exactly one entry, even one that is not stale", () =>
+    Effect.gen(function*() {
+      yield* seed({ "pages:fresh": FRESH, "pages:a": STALE, "pages:b": STALE })
+      const summary = yield* runProgram({ budget: Option.some(Duration.zero) })
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, executionTimeout: true })
+      assert.lengthOf(Object.keys(yield* hash), 3)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("budget 0s with a stale first entry deletes exactly that one", () =>
+    Effect.gen(function*() {
+      yield* seed({ "pages:a": STALE, "pages:b": STALE, "pages:c": STALE })
+      const summary = yield* runProgram({ budget: Option.some(Duration.zero) })
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, totalDeletedStaleEntries: 1, executionTimeout: true })
+      assert.deepStrictEqual(Object.keys(yield* hash), ["pages:b", "pages:c"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a run that finishes within its budget is not a timeout", () =>
+    Effect.gen(function*() {
+      yield* seed({ "pages:a": STALE, "pages:b": STALE })
+      const storage = yield* MemoryObjectStorage
+      storage.latency = Duration.seconds(100)
+      const fiber = yield* Effect.forkChild(runProgram())
+      yield* TestClock.adjust("10 minutes")
+      const summary = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 2 })
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("dry run: counts what would be deleted, deletes nothing", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE, "artifacts:fresh": FRESH, "bad": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "artifacts", "a", "b", "fresh")
+      const summary = yield* runProgram({ dryRun: true })
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 4, totalDeletedStaleEntries: 2, invalidEntries: 1 })
+      assert.lengthOf(Object.keys(yield* hash), 4)
+      assert.lengthOf(storage.deletes, 0)
+      assert.strictEqual(storage.stores.get("artifacts")!.size, 3)
+      assert.lengthOf(yield* MemoryEvents, 0)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("race: an upload that completes while its object is being deleted is not counted twice or recorded", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:racing": STALE })
+      const storage = yield* MemoryObjectStorage
+      const redis = yield* MemoryRedis
+      // GitLab's side completes the upload (HDEL) just as we delete the object.
+      storage.onDelete = () => void redis.hdel(PENDING_DIRECT_UPLOADS_KEY, "artifacts:racing")
+      const summary = yield* runProgram()
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1 })
+      assert.lengthOf(yield* MemoryEvents, 0)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("many entries across HSCAN pages, half of them stale: each handled once", () =>
+    Effect.gen(function*() {
+      const entries = Object.fromEntries(Array.from({ length: 750 }, (_, i) => [`uploads:u/${i}`, i % 2 === 0 ? STALE : FRESH]))
+      yield* seed(entries)
+      const summary = yield* runProgram()
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 750, totalDeletedStaleEntries: 375 })
+      const storage = yield* MemoryObjectStorage
+      assert.strictEqual(new Set(storage.deletes.map((d) => d.path)).size, 375)
+      assert.lengthOf(storage.deletes, 375)
+      assert.lengthOf(Object.keys(yield* hash), 375)
+    }).pipe(Effect.provide(MemoryPlatform())))
+})
+
+describe("delete-stale-direct-uploads under the run guard", () => {
+  it.effect("takes no lease; the batch budget reaches the program; RunFinished carries the summary", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE })
+      const result = yield* runBatch(DeleteStaleDirectUploads, { trigger: "manual", budget: Duration.zero })
+      assert.strictEqual(result.outcome, "succeeded")
+      assert.deepStrictEqual(result.summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, executionTimeout: true })
+      const events = yield* MemoryEvents
+      assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "StaleDirectUploadDeleted", "RunFinished"])
+      assert.isTrue(events.every((e) => e.runId === result.runId))
+      assert.deepStrictEqual(events[2]!.data.summary, result.summary)
+      assert.deepStrictEqual((yield* MemoryRedis).keys("gitlab:exclusive_lease:*"), [])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it("is registered with GitLab's schedule and budget", () => {
+    assert.strictEqual(DeleteStaleDirectUploads.cron, "*/6 * * * *")
+    assert.strictEqual(Duration.toSeconds(DeleteStaleDirectUploads.budget), 250)
+    assert.isTrue(Option.isNone(DeleteStaleDirectUploads.lease))
+  })
+})
