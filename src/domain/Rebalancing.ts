@@ -1,0 +1,78 @@
+/**
+ * GitLab's issue-position rebalancing state (`Gitlab::Issues::Rebalancing::State`) as far as
+ * reschedule-stuck-issue-rebalances needs it: the shared-state set of running rebalances and the
+ * worker that carries one out. Members are written by GitLab's rebalancer, so they are untrusted and
+ * decoded with Schema; anything that is not `"1/<id>"` or `"2/<id>"` is counted, never fatal.
+ */
+import { Duration, Option, Schema, SchemaTransformation } from "effect"
+
+/** SADDed by the rebalancer when it starts a rebalance, SREMed when it finishes. */
+export const RUNNING_REBALANCES_KEY = "gitlab:issues-position-rebalances:running_rebalances"
+
+/** The container type prefix of a member (`State::NAMESPACE` / `State::PROJECT`). */
+export const RebalanceContainer = { namespace: 1, project: 2 } as const
+export type RebalanceType = typeof RebalanceContainer[keyof typeof RebalanceContainer]
+export const rebalanceTypeName = (type: RebalanceType) => (type === RebalanceContainer.namespace ? "namespace" : "project")
+
+/** `REDIS_EXPIRY_TIME`: the rebalancer refreshes the set's expiry to this on every update. */
+export const REDIS_EXPIRY_TIME = Duration.days(10)
+/** The rebalancer refuses to start more than this many at once, so the set stays small. */
+export const MAX_NUMBER_OF_CONCURRENT_REBALANCES = 5
+
+export const REBALANCING_WORKER = "Issues::RebalancingWorker"
+export const REBALANCING_QUEUE = "issues_rebalancing"
+
+/** `Issues::RebalancingWorker#perform(ignore = nil, project_id = nil, root_namespace_id = nil)`. */
+export const rebalancingWorkerArgs = (type: RebalanceType, id: number): ReadonlyArray<number | null> =>
+  type === RebalanceContainer.namespace ? [null, null, id] : [null, id, null]
+
+export const rebalanceMember = (type: RebalanceType, id: number) => `${type}/${id}`
+
+/** A database id as the rebalancer writes it: canonical decimal, positive, a safe integer. */
+const ContainerId = Schema.String.check(Schema.isPattern(/^[1-9][0-9]*$/)).pipe(
+  Schema.decodeTo(Schema.Int.check(Schema.isGreaterThan(0)), SchemaTransformation.numberFromString)
+)
+
+/** `"<type>/<id>"` with a known type. */
+export const RunningRebalanceMember = Schema.TemplateLiteralParser([
+  Schema.Literals([RebalanceContainer.namespace, RebalanceContainer.project]),
+  "/",
+  ContainerId
+])
+
+export interface RunningRebalances {
+  /** Ascending, without repeats. */
+  readonly namespaceIds: ReadonlyArray<number>
+  readonly projectIds: ReadonlyArray<number>
+  /** Members of another type, with a non-numeric id, or not of the form at all. */
+  readonly invalidMembers: number
+  /** Up to a few invalid members, for the log line. */
+  readonly invalidSample: ReadonlyArray<string>
+}
+
+const INVALID_SAMPLE_SIZE = 5
+const decodeMember = Schema.decodeUnknownOption(RunningRebalanceMember)
+
+/** Splits SMEMBERS of the running-rebalances set (GitLab's `fetch_rebalancing_groups_and_projects`). */
+export const parseRunningRebalances = (members: ReadonlyArray<unknown>): RunningRebalances => {
+  const namespaceIds = new Set<number>()
+  const projectIds = new Set<number>()
+  const invalid: Array<string> = []
+  for (const member of members) {
+    const decoded = decodeMember(member)
+    if (Option.isNone(decoded)) {
+      invalid.push(String(member))
+      continue
+    }
+    const [type, , id] = decoded.value
+    if (type === RebalanceContainer.namespace) namespaceIds.add(id)
+    else projectIds.add(id)
+  }
+  const ascending = (ids: Set<number>) => [...ids].sort((a, b) => a - b)
+  return {
+    namespaceIds: ascending(namespaceIds),
+    projectIds: ascending(projectIds),
+    invalidMembers: invalid.length,
+    invalidSample: invalid.slice(0, INVALID_SAMPLE_SIZE)
+  }
+}

@@ -1,0 +1,23 @@
+/** RebalancingState over the in-memory Redis, same key and member format as RebalancingStateRedis. */
+import { Duration, Effect, Layer } from "effect"
+import { RedisError } from "../../domain/Errors.ts"
+import { REDIS_EXPIRY_TIME, rebalanceMember, type RebalanceType, RUNNING_REBALANCES_KEY } from "../../domain/Rebalancing.ts"
+import { RebalancingState } from "../../services/RebalancingState.ts"
+import { MemoryRedis } from "./MemoryRedis.ts"
+
+export const RebalancingStateMemory = Layer.effect(
+  RebalancingState,
+  Effect.gen(function*() {
+    const store = yield* MemoryRedis
+    const attempt = <A>(operation: string, f: () => A) =>
+      Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
+    return RebalancingState.of({
+      runningMembers: attempt("rebalancing.smembers", () => store.smembers(RUNNING_REBALANCES_KEY)),
+      track: (type: RebalanceType, id: number) =>
+        attempt("rebalancing.track", () => {
+          store.sadd(RUNNING_REBALANCES_KEY, rebalanceMember(type, id))
+          store.expire(RUNNING_REBALANCES_KEY, Duration.toSeconds(REDIS_EXPIRY_TIME))
+        })
+    })
+  })
+)

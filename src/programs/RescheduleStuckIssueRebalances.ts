@@ -1,0 +1,156 @@
+/**
+ * reschedule-stuck-issue-rebalances — port of GitLab's Issues::RescheduleStuckIssueRebalancesWorker
+ * (seed: reschedule-stuck-issue-rebalances.ja.md, SPEC §4). Issue `relative_position` rebalances are
+ * tracked in the Redis set `gitlab:issues-position-rebalances:running_rebalances`; a rebalance whose
+ * Issues::RebalancingWorker job was lost (deploy, crash, Redis failover) stays in the set and never
+ * finishes. Every 15 minutes this re-enqueues one Issues::RebalancingWorker per container still in
+ * the set and still in the database: `[null, null, <namespace_id>]` for namespaces (type 1),
+ * `[null, <project_id>, null]` for projects (type 2), one bulk push each.
+ *
+ * Re-enqueueing a rebalance that is in fact running is harmless: the worker is idempotent and the
+ * jobs use `until_executed` de-duplication, so a job still pending for the same container is not
+ * pushed twice (counted as `duplicates`). That de-duplication is also what makes overlapping runs
+ * safe, so the batch takes no exclusive lease of its own.
+ *
+ * Members that are not `"1/<id>"` / `"2/<id>"` are skipped and counted (`invalidMembers`), never
+ * fatal. GitLab silently turns them into id 0 (`to_i`); we count them so the rot is visible.
+ *
+ * Summary: `namespaceIds` / `projectIds` are the ids read from Redis (ascending, before the
+ * database check — at most MAX_NUMBER_OF_CONCURRENT_REBALANCES each in a healthy system);
+ * `enqueuedNamespaces` / `enqueuedProjects` count the jobs actually pushed and `duplicates` the jobs
+ * dropped by de-duplication. A dry run pushes nothing and reports as enqueued what it would push
+ * (with `duplicates: 0`, since it does not look at de-duplication keys).
+ */
+import { Duration, Effect, Option } from "effect"
+import type { Batch } from "../domain/Batch.ts"
+import { CurrentRun } from "../domain/Batch.ts"
+import { RebalanceRescheduled } from "../domain/Events.ts"
+import {
+  parseRunningRebalances,
+  REBALANCING_QUEUE,
+  REBALANCING_WORKER,
+  RebalanceContainer,
+  type RebalanceType,
+  rebalanceTypeName,
+  rebalancingWorkerArgs
+} from "../domain/Rebalancing.ts"
+import { EventLog } from "../services/EventLog.ts"
+import { JobQueue } from "../services/JobQueue.ts"
+import {
+  increment,
+  issueRebalancesDuplicatesTotal,
+  issueRebalancesInvalidMembersTotal,
+  issueRebalancesRescheduledTotal
+} from "../services/Metrics.ts"
+import { PlatformRecords } from "../services/PlatformRecords.ts"
+import { RebalancingState } from "../services/RebalancingState.ts"
+
+export interface RescheduleStuckIssueRebalancesSummary {
+  readonly namespaceIds: ReadonlyArray<number>
+  readonly projectIds: ReadonlyArray<number>
+  readonly enqueuedNamespaces: number
+  readonly enqueuedProjects: number
+  readonly duplicates: number
+  readonly invalidMembers: number
+}
+
+/**
+ * One bulk push of Issues::RebalancingWorker for the containers of one type, then one
+ * RebalanceRescheduled event per container. The events follow the Redis write (at-least-once): a
+ * crash in between leaves pushed jobs without events, and the rerun records them as duplicates.
+ */
+const reschedule = Effect.fnUntraced(function*(type: RebalanceType, ids: ReadonlyArray<number>) {
+  if (ids.length === 0) return { enqueued: 0, duplicates: 0 }
+  const jobQueue = yield* JobQueue
+  const events = yield* EventLog
+  const outcomes = yield* jobQueue.bulkEnqueue({
+    workerClass: REBALANCING_WORKER,
+    queue: REBALANCING_QUEUE,
+    args: ids.map((id) => rebalancingWorkerArgs(type, id)),
+    deduplicate: "until_executed"
+  })
+  let enqueued = 0
+  for (let i = 0; i < ids.length; i++) {
+    const outcome = outcomes[i]!
+    const duplicate = outcome._tag === "Duplicate"
+    if (!duplicate) enqueued++
+    yield* events.append(new RebalanceRescheduled({
+      type,
+      id: ids[i]!,
+      jid: duplicate ? outcome.existingJid : outcome.jid,
+      duplicate
+    }))
+  }
+  const duplicates = ids.length - enqueued
+  yield* increment(issueRebalancesRescheduledTotal, enqueued, { type: rebalanceTypeName(type) })
+  yield* increment(issueRebalancesDuplicatesTotal, duplicates, { type: rebalanceTypeName(type) })
+  return { enqueued, duplicates }
+})
+
+const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
+  const state = yield* RebalancingState
+  const records = yield* PlatformRecords
+  const { dryRun } = yield* CurrentRun
+
+  const running = parseRunningRebalances(yield* state.runningMembers)
+  const { namespaceIds, projectIds, invalidMembers } = running
+  if (invalidMembers > 0) {
+    yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(Effect.annotateLogs({
+      invalid_members: invalidMembers,
+      sample: running.invalidSample
+    }))
+    if (!dryRun) yield* increment(issueRebalancesInvalidMembersTotal, invalidMembers)
+  }
+  const summary = (enqueuedNamespaces: number, enqueuedProjects: number, duplicates: number) =>
+    ({ namespaceIds, projectIds, enqueuedNamespaces, enqueuedProjects, duplicates, invalidMembers }) satisfies
+      RescheduleStuckIssueRebalancesSummary
+
+  if (namespaceIds.length === 0 && projectIds.length === 0) {
+    yield* Effect.logDebug("No issue rebalances running")
+    return summary(0, 0, 0)
+  }
+
+  const namespaces = yield* records.existingNamespaceIds(namespaceIds)
+  const projects = yield* records.existingProjectIds(projectIds)
+  const gone = {
+    namespace_ids: namespaceIds.filter((id) => !namespaces.includes(id)),
+    project_ids: projectIds.filter((id) => !projects.includes(id))
+  }
+  if (gone.namespace_ids.length > 0 || gone.project_ids.length > 0) {
+    yield* Effect.logInfo("Not rescheduling rebalances of deleted containers").pipe(Effect.annotateLogs(gone))
+  }
+
+  if (dryRun) {
+    yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs({
+      namespace_ids: namespaces,
+      project_ids: projects,
+      invalid_members: invalidMembers
+    }))
+    return summary(namespaces.length, projects.length, 0)
+  }
+
+  const namespaceJobs = yield* reschedule(RebalanceContainer.namespace, namespaces)
+  const projectJobs = yield* reschedule(RebalanceContainer.project, projects)
+  const result = summary(namespaceJobs.enqueued, projectJobs.enqueued, namespaceJobs.duplicates + projectJobs.duplicates)
+  yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({
+    namespace_ids: namespaces,
+    project_ids: projects,
+    enqueued_namespaces: result.enqueuedNamespaces,
+    enqueued_projects: result.enqueuedProjects,
+    duplicates: result.duplicates,
+    invalid_members: invalidMembers
+  }))
+  return result
+})
+
+export const RescheduleStuckIssueRebalances = {
+  name: "reschedule-stuck-issue-rebalances",
+  worker: "Issues::RescheduleStuckIssueRebalancesWorker",
+  description: "Re-enqueues Issues::RebalancingWorker for issue rebalances still marked running in Redis",
+  cron: "*/15 * * * *",
+  // A read of a small set, two primary-key look-ups and two pushes: minutes would mean trouble.
+  budget: Duration.minutes(5),
+  // No overlapping runs, including scheduled ones (SPEC §4).
+  lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
+  run: run()
+} satisfies Batch<RescheduleStuckIssueRebalancesSummary, unknown, unknown>

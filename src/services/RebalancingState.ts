@@ -1,0 +1,16 @@
+/**
+ * GitLab's issue-rebalancing shared state in Redis (`Gitlab::Issues::Rebalancing::State`): the set
+ * `gitlab:issues-position-rebalances:running_rebalances` of `"<type>/<id>"` members. Sweeper reads
+ * it; `track` does what the rebalancer does on start (SADD, then refresh the 10-day expiry), for
+ * tests and the simulator.
+ */
+import { Context, type Effect } from "effect"
+import type { RedisError } from "../domain/Errors.ts"
+import type { RebalanceType } from "../domain/Rebalancing.ts"
+
+export class RebalancingState extends Context.Service<RebalancingState, {
+  /** SMEMBERS, raw and untrusted (decode with `parseRunningRebalances`); order is arbitrary. */
+  readonly runningMembers: Effect.Effect<ReadonlyArray<string>, RedisError>
+  /** Marks a container as being rebalanced, as GitLab's rebalancer does when it starts. */
+  track(type: RebalanceType, id: number): Effect.Effect<void, RedisError>
+}>()("sweeper/services/RebalancingState") {}

@@ -1,0 +1,237 @@
+/**
+ * One contract for JobQueue (SPEC §0.3), run against the in-memory Redis and a real Redis server:
+ * what a Sidekiq consumer finds in `queue:<queue>` and `queues`, and the until_executed claims.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Effect, Layer, Schema } from "effect"
+import { TestClock } from "effect/testing"
+import { RedisError } from "../../src/domain/Errors.ts"
+import { duplicateKey, QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
+import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
+import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
+import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { Redis } from "../../src/layers/Redis.ts"
+import { type EnqueueOutcome, JobQueue, makeJobQueue, type PreparedJob } from "../../src/services/JobQueue.ts"
+import { RedisTest } from "../support/redis.ts"
+
+/** Direct access to the keys, as the Sidekiq consumer (or an operator with redis-cli) sees them. */
+class Keys extends Context.Service<Keys, {
+  list(key: string): Effect.Effect<ReadonlyArray<string>>
+  members(key: string): Effect.Effect<ReadonlyArray<string>>
+  get(key: string): Effect.Effect<string | null>
+  /** Remaining TTL in seconds (fractional), -2 missing, -1 none. */
+  ttl(key: string): Effect.Effect<number>
+  del(key: string): Effect.Effect<void>
+  setString(key: string, value: string): Effect.Effect<void>
+}>()("test/layers/JobQueue/Keys") {}
+
+const backends: Record<string, Layer.Layer<JobQueue | Keys>> = {
+  memory: JobQueueMemory.pipe(
+    Layer.merge(Layer.effect(Keys, Effect.map(MemoryRedis, (store) => Keys.of({
+      list: (key) => Effect.sync(() => store.lrange(key, 0, -1)),
+      members: (key) => Effect.sync(() => store.smembers(key)),
+      get: (key) => Effect.sync(() => store.get(key)),
+      ttl: (key) => Effect.sync(() => {
+        const pttl = store.pttl(key)
+        return pttl < 0 ? pttl : pttl / 1000
+      }),
+      del: (key) => Effect.sync(() => void store.del(key)),
+      setString: (key, value) => Effect.sync(() => void store.set(key, value))
+    })))),
+    Layer.provideMerge(MemoryRedis.layer)
+  ),
+  redis: JobQueueRedis.pipe(
+    Layer.merge(Layer.effect(Keys, Effect.map(Redis, (redis) => Keys.of({
+      list: (key) => Effect.orDie(redis.use("LRANGE", (c) => c.lrange(key, 0, -1))),
+      members: (key) => Effect.orDie(redis.use("SMEMBERS", (c) => c.smembers(key))),
+      get: (key) => Effect.orDie(redis.use("GET", (c) => c.get(key))),
+      ttl: (key) => Effect.orDie(redis.use("PTTL", (c) => c.pttl(key))).pipe(Effect.map((ms) => (ms < 0 ? ms : ms / 1000))),
+      del: (key) => Effect.orDie(redis.use("DEL", (c) => c.del(key))),
+      setString: (key, value) => Effect.orDie(redis.use("SET", (c) => c.set(key, value)))
+    })))),
+    Layer.provideMerge(RedisTest)
+  )
+}
+
+/** The job as a Sidekiq consumer parses it. */
+const SidekiqJobJson = Schema.fromJsonString(Schema.Struct({
+  class: Schema.String,
+  args: Schema.Array(Schema.Unknown),
+  jid: Schema.String,
+  queue: Schema.String,
+  retry: Schema.Literal(true),
+  created_at: Schema.Number,
+  enqueued_at: Schema.Number
+}))
+const parseJob = Schema.decodeUnknownSync(SidekiqJobJson)
+
+const WORKER = "Issues::RebalancingWorker"
+const QUEUE = "issues_rebalancing"
+const NOW_MILLIS = Date.parse("2026-03-01T12:00:00.123Z")
+
+const jidOf = (outcome: EnqueueOutcome) => {
+  assert.strictEqual(outcome._tag, "Enqueued")
+  return outcome._tag === "Enqueued" ? outcome.jid : ""
+}
+
+for (const [name, backend] of Object.entries(backends)) {
+  describe(`JobQueue contract (${name})`, () => {
+    it.effect("no jobs: no outcomes, nothing written", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        assert.deepStrictEqual(yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [] }), [])
+        assert.deepStrictEqual(yield* keys.members(QUEUES_SET), [])
+        assert.deepStrictEqual(yield* keys.list(queueKey(QUEUE)), [])
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("job JSON: class, args, 24-hex jid, queue, retry true, float epoch seconds from the Clock", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(NOW_MILLIS)
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        const [outcome] = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, 42, null]] })
+        const jid = jidOf(outcome!)
+        assert.match(jid, /^[0-9a-f]{24}$/)
+        const [payload] = yield* keys.list(queueKey(QUEUE))
+        const raw = JSON.parse(payload!) as Record<string, unknown>
+        assert.deepStrictEqual(Object.keys(raw).sort(), ["args", "class", "created_at", "enqueued_at", "jid", "queue", "retry"])
+        assert.deepStrictEqual(parseJob(payload), {
+          class: WORKER,
+          args: [null, 42, null],
+          jid,
+          queue: QUEUE,
+          retry: true,
+          created_at: 1772366400.123,
+          enqueued_at: 1772366400.123
+        })
+        assert.deepStrictEqual(yield* keys.members(QUEUES_SET), [QUEUE])
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("LPUSH in order: the consumer (RPOP end) sees the first job first; queues lists every queue", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[1], [2], [3]] })
+        yield* queue.bulkEnqueue({ workerClass: "OtherWorker", queue: "default", args: [["x"]] })
+        const listed = (yield* keys.list(queueKey(QUEUE))).map((payload) => parseJob(payload))
+        assert.deepStrictEqual(listed.map((job) => job.args), [[3], [2], [1]])
+        assert.deepStrictEqual(listed.map((job) => job.jid), outcomes.map(jidOf).reverse())
+        assert.strictEqual(new Set(outcomes.map(jidOf)).size, 3)
+        assert.deepStrictEqual([...(yield* keys.members(QUEUES_SET))].sort(), ["default", QUEUE])
+        assert.deepStrictEqual((yield* keys.list(queueKey("default"))).map((p) => parseJob(p).class), ["OtherWorker"])
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("2500 jobs (three slices): every job present once, in order", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        const args = Array.from({ length: 2500 }, (_, i) => [null, i + 1, null])
+        const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+        assert.lengthOf(outcomes, 2500)
+        assert.deepStrictEqual(outcomes.map((o) => o.args), args)
+        const jids = outcomes.map(jidOf)
+        assert.strictEqual(new Set(jids).size, 2500)
+        const listed = (yield* keys.list(queueKey(QUEUE))).map((payload) => parseJob(payload))
+        assert.lengthOf(listed, 2500)
+        assert.deepStrictEqual(listed.map((job) => job.jid), [...jids].reverse())
+        assert.strictEqual(yield* keys.get(duplicateKey(QUEUE, WORKER, [null, 2500, null])), jids[2499])
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("until_executed: claim set NX EX 600 to the jid; a held claim drops the job as a duplicate", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        const request = { workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]], deduplicate: "until_executed" } as const
+        const key = duplicateKey(QUEUE, WORKER, [null, null, 5])
+        assert.match(key, /^resque:gitlab:duplicate:issues_rebalancing:[0-9a-f]{64}$/)
+
+        const [first] = yield* queue.bulkEnqueue(request)
+        const jid = jidOf(first!)
+        assert.strictEqual(yield* keys.get(key), jid)
+        const ttl = yield* keys.ttl(key)
+        assert.isAbove(ttl, 590)
+        assert.isAtMost(ttl, 600)
+
+        const [second] = yield* queue.bulkEnqueue(request)
+        assert.deepStrictEqual(second, { _tag: "Duplicate", args: [null, null, 5], existingJid: jid })
+        assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 1)
+        assert.strictEqual(yield* keys.get(key), jid, "a duplicate does not take over the claim")
+
+        // The consumer deletes the claim once the job ran: the next enqueue goes through.
+        yield* keys.del(key)
+        const [third] = yield* queue.bulkEnqueue(request)
+        assert.notStrictEqual(jidOf(third!), jid)
+        assert.strictEqual(yield* keys.get(key), jidOf(third!))
+        assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 2)
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("the same args twice in one bulk push: the second is a duplicate of the first", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        const outcomes = yield* queue.bulkEnqueue({
+          workerClass: WORKER, queue: QUEUE, args: [[null, 1, null], [null, 1, null], [null, 2, null]], deduplicate: "until_executed"
+        })
+        assert.deepStrictEqual(outcomes.map((o) => o._tag), ["Enqueued", "Duplicate", "Enqueued"])
+        assert.deepStrictEqual(outcomes[1], { _tag: "Duplicate", args: [null, 1, null], existingJid: jidOf(outcomes[0]!) })
+        assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 2)
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("claims are per class, queue and args; without de-duplication nothing is claimed", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]], deduplicate: "until_executed" })
+        const others = [
+          yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, 5, null]], deduplicate: "until_executed" }),
+          yield* queue.bulkEnqueue({ workerClass: "Other", queue: QUEUE, args: [[null, null, 5]], deduplicate: "until_executed" }),
+          yield* queue.bulkEnqueue({ workerClass: WORKER, queue: "default", args: [[null, null, 5]], deduplicate: "until_executed" }),
+          yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]] }),
+          yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]], deduplicate: "none" })
+        ]
+        assert.deepStrictEqual(others.map(([o]) => o!._tag), ["Enqueued", "Enqueued", "Enqueued", "Enqueued", "Enqueued"])
+        assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 5)
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("atomic per job: a push that fails (WRONGTYPE) leaves no claim behind and fails with RedisError", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        yield* keys.setString(queueKey("broken"), "not a list")
+        const error = yield* Effect.flip(queue.bulkEnqueue({
+          workerClass: WORKER, queue: "broken", args: [[null, null, 9]], deduplicate: "until_executed"
+        }))
+        assert.instanceOf(error, RedisError)
+        assert.strictEqual(yield* keys.get(duplicateKey("broken", WORKER, [null, null, 9])), null)
+        assert.strictEqual(yield* keys.get(queueKey("broken")), "not a list")
+      }).pipe(Effect.provide(backend)))
+  })
+}
+
+describe("makeJobQueue", () => {
+  it.effect("slices bulk pushes at 1000 jobs, in order, and maps replies back to args", () =>
+    Effect.gen(function*() {
+      const slices: Array<ReadonlyArray<PreparedJob>> = []
+      const queue = makeJobQueue((_, jobs) =>
+        Effect.sync(() => {
+          slices.push(jobs)
+          return jobs.map((job) => job.payload.includes("[7]") ? { pushed: false, existingJid: "held" } : { pushed: true })
+        }))
+      const args = Array.from({ length: 2500 }, (_, i) => [i])
+      const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+      assert.deepStrictEqual(slices.map((slice) => slice.length), [1000, 1000, 500])
+      assert.deepStrictEqual(slices.flat().map((job) => JSON.parse(job.payload).args), args)
+      assert.isTrue(slices.flat().every((job) => job.duplicateKey !== undefined))
+      assert.deepStrictEqual(outcomes[7], { _tag: "Duplicate", args: [7], existingJid: "held" })
+      assert.strictEqual(outcomes.filter((o) => o._tag === "Duplicate").length, 1)
+    }))
+
+  it.effect("empty args: no push at all", () =>
+    Effect.gen(function*() {
+      let calls = 0
+      const queue = makeJobQueue(() => Effect.sync(() => (calls++, [])))
+      yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [] })
+      assert.strictEqual(calls, 0)
+    }))
+})

@@ -1,0 +1,71 @@
+/** One contract for RebalancingState, run against the in-memory Redis and a real Redis server. */
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
+import { RedisError } from "../../src/domain/Errors.ts"
+import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
+import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { RebalancingStateMemory } from "../../src/layers/memory/RebalancingStateMemory.ts"
+import { RebalancingStateRedis } from "../../src/layers/RebalancingStateRedis.ts"
+import { Redis } from "../../src/layers/Redis.ts"
+import { RebalancingState } from "../../src/services/RebalancingState.ts"
+import { RedisTest } from "../support/redis.ts"
+
+/** The set as GitLab's rebalancer writes it, behind the service's back. */
+class RawSet extends Context.Service<RawSet, {
+  add(...members: ReadonlyArray<string>): Effect.Effect<void>
+  setString(value: string): Effect.Effect<void>
+  ttlSeconds: Effect.Effect<number>
+}>()("test/layers/RebalancingState/RawSet") {}
+
+const backends: Record<string, Layer.Layer<RebalancingState | RawSet>> = {
+  memory: RebalancingStateMemory.pipe(
+    Layer.merge(Layer.effect(RawSet, Effect.map(MemoryRedis, (store) => RawSet.of({
+      add: (...members) => Effect.sync(() => void store.sadd(RUNNING_REBALANCES_KEY, ...members)),
+      setString: (value) => Effect.sync(() => void store.set(RUNNING_REBALANCES_KEY, value)),
+      ttlSeconds: Effect.sync(() => Math.round(store.pttl(RUNNING_REBALANCES_KEY) / 1000))
+    })))),
+    Layer.provideMerge(MemoryRedis.layer)
+  ),
+  redis: RebalancingStateRedis.pipe(
+    Layer.merge(Layer.effect(RawSet, Effect.map(Redis, (redis) => RawSet.of({
+      add: (...members) => Effect.orDie(redis.use("SADD", (c) => c.sadd(RUNNING_REBALANCES_KEY, ...members))),
+      setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(RUNNING_REBALANCES_KEY, value))),
+      ttlSeconds: Effect.orDie(redis.use("TTL", (c) => c.ttl(RUNNING_REBALANCES_KEY)))
+    })))),
+    Layer.provideMerge(RedisTest)
+  )
+}
+
+for (const [name, backend] of Object.entries(backends)) {
+  describe(`RebalancingState contract (${name})`, () => {
+    it.effect("no set: no members", () =>
+      Effect.gen(function*() {
+        assert.deepStrictEqual(yield* (yield* RebalancingState).runningMembers, [])
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("runningMembers is SMEMBERS, verbatim (including junk)", () =>
+      Effect.gen(function*() {
+        yield* (yield* RawSet).add("1/10", "2/20", "junk", "")
+        const members = yield* (yield* RebalancingState).runningMembers
+        assert.deepStrictEqual([...members].sort(), ["", "1/10", "2/20", "junk"])
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("track adds \"<type>/<id>\" and refreshes the 10-day expiry", () =>
+      Effect.gen(function*() {
+        const state = yield* RebalancingState
+        yield* state.track(1, 10)
+        yield* state.track(2, 20)
+        yield* state.track(1, 10)
+        assert.deepStrictEqual([...(yield* state.runningMembers)].sort(), ["1/10", "2/20"])
+        assert.strictEqual(yield* (yield* RawSet).ttlSeconds, 864000)
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("a key of the wrong type is a RedisError", () =>
+      Effect.gen(function*() {
+        yield* (yield* RawSet).setString("oops")
+        const state = yield* RebalancingState
+        assert.instanceOf(yield* Effect.flip(state.runningMembers), RedisError)
+        assert.instanceOf(yield* Effect.flip(state.track(1, 1)), RedisError)
+      }).pipe(Effect.provide(backend)))
+  })
+}
