@@ -84,7 +84,9 @@ export class ConcurrencyLimitJobsResumed extends Schema.TaggedClass<ConcurrencyL
   worker: Schema.String,
   queue: Schema.String,
   count: Schema.Number,
-  limit: Schema.Number
+  limit: Schema.Number,
+  /** The resumed jobs, first buffered first. */
+  jids: Schema.Array(Schema.String)
 }) {}
 
 export class ConcurrencyLimitJobsDead extends Schema.TaggedClass<ConcurrencyLimitJobsDead>()("ConcurrencyLimitJobsDead", {

@@ -7,30 +7,51 @@
 import { Effect, Layer, Option, Redacted } from "effect"
 import { join } from "node:path"
 import type { Builds } from "../services/Builds.ts"
+import type { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import type { EventLog } from "../services/EventLog.ts"
+import type { ExportJobs } from "../services/ExportJobs.ts"
+import type { JobQueue } from "../services/JobQueue.ts"
+import type { JobStatus } from "../services/JobStatus.ts"
 import type { Lease } from "../services/Lease.ts"
+import type { ObjectStorage } from "../services/ObjectStorage.ts"
+import type { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
+import type { PlatformRecords } from "../services/PlatformRecords.ts"
+import type { RebalancingState } from "../services/RebalancingState.ts"
 import { BuildsSql } from "./BuildsSql.ts"
+import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
 import { SweeperConfig, type SweeperSettings } from "./Config.ts"
 import { EventLogSql } from "./EventLogSql.ts"
+import { ExportJobsSql } from "./ExportJobsSql.ts"
+import { JobQueueRedis } from "./JobQueueRedis.ts"
+import { JobStatusRedis } from "./JobStatusRedis.ts"
 import { LeaseRedis } from "./LeaseRedis.ts"
+import { ConcurrencyLimitsMemory } from "./memory/ConcurrencyLimitsMemory.ts"
+import { JobQueueMemory } from "./memory/JobQueueMemory.ts"
+import { JobStatusMemory } from "./memory/JobStatusMemory.ts"
 import { LeaseMemory } from "./memory/LeaseMemory.ts"
 import { MemoryRedis } from "./memory/MemoryRedis.ts"
+import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
+import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
 import { migrate } from "./Migrations.ts"
+import { ObjectStorageLocal } from "./ObjectStorageLocal.ts"
+import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
+import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
+import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
 import { Redis } from "./Redis.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | Lease
+export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
 
 /** The services backed by Redis, on a real server. */
 export const RedisBackends = (url: Redacted.Redacted<string>) =>
-  Layer.mergeAll(LeaseRedis).pipe(Layer.provideMerge(Redis.layer(url)))
+  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(Layer.provideMerge(Redis.layer(url)))
 
 /** The same services in memory (embedded default, specs). */
-export const MemoryBackends = Layer.mergeAll(LeaseMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
+export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
 
 /** The services backed by PostgreSQL, given a PgClient. */
-export const SqlBackends = Layer.mergeAll(BuildsSql).pipe(Layer.provideMerge(EventLogSql))
+export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql).pipe(Layer.provideMerge(EventLogSql))
 
 const Migrated = Layer.effectDiscard(Effect.gen(function*() {
   const applied = yield* migrate
@@ -68,5 +89,5 @@ const redactUrl = (url: string) => {
 export const AppLayer = Layer.unwrap(Effect.gen(function*() {
   const settings = yield* SweeperConfig
   const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
-  return Layer.mergeAll(SqlBackends, redisBacked).pipe(Layer.provideMerge(databaseLayer(settings)))
+  return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings)))
 })).pipe(Layer.provideMerge(SweeperConfig.layer))

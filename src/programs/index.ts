@@ -6,12 +6,20 @@ import { Effect } from "effect"
 import type { Batch } from "../domain/Batch.ts"
 import { UnknownBatch } from "../domain/Errors.ts"
 import type { PlatformServices } from "../layers/App.ts"
+import { ConcurrencyLimitResume } from "./ConcurrencyLimitResume.ts"
+import { DeleteStaleDirectUploads } from "./DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "./DropCancelingBuilds.ts"
+import { RescheduleStuckIssueRebalances } from "./RescheduleStuckIssueRebalances.ts"
+import { StuckExportJobs } from "./StuckExportJobs.ts"
 
 export type RegisteredBatch = Batch<unknown, unknown, PlatformServices>
 
 export const batches: ReadonlyArray<RegisteredBatch> = [
-  DropCancelingBuilds
+  DropCancelingBuilds,
+  StuckExportJobs,
+  DeleteStaleDirectUploads,
+  RescheduleStuckIssueRebalances,
+  ConcurrencyLimitResume
 ]
 
 export const batchNames = batches.map((batch) => batch.name)

@@ -34,6 +34,62 @@ export const buildsDoomedTotal = Metric.counter("sweeper_drop_canceling_builds_d
   incremental: true
 })
 
+export const directUploadsDeletedTotal = Metric.counter("sweeper_direct_uploads_deleted_total", {
+  description: "Stale pending direct uploads whose object and Redis entry were deleted",
+  incremental: true
+})
+
+export const directUploadsInvalidEntriesTotal = Metric.counter("sweeper_direct_uploads_invalid_entries_total", {
+  description: "Malformed pending_direct_uploads entries seen (skipped, never deleted)",
+  incremental: true
+})
+
+export const directUploadsFailedDeletesTotal = Metric.counter("sweeper_direct_uploads_failed_deletes_total", {
+  description: "Stale direct uploads whose object could not be deleted (entry kept for the next run)",
+  incremental: true
+})
+
+export const directUploadsPending = Metric.gauge("sweeper_direct_uploads_pending_entries", {
+  description: "Entries in pending_direct_uploads when delete-stale-direct-uploads last started"
+})
+
+export const stuckExportJobsFailedTotal = Metric.counter("sweeper_stuck_export_jobs_failed_total", {
+  description: "Project export jobs whose Sidekiq job completed without finishing them, marked failed",
+  incremental: true
+})
+
+export const issueRebalancesRescheduledTotal = Metric.counter("sweeper_issue_rebalances_rescheduled_total", {
+  description: "Issues::RebalancingWorker jobs enqueued for stuck rebalances, by container type",
+  incremental: true
+})
+
+export const issueRebalancesDuplicatesTotal = Metric.counter("sweeper_issue_rebalances_duplicates_total", {
+  description: "Rebalance reschedules dropped because the same job was still pending (until_executed)",
+  incremental: true
+})
+
+export const issueRebalancesInvalidMembersTotal = Metric.counter("sweeper_issue_rebalances_invalid_members_total", {
+  description: "Members of the running-rebalances set that are not \"1/<id>\" or \"2/<id>\"",
+  incremental: true
+})
+
+export const concurrencyLimitQueueJobs = Metric.gauge("sidekiq_concurrency_limit_queue_jobs", {
+  description: "Jobs deferred by the Sidekiq concurrency limit, per worker"
+})
+
+export const concurrencyLimitMaxConcurrentJobs = Metric.gauge("sidekiq_concurrency_limit_max_concurrent_jobs", {
+  description: "Concurrency limit per worker (0 unlimited, negative: circuit breaker open)"
+})
+
+export const concurrencyLimitCurrentConcurrentJobs = Metric.gauge("sidekiq_concurrency_limit_current_concurrent_jobs", {
+  description: "Running plus resumed-but-not-started jobs per worker"
+})
+
+export const concurrencyLimitResumedJobsTotal = Metric.counter("sweeper_concurrency_limit_resumed_jobs_total", {
+  description: "Deferred jobs moved back to their Sidekiq queue, per worker",
+  incremental: true
+})
+
 /** Adds `n` to a counter, with attributes. */
 export const increment = (
   counter: Metric.Counter<number>,

@@ -8,8 +8,13 @@ import { MemoryBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
+import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
+import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
+import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
-  Layer.mergeAll(BuildsMemory, MemoryBackends, SweeperConfig.layerWith(settings)).pipe(
+  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, MemoryBackends).pipe(
+    // Backends that read configuration (e.g. concurrency limits) get the spec's settings.
+    Layer.provideMerge(SweeperConfig.layerWith(settings)),
     Layer.provideMerge(EventLogMemory)
   )

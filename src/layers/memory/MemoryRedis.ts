@@ -70,6 +70,35 @@ export class MemoryRedisStore {
     return [...this.entries.keys()].filter((key) => re.test(key) && this.live(key) !== undefined)
   }
 
+  /** Scan order of keys: a sequence number per key name, given the first time a SCAN sees it. */
+  private readonly keyScanOrder = new Map<string, number>()
+  private keyScanSeq = 0
+
+  /**
+   * SCAN cursor MATCH pattern COUNT count. As in Redis, COUNT bounds the keys walked per call and
+   * MATCH filters them afterwards (a page may be empty while the cursor is not 0); the cursor is the
+   * scan sequence number of the last key walked, so a key present for the whole scan is returned at
+   * least once whatever is added or deleted meanwhile.
+   */
+  scan(cursor: string, pattern: string, count: number): [string, Array<string>] {
+    const re = globToRegExp(pattern)
+    const order: Array<[string, number]> = []
+    for (const key of [...this.entries.keys()]) {
+      if (this.live(key) === undefined) continue
+      let seq = this.keyScanOrder.get(key)
+      if (seq === undefined) {
+        seq = ++this.keyScanSeq
+        this.keyScanOrder.set(key, seq)
+      }
+      order.push([key, seq])
+    }
+    const after = Number(cursor)
+    const remaining = order.filter(([, seq]) => seq > after).sort((a, b) => a[1] - b[1])
+    const page = remaining.slice(0, count)
+    const next = remaining.length <= count ? "0" : String(page[page.length - 1]![1])
+    return [next, page.map(([key]) => key).filter((key) => re.test(key))]
+  }
+
   expire(key: string, seconds: number): boolean {
     const entry = this.live(key)
     if (entry === undefined) return false
@@ -138,23 +167,28 @@ export class MemoryRedisStore {
     return Object.fromEntries(this.typed(key, "hash")?.value ?? [])
   }
 
+  /** Scan order of hash fields: a sequence number per field, given the first time a scan sees it. */
+  private readonly scanOrder = new WeakMap<Map<string, string>, Map<string, number>>()
+  private scanSeq = 0
+
   /**
-   * HSCAN over insertion order. The cursor is a position; like Redis, an entry present for the whole
-   * scan is returned at least once even if others are deleted meanwhile (deletes behind the cursor
-   * shift positions, so the cursor is re-anchored on the last field returned).
+   * HSCAN. The cursor is the scan sequence number of the last field returned, so it survives any
+   * field being deleted meanwhile, the last one returned included (a scan that deletes what it
+   * reads, like delete-stale-direct-uploads). Like Redis, an entry present for the whole scan is
+   * returned at least once; one added meanwhile may or may not be.
    */
   hscan(key: string, cursor: string, count: number): [string, Array<[string, string]>] {
     const hash = this.typed(key, "hash")
     if (hash === undefined) return ["0", []]
-    const fields = [...hash.value.keys()]
-    let start = 0
-    if (cursor !== "0") {
-      const anchor = fields.indexOf(cursor)
-      start = anchor === -1 ? 0 : anchor + 1
-    }
-    const page = fields.slice(start, start + count)
-    const next = start + count >= fields.length ? "0" : page[page.length - 1]!
-    return [next, page.map((field) => [field, hash.value.get(field)!])]
+    const previous = this.scanOrder.get(hash.value) ?? new Map<string, number>()
+    const order = new Map<string, number>()
+    for (const field of hash.value.keys()) order.set(field, previous.get(field) ?? ++this.scanSeq)
+    this.scanOrder.set(hash.value, order)
+    const after = Number(cursor)
+    const remaining = [...order].filter(([, seq]) => seq > after).sort((a, b) => a[1] - b[1])
+    const page = remaining.slice(0, count)
+    const next = remaining.length <= count ? "0" : String(page[page.length - 1]![1])
+    return [next, page.map(([field]) => [field, hash.value.get(field)!])]
   }
 
   // lists

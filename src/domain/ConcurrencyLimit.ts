@@ -1,0 +1,233 @@
+/**
+ * GitLab's Sidekiq concurrency limit (SPEC §5), as concurrency-limit-resume sees it: the key formats
+ * (worker name → Rails `underscore`, wrapped in `{…}` so every key of one worker shares a Redis
+ * Cluster slot), the constants of ConcurrencyLimit::ResumeWorker, the capacity arithmetic, and the
+ * Schemas for what GitLab writes (deferred list elements, executing-tracker fields, Sidekiq's
+ * `<pid>:work` hash) — all untrusted, so all decoded, never hand-parsed.
+ */
+import { Duration, Option, Schema } from "effect"
+import type { SidekiqJob } from "./Sidekiq.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Rails inflections (ActiveSupport::Inflector#underscore / #camelize)
+// ---------------------------------------------------------------------------------------------
+
+/** Inflection acronyms (`inflect.acronym "API"`). GitLab registers none that worker names use. */
+export interface Inflections {
+  readonly acronyms: ReadonlyArray<string>
+}
+
+export const NO_ACRONYMS: Inflections = { acronyms: [] }
+
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+
+/** `Releases::CreateEvidenceWorker` → `releases/create_evidence_worker`, exactly as Rails does it. */
+export const underscore = (word: string, inflections: Inflections = NO_ACRONYMS): string => {
+  if (!/[A-Z-]|::/.test(word)) return word
+  let out = word.replaceAll("::", "/")
+  if (inflections.acronyms.length > 0) {
+    const acronym = inflections.acronyms.map(escapeRegExp).join("|")
+    const re = new RegExp(`(?:(?<=([A-Za-z\\d]))|\\b)(${acronym})(?=\\b|[^a-z])`, "g")
+    out = out.replace(re, (_m, before: string | undefined, found: string) =>
+      `${before === undefined ? "" : "_"}${found.toLowerCase()}`)
+  }
+  out = out.replace(/(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z\d])(?=[A-Z])/g, "_")
+  return out.replaceAll("-", "_").toLowerCase()
+}
+
+/** Ruby's String#capitalize: first character upper case, the rest lower case. */
+const capitalize = (s: string) => s.length === 0 ? s : s[0]!.toUpperCase() + s.slice(1).toLowerCase()
+
+/** `releases/create_evidence_worker` → `Releases::CreateEvidenceWorker` (the inverse of `underscore`). */
+export const camelize = (term: string, inflections: Inflections = NO_ACRONYMS): string => {
+  const acronyms = new Map(inflections.acronyms.map((a) => [a.toLowerCase(), a]))
+  const word = (w: string) => acronyms.get(w) ?? capitalize(w)
+  return term
+    .replace(/^[a-z\d]*/, word)
+    .replace(/(?:_|(\/))([a-z\d]*)/gi, (_m, slash: string | undefined, w: string) =>
+      `${slash === undefined ? "" : "::"}${word(w)}`)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys (GitLab's formats)
+// ---------------------------------------------------------------------------------------------
+
+const PREFIX = "sidekiq:concurrency_limit"
+
+/** Prefix of the deferred lists; SCAN with `${DEFERRED_KEY_PREFIX}*` finds every worker's list. */
+export const DEFERRED_KEY_PREFIX = `${PREFIX}:throttled_jobs:`
+export const DEFERRED_KEY_PATTERN = `${DEFERRED_KEY_PREFIX}*`
+
+export interface WorkerKeys {
+  /** List of deferred jobs: RPUSH at the tail by GitLab's middleware, resumed from the head. */
+  readonly deferred: string
+  /** Hash `<pid>:tid:<tid>` → start epoch seconds of the jobs running now. */
+  readonly executing: string
+  /** Resumed jobs not yet started (slots reserved by the move, 60 s TTL). */
+  readonly pendingResumed: string
+  /** Operator override of the configured limit. */
+  readonly currentLimit: string
+  /** Unparsable deferred elements, kept for inspection (never dropped). */
+  readonly dead: string
+}
+
+export const workerKeys = (worker: string): WorkerKeys => {
+  const w = underscore(worker)
+  return {
+    deferred: `${DEFERRED_KEY_PREFIX}{${w}}`,
+    executing: `${PREFIX}:{${w}}:executing`,
+    pendingResumed: `${PREFIX}:{${w}}:pending_resumed`,
+    currentLimit: `${PREFIX}:{${w}}:current_limit`,
+    dead: `${PREFIX}:dead:{${w}}`
+  }
+}
+
+/** The key form `w` of a deferred list key found by SCAN (`…:throttled_jobs:{w}` → `w`). */
+export const workerKeyFormOf = (deferredKey: string): Option.Option<string> => {
+  if (!deferredKey.startsWith(DEFERRED_KEY_PREFIX)) return Option.none()
+  const rest = deferredKey.slice(DEFERRED_KEY_PREFIX.length)
+  const inner = rest.startsWith("{") && rest.endsWith("}") ? rest.slice(1, -1) : rest
+  return inner.length === 0 ? Option.none() : Option.some(inner)
+}
+
+/** The Sidekiq process work hash a tracker field points at (Sidekiq's `<identity>:work`). */
+export const processWorkKey = (pid: string) => `${pid}:work`
+
+// ---------------------------------------------------------------------------------------------
+// Constants (ConcurrencyLimit::ResumeWorker and its services)
+// ---------------------------------------------------------------------------------------------
+
+/** A pass that leaves jobs behind runs again this much later. */
+export const RESCHEDULE_DELAY = Duration.seconds(1)
+/** Limit 0 means unlimited: resume up to this many per pass. */
+export const MAX_RESUME_UNLIMITED = 1000
+/** An executing tracker older than this is checked against Sidekiq's work hash and maybe removed. */
+export const STALE_TRACKER_AGE = Duration.seconds(600)
+/** The move (re)sets this TTL on pending_resumed, so a lost decrement frees its slot eventually. */
+export const PENDING_RESUMED_TTL = Duration.seconds(60)
+/** A run's default budget: inside the one-minute cron period, so the next tick carries on. */
+export const RUN_BUDGET = Duration.seconds(55)
+/** HSCAN / SCAN page size. */
+export const SCAN_COUNT = 100
+
+/**
+ * How many deferred jobs may be resumed now: the free capacity for a positive limit, up to
+ * MAX_RESUME_UNLIMITED for 0 (unlimited), none for a negative limit (circuit breaker open).
+ */
+export const resumableCount = (limit: number, current: number): number => {
+  if (limit > 0) return Math.max(limit - current, 0)
+  if (limit === 0) return MAX_RESUME_UNLIMITED
+  return 0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Untrusted data
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * One element of the deferred list as GitLab's ConcurrencyLimit::QueueManager writes it:
+ * `{args, context, buffered_at}`. `context` (Labkit's `meta.*` keys) and `buffered_at` (float epoch
+ * seconds) are absent in elements written by older GitLab versions, so they are optional.
+ */
+export const DeferredJob = Schema.Struct({
+  args: Schema.Array(Schema.Unknown),
+  context: Schema.optionalKey(Schema.NullOr(Schema.Record(Schema.String, Schema.Unknown))),
+  buffered_at: Schema.optionalKey(Schema.NullOr(Schema.Finite))
+})
+export type DeferredJob = typeof DeferredJob.Type
+
+const decodeDeferred = Schema.decodeUnknownOption(Schema.fromJsonString(DeferredJob))
+
+/** A raw list element, decoded; None when it is not a deferred job (it goes to the dead list). */
+export const parseDeferred = (raw: string): Option.Option<DeferredJob> => decodeDeferred(raw)
+
+/** The keys a resumed job owns; a stored context cannot overwrite them. */
+const RESERVED_JOB_KEYS = new Set([
+  "class",
+  "args",
+  "jid",
+  "queue",
+  "retry",
+  "created_at",
+  "enqueued_at",
+  "concurrency_limit_resume",
+  "concurrency_limit_buffered_at"
+])
+
+/**
+ * The Sidekiq job that resumes a deferred one (SPEC §0.3 format): its stored args, its stored
+ * context merged in as top-level keys (as Labkit's client middleware does when GitLab re-enqueues
+ * under `with_raw_context`), and the `concurrency_limit_resume` marker the middleware checks so the
+ * job is not deferred again.
+ */
+export const resumedJob = (options: {
+  readonly worker: string
+  readonly queue: string
+  readonly deferred: DeferredJob
+  readonly jid: string
+  readonly nowMillis: number
+}): SidekiqJob => {
+  const context = Object.entries(options.deferred.context ?? {}).filter(([key]) => !RESERVED_JOB_KEYS.has(key))
+  return {
+    class: options.worker,
+    args: options.deferred.args,
+    jid: options.jid,
+    queue: options.queue,
+    retry: true,
+    created_at: options.nowMillis / 1000,
+    enqueued_at: options.nowMillis / 1000,
+    ...Object.fromEntries(context),
+    concurrency_limit_resume: true,
+    concurrency_limit_buffered_at: options.deferred.buffered_at ?? null
+  }
+}
+
+/** Executing-tracker field `<pid>:tid:<tid>`; the pid is Sidekiq's process identity (may hold `:`). */
+export const TrackerField = Schema.String.check(Schema.isPattern(/^.+:tid:[^:]+$/))
+
+export interface TrackerOwner {
+  readonly pid: string
+  readonly tid: string
+}
+
+export const parseTrackerField = (field: string): Option.Option<TrackerOwner> =>
+  Option.map(Schema.decodeUnknownOption(TrackerField)(field), (valid) => {
+    const at = valid.lastIndexOf(":tid:")
+    return { pid: valid.slice(0, at), tid: valid.slice(at + ":tid:".length) }
+  })
+
+/** A tracker's start time (epoch seconds). */
+export const parseTrackerStart = Schema.decodeUnknownOption(Schema.FiniteFromString)
+
+const JobClass = Schema.Struct({ class: Schema.String })
+
+/**
+ * A value of Sidekiq's `<pid>:work` hash: `{queue, payload, run_at}` where payload is the job (a
+ * JSON string since Sidekiq 7, an object before).
+ */
+export const ProcessWork = Schema.fromJsonString(Schema.Struct({
+  payload: Schema.Union([Schema.fromJsonString(JobClass), JobClass])
+}))
+
+/** The class of the job a Sidekiq thread is running, from its work hash value. */
+export const runningJobClass = (workValue: string): Option.Option<string> =>
+  Option.map(Schema.decodeUnknownOption(ProcessWork)(workValue), (work) => work.payload.class)
+
+/** Limit and queue of a worker, with where the limit came from. */
+export interface WorkerLimit {
+  readonly limit: number
+  readonly queue: string
+  readonly source: "redis" | "config"
+}
+
+/** A `current_limit` override value. */
+export const parseLimitOverride = Schema.decodeUnknownOption(Schema.NumberFromString.check(Schema.isInt()))
+
+/** A pending_resumed counter value (missing, garbage or negative → 0). */
+export const parseCounter = (value: string | null): number =>
+  value === null
+    ? 0
+    : Option.match(Schema.decodeUnknownOption(Schema.NumberFromString.check(Schema.isInt()))(value), {
+      onNone: () => 0,
+      onSome: (n) => Math.max(n, 0)
+    })

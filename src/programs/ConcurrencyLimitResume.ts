@@ -1,0 +1,208 @@
+/**
+ * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker (seed:
+ * concurrency-limit-resume.ja.md, SPEC §5). GitLab's Sidekiq middleware defers a job whose worker
+ * is at its concurrency limit to a per-worker Redis list; nothing runs it again unless this batch
+ * moves it back to the worker's Sidekiq queue once the worker has free capacity. Without this,
+ * deferred jobs wait forever.
+ *
+ * Per worker, one pass: limit (Redis override, else configuration; unknown → skipped), stale
+ * executing trackers removed (a crashed Sidekiq thread must not hold a slot forever), free capacity
+ * = limit − (running + resumed-not-started), and that many jobs moved from the head of the list in
+ * one atomic step. While jobs remain the pass repeats every second (GitLab reschedules itself 1 s
+ * later) until the list is empty, the circuit breaker opens (limit < 0) or the run's budget (55 s,
+ * inside the one-minute cron period) ends — the next tick carries on.
+ *
+ * GitLab schedules one ResumeWorker job per worker; here the per-worker passes run concurrently in
+ * one run, each under its own short exclusive lease, so at most one pass per worker runs
+ * cluster-wide. `resumeWorker` is exported for a runtime that schedules workers itself.
+ */
+import { Clock, Duration, Effect, Exit, Option } from "effect"
+import { CurrentRun } from "../domain/Batch.ts"
+import type { Batch } from "../domain/Batch.ts"
+import {
+  RESCHEDULE_DELAY,
+  resumableCount,
+  RUN_BUDGET,
+  underscore,
+  workerKeys
+} from "../domain/ConcurrencyLimit.ts"
+import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "../domain/Events.ts"
+import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
+import { EventLog } from "../services/EventLog.ts"
+import { Lease } from "../services/Lease.ts"
+import {
+  concurrencyLimitCurrentConcurrentJobs,
+  concurrencyLimitMaxConcurrentJobs,
+  concurrencyLimitQueueJobs,
+  concurrencyLimitResumedJobsTotal,
+  increment,
+  setGauge
+} from "../services/Metrics.ts"
+
+export interface WorkerResumeSummary {
+  readonly worker: string
+  /** The limit at the first pass. */
+  readonly limit: number
+  /** Deferred jobs at the first pass. */
+  readonly queueSize: number
+  /** Running plus resumed-not-started at the first pass (after stale trackers were removed). */
+  readonly current: number
+  /** Jobs resumed over all passes of this run. */
+  readonly resumed: number
+}
+
+export interface ConcurrencyLimitResumeSummary {
+  readonly workers: ReadonlyArray<WorkerResumeSummary>
+  readonly resumedJobs: number
+}
+
+export type WorkerOutcome =
+  | { readonly _tag: "Processed"; readonly summary: WorkerResumeSummary }
+  /** No configured limit and no Redis override: nothing is known about the worker, nothing moved. */
+  | { readonly _tag: "UnknownWorker"; readonly worker: string }
+  /** Another process is running this worker's pass. */
+  | { readonly _tag: "LeaseHeld"; readonly worker: string }
+
+/** One pass per worker cluster-wide. Renewed before every pass (1 s apart), so a short TTL suffices. */
+export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
+export const WORKER_LEASE_TTL = Duration.seconds(15)
+
+interface PassResult {
+  readonly limit: number
+  readonly queueSize: number
+  readonly current: number
+  readonly resumed: number
+  /** Deferred jobs left after the pass. */
+  readonly remaining: number
+}
+
+/** One pass over one worker (SPEC §5 "Per-worker pass"); None for an unknown worker. */
+const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
+  const limits = yield* ConcurrencyLimits
+  const events = yield* EventLog
+  const { dryRun } = yield* CurrentRun
+  const setting = yield* limits.limitOf(worker)
+  if (Option.isNone(setting)) return Option.none<PassResult>()
+  const { limit, queue } = setting.value
+
+  const queueSize = yield* limits.queueSize(worker)
+  // A breaker-open or empty worker is only reported; cleaning trackers would write for nothing.
+  if (queueSize > 0 && limit >= 0 && !dryRun) yield* limits.cleanupStaleTrackers(worker)
+  const current = yield* limits.currentConcurrency(worker)
+  const attributes = { worker }
+  yield* setGauge(concurrencyLimitQueueJobs, queueSize, attributes)
+  yield* setGauge(concurrencyLimitMaxConcurrentJobs, limit, attributes)
+  yield* setGauge(concurrencyLimitCurrentConcurrentJobs, current, attributes)
+  const stats = { limit, queueSize, current }
+  if (queueSize === 0 || limit < 0) return Option.some<PassResult>({ ...stats, resumed: 0, remaining: queueSize })
+
+  const toResume = resumableCount(limit, current)
+  const log = first || toResume > 0 ? Effect.logInfo : Effect.logDebug
+  yield* log("Concurrency limit worker stats").pipe(Effect.annotateLogs({ worker, limit, queue_size: queueSize, current }))
+  if (toResume <= 0) return Option.some<PassResult>({ ...stats, resumed: 0, remaining: queueSize })
+
+  const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun })
+  if (!dryRun && jids.length > 0) {
+    yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue, count: jids.length, limit, jids }))
+    yield* increment(concurrencyLimitResumedJobsTotal, jids.length, attributes)
+    yield* Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))
+  }
+  if (!dryRun && dead.length > 0) {
+    yield* events.append(new ConcurrencyLimitJobsDead({ worker, count: dead.length }))
+    yield* Effect.logWarning("Moved unparsable deferred jobs to the dead list").pipe(Effect.annotateLogs({
+      worker,
+      count: dead.length,
+      dead_list: workerKeys(worker).dead,
+      sample: dead[0]!.slice(0, 200)
+    }))
+  }
+  const remaining = dryRun ? queueSize - jids.length - dead.length : yield* limits.queueSize(worker)
+  return Option.some<PassResult>({ ...stats, resumed: jids.length, remaining })
+})
+
+/**
+ * Every pass for one worker in this run: the first now, then one per RESCHEDULE_DELAY while jobs
+ * remain and the breaker is closed, until the run's budget ends. A dry run makes one pass and moves
+ * nothing (repeating it would only repeat the same answer).
+ */
+export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
+  const lease = yield* Lease
+  const { dryRun, budget } = yield* CurrentRun
+  const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(Option.getOrElse(budget, () => RUN_BUDGET))
+
+  return yield* Effect.scoped(Effect.gen(function*() {
+    const handle = dryRun ? Option.none() : yield* Effect.acquireRelease(
+      lease.tryAcquire(workerLeaseName(worker), WORKER_LEASE_TTL),
+      (held) => Option.isSome(held) ? Effect.ignore(lease.release(held.value)) : Effect.void
+    )
+    if (!dryRun && Option.isNone(handle)) {
+      yield* Effect.logInfo("Skipped: concurrency limit resume lease held").pipe(
+        Effect.annotateLogs({ worker, lease: workerLeaseName(worker) })
+      )
+      return { _tag: "LeaseHeld", worker } satisfies WorkerOutcome
+    }
+
+    const first = yield* pass(worker, true)
+    if (Option.isNone(first)) {
+      yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(
+        Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) })
+      )
+      return { _tag: "UnknownWorker", worker } satisfies WorkerOutcome
+    }
+    let resumed = first.value.resumed
+    let last = first.value
+    while (!dryRun && last.remaining > 0 && last.limit >= 0) {
+      if ((yield* Clock.currentTimeMillis) + Duration.toMillis(RESCHEDULE_DELAY) >= deadline) break
+      yield* Effect.sleep(RESCHEDULE_DELAY)
+      if (Option.isSome(handle) && !(yield* lease.renew(handle.value))) {
+        yield* Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(
+          Effect.annotateLogs({ worker, lease: workerLeaseName(worker) })
+        )
+        break
+      }
+      const next = yield* pass(worker, false)
+      if (Option.isNone(next)) break
+      resumed += next.value.resumed
+      last = next.value
+    }
+    const { limit, queueSize, current } = first.value
+    return { _tag: "Processed", summary: { worker, limit, queueSize, current, resumed } } satisfies WorkerOutcome
+  }))
+})
+
+const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
+  const limits = yield* ConcurrencyLimits
+  const workers = yield* limits.workersWithDeferredJobs
+  // Concurrently, and one worker's failure neither stops nor hides the others: all passes finish,
+  // then the run fails with the first failure (so the guard records and retries it).
+  const exits = yield* Effect.forEach(workers, (worker) => Effect.exit(resumeWorker(worker)), { concurrency: "unbounded" })
+  const summaries: Array<WorkerResumeSummary> = []
+  for (const [i, exit] of exits.entries()) {
+    if (Exit.isFailure(exit)) {
+      yield* Effect.logError("Concurrency limit resume failed for a worker", exit.cause).pipe(
+        Effect.annotateLogs({ worker: workers[i] })
+      )
+      continue
+    }
+    if (exit.value._tag === "Processed") summaries.push(exit.value.summary)
+  }
+  const failed = exits.find(Exit.isFailure)
+  if (failed !== undefined) return yield* Effect.failCause(failed.cause)
+  const resumedJobs = summaries.reduce((sum, worker) => sum + worker.resumed, 0)
+  yield* Effect.logInfo("Concurrency limit resume finished").pipe(Effect.annotateLogs({
+    workers: summaries.length,
+    skipped: workers.length - summaries.length,
+    resumed_jobs: resumedJobs
+  }))
+  return { workers: summaries, resumedJobs } satisfies ConcurrencyLimitResumeSummary
+})
+
+export const ConcurrencyLimitResume = {
+  name: "concurrency-limit-resume",
+  worker: "ConcurrencyLimit::ResumeWorker",
+  description: "Moves jobs deferred by the Sidekiq concurrency limit back to their queue as capacity frees",
+  cron: "* * * * *",
+  budget: RUN_BUDGET,
+  lease: Option.none(),
+  run: run()
+} satisfies Batch<ConcurrencyLimitResumeSummary, unknown, unknown>

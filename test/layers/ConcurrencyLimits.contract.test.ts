@@ -1,0 +1,366 @@
+/**
+ * One contract for both ConcurrencyLimits implementations: ConcurrencyLimitsMemory over MemoryRedis
+ * and ConcurrencyLimitsRedis on a real Redis. State is seeded and read through `Raw` in GitLab's key
+ * formats, so the suite checks what GitLab and Sidekiq see, not just the service's own view; a last
+ * suite runs the same scenario on both and compares every byte.
+ */
+import { assert, describe, it, layer, type Vitest } from "@effect/vitest"
+import { Context, Effect, Layer, Option, Random } from "effect"
+import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
+import { ConcurrencyLimitsRedis, makeRedisStore } from "../../src/layers/ConcurrencyLimitsRedis.ts"
+import { ConcurrencyLimitsMemory, makeMemoryStore } from "../../src/layers/memory/ConcurrencyLimitsMemory.ts"
+import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { Redis } from "../../src/layers/Redis.ts"
+import {
+  type ConcurrencyLimitStore,
+  ConcurrencyLimits,
+  makeConcurrencyLimits
+} from "../../src/services/ConcurrencyLimits.ts"
+import { at } from "../support/clock.ts"
+import { RedisTest } from "../support/redis.ts"
+
+const NOW = new Date("2026-03-01T12:00:00Z")
+const NOW_S = NOW.getTime() / 1000
+const W = "Releases::CreateEvidenceWorker"
+const IDLE = "Projects::IdleWorker"
+const CONFIG = { [W]: { limit: 5, queue: "default" }, [IDLE]: { limit: 2, queue: "low" } }
+const K = workerKeys(W)
+
+const element = (i: number) =>
+  JSON.stringify({ args: [i, { nested: [1.5, null, "x"] }, []], context: { "meta.user": "root" }, buffered_at: NOW_S - 60 + i / 8 })
+
+interface Snapshot {
+  readonly deferred: ReadonlyArray<string>
+  readonly dead: ReadonlyArray<string>
+  readonly queue: ReadonlyArray<string>
+  readonly queues: ReadonlyArray<string>
+  readonly pendingResumed: string | null
+  readonly pendingResumedTtlMs: number
+  readonly executing: ReadonlyArray<readonly [string, string]>
+}
+
+/**
+ * A PTTL rounded up to 5 s: real time passes between the move and the read (seconds on a loaded
+ * machine), so "set to 60 s by the move" reads as 60 000 on either backend. -1/-2 kept.
+ */
+const ttlBucket = (pttl: number) => pttl < 0 ? pttl : Math.ceil(pttl / 5000) * 5000
+
+/** Direct access to the keys underneath the service. */
+class Raw extends Context.Service<Raw, {
+  readonly store: ConcurrencyLimitStore
+  flush: Effect.Effect<void>
+  rpush(key: string, ...values: ReadonlyArray<string>): Effect.Effect<void>
+  lpop(key: string): Effect.Effect<string | null>
+  hset(key: string, fields: Record<string, string>): Effect.Effect<void>
+  set(key: string, value: string): Effect.Effect<void>
+  snapshot(worker: string, queue: string): Effect.Effect<Snapshot>
+}>()("test/layers/ConcurrencyLimits/Raw") {}
+
+const RawMemory = Layer.effect(Raw, Effect.gen(function*() {
+  const redis = yield* MemoryRedis
+  return Raw.of({
+    store: makeMemoryStore(redis),
+    flush: Effect.sync(() => redis.flushAll()),
+    rpush: (key, ...values) => Effect.sync(() => void redis.rpush(key, ...values)),
+    lpop: (key) => Effect.sync(() => redis.lpop(key, 1)[0] ?? null),
+    hset: (key, fields) => Effect.sync(() => void redis.hset(key, fields)),
+    set: (key, value) => Effect.sync(() => void redis.set(key, value)),
+    snapshot: (worker, queue) =>
+      Effect.sync(() => {
+        const keys = workerKeys(worker)
+        return {
+          deferred: redis.lrange(keys.deferred, 0, -1),
+          dead: redis.lrange(keys.dead, 0, -1),
+          queue: redis.lrange(queueKey(queue), 0, -1),
+          queues: redis.smembers("queues").sort(),
+          pendingResumed: redis.get(keys.pendingResumed),
+          pendingResumedTtlMs: ttlBucket(redis.pttl(keys.pendingResumed)),
+          executing: Object.entries(redis.hgetall(keys.executing)).sort()
+        }
+      })
+  })
+}))
+
+const RawRedis = Layer.effect(Raw, Effect.gen(function*() {
+  const redis = yield* Redis
+  const { client } = redis
+  const p = <A>(f: () => Promise<A>) => Effect.promise(f)
+  return Raw.of({
+    store: makeRedisStore(redis),
+    flush: p(() => client.flushdb()).pipe(Effect.asVoid),
+    rpush: (key, ...values) => p(() => client.rpush(key, ...values)).pipe(Effect.asVoid),
+    lpop: (key) => p(() => client.lpop(key)),
+    hset: (key, fields) => p(() => client.hset(key, fields)).pipe(Effect.asVoid),
+    set: (key, value) => p(() => client.set(key, value)).pipe(Effect.asVoid),
+    snapshot: (worker, queue) =>
+      p(async () => {
+        const keys = workerKeys(worker)
+        const pttl = await client.pttl(keys.pendingResumed)
+        return {
+          deferred: await client.lrange(keys.deferred, 0, -1),
+          dead: await client.lrange(keys.dead, 0, -1),
+          queue: await client.lrange(queueKey(queue), 0, -1),
+          queues: (await client.smembers("queues")).sort(),
+          pendingResumed: await client.get(keys.pendingResumed),
+          pendingResumedTtlMs: ttlBucket(pttl),
+          executing: Object.entries(await client.hgetall(keys.executing)).sort()
+        }
+      })
+  })
+}))
+
+const Config = SweeperConfig.layerWith({ concurrencyLimits: CONFIG })
+const MemoryUnderTest = Layer.mergeAll(ConcurrencyLimitsMemory, RawMemory).pipe(
+  Layer.provideMerge(MemoryRedis.layer),
+  Layer.provideMerge(Config)
+)
+const RedisUnderTest = Layer.mergeAll(ConcurrencyLimitsRedis, RawRedis).pipe(
+  Layer.provideMerge(RedisTest),
+  Layer.provideMerge(Config)
+)
+
+const consumed = (snapshot: Snapshot) => [...snapshot.queue].reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
+
+/** A scenario touching every key: trackers (stale and live), pending slots, good and bad elements. */
+const seedScenario = Effect.gen(function*() {
+  const raw = yield* Raw
+  yield* raw.flush
+  yield* raw.rpush(K.deferred, element(0), "{broken", element(1), element(2), JSON.stringify({ args: {} }), element(3), element(4))
+  yield* raw.set(K.pendingResumed, "1")
+  const work = JSON.stringify({ queue: "default", payload: JSON.stringify({ class: W, args: [] }), run_at: NOW_S - 900 })
+  yield* raw.hset(processWorkKey("alive:1:a"), { t1: work })
+  yield* raw.hset(K.executing, {
+    "alive:1:a:tid:t1": String(NOW_S - 900),
+    "dead:1:a:tid:t1": String(NOW_S - 900),
+    "fresh:1:a:tid:t1": String(NOW_S - 10),
+    "malformed": String(NOW_S - 900)
+  })
+})
+
+const runScenario = Effect.gen(function*() {
+  const limits = yield* ConcurrencyLimits
+  const removed = yield* limits.cleanupStaleTrackers(W)
+  const current = yield* limits.currentConcurrency(W)
+  const result = yield* limits.resume({ worker: W, queue: "default", max: 5 - current, dryRun: false })
+  return { removed, current, result }
+}).pipe(Random.withSeed("concurrency-limits-contract"), at(NOW))
+
+const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
+  it.effect("finds configured and SCAN-discovered workers that have deferred jobs", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      const limits = yield* ConcurrencyLimits
+      yield* raw.flush
+      yield* raw.rpush(K.deferred, element(0))
+      yield* raw.rpush(workerKeys("Namespaces::ProcessSyncEventsWorker").deferred, element(0))
+      yield* raw.rpush(workerKeys("Gitlab::GithubImport::Stage::ImportRepositoryWorker").deferred, element(0))
+      // Noise beyond SCAN's page size, including near-miss keys.
+      for (let i = 0; i < 250; i++) yield* raw.set(`sidekiq:concurrency_limit:{noise_${i}}:executing_not`, "x")
+      yield* raw.set("sidekiq:concurrency_limit:throttled_jobs_elsewhere", "x")
+      const found = yield* limits.workersWithDeferredJobs
+      assert.deepStrictEqual([...found].sort(), [
+        "Gitlab::GithubImport::Stage::ImportRepositoryWorker",
+        "Namespaces::ProcessSyncEventsWorker",
+        W
+      ])
+      // IDLE is configured but has nothing deferred.
+      assert.notInclude(found, IDLE)
+    }))
+
+  it.effect("limit: Redis override, else configuration, else None; the queue comes from configuration", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      const limits = yield* ConcurrencyLimits
+      yield* raw.flush
+      assert.deepStrictEqual(yield* limits.limitOf(W), Option.some({ limit: 5, queue: "default", source: "config" as const }))
+      yield* raw.set(K.currentLimit, "-1")
+      assert.deepStrictEqual(yield* limits.limitOf(W), Option.some({ limit: -1, queue: "default", source: "redis" as const }))
+      yield* raw.set(workerKeys(IDLE).currentLimit, "0")
+      assert.deepStrictEqual(yield* limits.limitOf(IDLE), Option.some({ limit: 0, queue: "low", source: "redis" as const }))
+      yield* raw.set(workerKeys(IDLE).currentLimit, "1.5")
+      assert.deepStrictEqual(yield* limits.limitOf(IDLE), Option.some({ limit: 2, queue: "low", source: "config" as const }))
+      assert.isTrue(Option.isNone(yield* limits.limitOf("Unknown::Worker")))
+      yield* raw.set(workerKeys("Unknown::Worker").currentLimit, "3")
+      assert.deepStrictEqual(yield* limits.limitOf("Unknown::Worker"), Option.some({ limit: 3, queue: "default", source: "redis" as const }))
+    }))
+
+  it.effect("queue size is LLEN; current is HLEN(executing) + pending_resumed (garbage or negative counts as 0)", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      const limits = yield* ConcurrencyLimits
+      yield* raw.flush
+      assert.strictEqual(yield* limits.queueSize(W), 0)
+      assert.strictEqual(yield* limits.currentConcurrency(W), 0)
+      yield* raw.rpush(K.deferred, element(0), element(1), "junk")
+      yield* raw.hset(K.executing, { "a:tid:1": String(NOW_S), "b:tid:2": String(NOW_S) })
+      yield* raw.set(K.pendingResumed, "3")
+      assert.strictEqual(yield* limits.queueSize(W), 3)
+      assert.strictEqual(yield* limits.currentConcurrency(W), 5)
+      yield* raw.set(K.pendingResumed, "-2")
+      assert.strictEqual(yield* limits.currentConcurrency(W), 2)
+      yield* raw.set(K.pendingResumed, "many")
+      assert.strictEqual(yield* limits.currentConcurrency(W), 2)
+    }))
+
+  it.effect("stale trackers: removed when old and not backed by this worker's running job, or malformed", () =>
+    Effect.gen(function*() {
+      yield* seedScenario
+      const { removed, current } = yield* runScenario
+      assert.strictEqual(removed, 2)
+      assert.strictEqual(current, 3) // alive + fresh + 1 pending
+      const after = yield* (yield* Raw).snapshot(W, "default")
+      assert.deepStrictEqual(after.executing.map(([field]) => field), ["alive:1:a:tid:t1", "fresh:1:a:tid:t1"])
+    }))
+
+  it.effect("the move: FIFO Sidekiq jobs, args kept exactly, unparsable elements to the dead list, slots reserved", () =>
+    Effect.gen(function*() {
+      yield* seedScenario
+      const { result } = yield* runScenario
+      const after = yield* (yield* Raw).snapshot(W, "default")
+      const jobs = consumed(after)
+      assert.deepStrictEqual(jobs.map((job) => job.args[0]), [0, 1])
+      assert.deepStrictEqual(jobs[0]!.args, [0, { nested: [1.5, null, "x"] }, []])
+      assert.deepStrictEqual(result.jids, jobs.map((job) => job.jid))
+      assert.deepStrictEqual(result.dead, ["{broken"])
+      assert.deepStrictEqual(after.dead, ["{broken"])
+      assert.deepStrictEqual(after.deferred, [element(2), JSON.stringify({ args: {} }), element(3), element(4)])
+      assert.deepStrictEqual(after.queues, ["default"])
+      assert.strictEqual(after.pendingResumed, "3")
+      assert.strictEqual(after.pendingResumedTtlMs, 60_000)
+      for (const job of jobs) {
+        assert.match(job.jid, /^[0-9a-f]{24}$/)
+        assert.strictEqual(job.created_at, NOW_S)
+        assert.strictEqual(job.class, W)
+        assert.strictEqual(job.concurrency_limit_resume, true)
+      }
+    }))
+
+  it.effect("a dry run reads and decides, writes nothing", () =>
+    Effect.gen(function*() {
+      yield* seedScenario
+      const raw = yield* Raw
+      const before = yield* raw.snapshot(W, "default")
+      const limits = yield* ConcurrencyLimits
+      const result = yield* limits.resume({ worker: W, queue: "default", max: 3, dryRun: true })
+      assert.lengthOf(result.jids, 3)
+      assert.deepStrictEqual(result.dead, ["{broken"])
+      assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
+    }))
+
+  it.effect("a list of only unparsable elements is emptied into the dead list without reserving slots", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      yield* raw.flush
+      yield* raw.rpush(K.deferred, "a", "", "c")
+      const result = yield* (yield* ConcurrencyLimits).resume({ worker: W, queue: "default", max: 1, dryRun: false })
+      assert.deepStrictEqual(result, { jids: [], dead: ["a", "", "c"] })
+      const after = yield* raw.snapshot(W, "default")
+      assert.deepStrictEqual(after.dead, ["a", "", "c"])
+      assert.deepStrictEqual(after.deferred, [])
+      assert.isNull(after.pendingResumed)
+      assert.deepStrictEqual(after.queues, [])
+    }))
+
+  it.effect("jobs appended while a move is under way stay in the list, after the moved ones", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      yield* raw.flush
+      yield* raw.rpush(K.deferred, element(0), element(1), element(2))
+      // GitLab's middleware RPUSHes between our read of the head and the move itself.
+      const racing: ConcurrencyLimitStore = {
+        ...raw.store,
+        move: (prepared) => Effect.andThen(raw.rpush(K.deferred, element(3), element(4)), raw.store.move(prepared))
+      }
+      const result = yield* makeConcurrencyLimits(racing, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false })
+      assert.lengthOf(result.jids, 3)
+      const after = yield* raw.snapshot(W, "default")
+      assert.deepStrictEqual(consumed(after).map((job) => job.args[0]), [0, 1, 2])
+      assert.deepStrictEqual(after.deferred, [element(3), element(4)])
+    }))
+
+  it.effect("another mover taking the head first: our move writes nothing, re-reads, and never duplicates a job", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      yield* raw.flush
+      yield* raw.rpush(K.deferred, element(0), element(1), element(2), element(3))
+      let stolen: string | null = null
+      const contended: ConcurrencyLimitStore = {
+        ...raw.store,
+        move: (prepared) =>
+          Effect.gen(function*() {
+            if (stolen === null) stolen = yield* raw.lpop(K.deferred)
+            return yield* raw.store.move(prepared)
+          })
+      }
+      const result = yield* makeConcurrencyLimits(contended, CONFIG).resume({ worker: W, queue: "default", max: 2, dryRun: false })
+      assert.strictEqual(stolen, element(0))
+      const after = yield* raw.snapshot(W, "default")
+      assert.deepStrictEqual(consumed(after).map((job) => job.args[0]), [1, 2])
+      assert.deepStrictEqual(result.jids, consumed(after).map((job) => job.jid))
+      assert.deepStrictEqual(after.deferred, [element(3)])
+      assert.strictEqual(after.pendingResumed, "2")
+    }))
+
+  it.effect("a mover that dies before its move leaves everything as it was", () =>
+    Effect.gen(function*() {
+      yield* seedScenario
+      const raw = yield* Raw
+      const before = yield* raw.snapshot(W, "default")
+      const dying: ConcurrencyLimitStore = { ...raw.store, move: () => Effect.interrupt }
+      const exit = yield* Effect.exit(makeConcurrencyLimits(dying, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false }))
+      assert.isTrue(exit._tag === "Failure")
+      assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
+    }))
+
+  it.effect("moves racing with appends: every job ends up exactly once, in buffering order", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      const limits = yield* ConcurrencyLimits
+      yield* raw.flush
+      const total = 150
+      const appender = Effect.forEach(Array.from({ length: total }, (_, i) => i), (i) =>
+        Effect.andThen(raw.rpush(K.deferred, i % 10 === 7 ? `junk-${i}` : element(i)), Effect.yieldNow), { discard: true })
+      const mover = Effect.forEach(Array.from({ length: 40 }, (_, i) => i), () =>
+        Effect.andThen(limits.resume({ worker: W, queue: "default", max: 3, dryRun: false }), Effect.yieldNow), { discard: true })
+      yield* Effect.all([appender, mover], { concurrency: 2, discard: true })
+      const after = yield* raw.snapshot(W, "default")
+      const all = Array.from({ length: total }, (_, i) => i)
+      const resumed = consumed(after).map((job) => job.args[0] as number)
+      const deferredGood = after.deferred.filter((e) => !e.startsWith("junk-")).map((e) => (JSON.parse(e) as { args: [number] }).args[0])
+      const deferredJunk = after.deferred.filter((e) => e.startsWith("junk-"))
+      assert.isAbove(resumed.length, 0)
+      // Resumed first, then what is still deferred: every parsable job exactly once, in buffering order.
+      assert.deepStrictEqual([...resumed, ...deferredGood], all.filter((i) => i % 10 !== 7))
+      // Likewise every unparsable element: dead list first, then still deferred.
+      assert.deepStrictEqual([...after.dead, ...deferredJunk], all.filter((i) => i % 10 === 7).map((i) => `junk-${i}`))
+      assert.strictEqual(after.pendingResumed, String(resumed.length))
+    }))
+}
+
+describe("ConcurrencyLimits contract", () => {
+  layer(MemoryUnderTest)("ConcurrencyLimitsMemory (MemoryRedis)", (it) => {
+    contract(it)
+  })
+
+  layer(RedisUnderTest, { excludeTestServices: true, timeout: "10 seconds" })("ConcurrencyLimitsRedis (real Redis)", (it) => {
+    contract(it)
+  })
+})
+
+describe("ConcurrencyLimits: memory and Redis write the same bytes", () => {
+  it.live("same seeded state, same clock, same random seed → identical keys afterwards", () =>
+    Effect.gen(function*() {
+      const outcome = (implementation: Layer.Layer<ConcurrencyLimits | Raw>) =>
+        Effect.gen(function*() {
+          yield* seedScenario
+          const result = yield* runScenario
+          return { result, snapshot: yield* (yield* Raw).snapshot(W, "default") }
+        }).pipe(Effect.provide(implementation))
+      const memory = yield* outcome(MemoryUnderTest)
+      const redis = yield* outcome(RedisUnderTest)
+      assert.deepStrictEqual(redis, memory)
+      assert.lengthOf(memory.result.result.jids, 2)
+    }))
+})
