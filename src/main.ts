@@ -21,6 +21,10 @@ cli.pipe(
       Console.error(`sweeper: unknown batch "${error.name}"; known batches: ${error.known.join(", ")}`).pipe(
         Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
       ),
+    EmbeddedDatabaseBusy: (error) =>
+      Console.error(`sweeper: ${error.message}`).pipe(
+        Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
+      ),
     InvalidFlag: (error) =>
       Console.error(`sweeper: ${error.flag}: ${error.message}`).pipe(
         Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))

@@ -1,0 +1,110 @@
+/**
+ * The supervisor's HTTP surface, end to end: a real `sweeper start` process on real PostgreSQL and
+ * Redis, every endpoint called over loopback.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { freshDatabase } from "../support/postgres.ts"
+import { startSweeper } from "../support/processes.ts"
+import { freshRedisUrl } from "../support/redis.ts"
+
+const TOKEN = "test-token"
+
+describe("HTTP", () => {
+  it.live("serves health, readiness, metrics, the batch API, the dashboard and guarded actions", () =>
+    Effect.gen(function*() {
+      const db = yield* freshDatabase
+      const redisUrl = yield* freshRedisUrl
+      const sweeper = yield* Effect.acquireRelease(
+        Effect.sync(() => startSweeper("http", {
+          DATABASE_URL: db.url,
+          REDIS_URL: redisUrl,
+          SWEEPER_HTTP_PORT: "0",
+          SWEEPER_API_TOKEN: TOKEN,
+          SWEEPER_CRON_STUCK_EXPORT_JOBS: "* * * * * *"
+        })),
+        (p) => Effect.promise(async () => {
+          p.child.kill("SIGKILL")
+          await p.exited
+        })
+      )
+      const base = yield* Effect.promise(() => sweeper.listening)
+      const get = (path: string, init: RequestInit = {}) =>
+        Effect.promise(async () => {
+          const response = await fetch(`${base}${path}`, init)
+          return { status: response.status, type: response.headers.get("content-type") ?? "", body: await response.text() }
+        })
+      const post = (path: string, token?: string) =>
+        get(path, { method: "POST", headers: token === undefined ? {} : { authorization: `Bearer ${token}` } })
+
+      const health = yield* get("/healthz")
+      assert.strictEqual(health.status, 200)
+      assert.strictEqual(health.body.trim(), "ok")
+
+      const ready = yield* get("/readyz")
+      assert.strictEqual(ready.status, 200)
+      assert.deepStrictEqual(JSON.parse(ready.body), { ready: true, postgres: "ok", redis: "ok" })
+
+      // Let stuck-export-jobs tick at least once so the metrics have runs in them.
+      yield* Effect.sleep("2500 millis")
+      const batches = yield* get("/api/batches")
+      assert.strictEqual(batches.status, 200)
+      const list = JSON.parse(batches.body) as Array<Record<string, unknown>>
+      assert.deepStrictEqual(list.map((b) => b.name).sort(), [
+        "concurrency-limit-resume", "delete-stale-direct-uploads", "drop-canceling-builds",
+        "reschedule-stuck-issue-rebalances", "stuck-export-jobs"
+      ])
+      const exports = list.find((b) => b.name === "stuck-export-jobs")!
+      assert.strictEqual(exports.cron, "* * * * * *")
+      assert.strictEqual(exports.lastOutcome, "succeeded")
+      assert.isString(exports.nextTick)
+      assert.strictEqual(list.find((b) => b.name === "drop-canceling-builds")!.cron, "45 * * * *")
+
+      const metrics = yield* get("/metrics")
+      assert.strictEqual(metrics.status, 200)
+      assert.include(metrics.type, "text/plain")
+      assert.match(metrics.body, /sweeper_runs_total\{batch="stuck-export-jobs",outcome="succeeded"\} \d+/)
+      assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",le="0.05"\}/)
+      assert.match(metrics.body, /sweeper_last_success_age_seconds\{batch="stuck-export-jobs"\} \d/)
+
+      const dashboard = yield* get("/")
+      assert.strictEqual(dashboard.status, 200)
+      assert.include(dashboard.type, "text/html")
+      assert.include(dashboard.body, "drop-canceling-builds")
+
+      assert.strictEqual((yield* post("/api/batches/drop-canceling-builds/run")).status, 401)
+      assert.strictEqual((yield* post("/api/batches/drop-canceling-builds/run", "wrong")).status, 401)
+      const ran = yield* post("/api/batches/drop-canceling-builds/run", TOKEN)
+      assert.strictEqual(ran.status, 200)
+      const result = JSON.parse(ran.body)
+      assert.strictEqual(result.outcome, "succeeded")
+      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0 })
+      assert.strictEqual((yield* post("/api/batches/nope/run", TOKEN)).status, 404)
+
+      assert.strictEqual((yield* post("/api/batches/stuck-export-jobs/pause", TOKEN)).status, 200)
+      yield* Effect.sleep("300 millis")
+      const paused = JSON.parse((yield* get("/api/batches")).body) as Array<Record<string, unknown>>
+      assert.strictEqual(paused.find((b) => b.name === "stuck-export-jobs")!.state, "paused")
+      assert.strictEqual((yield* post("/api/batches/stuck-export-jobs/resume", TOKEN)).status, 200)
+      yield* Effect.sleep("300 millis")
+      const resumed = JSON.parse((yield* get("/api/batches")).body) as Array<Record<string, unknown>>
+      assert.notStrictEqual(resumed.find((b) => b.name === "stuck-export-jobs")!.state, "paused")
+
+      sweeper.child.kill("SIGTERM")
+      assert.strictEqual(yield* Effect.promise(() => sweeper.exited), 0)
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("without SWEEPER_API_TOKEN the mutating actions are refused", () =>
+    Effect.gen(function*() {
+      const sweeper = yield* Effect.acquireRelease(
+        Effect.sync(() => startSweeper("no-token", { SWEEPER_HTTP_PORT: "0", SWEEPER_DATA_DIR: `/tmp/sweeper-http-${process.pid}` })),
+        (p) => Effect.promise(async () => {
+          p.child.kill("SIGKILL")
+          await p.exited
+        })
+      )
+      const base = yield* Effect.promise(() => sweeper.listening)
+      const response = yield* Effect.promise(() => fetch(`${base}/api/batches/drop-canceling-builds/run`, { method: "POST" }))
+      assert.strictEqual(response.status, 403)
+    }).pipe(Effect.scoped), 60_000)
+})
