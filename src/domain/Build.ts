@@ -26,6 +26,12 @@ export interface CancelingBuild {
   readonly lockVersion: number
   readonly createdAt: DateTime.Utc
   readonly updatedAt: DateTime.Utc
+  /**
+   * created_at exactly as stored, when the store is finer than a DateTime: GitLab's timestamps have
+   * microseconds, a DateTime milliseconds. The keyset cursor must use it, or a page ending inside a
+   * millisecond would be read again (and a dry run, which changes nothing, would never advance).
+   */
+  readonly createdAtExact?: string | undefined
 }
 
 /** Keyset position in (created_at, project_id, id) order; id breaks ties so no row is read twice. */
@@ -33,10 +39,12 @@ export interface BuildCursor {
   readonly createdAt: DateTime.Utc
   readonly projectId: number
   readonly id: number
+  /** See CancelingBuild.createdAtExact. */
+  readonly createdAtExact?: string | undefined
 }
 
 export const cursorOf = (build: CancelingBuild): BuildCursor =>
-  ({ createdAt: build.createdAt, projectId: build.projectId, id: build.id })
+  ({ createdAt: build.createdAt, projectId: build.projectId, id: build.id, createdAtExact: build.createdAtExact })
 
 /** Everything strictly before this instant is "older than" the timeout. */
 export const cancelingCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, CANCELING_TIMEOUT)

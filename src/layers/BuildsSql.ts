@@ -15,6 +15,8 @@ interface BuildRow {
   readonly lock_version: number
   readonly created_at: Date
   readonly updated_at: Date
+  /** created_at with its microseconds, for the keyset cursor (a Date keeps milliseconds). */
+  readonly created_at_exact: string
 }
 
 const toBuild = (row: BuildRow): CancelingBuild => ({
@@ -24,37 +26,56 @@ const toBuild = (row: BuildRow): CancelingBuild => ({
   status: row.status,
   lockVersion: row.lock_version,
   createdAt: DateTime.fromDateUnsafe(row.created_at),
-  updatedAt: DateTime.fromDateUnsafe(row.updated_at)
+  updatedAt: DateTime.fromDateUnsafe(row.updated_at),
+  createdAtExact: row.created_at_exact
 })
+
+const columns = (sql: PgClient.PgClient) =>
+  sql`id, project_id, runner_id, status, lock_version, created_at, updated_at,
+    to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact`
+
+/**
+ * The canceling walk's page query (exported so storage tests can EXPLAIN the exact text): served by
+ * the partial index `index_ci_builds_canceling_on_created_at_project_id_id`.
+ */
+export const stuckCancelingQuery = (sql: PgClient.PgClient, options: {
+  readonly cutoff: DateTime.Utc
+  readonly after: Option.Option<BuildCursor>
+  readonly limit: number
+}) => {
+  const cutoff = DateTime.toDateUtc(options.cutoff)
+  const after = Option.match(options.after, {
+    onNone: () => sql``,
+    onSome: (c) => {
+      const createdAt = c.createdAtExact !== undefined ? sql`${c.createdAtExact}::timestamp` : sql`${DateTime.toDateUtc(c.createdAt)}`
+      return sql`AND (created_at, project_id, id) > (${createdAt}, ${c.projectId}, ${c.id})`
+    }
+  })
+  return sql<BuildRow>`
+    SELECT ${columns(sql)} FROM ci_builds
+    WHERE status = 'canceling' AND type = 'Ci::Build'
+      AND created_at < ${cutoff} AND updated_at < ${cutoff} ${after}
+    ORDER BY created_at, project_id, id
+    LIMIT ${options.limit}`
+}
 
 export const BuildsSql = Layer.effect(
   Builds,
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const events = yield* EventLog
-    const columns = sql`id, project_id, runner_id, status, lock_version, created_at, updated_at`
 
     const findStuckCanceling = Effect.fn("Builds.findStuckCanceling")(function*(options: {
       readonly cutoff: DateTime.Utc
       readonly after: Option.Option<BuildCursor>
       readonly limit: number
     }) {
-      const cutoff = DateTime.toDateUtc(options.cutoff)
-      const after = Option.match(options.after, {
-        onNone: () => sql``,
-        onSome: (c) => sql`AND (created_at, project_id, id) > (${DateTime.toDateUtc(c.createdAt)}, ${c.projectId}, ${c.id})`
-      })
-      const rows = yield* sql<BuildRow>`
-        SELECT ${columns} FROM ci_builds
-        WHERE status = 'canceling' AND type = 'Ci::Build'
-          AND created_at < ${cutoff} AND updated_at < ${cutoff} ${after}
-        ORDER BY created_at, project_id, id
-        LIMIT ${options.limit}`
+      const rows = yield* stuckCancelingQuery(sql, options)
       return rows.map(toBuild)
     })
 
     const find = Effect.fn("Builds.find")(function*(id: number) {
-      const rows = yield* sql<BuildRow>`SELECT ${columns} FROM ci_builds WHERE id = ${id}`
+      const rows = yield* sql<BuildRow>`SELECT ${columns(sql)} FROM ci_builds WHERE id = ${id}`
       return Option.map(Option.fromNullishOr(rows[0]), toBuild)
     })
 
