@@ -260,6 +260,9 @@ describe("delete-stale-direct-uploads under the run guard", () => {
   it("is registered with GitLab's schedule and budget", () => {
     assert.strictEqual(DeleteStaleDirectUploads.cron, "*/6 * * * *")
     assert.strictEqual(Duration.toSeconds(DeleteStaleDirectUploads.budget), 250)
-    assert.isTrue(Option.isNone(DeleteStaleDirectUploads.lease))
+    // Single flight cluster-wide: an exclusive lease outliving the 250 s budget + grace.
+    const lease = Option.getOrThrow(DeleteStaleDirectUploads.lease)
+    assert.strictEqual(lease.name, "sweeper/delete_stale_direct_uploads")
+    assert.isAbove(Duration.toSeconds(lease.ttl), 280)
   })
 })
