@@ -82,3 +82,19 @@ export const foldHistory = (events: Iterable<StoredEvent>): BatchHistory => {
   for (const event of events) state = evolve(state, event)
   return state
 }
+
+/** Consecutive failed runs after which the scheduler stops running a batch's ticks for a while. */
+export const BREAKER_THRESHOLD = 5
+/** The shortest time the breaker stays open; it also stays open for at least three periods. */
+export const BREAKER_MIN_COOLDOWN_MS = 5 * 60_000
+
+/**
+ * The scheduler's circuit breaker: open while the last BREAKER_THRESHOLD runs failed and the last
+ * failure is more recent than the cool-down. After the cool-down one tick runs (half-open): success
+ * closes it, failure opens it again.
+ */
+export const isBreakerOpen = (history: BatchHistory, now: Date, periodMs: number): boolean => {
+  if (history.consecutiveFailures < BREAKER_THRESHOLD || history.lastRun === undefined) return false
+  const cooldown = Math.max(BREAKER_MIN_COOLDOWN_MS, 3 * periodMs)
+  return now.getTime() - history.lastRun.finishedAt.getTime() < cooldown
+}

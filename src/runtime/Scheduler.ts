@@ -13,11 +13,10 @@
  *   interrupted (their leases are released by the guard's finalizers).
  */
 import { Cause, Config, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Result } from "effect"
-import { foldHistory, type BatchHistory } from "../domain/BatchState.ts"
+import { type BatchHistory, foldHistory, isBreakerOpen } from "../domain/BatchState.ts"
 import { InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
-import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, planStartup } from "../domain/Schedule.ts"
-import type { PlatformServices } from "../layers/App.ts"
+import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, periodAt, planStartup } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -67,6 +66,19 @@ export class Scheduler extends Context.Service<Scheduler, {
 }>()("sweeper/runtime/Scheduler") {}
 
 const HISTORY_EVENTS = 1000
+
+/** Runs `body` forever: a crash is logged and `body` restarted after a capped exponential backoff. */
+export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown, R>) =>
+  Effect.gen(function*() {
+    let restarts = 0
+    while (true) {
+      const exit = yield* Effect.exit(body)
+      if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return
+      restarts++
+      yield* Effect.logError(`${name} stopped; restarting (${restarts})`, Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned")
+      yield* Effect.sleep(ACTOR_RESTART_BACKOFF(restarts))
+    }
+  })
 
 /** SWEEPER_LEASE_TTL_<BATCH> (e.g. "90 seconds") replaces the TTL of a batch's exclusive lease. */
 export const withLeaseOverride = (batch: RegisteredBatch) =>
@@ -203,8 +215,14 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         if (newest === undefined) return
         for (const older of ticks.slice(0, -1)) yield* recordMissed(actor, older.scheduledAt, "overlap")
         if (yield* Ref.get(shuttingDown)) return
-        const { status } = yield* Ref.get(actor.state)
+        const { status, history } = yield* Ref.get(actor.state)
         if (status === "disabled" || status === "paused") return yield* recordMissed(actor, newest.scheduledAt, "disabled")
+        const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+        if (isBreakerOpen(history, now, Duration.toMillis(periodAt(actor.cron, newest.scheduledAt)))) {
+          yield* Effect.logWarning(`Circuit breaker open after ${history.consecutiveFailures} failed runs; tick skipped`)
+            .pipe(Effect.annotateLogs({ batch: actor.batch.name }))
+          return yield* recordMissed(actor, newest.scheduledAt, "breaker_open")
+        }
         yield* execute(actor, { trigger: newest.trigger, scheduledAt: newest.scheduledAt })
       })
 
@@ -233,19 +251,6 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         }
       })
 
-    /** Restarts a crashed fiber with capped exponential backoff; interruption ends it. */
-    const supervise = (name: string, body: Effect.Effect<never, unknown, PlatformServices | SweeperConfig>) =>
-      Effect.gen(function*() {
-        let restarts = 0
-        while (true) {
-          const exit = yield* Effect.exit(body)
-          if (Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause)) return
-          restarts++
-          yield* Effect.logError(`Batch actor ${name} crashed; restarting (${restarts})`, Cause.pretty(exit.cause))
-          yield* Effect.sleep(ACTOR_RESTART_BACKOFF(restarts))
-        }
-      })
-
     // Graceful shutdown runs before the fiber maps' own finalizers interrupt everything.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
@@ -261,7 +266,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     // Start-up: apply the missed-run policy from each batch's folded history, then start ticking.
     const startedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
     for (const actor of actors.values()) {
-      yield* FiberMap.run(fibers, `${actor.batch.name}:actor`, supervise(actor.batch.name, actorLoop(actor)))
+      yield* FiberMap.run(fibers, `${actor.batch.name}:actor`, supervise(`Batch actor ${actor.batch.name}`, actorLoop(actor)))
       const state = yield* Ref.get(actor.state)
       if (state.status !== "disabled") {
         const plan = planStartup(actor.cron, state.history.lastCoveredTick, startedAt, actor.batch.missedRuns ?? DEFAULT_MISSED_RUN_POLICY)
@@ -274,7 +279,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           yield* Queue.offer(actor.mailbox, { _tag: "Tick", scheduledAt: plan.runTick, trigger: "startup" })
         }
       }
-      yield* FiberMap.run(fibers, `${actor.batch.name}:ticker`, supervise(`${actor.batch.name} ticker`, ticker(actor)))
+      yield* FiberMap.run(fibers, `${actor.batch.name}:ticker`, supervise(`Ticker of ${actor.batch.name}`, ticker(actor)))
     }
 
     const actorNamed = (name: string) => {

@@ -7,7 +7,7 @@ import type { SweeperSettings } from "../../src/layers/Config.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import type { RegisteredBatch } from "../../src/programs/index.ts"
-import { Scheduler, schedulerLayer } from "../../src/runtime/Scheduler.ts"
+import { Scheduler, schedulerLayer, supervise } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { leaseKey } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
@@ -118,6 +118,38 @@ describe("Scheduler: batch actors", () => {
       const snapshot = (yield* scheduler.snapshots)[0]!
       assert.strictEqual(snapshot.history.consecutiveFailures, 0)
       assert.strictEqual(snapshot.history.lastRun?.outcome, "succeeded")
+    }).pipe(Effect.provide(platform())))
+
+  it.effect("after 5 failed runs the breaker skips ticks (breaker_open) for its cool-down, then one tick runs half-open", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      // Fails five times, then succeeds: runs at :10–:50 fail; cool-down is 3 periods (30 min).
+      const { batch, runs } = yield* testBatch((n) => n <= 5 ? Effect.fail("down") : Effect.void)
+      const { scheduler } = yield* startScheduler(batch)
+      yield* TestClock.adjust("49 minutes") // 00:50, fifth failure
+      assert.strictEqual(yield* Ref.get(runs), 5)
+      yield* TestClock.adjust("20 minutes") // ticks 01:00 and 01:10 skipped
+      assert.strictEqual(yield* Ref.get(runs), 5)
+      const missed = (yield* events("TickMissed")).map((e) => [e.data.scheduled_at, e.data.reason])
+      assert.deepStrictEqual(missed, [[at("01:00:00"), "breaker_open"], [at("01:10:00"), "breaker_open"]])
+      // A manual run is the operator's override and goes through while the breaker is open.
+      assert.strictEqual((yield* scheduler.runNow("test-batch")).outcome, "succeeded")
+      yield* TestClock.adjust("10 minutes") // 01:20: closed again after the manual success
+      assert.strictEqual(yield* Ref.get(runs), 7)
+    }).pipe(Effect.provide(platform())))
+
+  it.effect("the breaker half-opens after its cool-down: one failing tick opens it again", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const { batch, runs } = yield* testBatch(() => Effect.fail("still down"))
+      yield* startScheduler(batch)
+      yield* TestClock.adjust("49 minutes") // five failures, the last at 00:50
+      yield* TestClock.adjust("30 minutes") // 01:00, 01:10 skipped; 01:20 runs half-open and fails
+      assert.strictEqual(yield* Ref.get(runs), 6)
+      yield* TestClock.adjust("10 minutes") // 01:30 skipped again
+      assert.strictEqual(yield* Ref.get(runs), 6)
+      const reasons = (yield* events("TickMissed")).map((e) => e.data.reason)
+      assert.deepStrictEqual(reasons, ["breaker_open", "breaker_open", "breaker_open"])
     }).pipe(Effect.provide(platform())))
 
   it.effect("at start-up the latest missed tick runs once; older missed ticks are recorded as downtime", () =>
@@ -257,4 +289,26 @@ describe("Scheduler: batch actors", () => {
       assert.strictEqual(error._tag, "InvalidConfig")
       assert.include(error.message, "nope")
     }).pipe(Effect.provide(platform({ disabledBatches: ["nope"] }))))
+
+  it.effect("a crashed actor is restarted with capped exponential backoff", () =>
+    Effect.gen(function*() {
+      const starts = yield* Ref.make(0)
+      const crashing = Effect.gen(function*() {
+        const n = yield* Ref.updateAndGet(starts, (k) => k + 1)
+        if (n <= 3) return yield* Effect.die(new Error(`crash ${n}`))
+        return yield* Effect.never
+      })
+      const fiber = yield* Effect.forkChild(supervise("test actor", crashing))
+      yield* TestClock.adjust("0 millis")
+      assert.strictEqual(yield* Ref.get(starts), 1)
+      yield* TestClock.adjust("1 second") // first backoff 1 s
+      assert.strictEqual(yield* Ref.get(starts), 2)
+      yield* TestClock.adjust("1 second") // second backoff is 2 s
+      assert.strictEqual(yield* Ref.get(starts), 2)
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual(yield* Ref.get(starts), 3)
+      yield* TestClock.adjust("4 seconds")
+      assert.strictEqual(yield* Ref.get(starts), 4)
+      yield* Fiber.interrupt(fiber)
+    }))
 })
