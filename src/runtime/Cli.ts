@@ -5,6 +5,7 @@
 import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
+import { foldHistory } from "../domain/BatchState.ts"
 import { AppLayer, describeBackends } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { migrate } from "../layers/Migrations.ts"
@@ -123,6 +124,35 @@ const events = Command.make(
   }, Effect.provide(AppLayer))
 ).pipe(Command.withDescription("Show recorded events, newest last"))
 
+const status = Command.make(
+  "status",
+  { json },
+  Effect.fn("Cli.status")(function*({ json }) {
+    const log = yield* EventLog
+    const rows = []
+    for (const batch of batches) {
+      const stored = yield* log.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 1000 })
+      const history = foldHistory([...stored].reverse())
+      rows.push({
+        batch: batch.name,
+        state: history.paused ? "paused" : "active",
+        lastOutcome: history.lastRun?.outcome ?? null,
+        lastRunAt: history.lastRun?.finishedAt.toISOString() ?? null,
+        lastSuccessAt: history.lastSuccessAt?.toISOString() ?? null,
+        consecutiveFailures: history.consecutiveFailures,
+        lastSummary: history.lastRun?.summary ?? null
+      })
+    }
+    if (json) return yield* Console.log(JSON.stringify(rows))
+    for (const row of rows) {
+      yield* Console.log(
+        `${row.batch.padEnd(36)} ${row.state.padEnd(7)} ${(row.lastOutcome ?? "never run").padEnd(10)} ${row.lastRunAt ?? ""}` +
+          (row.consecutiveFailures > 0 ? `  (${row.consecutiveFailures} consecutive failures)` : "")
+      )
+    }
+  }, Effect.provide(AppLayer))
+).pipe(Command.withDescription("Each batch's last run and outcome, folded from its events"))
+
 /** Logs the schedule table and where the HTTP server listens, once everything is up. */
 const Announce = Layer.effectDiscard(Effect.gen(function*() {
   const scheduler = yield* Scheduler
@@ -166,7 +196,7 @@ const start = Command.make(
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, migrateCommand, events])
+  Command.withSubcommands([start, run, status, migrateCommand, events])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })
