@@ -79,45 +79,30 @@ export const BuildsSql = Layer.effect(
       return Option.map(Option.fromNullishOr(rows[0]), toBuild)
     })
 
-    const drop = Effect.fn("Builds.drop")(function*(build: CancelingBuild, now: DateTime.Utc) {
+    /**
+     * Fails a canceling build with `reason` and appends its event, in one fenced transaction.
+     * `lockVersion` set: optimistic (drop); undefined: only the status guard (doom).
+     */
+    const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
+      const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
+      const lockGuard = outcome === "dropped" ? sql`AND lock_version = ${build.lockVersion}` : sql``
       const at = DateTime.toDateUtc(now)
-      return yield* events.transaction(Effect.gen(function*() {
+      return events.transaction(Effect.gen(function*() {
         yield* fenceWrite(sql)
         const updated = yield* sql`
-          UPDATE ci_builds SET status = 'failed', failure_reason = ${FailureReason.stuck_or_timeout_failure},
+          UPDATE ci_builds SET status = 'failed', failure_reason = ${reason},
             finished_at = ${at}, updated_at = ${at}, lock_version = lock_version + 1
-          WHERE id = ${build.id} AND status = 'canceling' AND lock_version = ${build.lockVersion}
+          WHERE id = ${build.id} AND status = 'canceling' ${lockGuard}
           RETURNING id`
         if (updated.length === 0) return false
-        yield* events.append(new BuildDropped({
-          id: build.id,
-          project_id: build.projectId,
-          runner_id: build.runnerId,
-          failure_reason: FailureReason.stuck_or_timeout_failure
-        }))
+        const fields = { id: build.id, project_id: build.projectId, runner_id: build.runnerId, failure_reason: reason }
+        yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
         return true
       }))
-    })
+    }
 
-    const doom = Effect.fn("Builds.doom")(function*(build: CancelingBuild, now: DateTime.Utc) {
-      const at = DateTime.toDateUtc(now)
-      return yield* events.transaction(Effect.gen(function*() {
-        yield* fenceWrite(sql)
-        const updated = yield* sql`
-          UPDATE ci_builds SET status = 'failed', failure_reason = ${FailureReason.data_integrity_failure},
-            finished_at = ${at}, updated_at = ${at}, lock_version = lock_version + 1
-          WHERE id = ${build.id} AND status = 'canceling'
-          RETURNING id`
-        if (updated.length === 0) return false
-        yield* events.append(new BuildDoomed({
-          id: build.id,
-          project_id: build.projectId,
-          runner_id: build.runnerId,
-          failure_reason: FailureReason.data_integrity_failure
-        }))
-        return true
-      }))
-    })
+    const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped"))
+    const doom = Effect.fn("Builds.doom")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed"))
 
     return Builds.of({ findStuckCanceling, find, drop, doom })
   })

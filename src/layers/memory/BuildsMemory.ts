@@ -54,27 +54,31 @@ export const BuildsMemory = Layer.effect(
     const state = yield* MemoryBuilds
     const events = yield* EventLog
 
-    /** The guarded update; a staged conflict bumps lock_version first, as a concurrent writer would. */
-    const update = (id: number, guard: (row: BuildRecord) => boolean, change: (row: BuildRecord) => void) => {
-      const row = state.rows.get(id)
-      if (row === undefined) return false
-      const pending = state.conflicts.get(id) ?? 0
-      if (pending > 0) {
-        state.conflicts.set(id, pending - 1)
+    /**
+     * The guarded update (status canceling, and for a drop the lock_version read), as BuildsSql's.
+     * A staged conflict bumps lock_version first, as a concurrent writer would.
+     */
+    const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") =>
+      events.transaction(Effect.gen(function*() {
+        yield* checkFence
+        const row = state.rows.get(build.id)
+        if (row === undefined) return false
+        const pending = state.conflicts.get(build.id) ?? 0
+        if (pending > 0) {
+          state.conflicts.set(build.id, pending - 1)
+          row.lockVersion++
+        }
+        if (row.status !== "canceling" || (outcome === "dropped" && row.lockVersion !== build.lockVersion)) return false
+        const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
+        row.status = "failed"
+        row.failureReason = reason
+        row.finishedAt = now
+        row.updatedAt = now
         row.lockVersion++
-      }
-      if (!guard(row)) return false
-      change(row)
-      row.lockVersion++
-      return true
-    }
-
-    const fail = (reason: number, now: DateTime.Utc) => (row: BuildRecord) => {
-      row.status = "failed"
-      row.failureReason = reason
-      row.finishedAt = now
-      row.updatedAt = now
-    }
+        const fields = { id: build.id, project_id: build.projectId, runner_id: build.runnerId, failure_reason: reason }
+        yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
+        return true
+      }))
 
     return Builds.of({
       findStuckCanceling: ({ cutoff, after, limit }) =>
@@ -91,38 +95,8 @@ export const BuildsMemory = Layer.effect(
           return found.map(toBuild)
         }),
       find: (id) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild)),
-      drop: (build, now) =>
-        events.transaction(Effect.gen(function*() {
-          yield* checkFence
-          const dropped = update(
-            build.id,
-            (row) => row.status === "canceling" && row.lockVersion === build.lockVersion,
-            fail(FailureReason.stuck_or_timeout_failure, now)
-          )
-          if (dropped) {
-            yield* events.append(new BuildDropped({
-              id: build.id,
-              project_id: build.projectId,
-              runner_id: build.runnerId,
-              failure_reason: FailureReason.stuck_or_timeout_failure
-            }))
-          }
-          return dropped
-        })),
-      doom: (build, now) =>
-        events.transaction(Effect.gen(function*() {
-          yield* checkFence
-          const doomed = update(build.id, (row) => row.status === "canceling", fail(FailureReason.data_integrity_failure, now))
-          if (doomed) {
-            yield* events.append(new BuildDoomed({
-              id: build.id,
-              project_id: build.projectId,
-              runner_id: build.runnerId,
-              failure_reason: FailureReason.data_integrity_failure
-            }))
-          }
-          return doomed
-        }))
+      drop: (build, now) => failBuild(build, now, "dropped"),
+      doom: (build, now) => failBuild(build, now, "doomed")
     })
   })
 ).pipe(Layer.provideMerge(MemoryBuilds.layer))
