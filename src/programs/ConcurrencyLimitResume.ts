@@ -66,6 +66,8 @@ export type WorkerOutcome =
 /** One pass per worker cluster-wide. Renewed before every pass (1 s apart), so a short TTL suffices. */
 export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
 export const WORKER_LEASE_TTL = Duration.seconds(15)
+/** Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled workers must not mean hundreds of Redis loops). */
+export const MAX_CONCURRENT_WORKER_PASSES = 16
 
 interface PassResult {
   readonly limit: number
@@ -175,7 +177,7 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
   const workers = yield* limits.workersWithDeferredJobs
   // Concurrently, and one worker's failure neither stops nor hides the others: all passes finish,
   // then the run fails with the first failure (so the guard records and retries it).
-  const exits = yield* Effect.forEach(workers, (worker) => Effect.exit(resumeWorker(worker)), { concurrency: "unbounded" })
+  const exits = yield* Effect.forEach(workers, (worker) => Effect.exit(resumeWorker(worker)), { concurrency: MAX_CONCURRENT_WORKER_PASSES })
   const summaries: Array<WorkerResumeSummary> = []
   for (const [i, exit] of exits.entries()) {
     if (Exit.isFailure(exit)) {

@@ -70,7 +70,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   }
 
   yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
-    Effect.annotateLogs({ job_ids: failedJids, failed: failedJids.length })
+    Effect.annotateLogs({ jids: failedJids, failed: failedJids.length })
   )
   if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failedJids.length)
   return summary()
