@@ -151,12 +151,18 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
       })
     }
 
-    /** A tick that will not run is recorded once cluster-wide: whoever claims the tick records it. */
+    /**
+     * A tick that will not run is recorded once cluster-wide: whoever claims the tick records it.
+     * Except when the lease store itself is unreachable: then every replica records its own miss
+     * (duplicated beats silent).
+     */
     const recordMissed = (actor: Actor, scheduledAt: Date, reason: TickMissed["reason"]) =>
       Effect.gen(function*() {
         const at = DateTime.fromDateUnsafe(scheduledAt)
-        const claim = yield* lease.tryAcquire(tickLeaseName(actor.batch.name, at), Duration.hours(25))
-        if (Option.isNone(claim)) return
+        if (reason !== "lease_unavailable") {
+          const claim = yield* lease.tryAcquire(tickLeaseName(actor.batch.name, at), Duration.hours(25))
+          if (Option.isNone(claim)) return
+        }
         yield* events.append(new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason }))
         yield* Ref.update(actor.state, (s) => ({ ...s, history: { ...s.history, lastCoveredTick: scheduledAt } }))
       }).pipe(

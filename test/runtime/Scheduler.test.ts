@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Context, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
-import type { InvalidConfig } from "../../src/domain/Errors.ts"
+import { type InvalidConfig, RedisError } from "../../src/domain/Errors.ts"
 import { RunStarted } from "../../src/domain/Events.ts"
 import type { SweeperSettings } from "../../src/layers/Config.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
@@ -9,7 +9,7 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import type { RegisteredBatch } from "../../src/programs/index.ts"
 import { Scheduler, schedulerLayer, supervise } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { Lease, leaseKey } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const T0 = Date.parse("2026-05-01T00:01:00Z")
@@ -270,6 +270,25 @@ describe("Scheduler: batch actors", () => {
       assert.strictEqual((invalid as InvalidConfig).variable, "SWEEPER_CRON_TEST_BATCH")
       assert.include(invalid.message, "invalid cron")
     }).pipe(Effect.provide(platform())))
+
+  it.effect("when the lease store is unreachable the tick does not run and is recorded as lease_unavailable", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const { batch, runs } = yield* testBatch(() => Effect.void)
+      yield* startScheduler(batch)
+      yield* TestClock.adjust("9 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 0)
+      const missed = (yield* events("TickMissed")).map((e) => [e.data.scheduled_at, e.data.reason])
+      assert.deepStrictEqual(missed, [[at("00:10:00"), "lease_unavailable"]])
+    }).pipe(
+      Effect.provide(Layer.succeed(Lease, Lease.of({
+        tryAcquire: () => Effect.fail(new RedisError({ operation: "lease.acquire", cause: new Error("ECONNREFUSED") })),
+        renew: () => Effect.succeed(false),
+        release: () => Effect.succeed(false),
+        isHeld: () => Effect.succeed(false)
+      }))),
+      Effect.provide(platform())
+    ))
 
   it.effect("a disabled batch never runs; its ticks are recorded as disabled", () =>
     Effect.gen(function*() {
