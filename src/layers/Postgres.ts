@@ -8,6 +8,7 @@ import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, type Redacted, Schema } from "effect"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import type { Server, Socket } from "node:net"
 import { join } from "node:path"
 
 export class EmbeddedDatabaseBusy extends Schema.TaggedError<EmbeddedDatabaseBusy>()("EmbeddedDatabaseBusy", {
@@ -59,6 +60,23 @@ const lockDataDir = (dataDir: string) =>
     (lockFile) => Effect.sync(() => rmSync(lockFile, { force: true }))
   )
 
+/**
+ * Every socket the socket server accepts, until it closes. `PGLiteSocketServer.stop()` waits for
+ * all of them, but one accepted just before `stop()` and handed to it just after (the client's
+ * connect racing a SIGTERM during start-up) it only `end()`s: with the client's startup message
+ * still unread that socket never closes, and `stop()` would wait forever.
+ */
+const trackSockets = (server: PGLiteSocketServer) => {
+  const sockets = new Set<Socket>()
+  // The net.Server is private to pglite-socket (pinned version); without it we only lose the fix.
+  const net = (server as unknown as { readonly server?: Server | null }).server
+  net?.on("connection", (socket: Socket) => {
+    sockets.add(socket)
+    socket.once("close", () => sockets.delete(socket))
+  })
+  return sockets
+}
+
 /** An embedded PostgreSQL; `dataDir` undefined keeps it in memory (specs, benchmarks). */
 export const layerEmbedded = (dataDir: string | undefined) =>
   Layer.unwrap(Effect.gen(function*() {
@@ -70,12 +88,16 @@ export const layerEmbedded = (dataDir: string | undefined) =>
           // Exactly one connection: PGlite interleaves protocol messages of concurrent connections.
           const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
           await server.start()
-          return { db, server }
+          return { db, server, sockets: trackSockets(server) }
         },
         catch: (cause) => new EmbeddedDatabaseError({ dataDir: dataDir ?? "(memory)", cause })
       }),
-      ({ db, server }) => Effect.promise(async () => {
-        await server.stop()
+      ({ db, server, sockets }) => Effect.promise(async () => {
+        // stop() stops accepting and closes the sockets its handlers read; the ones no handler
+        // reads (turned away) only close if destroyed.
+        const stopped = server.stop()
+        for (const socket of sockets) if (socket.listenerCount("data") === 0) socket.destroy()
+        await stopped
         await db.close()
       })
     )
