@@ -4,67 +4,29 @@
  * itself through the run guard with the real layers (PostgreSQL + Redis). Prints figures only.
  *
  *   npm run bench -- drop-canceling-builds
- *   BENCH_ROWS=200000 BENCH_DATABASE_URL=postgres://… BENCH_REDIS_URL=redis://…/0 npm run bench -- drop-canceling-builds
+ *   BENCH_ROWS=200000 BENCH_DATABASE_URL=postgres://… BENCH_REDIS_URL=redis://…/12 npm run bench -- drop-canceling-builds
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Duration, Effect, Layer, Option, Redacted, References } from "effect"
-import { randomBytes } from "node:crypto"
 import { performance } from "node:perf_hooks"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../src/domain/Build.ts"
 import { BuildsSql, stuckCancelingQuery } from "../src/layers/BuildsSql.ts"
 import { SweeperConfig } from "../src/layers/Config.ts"
 import { EventLogSql } from "../src/layers/EventLogSql.ts"
 import { LeaseRedis } from "../src/layers/LeaseRedis.ts"
-import { migrate } from "../src/layers/Migrations.ts"
-import { layerServer } from "../src/layers/Postgres.ts"
 import { Redis } from "../src/layers/Redis.ts"
 import { DropCancelingBuilds } from "../src/programs/DropCancelingBuilds.ts"
 import { startingAt } from "../src/runtime/Clocks.ts"
 import { runBatch } from "../src/runtime/RunGuard.ts"
+import { adminUrl, benchDatabase, benchRedis, migratedDatabase, redisUrl, timed } from "./support/harness.ts"
 
-const adminUrl = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
-const redisUrl = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379/0"
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 /** Every STUCK_EVERY-th row is a stuck canceling build. */
 const STUCK_EVERY = 100
 const NOW = new Date("2026-01-01T05:00:00Z")
 /** Each drop commits its own transaction, so commit latency (WAL fsync) dominates; `off` shows the rest. */
 const SYNCHRONOUS_COMMIT = process.env.BENCH_SYNCHRONOUS_COMMIT
-
-const admin = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
-
-const databaseUrl = (name: string) => {
-  const url = new URL(adminUrl)
-  url.pathname = `/${name}`
-  return url.toString()
-}
-
-const benchDatabase = Effect.acquireRelease(
-  Effect.gen(function*() {
-    const name = `sweeper_bench_${randomBytes(4).toString("hex")}`
-    const sql = yield* PgClient.PgClient
-    yield* sql.unsafe(`CREATE DATABASE ${name}`)
-    if (SYNCHRONOUS_COMMIT !== undefined) {
-      yield* sql.unsafe(`ALTER DATABASE ${name} SET synchronous_commit = '${SYNCHRONOUS_COMMIT.replace(/[^a-z_]/g, "")}'`)
-    }
-    return name
-  }).pipe(Effect.provide(admin)),
-  (name) =>
-    Effect.gen(function*() {
-      const sql = yield* PgClient.PgClient
-      yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-      console.log(`\ndropped database ${name}`)
-    }).pipe(Effect.provide(admin), Effect.orDie)
-)
-
-const timed = <A, E, R>(label: string, effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const start = performance.now()
-    const result = yield* effect
-    console.log(`${label.padEnd(34)} ${((performance.now() - start) / 1000).toFixed(2)} s`)
-    return result
-  })
 
 const seed = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
@@ -124,12 +86,12 @@ const explain = (after: Parameters<typeof stuckCancelingQuery>[1]["after"]) =>
   })
 
 const program = Effect.gen(function*() {
-  const name = yield* benchDatabase
-  const url = databaseUrl(name)
+  const { name, url } = yield* benchDatabase(SYNCHRONOUS_COMMIT)
+  yield* benchRedis
   console.log(`database ${name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${ROWS.toLocaleString("en")} rows` +
     `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`)
 
-  const Database = Layer.effectDiscard(migrate).pipe(Layer.provideMerge(layerServer(Redacted.make(url))))
+  const Database = migratedDatabase(url)
   // Exactly the production layers drop-canceling-builds runs on (see layers/App.ts).
   const Platform = Layer.mergeAll(BuildsSql, LeaseRedis).pipe(
     Layer.provideMerge(EventLogSql),
