@@ -108,6 +108,15 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const startedAt = yield* DateTime.now
     const startedMs = DateTime.toEpochMillis(startedAt)
 
+    const runStarted = new RunStarted({
+      batch: batch.name,
+      run_id: runId,
+      scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
+      node: config.node,
+      trigger: options.trigger,
+      dryRun
+    })
+
     const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
       const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
       yield* events.append(new RunFinished({ batch: batch.name, outcome, summary, duration_ms: durationMs, dryRun, ...details })).pipe(
@@ -144,21 +153,14 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       if (Option.isSome(batch.lease) && !dryRun) {
         const handle = yield* lease.tryAcquire(batch.lease.value.name, batch.lease.value.ttl)
         if (Option.isNone(handle)) {
-          yield* events.append(new RunStarted({ batch: batch.name, run_id: runId, scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null, node: config.node, trigger: options.trigger, dryRun }))
+          yield* events.append(runStarted)
           yield* increment(leaseSkipsTotal, 1, { batch: batch.name })
           return yield* finish("skipped", null, { reason: "lease held" })
         }
         fence = Option.some(yield* holdLease(handle.value))
       }
 
-      yield* events.append(new RunStarted({
-        batch: batch.name,
-        run_id: runId,
-        scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
-        node: config.node,
-        trigger: options.trigger,
-        dryRun
-      }))
+      yield* events.append(runStarted)
 
       const program = batch.run.pipe(
         Effect.retry(transientRetry),
