@@ -5,7 +5,6 @@
 import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
-import { foldHistory } from "../domain/BatchState.ts"
 import { AppLayer, describeBackends } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { migrate } from "../layers/Migrations.ts"
@@ -14,7 +13,7 @@ import { EventLog } from "../services/EventLog.ts"
 import { startingAt } from "./Clocks.ts"
 import { HttpLive } from "./Http.ts"
 import { runBatch } from "./RunGuard.ts"
-import { Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
+import { loadHistory, Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
 
 /** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
 export const supervisor = { started: false }
@@ -128,11 +127,9 @@ const status = Command.make(
   "status",
   { json },
   Effect.fn("Cli.status")(function*({ json }) {
-    const log = yield* EventLog
     const rows = []
     for (const batch of batches) {
-      const stored = yield* log.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 1000 })
-      const history = foldHistory([...stored].reverse())
+      const history = yield* loadHistory(batch.name)
       rows.push({
         batch: batch.name,
         state: history.paused ? "paused" : "active",

@@ -67,6 +67,13 @@ export class Scheduler extends Context.Service<Scheduler, {
 
 const HISTORY_EVENTS = 1000
 
+/** A batch's state, folded from its newest HISTORY_EVENTS events (oldest first). */
+export const loadHistory = Effect.fnUntraced(function*(batch: string) {
+  const events = yield* EventLog
+  const stored = yield* events.query({ stream: `batch:${batch}`, newestFirst: true, limit: HISTORY_EVENTS })
+  return foldHistory([...stored].reverse())
+})
+
 /** Runs `body` forever: a crash is logged and `body` restarted after a capped exponential backoff. */
 export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown, R>) =>
   Effect.gen(function*() {
@@ -134,8 +141,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
       if (Result.isFailure(cron)) {
         return yield* new InvalidConfig({ variable, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
       }
-      const stored = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: HISTORY_EVENTS })
-      const history = foldHistory([...stored].reverse())
+      const history = yield* loadHistory(batch.name)
       const disabled = settings.disabledBatches.includes(batch.name)
       actors.set(batch.name, {
         batch,
