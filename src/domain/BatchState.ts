@@ -39,6 +39,16 @@ const later = (a: Date | undefined, b: Date | undefined) =>
 const dateField = (value: unknown): Date | undefined =>
   typeof value === "string" && !Number.isNaN(Date.parse(value)) ? new Date(value) : undefined
 
+/** The state after a finished (non-dry) run: the scheduler applies it live, `evolve` from events. */
+export const withRun = (state: BatchHistory, run: LastRun): BatchHistory => ({
+  ...state,
+  lastRun: run,
+  lastSuccessAt: run.outcome === "succeeded" ? run.finishedAt : state.lastSuccessAt,
+  consecutiveFailures: run.outcome === "failed" || run.outcome === "timed_out"
+    ? state.consecutiveFailures + 1
+    : run.outcome === "succeeded" ? 0 : state.consecutiveFailures
+})
+
 /** Applies one event (oldest first) to the state. */
 export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory => {
   switch (event.type) {
@@ -51,20 +61,13 @@ export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory =>
     case "RunFinished": {
       const outcome = event.data.outcome as Outcome
       if (event.data.dryRun === true) return state
-      return {
-        ...state,
-        lastRun: {
-          runId: event.runId,
-          outcome,
-          finishedAt: event.occurredAt,
-          durationMs: Number(event.data.duration_ms ?? 0),
-          summary: event.data.summary
-        },
-        lastSuccessAt: outcome === "succeeded" ? event.occurredAt : state.lastSuccessAt,
-        consecutiveFailures: outcome === "failed" || outcome === "timed_out"
-          ? state.consecutiveFailures + 1
-          : outcome === "succeeded" ? 0 : state.consecutiveFailures
-      }
+      return withRun(state, {
+        runId: event.runId,
+        outcome,
+        finishedAt: event.occurredAt,
+        durationMs: Number(event.data.duration_ms ?? 0),
+        summary: event.data.summary
+      })
     }
     case "TickMissed":
       return { ...state, lastCoveredTick: later(state.lastCoveredTick, dateField(event.data.scheduled_at)) }

@@ -13,7 +13,7 @@
  *   interrupted (their leases are released by the guard's finalizers).
  */
 import { Cause, Config, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Result } from "effect"
-import { type BatchHistory, foldHistory, isBreakerOpen } from "../domain/BatchState.ts"
+import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
 import { InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
 import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, periodAt, planStartup } from "../domain/Schedule.ts"
@@ -101,14 +101,7 @@ const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
   if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return history
-  return {
-    ...history,
-    lastRun: { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary },
-    lastSuccessAt: result.outcome === "succeeded" ? finishedAt : history.lastSuccessAt,
-    consecutiveFailures: result.outcome === "failed" || result.outcome === "timed_out"
-      ? history.consecutiveFailures + 1
-      : result.outcome === "succeeded" ? 0 : history.consecutiveFailures
-  }
+  return withRun(history, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
 }
 
 export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
