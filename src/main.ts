@@ -3,32 +3,24 @@
  * Configuration errors print one line naming the variable and exit 2.
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Console, Effect } from "effect"
-import { Cause, Exit, Runtime } from "effect"
+import { Cause, Console, Effect, Exit, Runtime } from "effect"
 import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
+
+/** Bad input or a busy embedded database: one line on stderr, exit 2. */
+const usageError = (message: string) =>
+  Console.error(`sweeper: ${message}`).pipe(Effect.andThen(Effect.sync(() => { process.exitCode = 2 })))
 
 cli.pipe(
   Effect.provide(NodeServices.layer),
   Effect.provide(LoggingLive),
   Effect.catchTags({
+    // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
     InvalidConfig: (error) =>
-      // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
-      Console.error(`sweeper: invalid configuration: ${error.variable}: ${error.message.replace(/\s*\n\s*/g, " ")}`).pipe(
-        Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
-      ),
-    UnknownBatch: (error) =>
-      Console.error(`sweeper: unknown batch "${error.name}"; known batches: ${error.known.join(", ")}`).pipe(
-        Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
-      ),
-    EmbeddedDatabaseBusy: (error) =>
-      Console.error(`sweeper: ${error.message}`).pipe(
-        Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
-      ),
-    InvalidFlag: (error) =>
-      Console.error(`sweeper: ${error.flag}: ${error.message}`).pipe(
-        Effect.andThen(Effect.sync(() => { process.exitCode = 2 }))
-      )
+      usageError(`invalid configuration: ${error.variable}: ${error.message.replace(/\s*\n\s*/g, " ")}`),
+    UnknownBatch: (error) => usageError(`unknown batch "${error.name}"; known batches: ${error.known.join(", ")}`),
+    EmbeddedDatabaseBusy: (error) => usageError(error.message),
+    InvalidFlag: (error) => usageError(`${error.flag}: ${error.message}`)
   }),
   NodeRuntime.runMain({
     // SIGTERM/SIGINT interrupt the supervisor; once its graceful shutdown has run, that is success.
