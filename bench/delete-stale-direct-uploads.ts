@@ -159,7 +159,7 @@ const program = Effect.gen(function*() {
     Layer.provideMerge(InstrumentedEventLog),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),
-      Redis.layer(Redacted.make(redisUrl)),
+      Redis.layerSingle(Redacted.make(redisUrl)),
       SweeperConfig.layerWith({ node: "bench", objectStorage: roots })
     ))
   )

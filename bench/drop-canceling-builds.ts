@@ -95,7 +95,7 @@ const program = Effect.gen(function*() {
   // Exactly the production layers drop-canceling-builds runs on (see layers/App.ts).
   const Platform = Layer.mergeAll(BuildsSql, LeaseRedis).pipe(
     Layer.provideMerge(EventLogSql),
-    Layer.provideMerge(Layer.mergeAll(Database, Redis.layer(Redacted.make(redisUrl)), SweeperConfig.layerWith({ node: "bench" })))
+    Layer.provideMerge(Layer.mergeAll(Database, Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({ node: "bench" })))
   )
 
   yield* Effect.gen(function*() {

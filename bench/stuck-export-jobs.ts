@@ -136,7 +136,7 @@ const program = Effect.gen(function*() {
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),
-      Redis.layer(Redacted.make(redisUrl)),
+      Redis.layerSingle(Redacted.make(redisUrl)),
       SweeperConfig.layerWith({ node: "bench" })
     ))
   )

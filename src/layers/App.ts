@@ -45,7 +45,7 @@ export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatu
 
 /** The services backed by Redis, on a real server. */
 export const RedisBackends = (url: Redacted.Redacted<string>) =>
-  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(Layer.provideMerge(Redis.layer(url)))
+  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(Layer.provideMerge(Redis.layerSingle(url)))
 
 /** The same services in memory (embedded default, specs). */
 export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))

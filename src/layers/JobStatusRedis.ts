@@ -3,12 +3,12 @@ import { type Duration, Effect, Layer } from "effect"
 import { JOB_STATUS_LOOKUP_SLICE, JOB_STATUS_VALUE, jobStatusKey } from "../domain/SidekiqStatus.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { ttlSeconds } from "./LeaseRedis.ts"
-import { Redis } from "./Redis.ts"
+import { QueuesMetadataRedis } from "./Redis.ts"
 
 export const JobStatusRedis = Layer.effect(
   JobStatus,
   Effect.gen(function*() {
-    const redis = yield* Redis
+    const redis = yield* QueuesMetadataRedis
 
     const completedJids = Effect.fn("JobStatus.completedJids")(function*(jids: ReadonlyArray<string>) {
       const completed: Array<string> = []

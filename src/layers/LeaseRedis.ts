@@ -2,7 +2,7 @@
 import { Duration, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { epochKey, Lease, leaseKey, type LeaseHandle } from "../services/Lease.ts"
-import { Redis } from "./Redis.ts"
+import { SharedStateRedis } from "./Redis.ts"
 
 // SET NX EX exactly as GitLab's ExclusiveLease, plus a fencing epoch taken in the same step.
 const ACQUIRE = `
@@ -28,7 +28,7 @@ export const ttlSeconds = (ttl: Duration.Duration) => Math.max(1, Math.ceil(Dura
 export const LeaseRedis = Layer.effect(
   Lease,
   Effect.gen(function*() {
-    const redis = yield* Redis
+    const redis = yield* SharedStateRedis
     const tryAcquire = Effect.fn("Lease.tryAcquire")(function*(name: string, ttl: Duration.Duration) {
       const token = randomUUID()
       const epoch = yield* redis.use("lease.acquire", (client) =>

@@ -2,7 +2,7 @@
 import { Effect, Layer, Option, Stream } from "effect"
 import { PENDING_DIRECT_UPLOADS_KEY, type RawPendingEntry, SCAN_PAGE_SIZE } from "../domain/DirectUpload.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
-import { Redis } from "./Redis.ts"
+import { SharedStateRedis } from "./Redis.ts"
 
 /** HSCAN replies `[cursor, [field, value, field, value, …]]`. */
 const toEntries = (flat: ReadonlyArray<string>): Array<RawPendingEntry> => {
@@ -14,7 +14,7 @@ const toEntries = (flat: ReadonlyArray<string>): Array<RawPendingEntry> => {
 export const PendingDirectUploadsRedis = Layer.effect(
   PendingDirectUploads,
   Effect.gen(function*() {
-    const redis = yield* Redis
+    const redis = yield* SharedStateRedis
     const key = PENDING_DIRECT_UPLOADS_KEY
 
     const page = (cursor: string, pageSize: number) =>

@@ -3,12 +3,12 @@ import { Duration, Effect, Layer } from "effect"
 import { RedisError } from "../domain/Errors.ts"
 import { REDIS_EXPIRY_TIME, rebalanceMember, type RebalanceType, RUNNING_REBALANCES_KEY } from "../domain/Rebalancing.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
-import { Redis } from "./Redis.ts"
+import { SharedStateRedis } from "./Redis.ts"
 
 export const RebalancingStateRedis = Layer.effect(
   RebalancingState,
   Effect.gen(function*() {
-    const redis = yield* Redis
+    const redis = yield* SharedStateRedis
     const runningMembers = redis.use("rebalancing.smembers", (client) => client.smembers(RUNNING_REBALANCES_KEY)).pipe(
       Effect.withSpan("RebalancingState.runningMembers")
     )

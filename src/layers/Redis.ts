@@ -37,4 +37,29 @@ export class Redis extends Context.Service<Redis, {
         return Redis.of({ client, use })
       })
     )
+
+  /**
+   * One server for every GitLab store (SPEC §8.2 with all three URLs equal): the client above, also
+   * provided as SharedStateRedis, QueuesRedis and QueuesMetadataRedis.
+   */
+  static readonly layerSingle = (url: Redacted.Redacted<string>) =>
+    Layer.effectContext(Effect.gen(function*() {
+      const redis = yield* Redis
+      return Context.make(Redis, redis).pipe(
+        Context.add(SharedStateRedis, redis),
+        Context.add(QueuesRedis, redis),
+        Context.add(QueuesMetadataRedis, redis)
+      )
+    })).pipe(Layer.provide(Redis.layer(url)))
 }
+
+/**
+ * GitLab spreads its keys over three Redis deployments (SPEC §8.2). Each service layer asks for the
+ * store its keys live in, never for "the" Redis, so a split or clustered deployment is a matter of
+ * which connection each tag gets.
+ */
+export class SharedStateRedis extends Context.Service<SharedStateRedis, Redis["Service"]>()("sweeper/layers/Redis/SharedState") {}
+/** Sidekiq's own Redis: `queue:<name>`, `queues`, `<pid>:work`. */
+export class QueuesRedis extends Context.Service<QueuesRedis, Redis["Service"]>()("sweeper/layers/Redis/Queues") {}
+/** Job status keys, concurrency-limit trackers, duplicate-job keys. */
+export class QueuesMetadataRedis extends Context.Service<QueuesMetadataRedis, Redis["Service"]>()("sweeper/layers/Redis/QueuesMetadata") {}

@@ -10,7 +10,7 @@ import { DEFAULT_JOB_STATUS_TTL, EXPORT_JOB_STATUS_TTL, jobStatusKey } from "../
 import { JobStatusRedis } from "../../src/layers/JobStatusRedis.ts"
 import { JobStatusMemory } from "../../src/layers/memory/JobStatusMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { QueuesMetadataRedis, Redis } from "../../src/layers/Redis.ts"
 import { JobStatus } from "../../src/services/JobStatus.ts"
 import { RedisTest } from "../support/redis.ts"
 
@@ -111,8 +111,8 @@ contract("redis", () => Layer.mergeAll(JobStatusRedis, RedisBackend).pipe(Layer.
 
 /** Counts the commands sent through the Redis service, by operation name. */
 const countingRedis = (calls: Array<string>) =>
-  Layer.effect(Redis, Effect.map(Redis, (redis) =>
-    Redis.of({
+  Layer.effect(QueuesMetadataRedis, Effect.map(Redis, (redis) =>
+    QueuesMetadataRedis.of({
       client: redis.client,
       use: (operation, f) => Effect.suspend(() => {
         calls.push(operation)

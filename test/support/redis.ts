@@ -59,4 +59,4 @@ export class TestRedisUrl extends Context.Service<TestRedisUrl, string>()("test/
 
 /** The Redis service on a freshly flushed database, plus its URL for child processes. */
 export const RedisTest = Layer.unwrap(Effect.map(freshRedisUrl, (url) =>
-  Redis.layer(Redacted.make(url)).pipe(Layer.merge(Layer.succeed(TestRedisUrl, url)), Layer.orDie)))
+  Redis.layerSingle(Redacted.make(url)).pipe(Layer.merge(Layer.succeed(TestRedisUrl, url)), Layer.orDie)))
