@@ -33,7 +33,10 @@ import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
 import { migrate } from "./Migrations.ts"
+import { ObjectStorageAzure } from "./ObjectStorageAzure.ts"
+import { describeObjectStorage, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 import { ObjectStorageLocal } from "./ObjectStorageLocal.ts"
+import { ObjectStorageS3 } from "./ObjectStorageS3.ts"
 import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
@@ -58,6 +61,18 @@ const Migrated = Layer.effectDiscard(Effect.gen(function*() {
   if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
 }))
 
+/** The object-storage backend `SWEEPER_OBJECT_STORAGE` names (SPEC §8.4): one layer per provider. */
+export const objectStorageLayer = (settings: ObjectStorageSettings): Layer.Layer<ObjectStorage> => {
+  switch (settings._tag) {
+    case "Local":
+      return ObjectStorageLocal(settings.roots)
+    case "S3":
+      return ObjectStorageS3(settings)
+    case "Azure":
+      return ObjectStorageAzure(settings)
+  }
+}
+
 export const databaseLayer = (settings: SweeperSettings) =>
   Migrated.pipe(Layer.provideMerge(Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
@@ -72,7 +87,8 @@ export const describeBackends = (settings: SweeperSettings) => ({
   redis: Option.match(settings.redisUrl, {
     onNone: () => "in-memory (embedded, this process only)",
     onSome: (url) => redactUrl(Redacted.value(url))
-  })
+  }),
+  objectStorage: describeObjectStorage(settings.objectStorage)
 })
 
 const redactUrl = (url: string) => {
@@ -89,5 +105,5 @@ const redactUrl = (url: string) => {
 export const AppLayer = Layer.unwrap(Effect.gen(function*() {
   const settings = yield* SweeperConfig
   const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
-  return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings)))
+  return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage)).pipe(Layer.provideMerge(databaseLayer(settings)))
 })).pipe(Layer.provideMerge(SweeperConfig.layer))

@@ -29,6 +29,7 @@ import {
   directUploadsFailedDeletesTotal,
   directUploadsInvalidEntriesTotal,
   directUploadsPending,
+  directUploadsSkippedNoStoreTotal,
   increment,
   setGauge
 } from "../services/Metrics.ts"
@@ -41,6 +42,8 @@ export interface DeleteStaleDirectUploadsSummary {
   readonly executionTimeout: boolean
   readonly invalidEntries: number
   readonly failedDeletes: number
+  /** Stale entries of a location with no object store configured: field removed, no object deleted. */
+  readonly skippedNoStore: number
 }
 
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
@@ -48,22 +51,26 @@ const LOG_SAMPLE_SIZE = 5
 /** Untrusted strings quoted in a log line are cut to this length. */
 const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
 
-/** Object first, then the entry: a crash in between leaves an entry whose object is "missing" next run. */
+/**
+ * Object first, then the entry: a crash in between leaves an entry whose object is "missing" next run.
+ * Returns what happened to the object, or "vanished" when the entry was already gone (the upload
+ * completed, or HSCAN returned it twice) and so counts nowhere.
+ */
 const deleteUpload = Effect.fnUntraced(function*(upload: PendingDirectUpload) {
   const storage = yield* ObjectStorage
   const pending = yield* PendingDirectUploads
   const events = yield* EventLog
-  yield* storage.delete(upload.location, upload.path)
-  // False when the entry vanished meanwhile (the upload completed, or HSCAN returned it twice).
+  const outcome = yield* storage.delete(upload.location, upload.path)
   const removed = yield* pending.remove(upload.field)
   if (removed) {
     yield* events.append(new StaleDirectUploadDeleted({ location: upload.location, path: upload.path, preparedAt: upload.preparedAt }))
   }
-  return removed
+  return removed ? outcome : "vanished"
 })
 
 const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const pending = yield* PendingDirectUploads
+  const storage = yield* ObjectStorage
   const { dryRun, budget } = yield* CurrentRun
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
   const startedMillis = yield* Clock.currentTimeMillis
@@ -78,6 +85,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   let invalidEntries = 0
   const failures: Array<ObjectStorageError> = []
   let failedDeletes = 0
+  let skippedNoStore = 0
 
   /** Handles one entry; false once the budget is spent (checked after the entry, so one always runs). */
   const handle = Effect.fnUntraced(function*(raw: RawPendingEntry) {
@@ -85,18 +93,18 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     if (Result.isFailure(parsed)) {
       if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
     } else if (isStale(parsed.success, now)) {
-      if (dryRun) {
-        totalDeletedStaleEntries++
-      } else {
-        const deleted = yield* deleteUpload(parsed.success).pipe(
+      const outcome = dryRun
+        ? (storage.hasStore(parsed.success.location) ? "deleted" : "unconfigured")
+        : yield* deleteUpload(parsed.success).pipe(
           Effect.catchTag("ObjectStorageError", (error) =>
             Effect.sync(() => {
               if (failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(error)
-              return false
+              return "failed" as const
             }))
         )
-        if (deleted) totalDeletedStaleEntries++
-      }
+      // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+      if (outcome === "deleted" || outcome === "missing") totalDeletedStaleEntries++
+      else if (outcome === "unconfigured") skippedNoStore++
     }
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true
@@ -123,12 +131,14 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     totalDeletedStaleEntries,
     executionTimeout,
     invalidEntries,
-    failedDeletes
+    failedDeletes,
+    skippedNoStore
   }
   if (!dryRun) {
     yield* increment(directUploadsDeletedTotal, totalDeletedStaleEntries)
     yield* increment(directUploadsInvalidEntriesTotal, invalidEntries)
     yield* increment(directUploadsFailedDeletesTotal, failedDeletes)
+    yield* increment(directUploadsSkippedNoStoreTotal, skippedNoStore)
   }
   yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
     total_pending_entries: totalPendingEntries,
@@ -136,6 +146,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     execution_timeout: executionTimeout,
     invalid_entries: invalidEntries,
     failed_deletes: failedDeletes,
+    skipped_no_store: skippedNoStore,
     dry_run: dryRun
   }))
   return summary

@@ -33,7 +33,7 @@ const runProgram = (run: Partial<RunInfo> = {}) =>
     return yield* DeleteStaleDirectUploads.run.pipe(Effect.provideService(CurrentRun, { ...defaults, ...run }))
   })
 
-const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0 }
+const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0 }
 
 describe("delete-stale-direct-uploads", () => {
   it.effect("nothing to do: an empty hash", () =>
@@ -85,11 +85,11 @@ describe("delete-stale-direct-uploads", () => {
       assert.deepStrictEqual([...(yield* MemoryObjectStorage).stores.get("uploads")!].sort(), ["exactly", "younger"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("a known location without a store configured: only the field is removed", () =>
+  it.effect("a known location without a store configured: only the field is removed, counted as skippedNoStore", () =>
     Effect.gen(function*() {
       yield* seed({ "terraform_state:state/1": STALE })
       const summary = yield* runProgram()
-      assert.strictEqual(summary.totalDeletedStaleEntries, 1)
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, skippedNoStore: 1 })
       assert.deepStrictEqual(yield* hash, {})
       const storage = yield* MemoryObjectStorage
       assert.deepStrictEqual(storage.deletes, [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
@@ -129,6 +129,7 @@ describe("delete-stale-direct-uploads", () => {
         "avatars:tmp/x": STALE
       }
       yield* seed({ ...malformed, "artifacts:tmp/good": STALE })
+      putObjects(yield* MemoryObjectStorage, "artifacts")
       const logs: Array<{ level: string; message: string; annotations: unknown }> = []
       const collector = Logger.make((options) => {
         logs.push({
@@ -189,6 +190,7 @@ describe("delete-stale-direct-uploads", () => {
   it.effect("budget 0s with a stale first entry deletes exactly that one", () =>
     Effect.gen(function*() {
       yield* seed({ "pages:a": STALE, "pages:b": STALE, "pages:c": STALE })
+      putObjects(yield* MemoryObjectStorage, "pages")
       const summary = yield* runProgram({ budget: Option.some(Duration.zero) })
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, totalDeletedStaleEntries: 1, executionTimeout: true })
       assert.deepStrictEqual(Object.keys(yield* hash), ["pages:b", "pages:c"])
@@ -198,6 +200,7 @@ describe("delete-stale-direct-uploads", () => {
     Effect.gen(function*() {
       yield* seed({ "pages:a": STALE, "pages:b": STALE })
       const storage = yield* MemoryObjectStorage
+      putObjects(storage, "pages", "a", "b")
       storage.latency = Duration.seconds(100)
       const fiber = yield* Effect.forkChild(runProgram())
       yield* TestClock.adjust("10 minutes")
@@ -207,12 +210,12 @@ describe("delete-stale-direct-uploads", () => {
 
   it.effect("dry run: counts what would be deleted, deletes nothing", () =>
     Effect.gen(function*() {
-      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE, "artifacts:fresh": FRESH, "bad": STALE })
+      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE, "artifacts:fresh": FRESH, "bad": STALE, "pages:no-store": STALE })
       const storage = yield* MemoryObjectStorage
       putObjects(storage, "artifacts", "a", "b", "fresh")
       const summary = yield* runProgram({ dryRun: true })
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 4, totalDeletedStaleEntries: 2, invalidEntries: 1 })
-      assert.lengthOf(Object.keys(yield* hash), 4)
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 5, totalDeletedStaleEntries: 2, invalidEntries: 1, skippedNoStore: 1 })
+      assert.lengthOf(Object.keys(yield* hash), 5)
       assert.lengthOf(storage.deletes, 0)
       assert.strictEqual(storage.stores.get("artifacts")!.size, 3)
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -234,9 +237,10 @@ describe("delete-stale-direct-uploads", () => {
     Effect.gen(function*() {
       const entries = Object.fromEntries(Array.from({ length: 750 }, (_, i) => [`uploads:u/${i}`, i % 2 === 0 ? STALE : FRESH]))
       yield* seed(entries)
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "uploads")
       const summary = yield* runProgram()
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 750, totalDeletedStaleEntries: 375 })
-      const storage = yield* MemoryObjectStorage
       assert.strictEqual(new Set(storage.deletes.map((d) => d.path)).size, 375)
       assert.lengthOf(storage.deletes, 375)
       assert.lengthOf(Object.keys(yield* hash), 375)
@@ -247,6 +251,7 @@ describe("delete-stale-direct-uploads under the run guard", () => {
   it.effect("takes no lease; the batch budget reaches the program; RunFinished carries the summary", () =>
     Effect.gen(function*() {
       yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE })
+      putObjects(yield* MemoryObjectStorage, "artifacts", "a", "b")
       const result = yield* runBatch(DeleteStaleDirectUploads, { trigger: "manual", budget: Duration.zero })
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, executionTimeout: true })
