@@ -7,7 +7,6 @@
  * network or 5xx are ObjectStorageErrors and the entry stays. Snapshots go with their blob (a blob
  * that has snapshots cannot be deleted alone).
  */
-import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob"
 import { Effect, Layer, Redacted } from "effect"
 import type { Location } from "../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../domain/Errors.ts"
@@ -24,7 +23,9 @@ export interface AzureSettings {
 }
 
 export const ObjectStorageAzure = (settings: AzureSettings) =>
-  Layer.sync(ObjectStorage, () => {
+  Layer.effect(ObjectStorage, Effect.gen(function*() {
+    // Loaded when the layer is built: the SDK costs seconds of start-up that only Azure users should pay.
+    const { BlobServiceClient, StorageSharedKeyCredential } = yield* Effect.promise(() => import("@azure/storage-blob"))
     const { accountName, accessKey, serviceUrl } = settings.connection
     const service = new BlobServiceClient(serviceUrl, new StorageSharedKeyCredential(accountName, Redacted.value(accessKey)), {
       // The SDK's default backs off for up to minutes; a failed delete is retried by the next run anyway.
@@ -52,4 +53,4 @@ export const ObjectStorageAzure = (settings: AzureSettings) =>
           concurrency: AZURE_DELETE_CONCURRENCY
         })
     })
-  })
+  }))

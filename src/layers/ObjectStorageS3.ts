@@ -7,7 +7,7 @@
  * NoSuchBucket does NOT: a wrong or missing bucket must not look like every object already deleted,
  * so it is an ObjectStorageError like auth, network and 5xx failures — the entry stays.
  */
-import { DeleteObjectCommand, DeleteObjectsCommand, S3Client, S3ServiceException } from "@aws-sdk/client-s3"
+import type { S3Client } from "@aws-sdk/client-s3"
 import { Array as Arr, Effect, Layer, Option, Redacted, Result } from "effect"
 import type { Location } from "../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../domain/Errors.ts"
@@ -26,8 +26,12 @@ export interface S3Settings {
   readonly buckets: Partial<Record<Location, BucketRef>>
 }
 
-const clientOf = (connection: S3Connection) =>
-  new S3Client({
+/** Loaded when the layer is built: the SDK costs seconds of start-up that only S3 users should pay. */
+const loadSdk = Effect.promise(() => import("@aws-sdk/client-s3"))
+type Sdk = Effect.Success<typeof loadSdk>
+
+const clientOf = (sdk: Sdk, connection: S3Connection): S3Client =>
+  new sdk.S3Client({
     region: connection.region,
     ...Option.match(connection.endpoint, { onNone: () => ({}), onSome: (endpoint) => ({ endpoint }) }),
     forcePathStyle: connection.pathStyle,
@@ -46,14 +50,15 @@ const clientOf = (connection: S3Connection) =>
     requestHandler: { connectionTimeout: 5_000, requestTimeout: 30_000 }
   })
 
-const codeOf = (cause: unknown): string | undefined =>
-  cause instanceof S3ServiceException ? cause.name : undefined
 
 export const ObjectStorageS3 = (settings: S3Settings) =>
   Layer.effect(
     ObjectStorage,
     Effect.gen(function*() {
-      const client = yield* Effect.acquireRelease(Effect.sync(() => clientOf(settings.connection)), (client) => Effect.sync(() => client.destroy()))
+      const sdk = yield* loadSdk
+      const { DeleteObjectCommand, DeleteObjectsCommand, S3ServiceException } = sdk
+      const codeOf = (cause: unknown): string | undefined => cause instanceof S3ServiceException ? cause.name : undefined
+      const client = yield* Effect.acquireRelease(Effect.sync(() => clientOf(sdk, settings.connection)), (client) => Effect.sync(() => client.destroy()))
       const where = (ref: BucketRef, key: string) => `s3://${ref.bucket}/${key}`
 
       const remove = Effect.fn("ObjectStorage.delete")(function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
