@@ -53,6 +53,14 @@ export const NoObjectStorage: ObjectStorageSettings = { _tag: "Local", roots: {}
 /** The key of `<path>` in a bucket: after the bucket's prefix, if any. */
 export const objectKey = (ref: BucketRef, path: string): string => (ref.prefix === "" ? path : `${ref.prefix}/${path}`)
 
+/** A URL for a log line: user and password (if someone put them there) dropped. */
+const withoutUserInfo = (url: string): string => {
+  const parsed = new URL(url)
+  parsed.username = ""
+  parsed.password = ""
+  return parsed.toString().replace(/\/$/, "")
+}
+
 /** Locations this configuration has a store for (for start-up logs; never secrets). */
 export const describeObjectStorage = (settings: ObjectStorageSettings): string => {
   switch (settings._tag) {
@@ -61,11 +69,11 @@ export const describeObjectStorage = (settings: ObjectStorageSettings): string =
         ? "none"
         : `local (${Object.entries(settings.roots).map(([location, root]) => `${location} → ${root}`).join(", ")})`
     case "S3":
-      return `S3 ${Option.getOrElse(settings.connection.endpoint, () => `AWS ${settings.connection.region}`)} (${
+      return `S3 ${Option.match(settings.connection.endpoint, { onNone: () => `AWS ${settings.connection.region}`, onSome: withoutUserInfo })} (${
         Object.entries(settings.buckets).map(([location, ref]) => `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`).join(", ")
       })`
     case "Azure":
-      return `Azure ${settings.connection.serviceUrl} (${
+      return `Azure ${withoutUserInfo(settings.connection.serviceUrl)} (${
         Object.entries(settings.containers).map(([location, ref]) => `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`).join(", ")
       })`
   }

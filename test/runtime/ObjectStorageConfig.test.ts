@@ -8,7 +8,12 @@ import { Config, ConfigProvider, Effect, Option, Redacted } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { ObjectStorageJson, type ObjectStorageSettings } from "../../src/layers/ObjectStorageConfig.ts"
+import {
+  describeObjectStorage,
+  NoObjectStorage,
+  ObjectStorageJson,
+  type ObjectStorageSettings
+} from "../../src/layers/ObjectStorageConfig.ts"
 import { runCli } from "../support/cli.ts"
 
 const decode = (json: string) =>
@@ -53,6 +58,18 @@ describe("SWEEPER_OBJECT_STORAGE forms that decode", () => {
       assert.strictEqual(Redacted.value(Option.getOrThrow(s3.connection.secretAccessKey)), SECRET)
       assert.notInclude(String(s3.connection.secretAccessKey), SECRET)
       assert.notInclude(JSON.stringify(settings), SECRET)
+    }))
+
+  it.effect("the start-up description names stores and buckets, never a secret", () =>
+    Effect.gen(function*() {
+      const settings = yield* decode(JSON.stringify({
+        connection: aws({ endpoint: `http://user:${SECRET}@127.0.0.1:9000` }),
+        objects: { uploads: { bucket: "gitlab/uploads" } }
+      }))
+      const text = describeObjectStorage(settings)
+      assert.strictEqual(text, "S3 http://127.0.0.1:9000 (uploads → gitlab/uploads)")
+      assert.strictEqual(describeObjectStorage(yield* decode(JSON.stringify({ lfs: "/srv/lfs" }))), "local (lfs → /srv/lfs)")
+      assert.strictEqual(describeObjectStorage(NoObjectStorage), "none")
     }))
 
   it.effect("AWS with use_iam_profile needs no keys", () =>
