@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Duration, Effect, Fiber, Logger, Option, References } from "effect"
+import { DateTime, Duration, Effect, Fiber, Logger, Metric, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
@@ -8,6 +8,7 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryObjectStorage, putObjects } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { directUploadsDeletedTotal, directUploadsSkippedNoStoreTotal } from "../../src/services/Metrics.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -87,14 +88,18 @@ describe("delete-stale-direct-uploads", () => {
 
   it.effect("a known location without a store configured: only the field is removed, counted as skippedNoStore", () =>
     Effect.gen(function*() {
-      yield* seed({ "terraform_state:state/1": STALE })
+      yield* seed({ "terraform_state:state/1": STALE, "artifacts:gone": STALE })
+      putObjects(yield* MemoryObjectStorage, "artifacts")
       const summary = yield* runProgram()
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, skippedNoStore: 1 })
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, skippedNoStore: 1 })
+      const count = (metric: Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
+      assert.strictEqual(yield* count(directUploadsSkippedNoStoreTotal), 1)
+      assert.strictEqual(yield* count(directUploadsDeletedTotal), 1)
       assert.deepStrictEqual(yield* hash, {})
       const storage = yield* MemoryObjectStorage
-      assert.deepStrictEqual(storage.deletes, [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
-      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), ["direct_upload:terraform_state:state/1"])
-    }).pipe(Effect.provide(MemoryPlatform())))
+      assert.deepStrictEqual(storage.deletes.filter((d) => d.location === "terraform_state"), [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream).sort(), ["direct_upload:artifacts:gone", "direct_upload:terraform_state:state/1"])
+    }).pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.provide(MemoryPlatform())))
 
   it.effect("an object already gone counts as deleted", () =>
     Effect.gen(function*() {
