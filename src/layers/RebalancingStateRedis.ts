@@ -9,7 +9,7 @@ export const RebalancingStateRedis = Layer.effect(
   RebalancingState,
   Effect.gen(function*() {
     const redis = yield* SharedStateRedis
-    const runningMembers = redis.use("rebalancing.smembers", (client) => client.smembers(RUNNING_REBALANCES_KEY)).pipe(
+    const runningMembers = redis.use("rebalancing.smembers", (client) => client.smembersBuffer(RUNNING_REBALANCES_KEY)).pipe(
       Effect.withSpan("RebalancingState.runningMembers")
     )
     const track = Effect.fn("RebalancingState.track")(function*(type: RebalanceType, id: number) {

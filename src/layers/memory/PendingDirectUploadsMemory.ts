@@ -14,7 +14,7 @@ export const PendingDirectUploadsMemory = Layer.effect(
       scan: (options) =>
         Stream.paginate("0", (cursor: string) =>
           Effect.sync(() => {
-            const [next, page] = store.hscan(key, cursor, options?.pageSize ?? SCAN_PAGE_SIZE)
+            const [next, page] = store.hscanBuffer(key, cursor, options?.pageSize ?? SCAN_PAGE_SIZE)
             return [
               page.map(([field, value]) => ({ field, value })),
               next === "0" ? Option.none<string>() : Option.some(next)
