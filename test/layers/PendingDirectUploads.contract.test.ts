@@ -5,6 +5,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer, Stream } from "effect"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
+import { isTransient, RedisError } from "../../src/domain/Errors.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../../src/layers/memory/PendingDirectUploadsMemory.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
@@ -15,6 +16,8 @@ import { RedisTest } from "../support/redis.ts"
 /** Direct access to the hash, behind the service's back (as GitLab's Rails side would write it). */
 class Hash extends Context.Service<Hash, {
   set(fields: Record<string, string>): Effect.Effect<void>
+  /** Replaces the hash by a string key (a wrong type). */
+  setString(value: string): Effect.Effect<void>
   setBytes(entries: ReadonlyArray<readonly [Uint8Array, Uint8Array]>): Effect.Effect<void>
   all: Effect.Effect<Record<string, string>>
   /** Every field and value as hex, so bytes compare exactly. */
@@ -31,6 +34,7 @@ const backends: Record<string, Layer.Layer<PendingDirectUploads | Hash>> = {
   memory: PendingDirectUploadsMemory.pipe(
     Layer.merge(Layer.effect(Hash, Effect.map(MemoryRedis, (store) => Hash.of({
       set: (fields) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, fields)),
+      setString: (value) => Effect.sync(() => void store.set(PENDING_DIRECT_UPLOADS_KEY, value)),
       setBytes: (entries) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, entries)),
       all: Effect.sync(() => store.hgetall(PENDING_DIRECT_UPLOADS_KEY)),
       allHex: Effect.sync(() => hexRecord(store.hgetallBuffer(PENDING_DIRECT_UPLOADS_KEY)))
@@ -40,6 +44,7 @@ const backends: Record<string, Layer.Layer<PendingDirectUploads | Hash>> = {
   redis: PendingDirectUploadsRedis.pipe(
     Layer.merge(Layer.effect(Hash, Effect.map(Redis, (redis) => Hash.of({
       set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
+      setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(PENDING_DIRECT_UPLOADS_KEY, value))),
       setBytes: (entries) =>
         Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, new Map(entries.map(([f, v]) => [Buffer.from(f), Buffer.from(v)]))))),
       all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))),
@@ -156,6 +161,23 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.isFalse(yield* pending.remove(bin))
         assert.isTrue(yield* pending.remove(nul))
         assert.deepStrictEqual(yield* hash.allHex, hexRecord([seeded[1], seeded[3]]))
+      }).pipe(Effect.provide(backend)))
+
+    it.effect("a key of the wrong type: every operation fails with a permanent RedisError naming it", () =>
+      Effect.gen(function*() {
+        const pending = yield* PendingDirectUploads
+        yield* (yield* Hash).setString("oops")
+        const errors = [
+          yield* Effect.flip(pending.count),
+          yield* Effect.flip(Stream.runDrain(pending.scan())),
+          yield* Effect.flip(pending.remove(utf8("uploads:x")))
+        ]
+        assert.deepStrictEqual(errors.map((e) => e.operation), ["HLEN pending_direct_uploads", "HSCAN pending_direct_uploads", "HDEL pending_direct_uploads"])
+        for (const error of errors) {
+          assert.instanceOf(error, RedisError)
+          assert.match(error.message, /^WRONGTYPE /)
+          assert.isFalse(isTransient(error))
+        }
       }).pipe(Effect.provide(backend)))
   })
 }
