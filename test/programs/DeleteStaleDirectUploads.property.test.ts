@@ -275,5 +275,29 @@ describe("delete-stale-direct-uploads over arbitrary bytes", () => {
   })("real Redis", (it) => {
     it.effect.prop("deletes only what a valid stale entry names; counts and keeps the malformed", Case, (c) =>
       Effect.andThen(TestClock.setTime(NOW), checkCase(c)), { arbitrary: { runs: 40 } })
+
+    // The case from issue 7, spelled out: before, this deleted `ok/bin\uFFFD` and kept its own field.
+    it.effect("uploads:ok/bin\\xff is counted and kept; ok/bin\uFFFD and ok/bin survive", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(NOW)
+        const hash = yield* RawHash
+        yield* hash.reset
+        rmSync(base, { recursive: true, force: true })
+        const lookalike = join(roots.uploads!, "ok", "bin\uFFFD")
+        const prefix = join(roots.uploads!, "ok", "bin")
+        for (const file of [lookalike, prefix]) tryPut(file)
+        const field = Buffer.concat([Buffer.from("uploads:ok/bin"), Buffer.from([0xff])])
+        yield* hash.set([[field, Buffer.from(STALE)]])
+        const summary = yield* DeleteStaleDirectUploads.run
+        assert.deepStrictEqual(summary, {
+          totalPendingEntries: 1,
+          totalDeletedStaleEntries: 0,
+          executionTimeout: false,
+          invalidEntries: 1,
+          failedDeletes: 0
+        })
+        assert.deepStrictEqual([...(yield* hash.all)], [[field.toString("hex"), Buffer.from(STALE).toString("hex")]])
+        assert.deepStrictEqual(listFiles(base).sort(), [prefix, lookalike].sort())
+      }))
   })
 })
