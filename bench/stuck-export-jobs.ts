@@ -112,7 +112,7 @@ const InstrumentedExportJobs = Layer.effect(
     return ExportJobs.of({
       listEnqueued: listTime.time(real.listEnqueued),
       findEnqueued: (ids) => rereadTime.time(real.findEnqueued(ids)),
-      fail: (job, now) => failTime.time(real.fail(job, now))
+      failMany: (jobs, now) => failTime.time(real.failMany(jobs, now))
     })
   })
 ).pipe(Layer.provide(ExportJobsSql))
