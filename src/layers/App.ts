@@ -76,11 +76,15 @@ const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
     yield* checkColumns
   }))
 
-export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") =>
-  Migrated(settings, access).pipe(Layer.provideMerge(Option.match(settings.databaseUrl, {
+/** The PostgreSQL client configuration picks, nothing checked or migrated (`sweeper migrate`). */
+export const databaseClientLayer = (settings: SweeperSettings) =>
+  Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
     onSome: layerServer
-  })))
+  })
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") =>
+  Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {
