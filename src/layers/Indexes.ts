@@ -36,6 +36,12 @@ export interface Scan {
   readonly table: string
   readonly description: string
   readonly query: (sql: PgClient.PgClient, now: DateTime.Utc) => Statement.Statement<any>
+  /**
+   * The column that makes the scan small: an index serves it only if it narrows on this column
+   * (index condition or partial predicate). GitLab's index on `updated_at` narrows the canceling
+   * scan by `updated_at < cutoff`, which on a real database is nearly every build: not served.
+   */
+  readonly selectiveOn: string
   /** Absent: the primary key serves it on every GitLab database. */
   readonly wants: Option.Option<IndexSpec>
 }
@@ -62,6 +68,7 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     table: "project_export_jobs",
     description: "queued/started export jobs, by id",
     query: (sql) => enqueuedJobsQuery(sql),
+    selectiveOn: "status",
     wants: Option.some(exportJobsIndex)
   },
   {
@@ -69,6 +76,7 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     table: builds.name,
     description: `a page of ${DROP_BATCH_SIZE} stuck canceling builds, keyset order`,
     query: (sql, now) => stuckCancelingQuery(sql, { cutoff: cancelingCutoff(now), after: Option.none(), limit: DROP_BATCH_SIZE }, builds),
+    selectiveOn: "status",
     wants: Option.some(cancelingIndex(builds))
   },
   {
@@ -76,6 +84,7 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     table: "namespaces",
     description: "namespaces that still exist, by primary key",
     query: (sql) => existingIdsQuery(sql, "namespaces", [1, 2, 3]),
+    selectiveOn: "id",
     wants: Option.none()
   },
   {
@@ -83,6 +92,7 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     table: "projects",
     description: "projects that still exist, by primary key",
     query: (sql) => existingIdsQuery(sql, "projects", [1, 2, 3]),
+    selectiveOn: "id",
     wants: Option.none()
   }
 ]
@@ -149,9 +159,10 @@ export interface ScanVerdict {
 
 /**
  * EXPLAINs `scan` twice: as planned today (shown), and with sequential scans priced out, which is how
- * the planner treats a large table: the scan is served when every read of its table then goes through
- * an index that narrows it (an index condition, or a partial index whose predicate is the filter) —
- * a full walk of the primary key does not count. A small table's plan is a sequential scan either way.
+ * the planner treats a large table. The scan is served when every read of its table then goes
+ * through an index that narrows on the scan's selective column (its leading column, in the index
+ * condition, or in its partial predicate). A full walk of the primary key, or an index narrowing on something that
+ * selects most rows, does not count. A small table's plan is a sequential scan either way.
  */
 export const judgeScan = (sql: PgClient.PgClient, scan: Scan, now: DateTime.Utc, relations: ReadonlyArray<string>) =>
   Effect.gen(function*() {
@@ -163,17 +174,27 @@ export const judgeScan = (sql: PgClient.PgClient, scan: Scan, now: DateTime.Utc,
     const raw = json[0]?.["QUERY PLAN"]
     const parsed = (typeof raw === "string" ? JSON.parse(raw) : raw) as ReadonlyArray<{ readonly Plan: PlanNode }>
     const nodes = walk(parsed[0]!.Plan)
-    const onTable = (node: PlanNode) => node["Relation Name"] !== undefined && relations.includes(node["Relation Name"])
     const used = nodes.filter((n) => n["Index Name"] !== undefined)
-    const partial = used.length === 0 ? new Set<string>() : new Set((yield* sql<{ name: string }>`
-      SELECT c.relname AS name FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-      WHERE i.indpred IS NOT NULL AND ${sql.in("c.relname", used.map((n) => n["Index Name"]!))}`).map((r) => r.name))
-    const narrowing = (node: PlanNode) => node["Index Cond"] !== undefined || partial.has(node["Index Name"] ?? "")
-    const reads = nodes.filter((n) => onTable(n) || (n["Node Type"] === "Bitmap Index Scan"))
-    const served = reads.length > 0 && reads.every((n) =>
-      n["Node Type"] === "Bitmap Heap Scan" ||
-      (n["Index Name"] !== undefined && narrowing(n))
-    ) && reads.some((n) => n["Index Name"] !== undefined)
+    const catalog = new Map(used.length === 0 ? [] : (yield* sql<{ name: string; predicate: string | null; leading: string | null }>`
+      SELECT c.relname AS name, pg_get_expr(i.indpred, i.indrelid) AS predicate, a.attname AS leading FROM pg_index i
+      JOIN pg_class c ON c.oid = i.indexrelid
+      LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+      WHERE ${sql.in("c.relname", used.map((n) => n["Index Name"]!))}`).map((r) => [r.name, r] as const))
+    const mentions = (expression: string | null | undefined) =>
+      expression !== undefined && expression !== null && new RegExp(`\\b${scan.selectiveOn}\\b`).test(expression)
+    // PostgreSQL also accepts a condition on a later column of an index (and then reads all of it):
+    // only a condition on the leading column, or a partial predicate, keeps the read small.
+    const narrowing = (node: PlanNode) => {
+      const index = catalog.get(node["Index Name"] ?? "")
+      return index !== undefined &&
+        (mentions(index.predicate) || (index.leading === scan.selectiveOn && mentions(node["Index Cond"])))
+    }
+    // Every node that reads the table: scans of it (by relation name) and bitmap index scans.
+    const reads = nodes.filter((n) =>
+      (n["Relation Name"] !== undefined && relations.includes(n["Relation Name"])) || n["Node Type"] === "Bitmap Index Scan"
+    )
+    const served = reads.some((n) => n["Index Name"] !== undefined) &&
+      reads.every((n) => n["Node Type"] === "Bitmap Heap Scan" || (n["Index Name"] !== undefined && narrowing(n)))
     return {
       plan: text.map((r) => r["QUERY PLAN"]),
       servedBy: served ? [...new Set(used.filter(narrowing).map((n) => n["Index Name"]!))] : [],
