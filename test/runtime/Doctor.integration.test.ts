@@ -30,7 +30,9 @@ const platform = (layout?: GitLabLayout) =>
     return { url, env: { DATABASE_URL: url, REDIS_URL: redisUrl, SWEEPER_DATA_DIR: join(tmpdir(), "sweeper-doctor-it") } }
   })
 
-const cli = (args: ReadonlyArray<string>, env: Record<string, string>) => Effect.promise(() => runCli(args, env))
+// Generous: a loaded CI machine can take a minute to start a process (PGlite's WASM most of all).
+const CLI_TIMEOUT = 150_000
+const cli = (args: ReadonlyArray<string>, env: Record<string, string>) => Effect.promise(() => runCli(args, env, CLI_TIMEOUT))
 
 const tables = (url: string) =>
   onDatabase(url, Effect.gen(function*() {
@@ -68,7 +70,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
       assert.deepStrictEqual(yield* tables(empty.url), [])
       assert.deepStrictEqual(yield* tables(gitlab.url), gitlabTables)
       assert.deepStrictEqual(yield* onDatabase(gitlab.url, allIndexes), gitlabIndexes)
-    })), 120_000)
+    })), 600_000)
 
   it.live("migrate --plan lists pending migrations and applies nothing; a missing column stops start-up with one line", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -92,7 +94,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(broken.code, 2, broken.stderr)
         assert.strictEqual(oneLine(broken.stderr), "sweeper: column project_export_jobs.jid is missing (a batch needs it as text)")
       }
-    })), 120_000)
+    })), 600_000)
 
   it.live("doctor on GitLab's partitioned layout: gitlab mode, every partition, GitLab's indexes serve the scans, stores and clocks", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -129,7 +131,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
       assert.include(human.stdout, "builds: p_ci_builds (partitions: public.ci_builds, gitlab_partitions_dynamic.ci_builds_101)")
       assert.include(human.stdout, "served by ci_builds_status_created_at_project_id_idx")
       assert.strictEqual(human.stdout.trim().split("\n").at(-1), "OK")
-    })), 120_000)
+    })), 600_000)
 
   it.live("doctor on a standalone database and on the embedded default: a clean report", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -151,7 +153,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
       assert.strictEqual(report.postgres.schemaMode, "standalone")
       assert.isTrue(report.scans.every((s) => s.served))
       assert.deepStrictEqual(report.redis.map((r) => [r.kind, r.reachable]), [["in-memory", true], ["in-memory", true], ["in-memory", true]])
-    })), 120_000)
+    })), 600_000)
 
   it.live("doctor --apply-indexes builds the recommended index concurrently on every partition, writes going on meanwhile", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -177,7 +179,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         })).pipe(Effect.forkScoped)
         yield* Deferred.await(holding)
 
-        const apply = yield* Effect.promise(() => runCli(["doctor", "--apply-indexes", "--json"], env)).pipe(Effect.forkScoped)
+        const apply = yield* Effect.promise(() => runCli(["doctor", "--apply-indexes", "--json"], env, CLI_TIMEOUT)).pipe(Effect.forkScoped)
         // Wait until the index build is waiting on the open transaction; then, meanwhile, another
         // writer gets through (a plain CREATE INDEX would queue it behind its lock until lock_timeout).
         // The holder is released whatever happens, so a failure here fails fast instead of hanging.
@@ -215,5 +217,5 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
       // Applying again changes nothing: nothing is recommended any more.
       const again = JSON.parse((yield* cli(["doctor", "--apply-indexes", "--json"], env)).stdout) as DoctorReport
       assert.deepStrictEqual(again.applied, [])
-    })), 120_000)
+    })), 600_000)
 })
