@@ -12,6 +12,7 @@ import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { startingAt } from "./Clocks.ts"
 import { HttpLive } from "./Http.ts"
+import { publishAddress } from "./SupervisorAddress.ts"
 import { runBatch } from "./RunGuard.ts"
 import { loadHistory, Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
 
@@ -163,9 +164,15 @@ const Announce = Layer.effectDiscard(Effect.gen(function*() {
       lastOutcome: batch.history.lastRun?.outcome ?? null
     })
   }
-  yield* Effect.logInfo(`HTTP listening on ${HttpServer.formatAddress(server.address)}`, {
-    endpoints: ["/healthz", "/readyz", "/metrics", "/api/batches", "/"]
+  const url = HttpServer.formatAddress(server.address)
+  yield* Effect.logInfo(`HTTP listening on ${url}`, {
+    endpoints: ["/healthz", "/readyz", "/metrics", "/api/batches", "/api/runs", "/api/events", "/"]
   })
+  // The CLI on the embedded default cannot open the database this process holds; it finds the
+  // supervisor here and asks it over HTTP instead.
+  const settings = yield* SweeperConfig
+  if (Option.isNone(settings.databaseUrl)) yield* publishAddress(settings.dataDir, url)
+  yield* Effect.addFinalizer(() => Effect.logInfo("Shutting down"))
   supervisor.started = true
 }))
 
