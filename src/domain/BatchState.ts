@@ -12,6 +12,10 @@ export interface LastRun {
   readonly finishedAt: Date
   readonly durationMs: number
   readonly summary: unknown
+  /** Why a run did not succeed (`lease held`, `interrupted`, …), when the guard knows. */
+  readonly reason?: string | undefined
+  /** A failed run's error with its cause chain. */
+  readonly error?: string | undefined
 }
 
 export interface BatchHistory {
@@ -66,7 +70,9 @@ export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory =>
         outcome,
         finishedAt: event.occurredAt,
         durationMs: Number(event.data.duration_ms ?? 0),
-        summary: event.data.summary
+        summary: event.data.summary,
+        reason: typeof event.data.reason === "string" ? event.data.reason : undefined,
+        error: typeof event.data.error === "string" ? event.data.error : undefined
       })
     }
     case "TickMissed":

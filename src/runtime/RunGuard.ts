@@ -10,7 +10,7 @@
 import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
-import { isTransient, LeaseLost } from "../domain/Errors.ts"
+import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -53,11 +53,8 @@ const TICK_CLAIM_TTL = Duration.hours(25)
 export const tickLeaseName = (batch: string, scheduledAt: DateTime.Utc) =>
   `sweeper/tick/${batch}/${DateTime.formatIso(scheduledAt)}`
 
-const describe = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  if (error instanceof Error) return `${error.name}: ${error.message}`
-  return String(error)
-}
+/** The failure as one line with its whole cause chain (SQL state and message, Redis error, host). */
+export const describe = (cause: Cause.Cause<unknown>): string => describeError(Cause.squash(cause))
 
 /**
  * Holds the batch's exclusive lease for the scope: renewed every TTL/3; a failed renewal marks it

@@ -101,7 +101,15 @@ const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
   if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return history
-  return withRun(history, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
+  return withRun(history, {
+    runId: result.runId,
+    outcome: result.outcome,
+    finishedAt,
+    durationMs: result.durationMs,
+    summary: result.summary,
+    reason: result.reason,
+    error: result.error
+  })
 }
 
 export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
