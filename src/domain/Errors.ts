@@ -24,6 +24,15 @@ export class UnknownBatch extends Schema.TaggedError<UnknownBatch>()("UnknownBat
   known: Schema.Array(Schema.String)
 }) {}
 
+/** A batch listed in SWEEPER_DISABLED_BATCHES, asked to run without `--force`. */
+export class BatchDisabled extends Schema.TaggedError<BatchDisabled>()("BatchDisabled", {
+  name: Schema.String
+}) {
+  override get message() {
+    return `batch ${this.name} is disabled (SWEEPER_DISABLED_BATCHES); pass --force to run it anyway`
+  }
+}
+
 /** An object-storage operation failed for a reason other than "already gone". */
 export class ObjectStorageError extends Schema.TaggedError<ObjectStorageError>()("ObjectStorageError", {
   location: Schema.String,
@@ -95,4 +104,26 @@ export const describeError = (error: unknown): string => {
     node = Predicate.hasProperty(node, "reason") && typeof node.reason === "object" ? node.reason : Predicate.hasProperty(node, "cause") ? node.cause : undefined
   }
   return redactSecrets(parts.length === 0 ? String(error) : parts.join(": "))
+}
+
+/** PostgreSQL or Redis could not be reached (or its URL is unusable) at start-up: exit 3. */
+export class InfrastructureUnavailable extends Schema.TaggedError<InfrastructureUnavailable>()("InfrastructureUnavailable", {
+  service: Schema.Literals(["PostgreSQL", "Redis", "Sweeper supervisor"]),
+  /** host:port from the URL, never its credentials. */
+  host: Schema.String,
+  detail: Schema.String
+}) {
+  override get message() {
+    return `cannot reach ${this.service} at ${this.host}: ${this.detail}`
+  }
+}
+
+/** `postgres://u:p@db:5432/x` → `db:5432`; what an operator needs to find the server, nothing secret. */
+export const hostOfUrl = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    return parsed.host === "" ? "(no host in URL)" : parsed.host
+  } catch {
+    return "(unparsable URL)"
+  }
 }

@@ -4,7 +4,8 @@
  *   REDIS_URL set    → that Redis server;      absent → the in-memory implementations.
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Cause, Effect, Layer, Option, Redacted } from "effect"
+import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { join } from "node:path"
 import type { Builds } from "../services/Builds.ts"
 import type { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
@@ -45,7 +46,10 @@ export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatu
 
 /** The services backed by Redis, on a real server. */
 export const RedisBackends = (url: Redacted.Redacted<string>) =>
-  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(Layer.provideMerge(Redis.layerSingle(url)))
+  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(
+    Layer.provideMerge(Redis.layerSingle(url)),
+    unavailable("Redis", url)
+  )
 
 /** The same services in memory (embedded default, specs). */
 export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
@@ -58,11 +62,25 @@ const Migrated = Layer.effectDiscard(Effect.gen(function*() {
   if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
 }))
 
-export const databaseLayer = (settings: SweeperSettings) =>
-  Migrated.pipe(Layer.provideMerge(Option.match(settings.databaseUrl, {
-    onNone: () => layerEmbedded(settings.dataDir),
-    onSome: layerServer
-  })))
+/** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
+const unavailable = (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
+<A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, InfrastructureUnavailable, R> =>
+  Layer.catchCause(layer, (cause: Cause.Cause<E>) =>
+    Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(new InfrastructureUnavailable({
+      service,
+      host: hostOfUrl(Redacted.value(url)),
+      detail: describeError(Cause.squash(cause))
+    }))))
+
+const embeddedDatabase = (dataDir: string) => Migrated.pipe(Layer.provideMerge(layerEmbedded(dataDir)))
+
+export const databaseLayer = (
+  settings: SweeperSettings
+): Layer.Layer<Layer.Success<ReturnType<typeof embeddedDatabase>>, Layer.Error<ReturnType<typeof embeddedDatabase>> | InfrastructureUnavailable> =>
+  Option.match(settings.databaseUrl, {
+    onNone: () => embeddedDatabase(settings.dataDir),
+    onSome: (url) => Migrated.pipe(Layer.provideMerge(layerServer(url)), unavailable("PostgreSQL", url))
+  })
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {

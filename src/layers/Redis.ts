@@ -25,7 +25,11 @@ export class Redis extends Context.Service<Redis, {
               })
               // Without a listener ioredis prints every reconnect error to stderr.
               client.on("error", () => {})
-              await client.connect()
+              // A failed connect keeps reconnecting in the background: stop it, or the process never exits.
+              await client.connect().catch((error: unknown) => {
+                client.disconnect()
+                throw error
+              })
               return client
             },
             catch: (cause) => new RedisError({ operation: "connect", cause })

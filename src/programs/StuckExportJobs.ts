@@ -13,7 +13,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
 import { decideStuckExport } from "../domain/ExportJob.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
@@ -37,7 +37,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   const exportJobs = yield* ExportJobs
   const jobStatus = yield* JobStatus
   const { dryRun } = yield* CurrentRun
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
 
   const enqueued = yield* exportJobs.listEnqueued
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
@@ -61,7 +61,10 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     const decision = decideStuckExport(job, now, completed)
     if (decision === "skippedParallel") skippedParallel++
     else if (decision === "skippedRequeued") skippedRequeued++
-    else if (dryRun || (yield* exportJobs.fail(job, yield* DateTime.now))) failedJids.push(job.jid)
+    else if (dryRun) {
+      failedJids.push(job.jid)
+      yield* wouldChange(`export_job:${job.id}`)
+    } else if (yield* exportJobs.fail(job, yield* DateTime.now)) failedJids.push(job.jid)
     else {
       yield* Effect.logInfo("Export job changed meanwhile, not failed").pipe(
         Effect.annotateLogs({ export_job_id: job.id, jid: job.jid })

@@ -5,10 +5,23 @@
  * and `run` instead of failing with "database open in process N".
  */
 import { Effect, Option, Schema } from "effect"
+import { randomBytes } from "node:crypto"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 
-const Published = Schema.fromJsonString(Schema.Struct({ pid: Schema.Number, url: Schema.String }))
+const Published = Schema.fromJsonString(Schema.Struct({ pid: Schema.Number, url: Schema.String, token: Schema.String }))
+
+/**
+ * This process's local token: the CLI beside an embedded supervisor reads it from the address
+ * file (mode 0600, so only the same user) and may use the mutating API with it, as if it were
+ * SWEEPER_API_TOKEN, without the operator having to configure one.
+ */
+export const localToken = randomBytes(24).toString("hex")
+
+export interface SupervisorEndpoint {
+  readonly url: string
+  readonly token: string
+}
 
 export const addressFile = (dataDir: string) => join(dataDir, "supervisor.json")
 
@@ -17,7 +30,7 @@ export const publishAddress = (dataDir: string, url: string) =>
   Effect.acquireRelease(
     Effect.sync(() => {
       mkdirSync(dataDir, { recursive: true })
-      writeFileSync(addressFile(dataDir), JSON.stringify({ pid: process.pid, url }))
+      writeFileSync(addressFile(dataDir), JSON.stringify({ pid: process.pid, url, token: localToken }), { mode: 0o600 })
     }),
     () => Effect.sync(() => rmSync(addressFile(dataDir), { force: true }))
   )
@@ -31,8 +44,8 @@ const isAlive = (pid: number) => {
   }
 }
 
-/** The running supervisor's base URL, if one published it and is still alive. */
-export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<string>> =>
+/** The running supervisor's base URL and local token, if one published them and is still alive. */
+export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<SupervisorEndpoint>> =>
   Effect.sync(() => {
     try {
       return readFileSync(addressFile(dataDir), "utf8")
@@ -44,7 +57,7 @@ export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<str
       text === undefined
         ? Effect.succeedNone
         : Schema.decodeUnknownEffect(Published)(text).pipe(
-          Effect.map((p) => isAlive(p.pid) && p.pid !== process.pid ? Option.some(p.url) : Option.none()),
-          Effect.orElseSucceed(() => Option.none<string>())
+          Effect.map((p) => isAlive(p.pid) && p.pid !== process.pid ? Option.some({ url: p.url, token: p.token }) : Option.none()),
+          Effect.orElseSucceed(() => Option.none<SupervisorEndpoint>())
         ))
   )
