@@ -245,7 +245,12 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       Effect.catchTag("UnknownBatch", unknownBatch)
     )))
 
-  yield* router.add("GET", "/", Effect.map(views, (all) => HttpServerResponse.text(dashboardPage(all), { contentType: "text/html; charset=utf-8" })))
+  yield* router.add("GET", "/", handled(Effect.gen(function*() {
+    const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
+    const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
+    const page = dashboardPage(yield* views, { stream, events: found })
+    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
+  })))
   yield* router.add("GET", "/batches/:name", handled(Effect.gen(function*() {
     const { name } = yield* HttpRouter.params
     const view = (yield* views).find((v) => v.name === name)
