@@ -55,7 +55,10 @@ cli.pipe(
     RemoteRefusal: (error) => usageError(error.message),
     // Already reported in one line by the presenter above.
     ShowHelp: () => Effect.sync(() => { process.exitCode = 2 }),
-    InfrastructureUnavailable: (error) => fail(3, error.message)
+    InfrastructureUnavailable: (error) => fail(3, error.message),
+    // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
+    SchemaNotMigrated: (error) => usageError(error.message),
+    MissingColumn: (error) => usageError(error.message)
   }),
   NodeRuntime.runMain({
     // SIGTERM/SIGINT interrupt the supervisor; once its graceful shutdown has run, that is success.

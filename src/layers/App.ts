@@ -33,7 +33,8 @@ import { LeaseMemory } from "./memory/LeaseMemory.ts"
 import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
-import { migrate } from "./Migrations.ts"
+import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
+import { migrateWith, pendingMigrations } from "./Migrations.ts"
 import { ObjectStorageLocal } from "./ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
@@ -57,10 +58,27 @@ export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, Pendi
 /** The services backed by PostgreSQL, given a PgClient. */
 export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql).pipe(Layer.provideMerge(EventLogSql))
 
-const Migrated = Layer.effectDiscard(Effect.gen(function*() {
-  const applied = yield* migrate
-  if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
-}))
+/**
+ * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first
+ * (`start`, `run`, `migrate`); `read-only` (`status`, `events`, `run --dry-run`, `doctor`) never
+ * runs DDL and stops with one line when something is pending. The embedded database is Sweeper's
+ * own, so every command migrates it.
+ */
+export type SchemaAccess = "migrate" | "read-only"
+
+const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    if (access === "migrate" || Option.isNone(settings.databaseUrl)) {
+      const applied = yield* migrateWith(settings.schema)
+      if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
+    } else {
+      const { mode } = yield* detectSchemaMode(settings.schema)
+      const pending = yield* pendingMigrations(mode)
+      if (pending.length > 0) return yield* new SchemaNotMigrated({ pending })
+    }
+    // Every column a batch uses, before anything runs: a missing one stops start-up naming it.
+    yield* checkColumns
+  }))
 
 /** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
 const unavailable = (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
@@ -72,15 +90,19 @@ const unavailable = (service: InfrastructureUnavailable["service"], url: Redacte
       detail: describeError(Cause.squash(cause))
     }))))
 
-const embeddedDatabase = (dataDir: string) => Migrated.pipe(Layer.provideMerge(layerEmbedded(dataDir)))
+type Embedded = ReturnType<typeof layerEmbedded>
 
-export const databaseLayer = (
+/** The PostgreSQL client configuration picks, nothing checked or migrated (`sweeper migrate`). */
+export const databaseClientLayer = (
   settings: SweeperSettings
-): Layer.Layer<Layer.Success<ReturnType<typeof embeddedDatabase>>, Layer.Error<ReturnType<typeof embeddedDatabase>> | InfrastructureUnavailable> =>
+): Layer.Layer<Layer.Success<Embedded>, Layer.Error<Embedded> | InfrastructureUnavailable> =>
   Option.match(settings.databaseUrl, {
-    onNone: () => embeddedDatabase(settings.dataDir),
-    onSome: (url) => Migrated.pipe(Layer.provideMerge(layerServer(url)), unavailable("PostgreSQL", url))
+    onNone: () => layerEmbedded(settings.dataDir),
+    onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
   })
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") =>
+  Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {
@@ -103,9 +125,16 @@ const redactUrl = (url: string) => {
   }
 }
 
+/** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
+export const appLayer = (access: SchemaAccess) =>
+  Layer.unwrap(Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
+    return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+  })).pipe(Layer.provideMerge(SweeperConfig.layer))
+
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */
-export const AppLayer = Layer.unwrap(Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
-  return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings)))
-})).pipe(Layer.provideMerge(SweeperConfig.layer))
+export const AppLayer = appLayer("migrate")
+
+/** The same backends for commands that only read: nothing migrated (SPEC §8.1). */
+export const ReadOnlyAppLayer = appLayer("read-only")

@@ -8,9 +8,11 @@ import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable } fr
 import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
-import { AppLayer, describeBackends } from "../layers/App.ts"
+import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
-import { migrate } from "../layers/Migrations.ts"
+import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
+import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
+import { doctorCommand } from "./Doctor.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { batchView, type BatchView } from "./BatchView.ts"
@@ -155,19 +157,36 @@ const run = Command.make(
       if (settings.disabledBatches.includes(batch.name) && !force) return yield* new BatchDisabled({ name: batch.name })
       yield* Effect.logInfo("Backends", describeBackends(settings))
       return yield* runBatch(batch, { trigger: "manual", dryRun, budget: budgetOverride, asOf })
-    }).pipe(Effect.provide(AppLayer))
+      // A dry run only reads, so it never migrates (SPEC §8.1).
+    }).pipe(Effect.provide(dryRun ? ReadOnlyAppLayer : AppLayer))
     yield* printRun(yield* execute, json)
   })
 ).pipe(Command.withDescription("Run one batch once, now, through the run guard"))
 
+// --- schema (SPEC §8.1): `migrate` is the one command that always gets a bare client, so that
+// `--plan` can list pending migrations without applying any.
 const migrateCommand = Command.make(
   "migrate",
-  {},
-  Effect.fn("Cli.migrate")(function*() {
-    const applied = yield* migrate
-    yield* Console.log(applied.length === 0 ? "Schema is up to date" : `Applied: ${applied.map(([id, n]) => `${id}_${n}`).join(", ")}`)
-  }, Effect.provide(AppLayer))
-).pipe(Command.withDescription("Apply pending database migrations"))
+  {
+    plan: Flag.Boolean("plan").pipe(Flag.withDescription("List pending migrations; apply nothing"), Flag.withDefault(false))
+  },
+  Effect.fn("Cli.migrate")(function*({ plan }) {
+    const settings = yield* SweeperConfig
+    const migrateOrPlan = Effect.gen(function*() {
+      const { mode, source } = yield* detectSchemaMode(settings.schema)
+      const modeNote = `${mode} mode, ${source === "detected" ? "detected" : "from SWEEPER_SCHEMA"}`
+      if (plan) {
+        const pending = yield* pendingMigrations(mode)
+        return yield* Console.log(pending.length === 0 ? `Schema is up to date (${modeNote})` : `Pending (${modeNote}): ${pending.join(", ")}`)
+      }
+      const applied = yield* migrateWith(settings.schema)
+      yield* Console.log(applied.length === 0
+        ? `Schema is up to date (${modeNote})`
+        : `Applied (${modeNote}): ${applied.map(([id, n]) => `${String(id).padStart(4, "0")}_${n}`).join(", ")}`)
+    })
+    return yield* Effect.provide(migrateOrPlan, databaseClientLayer(settings))
+  }, Effect.provide(SweeperConfig.layer))
+).pipe(Command.withDescription("Apply pending database migrations (--plan: only list them)"))
 
 const printEvent = (event: StoredEvent, asJson: boolean) =>
   Console.log(asJson
@@ -206,7 +225,7 @@ const events = Command.make(
       : yield* Effect.gen(function*() {
         const log = yield* EventLog
         return yield* log.query(filter)
-      }).pipe(Effect.provide(AppLayer))
+      }).pipe(Effect.provide(ReadOnlyAppLayer))
     for (const event of [...found].reverse()) yield* printEvent(event, json)
   })
 ).pipe(Command.withDescription("Show recorded events, newest last"))
@@ -229,7 +248,7 @@ const localViews = Effect.gen(function*() {
     }, now))
   }
   return views
-}).pipe(Effect.provide(AppLayer))
+}).pipe(Effect.provide(ReadOnlyAppLayer))
 
 const ago = (iso: string | null, now: number) => {
   if (iso === null) return "never"
@@ -351,7 +370,7 @@ const start = Command.make(
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events])
+  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events, doctorCommand])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })

@@ -136,6 +136,6 @@ describe("HTTP", () => {
       const base = yield* Effect.promise(() => sweeper.listening)
       const response = yield* Effect.promise(() => fetch(`${base}/api/batches/drop-canceling-builds/run`, { method: "POST" }))
       assert.strictEqual(response.status, 403)
-      assert.strictEqual((yield* Effect.promise(() => response.json())).error.code, "api_disabled")
+      assert.strictEqual((yield* Effect.promise(() => response.json() as Promise<{ error: { code: string } }>)).error.code, "api_disabled")
     }).pipe(Effect.scoped), 150_000)
 })
