@@ -164,8 +164,9 @@ export const describeError = (error: unknown): string => {
     const details = detailsOf(node)
     let text = ""
     if (depth === 0 && tag !== undefined) text = tag
-    if (depth === 0 && operation !== undefined && message !== operation) text += text === "" ? operation : ` (${operation})`
-    if (message !== undefined && message !== previous) text += text === "" ? message : `: ${message}`
+    if (depth === 0 && operation !== undefined && !(message ?? "").includes(operation)) text += text === "" ? operation : ` (${operation})`
+    // A wrapper often repeats its cause's text (or the cause repeats the wrapper's): say it once.
+    if (message !== undefined && !(previous ?? "").includes(message)) text += text === "" ? message : `: ${message}`
     if (details.length > 0) text += ` [${details.join(", ")}]`
     if (text !== "") parts.push(text)
     if (message !== undefined) previous = message

@@ -26,8 +26,8 @@ describe("describeError", () => {
   })
 
   it("a RedisError says which operation and what Redis answered", () => {
-    const text = describeError(new RedisError({ operation: "hscan", cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value") }))
-    assert.strictEqual(text, "RedisError (hscan): WRONGTYPE Operation against a key holding the wrong kind of value")
+    const text = describeError(new RedisError({ operation: "hscan", server: "127.0.0.1:6379", cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value") }))
+    assert.strictEqual(text, "RedisError: WRONGTYPE Operation against a key holding the wrong kind of value (hscan on 127.0.0.1:6379)")
   })
 
   it("an AggregateError lists its inner errors; a plain value is itself", () => {
