@@ -4,7 +4,7 @@
  *   REDIS_URL set    → that Redis server;      absent → the in-memory implementations.
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
-import { Cause, Effect, Layer, Option, Redacted } from "effect"
+import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
 import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { join } from "node:path"
 import type { Builds } from "../services/Builds.ts"
@@ -101,8 +101,24 @@ export const databaseClientLayer = (
     onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
   })
 
-export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") =>
-  Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+/** effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query. */
+const isConnectionFailure = (error: unknown) => {
+  const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
+  return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError")
+}
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") => {
+  const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+  if (Option.isNone(settings.databaseUrl)) return layer
+  const url = settings.databaseUrl.value
+  // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
+  return Layer.catchCause(layer, (cause) =>
+    Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
+      isConnectionFailure(Cause.squash(cause))
+        ? Effect.fail(new InfrastructureUnavailable({ service: "PostgreSQL", host: hostOfUrl(Redacted.value(url)), detail: describeError(Cause.squash(cause)) }))
+        : Effect.failCause(cause)
+    ))
+}
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {

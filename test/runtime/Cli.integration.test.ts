@@ -72,20 +72,29 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
       yield* resetBuilds
-      yield* sql`ALTER TABLE ci_builds RENAME TO ci_builds_gone`
+      // The server refuses the repair mid-run (start-up checks pass): its own words must reach the operator.
+      yield* sql`INSERT INTO ci_builds (id, project_id, status, created_at, updated_at)
+        VALUES (1, 1, 'canceling', now() - interval '2 hours', now() - interval '2 hours')`
+      yield* sql.unsafe(`CREATE FUNCTION refuse_build_updates() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'relation "ci_builds" is frozen for maintenance' USING ERRCODE = '55000'; END $$`)
+      yield* sql.unsafe(`CREATE TRIGGER refuse_build_updates BEFORE UPDATE ON ci_builds FOR EACH ROW EXECUTE FUNCTION refuse_build_updates()`)
       const result = yield* sweeper(["run", "drop-canceling-builds", "--json"]).pipe(
-        Effect.ensuring(sql`ALTER TABLE ci_builds_gone RENAME TO ci_builds`.pipe(Effect.orDie))
+        Effect.ensuring(sql.unsafe(`DROP TRIGGER refuse_build_updates ON ci_builds`).pipe(
+          Effect.andThen(sql.unsafe(`DROP FUNCTION refuse_build_updates()`)),
+          Effect.orDie
+        ))
       )
-      assert.strictEqual(result.code, 1)
+      assert.strictEqual(result.code, 1, result.stderr)
       const output = JSON.parse(result.stdout)
       assert.strictEqual(output.outcome, "failed")
-      assert.include(output.error, "relation \"ci_builds\" does not exist")
-      assert.include(output.error, "SQLSTATE 42P01")
-      assert.include(result.stderr, "relation \\\"ci_builds\\\" does not exist")
+      assert.include(output.error, "SqlError")
+      assert.include(output.error, "relation \"ci_builds\" is frozen for maintenance")
+      assert.include(output.error, "SQLSTATE 55000")
+      assert.include(result.stderr, "relation \\\"ci_builds\\\" is frozen for maintenance")
 
       const events = yield* sweeper(["events", "--type", "RunFinished", "--json"])
       const finished = events.stdout.trim().split("\n").map((l) => JSON.parse(l))
-      assert.include(finished.at(-1).data.error, "relation \"ci_builds\" does not exist")
+      assert.include(finished.at(-1).data.error, "relation \"ci_builds\" is frozen for maintenance")
     }))
 
   it.effect("--now T judges thresholds at exactly T and writes the real time; a future T needs --dry-run", () =>
