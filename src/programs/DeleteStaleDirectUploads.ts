@@ -14,8 +14,8 @@
  * object store (SPEC §8.4) has its entry removed, as GitLab does, but is counted as `skippedNoStore`,
  * never as a deleted object.
  */
-import { Clock, DateTime, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, CurrentRun } from "../domain/Batch.ts"
+import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
+import { type Batch, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -77,7 +77,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const { dryRun, budget } = yield* CurrentRun
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
   const startedMillis = yield* Clock.currentTimeMillis
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
 
   const totalPendingEntries = yield* pending.count
   yield* setGauge(directUploadsPending, totalPendingEntries)
@@ -96,6 +96,8 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     if (Result.isFailure(parsed)) {
       if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
     } else if (isStale(parsed.success, now)) {
+      // The entry's field goes in either case, so a dry run reports it as a change.
+      if (dryRun) yield* wouldChange(`direct_upload:${parsed.success.location}:${parsed.success.path}`)
       const outcome = dryRun
         ? (storage.hasStore(parsed.success.location) ? "deleted" : "unconfigured")
         : yield* deleteUpload(parsed.success).pipe(
