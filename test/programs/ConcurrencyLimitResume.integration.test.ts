@@ -78,7 +78,8 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
           { worker: SYNC, limit: 0, queueSize: 2, current: 0, resumed: 2 },
           { worker: BROKEN, limit: -1, queueSize: 2, current: 0, resumed: 0 }
         ],
-        resumedJobs: 4
+        resumedJobs: 4,
+        failedWorkers: []
       })
       // The budget was 3 s: passes at 0, 1 and 2 s, then the run ended (the next tick carries on).
       assert.isAtLeast(Date.now() - started, 2_000)
@@ -138,7 +139,8 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
         workers: [{ worker: EVIDENCE, limit: 3, queueSize: 2, current: 0, resumed: 2 }],
-        resumedJobs: 2
+        resumedJobs: 2,
+        failedWorkers: []
       })
       assert.strictEqual(yield* redis((c) => c.llen(evidence.deferred)), 2)
       assert.strictEqual(yield* redis((c) => c.exists("queue:default")), 0)
