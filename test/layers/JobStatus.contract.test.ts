@@ -113,7 +113,7 @@ contract("redis", () => Layer.mergeAll(JobStatusRedis, RedisBackend).pipe(Layer.
 const countingRedis = (calls: Array<string>) =>
   Layer.effect(QueuesMetadataRedis, Effect.map(Redis, (redis) =>
     QueuesMetadataRedis.of({
-      client: redis.client,
+      ...redis,
       use: (operation, f) => Effect.suspend(() => {
         calls.push(operation)
         return redis.use(operation, f)

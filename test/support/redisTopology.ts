@@ -1,0 +1,235 @@
+/**
+ * The three Redis deployments Sweeper must work on (SPEC §8.2), for contract and integration tests:
+ *
+ * - `"single"`  — one server for every store: a claimed db of the shared test Redis (./redis.ts).
+ * - `"split"`   — three separate `redis-server`s, one per store (SharedState, Queues, QueuesMetadata).
+ * - `"cluster"` — a local Redis Cluster of three masters; all three stores point at it.
+ *
+ * The extra servers run on free loopback ports in a temp dir, started at first use and shared by the
+ * whole test file, stopped after the file's last test (`SIGTERM`: the servers run with `--save ""`,
+ * so that is `shutdown nosave`). Each `RedisTopologyTest` layer
+ * FLUSHALLs the split servers / cluster masters when it is built, so a layer per test (or per
+ * `layer()` block) starts empty; tests sharing one layer isolate by key names as they do today.
+ *
+ * API:
+ *   topologies                       ["single", "split", "cluster"], for `describe.each` / loops
+ *   RedisTopologyTest(topology)      Layer: Redis, SharedStateRedis, QueuesRedis, QueuesMetadataRedis,
+ *                                    RedisStores, TestRedisStores (URLs and env for child processes)
+ *   TestRedisStores                  { topology, urls: {sharedState, queues, queuesMetadata}, env }
+ *                                    `env` = REDIS_URL + the three REDIS_*_URL variables
+ *   startSplitServers() / startCluster()   the raw servers (memoised per file), with `flushAll()`
+ */
+import { type ChildProcess, spawn, spawnSync } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Context, Effect, Layer, Redacted } from "effect"
+import { afterAll } from "vitest"
+import { Redis as IORedis } from "ioredis"
+import { Redis } from "../../src/layers/Redis.ts"
+import { freshRedisUrl } from "./redis.ts"
+
+export type RedisTopology = "single" | "split" | "cluster"
+export const topologies: ReadonlyArray<RedisTopology> = ["single", "split", "cluster"]
+
+export interface StoreUrlStrings {
+  readonly sharedState: string
+  readonly queues: string
+  readonly queuesMetadata: string
+}
+
+export class TestRedisStores extends Context.Service<TestRedisStores, {
+  readonly topology: RedisTopology
+  readonly urls: StoreUrlStrings
+  /** For a child `sweeper` process: REDIS_URL (= SharedState) and the three store variables. */
+  readonly env: Readonly<Record<string, string>>
+}>()("test/support/TestRedisStores") {}
+
+export const storeEnv = (urls: StoreUrlStrings): Record<string, string> => ({
+  REDIS_URL: urls.sharedState,
+  REDIS_SHARED_STATE_URL: urls.sharedState,
+  REDIS_QUEUES_URL: urls.queues,
+  REDIS_QUEUES_METADATA_URL: urls.queuesMetadata
+})
+
+// ---------------------------------------------------------------------------------------------
+// Servers
+
+let split: Promise<RedisServers> | undefined
+let cluster: Promise<RedisServers> | undefined
+const children = new Set<ChildProcess>()
+const dirs = new Set<string>()
+const stopAllNow = () => {
+  for (const child of children) child.kill("SIGTERM")
+  children.clear()
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+  dirs.clear()
+}
+// Imported while vitest collects a test file, so this hook belongs to that file: its servers stop
+// when its last test is done. The exit handler covers a worker that ends some other way.
+afterAll(async () => {
+  const stopping = [split, cluster].filter((servers) => servers !== undefined)
+  split = undefined
+  cluster = undefined
+  for (const servers of stopping) await (await servers.catch(() => undefined))?.stop()
+  stopAllNow()
+})
+process.on("exit", stopAllNow)
+
+/** A free loopback port (the OS picks, we release it; redis-server binds it a moment later). */
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))))
+    })
+  })
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+const waitUntil = async (what: string, probe: () => Promise<boolean>, timeoutMs = 20_000) => {
+  const deadline = Date.now() + timeoutMs
+  let last: unknown
+  while (Date.now() < deadline) {
+    try {
+      if (await probe()) return
+    } catch (error) {
+      last = error
+    }
+    await sleep(50)
+  }
+  throw new Error(`timed out waiting for ${what}${last === undefined ? "" : `: ${String(last)}`}`)
+}
+
+const withClient = async <A>(port: number, f: (client: IORedis) => Promise<A>) => {
+  const client = new IORedis({ host: "127.0.0.1", port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  client.on("error", () => {})
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    client.disconnect()
+  }
+}
+
+export interface RedisServers {
+  readonly ports: ReadonlyArray<number>
+  /** FLUSHALL on every server (every master, for a cluster). */
+  readonly flushAll: () => Promise<void>
+  /** Stops the servers now (otherwise they stop when the test file's worker exits). */
+  readonly stop: () => Promise<void>
+}
+
+const startServers = async (count: number, extra: (dir: string, port: number) => ReadonlyArray<string>) => {
+  const dir = mkdtempSync(join(tmpdir(), "sweeper-redis-"))
+  dirs.add(dir)
+  const ports: Array<number> = []
+  const started: Array<ChildProcess> = []
+  for (let i = 0; i < count; i++) {
+    const port = await freePort()
+    const nodeDir = join(dir, String(port))
+    spawnSync("mkdir", ["-p", nodeDir])
+    const child = spawn("redis-server", [
+      "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", nodeDir,
+      ...extra(nodeDir, port)
+    ], { stdio: "ignore" })
+    children.add(child)
+    started.push(child)
+    ports.push(port)
+  }
+  for (const port of ports) {
+    await waitUntil(`redis-server on ${port}`, () => withClient(port, async (c) => (await c.ping()) === "PONG"))
+  }
+  const stop = async () => {
+    for (const child of started) {
+      children.delete(child)
+      const exited = new Promise((resolve) => child.once("exit", resolve))
+      child.kill("SIGTERM")
+      await Promise.race([exited, sleep(2_000)])
+    }
+    rmSync(dir, { recursive: true, force: true })
+    dirs.delete(dir)
+  }
+  return { ports, stop }
+}
+
+/** Three independent servers, one per store; started once per test file. */
+export const startSplitServers = (): Promise<RedisServers> =>
+  (split ??= startServers(3, () => []).then(({ ports, stop }) => ({
+    ports,
+    stop,
+    flushAll: async () => {
+      for (const port of ports) await withClient(port, (c) => c.flushall())
+    }
+  })))
+
+/** A Redis Cluster of three masters (no replicas); started once per test file. */
+export const startCluster = (): Promise<RedisServers> =>
+  (cluster ??= startServers(3, (dir) => ["--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf"), "--cluster-node-timeout", "5000"])
+    .then(async ({ ports, stop }) => {
+      const created = spawnSync("redis-cli", ["--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-yes"], {
+        encoding: "utf8",
+        timeout: 30_000
+      })
+      if (created.status !== 0) throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
+      for (const port of ports) {
+        await waitUntil(`cluster_state:ok on ${port}`, () =>
+          withClient(port, async (c) => String(await c.cluster("INFO")).includes("cluster_state:ok")))
+      }
+      return {
+        ports,
+        stop,
+        flushAll: async () => {
+          // Every node is a master here; FLUSHALL is refused on a replica, and there are none.
+          for (const port of ports) await withClient(port, (c) => c.flushall())
+        }
+      }
+    }))
+
+/** The URL list a Sweeper process takes for the test cluster (SPEC §8.2 seed-node form). */
+export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `redis://127.0.0.1:${p}`).join(",")
+
+// ---------------------------------------------------------------------------------------------
+// Layers
+
+/** URLs of each store for a topology, flushed (scoped: a "single" db claim is released with the scope). */
+export const topologyUrls = (topology: RedisTopology) =>
+  Effect.gen(function*() {
+    switch (topology) {
+      case "single": {
+        const url = yield* freshRedisUrl
+        return { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings
+      }
+      case "split": {
+        const servers = yield* Effect.promise(startSplitServers)
+        yield* Effect.promise(servers.flushAll)
+        const [a, b, c] = servers.ports.map((p) => `redis://127.0.0.1:${p}`)
+        return { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings
+      }
+      case "cluster": {
+        const servers = yield* Effect.promise(startCluster)
+        yield* Effect.promise(servers.flushAll)
+        const url = clusterUrl(servers)
+        return { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings
+      }
+    }
+  })
+
+/**
+ * Sweeper's production store composition (`Redis.layerStores`) over the topology's servers, plus
+ * `TestRedisStores`. Provides Redis (= SharedState), SharedStateRedis, QueuesRedis,
+ * QueuesMetadataRedis and RedisStores.
+ */
+export const RedisTopologyTest = (topology: RedisTopology) =>
+  Layer.unwrap(Effect.map(topologyUrls(topology), (urls) =>
+    Redis.layerStores({
+      sharedState: Redacted.make(urls.sharedState),
+      queues: Redacted.make(urls.queues),
+      queuesMetadata: Redacted.make(urls.queuesMetadata)
+    }).pipe(
+      Layer.merge(Layer.succeed(TestRedisStores, { topology, urls, env: storeEnv(urls) })),
+      Layer.orDie
+    )))
