@@ -19,11 +19,12 @@
  * - HDEL_IF_EQUALS removes a stale tracker only if it still holds the start time we judged stale.
  */
 import { Effect, Layer } from "effect"
+import { Cluster } from "ioredis"
 import { processWorkKey } from "../domain/ConcurrencyLimit.ts"
 import { queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
 import { type BeginMove, type BeginOutcome, type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { SweeperConfig } from "./Config.ts"
-import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "./Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "./Redis.ts"
 
 // KEYS: deferred list, journal, dead list
 // ARGV: journal TTL seconds, journal header, n, expected[1..n], payload[1..n] ('' = dead)
@@ -84,6 +85,22 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0`
 
+/**
+ * SCAN over the whole keyspace: on a single server, SCAN itself; on a cluster each master holds its
+ * own slots, so the masters are scanned one after the other under a composite cursor
+ * `<master index>:<that master's cursor>` ("0" = start, and done).
+ */
+const scanAll = async (client: RedisClient, cursor: string, match: string, count: number): Promise<readonly [string, Array<string>]> => {
+  if (!(client instanceof Cluster)) return client.scan(cursor, "MATCH", match, "COUNT", count)
+  const masters = client.nodes("master").toSorted((a, b) => `${a.options.host}:${a.options.port}`.localeCompare(`${b.options.host}:${b.options.port}`))
+  const [index, nodeCursor] = cursor === "0" ? [0, "0"] : [Number(cursor.split(":")[0]), cursor.split(":")[1] ?? "0"]
+  const node = masters[index]
+  if (node === undefined) return ["0", []]
+  const [next, keys] = await node.scan(nodeCursor, "MATCH", match, "COUNT", count)
+  if (next !== "0") return [`${index}:${next}`, keys]
+  return [index + 1 < masters.length ? `${index + 1}:0` : "0", keys]
+}
+
 const BEGIN_OUTCOMES: Record<number, BeginOutcome> = { 1: "moved", 0: "changed", [-1]: "busy" }
 
 /** The connections of the three GitLab stores (one and the same on a single server). */
@@ -95,8 +112,7 @@ export interface ConcurrencyLimitStores {
 
 /** The primitives over ioredis connections (exported for the contract suite's fault injection). */
 export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: ConcurrencyLimitStores): ConcurrencyLimitStore => ({
-  scan: (cursor, match, count) =>
-    sharedState.use("concurrency_limit.scan", (client) => client.scan(cursor, "MATCH", match, "COUNT", count)),
+  scan: (cursor, match, count) => sharedState.use("concurrency_limit.scan", (client) => scanAll(client, cursor, match, count)),
   llen: (key) => sharedState.use("concurrency_limit.llen", (client) => client.llen(key)),
   lrange: (key, start, stop) => sharedState.use("concurrency_limit.lrange", (client) => client.lrangeBuffer(key, start, stop)),
   beginMove: (move: BeginMove) =>
