@@ -25,6 +25,11 @@ export class RawStores extends Context.Service<RawStores, {
   hset(store: StoreName, key: string, fields: Record<string, string>): Effect.Effect<void>
   list(store: StoreName, key: string): Effect.Effect<ReadonlyArray<Buffer>>
   get(store: StoreName, key: string): Effect.Effect<string | null>
+  lpop(store: StoreName, key: string): Effect.Effect<string | null>
+  smembers(store: StoreName, key: string): Effect.Effect<ReadonlyArray<string>>
+  hgetall(store: StoreName, key: string): Effect.Effect<Record<string, string>>
+  /** PTTL: -2 missing, -1 no expiry. */
+  pttl(store: StoreName, key: string): Effect.Effect<number>
   exists(store: StoreName, key: string): Effect.Effect<boolean>
   /** Every key matching `pattern` in the store, with its PTTL (-1: no expiry). */
   keysWithTtl(store: StoreName, pattern: string): Effect.Effect<ReadonlyArray<readonly [string, number]>>
@@ -40,6 +45,10 @@ const RawMemory = Layer.effect(RawStores, Effect.gen(function*() {
     hset: (_store, key, fields) => Effect.sync(() => void redis.hset(key, fields)),
     list: (_store, key) => Effect.sync(() => redis.lrangeBuffer(key, 0, -1)),
     get: (_store, key) => Effect.sync(() => redis.get(key)),
+    lpop: (_store, key) => Effect.sync(() => redis.lpop(key, 1)[0] ?? null),
+    smembers: (_store, key) => Effect.sync(() => redis.smembers(key)),
+    hgetall: (_store, key) => Effect.sync(() => redis.hgetall(key)),
+    pttl: (_store, key) => Effect.sync(() => redis.pttl(key)),
     exists: (_store, key) => Effect.sync(() => redis.exists(key)),
     keysWithTtl: (_store, pattern) => Effect.sync(() => redis.keys(pattern).map((key) => [key, redis.pttl(key)] as const))
   })
@@ -67,6 +76,10 @@ const RawRedis = Layer.effect(RawStores, Effect.gen(function*() {
     hset: (store, key, fields) => p(() => client(store).hset(key, fields)).pipe(Effect.asVoid),
     list: (store, key) => p(() => client(store).lrangeBuffer(key, 0, -1)),
     get: (store, key) => p(() => client(store).get(key)),
+    lpop: (store, key) => p(() => client(store).lpop(key)),
+    smembers: (store, key) => p(() => client(store).smembers(key)),
+    hgetall: (store, key) => p(() => client(store).hgetall(key)),
+    pttl: (store, key) => p(() => client(store).pttl(key)),
     exists: (store, key) => p(async () => (await client(store).exists(key)) === 1),
     keysWithTtl: (store, pattern) =>
       p(async () => {
