@@ -148,6 +148,11 @@ export const PENDING_RESUMED_TTL = Duration.seconds(60)
  * outlives the journal that refers to it, so a replay always sees whether its push happened.
  */
 export const MOVE_JOURNAL_TTL = Duration.days(7)
+/**
+ * The dead list is Sweeper's own key, and every key Sweeper creates has a TTL: unparsable elements
+ * stay for inspection this long after the last one was added (every addition refreshes it).
+ */
+export const DEAD_LIST_TTL = Duration.days(30)
 /** A run's default budget: inside the one-minute cron period, so the next tick carries on. */
 export const RUN_BUDGET = Duration.seconds(55)
 /** HSCAN / SCAN page size. */

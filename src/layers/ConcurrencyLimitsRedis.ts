@@ -8,7 +8,7 @@
  *
  * - BEGIN_MOVE (SharedState, slot `{w}`): if no journal is pending and the deferred list still starts
  *   with exactly the bytes we read and decided on, LTRIM them off, RPUSH the unparsable ones to the
- *   dead list (byte for byte: Lua holds the raw elements) and write the journal — header and jobs —
+ *   dead list (byte for byte: Lua holds the raw elements; its TTL refreshed) and write the journal — header and jobs —
  *   with its TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
  * - RESERVE (QueuesMetadata, one key): INCRBY pending_resumed and reset its TTL.
  * - PUSH (Queues, slot of `queue:<q>`: the marker carries its hash tag): SET marker NX, and only if
@@ -27,7 +27,7 @@ import { SweeperConfig } from "./Config.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "./Redis.ts"
 
 // KEYS: deferred list, journal, dead list
-// ARGV: journal TTL seconds, journal header, n, expected[1..n], payload[1..n] ('' = dead)
+// ARGV: journal TTL seconds, journal header, n, dead-list TTL seconds, expected[1..n], payload[1..n] ('' = dead)
 // Returns 1 moved, 0 head changed, -1 a journal is pending.
 export const BEGIN_MOVE = `
 if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
@@ -35,14 +35,15 @@ local n = tonumber(ARGV[3])
 local head = redis.call('LRANGE', KEYS[1], 0, n - 1)
 if #head ~= n then return 0 end
 for i = 1, n do
-  if head[i] ~= ARGV[3 + i] then return 0 end
+  if head[i] ~= ARGV[4 + i] then return 0 end
 end
 redis.call('LTRIM', KEYS[1], n, -1)
 local jobs = 0
 for i = 1, n do
-  local payload = ARGV[3 + n + i]
+  local payload = ARGV[4 + n + i]
   if payload == '' then
     redis.call('RPUSH', KEYS[3], head[i])
+    redis.call('EXPIRE', KEYS[3], ARGV[4])
   else
     if jobs == 0 then redis.call('RPUSH', KEYS[2], ARGV[2]) end
     redis.call('RPUSH', KEYS[2], payload)
@@ -71,11 +72,12 @@ export const END_MOVE = `
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`
 
-// KEYS: journal, dead list. ARGV: header
+// KEYS: journal, dead list. ARGV: header, dead-list TTL seconds
 export const BURY_JOURNAL = `
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
 local all = redis.call('LRANGE', KEYS[1], 0, -1)
 for i = 1, #all do redis.call('RPUSH', KEYS[2], all[i]) end
+redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[1])
 return 1`
 
@@ -127,6 +129,7 @@ export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: Concurre
           move.journalTtlSeconds,
           move.header,
           move.expected.length,
+          move.deadTtlSeconds,
           ...move.expected.map((bytes) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)),
           ...move.payloads.map((payload) => payload ?? "")
         ) as Promise<number>),
@@ -138,10 +141,10 @@ export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: Concurre
         client.eval(END_MOVE, 1, journalKey, Buffer.from(header)) as Promise<number>),
       (n) => n === 1
     ),
-  buryJournal: (journalKey, deadKey, header) =>
+  buryJournal: (journalKey, deadKey, header, deadTtlSeconds) =>
     Effect.map(
       sharedState.use("concurrency_limit.bury_journal", (client) =>
-        client.eval(BURY_JOURNAL, 2, journalKey, deadKey, Buffer.from(header)) as Promise<number>),
+        client.eval(BURY_JOURNAL, 2, journalKey, deadKey, Buffer.from(header), deadTtlSeconds) as Promise<number>),
       (n) => n === 1
     ),
   get: (key) => queuesMetadata.use("concurrency_limit.get", (client) => client.get(key)),

@@ -10,6 +10,7 @@
 import { Clock, Context, Duration, Effect, Option, Random, Schema } from "effect"
 import {
   camelize,
+  DEAD_LIST_TTL,
   decodeUtf8,
   DEFERRED_KEY_PATTERN,
   encodeJournalHeader,
@@ -109,6 +110,8 @@ export interface BeginMove {
   /** The journal's first element (batch id, queue, worker). */
   readonly header: string
   readonly journalTtlSeconds: number
+  /** Refreshed on the dead list when elements are added to it. */
+  readonly deadTtlSeconds: number
 }
 
 /** How step 1 went. */
@@ -141,7 +144,7 @@ export interface ConcurrencyLimitStore {
   /** Last step, atomic: delete the journal only while its header is still `header` (our batch). */
   endMove(journalKey: string, header: Uint8Array): Effect.Effect<boolean, RedisError>
   /** A journal whose header is unreadable: its elements to the dead list, byte for byte, then delete it (atomic). */
-  buryJournal(journalKey: string, deadKey: string, header: Uint8Array): Effect.Effect<boolean, RedisError>
+  buryJournal(journalKey: string, deadKey: string, header: Uint8Array, deadTtlSeconds: number): Effect.Effect<boolean, RedisError>
 
   // --- QueuesMetadata: limit override, executing trackers, reserved slots
   get(key: string): Effect.Effect<string | null, RedisError>
@@ -323,7 +326,7 @@ export const makeConcurrencyLimits = (
     const payloads = journal.slice(1).map(decodeUtf8)
     if (Option.isNone(header) || payloads.some(Option.isNone)) {
       // Not a journal this code wrote (or damaged): keep every element, byte for byte, for a human.
-      yield* onKey(keys.journal, store.buryJournal(keys.journal, keys.dead, journal[0]!))
+      yield* onKey(keys.journal, store.buryJournal(keys.journal, keys.dead, journal[0]!, Duration.toSeconds(DEAD_LIST_TTL)))
       yield* Effect.logError("Unreadable concurrency limit move journal moved to the dead list").pipe(
         Effect.annotateLogs({ worker, journal: keys.journal, dead_list: keys.dead, elements: journal.length })
       )
@@ -386,7 +389,8 @@ export const makeConcurrencyLimits = (
         expected,
         payloads,
         header,
-        journalTtlSeconds: Duration.toSeconds(MOVE_JOURNAL_TTL)
+        journalTtlSeconds: Duration.toSeconds(MOVE_JOURNAL_TTL),
+        deadTtlSeconds: Duration.toSeconds(DEAD_LIST_TTL)
       }))
       if (outcome === "moved") {
         const jobs = payloads.filter((payload) => payload !== null)

@@ -74,6 +74,7 @@ const checkExactlyOnce = Effect.gen(function*() {
   assert.isFalse(yield* raw.exists("sharedState", K.journal), "no journal left")
   const dead = yield* raw.list("sharedState", K.dead)
   assert.deepStrictEqual(dead.map((b) => b.toString("hex")), JUNK.map((b) => b.toString("hex")), "junk in the dead list, byte for byte, once")
+  assert.isAbove(yield* raw.pttl("sharedState", K.dead), 0, "the dead list (Sweeper's key) has a TTL")
   const pending = Number((yield* raw.get("queuesMetadata", K.pendingResumed)) ?? "0")
   assert.isAtLeast(pending, queued.length, "slots reserved for every resumed job not yet started")
   // Markers: whatever is left has a TTL (a recovery leaves its marker to expire).

@@ -23,7 +23,7 @@ export const makeMemoryStore = (redis: MemoryRedisStore): ConcurrencyLimitStore 
   scan: (cursor, match, count) => command("concurrency_limit.scan", () => redis.scan(cursor, match, count)),
   llen: (key) => command("concurrency_limit.llen", () => redis.llen(key)),
   lrange: (key, start, stop) => command("concurrency_limit.lrange", () => redis.lrangeBuffer(key, start, stop)),
-  beginMove: ({ expected, header, journalTtlSeconds, keys, payloads }) =>
+  beginMove: ({ deadTtlSeconds, expected, header, journalTtlSeconds, keys, payloads }) =>
     command("concurrency_limit.begin_move", () => {
       if (redis.exists(keys.journal)) return "busy" as const
       const head = redis.lrangeBuffer(keys.deferred, 0, expected.length - 1)
@@ -31,7 +31,10 @@ export const makeMemoryStore = (redis: MemoryRedisStore): ConcurrencyLimitStore 
       redis.ltrimFrom(keys.deferred, expected.length)
       const jobs = payloads.filter((payload) => payload !== null)
       head.forEach((element, i) => {
-        if (payloads[i] === null) redis.rpush(keys.dead, element)
+        if (payloads[i] === null) {
+          redis.rpush(keys.dead, element)
+          redis.expire(keys.dead, deadTtlSeconds)
+        }
       })
       if (jobs.length > 0) {
         redis.rpush(keys.journal, header, ...jobs)
@@ -44,11 +47,12 @@ export const makeMemoryStore = (redis: MemoryRedisStore): ConcurrencyLimitStore 
       const first = redis.lrangeBuffer(journalKey, 0, 0)[0]
       return first !== undefined && sameBytes(first, header) && redis.del(journalKey) === 1
     }),
-  buryJournal: (journalKey, deadKey, header) =>
+  buryJournal: (journalKey, deadKey, header, deadTtlSeconds) =>
     command("concurrency_limit.bury_journal", () => {
       const all = redis.lrangeBuffer(journalKey, 0, -1)
       if (all[0] === undefined || !sameBytes(all[0], header)) return false
       redis.rpush(deadKey, ...all)
+      redis.expire(deadKey, deadTtlSeconds)
       redis.del(journalKey)
       return true
     }),
