@@ -179,6 +179,8 @@ const connect = (url: Redacted.Redacted<string>) =>
           client.on("error", () => {})
           try {
             await client.connect()
+            // connect() on a cluster resolves once the slot map is loaded; a PING proves a node answers.
+            await client.ping()
           } catch (error) {
             client.disconnect()
             throw error

@@ -6,7 +6,7 @@ import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, describeBackends } from "../layers/App.ts"
-import { SweeperConfig } from "../layers/Config.ts"
+import { redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { migrate } from "../layers/Migrations.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -180,7 +180,7 @@ const start = Command.make(
   {},
   Effect.fn("Cli.start")(function*() {
     const settings = yield* SweeperConfig
-    const embedded = Option.isNone(settings.databaseUrl) && Option.isNone(settings.redisUrl)
+    const embedded = Option.isNone(settings.databaseUrl) && !redisConfigured(settings)
     yield* Effect.logInfo(
       embedded
         ? "Sweeper starting on the embedded default (no DATABASE_URL / REDIS_URL): PGlite + in-memory Redis"

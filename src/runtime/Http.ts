@@ -9,7 +9,7 @@ import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted } from "eff
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { createServer } from "node:http"
 import { SweeperConfig } from "../layers/Config.ts"
-import { Redis } from "../layers/Redis.ts"
+import { RedisStores } from "../layers/Redis.ts"
 import { prometheusText, setGauge } from "../services/Metrics.ts"
 import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
 
@@ -57,7 +57,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const scheduler = yield* Scheduler
   const settings = yield* SweeperConfig
   const sql = yield* PgClient.PgClient
-  const redis = yield* Effect.serviceOption(Redis)
+  const stores = yield* Effect.serviceOption(RedisStores)
 
   const check = <E>(probe: Effect.Effect<unknown, E>) =>
     probe.pipe(
@@ -86,15 +86,25 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
 
   yield* router.add("GET", "/healthz", HttpServerResponse.text("ok\n"))
   yield* router.add("GET", "/readyz", Effect.gen(function*() {
-    const [postgres, redisStatus] = yield* Effect.all([
+    // Every GitLab store is pinged (SPEC §8.2): a batch needs all three, so one down is not ready.
+    const [postgres, storeStatus] = yield* Effect.all([
       check(sql`SELECT 1`),
-      Option.match(redis, {
-        onNone: () => Effect.succeed("ok (in-memory)"),
-        onSome: (r) => check(r.use("ping", (client) => client.ping()))
+      Option.match(stores, {
+        onNone: () => Effect.succeed(undefined),
+        onSome: (all) =>
+          Effect.forEach(all, ({ store, redis }) =>
+            Effect.map(check(redis.use("ping", (client) => client.ping())), (status) => [store, { status, kind: redis.kind }] as const), {
+            concurrency: "unbounded"
+          }).pipe(Effect.map((entries) => Object.fromEntries(entries)))
       })
     ], { concurrency: 2 })
+    const storeStatuses = storeStatus === undefined ? [] : Object.values(storeStatus).map((entry) => entry.status)
+    const redisStatus = storeStatus === undefined ? "ok (in-memory)" : storeStatuses.find((status) => status !== "ok") ?? "ok"
     const ready = postgres === "ok" && redisStatus.startsWith("ok")
-    return HttpServerResponse.jsonUnsafe({ ready, postgres, redis: redisStatus }, { status: ready ? 200 : 503 })
+    return HttpServerResponse.jsonUnsafe(
+      { ready, postgres, redis: redisStatus, ...(storeStatus === undefined ? {} : { redisStores: storeStatus }) },
+      { status: ready ? 200 : 503 }
+    )
   }))
   yield* router.add("GET", "/metrics", Effect.gen(function*() {
     const now = DateTime.toEpochMillis(yield* DateTime.now)

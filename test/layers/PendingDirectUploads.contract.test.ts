@@ -8,9 +8,9 @@ import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../../src/layers/memory/PendingDirectUploadsMemory.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { SharedStateRedis } from "../../src/layers/Redis.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
-import { RedisTest } from "../support/redis.ts"
+import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the hash, behind the service's back (as GitLab's Rails side would write it). */
 class Hash extends Context.Service<Hash, {
@@ -26,13 +26,16 @@ const backends: Record<string, Layer.Layer<PendingDirectUploads | Hash>> = {
     })))),
     Layer.provideMerge(MemoryRedis.layer)
   ),
-  redis: PendingDirectUploadsRedis.pipe(
-    Layer.merge(Layer.effect(Hash, Effect.map(Redis, (redis) => Hash.of({
-      set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
-      all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY)))
-    })))),
-    Layer.provideMerge(RedisTest)
-  )
+  ...Object.fromEntries(topologies.map((topology) => [
+    `redis ${topology}`,
+    PendingDirectUploadsRedis.pipe(
+      Layer.merge(Layer.effect(Hash, Effect.map(SharedStateRedis, (redis) => Hash.of({
+        set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
+        all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY)))
+      })))),
+      Layer.provideMerge(RedisTopologyTest(topology))
+    )
+  ]))
 }
 
 const fieldsOf = (n: number) =>

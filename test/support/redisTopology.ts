@@ -18,6 +18,7 @@
  *   TestRedisStores                  { topology, urls: {sharedState, queues, queuesMetadata}, env }
  *                                    `env` = REDIS_URL + the three REDIS_*_URL variables
  *   startSplitServers() / startCluster()   the raw servers (memoised per file), with `flushAll()`
+ *   scanKeys(client, pattern)        SCAN every master (a cluster's SCAN only sees one node)
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -26,8 +27,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { afterAll } from "vitest"
-import { Redis as IORedis } from "ioredis"
-import { Redis } from "../../src/layers/Redis.ts"
+import { Cluster, Redis as IORedis } from "ioredis"
+import { Redis, type RedisClient } from "../../src/layers/Redis.ts"
 import { freshRedisUrl } from "./redis.ts"
 
 export type RedisTopology = "single" | "split" | "cluster"
@@ -233,3 +234,18 @@ export const RedisTopologyTest = (topology: RedisTopology) =>
       Layer.merge(Layer.succeed(TestRedisStores, { topology, urls, env: storeEnv(urls) })),
       Layer.orDie
     )))
+
+/** Every key matching `pattern` (SCAN), on every master of a cluster (a cluster SCAN sees one node). */
+export const scanKeys = async (client: RedisClient, pattern = "*"): Promise<Array<string>> => {
+  const nodes: ReadonlyArray<IORedis> = client instanceof Cluster ? client.nodes("master") : [client]
+  const keys: Array<string> = []
+  for (const node of nodes) {
+    let cursor = "0"
+    do {
+      const [next, batch] = await node.scan(cursor, "MATCH", pattern, "COUNT", 1000)
+      keys.push(...batch)
+      cursor = next
+    } while (cursor !== "0")
+  }
+  return keys
+}
