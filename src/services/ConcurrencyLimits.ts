@@ -3,9 +3,11 @@
  * how many of their jobs run now, and the move that resumes deferred jobs into their Sidekiq queue.
  *
  * The backends differ only in the Redis primitives underneath (`ConcurrencyLimitStore`: commands,
- * plus two compare-and-act steps that are Lua scripts on Redis and one synchronous step in memory).
- * Everything else — decoding what GitLab wrote, building the Sidekiq jobs, the stale-tracker rules —
- * is `makeConcurrencyLimits`, shared, so both backends read the same keys and write the same bytes.
+ * plus compare-and-act steps that are Lua scripts on Redis — each within one GitLab store and one
+ * cluster slot — and one synchronous step each in memory). Everything else — decoding what GitLab
+ * wrote (as bytes), building the Sidekiq jobs, the stale-tracker rules, the order of the move's
+ * steps and their recovery (README "Resume across stores") — is `makeConcurrencyLimits`, shared, so
+ * both backends read the same keys and write the same bytes.
  */
 import { Clock, Context, Duration, Effect, Option, Random, Schema } from "effect"
 import {
