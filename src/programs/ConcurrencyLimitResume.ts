@@ -94,18 +94,24 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const events = yield* EventLog
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
-  if (Option.isNone(setting)) return Option.none<PassResult>()
-  const { limit, queue } = setting.value
 
-  // A move a dead process left half done is finished first, whatever the limit says now: its jobs
-  // were admitted under the limit of its own pass (and its slots are counted again before the push).
+  // A move a dead process left half done is finished first, whatever the limit says now (even for a
+  // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
+  // already off the deferred list, and its slots are counted again before the push.
   const recovered = dryRun ? Option.none() : yield* limits.recoverMove(worker)
   const recoveredJobs = Option.match(recovered, { onNone: () => 0, onSome: (move) => move.jids.length })
   if (Option.isSome(recovered) && recoveredJobs > 0) {
     const { jids, queue: recoveredQueue } = recovered.value
-    yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue: recoveredQueue, count: jids.length, limit, jids }))
     yield* increment(concurrencyLimitResumedJobsTotal, jids.length, { worker })
+    // The event records the limit of this pass; an unconfigured worker has none (the recovery's
+    // warning log line carries the batch instead).
+    if (Option.isSome(setting)) {
+      yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue: recoveredQueue, count: jids.length, limit: setting.value.limit, jids }))
+    }
   }
+
+  if (Option.isNone(setting)) return Option.none<PassResult>()
+  const { limit, queue } = setting.value
 
   const queueSize = yield* limits.queueSize(worker)
   // A breaker-open or empty worker is only reported; cleaning trackers would write for nothing.

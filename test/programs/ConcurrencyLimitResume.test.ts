@@ -419,6 +419,31 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "RunFinished"])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
+  it.effect("a move left half done by a dead process is finished by the next run, also for a worker no longer configured", () =>
+    Effect.gen(function*() {
+      yield* seed(W, elements(0, 1))
+      const redis = yield* MemoryRedis
+      const GONE = "Old::GoneWorker"
+      const header = (worker: string, batch: string) => JSON.stringify({ sweeper_move: 1, batch, queue: "default", worker })
+      const job = (worker: string, jid: string, i: number) =>
+        JSON.stringify({ class: worker, args: [i], jid, queue: "default", retry: true, created_at: NOW_S, enqueued_at: NOW_S, concurrency_limit_resume: true })
+      // Journals as a process leaves them when it dies after BEGIN (jobs off the list, not yet pushed).
+      redis.rpush(K.journal, header(W, "a".repeat(24)), job(W, "b".repeat(24), 100))
+      redis.expire(K.journal, 3600)
+      redis.rpush(workerKeys(GONE).journal, header(GONE, "c".repeat(24)), job(GONE, "d".repeat(24), 200))
+      redis.expire(workerKeys(GONE).journal, 3600)
+
+      const summary = yield* run
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 1, current: 1, resumed: 2 }])
+      const jobs = yield* consumed()
+      assert.deepStrictEqual(jobs.map((j) => j.class).toSorted(), [GONE, W, W])
+      assert.deepStrictEqual(jobs.map((j) => j.args[0]).toSorted(), [0, 100, 200])
+      assert.isFalse(redis.exists(K.journal))
+      assert.isFalse(redis.exists(workerKeys(GONE).journal))
+      const resumedEvents = (yield* MemoryEvents).filter((e) => e.type === "ConcurrencyLimitJobsResumed").map((e) => e.data.jids)
+      assert.deepStrictEqual(resumedEvents[0], ["b".repeat(24)])
+    }).pipe(Effect.provide(platform({ [W]: 5 }))))
+
   it.effect("the RunFinished summary is the program's summary", () =>
     Effect.gen(function*() {
       yield* seed(W, elements(0, 2))
