@@ -15,8 +15,9 @@
  *   topologies                       ["single", "split", "cluster"], for `describe.each` / loops
  *   RedisTopologyTest(topology)      Layer: Redis, SharedStateRedis, QueuesRedis, QueuesMetadataRedis,
  *                                    RedisStores, TestRedisStores (URLs and env for child processes)
- *   TestRedisStores                  { topology, urls: {sharedState, queues, queuesMetadata}, env }
- *                                    `env` = REDIS_URL + the three REDIS_*_URL variables
+ *   TestRedisStores                  { topology, urls: {sharedState, queues, queuesMetadata}, env, flush }
+ *                                    `env` = REDIS_URL + the three REDIS_*_URL variables;
+ *                                    `flush` empties every store of the topology
  *   startSplitServers() / startCluster()   the raw servers (memoised per file), with `flushAll()`
  *   scanKeys(client, pattern)        SCAN every master (a cluster's SCAN only sees one node)
  */
@@ -45,6 +46,8 @@ export class TestRedisStores extends Context.Service<TestRedisStores, {
   readonly urls: StoreUrlStrings
   /** For a child `sweeper` process: REDIS_URL (= SharedState) and the three store variables. */
   readonly env: Readonly<Record<string, string>>
+  /** Empties every store (FLUSHDB of the claimed db; FLUSHALL of each split server / cluster master). */
+  readonly flush: Effect.Effect<void>
 }>()("test/support/TestRedisStores") {}
 
 export const storeEnv = (urls: StoreUrlStrings): Record<string, string> => ({
@@ -196,25 +199,30 @@ export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `r
 // ---------------------------------------------------------------------------------------------
 // Layers
 
-/** URLs of each store for a topology, flushed (scoped: a "single" db claim is released with the scope). */
+/** URLs of each store for a topology, flushed, and how to flush them again (scoped: a "single" db claim is released with the scope). */
 export const topologyUrls = (topology: RedisTopology) =>
   Effect.gen(function*() {
     switch (topology) {
       case "single": {
         const url = yield* freshRedisUrl
-        return { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings
+        const flush = Effect.promise(async () => {
+          const client = new IORedis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
+          await client.connect()
+          await client.flushdb().finally(() => client.disconnect())
+        })
+        return { urls: { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings, flush }
       }
       case "split": {
         const servers = yield* Effect.promise(startSplitServers)
         yield* Effect.promise(servers.flushAll)
         const [a, b, c] = servers.ports.map((p) => `redis://127.0.0.1:${p}`)
-        return { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings
+        return { urls: { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings, flush: Effect.promise(servers.flushAll) }
       }
       case "cluster": {
         const servers = yield* Effect.promise(startCluster)
         yield* Effect.promise(servers.flushAll)
         const url = clusterUrl(servers)
-        return { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings
+        return { urls: { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings, flush: Effect.promise(servers.flushAll) }
       }
     }
   })
@@ -225,13 +233,13 @@ export const topologyUrls = (topology: RedisTopology) =>
  * QueuesMetadataRedis and RedisStores.
  */
 export const RedisTopologyTest = (topology: RedisTopology) =>
-  Layer.unwrap(Effect.map(topologyUrls(topology), (urls) =>
+  Layer.unwrap(Effect.map(topologyUrls(topology), ({ urls, flush }) =>
     Redis.layerStores({
       sharedState: Redacted.make(urls.sharedState),
       queues: Redacted.make(urls.queues),
       queuesMetadata: Redacted.make(urls.queuesMetadata)
     }).pipe(
-      Layer.merge(Layer.succeed(TestRedisStores, { topology, urls, env: storeEnv(urls) })),
+      Layer.merge(Layer.succeed(TestRedisStores, { topology, urls, env: storeEnv(urls), flush })),
       Layer.orDie
     )))
 
