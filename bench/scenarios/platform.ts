@@ -15,10 +15,8 @@ import type { PhaseContext } from "../support/compare.ts"
 
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
   const config = SweeperConfig.layerWith({ node: "bench", ...settings })
-  // One server holds every GitLab store in the benchmarks.
-  const redisUrl = Redacted.make(context.redisUrl)
-  const stores = { sharedState: redisUrl, queues: redisUrl, queuesMetadata: redisUrl }
-  return Layer.mergeAll(SqlBackends, RedisBackends(stores), ObjectStorageLocal).pipe(
+  const redis = Redacted.make(context.redisUrl)
+  return Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal).pipe(
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )

@@ -45,11 +45,11 @@ import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
 /** Every service a registered batch may need. */
 export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
 
+/** The services backed by Redis, given the store connections (Redis.layerStores). */
+export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
+
 /** The services backed by Redis, each on its GitLab store (SPEC §8.2). */
-export const RedisBackends = (urls: StoreUrls) =>
-  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(
-    Layer.provideMerge(Redis.layerStores(urls))
-  )
+export const RedisBackends = (urls: StoreUrls) => RedisServices.pipe(Layer.provideMerge(Redis.layerStores(urls)))
 
 /** The same services in memory (embedded default, specs). */
 export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))

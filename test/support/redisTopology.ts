@@ -15,13 +15,14 @@
  *   topologies                       ["single", "split", "cluster"], for `describe.each` / loops
  *   RedisTopologyTest(topology)      Layer: Redis, SharedStateRedis, QueuesRedis, QueuesMetadataRedis,
  *                                    RedisStores, TestRedisStores (URLs and env for child processes)
- *   TestRedisStores                  { topology, urls: {sharedState, queues, queuesMetadata}, env }
- *                                    `env` = REDIS_URL + the three REDIS_*_URL variables
+ *   TestRedisStores                  { topology, urls: {sharedState, queues, queuesMetadata}, env, flush }
+ *                                    `env` = REDIS_URL + the three REDIS_*_URL variables;
+ *                                    `flush` empties every store of the topology
  *   startSplitServers() / startCluster()   the raw servers (memoised per file), with `flushAll()`
  *   scanKeys(client, pattern)        SCAN every master (a cluster's SCAN only sees one node)
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -45,6 +46,8 @@ export class TestRedisStores extends Context.Service<TestRedisStores, {
   readonly urls: StoreUrlStrings
   /** For a child `sweeper` process: REDIS_URL (= SharedState) and the three store variables. */
   readonly env: Readonly<Record<string, string>>
+  /** Empties every store (FLUSHDB of the claimed db; FLUSHALL of each split server / cluster master). */
+  readonly flush: Effect.Effect<void>
 }>()("test/support/TestRedisStores") {}
 
 export const storeEnv = (urls: StoreUrlStrings): Record<string, string> => ({
@@ -91,10 +94,10 @@ const freePort = () =>
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-const waitUntil = async (what: string, probe: () => Promise<boolean>, timeoutMs = 20_000) => {
+const waitUntil = async (what: string, probe: () => Promise<boolean>, gaveUp: () => boolean = () => false, timeoutMs = 30_000) => {
   const deadline = Date.now() + timeoutMs
   let last: unknown
-  while (Date.now() < deadline) {
+  while (Date.now() < deadline && !gaveUp()) {
     try {
       if (await probe()) return
     } catch (error) {
@@ -124,28 +127,45 @@ export interface RedisServers {
   readonly stop: () => Promise<void>
 }
 
-const startServers = async (count: number, extra: (dir: string, port: number) => ReadonlyArray<string>) => {
-  const dir = mkdtempSync(join(tmpdir(), "sweeper-redis-"))
-  dirs.add(dir)
-  const ports: Array<number> = []
-  const started: Array<ChildProcess> = []
-  for (let i = 0; i < count; i++) {
+/**
+ * One redis-server on a free port. The port is free when the OS hands it out but another process
+ * may take it before redis-server binds it (and a cluster node also binds a bus port): a server
+ * that exits before it answers is started again on new ports.
+ */
+const startServer = async (dir: string, extra: (nodeDir: string, port: number) => Promise<ReadonlyArray<string>>) => {
+  for (let attempt = 1; ; attempt++) {
     const port = await freePort()
     const nodeDir = join(dir, String(port))
-    spawnSync("mkdir", ["-p", nodeDir])
+    mkdirSync(nodeDir, { recursive: true })
     const child = spawn("redis-server", [
       "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", nodeDir,
-      ...extra(nodeDir, port)
+      ...(await extra(nodeDir, port))
     ], { stdio: "ignore" })
     children.add(child)
-    started.push(child)
-    ports.push(port)
+    let exited = false
+    child.once("exit", () => (exited = true))
+    try {
+      await waitUntil(`redis-server on ${port}`, async () => {
+        if (exited) throw new Error("exited")
+        return withClient(port, async (c) => (await c.ping()) === "PONG")
+      }, () => exited)
+      return { port, child }
+    } catch (error) {
+      children.delete(child)
+      child.kill("SIGKILL")
+      if (attempt >= 5) throw error
+    }
   }
-  for (const port of ports) {
-    await waitUntil(`redis-server on ${port}`, () => withClient(port, async (c) => (await c.ping()) === "PONG"))
-  }
+}
+
+const startServers = async (count: number, extra: (nodeDir: string, port: number) => Promise<ReadonlyArray<string>>) => {
+  const dir = mkdtempSync(join(tmpdir(), "sweeper-redis-"))
+  dirs.add(dir)
+  const started: Array<{ port: number; child: ChildProcess }> = []
+  for (let i = 0; i < count; i++) started.push(await startServer(dir, extra))
+  const ports = started.map((server) => server.port)
   const stop = async () => {
-    for (const child of started) {
+    for (const { child } of started) {
       children.delete(child)
       const exited = new Promise((resolve) => child.once("exit", resolve))
       child.kill("SIGTERM")
@@ -159,7 +179,7 @@ const startServers = async (count: number, extra: (dir: string, port: number) =>
 
 /** Three independent servers, one per store; started once per test file. */
 export const startSplitServers = (): Promise<RedisServers> =>
-  (split ??= startServers(3, () => []).then(({ ports, stop }) => ({
+  (split ??= startServers(3, async () => []).then(({ ports, stop }) => ({
     ports,
     stop,
     flushAll: async () => {
@@ -169,7 +189,11 @@ export const startSplitServers = (): Promise<RedisServers> =>
 
 /** A Redis Cluster of three masters (no replicas); started once per test file. */
 export const startCluster = (): Promise<RedisServers> =>
-  (cluster ??= startServers(3, (dir) => ["--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf"), "--cluster-node-timeout", "5000"])
+  (cluster ??= startServers(3, async (dir) => [
+    "--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf"), "--cluster-node-timeout", "5000",
+    // The bus port defaults to port + 10000, which may be taken (or past 65535): pick a free one too.
+    "--cluster-port", String(await freePort())
+  ])
     .then(async ({ ports, stop }) => {
       const created = spawnSync("redis-cli", ["--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-yes"], {
         encoding: "utf8",
@@ -196,25 +220,30 @@ export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `r
 // ---------------------------------------------------------------------------------------------
 // Layers
 
-/** URLs of each store for a topology, flushed (scoped: a "single" db claim is released with the scope). */
+/** URLs of each store for a topology, flushed, and how to flush them again (scoped: a "single" db claim is released with the scope). */
 export const topologyUrls = (topology: RedisTopology) =>
   Effect.gen(function*() {
     switch (topology) {
       case "single": {
         const url = yield* freshRedisUrl
-        return { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings
+        const flush = Effect.promise(async () => {
+          const client = new IORedis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
+          await client.connect()
+          await client.flushdb().finally(() => client.disconnect())
+        })
+        return { urls: { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings, flush }
       }
       case "split": {
         const servers = yield* Effect.promise(startSplitServers)
         yield* Effect.promise(servers.flushAll)
         const [a, b, c] = servers.ports.map((p) => `redis://127.0.0.1:${p}`)
-        return { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings
+        return { urls: { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings, flush: Effect.promise(servers.flushAll) }
       }
       case "cluster": {
         const servers = yield* Effect.promise(startCluster)
         yield* Effect.promise(servers.flushAll)
         const url = clusterUrl(servers)
-        return { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings
+        return { urls: { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings, flush: Effect.promise(servers.flushAll) }
       }
     }
   })
@@ -225,13 +254,13 @@ export const topologyUrls = (topology: RedisTopology) =>
  * QueuesMetadataRedis and RedisStores.
  */
 export const RedisTopologyTest = (topology: RedisTopology) =>
-  Layer.unwrap(Effect.map(topologyUrls(topology), (urls) =>
+  Layer.unwrap(Effect.map(topologyUrls(topology), ({ urls, flush }) =>
     Redis.layerStores({
       sharedState: Redacted.make(urls.sharedState),
       queues: Redacted.make(urls.queues),
       queuesMetadata: Redacted.make(urls.queuesMetadata)
     }).pipe(
-      Layer.merge(Layer.succeed(TestRedisStores, { topology, urls, env: storeEnv(urls) })),
+      Layer.merge(Layer.succeed(TestRedisStores, { topology, urls, env: storeEnv(urls), flush })),
       Layer.orDie
     )))
 
