@@ -1,7 +1,8 @@
 /**
  * Redis connections as scoped services: connected when the layer is built (so a wrong URL fails
  * start-up), quit when the scope closes. Every call goes through `use`, which turns a rejected
- * promise into a typed `RedisError` naming the operation.
+ * promise into a typed `RedisError` naming the operation, the server's reply and its host:port, and
+ * classified transient or permanent (see RedisError.isRetryable).
  *
  * A URL is either one server (`redis://host:port/db`) or a Redis Cluster given as a comma-separated
  * list of seed nodes (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`, SPEC §8.2). Both clients speak
@@ -11,6 +12,7 @@
 import { Context, Effect, Layer, Redacted } from "effect"
 import { Cluster, Redis as IORedis } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
+import { serverName, toRedisError } from "./RedisErrors.ts"
 
 /** A single server or a cluster: ioredis gives both the same command surface. */
 export type RedisClient = IORedis | Cluster
@@ -159,39 +161,40 @@ const connect = (url: Redacted.Redacted<string>) =>
     const parsed = parseRedisUrl(raw)
     if (parsed.kind === "invalid") return yield* new RedisError({ operation: "connect", cause: new Error(parsed.message) })
     const description = redactUrl(raw)
+    // Errors name the server by host:port (never the URL: it may hold a password); a cluster by its seed nodes.
+    const server = parsed.kind === "cluster" ? parsed.nodes.map(serverName).join(",") : undefined
+    const serverOf = (client: RedisClient) => server ?? serverName((client as IORedis).options)
     const client = yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        try: async () => {
-          const client: RedisClient = parsed.kind === "single"
-            ? new IORedis(parsed.url, { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5_000 })
-            : new Cluster(parsed.nodes.map((node) => ({ ...node })), {
-              lazyConnect: true,
-              // The seed list is what the operator wrote: reach nodes by the addresses the cluster announces.
-              redisOptions: {
-                maxRetriesPerRequest: 2,
-                connectTimeout: 5_000,
-                ...(parsed.username === undefined ? {} : { username: parsed.username }),
-                ...(parsed.password === undefined ? {} : { password: parsed.password }),
-                ...(parsed.tls ? { tls: {} } : {})
-              }
-            })
-          // Without a listener ioredis prints every reconnect error to stderr.
-          client.on("error", () => {})
-          try {
-            await client.connect()
-            // connect() on a cluster resolves once the slot map is loaded; a PING proves a node answers.
-            await client.ping()
-          } catch (error) {
-            client.disconnect()
-            throw error
-          }
-          return client
-        },
-        catch: (cause) => new RedisError({ operation: `connect ${description}`, cause })
+      Effect.gen(function*() {
+        const client = yield* Effect.try({
+          try: (): RedisClient =>
+            parsed.kind === "single"
+              ? new IORedis(parsed.url, { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5_000 })
+              : new Cluster(parsed.nodes.map((node) => ({ ...node })), {
+                lazyConnect: true,
+                // The seed list is what the operator wrote: nodes are reached by the addresses the cluster announces.
+                redisOptions: {
+                  maxRetriesPerRequest: 2,
+                  connectTimeout: 5_000,
+                  ...(parsed.username === undefined ? {} : { username: parsed.username }),
+                  ...(parsed.password === undefined ? {} : { password: parsed.password }),
+                  ...(parsed.tls ? { tls: {} } : {})
+                }
+              }),
+          catch: (cause) => new RedisError({ operation: "connect", cause })
+        })
+        // Without a listener ioredis prints every reconnect error to stderr.
+        client.on("error", () => {})
+        // connect() on a cluster resolves once the slot map is loaded; a PING proves a node answers.
+        yield* Effect.tryPromise({ try: () => client.connect().then(() => client.ping()), catch: toRedisError("connect", serverOf(client)) }).pipe(
+          Effect.tapError(() => Effect.sync(() => client.disconnect()))
+        )
+        return client
       }),
       (client) => Effect.promise(() => client.quit().then(() => {}, () => client.disconnect()))
     )
     const use = <A>(operation: string, f: (client: RedisClient) => Promise<A>) =>
-      Effect.tryPromise({ try: () => f(client), catch: (cause) => new RedisError({ operation, cause }) })
+      Effect.tryPromise({ try: () => f(client), catch: toRedisError(operation, serverOf(client)) })
     return Redis.of({ client, kind: parsed.kind, description, use })
   })
+
