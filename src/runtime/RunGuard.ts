@@ -157,15 +157,16 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const guarded = Effect.scoped(Effect.gen(function*() {
       // One replica per scheduled tick: the claim is never released, it simply expires.
       if (options.claimTick === true && options.scheduledAt !== undefined) {
-        const claim = yield* lease.tryAcquire(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
+        // A claim, not a fenced lease: no epoch key is created for a tick (SPEC §8.2).
+        const claim = yield* lease.claim(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
           Effect.map(Option.some),
           Effect.catchCause((cause) =>
-            Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<Option.Option<LeaseHandle>>()))
+            Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<boolean>()))
         )
         if (Option.isNone(claim)) {
           return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "lease unavailable", durationMs: 0, dryRun } satisfies RunResult
         }
-        if (Option.isNone(claim.value)) {
+        if (!claim.value) {
           yield* Effect.logDebug("Tick already claimed by another process")
           return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "tick claimed elsewhere", durationMs: 0, dryRun } satisfies RunResult
         }
