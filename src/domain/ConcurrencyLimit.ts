@@ -133,10 +133,21 @@ export const processWorkKey = (pid: string) => `${pid}:work`
 // Constants (ConcurrencyLimit::ResumeWorker and its services)
 // ---------------------------------------------------------------------------------------------
 
-/** A pass that leaves jobs behind runs again this much later. */
+/**
+ * A pass of a worker with a positive limit that leaves jobs behind runs again this much later:
+ * what frees capacity is running jobs finishing, not time, so polling faster would only spin.
+ * Limit 0 (unlimited) has no capacity to wait for: its passes run back to back.
+ */
 export const RESCHEDULE_DELAY = Duration.seconds(1)
-/** Limit 0 means unlimited: resume up to this many per pass. */
-export const MAX_RESUME_UNLIMITED = 1000
+/**
+ * Limit 0 means unlimited: resume up to this many per pass (one move). GitLab moves 1000 and sleeps
+ * 1 s; after an incident the backlog is the recovery time, so Sweeper moves more per pass and does
+ * not sleep. 5000 keeps every step of the move one bounded script call: the journal step receives
+ * 2 × 5000 arguments and the push step 5000 (Redis allows far more per command), each a loop of
+ * 5000 list operations — a few milliseconds of server time, so other clients wait no longer than
+ * behind an ordinary large LRANGE.
+ */
+export const MAX_RESUME_UNLIMITED = 5000
 /** An executing tracker older than this is checked against Sidekiq's work hash and maybe removed. */
 export const STALE_TRACKER_AGE = Duration.seconds(600)
 /** The move (re)sets this TTL on pending_resumed, so a lost decrement frees its slot eventually. */

@@ -8,8 +8,9 @@
  * Per worker, one pass: limit (Redis override, else configuration; unknown → skipped), stale
  * executing trackers removed (a crashed Sidekiq thread must not hold a slot forever), free capacity
  * = limit − (running + resumed-not-started), and that many jobs moved from the head of the list in
- * one atomic step. While jobs remain the pass repeats every second (GitLab reschedules itself 1 s
- * later) until the list is empty, the circuit breaker opens (limit < 0) or the run's budget (55 s,
+ * one atomic step. While jobs remain the pass repeats: every second for a positive limit (GitLab
+ * reschedules itself 1 s later; capacity frees as jobs finish, not with time), back to back in
+ * moves of up to MAX_RESUME_UNLIMITED for limit 0 (unlimited: nothing to wait for), until the list is empty, the circuit breaker opens (limit < 0) or the run's budget (55 s,
  * inside the one-minute cron period) ends — the next tick carries on.
  *
  * GitLab schedules one ResumeWorker job per worker; here the per-worker passes run concurrently in
@@ -73,7 +74,7 @@ export type WorkerOutcome =
   /** Another process is running this worker's pass. */
   | { readonly _tag: "LeaseHeld"; readonly worker: string }
 
-/** One pass per worker cluster-wide. Renewed before every pass (1 s apart), so a short TTL suffices. */
+/** One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for limit 0), so a short TTL suffices. */
 export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
 export const WORKER_LEASE_TTL = Duration.seconds(15)
 /** Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled workers must not mean hundreds of Redis loops). */
@@ -151,8 +152,9 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
 })
 
 /**
- * Every pass for one worker in this run: the first now, then one per RESCHEDULE_DELAY while jobs
- * remain and the breaker is closed, until the run's budget ends. A dry run makes one pass and moves
+ * Every pass for one worker in this run: the first now, then — while jobs remain and the breaker is
+ * closed, until the run's budget ends — one per RESCHEDULE_DELAY for a positive limit, back to back
+ * for limit 0. A dry run makes one pass and moves
  * nothing (repeating it would only repeat the same answer).
  */
 export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
@@ -182,8 +184,15 @@ export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(fun
     let resumed = first.value.resumed
     let last = first.value
     while (!dryRun && last.remaining > 0 && last.limit >= 0) {
-      if ((yield* Clock.currentTimeMillis) + Duration.toMillis(RESCHEDULE_DELAY) >= deadline) break
-      yield* Effect.sleep(RESCHEDULE_DELAY)
+      // Limit 0 (unlimited) has no capacity to wait for: the next move starts at once, while the
+      // last one made progress. A pass that moved nothing (the head changed under it) waits like a
+      // limited one, so a contended list never turns into a busy loop.
+      const backToBack = last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize)
+      const delay = backToBack ? 0 : Duration.toMillis(RESCHEDULE_DELAY)
+      const now = yield* Clock.currentTimeMillis
+      if (backToBack ? now >= deadline : now + delay >= deadline) break
+      if (!backToBack) yield* Effect.sleep(RESCHEDULE_DELAY)
+      // Renewed before every pass: back-to-back passes take milliseconds each, far inside the TTL.
       if (Option.isSome(handle) && !(yield* lease.renew(handle.value))) {
         yield* Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(
           Effect.annotateLogs({ worker, lease: workerLeaseName(worker) })

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Duration, Effect, Fiber, Option } from "effect"
+import { Clock, DateTime, Duration, Effect, Fiber, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
@@ -8,7 +8,7 @@ import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { ConcurrencyLimitResume, resumeWorker, workerLeaseName } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { Lease, leaseKey } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -68,6 +68,17 @@ const toCompletion = <A, E, R>(program: Effect.Effect<A, E, R>, advance: Duratio
   })
 
 const run = toCompletion(ConcurrencyLimitResume.run)
+
+/** Records, relative to NOW, when each renewal of a lease happens. */
+const countingRenewals = (renewals: Array<number>) =>
+  Effect.updateService(Lease, (lease) => ({
+    ...lease,
+    renew: (handle: Parameters<typeof lease.renew>[0]) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        renewals.push(now - DateTime.toEpochMillis(NOW))
+        return lease.renew(handle)
+      })
+  }))
 
 const withBudget = (budget: Duration.Input) =>
   Effect.provideService(CurrentRun, {
@@ -155,18 +166,51 @@ describe("concurrency-limit-resume", () => {
       assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 2 }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
-  it.effect("limit 0 is unlimited: up to 1000 per pass, the rest one second later", () =>
+  it.effect("limit 0 is unlimited: moves of up to 5000, back to back with no sleep, until the list is empty", () =>
     Effect.gen(function*() {
-      yield* seed(W, elements(0, 1200))
+      yield* seed(W, elements(0, 10_001))
       yield* executing(W, 50)
-      const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 0, queueSize: 1200, current: 50, resumed: 1200 }])
+      const renewals: Array<number> = []
+      const fiber = yield* start(ConcurrencyLimitResume.run.pipe(countingRenewals(renewals)))
+      // Finishes without the TestClock moving past NOW: no pass waits for the clock. (The passes
+      // yield to the scheduler on their own; a sleeping pass would never finish here.)
+      for (let i = 0; i < 10_000 && fiber.pollUnsafe() === undefined; i++) yield* Effect.yieldNow
+      assert.isDefined(fiber.pollUnsafe())
+      assert.strictEqual(yield* Clock.currentTimeMillis, DateTime.toEpochMillis(NOW))
+      const summary = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 0, queueSize: 10_001, current: 50, resumed: 10_001 }])
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[1000, 0], [200, 1000]])
+      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[5000, 0], [5000, 0], [1, 0]])
       const jobs = yield* consumed()
-      assert.deepStrictEqual(jobs.map((job) => job.args[0]), Array.from({ length: 1200 }, (_, i) => i))
+      assert.deepStrictEqual(jobs.map((job) => job.args[0]), Array.from({ length: 10_001 }, (_, i) => i))
+      assert.strictEqual(new Set(jobs.map((job) => job.jid)).size, 10_001)
       assert.isFalse((yield* MemoryRedis).exists(K.deferred))
+      // The worker lease is renewed before every back-to-back pass (its TTL is 15 s).
+      assert.deepStrictEqual(renewals, [0, 0])
     }).pipe(Effect.provide(platform({ [W]: 0 }))))
+
+  it.effect("a positive limit keeps the 1 s cadence: capacity frees as jobs finish, not with time", () =>
+    Effect.gen(function*() {
+      yield* seed(W, elements(0, 12))
+      const redis = yield* MemoryRedis
+      const renewals: Array<number> = []
+      const fiber = yield* start(ConcurrencyLimitResume.run.pipe(countingRenewals(renewals)))
+      redis.del(K.pendingResumed) // the resumed jobs started and finished at once
+      // Capacity is free again, yet nothing more moves until a second has passed.
+      assert.lengthOf(yield* consumed(), 5)
+      assert.isUndefined(fiber.pollUnsafe())
+      yield* TestClock.adjust("999 millis")
+      assert.lengthOf(yield* consumed(), 5)
+      yield* TestClock.adjust("1 millis")
+      assert.lengthOf(yield* consumed(), 10)
+      redis.del(K.pendingResumed)
+      yield* TestClock.adjust("1 second")
+      const summary = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 12, current: 0, resumed: 12 }])
+      const events = yield* MemoryEvents
+      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[5, 0], [5, 1000], [2, 2000]])
+      assert.deepStrictEqual(renewals, [1000, 2000])
+    }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("limit −1 (circuit breaker open): nothing resumed and no second pass", () =>
     Effect.gen(function*() {
