@@ -7,7 +7,7 @@
  */
 import { assert, describe, it, layer, type Vitest } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Random } from "effect"
-import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { MAX_RESUME_UNLIMITED, processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import {
@@ -207,6 +207,25 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
         assert.strictEqual(job.concurrency_limit_resume, true)
       }
     }))
+
+  it.effect("a full unlimited move (MAX_RESUME_UNLIMITED jobs of 1 KB) goes through in one move: each once, in order, slots reserved", () =>
+    Effect.gen(function*() {
+      // The largest move a limit-0 pass makes: the journal step gets 2 × 5000 arguments (≈ 10 MB
+      // here) and the push step 5000, each in one script call on Redis.
+      const raw = yield* Raw
+      yield* raw.flush
+      const pad = "x".repeat(1000)
+      const big = (i: number) => JSON.stringify({ args: [i, pad], buffered_at: NOW_S - 60 })
+      yield* raw.rpush(K.deferred, ...Array.from({ length: MAX_RESUME_UNLIMITED + 1 }, (_, i) => big(i)))
+      const result = yield* (yield* ConcurrencyLimits).resume({ worker: W, queue: "default", max: MAX_RESUME_UNLIMITED, dryRun: false })
+      assert.lengthOf(result.jids, MAX_RESUME_UNLIMITED)
+      const after = yield* raw.snapshot(W, "default")
+      const jobs = consumed(after)
+      assert.deepStrictEqual(jobs.map((job) => job.args[0]), Array.from({ length: MAX_RESUME_UNLIMITED }, (_, i) => i))
+      assert.strictEqual(new Set(jobs.map((job) => job.jid)).size, MAX_RESUME_UNLIMITED)
+      assert.deepStrictEqual(after.deferred, [big(MAX_RESUME_UNLIMITED)])
+      assert.strictEqual(after.pendingResumed, String(MAX_RESUME_UNLIMITED))
+    }).pipe(at(NOW)))
 
   it.effect("a dry run reads and decides, writes nothing", () =>
     Effect.gen(function*() {
