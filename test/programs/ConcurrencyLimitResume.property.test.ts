@@ -63,7 +63,11 @@ const KeysRedis = Layer.effect(Keys, Effect.map(Redis, ({ client }) =>
 const good = (i: number) => JSON.stringify({ args: [i], context: { "meta.caller_id": `c${i}` }, buffered_at: 1772366400 + i })
 const bad = (i: number) => (i % 2 === 0 ? `{"args":${i}` : JSON.stringify({ context: {}, id: i }))
 
-/** One pass only: a budget shorter than RESCHEDULE_DELAY never schedules a second. */
+/**
+ * One pass only: a budget shorter than RESCHEDULE_DELAY never schedules a second for a positive
+ * limit, and with limit 0 (back to back) the first pass already takes the whole list (≤ 30 elements,
+ * far under MAX_RESUME_UNLIMITED), so there is nothing left for a second.
+ */
 const onePass = Effect.provideService(CurrentRun, {
   runId: null,
   batch: null,
