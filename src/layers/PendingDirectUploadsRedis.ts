@@ -1,4 +1,4 @@
-/** PendingDirectUploads on Redis: HLEN, HSCAN … COUNT, HDEL on GitLab's `pending_direct_uploads`. */
+/** PendingDirectUploads on Redis: HLEN, HSCAN … COUNT, HEXISTS, HDEL on GitLab's `pending_direct_uploads`. */
 import { Effect, Layer, Option, Stream } from "effect"
 import { PENDING_DIRECT_UPLOADS_KEY, type RawPendingEntry, SCAN_PAGE_SIZE } from "../domain/DirectUpload.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
@@ -25,6 +25,9 @@ export const PendingDirectUploadsRedis = Layer.effect(
     return PendingDirectUploads.of({
       count: redis.use("HLEN pending_direct_uploads", (client) => client.hlen(key)),
       scan: (options) => Stream.paginate("0", (cursor: string) => page(cursor, options?.pageSize ?? SCAN_PAGE_SIZE)),
+      exists: Effect.fn("PendingDirectUploads.exists")(function*(field: string) {
+        return (yield* redis.use("HEXISTS pending_direct_uploads", (client) => client.hexists(key, field))) === 1
+      }),
       remove: Effect.fn("PendingDirectUploads.remove")(function*(field: string) {
         return (yield* redis.use("HDEL pending_direct_uploads", (client) => client.hdel(key, field))) > 0
       })

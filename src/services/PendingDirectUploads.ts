@@ -16,6 +16,8 @@ export class PendingDirectUploads extends Context.Service<PendingDirectUploads, 
    * while entries are removed during the scan.
    */
   scan(options?: { readonly pageSize?: number }): Stream.Stream<RawPendingEntry, RedisError>
+  /** HEXISTS; true when the field is there. */
+  exists(field: string): Effect.Effect<boolean, RedisError>
   /** HDEL; true when the field was there. */
   remove(field: string): Effect.Effect<boolean, RedisError>
 }>()("sweeper/services/PendingDirectUploads") {}

@@ -48,7 +48,7 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.isFalse(yield* pending.remove("artifacts:nothing"))
       }).pipe(Effect.provide(backend)))
 
-    it.effect("count is HLEN, scan returns fields and values verbatim, remove is HDEL", () =>
+    it.effect("count is HLEN, scan returns fields and values verbatim, exists is HEXISTS, remove is HDEL", () =>
       Effect.gen(function*() {
         const pending = yield* PendingDirectUploads
         const hash = yield* Hash
@@ -62,7 +62,10 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.strictEqual(yield* pending.count, 4)
         const scanned = yield* Stream.runCollect(pending.scan())
         assert.deepStrictEqual(Object.fromEntries(scanned.map((e) => [e.field, e.value])), seeded)
+        assert.isTrue(yield* pending.exists("lfs:x:y:z"))
+        assert.isFalse(yield* pending.exists("lfs:x"))
         assert.isTrue(yield* pending.remove("lfs:x:y:z"))
+        assert.isFalse(yield* pending.exists("lfs:x:y:z"))
         assert.isFalse(yield* pending.remove("lfs:x:y:z"))
         assert.isFalse(yield* pending.remove("lfs:x"))
         assert.strictEqual(yield* pending.count, 3)

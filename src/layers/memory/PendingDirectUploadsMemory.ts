@@ -20,6 +20,7 @@ export const PendingDirectUploadsMemory = Layer.effect(
               next === "0" ? Option.none<string>() : Option.some(next)
             ] as const
           })),
+      exists: (field) => Effect.sync(() => store.hget(key, field) !== null),
       remove: (field) => Effect.sync(() => store.hdel(key, field) > 0)
     })
   })
