@@ -1,7 +1,7 @@
 /**
  * kill -9 mid-run, per batch that can run long (issue 7, "Tests to show it"): the real CLI
  * (`sweeper run <batch> --json`) on real PostgreSQL and Redis is SIGKILLed three times at seeded
- * random points after it has started repairing, then run to completion. Afterwards:
+ * random points (after a random number of repairs) once it is repairing, then run to completion. Afterwards:
  *   - SQL batches (repair and event in one transaction): every repaired record has exactly one event;
  *   - delete-stale-direct-uploads (Redis, at-least-once): every deleted upload has at least one
  *     event and never more than one per kill (a duplicate needs a crash between event and HDEL);
@@ -64,7 +64,8 @@ describe("kill -9 mid-run, then run to completion", () => {
           repairEvent: "BuildDropped",
           kills: KILLS,
           seed,
-          maxDelayMs: 800,
+          maxRepairs: STUCK / (2 * KILLS),
+          jitterMs: 20,
           lease: "ci/stuck_builds/drop_canceling_worker"
         })
         const last = yield* runToEnd("drop-canceling-builds", env)
@@ -80,7 +81,7 @@ describe("kill -9 mid-run, then run to completion", () => {
         for (let id = 1; id <= STUCK; id++) assert.strictEqual(events.get(`build:${id}`), 1, `build ${id}`)
         assert.deepStrictEqual(yield* outside, outsideBefore, "builds outside the criteria are untouched")
         yield* report("drop-canceling-builds", { seed, kills: KILLS, ...kills, records: STUCK, events: [...events.values()].reduce((a, b) => a + b, 0) })
-      }).pipe(Effect.provide(Platform())), 180_000)
+      }).pipe(Effect.provide(Platform())), 240_000)
 
     it.live(`stuck-export-jobs (seed ${seed}): every completed job failed once, exactly one ExportJobFailed each`, () =>
       Effect.gen(function*() {
@@ -106,7 +107,8 @@ describe("kill -9 mid-run, then run to completion", () => {
           repairEvent: "ExportJobFailed",
           kills: KILLS,
           seed,
-          maxDelayMs: 600
+          maxRepairs: STUCK / (2 * KILLS),
+          jitterMs: 20
         })
         const last = yield* runToEnd("stuck-export-jobs", env)
         assert.strictEqual(last.output.outcome, "succeeded", last.stderr)
@@ -118,7 +120,7 @@ describe("kill -9 mid-run, then run to completion", () => {
         for (let id = 1; id <= STUCK; id++) assert.strictEqual(events.get(`export_job:${id}`), 1, `export job ${id}`)
         assert.deepStrictEqual(yield* outside, outsideBefore, "jobs still running are untouched")
         yield* report("stuck-export-jobs", { seed, kills: KILLS, ...kills, records: STUCK, events: [...events.values()].reduce((a, b) => a + b, 0) })
-      }).pipe(Effect.provide(Platform())), 180_000)
+      }).pipe(Effect.provide(Platform())), 240_000)
 
     it.live(`delete-stale-direct-uploads (seed ${seed}): every stale upload deleted, at least one event each, at most one extra per kill`, () =>
       Effect.gen(function*() {
@@ -146,7 +148,8 @@ describe("kill -9 mid-run, then run to completion", () => {
           repairEvent: "StaleDirectUploadDeleted",
           kills: KILLS,
           seed,
-          maxDelayMs: 800,
+          maxRepairs: STALE / (2 * KILLS),
+          jitterMs: 20,
           lease: "sweeper/delete_stale_direct_uploads"
         })
         const last = yield* runToEnd("delete-stale-direct-uploads", env)
@@ -166,10 +169,10 @@ describe("kill -9 mid-run, then run to completion", () => {
         assert.isAtMost(duplicates, KILLS, "a duplicate needs a kill between the event and HDEL")
         for (let i = STALE; i < STALE + FRESH; i++) assert.isTrue(existsSync(join(root, `tmp/uploads/fresh-${i}`)))
         yield* report("delete-stale-direct-uploads", { seed, kills: KILLS, ...kills, records: STALE, events: STALE + duplicates, duplicates })
-      }).pipe(Effect.provide(Platform())), 180_000)
+      }).pipe(Effect.provide(Platform())), 240_000)
     it.live(`concurrency-limit-resume (seed ${seed}, black box): no deferred job lost or resumed twice; events name only resumed jobs`, () =>
       Effect.gen(function*() {
-        const JOBS = 5000
+        const JOBS = 8000
         const WORKER = "Releases::CreateEvidenceWorker"
         const keys = workerKeys(WORKER)
         const redis = yield* Redis
@@ -186,7 +189,9 @@ describe("kill -9 mid-run, then run to completion", () => {
           repairEvent: "ConcurrencyLimitJobsResumed",
           kills: KILLS,
           seed,
-          maxDelayMs: 1500,
+          // One event per pass of up to 1000 jobs, a pass a second: kill within the first two passes.
+          maxRepairs: 2,
+          jitterMs: 1000,
           lease: workerLeaseName(WORKER)
         })
         while ((yield* redis.use("test.llen", (client) => client.llen(keys.deferred))) > 0) {
@@ -208,6 +213,6 @@ describe("kill -9 mid-run, then run to completion", () => {
         // The move and its event are two steps (README, Failure handling): a kill between them leaves
         // moved jobs without an event. Reported, not asserted.
         yield* report("concurrency-limit-resume", { seed, kills: KILLS, ...kills, records: JOBS, jobsWithEvent: eventJids.length, jobsWithoutEvent: JOBS - eventJids.length })
-      }).pipe(Effect.provide(Platform())), 180_000)
+      }).pipe(Effect.provide(Platform())), 240_000)
   }
 })

@@ -68,7 +68,7 @@ const untilRepairing = <E, R>(child: ChildProcess, repairs: Effect.Effect<number
     while (Date.now() < deadline) {
       if (child.exitCode !== null || child.signalCode !== null) return "exited"
       if ((yield* repairs) > before) return "repairing"
-      yield* Effect.sleep("20 millis")
+      yield* Effect.sleep("10 millis")
     }
     return "timed out"
   })
@@ -76,13 +76,17 @@ const untilRepairing = <E, R>(child: ChildProcess, repairs: Effect.Effect<number
 export interface KillReport {
   /** Repair events recorded when each SIGKILL was sent. */
   readonly repairsAtKill: ReadonlyArray<number>
-  readonly delaysMs: ReadonlyArray<number>
+  /** How many repairs of its own each attempt was let make before the kill (the seeded target). */
+  readonly targets: ReadonlyArray<number>
 }
 
 /**
- * Starts `sweeper run <batch>` `kills` times and SIGKILLs it each time at a random delay (0 to
- * `maxDelayMs`, from `seed`) after its first repair event of that attempt. A killed holder's lease
- * would expire at its TTL; `lease` deletes it instead, so the next attempt need not wait.
+ * Starts `sweeper run <batch>` `kills` times and SIGKILLs it each time at a seeded random point:
+ * once that attempt has recorded a random number (1 to `maxRepairs`) of repair events, plus a
+ * random 0–`jitterMs` ms so the kill lands anywhere inside a repair. Counting repairs rather than
+ * milliseconds keeps the kills mid-run on an idle machine and on a loaded one alike. A killed
+ * holder's lease would expire at its TTL; `lease` deletes it instead, so the next attempt need not
+ * wait.
  */
 export const killRepeatedly = (options: {
   readonly batch: string
@@ -90,23 +94,25 @@ export const killRepeatedly = (options: {
   readonly repairEvent: string
   readonly kills: number
   readonly seed: number
-  readonly maxDelayMs: number
+  readonly maxRepairs: number
+  readonly jitterMs: number
   readonly lease?: string
 }) =>
   Effect.gen(function*() {
     const random = seeded(options.seed)
     const repairsAtKill: Array<number> = []
-    const delaysMs: Array<number> = []
+    const targets: Array<number> = []
     const repairs = countEvents(options.repairEvent)
     for (let kill = 0; kill < options.kills; kill++) {
       const before = yield* repairs
+      const target = 1 + Math.floor(random() * options.maxRepairs)
+      const jitter = Math.floor(random() * options.jitterMs)
+      targets.push(target)
       const child = startSweeper(`fault-${kill}`, options.env, ["run", options.batch, "--json"])
       child.listening.catch(() => {})
-      const started = yield* untilRepairing(child.child, repairs, before)
+      const started = yield* untilRepairing(child.child, repairs, before + target - 1)
       assert.strictEqual(started, "repairing", `kill ${kill}: the run ended before it could be killed (make the data larger)\n${child.output()}`)
-      const delay = Math.floor(random() * options.maxDelayMs)
-      delaysMs.push(delay)
-      yield* Effect.sleep(delay)
+      yield* Effect.sleep(jitter)
       assert.isNull(child.child.exitCode, `kill ${kill}: the run ended before the kill (make the data larger)\n${child.output()}`)
       child.child.kill("SIGKILL")
       const how = yield* Effect.promise(() => child.exited)
@@ -114,7 +120,7 @@ export const killRepeatedly = (options: {
       repairsAtKill.push(yield* repairs)
       if (options.lease !== undefined) yield* deleteLease(options.lease)
     }
-    return { repairsAtKill, delaysMs } satisfies KillReport
+    return { repairsAtKill, targets } satisfies KillReport
   })
 
 /** Starts `sweeper run <batch> --json` in the background; `result` parses its JSON line once it exits. */
@@ -135,6 +141,6 @@ export const untilEvents = (type: string, before: number, timeoutMs = 60_000) =>
     const deadline = Date.now() + timeoutMs
     while ((yield* countEvents(type)) <= before) {
       if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out waiting for a ${type} event`))
-      yield* Effect.sleep("20 millis")
+      yield* Effect.sleep("10 millis")
     }
   })
