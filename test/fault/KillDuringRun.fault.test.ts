@@ -17,6 +17,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
+import { FAIL_SLICE } from "../../src/domain/ExportJob.ts"
 import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { workerLeaseName } from "../../src/programs/ConcurrencyLimitResume.ts"
@@ -85,7 +86,9 @@ describe("kill -9 mid-run, then run to completion", () => {
 
     it.live(`stuck-export-jobs (seed ${seed}): every completed job failed once, exactly one ExportJobFailed each`, () =>
       Effect.gen(function*() {
-        const STUCK = 1500
+        // Failed in slices of FAIL_SLICE (1000), one transaction each: enough slices that three
+        // kills, each after one to two slices, leave work for the final run.
+        const STUCK = 15 * FAIL_SLICE
         const RUNNING = 200
         const sql = yield* PgClient.PgClient
         const redis = yield* Redis
@@ -107,8 +110,8 @@ describe("kill -9 mid-run, then run to completion", () => {
           repairEvent: "ExportJobFailed",
           kills: KILLS,
           seed,
-          maxRepairs: STUCK / (2 * KILLS),
-          jitterMs: 20
+          maxRepairs: 2 * FAIL_SLICE,
+          jitterMs: 100
         })
         const last = yield* runToEnd("stuck-export-jobs", env)
         assert.strictEqual(last.output.outcome, "succeeded", last.stderr)
