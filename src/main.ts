@@ -20,7 +20,10 @@ cli.pipe(
       usageError(`invalid configuration: ${error.variable}: ${error.message.replace(/\s*\n\s*/g, " ")}`),
     UnknownBatch: (error) => usageError(`unknown batch "${error.name}"; known batches: ${error.known.join(", ")}`),
     EmbeddedDatabaseBusy: (error) => usageError(error.message),
-    InvalidFlag: (error) => usageError(`${error.flag}: ${error.message}`)
+    InvalidFlag: (error) => usageError(`${error.flag}: ${error.message}`),
+    // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
+    SchemaNotMigrated: (error) => usageError(error.message),
+    MissingColumn: (error) => usageError(error.message)
   }),
   NodeRuntime.runMain({
     // SIGTERM/SIGINT interrupt the supervisor; once its graceful shutdown has run, that is success.

@@ -1,10 +1,75 @@
 import { Predicate, Schema } from "effect"
 
-/** A Redis command failed (connection lost, timeout, script error). Transient: the run guard retries it. */
+/**
+ * Redis error replies that say the request itself is wrong: the same request gets the same answer,
+ * so retrying cannot help (a WRONGTYPE key never heals by itself; NOSCRIPT reaching us means
+ * ioredis's own EVAL fallback failed too). Every other failure — a closed or refused connection, a
+ * timeout, and the replies that say "try again" (LOADING, TRYAGAIN, CLUSTERDOWN, BUSY, MASTERDOWN,
+ * READONLY after a failover, MISCONF, OOM) — is transient, which is also the safe default for a
+ * failure we do not recognise.
+ */
+const PERMANENT_REPLIES = new Set([
+  "WRONGTYPE",
+  "ERR",
+  "NOSCRIPT",
+  "CROSSSLOT",
+  "NOAUTH",
+  "WRONGPASS",
+  "NOPERM",
+  "EXECABORT",
+  "BUSYKEY",
+  "NOGROUP",
+  "UNKILLABLE"
+])
+
+/** `ERR` replies that are about the server's load, not the request. */
+const TRANSIENT_ERR = /^ERR max number of clients reached/
+
+const causeMessage = (cause: unknown): string => {
+  const message = Predicate.hasProperty(cause, "message") && typeof cause.message === "string"
+    ? cause.message
+    : cause === undefined || Predicate.isObject(cause) ? "" : String(cause)
+  if (message.length > 0) return message
+  // Node's AggregateError (every address refused) has no message of its own, only a code.
+  return Predicate.hasProperty(cause, "code") && typeof cause.code === "string" ? cause.code : ""
+}
+
+/**
+ * The error-reply code a Redis server (or the in-memory store, which mimics it) puts first in its
+ * message: an upper-case word such as `WRONGTYPE` or `ERR`.
+ */
+export const redisReplyCode = (cause: unknown): string | undefined => /^([A-Z][A-Z_-]+)(?: |$)/.exec(causeMessage(cause))?.[1]
+
+/** Whether repeating the command can succeed (see PERMANENT_REPLIES). */
+export const isTransientRedisCause = (cause: unknown): boolean => {
+  const code = redisReplyCode(cause)
+  if (code === undefined || !PERMANENT_REPLIES.has(code)) return true
+  return TRANSIENT_ERR.test(causeMessage(cause))
+}
+
+/**
+ * A Redis command failed. The message carries the server's (or the client's) own words, the
+ * operation and the server's host:port — never the URL, which may hold a password — so a log line
+ * or RunFinished reads e.g. `WRONGTYPE Operation against a key holding the wrong kind of value
+ * (HSCAN pending_direct_uploads on 127.0.0.1:6379)`. `isRetryable` tells the run guard whether a
+ * retry can help (see `isTransientRedisCause`).
+ */
 export class RedisError extends Schema.TaggedError<RedisError>()("RedisError", {
   operation: Schema.String,
-  cause: Schema.Defect()
-}) {}
+  cause: Schema.Defect(),
+  /** `host:port` (or the socket path) of the server that answered; absent for the in-memory store. */
+  server: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    const where = this.server === undefined ? this.operation : `${this.operation} on ${this.server}`
+    const said = causeMessage(this.cause)
+    return said.length > 0 ? `${said} (${where})` : `failed (${where})`
+  }
+
+  get isRetryable(): boolean {
+    return isTransientRedisCause(this.cause)
+  }
+}
 
 /** The exclusive lease a run depends on is no longer ours: stop writing at the next safe point. */
 export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
@@ -77,8 +142,9 @@ export const isTransientSqlError = (error: unknown): boolean => {
 }
 
 /**
- * Errors the run guard treats as transient infrastructure trouble worth a retry. The run guard
- * also asks this of defects: a transaction whose connection was cut fails its ROLLBACK too, and
+ * Errors the run guard treats as transient infrastructure trouble worth a retry: a RedisError by
+ * its own `isRetryable` (see `isTransientRedisCause`), a SqlError by `isTransientSqlError`. The run
+ * guard also asks this of defects: a transaction whose connection was cut fails its ROLLBACK too, and
  * @effect/sql turns that into a defect carrying the same SqlError.
  */
 export const isTransient = (error: unknown): boolean => {

@@ -49,6 +49,8 @@ export class LeaseLostEvent extends Schema.TaggedClass<LeaseLostEvent>()("LeaseL
 
 export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropped", {
   id: Schema.Number,
+  /** Present when builds live in GitLab's partitioned p_ci_builds (the stream stays build:<id>). */
+  partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
   failure_reason: Schema.Number
@@ -56,6 +58,8 @@ export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropp
 
 export class BuildDoomed extends Schema.TaggedClass<BuildDoomed>()("BuildDoomed", {
   id: Schema.Number,
+  /** Present when builds live in GitLab's partitioned p_ci_builds (the stream stays build:<id>). */
+  partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
   failure_reason: Schema.Number

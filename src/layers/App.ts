@@ -32,7 +32,8 @@ import { LeaseMemory } from "./memory/LeaseMemory.ts"
 import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
-import { migrate } from "./Migrations.ts"
+import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
+import { migrateWith, pendingMigrations } from "./Migrations.ts"
 import { ObjectStorageLocal } from "./ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
@@ -53,16 +54,37 @@ export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, Pendi
 /** The services backed by PostgreSQL, given a PgClient. */
 export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql).pipe(Layer.provideMerge(EventLogSql))
 
-const Migrated = Layer.effectDiscard(Effect.gen(function*() {
-  const applied = yield* migrate
-  if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
-}))
+/**
+ * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first
+ * (`start`, `run`, `migrate`); `read-only` (`status`, `events`, `run --dry-run`, `doctor`) never
+ * runs DDL and stops with one line when something is pending. The embedded database is Sweeper's
+ * own, so every command migrates it.
+ */
+export type SchemaAccess = "migrate" | "read-only"
 
-export const databaseLayer = (settings: SweeperSettings) =>
-  Migrated.pipe(Layer.provideMerge(Option.match(settings.databaseUrl, {
+const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    if (access === "migrate" || Option.isNone(settings.databaseUrl)) {
+      const applied = yield* migrateWith(settings.schema)
+      if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
+    } else {
+      const { mode } = yield* detectSchemaMode(settings.schema)
+      const pending = yield* pendingMigrations(mode)
+      if (pending.length > 0) return yield* new SchemaNotMigrated({ pending })
+    }
+    // Every column a batch uses, before anything runs: a missing one stops start-up naming it.
+    yield* checkColumns
+  }))
+
+/** The PostgreSQL client configuration picks, nothing checked or migrated (`sweeper migrate`). */
+export const databaseClientLayer = (settings: SweeperSettings) =>
+  Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
     onSome: layerServer
-  })))
+  })
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") =>
+  Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {
@@ -85,9 +107,16 @@ const redactUrl = (url: string) => {
   }
 }
 
+/** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
+export const appLayer = (access: SchemaAccess) =>
+  Layer.unwrap(Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
+    return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+  })).pipe(Layer.provideMerge(SweeperConfig.layer))
+
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */
-export const AppLayer = Layer.unwrap(Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
-  return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings)))
-})).pipe(Layer.provideMerge(SweeperConfig.layer))
+export const AppLayer = appLayer("migrate")
+
+/** The same backends for commands that only read: nothing migrated (SPEC §8.1). */
+export const ReadOnlyAppLayer = appLayer("read-only")

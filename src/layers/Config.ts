@@ -29,6 +29,8 @@ export interface SweeperSettings {
   readonly shutdownGrace: Duration.Duration
   /** Bearer token for the HTTP API's mutating actions (run now, pause, resume); none disables them. */
   readonly apiToken: Option.Option<Redacted.Redacted<string>>
+  /** `SWEEPER_SCHEMA`: who owns the platform tables (SPEC §8.1); none detects it from the database. */
+  readonly schema: Option.Option<"gitlab" | "standalone">
 }
 
 const ObjectStorageJson = Schema.fromJsonString(Schema.Record(Schema.String, Schema.String))
@@ -60,7 +62,8 @@ const settings = Config.all({
     Config.map((list) => list.split(",").map((name) => name.trim()).filter((name) => name.length > 0))
   ),
   shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
-  apiToken: Config.option(Config.Redacted("SWEEPER_API_TOKEN"))
+  apiToken: Config.option(Config.Redacted("SWEEPER_API_TOKEN")),
+  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA"))
 })
 
 /** Pulls the variable name out of a ConfigError so the message leads with it. */
@@ -89,6 +92,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       disabledBatches: [],
       shutdownGrace: Duration.seconds(25),
       apiToken: Option.none(),
+      schema: Option.none(),
       ...overrides
     })
 }

@@ -8,8 +8,9 @@
  * minutes later, carries on.
  *
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
- * number would read as 0 — "stale" — under Ruby's to_i) are reported, never deleted; and one object
- * that cannot be deleted keeps its entry without stopping the run.
+ * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
+ * lossy decode would turn into the name of another object) are reported, never deleted; and one
+ * object that cannot be deleted keeps its entry without stopping the run.
  */
 import { Clock, DateTime, Duration, Effect, Option, Result, Stream } from "effect"
 import { type Batch, checkFence, CurrentRun } from "../domain/Batch.ts"

@@ -43,7 +43,7 @@ const dropOrDoom = Effect.fnUntraced(function*(build: CancelingBuild, now: DateT
       attempt
     }))
     if (yield* builds.drop(current, yield* DateTime.now)) return "dropped" satisfies DropResult
-    const reread = yield* builds.find(current.id)
+    const reread = yield* builds.find(current)
     if (Option.isNone(reread) || !isStuckCanceling(reread.value, now)) return "changed_meanwhile" satisfies DropResult
     current = reread.value
   }

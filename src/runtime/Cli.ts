@@ -5,9 +5,11 @@
 import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
-import { AppLayer, describeBackends } from "../layers/App.ts"
+import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
-import { migrate } from "../layers/Migrations.ts"
+import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
+import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
+import { doctorCommand } from "./Doctor.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { startingAt } from "./Clocks.ts"
@@ -74,7 +76,8 @@ const run = Command.make(
       const settings = yield* SweeperConfig
       yield* Effect.logInfo("Backends", describeBackends(settings))
       return yield* runBatch(batch, { trigger: "manual", dryRun, budget: budgetOverride })
-    }).pipe(Effect.provide(AppLayer))
+      // A dry run only reads, so it never migrates (SPEC §8.1).
+    }).pipe(Effect.provide(dryRun ? ReadOnlyAppLayer : AppLayer))
     const result = yield* (Option.isSome(startAt) ? startingAt(startAt.value)(execute) : execute)
 
     if (json) {
@@ -86,14 +89,30 @@ const run = Command.make(
   })
 ).pipe(Command.withDescription("Run one batch once, now, through the run guard"))
 
+// --- schema (SPEC §8.1): `migrate` is the one command that always gets a bare client, so that
+// `--plan` can list pending migrations without applying any.
 const migrateCommand = Command.make(
   "migrate",
-  {},
-  Effect.fn("Cli.migrate")(function*() {
-    const applied = yield* migrate
-    yield* Console.log(applied.length === 0 ? "Schema is up to date" : `Applied: ${applied.map(([id, n]) => `${id}_${n}`).join(", ")}`)
-  }, Effect.provide(AppLayer))
-).pipe(Command.withDescription("Apply pending database migrations"))
+  {
+    plan: Flag.Boolean("plan").pipe(Flag.withDescription("List pending migrations; apply nothing"), Flag.withDefault(false))
+  },
+  Effect.fn("Cli.migrate")(function*({ plan }) {
+    const settings = yield* SweeperConfig
+    const migrateOrPlan = Effect.gen(function*() {
+      const { mode, source } = yield* detectSchemaMode(settings.schema)
+      const modeNote = `${mode} mode, ${source === "detected" ? "detected" : "from SWEEPER_SCHEMA"}`
+      if (plan) {
+        const pending = yield* pendingMigrations(mode)
+        return yield* Console.log(pending.length === 0 ? `Schema is up to date (${modeNote})` : `Pending (${modeNote}): ${pending.join(", ")}`)
+      }
+      const applied = yield* migrateWith(settings.schema)
+      yield* Console.log(applied.length === 0
+        ? `Schema is up to date (${modeNote})`
+        : `Applied (${modeNote}): ${applied.map(([id, n]) => `${String(id).padStart(4, "0")}_${n}`).join(", ")}`)
+    })
+    return yield* Effect.provide(migrateOrPlan, databaseClientLayer(settings))
+  }, Effect.provide(SweeperConfig.layer))
+).pipe(Command.withDescription("Apply pending database migrations (--plan: only list them)"))
 
 const events = Command.make(
   "events",
@@ -120,7 +139,7 @@ const events = Command.make(
         ? JSON.stringify(event)
         : `${event.occurredAt.toISOString()} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${event.runId ? ` run=${event.runId}` : ""}`)
     }
-  }, Effect.provide(AppLayer))
+  }, Effect.provide(ReadOnlyAppLayer))
 ).pipe(Command.withDescription("Show recorded events, newest last"))
 
 const status = Command.make(
@@ -147,7 +166,7 @@ const status = Command.make(
           (row.consecutiveFailures > 0 ? `  (${row.consecutiveFailures} consecutive failures)` : "")
       )
     }
-  }, Effect.provide(AppLayer))
+  }, Effect.provide(ReadOnlyAppLayer))
 ).pipe(Command.withDescription("Each batch's last run and outcome, folded from its events"))
 
 /** Logs the schedule table and where the HTTP server listens, once everything is up. */
@@ -193,7 +212,7 @@ const start = Command.make(
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, status, migrateCommand, events])
+  Command.withSubcommands([start, run, status, migrateCommand, events, doctorCommand])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })
