@@ -64,7 +64,15 @@ describe("HTTP", () => {
       assert.strictEqual(metrics.status, 200)
       assert.include(metrics.type, "text/plain")
       assert.match(metrics.body, /sweeper_runs_total\{batch="stuck-export-jobs",outcome="succeeded"\} \d+/)
-      assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",le="0.05"\}/)
+      assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",outcome="succeeded",le="0.05"\}/)
+      // Every batch × outcome series is there from start-up, at 0 until its first run of that outcome.
+      assert.match(metrics.body, /sweeper_runs_total\{batch="drop-canceling-builds",outcome="failed"\} 0/)
+      assert.match(metrics.body, /sweeper_ticks_missed_total\{batch="drop-canceling-builds",reason="breaker_open"\} 0/)
+      assert.match(metrics.body, /sweeper_build_info\{version="0\.1\.0",node_version="v\d+[^"]*",node="http"\} 1/)
+      assert.match(metrics.body, /sweeper_batch_paused\{batch="stuck-export-jobs"\} 0/)
+      assert.match(metrics.body, /sweeper_batch_breaker_open\{batch="stuck-export-jobs"\} 0/)
+      assert.match(metrics.body, /process_resident_memory_bytes \d+/)
+      assert.match(metrics.body, /nodejs_eventloop_lag_p99_seconds [\d.e-]+/)
       assert.match(metrics.body, /sweeper_last_success_age_seconds\{batch="stuck-export-jobs"\} \d/)
 
       const dashboard = yield* get("/")
@@ -79,12 +87,43 @@ describe("HTTP", () => {
       const result = JSON.parse(ran.body)
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0 })
-      assert.strictEqual((yield* post("/api/batches/nope/run", TOKEN)).status, 404)
+      const unknown = yield* post("/api/batches/nope/run", TOKEN)
+      assert.strictEqual(unknown.status, 404)
+      assert.deepInclude(JSON.parse(unknown.body).error, { code: "unknown_batch" })
+      const wrong = yield* post("/api/batches/drop-canceling-builds/run", "x".repeat(TOKEN.length))
+      assert.deepStrictEqual(JSON.parse(wrong.body), { error: { code: "unauthorized", message: "missing or wrong bearer token" } })
+
+      // A dry run through the API is marked as one and lists its targets.
+      const dry = yield* get("/api/batches/drop-canceling-builds/run", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ dryRun: true })
+      })
+      assert.strictEqual(dry.status, 200, dry.body)
+      assert.include(JSON.parse(dry.body), { dryRun: true, outcome: "succeeded", targetsTotal: 0 })
+      const badBody = yield* get("/api/batches/drop-canceling-builds/run", { method: "POST", headers: { authorization: `Bearer ${TOKEN}` }, body: "{\"dryRun\": \"yes\"}" })
+      assert.strictEqual(badBody.status, 400)
+      assert.strictEqual(JSON.parse(badBody.body).error.code, "bad_request")
+
+      // One batch with its runs; runs and events filtered.
+      const one = JSON.parse((yield* get("/api/batches/drop-canceling-builds")).body)
+      assert.strictEqual(one.name, "drop-canceling-builds")
+      assert.deepStrictEqual(one.runs.map((r: { dryRun: boolean; trigger: string }) => [r.dryRun, r.trigger]), [[true, "manual"], [false, "manual"]])
+      assert.strictEqual(one.config.budget, "25m")
+      const runs = JSON.parse((yield* get("/api/runs?batch=stuck-export-jobs&limit=2")).body) as Array<{ batch: string }>
+      assert.lengthOf(runs, 2)
+      assert.isTrue(runs.every((r) => r.batch === "stuck-export-jobs"))
+      assert.strictEqual((yield* get("/api/runs?batch=nope")).status, 404)
+      const finished = JSON.parse((yield* get("/api/events?stream=batch:drop-canceling-builds&type=RunFinished")).body) as Array<{ type: string }>
+      assert.lengthOf(finished, 2)
+      assert.deepStrictEqual(JSON.parse((yield* get("/api/events?since=2999-01-01T00:00:00Z")).body), [])
+      assert.strictEqual(JSON.parse((yield* get("/api/events?since=yesterday")).body).error.code, "bad_request")
 
       assert.strictEqual((yield* post("/api/batches/stuck-export-jobs/pause", TOKEN)).status, 200)
       yield* Effect.sleep("300 millis")
       const paused = JSON.parse((yield* get("/api/batches")).body) as Array<Record<string, unknown>>
       assert.strictEqual(paused.find((b) => b.name === "stuck-export-jobs")!.state, "paused")
+      assert.match((yield* get("/metrics")).body, /sweeper_batch_paused\{batch="stuck-export-jobs"\} 1/)
       assert.strictEqual((yield* post("/api/batches/stuck-export-jobs/resume", TOKEN)).status, 200)
       yield* Effect.sleep("300 millis")
       const resumed = JSON.parse((yield* get("/api/batches")).body) as Array<Record<string, unknown>>
@@ -92,7 +131,7 @@ describe("HTTP", () => {
 
       sweeper.child.kill("SIGTERM")
       assert.strictEqual(yield* Effect.promise(() => sweeper.exited), 0)
-    }).pipe(Effect.scoped), 60_000)
+    }).pipe(Effect.scoped), 150_000)
 
   it.live("without SWEEPER_API_TOKEN the mutating actions are refused", () =>
     Effect.gen(function*() {
@@ -106,5 +145,6 @@ describe("HTTP", () => {
       const base = yield* Effect.promise(() => sweeper.listening)
       const response = yield* Effect.promise(() => fetch(`${base}/api/batches/drop-canceling-builds/run`, { method: "POST" }))
       assert.strictEqual(response.status, 403)
-    }).pipe(Effect.scoped), 60_000)
+      assert.strictEqual((yield* Effect.promise(() => response.json() as Promise<{ error: { code: string } }>)).error.code, "api_disabled")
+    }).pipe(Effect.scoped), 150_000)
 })
