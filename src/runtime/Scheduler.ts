@@ -195,6 +195,30 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         Effect.annotateLogs({ batch: actor.batch.name, scheduled_at: scheduledAt.toISOString(), reason })
       )
 
+    /**
+     * Pauses are events, and not only this process writes them: `sweeper pause` against the same
+     * database, or another replica's dashboard. Before each tick the actor takes the newest
+     * BatchPaused / BatchResumed of its stream as the truth, so an operator's pause stops the
+     * batch everywhere from its next tick. Unreadable events keep the state this process knows.
+     */
+    const refreshPaused = (actor: Actor) =>
+      Effect.gen(function*() {
+        const stream = `batch:${actor.batch.name}`
+        const [paused, resumed] = yield* Effect.all([
+          events.query({ stream, type: "BatchPaused", newestFirst: true, limit: 1 }),
+          events.query({ stream, type: "BatchResumed", newestFirst: true, limit: 1 })
+        ])
+        const lastPause = paused[0]
+        const isPaused = lastPause !== undefined && (resumed[0] === undefined || resumed[0].id < lastPause.id)
+        yield* Ref.update(actor.state, (s) => {
+          if (s.history.paused === isPaused) return s
+          const status = s.status === "disabled" || s.status === "running" ? s.status : isPaused ? "paused" as const : "idle" as const
+          return isPaused
+            ? { ...s, status, history: { ...s.history, paused: true, pausedBy: String(lastPause!.data.by ?? "unknown"), pausedAt: lastPause!.occurredAt } }
+            : { ...s, status, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
+        })
+      }).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+
     const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean }) =>
       Effect.gen(function*() {
         yield* Ref.update(actor.state, (s) => ({ ...s, status: "running" as const, pendingTick: undefined }))
@@ -258,6 +282,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         if (newest === undefined) return
         for (const older of ticks.slice(0, -1)) yield* recordMissed(actor, older.scheduledAt, "overlap")
         if (yield* Ref.get(shuttingDown)) return
+        yield* refreshPaused(actor)
         const { status, history } = yield* Ref.get(actor.state)
         if (status === "disabled" || status === "paused") return yield* recordMissed(actor, newest.scheduledAt, "disabled")
         const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
