@@ -3,7 +3,8 @@
  * Configuration errors print one line naming the variable and exit 2.
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Cause, Console, Effect, Exit, Runtime } from "effect"
+import { Cause, ConfigProvider, Console, Effect, Exit, Runtime } from "effect"
+import { environment } from "./layers/Config.ts"
 import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 
@@ -14,6 +15,8 @@ const usageError = (message: string) =>
 cli.pipe(
   Effect.provide(NodeServices.layer),
   Effect.provide(LoggingLive),
+  // Outermost, so LoggingLive reads the environment the same way: an empty value is not "unset".
+  Effect.provideService(ConfigProvider.ConfigProvider, environment),
   Effect.catchTags({
     // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
     InvalidConfig: (error) =>

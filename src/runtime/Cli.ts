@@ -6,14 +6,14 @@ import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, describeBackends } from "../layers/App.ts"
-import { SweeperConfig } from "../layers/Config.ts"
+import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import { migrate } from "../layers/Migrations.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { startingAt } from "./Clocks.ts"
 import { HttpLive } from "./Http.ts"
 import { runBatch } from "./RunGuard.ts"
-import { loadHistory, Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
+import { loadHistory, Scheduler, schedulerLayer } from "./Scheduler.ts"
 
 /** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
 export const supervisor = { started: false }
@@ -61,7 +61,10 @@ const run = Command.make(
     budget: Flag.String("budget").pipe(Flag.withDescription("Override the batch's time budget (e.g. 30s, 5m)"), Flag.optional)
   },
   Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget }) {
-    const batch = yield* Effect.flatMap(findBatch(name), withLeaseOverride)
+    yield* findBatch(name)
+    // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
+    const configured = yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
+    const batch = configured.find((c) => c.batch.name === name)!.batch
     const budgetOverride = Option.isSome(budget)
       ? yield* Option.match(parseDuration(budget.value), {
         onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s, got "${budget.value}"` })),
@@ -180,6 +183,8 @@ const start = Command.make(
   {},
   Effect.fn("Cli.start")(function*() {
     const settings = yield* SweeperConfig
+    // Refuse bad per-batch variables before opening any database (the scheduler checks them the same way).
+    yield* configureBatches(batches)
     const embedded = Option.isNone(settings.databaseUrl) && Option.isNone(settings.redisUrl)
     yield* Effect.logInfo(
       embedded

@@ -12,12 +12,12 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import { Cause, Config, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Result } from "effect"
+import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
+import { UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
-import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, periodAt, planStartup } from "../domain/Schedule.ts"
-import { SweeperConfig } from "../layers/Config.ts"
+import { DEFAULT_MISSED_RUN_POLICY, nextTick, periodAt, planStartup } from "../domain/Schedule.ts"
+import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
@@ -87,16 +87,6 @@ export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown,
     }
   })
 
-/** SWEEPER_LEASE_TTL_<BATCH> (e.g. "90 seconds") replaces the TTL of a batch's exclusive lease. */
-export const withLeaseOverride = (batch: RegisteredBatch) =>
-  Effect.gen(function*() {
-    if (Option.isNone(batch.lease)) return batch
-    const variable = leaseTtlVariable(batch.name)
-    const ttl = yield* Config.option(Config.Duration(variable)).pipe(
-      Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
-    )
-    return Option.isNone(ttl) ? batch : { ...batch, lease: Option.some({ ...batch.lease.value, ttl: ttl.value }) }
-  })
 const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
@@ -110,36 +100,19 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     const events = yield* EventLog
     const lease = yield* Lease
 
-    const unknownDisabled = settings.disabledBatches.filter((name) => !batches.some((b) => b.name === name))
-    if (unknownDisabled.length > 0) {
-      return yield* new InvalidConfig({
-        variable: "SWEEPER_DISABLED_BATCHES",
-        message: `unknown batch ${unknownDisabled.join(", ")}; known: ${batches.map((b) => b.name).join(", ")}`
-      })
-    }
+    const configured = yield* configureBatches(batches)
 
     const shuttingDown = yield* Ref.make(false)
     const inflight = yield* FiberSet.make<RunResult>()
     const fibers = yield* FiberMap.make<string>()
 
     const actors = new Map<string, Actor>()
-    for (const configured of batches) {
-      const batch = yield* withLeaseOverride(configured)
-      const variable = cronVariable(batch.name)
-      const cronText = yield* Config.String(variable).pipe(
-        Config.withDefault(batch.cron),
-        Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
-      )
-      const cron = parseCron(cronText, settings.timezone)
-      if (Result.isFailure(cron)) {
-        return yield* new InvalidConfig({ variable, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
-      }
+    for (const { batch, cron, cronText, disabled } of configured) {
       const history = yield* loadHistory(batch.name)
-      const disabled = settings.disabledBatches.includes(batch.name)
       actors.set(batch.name, {
         batch,
         cronText,
-        cron: cron.success,
+        cron,
         mailbox: yield* Queue.unbounded<Message>(),
         state: yield* Ref.make<ActorState>({
           status: disabled ? "disabled" : history.paused ? "paused" : "idle",
