@@ -28,7 +28,11 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
   readonly missedRuns?: MissedRunPolicy
 }
 
-export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped"
+/**
+ * `abandoned`: the run's process died (kill -9, OOM, power) before it wrote its RunFinished; a later
+ * run of the batch closed it on its behalf (src/runtime/AbandonedRuns.ts).
+ */
+export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped" | "abandoned"
 
 /** Cooperative budgets get this long past their budget before the guard interrupts the run. */
 export const HARD_TIMEOUT_GRACE = Duration.seconds(30)

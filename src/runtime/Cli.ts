@@ -2,7 +2,8 @@
  * The `sweeper` command line. Every command builds the same AppLayer the supervisor uses, so a
  * one-off run is the scheduled run's program under the same run guard.
  */
-import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, describeBackends } from "../layers/App.ts"
@@ -131,8 +132,10 @@ const status = Command.make(
   { json },
   Effect.fn("Cli.status")(function*({ json }) {
     const rows = []
+    const now = DateTime.toDateUtc(yield* DateTime.now)
     for (const batch of batches) {
       const history = yield* loadHistory(batch.name)
+      const open = history.openRun
       rows.push({
         batch: batch.name,
         state: history.paused ? "paused" : "active",
@@ -140,14 +143,25 @@ const status = Command.make(
         lastRunAt: history.lastRun?.finishedAt.toISOString() ?? null,
         lastSuccessAt: history.lastSuccessAt?.toISOString() ?? null,
         consecutiveFailures: history.consecutiveFailures,
-        lastSummary: history.lastRun?.summary ?? null
+        lastSummary: history.lastRun?.summary ?? null,
+        // A run with a RunStarted and no RunFinished: running, or killed (the next run closes it as
+        // abandoned). Overdue once its budget + grace has passed: then it is certainly dead.
+        openRun: open === undefined ? null : {
+          runId: open.runId,
+          startedAt: open.startedAt.toISOString(),
+          node: open.node,
+          overdue: now.getTime() - open.startedAt.getTime() > Duration.toMillis(Duration.sum(batch.budget, HARD_TIMEOUT_GRACE))
+        }
       })
     }
     if (json) return yield* Console.log(JSON.stringify(rows))
     for (const row of rows) {
       yield* Console.log(
         `${row.batch.padEnd(36)} ${row.state.padEnd(7)} ${(row.lastOutcome ?? "never run").padEnd(10)} ${row.lastRunAt ?? ""}` +
-          (row.consecutiveFailures > 0 ? `  (${row.consecutiveFailures} consecutive failures)` : "")
+          (row.consecutiveFailures > 0 ? `  (${row.consecutiveFailures} consecutive failures)` : "") +
+          (row.openRun === null ? "" : row.openRun.overdue
+            ? `  [run ${row.openRun.runId} started ${row.openRun.startedAt} on ${row.openRun.node} never finished: killed; the next run closes it as abandoned]`
+            : `  [run ${row.openRun.runId} started ${row.openRun.startedAt} on ${row.openRun.node}: running, or killed]`)
       )
     }
   }, Effect.provide(AppLayer))

@@ -10,12 +10,14 @@
 import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
+import type { LastRun } from "../domain/BatchState.ts"
 import { isTransient, LeaseLost } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
 import { increment, lastSuccessTimestamp, leaseSkipsTotal, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
+import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 
 export type Trigger = "schedule" | "manual" | "startup"
 
@@ -37,6 +39,8 @@ export interface RunResult {
   readonly reason?: string | undefined
   readonly error?: string | undefined
   readonly durationMs: number
+  /** Earlier runs of the batch this run closed as `abandoned` before it started. */
+  readonly closed?: ReadonlyArray<LastRun> | undefined
 }
 
 /** Transient infrastructure errors: exponential backoff from 200 ms, capped at 5 s, jittered, 3 retries. */
@@ -108,14 +112,18 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const startedAt = yield* DateTime.now
     const startedMs = DateTime.toEpochMillis(startedAt)
 
-    const runStarted = new RunStarted({
-      batch: batch.name,
-      run_id: runId,
-      scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
-      node: config.node,
-      trigger: options.trigger,
-      dryRun
-    })
+    const runStarted = (fence: Option.Option<Fence>) =>
+      new RunStarted({
+        batch: batch.name,
+        run_id: runId,
+        scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
+        node: config.node,
+        trigger: options.trigger,
+        dryRun,
+        budget_ms: Duration.toMillis(budget),
+        ...(Option.isSome(fence) ? { lease_epoch: fence.value.epoch } : {})
+      })
+    let closed: ReadonlyArray<LastRun> = []
 
     const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
       const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
@@ -129,7 +137,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       }
       const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
       yield* log(`Run ${outcome}`).pipe(Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details }))
-      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs } satisfies RunResult
+      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs, closed } satisfies RunResult
     })
 
     const guarded = Effect.scoped(Effect.gen(function*() {
@@ -153,14 +161,19 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       if (Option.isSome(batch.lease) && !dryRun) {
         const handle = yield* lease.tryAcquire(batch.lease.value.name, batch.lease.value.ttl)
         if (Option.isNone(handle)) {
-          yield* events.append(runStarted)
+          yield* events.append(runStarted(Option.none()))
           yield* increment(leaseSkipsTotal, 1, { batch: batch.name })
           return yield* finish("skipped", null, { reason: "lease held" })
         }
         fence = Option.some(yield* holdLease(handle.value))
       }
 
-      yield* events.append(runStarted)
+      // Runs of this batch killed before their RunFinished are closed by whoever runs it next.
+      closed = yield* closeAbandonedRuns(batch, {
+        leaseEpoch: Option.map(fence, (f) => f.epoch),
+        closedBy: `run ${runId} on ${config.node}`
+      })
+      yield* events.append(runStarted(fence))
 
       const program = batch.run.pipe(
         Effect.retry(transientRetry),

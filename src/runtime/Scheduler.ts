@@ -21,6 +21,7 @@ import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
+import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 import { type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
 
 type Message =
@@ -90,8 +91,9 @@ export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown,
 const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
-  if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return history
-  return withRun(history, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
+  const closed = (result.closed ?? []).reduce(withRun, history)
+  if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return closed
+  return withRun(closed, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
 }
 
 export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
@@ -108,6 +110,10 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     const actors = new Map<string, Actor>()
     for (const { batch, cron, cronText, disabled } of configured) {
+      // Runs killed while no process was up are closed now when their budget has passed; the next
+      // run under the exclusive lease closes the rest (AbandonedRuns.ts says why each is safe).
+      // (Folded after closing, so the history already has them.)
+      yield* closeAbandonedRuns(batch, { leaseEpoch: Option.none(), closedBy: `supervisor start-up on ${settings.node}` })
       const history = yield* loadHistory(batch.name)
       actors.set(batch.name, {
         batch,
