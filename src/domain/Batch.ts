@@ -55,11 +55,27 @@ export interface RunInfo {
   readonly dryRun: boolean
   readonly budget: Option.Option<Duration.Duration>
   readonly fence: Option.Option<Fence>
+  /** Where `reportProgress` counts go; the run guard provides one per run (absent in bare specs). */
+  readonly progress?: ProgressSink | undefined
+}
+
+/** Receives the work a program reports as it goes (see `reportProgress`). */
+export interface ProgressSink {
+  readonly report: (counts: Readonly<Record<string, unknown>>) => void
 }
 
 export const CurrentRun = Context.Reference<RunInfo>("sweeper/domain/Batch/CurrentRun", {
   defaultValue: () => ({ runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() })
 })
+
+/**
+ * Reports work just done, as summary fields: `{ dropped: 1 }`, `{ failedJids: [jid] }`. A run the
+ * guard retries after a transient error then sums its attempts: the final summary is the last
+ * attempt's plus what the failed attempts reported (numbers add, booleans OR, lists concatenate).
+ * Report only work that stays done (repairs), not what a retry would see again (e.g. entries read).
+ */
+export const reportProgress = (counts: Readonly<Record<string, unknown>>): Effect.Effect<void> =>
+  Effect.map(CurrentRun, (run) => run.progress?.report(counts))
 
 /** A safe point: stop here, writing nothing more, if the run's lease was lost. */
 export const checkFence: Effect.Effect<void, LeaseLost> = Effect.gen(function*() {

@@ -12,7 +12,7 @@
  * that cannot be deleted keeps its entry without stopping the run.
  */
 import { Clock, DateTime, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, CurrentRun } from "../domain/Batch.ts"
+import { type Batch, CurrentRun, reportProgress } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -96,6 +96,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
             }))
         )
         if (deleted) totalDeletedStaleEntries++
+        if (deleted) yield* reportProgress({ totalDeletedStaleEntries: 1 })
       }
     }
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis

@@ -13,7 +13,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun } from "../domain/Batch.ts"
+import { CurrentRun, reportProgress } from "../domain/Batch.ts"
 import { decideStuckExport } from "../domain/ExportJob.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
@@ -61,8 +61,10 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     const decision = decideStuckExport(job, now, completed)
     if (decision === "skippedParallel") skippedParallel++
     else if (decision === "skippedRequeued") skippedRequeued++
-    else if (dryRun || (yield* exportJobs.fail(job, yield* DateTime.now))) failedJids.push(job.jid)
-    else {
+    else if (dryRun || (yield* exportJobs.fail(job, yield* DateTime.now))) {
+      failedJids.push(job.jid)
+      if (!dryRun) yield* reportProgress({ failed: 1, failedJids: [job.jid] })
+    } else {
       yield* Effect.logInfo("Export job changed meanwhile, not failed").pipe(
         Effect.annotateLogs({ export_job_id: job.id, jid: job.jid })
       )

@@ -12,6 +12,7 @@ import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
 import type { LastRun } from "../domain/BatchState.ts"
 import { isTransient, LeaseLost } from "../domain/Errors.ts"
+import { RunProgress } from "../domain/Summary.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -175,9 +176,15 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       })
       yield* events.append(runStarted(fence))
 
-      const program = batch.run.pipe(
+      // Each attempt's reports count; a retried run's summary adds its failed attempts' work.
+      const progress = new RunProgress()
+      const program = Effect.suspend(() => {
+        progress.newAttempt()
+        return batch.run
+      }).pipe(
         Effect.retry(transientRetry),
-        Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence }),
+        Effect.map((summary) => progress.summarize(summary)),
+        Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence, progress }),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
       // Interrupted from outside (shutdown past its grace): still record how the run ended.
