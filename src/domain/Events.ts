@@ -32,7 +32,7 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
 export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
   batch: Schema.String,
   scheduled_at: Schema.String,
-  reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled"])
+  reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"])
 }) {}
 
 export class BatchPaused extends Schema.TaggedClass<BatchPaused>()("BatchPaused", {

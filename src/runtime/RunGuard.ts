@@ -52,6 +52,12 @@ export const transientRetry = Schedule.min([Schedule.exponential("200 millis"), 
   Schedule.while(({ input }) => isTransient(input))
 )
 
+/**
+ * The reason of a run that never started because its RunStarted could not be written (PostgreSQL
+ * unreachable): nothing ran, no event exists; the scheduler records the tick as missed.
+ */
+export const NOT_STARTED_DATABASE_UNAVAILABLE = "database unavailable"
+
 /** How long a claimed tick stays claimed: longer than any period, so no replica re-runs it. */
 const TICK_CLAIM_TTL = Duration.hours(25)
 
@@ -125,6 +131,20 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         ...(Option.isSome(fence) ? { lease_epoch: fence.value.epoch } : {})
       })
     let closed: ReadonlyArray<LastRun> = []
+    /** Writes RunStarted; false (logged) when it cannot be written: then the run must not start. */
+    const recordStart = (fence: Option.Option<Fence>) =>
+      events.append(runStarted(fence)).pipe(
+        Effect.as(true),
+        Effect.catchCause((cause) => Effect.as(Effect.logError("Run not started: could not record RunStarted", describe(cause)), false))
+      )
+    const notStarted = {
+      batch: batch.name,
+      runId,
+      outcome: "failed",
+      summary: null,
+      reason: NOT_STARTED_DATABASE_UNAVAILABLE,
+      durationMs: 0
+    } satisfies RunResult
 
     const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
       const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
@@ -162,7 +182,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       if (Option.isSome(batch.lease) && !dryRun) {
         const handle = yield* lease.tryAcquire(batch.lease.value.name, batch.lease.value.ttl)
         if (Option.isNone(handle)) {
-          yield* events.append(runStarted(Option.none()))
+          if (!(yield* recordStart(Option.none()))) return notStarted
           yield* increment(leaseSkipsTotal, 1, { batch: batch.name })
           return yield* finish("skipped", null, { reason: "lease held" })
         }
@@ -174,7 +194,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         leaseEpoch: Option.map(fence, (f) => f.epoch),
         closedBy: `run ${runId} on ${config.node}`
       })
-      yield* events.append(runStarted(fence))
+      if (!(yield* recordStart(fence))) return notStarted
 
       // Each attempt's reports count; a retried run's summary adds its failed attempts' work.
       const progress = new RunProgress()

@@ -21,8 +21,9 @@ import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
+import { increment, ticksMissedTotal } from "../services/Metrics.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
-import { type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
+import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
 
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
@@ -57,7 +58,12 @@ interface Actor {
   readonly cron: Cron.Cron
   readonly mailbox: Queue.Queue<Message>
   readonly state: Ref.Ref<ActorState>
+  /** TickMissed events that could not be written (database down), oldest first; flushed later. */
+  readonly unrecorded: Ref.Ref<ReadonlyArray<TickMissed>>
 }
+
+/** Per batch, at most this many unwritten TickMissed events wait for the database (the oldest go). */
+export const MAX_UNRECORDED_MISSED_TICKS = 1000
 
 export class Scheduler extends Context.Service<Scheduler, {
   readonly snapshots: Effect.Effect<ReadonlyArray<BatchSnapshot>>
@@ -93,6 +99,8 @@ const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
   const closed = (result.closed ?? []).reduce(withRun, history)
   if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return closed
+  // Never started (no RunStarted): a missed tick, not a run, so the breaker does not count it.
+  if (result.reason === NOT_STARTED_DATABASE_UNAVAILABLE) return closed
   return withRun(closed, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
 }
 
@@ -120,6 +128,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         cronText,
         cron,
         mailbox: yield* Queue.unbounded<Message>(),
+        unrecorded: yield* Ref.make<ReadonlyArray<TickMissed>>([]),
         state: yield* Ref.make<ActorState>({
           status: disabled ? "disabled" : history.paused ? "paused" : "idle",
           nextTick: undefined,
@@ -130,19 +139,56 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     }
 
     /**
+     * Writes the batch's TickMissed events that waited for the database, oldest first; stops at the
+     * first that still cannot be written. Only the batch's own actor (or start-up, before it gets
+     * any message) calls this, so two flushes of one batch never overlap.
+     */
+    const flushUnrecorded = (actor: Actor) =>
+      Effect.gen(function*() {
+        const waiting = yield* Ref.get(actor.unrecorded)
+        let written = 0
+        for (const event of waiting) {
+          const ok = yield* events.append(event).pipe(Effect.as(true), Effect.orElseSucceed(() => false))
+          if (!ok) break
+          written++
+        }
+        if (written === 0) return
+        yield* Ref.update(actor.unrecorded, (now) => now.slice(written))
+        yield* Effect.logInfo(`Recorded ${written} missed tick(s) that waited for the database`)
+          .pipe(Effect.annotateLogs({ batch: actor.batch.name }))
+      })
+
+    /**
      * A tick that will not run is recorded once cluster-wide: whoever claims the tick records it.
      * Except when the lease store itself is unreachable: then every replica records its own miss
-     * (duplicated beats silent).
+     * (duplicated beats silent). When the run guard could not write the run's RunStarted
+     * (`database_unavailable`), this process already holds the tick's claim. A TickMissed that
+     * cannot be written waits in memory (bounded) and is written once the database answers again.
      */
     const recordMissed = (actor: Actor, scheduledAt: Date, reason: TickMissed["reason"]) =>
       Effect.gen(function*() {
         const at = DateTime.fromDateUnsafe(scheduledAt)
-        if (reason !== "lease_unavailable") {
+        if (reason !== "lease_unavailable" && reason !== "database_unavailable") {
           const claim = yield* lease.tryAcquire(tickLeaseName(actor.batch.name, at), Duration.hours(25))
           if (Option.isNone(claim)) return
         }
-        yield* events.append(new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason }))
+        yield* increment(ticksMissedTotal, 1, { batch: actor.batch.name, reason })
+        yield* Effect.logWarning("Tick missed")
         yield* Ref.update(actor.state, (s) => ({ ...s, history: { ...s.history, lastCoveredTick: scheduledAt } }))
+        const event = new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason })
+        yield* flushUnrecorded(actor)
+        const waiting = (yield* Ref.get(actor.unrecorded)).length > 0
+        const written = !waiting && (yield* events.append(event).pipe(
+          Effect.as(true),
+          Effect.catchCause((cause) => Effect.as(Effect.logWarning("Could not record missed tick; it waits for the database", Cause.pretty(cause)), false))
+        ))
+        if (written) return
+        const dropped = yield* Ref.modify(actor.unrecorded, (now) => {
+          const next = [...now, event]
+          const over = Math.max(0, next.length - MAX_UNRECORDED_MISSED_TICKS)
+          return [over, next.slice(over)] as const
+        })
+        if (dropped > 0) yield* Effect.logError(`${dropped} unrecorded missed tick(s) dropped: more than ${MAX_UNRECORDED_MISSED_TICKS} waiting`)
       }).pipe(
         Effect.catchCause((cause) => Effect.logWarning("Could not record missed tick", Cause.pretty(cause))),
         Effect.annotateLogs({ batch: actor.batch.name, scheduled_at: scheduledAt.toISOString(), reason })
@@ -150,6 +196,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date }) =>
       Effect.gen(function*() {
+        // Ticks missed during an outage are written before this run's events, in tick order.
+        yield* flushUnrecorded(actor)
         yield* Ref.update(actor.state, (s) => ({ ...s, status: "running" as const, pendingTick: undefined }))
         const fiber = yield* FiberSet.run(inflight, runBatch(actor.batch, {
           trigger: options.trigger,
@@ -165,6 +213,12 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         }))
         if (result.outcome === "skipped" && result.reason === "lease unavailable" && options.scheduledAt !== undefined) {
           yield* recordMissed(actor, options.scheduledAt, "lease_unavailable")
+        }
+        if (result.reason === NOT_STARTED_DATABASE_UNAVAILABLE && options.scheduledAt !== undefined) {
+          yield* recordMissed(actor, options.scheduledAt, "database_unavailable")
+        } else if (result.reason !== NOT_STARTED_DATABASE_UNAVAILABLE) {
+          // The run's events were written: the database is back for the ticks that waited.
+          yield* flushUnrecorded(actor)
         }
         return result
       })

@@ -19,6 +19,11 @@ export const lastSuccessTimestamp = Metric.gauge("sweeper_last_success_timestamp
   description: "Epoch seconds of each batch's last successful run"
 })
 
+export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
+  description: "Scheduled ticks that did not run, by batch and reason (as recorded in TickMissed)",
+  incremental: true
+})
+
 export const leaseSkipsTotal = Metric.counter("sweeper_lease_skips_total", {
   description: "Runs skipped because another holder had the batch's exclusive lease",
   incremental: true
