@@ -62,3 +62,6 @@ export const decideStuckExport = (
   if (!completed.has(job.jid)) return "skippedRequeued"
   return "fail"
 }
+
+/** Jobs failed per transaction: one guarded UPDATE and one multi-row event INSERT each. */
+export const FAIL_SLICE = 1000

@@ -1,26 +1,32 @@
 /**
- * Adding up run summaries, pure: what a run retried by the run guard reports is the sum of its
- * attempts (src/runtime/RunGuard.ts, `reportProgress` in Batch.ts).
+ * Run summaries travel in RunFinished events, log lines and `--json`: they must stay small whatever
+ * the backlog (a 49 k-job repair once made a 1.2 MB event). Id lists keep their first entries and
+ * the summary keeps the full count; every repaired entity has its own event with its id.
  */
+export const SUMMARY_LIST_CAP = 100
 
-/** Merged lists keep at most this many elements (the newest). */
-export const MAX_MERGED_LIST = 1000
+/** The first SUMMARY_LIST_CAP entries. */
+export const capped = <A>(list: ReadonlyArray<A>): ReadonlyArray<A> =>
+  list.length <= SUMMARY_LIST_CAP ? list : list.slice(0, SUMMARY_LIST_CAP)
+
+/*
+ * Adding up run summaries: what a run retried by the run guard reports is the sum of its attempts
+ * (src/runtime/RunGuard.ts, `reportProgress` in Batch.ts).
+ */
 
 const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
 /**
- * `earlier` + `later`: numbers add, booleans OR, lists concatenate (capped, the later list kept
- * whole), records merge key by key (the later's keys first); anything else: the later value wins.
+ * `earlier` + `later`: numbers add, booleans OR, lists concatenate (capped like every summary
+ * list: the first SUMMARY_LIST_CAP entries), records merge key by key (the later's keys first);
+ * anything else: the later value wins.
  */
 export const addSummaries = (earlier: unknown, later: unknown): unknown => {
   if (later === undefined) return earlier
   if (typeof earlier === "number" && typeof later === "number") return earlier + later
   if (typeof earlier === "boolean" && typeof later === "boolean") return earlier || later
-  if (Array.isArray(earlier) && Array.isArray(later)) {
-    const all = [...earlier, ...later]
-    return all.length > MAX_MERGED_LIST ? all.slice(all.length - Math.max(MAX_MERGED_LIST, later.length)) : all
-  }
+  if (Array.isArray(earlier) && Array.isArray(later)) return capped([...earlier, ...later])
   if (isRecord(earlier) && isRecord(later)) {
     const merged: Record<string, unknown> = {}
     for (const [key, value] of Object.entries(later)) merged[key] = key in earlier ? addSummaries(earlier[key], value) : value

@@ -1,5 +1,5 @@
 /** EventLog on PostgreSQL. `append` uses whatever connection the fiber's transaction holds. */
-import { DateTime, Effect, Layer } from "effect"
+import { Array as Arr, DateTime, Effect, Layer } from "effect"
 import { PgClient } from "@effect/sql-pg"
 import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../domain/Events.ts"
 import { CurrentRun } from "../domain/Batch.ts"
@@ -24,6 +24,20 @@ export const EventLogSql = Layer.effect(
       yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at) VALUES (
         ${streamOf(event)}, ${event._tag}, ${sql.json(dataOf(event))}, ${run.runId}, ${DateTime.toDateUtc(now)})`
     })
+    // One multi-row INSERT: a page of repairs costs one round trip for its events, not one per row.
+    const appendAll = Effect.fn("EventLog.appendAll")(function*(batch: ReadonlyArray<DomainEvent>) {
+      const run = yield* CurrentRun
+      const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
+      const rows = batch.map((event) => ({
+        stream: streamOf(event),
+        type: event._tag,
+        data: sql.json(dataOf(event)),
+        run_id: run.runId,
+        occurred_at: occurredAt
+      }))
+      if (!Arr.isArrayNonEmpty(rows)) return
+      yield* sql`INSERT INTO sweeper_events ${sql.insert(rows)}`
+    })
     const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
       const clauses = [
         filter.stream !== undefined ? sql`stream = ${filter.stream}` : undefined,
@@ -46,6 +60,6 @@ export const EventLogSql = Layer.effect(
         occurredAt: row.occurred_at
       }))
     })
-    return EventLog.of({ append, query, transaction: sql.withTransaction })
+    return EventLog.of({ append, appendAll, query, transaction: sql.withTransaction })
   })
 )

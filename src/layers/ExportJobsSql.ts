@@ -12,6 +12,12 @@ interface RefRow {
   readonly jid: string
 }
 
+interface FailedRow {
+  readonly id: string
+  readonly jid: string
+  readonly project_id: string
+}
+
 interface JobRow {
   readonly id: string
   readonly project_id: string
@@ -59,19 +65,25 @@ export const ExportJobsSql = Layer.effect(
       return found
     })
 
-    const fail = Effect.fn("ExportJobs.fail")(function*(job: EnqueuedExportJob, now: DateTime.Utc) {
+    // The slice travels as one jsonb parameter (id and jid read per row), so the guarded UPDATE is a
+    // single statement whatever the slice size, far from PostgreSQL's 65,535-parameter limit.
+    const failMany = Effect.fn("ExportJobs.failMany")(function*(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc) {
+      if (jobs.length === 0) return []
       return yield* events.transaction(Effect.gen(function*() {
         yield* fenceWrite(sql)
-        const updated = yield* sql<{ readonly project_id: string }>`
-          UPDATE project_export_jobs SET status = ${ExportJobStatus.failed}, updated_at = ${DateTime.toDateUtc(now)}
-          WHERE id = ${job.id} AND jid = ${job.jid} AND status IN (${queued}, ${started})
-          RETURNING project_id`
-        if (updated.length === 0) return false
-        yield* events.append(new ExportJobFailed({ id: job.id, jid: job.jid, project_id: Number(updated[0]!.project_id) }))
-        return true
+        const read = jobs.map((job) => ({ id: job.id, jid: job.jid }))
+        const updated = yield* sql<FailedRow>`
+          UPDATE project_export_jobs j SET status = ${ExportJobStatus.failed}, updated_at = ${DateTime.toDateUtc(now)}
+          FROM jsonb_to_recordset(${sql.json(read)}) AS r(id bigint, jid text)
+          WHERE j.id = r.id AND j.jid = r.jid AND j.status IN (${queued}, ${started})
+          RETURNING j.id, j.jid, j.project_id`
+        const failed = updated.map((row) => ({ id: Number(row.id), jid: row.jid, project_id: Number(row.project_id) }))
+          .sort((a, b) => a.id - b.id)
+        yield* events.appendAll(failed.map((row) => new ExportJobFailed(row)))
+        return failed.map((row) => row.jid)
       }))
     })
 
-    return ExportJobs.of({ listEnqueued, findEnqueued, fail })
+    return ExportJobs.of({ listEnqueued, findEnqueued, failMany })
   })
 )

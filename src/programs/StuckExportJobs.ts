@@ -14,7 +14,8 @@
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
 import { CurrentRun, reportProgress } from "../domain/Batch.ts"
-import { decideStuckExport } from "../domain/ExportJob.ts"
+import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE } from "../domain/ExportJob.ts"
+import { capped } from "../domain/Summary.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
@@ -30,6 +31,7 @@ export interface StuckExportJobsSummary {
   readonly skippedParallel: number
   /** Re-enqueued with a new jid since the look-up, left alone. */
   readonly skippedRequeued: number
+  /** The first 100 failed jids (`failed` counts them all; each has its ExportJobFailed event). */
   readonly failedJids: ReadonlyArray<string>
 }
 
@@ -50,29 +52,41 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     failed: failedJids.length,
     skippedParallel,
     skippedRequeued,
-    failedJids
+    failedJids: capped(failedJids)
   } satisfies StuckExportJobsSummary)
   if (completedJids.length === 0) return summary()
 
   const completed = new Set(completedJids)
   const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
   // Read again: jobs that finished while we looked up their status drop out here.
+  const toFail: Array<EnqueuedExportJob> = []
   for (const job of yield* exportJobs.findEnqueued(completedIds)) {
     const decision = decideStuckExport(job, now, completed)
     if (decision === "skippedParallel") skippedParallel++
     else if (decision === "skippedRequeued") skippedRequeued++
-    else if (dryRun || (yield* exportJobs.fail(job, yield* DateTime.now))) {
-      failedJids.push(job.jid)
-      if (!dryRun) yield* reportProgress({ failed: 1, failedJids: [job.jid] })
-    } else {
-      yield* Effect.logInfo("Export job changed meanwhile, not failed").pipe(
-        Effect.annotateLogs({ export_job_id: job.id, jid: job.jid })
+    else toFail.push(job)
+  }
+
+  // One transaction per slice: a guarded set-based UPDATE and the slice's events.
+  for (let start = 0; start < toFail.length; start += FAIL_SLICE) {
+    const slice = toFail.slice(start, start + FAIL_SLICE)
+    if (dryRun) {
+      failedJids.push(...slice.map((job) => job.jid))
+      continue
+    }
+    const failed = yield* exportJobs.failMany(slice, yield* DateTime.now)
+    failedJids.push(...failed)
+    yield* reportProgress({ failed: failed.length, failedJids: capped(failed) })
+    if (failed.length < slice.length) {
+      const changed = slice.filter((job) => !failed.includes(job.jid))
+      yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
+        Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
       )
     }
   }
 
   yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
-    Effect.annotateLogs({ jids: failedJids, failed: failedJids.length })
+    Effect.annotateLogs({ jids: capped(failedJids), failed: failedJids.length })
   )
   if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failedJids.length)
   return summary()

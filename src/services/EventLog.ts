@@ -21,6 +21,8 @@ export interface EventFilter {
 
 export class EventLog extends Context.Service<EventLog, {
   append(event: DomainEvent): Effect.Effect<void, SqlError>
+  /** Appends many events in one statement (a page's repairs), in order; nothing for an empty list. */
+  appendAll(events: ReadonlyArray<DomainEvent>): Effect.Effect<void, SqlError>
   query(filter: EventFilter): Effect.Effect<ReadonlyArray<StoredEvent>, SqlError>
   /** Runs `effect` atomically with the events it appends (a SQL transaction, or a memory commit). */
   transaction<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R>

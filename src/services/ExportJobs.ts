@@ -10,8 +10,10 @@ export class ExportJobs extends Context.Service<ExportJobs, {
   /** Those of `ids` still queued or started, as they are now, with their relation export counts, by id. */
   findEnqueued(ids: ReadonlyArray<number>): Effect.Effect<ReadonlyArray<EnqueuedExportJob>, SqlError>
   /**
-   * status = failed, updated_at = now, guarded by status IN (queued, started) AND the jid read, with
-   * its ExportJobFailed event. False when the row changed meanwhile, nothing written.
+   * status = failed, updated_at = now for every job of the slice in ONE transaction: one UPDATE, each
+   * row guarded by status IN (queued, started) AND the jid read, and one multi-row INSERT of their
+   * ExportJobFailed events. Returns the jids actually failed, by id; a row that changed meanwhile is
+   * left out and nothing is written for it.
    */
-  fail(job: EnqueuedExportJob, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
+  failMany(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<string>, SqlError | LeaseLost>
 }>()("sweeper/services/ExportJobs") {}

@@ -49,7 +49,7 @@ describe("ExportJobsSql", () => {
       assert.deepStrictEqual(yield* jobs.findEnqueued([]), [])
     }).pipe(Effect.provide(Storage())))
 
-  it.live("fail sets status 3 and updated_at, with its event; the UPDATE's own guards stop a lost update", () =>
+  it.live("failMany sets status 3 and updated_at, with its event; the UPDATE's own guards stop a lost update", () =>
     Effect.gen(function*() {
       yield* seed
       const jobs = yield* ExportJobs
@@ -58,22 +58,46 @@ describe("ExportJobsSql", () => {
       // Between the re-read and the write, job 2 finishes and job 1 is failed by its own worker … then
       // re-enqueued with a new jid.
       yield* sql`UPDATE project_export_jobs SET status = 2 WHERE id = 2`
-      assert.isFalse(yield* jobs.fail(second!, NOW))
+      assert.deepStrictEqual(yield* jobs.failMany([second!], NOW), [])
       assert.strictEqual((yield* row(2)).status, 2)
       yield* sql`UPDATE project_export_jobs SET jid = 'j1-again' WHERE id = 1`
-      assert.isFalse(yield* jobs.fail(first!, NOW))
+      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), [])
       assert.strictEqual((yield* row(1)).status, 0)
       assert.strictEqual(yield* eventCount, 0)
 
       yield* sql`UPDATE project_export_jobs SET jid = 'j1' WHERE id = 1`
-      assert.isTrue(yield* jobs.fail(first!, NOW))
+      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), ["j1"])
       const failed = yield* row(1)
       assert.strictEqual(failed.status, 3)
       assert.strictEqual(failed.updated_at.toISOString(), DateTime.formatIso(NOW))
       const events = yield* sql<{ stream: string; data: unknown }>`SELECT stream, data FROM sweeper_events`
       assert.deepStrictEqual(events.map((e) => [e.stream, e.data]), [["export_job:1", { id: 1, jid: "j1", project_id: 5 }]])
       // Failing it again is a no-op.
-      assert.isFalse(yield* jobs.fail(first!, NOW))
+      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), [])
       assert.strictEqual(yield* eventCount, 1)
+    }).pipe(Effect.provide(Storage())))
+
+  it.live("failMany fails a whole slice in one transaction: rows that changed meanwhile are left out, one event per failed row", () =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      yield* sql`INSERT INTO namespaces (id) VALUES (1)`
+      yield* sql`INSERT INTO projects (id, namespace_id) VALUES (5, 1), (6, 1)`
+      yield* sql`INSERT INTO project_export_jobs (id, project_id, jid, status, created_at, updated_at)
+        SELECT n, 5 + n % 2, 'jid-' || n, n % 2, ${CREATED}, ${CREATED} FROM generate_series(1, 2500) AS n`
+      const jobs = yield* ExportJobs
+      const slice = yield* jobs.findEnqueued(Array.from({ length: 2500 }, (_, i) => i + 1))
+      // Job 7 finishes and job 8 is re-enqueued between the re-read and the write.
+      yield* sql`UPDATE project_export_jobs SET status = 2 WHERE id = 7`
+      yield* sql`UPDATE project_export_jobs SET jid = 'jid-8-again' WHERE id = 8`
+      const failed = yield* jobs.failMany(slice, NOW)
+      assert.strictEqual(failed.length, 2498)
+      assert.isFalse(failed.includes("jid-7") || failed.includes("jid-8"))
+      const counts = yield* sql<{ status: number; n: string }>`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
+      assert.deepStrictEqual(counts.map((c) => [c.status, Number(c.n)]), [[0, 1], [2, 1], [3, 2498]])
+      const events = yield* sql<{ stream: string; data: { id: number; jid: string; project_id: number } }>`
+        SELECT stream, data FROM sweeper_events ORDER BY id`
+      assert.strictEqual(events.length, 2498)
+      assert.deepStrictEqual(events[0], { stream: "export_job:1", data: { id: 1, jid: "jid-1", project_id: 6 } })
+      assert.strictEqual(new Set(events.map((e) => e.stream)).size, 2498)
     }).pipe(Effect.provide(Storage())))
 })

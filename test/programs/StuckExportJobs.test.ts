@@ -60,6 +60,19 @@ const runProgram = Effect.gen(function*() {
 const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, failedJids: [] }
 
 describe("stuck-export-jobs", () => {
+  it.effect("a large backlog fails in slices of 1000, every job with its event; the summary lists only the first 100 jids", () =>
+    Effect.gen(function*() {
+      const rows = Array.from({ length: 2_345 }, () => job({ status: 0 }))
+      yield* seed(...rows)
+      const summary = yield* runProgram
+      assert.strictEqual(summary.failed, 2_345)
+      assert.deepStrictEqual(summary.failedJids, rows.slice(0, 100).map((row) => row.jid))
+      assert.deepStrictEqual((yield* MemoryExportJobs).failSlices, [1000, 1000, 345])
+      const events = yield* MemoryEvents
+      assert.strictEqual(events.filter((e) => e.type === "ExportJobFailed").length, 2_345)
+      for (const row of rows) assert.strictEqual((yield* rowOf(row.id)).status, 3)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("nothing to do: no queued or started export jobs", () =>
     Effect.gen(function*() {
       const done = job({ status: 2 })

@@ -28,6 +28,7 @@ const FlakyEvents = Layer.effect(
     const refuse = Effect.fail(new RedisError({ operation: "sql", cause: new Error("connect ECONNREFUSED 127.0.0.1:5432") }) as never)
     return EventLog.of({
       append: (event) => outage.down ? refuse : inner.append(event),
+      appendAll: (events) => outage.down ? refuse : inner.appendAll(events),
       query: (filter) => outage.down ? refuse : inner.query(filter),
       transaction: inner.transaction
     })

@@ -9,7 +9,7 @@ import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
 import { type Batch, reportProgress } from "../../src/domain/Batch.ts"
 import { RedisError } from "../../src/domain/Errors.ts"
-import { addSummaries, MAX_MERGED_LIST } from "../../src/domain/Summary.ts"
+import { addSummaries, SUMMARY_LIST_CAP } from "../../src/domain/Summary.ts"
 import { type BuildRecord, MemoryBuilds } from "../../src/layers/memory/BuildsMemory.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
@@ -96,12 +96,12 @@ describe("summaries of retried runs add up all attempts", () => {
       assert.lengthOf(dropped, 5)
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it("addSummaries: merged lists are capped, keeping the last attempt's list whole", () => {
-    const earlier = { ids: Array.from({ length: MAX_MERGED_LIST }, (_, i) => i), n: 1, name: "a" }
+  it("addSummaries: merged lists keep their first SUMMARY_LIST_CAP entries like every summary list", () => {
+    const earlier = { ids: Array.from({ length: SUMMARY_LIST_CAP - 1 }, (_, i) => i), n: 1, name: "a" }
     const later = { ids: [-1, -2], n: 2, name: "b" }
     const merged = addSummaries(earlier, later) as { ids: Array<number>; n: number; name: string }
-    assert.lengthOf(merged.ids, MAX_MERGED_LIST)
-    assert.deepStrictEqual(merged.ids.slice(-2), [-1, -2])
+    assert.lengthOf(merged.ids, SUMMARY_LIST_CAP)
+    assert.deepStrictEqual(merged.ids.slice(-2), [SUMMARY_LIST_CAP - 2, -1])
     assert.strictEqual(merged.n, 3)
     assert.strictEqual(merged.name, "b")
     assert.deepStrictEqual(addSummaries({ a: { b: 1 } }, { a: { b: 2, c: true } }), { a: { b: 3, c: true } })

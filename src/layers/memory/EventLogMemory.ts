@@ -33,6 +33,7 @@ export const EventLogMemory = Layer.effect(
           occurredAt: DateTime.toDateUtc(now)
         })
       })
+    const appendAll = (batch: ReadonlyArray<DomainEvent>) => Effect.forEach(batch, append, { discard: true })
     const query = (filter: EventFilter) =>
       Effect.sync(() => {
         const found = events.filter(matches(filter))
@@ -47,6 +48,6 @@ export const EventLogMemory = Layer.effect(
             if (Exit.isFailure(exit)) events.splice(mark)
           }))
       })
-    return EventLog.of({ append, query, transaction })
+    return EventLog.of({ append, appendAll, query, transaction })
   })
 ).pipe(Layer.provideMerge(MemoryEvents.layer))

@@ -2,7 +2,7 @@
  * ExportJobs in memory, for program specs. State is exposed (`MemoryExportJobs`) so a spec can seed
  * rows and stage the races the program must survive: `afterListEnqueued` hooks run (once each)
  * right after the next step-1 read, e.g. a job re-enqueued with a new jid or finishing; a
- * `beforeFail` hook runs right before the guarded UPDATE of that job, as a concurrent writer that
+ * `beforeFail` hook runs right before the guarded UPDATE of the slice holding that job, as a concurrent writer that
  * wins the race would.
  */
 import { Context, DateTime, Effect, Layer } from "effect"
@@ -34,13 +34,16 @@ export class MemoryExportJobs extends Context.Service<MemoryExportJobs, {
   readonly beforeFail: Map<number, () => void>
   /** The ids each findEnqueued call asked for, in order. */
   readonly reReads: Array<ReadonlyArray<number>>
+  /** The size of each failMany slice (one transaction each), in order. */
+  readonly failSlices: Array<number>
 }>()("sweeper/layers/memory/MemoryExportJobs") {
   static readonly layer = Layer.sync(MemoryExportJobs, () => ({
     jobs: new Map(),
     relationExports: [],
     afterListEnqueued: [],
     beforeFail: new Map(),
-    reReads: []
+    reReads: [],
+    failSlices: []
   }))
 }
 
@@ -75,16 +78,22 @@ export const ExportJobsMemory = Layer.effect(
             return row !== undefined && isEnqueued(row.status) ? [toJob(row)] : []
           }).sort(byId)
         }),
-      fail: (job, now) =>
+      failMany: (jobs, now) =>
         events.transaction(Effect.gen(function*() {
+          if (jobs.length === 0) return []
+          state.failSlices.push(jobs.length)
           yield* checkFence
-          state.beforeFail.get(job.id)?.()
-          const row = state.jobs.get(job.id)
-          if (row === undefined || row.jid !== job.jid || !isEnqueued(row.status)) return false
-          row.status = ExportJobStatus.failed
-          row.updatedAt = now
-          yield* events.append(new ExportJobFailed({ id: row.id, jid: row.jid, project_id: row.projectId }))
-          return true
+          // As a concurrent writer would, before the slice's UPDATE takes its row locks.
+          for (const job of jobs) state.beforeFail.get(job.id)?.()
+          const failed = [...jobs].sort(byId).flatMap((job) => {
+            const row = state.jobs.get(job.id)
+            if (row === undefined || row.jid !== job.jid || !isEnqueued(row.status)) return []
+            row.status = ExportJobStatus.failed
+            row.updatedAt = now
+            return [row]
+          })
+          yield* events.appendAll(failed.map((row) => new ExportJobFailed({ id: row.id, jid: row.jid, project_id: row.projectId })))
+          return failed.map((row) => row.jid)
         }))
     })
   })

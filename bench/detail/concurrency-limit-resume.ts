@@ -15,16 +15,16 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Redacted, References } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { performance } from "node:perf_hooks"
-import { MAX_RESUME_UNLIMITED, RESCHEDULE_DELAY, workerKeys } from "../src/domain/ConcurrencyLimit.ts"
-import { queueKey } from "../src/domain/Sidekiq.ts"
-import { ConcurrencyLimitsRedis } from "../src/layers/ConcurrencyLimitsRedis.ts"
-import { SweeperConfig } from "../src/layers/Config.ts"
-import { EventLogSql } from "../src/layers/EventLogSql.ts"
-import { LeaseRedis } from "../src/layers/LeaseRedis.ts"
-import { Redis } from "../src/layers/Redis.ts"
-import { ConcurrencyLimitResume, type ConcurrencyLimitResumeSummary } from "../src/programs/ConcurrencyLimitResume.ts"
-import { runBatch } from "../src/runtime/RunGuard.ts"
-import { ConcurrencyLimits } from "../src/services/ConcurrencyLimits.ts"
+import { MAX_RESUME_UNLIMITED, RESCHEDULE_DELAY, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { queueKey } from "../../src/domain/Sidekiq.ts"
+import { ConcurrencyLimitsRedis } from "../../src/layers/ConcurrencyLimitsRedis.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
+import { EventLogSql } from "../../src/layers/EventLogSql.ts"
+import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { Redis } from "../../src/layers/Redis.ts"
+import { ConcurrencyLimitResume, type ConcurrencyLimitResumeSummary } from "../../src/programs/ConcurrencyLimitResume.ts"
+import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import {
   adminUrl,
   benchDatabase,
@@ -44,7 +44,7 @@ import {
   samplingMemory,
   Stopwatch,
   timed
-} from "./support/harness.ts"
+} from "../support/harness.ts"
 
 const JOBS = envInt("BENCH_JOBS", 50_000)
 const WORKER = "Releases::CreateEvidenceWorker"

@@ -25,18 +25,18 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { performance } from "node:perf_hooks"
 import { fileURLToPath } from "node:url"
-import { type Location, PENDING_DIRECT_UPLOADS_KEY, SCAN_PAGE_SIZE } from "../src/domain/DirectUpload.ts"
-import { SweeperConfig } from "../src/layers/Config.ts"
-import { EventLogSql } from "../src/layers/EventLogSql.ts"
-import { LeaseRedis } from "../src/layers/LeaseRedis.ts"
-import { ObjectStorageLocal } from "../src/layers/ObjectStorageLocal.ts"
-import { PendingDirectUploadsRedis } from "../src/layers/PendingDirectUploadsRedis.ts"
-import { Redis } from "../src/layers/Redis.ts"
-import { DeleteStaleDirectUploads, type DeleteStaleDirectUploadsSummary } from "../src/programs/DeleteStaleDirectUploads.ts"
-import { runBatch } from "../src/runtime/RunGuard.ts"
-import { EventLog } from "../src/services/EventLog.ts"
-import { ObjectStorage } from "../src/services/ObjectStorage.ts"
-import { PendingDirectUploads } from "../src/services/PendingDirectUploads.ts"
+import { type Location, PENDING_DIRECT_UPLOADS_KEY, SCAN_PAGE_SIZE } from "../../src/domain/DirectUpload.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
+import { EventLogSql } from "../../src/layers/EventLogSql.ts"
+import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
+import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
+import { Redis } from "../../src/layers/Redis.ts"
+import { DeleteStaleDirectUploads, type DeleteStaleDirectUploadsSummary } from "../../src/programs/DeleteStaleDirectUploads.ts"
+import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { EventLog } from "../../src/services/EventLog.ts"
+import { ObjectStorage } from "../../src/services/ObjectStorage.ts"
+import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
 import {
   adminUrl,
   benchDatabase,
@@ -55,8 +55,8 @@ import {
   samplingMemory,
   Stopwatch,
   timed
-} from "./support/harness.ts"
-import type { SeedCounts, SeedOptions } from "./support/seed-pending-direct-uploads.ts"
+} from "../support/harness.ts"
+import type { SeedCounts, SeedOptions } from "../support/seed-pending-direct-uploads.ts"
 
 const ENTRIES = envInt("BENCH_ENTRIES", 1_000_000)
 /** Every STALE_EVERY-th entry is stale (20%). */
@@ -93,7 +93,7 @@ const seed = (roots: Readonly<Record<string, string>>) =>
       fieldsPerHset: FIELDS_PER_HSET,
       hsetsPerPipeline: HSETS_PER_PIPELINE
     }
-    const script = fileURLToPath(new URL("./support/seed-pending-direct-uploads.ts", import.meta.url))
+    const script = fileURLToPath(new URL("../support/seed-pending-direct-uploads.ts", import.meta.url))
     return new Promise<SeedCounts>((resolve, reject) =>
       execFile(process.execPath, [script, JSON.stringify(options)], (error, stdout, stderr) =>
         error === null ? resolve(JSON.parse(stdout) as SeedCounts) : reject(new Error(`seeder failed: ${stderr || error.message}`))))

@@ -14,17 +14,17 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Redacted, References } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { performance } from "node:perf_hooks"
-import { EXPORT_JOB_STATUS_TTL, JOB_STATUS_LOOKUP_SLICE, jobStatusKey } from "../src/domain/SidekiqStatus.ts"
-import { SweeperConfig } from "../src/layers/Config.ts"
-import { EventLogSql } from "../src/layers/EventLogSql.ts"
-import { ExportJobsSql } from "../src/layers/ExportJobsSql.ts"
-import { JobStatusRedis } from "../src/layers/JobStatusRedis.ts"
-import { LeaseRedis } from "../src/layers/LeaseRedis.ts"
-import { Redis } from "../src/layers/Redis.ts"
-import { StuckExportJobs, type StuckExportJobsSummary } from "../src/programs/StuckExportJobs.ts"
-import { runBatch } from "../src/runtime/RunGuard.ts"
-import { ExportJobs } from "../src/services/ExportJobs.ts"
-import { JobStatus } from "../src/services/JobStatus.ts"
+import { EXPORT_JOB_STATUS_TTL, JOB_STATUS_LOOKUP_SLICE, jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
+import { EventLogSql } from "../../src/layers/EventLogSql.ts"
+import { ExportJobsSql } from "../../src/layers/ExportJobsSql.ts"
+import { JobStatusRedis } from "../../src/layers/JobStatusRedis.ts"
+import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { Redis } from "../../src/layers/Redis.ts"
+import { StuckExportJobs, type StuckExportJobsSummary } from "../../src/programs/StuckExportJobs.ts"
+import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { ExportJobs } from "../../src/services/ExportJobs.ts"
+import { JobStatus } from "../../src/services/JobStatus.ts"
 import {
   adminUrl,
   benchDatabase,
@@ -43,7 +43,7 @@ import {
   samplingMemory,
   Stopwatch,
   timed
-} from "./support/harness.ts"
+} from "../support/harness.ts"
 
 /** Queued/started jobs: ids 1..JOBS, odd ids have completed (no status key), even ids still run. */
 const JOBS = envInt("BENCH_JOBS", 100_000)
@@ -112,7 +112,7 @@ const InstrumentedExportJobs = Layer.effect(
     return ExportJobs.of({
       listEnqueued: listTime.time(real.listEnqueued),
       findEnqueued: (ids) => rereadTime.time(real.findEnqueued(ids)),
-      fail: (job, now) => failTime.time(real.fail(job, now))
+      failMany: (jobs, now) => failTime.time(real.failMany(jobs, now))
     })
   })
 ).pipe(Layer.provide(ExportJobsSql))

@@ -1,0 +1,122 @@
+/**
+ * concurrency-limit-resume with limit 0 (unlimited): one worker's deferred list holds GitLab's
+ * `{args, context, buffered_at}` elements; all of them go back to its Sidekiq queue.
+ *   raw        a Lua script that pops 5000 elements and pushes the Sidekiq jobs it builds with cjson,
+ *              called until the list is empty (the issue's "Lua move building Sidekiq jobs")
+ *   per-record GitLab's loop: LPOP one element, build its job, LPUSH it — two round trips a job
+ * Repaired = jobs in queue:default afterwards.
+ */
+import { Duration, Effect } from "effect"
+import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { queueKey } from "../../src/domain/Sidekiq.ts"
+import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
+import type { PhaseContext, Scenario } from "../support/compare.ts"
+import { fmt } from "../support/harness.ts"
+import { runOnce } from "./platform.ts"
+
+interface Size {
+  readonly jobs: number
+}
+
+const WORKER = "Releases::CreateEvidenceWorker"
+const QUEUE = "default"
+const keys = workerKeys(WORKER)
+const PUSH_CHUNK = 1_000
+const RAW_MOVE = 5_000
+
+const element = (i: number, bufferedAt: number) =>
+  JSON.stringify({
+    args: [i, `gid://gitlab/Release/${i}`],
+    context: { "meta.user": "root", "meta.project": `gitlab-org/project-${i % 100}`, "meta.caller_id": "Releases::CreateService" },
+    buffered_at: bufferedAt
+  })
+
+const seed = (size: Size, context: PhaseContext) =>
+  Effect.promise(async () => {
+    const now = Date.now() / 1000
+    for (let start = 0; start < size.jobs; start += PUSH_CHUNK * 10) {
+      const pipeline = context.redis.pipeline()
+      for (let chunk = start; chunk < start + PUSH_CHUNK * 10 && chunk < size.jobs; chunk += PUSH_CHUNK) {
+        const values: Array<string> = []
+        for (let i = chunk; i < chunk + PUSH_CHUNK && i < size.jobs; i++) values.push(element(i, now - 600 + i / 1000))
+        pipeline.rpush(keys.deferred, ...values)
+      }
+      await pipeline.exec()
+    }
+    return size.jobs
+  })
+
+const queued = (context: PhaseContext) => Effect.promise(() => context.redis.llen(queueKey(QUEUE)))
+
+// KEYS: deferred list, queue, queues set. ARGV: n, worker, queue, now, jid seed.
+const RAW_SCRIPT = `
+local items = redis.call('LPOP', KEYS[1], ARGV[1])
+if not items then return 0 end
+local now = tonumber(ARGV[4])
+for i, raw in ipairs(items) do
+  local deferred = cjson.decode(raw)
+  local job = {
+    class = ARGV[2], args = deferred.args, queue = ARGV[3], retry = true,
+    jid = string.sub(redis.sha1hex(ARGV[5] .. ':' .. i), 1, 24),
+    created_at = now, enqueued_at = now,
+    concurrency_limit_resume = true, concurrency_limit_buffered_at = deferred.buffered_at
+  }
+  for k, v in pairs(deferred.context or {}) do job[k] = v end
+  redis.call('LPUSH', KEYS[2], cjson.encode(job))
+end
+redis.call('SADD', KEYS[3], ARGV[3])
+return #items`
+
+export const scenario: Scenario<Size> = {
+  name: "concurrency-limit-resume",
+  description: "deferred jobs of a throttled worker with limit 0 moved back to its queue",
+  sizes: {
+    small: { jobs: 20_000 },
+    full: { jobs: 1_000_000 }
+  },
+  describeSize: (size) => `${fmt(size.jobs)} deferred jobs, limit 0`,
+  seed: (size, context) => seed(size, context),
+
+  sweeper: (size) => (context) =>
+    Effect.gen(function*() {
+      const { summary, seconds } = yield* runOnce(ConcurrencyLimitResume, context, {
+        // Long enough to drain the list at one pass of 1000 a second, whatever the implementation.
+        budget: Duration.seconds(Math.ceil(size.jobs / 1000) * 2 + 60),
+        settings: { concurrencyLimits: { [WORKER]: { limit: 0, queue: QUEUE } } }
+      })
+      return { repaired: yield* queued(context), seconds, notes: { resumedJobs: Number(summary.resumedJobs ?? 0) } }
+    }),
+
+  raw: () => (context) =>
+    Effect.gen(function*() {
+      let moves = 0
+      yield* Effect.promise(async () => {
+        while (true) {
+          const moved = await context.redis.eval(RAW_SCRIPT, 3, keys.deferred, queueKey(QUEUE), "queues", RAW_MOVE, WORKER, QUEUE, Date.now() / 1000, `raw-${moves}`) as number
+          moves++
+          if (moved === 0) break
+        }
+      })
+      return { repaired: yield* queued(context), notes: { scriptCalls: moves } }
+    }),
+
+  perRecord: () => (context) =>
+    Effect.gen(function*() {
+      yield* Effect.promise(async () => {
+        let i = 0
+        while (true) {
+          const raw = await context.redis.lpop(keys.deferred)
+          if (raw === null) break
+          const deferred = JSON.parse(raw) as { args: unknown; context?: Record<string, unknown>; buffered_at?: number }
+          const now = Date.now() / 1000
+          await context.redis.lpush(queueKey(QUEUE), JSON.stringify({
+            class: WORKER, args: deferred.args, jid: (i++).toString(16).padStart(24, "0"), queue: QUEUE, retry: true,
+            created_at: now, enqueued_at: now, ...deferred.context,
+            concurrency_limit_resume: true, concurrency_limit_buffered_at: deferred.buffered_at ?? null
+          }))
+        }
+        await context.redis.sadd("queues", QUEUE)
+      })
+      return { repaired: yield* queued(context) }
+    })
+}

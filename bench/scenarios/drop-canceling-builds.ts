@@ -1,0 +1,157 @@
+/**
+ * drop-canceling-builds: a ci_builds table of finished builds over 60 days with every 10th build
+ * stuck in canceling (plus canceling bridges and fresh canceling builds that must stay).
+ *   raw        one guarded UPDATE of every stuck build (the issue's "raw limit")
+ *   per-record GitLab's loop: a keyset page of 100, then one UPDATE per build, each its own commit
+ * Extras: a run with nothing to do right after the large repair (dead index entries, no VACUUM)
+ * and after VACUUM — the issue's "< 50 ms" figures.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Effect } from "effect"
+import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
+import type { Scenario } from "../support/compare.ts"
+import { fmt } from "../support/harness.ts"
+import { runOnce, succeeded, withSweeper } from "./platform.ts"
+
+interface Size {
+  readonly rows: number
+  readonly stuckEvery: number
+}
+
+const NOW = new Date("2026-01-01T05:00:00Z")
+const CUTOFF = new Date(NOW.getTime() - 3_600_000)
+
+const seed = (size: Size) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql`
+      INSERT INTO ci_builds (id, project_id, commit_id, name, type, status, failure_reason, runner_id, lock_version,
+        created_at, updated_at, started_at, finished_at)
+      SELECT i,
+        1 + (i * 7919) % 5000,
+        i / 20,
+        'job ' || (i % 40),
+        CASE WHEN i % 5000 = 1 THEN 'Ci::Bridge' ELSE 'Ci::Build' END,
+        CASE
+          WHEN i % ${size.stuckEvery} = 0 THEN 'canceling'
+          WHEN i % 5000 = 1 THEN 'canceling'
+          WHEN i % 997 = 0 THEN 'running'
+          WHEN i % 10 < 7 THEN 'success'
+          WHEN i % 10 < 9 THEN 'failed'
+          ELSE 'canceled'
+        END,
+        CASE WHEN i % 10 IN (7, 8) THEN 1 ELSE NULL END,
+        CASE WHEN i % 13 = 0 THEN NULL ELSE 1 + i % 300 END,
+        i % 3,
+        ts, ts + interval '5 minutes', ts + interval '1 minute',
+        CASE WHEN i % ${size.stuckEvery} = 0 OR i % 997 = 0 THEN NULL ELSE ts + interval '5 minutes' END
+      FROM (
+        SELECT i, ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '2 hours' - ((${size.rows} - i) * (interval '60 days' / ${size.rows})) AS ts
+        FROM generate_series(1::bigint, ${size.rows}::bigint) AS i
+      ) AS s`
+    // The newest canceling builds are younger than the timeout: not stuck.
+    yield* sql`UPDATE ci_builds SET created_at = ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '10 minutes',
+      updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '10 minutes'
+      WHERE id > ${size.rows} - 1000 AND status = 'canceling'`
+    yield* sql`SELECT setval(pg_get_serial_sequence('ci_builds', 'id'), ${size.rows})`
+    return yield* stuckCount
+  })
+
+const stuckCount = Effect.gen(function*() {
+  const sql = yield* PgClient.PgClient
+  const rows = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds
+    WHERE status = 'canceling' AND type = 'Ci::Build' AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
+      AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'`
+  return Number(rows[0]!.n)
+})
+
+const PER_RECORD_PAGE = 100
+
+export const scenario: Scenario<Size> = {
+  name: "drop-canceling-builds",
+  description: "builds stuck in canceling, failed with stuck_or_timeout_failure",
+  sizes: {
+    small: { rows: 20_000, stuckEvery: 10 },
+    full: { rows: 1_000_000, stuckEvery: 10 }
+  },
+  describeSize: (size) => `${fmt(size.rows)} builds, ${fmt(Math.floor(size.rows / size.stuckEvery))} stuck`,
+  seed: (size) => seed(size),
+
+  sweeper: () => (context) =>
+    Effect.gen(function*() {
+      const { summary, seconds } = yield* runOnce(DropCancelingBuilds, context, { now: NOW })
+      const dropped = Number(summary.dropped ?? 0) + Number(summary.doomed ?? 0)
+      return { repaired: dropped, seconds, notes: { pages: Number(summary.batches ?? 0), batchSize: process.env.SWEEPER_DROP_BATCH_SIZE ?? "default" } }
+    }),
+
+  raw: () => () =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      const rows = yield* sql<{ n: string }>`
+        WITH dropped AS (
+          UPDATE ci_builds SET status = 'failed', failure_reason = 3,
+            finished_at = ${NOW}::timestamptz AT TIME ZONE 'UTC', updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC',
+            lock_version = lock_version + 1
+          WHERE status = 'canceling' AND type = 'Ci::Build'
+            AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC' AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
+          RETURNING 1)
+        SELECT count(*) AS n FROM dropped`
+      return { repaired: Number(rows[0]!.n) }
+    }),
+
+  perRecord: () => () =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      let repaired = 0
+      let pages = 0
+      let after: { created_at: string; project_id: string; id: string } | undefined
+      while (true) {
+        const keyset = after === undefined
+          ? sql``
+          : sql`AND (created_at, project_id, id) > (${after.created_at}::timestamp, ${after.project_id}, ${after.id})`
+        const page = yield* sql<{ id: string; project_id: string; lock_version: number; created_at: string }>`
+          SELECT id, project_id, lock_version, to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at FROM ci_builds
+          WHERE status = 'canceling' AND type = 'Ci::Build'
+            AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC' AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
+            ${keyset}
+          ORDER BY created_at, project_id, id LIMIT ${PER_RECORD_PAGE}`
+        if (page.length === 0) break
+        pages++
+        for (const build of page) {
+          const updated = yield* sql<{ id: string }>`
+            UPDATE ci_builds SET status = 'failed', failure_reason = 3,
+              finished_at = ${NOW}::timestamptz AT TIME ZONE 'UTC', updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC',
+              lock_version = lock_version + 1
+            WHERE id = ${build.id} AND status = 'canceling' AND lock_version = ${build.lock_version}
+            RETURNING id`
+          repaired += updated.length
+        }
+        after = page[page.length - 1]!
+      }
+      return { repaired, notes: { pages } }
+    }),
+
+  extras: () => (context) =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      const [afterRepair, afterVacuum] = yield* withSweeper(context, { now: NOW }, (run) =>
+        Effect.gen(function*() {
+          const timedRun = Effect.gen(function*() {
+            const { result, seconds } = yield* run(DropCancelingBuilds)
+            const summary = yield* succeeded(result)
+            return { ms: seconds * 1000, dropped: Number(summary.dropped ?? 0) }
+          })
+          yield* timedRun
+          const afterRepair = yield* timedRun
+          yield* sql`VACUUM ANALYZE ci_builds`
+          return [afterRepair, yield* timedRun] as const
+        }))
+      return {
+        repaired: 0,
+        notes: {
+          "nothing to do, right after the repair (run wall time)": `${afterRepair.ms.toFixed(1)} ms (${afterRepair.dropped} dropped)`,
+          "nothing to do, after VACUUM (run wall time)": `${afterVacuum.ms.toFixed(1)} ms (${afterVacuum.dropped} dropped)`
+        }
+      }
+    })
+}

@@ -1,0 +1,60 @@
+/**
+ * The production layers a Sweeper phase runs on (layers/App.ts's SQL and Redis backends over the
+ * phase's fresh database and Redis db), and running one batch through the run guard on them.
+ */
+import { type Duration, Effect, Layer, Redacted, References } from "effect"
+import { performance } from "node:perf_hooks"
+import type { Batch } from "../../src/domain/Batch.ts"
+import { RedisBackends, SqlBackends } from "../../src/layers/App.ts"
+import { SweeperConfig, type SweeperSettings } from "../../src/layers/Config.ts"
+import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
+import { startingAt } from "../../src/runtime/Clocks.ts"
+import { runBatch, type RunResult } from "../../src/runtime/RunGuard.ts"
+import { migratedDatabase } from "../support/harness.ts"
+import type { PhaseContext } from "../support/compare.ts"
+
+export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
+  const config = SweeperConfig.layerWith({ node: "bench", ...settings })
+  return Layer.mergeAll(SqlBackends, RedisBackends(Redacted.make(context.redisUrl)), ObjectStorageLocal).pipe(
+    Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
+    Layer.orDie
+  )
+}
+
+export interface RunOnceOptions {
+  readonly now?: Date
+  readonly budget?: Duration.Duration
+  readonly settings?: Partial<SweeperSettings>
+}
+
+/**
+ * Manual runs of batches (no dry run) on the production layers, built once for all of them, each
+ * timed without the layers' set-up; the clock at `now` when given; logs above Warn only.
+ */
+export const withSweeper = <A, E>(
+  context: PhaseContext,
+  options: RunOnceOptions,
+  use: (run: (batch: Batch<unknown, unknown, any>) => Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>) => Effect.Effect<A, E>
+) =>
+  Effect.gen(function*() {
+    const services = yield* Layer.build(sweeperPlatform(context, options.settings))
+    const run = (batch: Batch<unknown, unknown, any>) =>
+      Effect.gen(function*() {
+        const start = performance.now()
+        const guarded = runBatch(batch, { trigger: "manual", budget: options.budget })
+        const result = yield* (options.now === undefined ? guarded : guarded.pipe(startingAt(options.now)))
+        return { result, seconds: (performance.now() - start) / 1000 }
+      }).pipe(Effect.provide(services), Effect.provideService(References.MinimumLogLevel, "Warn")) as Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>
+    return yield* use(run)
+  }).pipe(Effect.scoped)
+
+/** One run of `batch`: its summary (failing the phase unless it succeeded) and its wall time. */
+export const runOnce = (batch: Batch<unknown, unknown, any>, context: PhaseContext, options: RunOnceOptions = {}) =>
+  withSweeper(context, options, (run) =>
+    Effect.flatMap(run(batch), ({ result, seconds }) => Effect.map(succeeded(result), (summary) => ({ summary, seconds }))))
+
+/** Fails the phase loudly when the run did not succeed: a failed run's rate means nothing. */
+export const succeeded = (result: RunResult) =>
+  result.outcome === "succeeded"
+    ? Effect.succeed(result.summary as Record<string, unknown>)
+    : Effect.fail(new Error(`run ${result.outcome}: ${result.reason ?? ""} ${result.error ?? ""}`))

@@ -1,0 +1,96 @@
+/**
+ * stuck-export-jobs: queued/started export jobs, half of them with a live Sidekiq status key and
+ * half whose Sidekiq job is gone (stuck).
+ *   raw        one SELECT, one pipelined MGET of every status key, one UPDATE of the completed ids
+ *   per-record the Ruby loop: for each job a GET of its status key, and an UPDATE (own commit) if gone
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Duration, Effect } from "effect"
+import { EXPORT_JOB_STATUS_TTL, jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
+import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
+import type { PhaseContext, Scenario } from "../support/compare.ts"
+import { fmt } from "../support/harness.ts"
+import { runOnce } from "./platform.ts"
+
+interface Size {
+  readonly active: number
+}
+
+const NOW = new Date("2026-01-01T05:00:00Z")
+const PIPELINE_CHUNK = 10_000
+const MGET_SLICE = 1_000
+
+const seed = (size: Size) => (context: PhaseContext) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql`INSERT INTO namespaces (id) VALUES (1)`
+    yield* sql`INSERT INTO projects (id, namespace_id) SELECT p, 1 FROM generate_series(1, 100) AS p`
+    // Plus as many finished and failed jobs, which the batch never reads.
+    yield* sql`
+      INSERT INTO project_export_jobs (id, project_id, jid, status, created_at, updated_at)
+      SELECT i, 1 + i % 100, 'export-' || i, CASE WHEN i <= ${size.active} THEN i % 2 ELSE 2 + i % 2 END,
+        ${NOW}::timestamptz - interval '1 day', ${NOW}::timestamptz - interval '1 day'
+      FROM generate_series(1, ${size.active * 2}) AS i`
+    // Odd jobs still run: their status key is there.
+    const ttl = Duration.toSeconds(EXPORT_JOB_STATUS_TTL)
+    for (let start = 1; start <= size.active; start += PIPELINE_CHUNK) {
+      const pipeline = context.redis.pipeline()
+      for (let i = start; i < start + PIPELINE_CHUNK && i <= size.active; i++) {
+        if (i % 2 === 1) pipeline.set(jobStatusKey(`export-${i}`), "1", "EX", ttl)
+      }
+      yield* Effect.promise(() => pipeline.exec())
+    }
+    return Math.floor(size.active / 2)
+  })
+
+export const scenario: Scenario<Size> = {
+  name: "stuck-export-jobs",
+  description: "export jobs whose Sidekiq job completed without finishing them, failed",
+  sizes: {
+    small: { active: 4_000 },
+    full: { active: 200_000 }
+  },
+  describeSize: (size) => `${fmt(size.active)} active jobs, ${fmt(size.active / 2)} completed`,
+  seed: (size, context) => seed(size)(context),
+
+  sweeper: () => (context) =>
+    Effect.gen(function*() {
+      const { summary, seconds } = yield* runOnce(StuckExportJobs, context, { now: NOW })
+      return { repaired: Number(summary.failed ?? 0), seconds }
+    }),
+
+  raw: () => (context) =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      const jobs = yield* sql<{ id: string; jid: string }>`SELECT id, jid FROM project_export_jobs WHERE status IN (0, 1)`
+      const pipeline = context.redis.pipeline()
+      for (let start = 0; start < jobs.length; start += MGET_SLICE) {
+        pipeline.mget(jobs.slice(start, start + MGET_SLICE).map((job) => jobStatusKey(job.jid)))
+      }
+      const replies = (yield* Effect.promise(() => pipeline.exec())) ?? []
+      const values = replies.flatMap(([, value]) => value as Array<string | null>)
+      const completed = jobs.filter((_, i) => values[i] === null).map((job) => Number(job.id))
+      const rows = yield* sql<{ n: string }>`
+        WITH failed AS (
+          UPDATE project_export_jobs SET status = 3, updated_at = ${NOW}
+          WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(${sql.json(completed)})) AND status IN (0, 1)
+          RETURNING 1)
+        SELECT count(*) AS n FROM failed`
+      return { repaired: Number(rows[0]!.n) }
+    }),
+
+  perRecord: () => (context) =>
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      const jobs = yield* sql<{ id: string; jid: string }>`SELECT id, jid FROM project_export_jobs WHERE status IN (0, 1) ORDER BY id`
+      let repaired = 0
+      for (const job of jobs) {
+        const status = yield* Effect.promise(() => context.redis.get(jobStatusKey(job.jid)))
+        if (status !== null) continue
+        const updated = yield* sql<{ id: string }>`
+          UPDATE project_export_jobs SET status = 3, updated_at = ${NOW} WHERE id = ${job.id} AND status IN (0, 1) RETURNING id`
+        repaired += updated.length
+      }
+      return { repaired }
+    })
+}
