@@ -179,6 +179,6 @@ export const abandonedBecause = (
     return `its exclusive lease (epoch ${run.leaseEpoch}) was taken over at epoch ${options.leaseEpoch}`
   }
   const deadline = run.startedAt.getTime() + (run.budgetMs ?? options.defaultBudgetMs) + options.graceMs + options.slackMs
-  if (now.getTime() > deadline) return "its budget and grace passed without a RunFinished"
+  if (now.getTime() > deadline) return "its budget + grace has passed"
   return undefined
 }

@@ -41,7 +41,7 @@ export const closeAbandonedRuns = (
       })
       if (because === undefined) continue
       const durationMs = now.getTime() - run.startedAt.getTime()
-      const reason = `no RunFinished and ${because}; closed by ${options.closedBy}`
+      const reason = `no RunFinished; ${because}; closed by ${options.closedBy}`
       // Under the old run's id, so `sweeper events --run <id>` shows the run closed.
       yield* events.append(new RunFinished({
         batch: batch.name,
