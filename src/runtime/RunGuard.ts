@@ -194,7 +194,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         leaseEpoch: Option.map(fence, (f) => f.epoch),
         closedBy: `run ${runId} on ${config.node}`
       })
-      if (!(yield* recordStart(fence))) return notStarted
+      if (!(yield* recordStart(fence))) return { ...notStarted, closed }
 
       // Each attempt's reports count; a retried run's summary adds its failed attempts' work.
       const progress = new RunProgress()
