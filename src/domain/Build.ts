@@ -18,8 +18,16 @@ export const BUILD_STATUSES = [
 ] as const
 export type BuildStatus = typeof BUILD_STATUSES[number]
 
-export interface CancelingBuild {
+/**
+ * What names one build: its id, and on GitLab's partitioned `p_ci_builds` (primary key
+ * `(id, partition_id)`) its partition too. Absent on a plain `ci_builds`.
+ */
+export interface BuildKey {
   readonly id: number
+  readonly partitionId?: number | undefined
+}
+
+export interface CancelingBuild extends BuildKey {
   readonly projectId: number
   readonly runnerId: number | null
   readonly status: string
@@ -34,17 +42,21 @@ export interface CancelingBuild {
   readonly createdAtExact?: string | undefined
 }
 
-/** Keyset position in (created_at, project_id, id) order; id breaks ties so no row is read twice. */
+/**
+ * Keyset position in (created_at, project_id, id[, partition_id]) order: the primary key breaks ties
+ * so no row is read twice (on `p_ci_builds` the key is (id, partition_id)).
+ */
 export interface BuildCursor {
   readonly createdAt: DateTime.Utc
   readonly projectId: number
   readonly id: number
+  readonly partitionId?: number | undefined
   /** See CancelingBuild.createdAtExact. */
   readonly createdAtExact?: string | undefined
 }
 
 export const cursorOf = (build: CancelingBuild): BuildCursor =>
-  ({ createdAt: build.createdAt, projectId: build.projectId, id: build.id, createdAtExact: build.createdAtExact })
+  ({ createdAt: build.createdAt, projectId: build.projectId, id: build.id, partitionId: build.partitionId, createdAtExact: build.createdAtExact })
 
 /** Everything strictly before this instant is "older than" the timeout. */
 export const cancelingCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, CANCELING_TIMEOUT)

@@ -4,6 +4,7 @@
  * still there hours later belongs to an upload that never completed.
  */
 import { DateTime, Duration, Option, Result, Schema } from "effect"
+import { decodeUtf8, escapeBytes } from "./Bytes.ts"
 
 /** GitLab's `ObjectStorage::PendingDirectUpload::KEY`. */
 export const PENDING_DIRECT_UPLOADS_KEY = "pending_direct_uploads"
@@ -41,16 +42,16 @@ export const EpochSeconds = Schema.String.check(Schema.isPattern(/^\d+(\.\d+)?$/
   Schema.decodeTo(Schema.FiniteFromString)
 )
 
-/** A hash entry as Redis returns it: untrusted. */
+/** A hash entry as Redis returns it: untrusted bytes, never decoded on the way. */
 export interface RawPendingEntry {
-  readonly field: string
-  readonly value: string
+  readonly field: Uint8Array
+  readonly value: Uint8Array
 }
 
 /** A well-formed pending upload. */
 export interface PendingDirectUpload {
-  /** The hash field, verbatim: what HDEL must be given. */
-  readonly field: string
+  /** The hash field's exact bytes: what HDEL must be given (never a re-encoding of `path`). */
+  readonly field: Uint8Array
   readonly location: Location
   /** Everything after the first `:`, further colons included. */
   readonly path: string
@@ -58,11 +59,13 @@ export interface PendingDirectUpload {
   readonly preparedAt: number
 }
 
-export type InvalidReason = "non_numeric_value" | "no_colon" | "unknown_location" | "empty_path"
+export type InvalidReason = "not_utf8" | "non_numeric_value" | "no_colon" | "unknown_location" | "empty_path"
 
 /** An entry Sweeper will not act on (never deleted, only reported). */
 export interface InvalidPendingEntry {
+  /** The field for a log line: `escapeBytes` of its bytes. */
   readonly field: string
+  /** The value for a log line: `escapeBytes` of its bytes. */
   readonly value: string
   readonly reason: InvalidReason
 }
@@ -71,25 +74,33 @@ const decodeLocation = Schema.decodeUnknownOption(Location)
 const decodeEpochSeconds = Schema.decodeUnknownOption(EpochSeconds)
 
 /**
- * Splits the field at its FIRST `:` (GitLab's `split(':')` would drop anything after a second one,
- * losing part of the path) and decodes both halves and the value.
+ * Decodes field and value as strict UTF-8 (either one not UTF-8 ⇒ `not_utf8`), splits the field at
+ * its FIRST `:` (GitLab's `split(':')` would drop anything after a second one, losing part of the
+ * path) and decodes both halves and the value.
  */
-export const parseEntry = ({ field, value }: RawPendingEntry): Result.Result<PendingDirectUpload, InvalidPendingEntry> => {
-  const invalid = (reason: InvalidReason) => Result.fail<InvalidPendingEntry>({ field, value, reason })
-  const colon = field.indexOf(":")
+export const parseEntry = (raw: RawPendingEntry): Result.Result<PendingDirectUpload, InvalidPendingEntry> => {
+  const invalid = (reason: InvalidReason) =>
+    Result.fail<InvalidPendingEntry>({ field: escapeBytes(raw.field), value: escapeBytes(raw.value), reason })
+  const field = decodeUtf8(raw.field)
+  const value = decodeUtf8(raw.value)
+  if (Option.isNone(field) || Option.isNone(value)) return invalid("not_utf8")
+  const colon = field.value.indexOf(":")
   if (colon === -1) return invalid("no_colon")
-  const location = decodeLocation(field.slice(0, colon))
+  const location = decodeLocation(field.value.slice(0, colon))
   if (Option.isNone(location)) return invalid("unknown_location")
-  const path = field.slice(colon + 1)
+  const path = field.value.slice(colon + 1)
   // `artifacts:` would name the location's root itself; never a file somebody uploaded.
   if (path.length === 0) return invalid("empty_path")
-  const preparedAt = decodeEpochSeconds(value)
+  const preparedAt = decodeEpochSeconds(value.value)
   if (Option.isNone(preparedAt)) return invalid("non_numeric_value")
-  return Result.succeed({ field, location: location.value, path, preparedAt: preparedAt.value })
+  return Result.succeed({ field: raw.field, location: location.value, path, preparedAt: preparedAt.value })
 }
 
 /** The GitLab hash field for a location and path. */
 export const fieldOf = (location: string, path: string) => `${location}:${path}`
+
+/** The same field as the bytes GitLab writes (UTF-8). */
+export const fieldBytesOf = (location: string, path: string): Uint8Array => new TextEncoder().encode(fieldOf(location, path))
 
 /** Prepared strictly before this instant ⇒ stale. */
 export const staleCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, STALE_AFTER)

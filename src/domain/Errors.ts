@@ -1,10 +1,75 @@
 import { Predicate, Schema } from "effect"
 
-/** A Redis command failed (connection lost, timeout, script error). Transient: the run guard retries it. */
+/**
+ * Redis error replies that say the request itself is wrong: the same request gets the same answer,
+ * so retrying cannot help (a WRONGTYPE key never heals by itself; NOSCRIPT reaching us means
+ * ioredis's own EVAL fallback failed too). Every other failure — a closed or refused connection, a
+ * timeout, and the replies that say "try again" (LOADING, TRYAGAIN, CLUSTERDOWN, BUSY, MASTERDOWN,
+ * READONLY after a failover, MISCONF, OOM) — is transient, which is also the safe default for a
+ * failure we do not recognise.
+ */
+const PERMANENT_REPLIES = new Set([
+  "WRONGTYPE",
+  "ERR",
+  "NOSCRIPT",
+  "CROSSSLOT",
+  "NOAUTH",
+  "WRONGPASS",
+  "NOPERM",
+  "EXECABORT",
+  "BUSYKEY",
+  "NOGROUP",
+  "UNKILLABLE"
+])
+
+/** `ERR` replies that are about the server's load, not the request. */
+const TRANSIENT_ERR = /^ERR max number of clients reached/
+
+const causeMessage = (cause: unknown): string => {
+  const message = Predicate.hasProperty(cause, "message") && typeof cause.message === "string"
+    ? cause.message
+    : cause === undefined || Predicate.isObject(cause) ? "" : String(cause)
+  if (message.length > 0) return message
+  // Node's AggregateError (every address refused) has no message of its own, only a code.
+  return Predicate.hasProperty(cause, "code") && typeof cause.code === "string" ? cause.code : ""
+}
+
+/**
+ * The error-reply code a Redis server (or the in-memory store, which mimics it) puts first in its
+ * message: an upper-case word such as `WRONGTYPE` or `ERR`.
+ */
+export const redisReplyCode = (cause: unknown): string | undefined => /^([A-Z][A-Z_-]+)(?: |$)/.exec(causeMessage(cause))?.[1]
+
+/** Whether repeating the command can succeed (see PERMANENT_REPLIES). */
+export const isTransientRedisCause = (cause: unknown): boolean => {
+  const code = redisReplyCode(cause)
+  if (code === undefined || !PERMANENT_REPLIES.has(code)) return true
+  return TRANSIENT_ERR.test(causeMessage(cause))
+}
+
+/**
+ * A Redis command failed. The message carries the server's (or the client's) own words, the
+ * operation and the server's host:port — never the URL, which may hold a password — so a log line
+ * or RunFinished reads e.g. `WRONGTYPE Operation against a key holding the wrong kind of value
+ * (HSCAN pending_direct_uploads on 127.0.0.1:6379)`. `isRetryable` tells the run guard whether a
+ * retry can help (see `isTransientRedisCause`).
+ */
 export class RedisError extends Schema.TaggedError<RedisError>()("RedisError", {
   operation: Schema.String,
-  cause: Schema.Defect()
-}) {}
+  cause: Schema.Defect(),
+  /** `host:port` (or the socket path) of the server that answered; absent for the in-memory store. */
+  server: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    const where = this.server === undefined ? this.operation : `${this.operation} on ${this.server}`
+    const said = causeMessage(this.cause)
+    return said.length > 0 ? `${said} (${where})` : `failed (${where})`
+  }
+
+  get isRetryable(): boolean {
+    return isTransientRedisCause(this.cause)
+  }
+}
 
 /** The exclusive lease a run depends on is no longer ours: stop writing at the next safe point. */
 export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
@@ -24,6 +89,15 @@ export class UnknownBatch extends Schema.TaggedError<UnknownBatch>()("UnknownBat
   known: Schema.Array(Schema.String)
 }) {}
 
+/** A batch listed in SWEEPER_DISABLED_BATCHES, asked to run without `--force`. */
+export class BatchDisabled extends Schema.TaggedError<BatchDisabled>()("BatchDisabled", {
+  name: Schema.String
+}) {
+  override get message() {
+    return `batch ${this.name} is disabled (SWEEPER_DISABLED_BATCHES); pass --force to run it anyway`
+  }
+}
+
 /** An object-storage operation failed for a reason other than "already gone". */
 export class ObjectStorageError extends Schema.TaggedError<ObjectStorageError>()("ObjectStorageError", {
   location: Schema.String,
@@ -31,8 +105,94 @@ export class ObjectStorageError extends Schema.TaggedError<ObjectStorageError>()
   message: Schema.String
 }) {}
 
-/** Errors the run guard treats as transient infrastructure trouble worth a retry. */
+/**
+ * Errors the run guard treats as transient infrastructure trouble worth a retry. An error that says
+ * whether it is (`isRetryable`, on RedisError and effect's SqlError) is taken at its word.
+ */
 export const isTransient = (error: unknown): boolean => {
   if (!Predicate.isTagged(error, "RedisError") && !Predicate.isTagged(error, "SqlError")) return false
   return !Predicate.hasProperty(error, "isRetryable") || error.isRetryable === true
+}
+
+/** `postgres://user:secret@host` → `postgres://user:***@host`: error texts may quote a URL. */
+export const redactSecrets = (text: string): string => text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:/@\s]*):[^@\s]*@/gi, "$1:***@")
+
+const MAX_CHAIN = 8
+
+const stringField = (value: unknown, key: string): string | undefined => {
+  if (!Predicate.hasProperty(value, key)) return undefined
+  const field = value[key]
+  return typeof field === "string" && field.length > 0 ? field : typeof field === "number" ? String(field) : undefined
+}
+
+/** What one link of a chain adds beyond its message: SQL state, errno code, host. */
+const detailsOf = (error: unknown): Array<string> => {
+  const details: Array<string> = []
+  const code = stringField(error, "code")
+  if (code !== undefined) details.push(/^[0-9A-Z]{5}$/.test(code) ? `SQLSTATE ${code}` : code)
+  const host = stringField(error, "host") ?? stringField(error, "address")
+  const port = stringField(error, "port")
+  if (host !== undefined) details.push(port === undefined ? `host ${host}` : `host ${host}:${port}`)
+  const detail = stringField(error, "detail")
+  if (detail !== undefined) details.push(detail)
+  return details
+}
+
+/**
+ * An error as one line that keeps its cause: every link of its `reason`/`cause` chain that says
+ * something new, e.g. `SqlError: PgConnection: Query failed: relation "x" does not exist [SQLSTATE
+ * 42P01]` rather than only the outermost wrapper. Passwords in quoted URLs are masked.
+ */
+export const describeError = (error: unknown): string => {
+  const parts: Array<string> = []
+  const seen = new Set<unknown>()
+  let previous: string | undefined
+  let node: unknown = error
+  for (let depth = 0; depth < MAX_CHAIN && node !== undefined && node !== null && !seen.has(node); depth++) {
+    seen.add(node)
+    if (typeof node !== "object") {
+      parts.push(String(node))
+      break
+    }
+    const tag = stringField(node, "_tag") ?? (node instanceof Error ? node.name : undefined)
+    const operation = stringField(node, "operation")
+    let message = stringField(node, "message")
+    if (message === undefined && Predicate.hasProperty(node, "errors") && Array.isArray(node.errors)) {
+      // AggregateError (e.g. a connect to both ::1 and 127.0.0.1): its own message is often empty.
+      message = node.errors.map((inner: unknown) => describeError(inner)).join("; ")
+    }
+    const details = detailsOf(node)
+    let text = ""
+    if (depth === 0 && tag !== undefined) text = tag
+    if (depth === 0 && operation !== undefined && !(message ?? "").includes(operation)) text += text === "" ? operation : ` (${operation})`
+    // A wrapper often repeats its cause's text (or the cause repeats the wrapper's): say it once.
+    if (message !== undefined && !(previous ?? "").includes(message)) text += text === "" ? message : `: ${message}`
+    if (details.length > 0) text += ` [${details.join(", ")}]`
+    if (text !== "") parts.push(text)
+    if (message !== undefined) previous = message
+    node = Predicate.hasProperty(node, "reason") && typeof node.reason === "object" ? node.reason : Predicate.hasProperty(node, "cause") ? node.cause : undefined
+  }
+  return redactSecrets(parts.length === 0 ? String(error) : parts.join(": "))
+}
+
+/** PostgreSQL or Redis could not be reached (or its URL is unusable) at start-up: exit 3. */
+export class InfrastructureUnavailable extends Schema.TaggedError<InfrastructureUnavailable>()("InfrastructureUnavailable", {
+  service: Schema.Literals(["PostgreSQL", "Redis", "Sweeper supervisor"]),
+  /** host:port from the URL, never its credentials. */
+  host: Schema.String,
+  detail: Schema.String
+}) {
+  override get message() {
+    return `cannot reach ${this.service} at ${this.host}: ${this.detail}`
+  }
+}
+
+/** `postgres://u:p@db:5432/x` → `db:5432`; what an operator needs to find the server, nothing secret. */
+export const hostOfUrl = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    return parsed.host === "" ? "(no host in URL)" : parsed.host
+  } catch {
+    return "(unparsable URL)"
+  }
 }

@@ -26,7 +26,10 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
   duration_ms: Schema.Number,
   dryRun: Schema.Boolean,
   reason: Schema.optionalKey(Schema.String),
-  error: Schema.optionalKey(Schema.String)
+  error: Schema.optionalKey(Schema.String),
+  /** A dry run's would-be targets (first 100) and their total. */
+  targets: Schema.optionalKey(Schema.Array(Schema.String)),
+  targetsTotal: Schema.optionalKey(Schema.Number)
 }) {}
 
 export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
@@ -53,6 +56,8 @@ export class LeaseLostEvent extends Schema.TaggedClass<LeaseLostEvent>()("LeaseL
 
 export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropped", {
   id: Schema.Number,
+  /** Present when builds live in GitLab's partitioned p_ci_builds (the stream stays build:<id>). */
+  partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
   failure_reason: Schema.Number
@@ -60,6 +65,8 @@ export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropp
 
 export class BuildDoomed extends Schema.TaggedClass<BuildDoomed>()("BuildDoomed", {
   id: Schema.Number,
+  /** Present when builds live in GitLab's partitioned p_ci_builds (the stream stays build:<id>). */
+  partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
   failure_reason: Schema.Number

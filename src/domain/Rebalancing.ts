@@ -2,9 +2,11 @@
  * GitLab's issue-position rebalancing state (`Gitlab::Issues::Rebalancing::State`) as far as
  * reschedule-stuck-issue-rebalances needs it: the shared-state set of running rebalances and the
  * worker that carries one out. Members are written by GitLab's rebalancer, so they are untrusted and
- * decoded with Schema; anything that is not `"1/<id>"` or `"2/<id>"` is counted, never fatal.
+ * decoded with Schema; anything that is not `"1/<id>"` or `"2/<id>"` (including bytes that are not
+ * UTF-8) is counted, never fatal, and never acted on.
  */
 import { Duration, Option, Schema, SchemaTransformation } from "effect"
+import { decodeUtf8, escapeBytes } from "./Bytes.ts"
 
 /** SADDed by the rebalancer when it starts a rebalance, SREMed when it finishes. */
 export const RUNNING_REBALANCES_KEY = "gitlab:issues-position-rebalances:running_rebalances"
@@ -44,24 +46,29 @@ export interface RunningRebalances {
   /** Ascending, without repeats. */
   readonly namespaceIds: ReadonlyArray<number>
   readonly projectIds: ReadonlyArray<number>
-  /** Members of another type, with a non-numeric id, or not of the form at all. */
+  /** Members of another type, with a non-numeric id, not UTF-8, or not of the form at all. */
   readonly invalidMembers: number
-  /** Up to a few invalid members, for the log line. */
+  /** Up to a few invalid members, for the log line (bytes that are not UTF-8 as `\xNN`). */
   readonly invalidSample: ReadonlyArray<string>
 }
 
 const INVALID_SAMPLE_SIZE = 5
 const decodeMember = Schema.decodeUnknownOption(RunningRebalanceMember)
 
-/** Splits SMEMBERS of the running-rebalances set (GitLab's `fetch_rebalancing_groups_and_projects`). */
+/**
+ * Splits SMEMBERS of the running-rebalances set (GitLab's `fetch_rebalancing_groups_and_projects`).
+ * Members are the raw bytes Redis holds (strings are accepted as already-decoded text); a member
+ * that is not strict UTF-8 is invalid rather than decoded with replacement characters.
+ */
 export const parseRunningRebalances = (members: ReadonlyArray<unknown>): RunningRebalances => {
   const namespaceIds = new Set<number>()
   const projectIds = new Set<number>()
   const invalid: Array<string> = []
   for (const member of members) {
-    const decoded = decodeMember(member)
+    const text = member instanceof Uint8Array ? decodeUtf8(member) : Option.some(member)
+    const decoded = Option.flatMap(text, decodeMember)
     if (Option.isNone(decoded)) {
-      invalid.push(String(member))
+      invalid.push(member instanceof Uint8Array ? escapeBytes(member) : String(member))
       continue
     }
     const [type, , id] = decoded.value

@@ -4,7 +4,8 @@
  *   REDIS_URL set    → that Redis server;      absent → the in-memory implementations.
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
+import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { join } from "node:path"
 import type { Builds } from "../services/Builds.ts"
 import type { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
@@ -32,7 +33,8 @@ import { LeaseMemory } from "./memory/LeaseMemory.ts"
 import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
-import { migrate } from "./Migrations.ts"
+import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
+import { migrateWith, pendingMigrations } from "./Migrations.ts"
 import { ObjectStorageLocal } from "./ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
@@ -45,7 +47,10 @@ export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatu
 
 /** The services backed by Redis, on a real server. */
 export const RedisBackends = (url: Redacted.Redacted<string>) =>
-  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(Layer.provideMerge(Redis.layerSingle(url)))
+  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(
+    Layer.provideMerge(Redis.layerSingle(url)),
+    unavailable("Redis", url)
+  )
 
 /** The same services in memory (embedded default, specs). */
 export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
@@ -53,16 +58,67 @@ export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, Pendi
 /** The services backed by PostgreSQL, given a PgClient. */
 export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql).pipe(Layer.provideMerge(EventLogSql))
 
-const Migrated = Layer.effectDiscard(Effect.gen(function*() {
-  const applied = yield* migrate
-  if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
-}))
+/**
+ * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first
+ * (`start`, `run`, `migrate`); `read-only` (`status`, `events`, `run --dry-run`, `doctor`) never
+ * runs DDL and stops with one line when something is pending. The embedded database is Sweeper's
+ * own, so every command migrates it.
+ */
+export type SchemaAccess = "migrate" | "read-only"
 
-export const databaseLayer = (settings: SweeperSettings) =>
-  Migrated.pipe(Layer.provideMerge(Option.match(settings.databaseUrl, {
+const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    if (access === "migrate" || Option.isNone(settings.databaseUrl)) {
+      const applied = yield* migrateWith(settings.schema)
+      if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
+    } else {
+      const { mode } = yield* detectSchemaMode(settings.schema)
+      const pending = yield* pendingMigrations(mode)
+      if (pending.length > 0) return yield* new SchemaNotMigrated({ pending })
+    }
+    // Every column a batch uses, before anything runs: a missing one stops start-up naming it.
+    yield* checkColumns
+  }))
+
+/** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
+const unavailable = (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
+<A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, InfrastructureUnavailable, R> =>
+  Layer.catchCause(layer, (cause: Cause.Cause<E>) =>
+    Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(new InfrastructureUnavailable({
+      service,
+      host: hostOfUrl(Redacted.value(url)),
+      detail: describeError(Cause.squash(cause))
+    }))))
+
+type Embedded = ReturnType<typeof layerEmbedded>
+
+/** The PostgreSQL client configuration picks, nothing checked or migrated (`sweeper migrate`). */
+export const databaseClientLayer = (
+  settings: SweeperSettings
+): Layer.Layer<Layer.Success<Embedded>, Layer.Error<Embedded> | InfrastructureUnavailable> =>
+  Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
-    onSome: layerServer
-  })))
+    onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
+  })
+
+/** effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query. */
+const isConnectionFailure = (error: unknown) => {
+  const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
+  return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError")
+}
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") => {
+  const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+  if (Option.isNone(settings.databaseUrl)) return layer
+  const url = settings.databaseUrl.value
+  // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
+  return Layer.catchCause(layer, (cause) =>
+    Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
+      isConnectionFailure(Cause.squash(cause))
+        ? Effect.fail(new InfrastructureUnavailable({ service: "PostgreSQL", host: hostOfUrl(Redacted.value(url)), detail: describeError(Cause.squash(cause)) }))
+        : Effect.failCause(cause)
+    ))
+}
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {
@@ -85,9 +141,16 @@ const redactUrl = (url: string) => {
   }
 }
 
+/** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
+export const appLayer = (access: SchemaAccess) =>
+  Layer.unwrap(Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
+    return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+  })).pipe(Layer.provideMerge(SweeperConfig.layer))
+
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */
-export const AppLayer = Layer.unwrap(Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
-  return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings)))
-})).pipe(Layer.provideMerge(SweeperConfig.layer))
+export const AppLayer = appLayer("migrate")
+
+/** The same backends for commands that only read: nothing migrated (SPEC §8.1). */
+export const ReadOnlyAppLayer = appLayer("read-only")

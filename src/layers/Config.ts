@@ -32,6 +32,8 @@ export interface SweeperSettings {
   readonly shutdownGrace: Duration.Duration
   /** Bearer token for the HTTP API's mutating actions (run now, pause, resume); none disables them. */
   readonly apiToken: Option.Option<Redacted.Redacted<string>>
+  /** `SWEEPER_SCHEMA`: who owns the platform tables (SPEC §8.1); none detects it from the database. */
+  readonly schema: Option.Option<"gitlab" | "standalone">
 }
 
 /**
@@ -94,7 +96,8 @@ const settings = Config.all({
   ),
   shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
   // Empty is refused, not "disabled": a bearer token "" would be too easy to match.
-  apiToken: Config.option(Config.schema(Schema.Redacted(NonEmpty), "SWEEPER_API_TOKEN"))
+  apiToken: Config.option(Config.schema(Schema.Redacted(NonEmpty), "SWEEPER_API_TOKEN")),
+  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA"))
 })
 
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
@@ -180,6 +183,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       disabledBatches: [],
       shutdownGrace: Duration.seconds(25),
       apiToken: Option.none(),
+      schema: Option.none(),
       ...overrides
     })
 }

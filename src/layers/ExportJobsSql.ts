@@ -39,6 +39,10 @@ const toJob = (row: JobRow): EnqueuedExportJob => ({
   relationExports: Number(row.relation_exports)
 })
 
+/** stuck-export-jobs' scan of unfinished jobs (exported so `sweeper doctor` EXPLAINs the exact text). */
+export const enqueuedJobsQuery = (sql: PgClient.PgClient) =>
+  sql<RefRow>`SELECT id, jid FROM project_export_jobs WHERE status IN (${ExportJobStatus.queued}, ${ExportJobStatus.started}) ORDER BY id`
+
 export const ExportJobsSql = Layer.effect(
   ExportJobs,
   Effect.gen(function*() {
@@ -47,7 +51,7 @@ export const ExportJobsSql = Layer.effect(
     const { queued, started } = ExportJobStatus
 
     const listEnqueued = Effect.gen(function*() {
-      const rows = yield* sql<RefRow>`SELECT id, jid FROM project_export_jobs WHERE status IN (${queued}, ${started}) ORDER BY id`
+      const rows = yield* enqueuedJobsQuery(sql)
       return rows.map((row) => ({ id: Number(row.id), jid: row.jid }))
     }).pipe(Effect.withSpan("ExportJobs.listEnqueued"))
 

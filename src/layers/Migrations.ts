@@ -1,13 +1,47 @@
 /**
- * The platform tables with GitLab's names, types and encodings (SPEC §7), Sweeper's own event log,
- * and the indexes the batches' queries need. Run at start-up and by `sweeper migrate`.
+ * Sweeper's schema (SPEC §7, §8.1). Two sets of migrations, chosen by the schema mode:
+ * - both modes: Sweeper's own `sweeper_*` tables (event log, lease fences, ownership record);
+ * - standalone only: the platform tables with GitLab's names, types and encodings, for a database
+ *   Sweeper owns (embedded default, demos, tests). Each table is created only when absent and
+ *   recorded in `sweeper_schema_ownership`; the indexes the batches' scans want are created with
+ *   the table (on an empty table that blocks nobody), never added to a table that already existed.
+ * In gitlab mode nothing here touches GitLab's tables: `sweeper doctor` recommends the indexes and
+ * `sweeper doctor --apply-indexes` builds them concurrently, when the operator asks.
+ * Run by `sweeper migrate` (`--plan` lists what is pending), `sweeper start` and `sweeper run`;
+ * read-only commands only check that nothing is pending (see App.ts).
  */
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { Migrator, SqlClient } from "effect/sql"
+import { MIGRATIONS_TABLE, OWNERSHIP_TABLE, type SchemaMode, detectSchemaMode } from "./DatabaseSchema.ts"
+
+export const PLATFORM_TABLES = ["namespaces", "projects", "issues", "project_export_jobs", "project_relation_exports", "ci_builds"] as const
+
+const createOwnershipTable = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE IF NOT EXISTS ${sql(OWNERSHIP_TABLE)} (
+    table_name text PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT now()
+  )`
+})
+
+/**
+ * Creates `table` with `create` and then its `indexes`, only when the table does not exist yet, and
+ * records that Sweeper created it. An existing table (someone else's) is left exactly as it is.
+ */
+const ownTable = (table: string, create: Effect.Effect<unknown, unknown, SqlClient.SqlClient>, indexes: ReadonlyArray<Effect.Effect<unknown, unknown, SqlClient.SqlClient>> = []) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const found = yield* sql<{ found: boolean }>`SELECT to_regclass(${table}) IS NOT NULL AS found`
+    if (found[0]?.found === true) return
+    yield* create
+    for (const index of indexes) yield* index
+    yield* sql`INSERT INTO ${sql(OWNERSHIP_TABLE)} (table_name) VALUES (${table}) ON CONFLICT DO NOTHING`
+  })
 
 const platformTables = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE TABLE IF NOT EXISTS namespaces (
+  yield* createOwnershipTable
+  yield* ownTable("namespaces", sql`CREATE TABLE namespaces (
     id bigserial PRIMARY KEY,
     name text NOT NULL DEFAULT '',
     path text NOT NULL DEFAULT '',
@@ -15,28 +49,24 @@ const platformTables = Effect.gen(function*() {
     parent_id bigint NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`
-  yield* sql`CREATE INDEX IF NOT EXISTS index_namespaces_on_parent_id ON namespaces (parent_id)`
-  yield* sql`CREATE TABLE IF NOT EXISTS projects (
+  )`, [sql`CREATE INDEX index_namespaces_on_parent_id ON namespaces (parent_id)`])
+  yield* ownTable("projects", sql`CREATE TABLE projects (
     id bigserial PRIMARY KEY,
     namespace_id bigint NOT NULL REFERENCES namespaces (id),
     name text NOT NULL DEFAULT '',
     path text NOT NULL DEFAULT '',
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`
-  yield* sql`CREATE INDEX IF NOT EXISTS index_projects_on_namespace_id ON projects (namespace_id)`
-  yield* sql`CREATE TABLE IF NOT EXISTS issues (
+  )`, [sql`CREATE INDEX index_projects_on_namespace_id ON projects (namespace_id)`])
+  yield* ownTable("issues", sql`CREATE TABLE issues (
     id bigserial PRIMARY KEY,
     project_id bigint NOT NULL REFERENCES projects (id),
     title text NOT NULL DEFAULT '',
     relative_position integer NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`
-  yield* sql`CREATE INDEX IF NOT EXISTS index_issues_on_project_id_and_relative_position
-    ON issues (project_id, relative_position, id)`
-  yield* sql`CREATE TABLE IF NOT EXISTS project_export_jobs (
+  )`, [sql`CREATE INDEX index_issues_on_project_id_and_relative_position ON issues (project_id, relative_position, id)`])
+  yield* ownTable("project_export_jobs", sql`CREATE TABLE project_export_jobs (
     id bigserial PRIMARY KEY,
     project_id bigint NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
     jid varchar(100) NOT NULL UNIQUE,
@@ -45,11 +75,11 @@ const platformTables = Effect.gen(function*() {
     exported_by_admin boolean DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`
-  // stuck-export-jobs reads only queued/started jobs: a partial index keeps that read small.
-  yield* sql`CREATE INDEX IF NOT EXISTS index_project_export_jobs_on_status_queued_or_started
-    ON project_export_jobs (id) WHERE status IN (0, 1)`
-  yield* sql`CREATE TABLE IF NOT EXISTS project_relation_exports (
+  )`, [
+    // stuck-export-jobs reads only queued/started jobs: a partial index keeps that read small.
+    sql`CREATE INDEX index_project_export_jobs_on_status_queued_or_started ON project_export_jobs (id) WHERE status IN (0, 1)`
+  ])
+  yield* ownTable("project_relation_exports", sql`CREATE TABLE project_relation_exports (
     id bigserial PRIMARY KEY,
     project_export_job_id bigint NOT NULL REFERENCES project_export_jobs (id) ON DELETE CASCADE,
     project_id bigint NULL,
@@ -60,8 +90,11 @@ const platformTables = Effect.gen(function*() {
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
     UNIQUE (project_export_job_id, relation)
-  )`
-  yield* sql`CREATE TABLE IF NOT EXISTS ci_builds (
+  )`)
+  // GitLab ≥ 16 keeps builds in p_ci_builds: a standalone database beside one gets no ci_builds.
+  const partitioned = yield* sql<{ found: boolean }>`SELECT to_regclass('p_ci_builds') IS NOT NULL AS found`
+  if (partitioned[0]?.found === true) return
+  yield* ownTable("ci_builds", sql`CREATE TABLE ci_builds (
     id bigserial PRIMARY KEY,
     project_id bigint NOT NULL,
     commit_id bigint NULL,
@@ -75,11 +108,13 @@ const platformTables = Effect.gen(function*() {
     updated_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
     started_at timestamp NULL,
     finished_at timestamp NULL
-  )`
-  // drop-canceling-builds walks canceling builds in (created_at, project_id, id) keyset order; the
-  // partial index holds only those rows, so the walk never touches the millions of finished builds.
-  yield* sql`CREATE INDEX IF NOT EXISTS index_ci_builds_canceling_on_created_at_project_id_id
-    ON ci_builds (created_at, project_id, id) WHERE status = 'canceling' AND type = 'Ci::Build'`
+  )`, [
+    // drop-canceling-builds walks canceling builds in (created_at, project_id, id) keyset order; the
+    // partial index holds only those rows, so the walk never touches the millions of finished builds.
+    // Its definition is the one doctor recommends (Indexes.ts), so doctor finds it serving the scan.
+    sql`CREATE INDEX index_ci_builds_canceling_on_created_at_project_id_id
+      ON ci_builds (created_at, project_id, id) WHERE status = 'canceling' AND type = 'Ci::Build'`
+  ])
 })
 
 const sweeperTables = Effect.gen(function*() {
@@ -103,19 +138,62 @@ const sweeperTables = Effect.gen(function*() {
   )`
 })
 
-export const migrations = Migrator.fromRecord({
-  "0001_platform_tables": platformTables,
-  "0002_sweeper_tables": sweeperTables
+/**
+ * Databases migrated before the ownership record existed had their platform tables created by
+ * migration 1: record them, so detection keeps calling such a database standalone.
+ */
+const ownershipRecord = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* createOwnershipTable
+  const owned = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ${sql(OWNERSHIP_TABLE)}`
+  if (Number(owned[0]?.n ?? 0) > 0) return
+  const legacy = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ${sql(MIGRATIONS_TABLE)} WHERE migration_id = 1`
+  if (Number(legacy[0]?.n ?? 0) === 0) return
+  for (const table of PLATFORM_TABLES) {
+    yield* sql`INSERT INTO ${sql(OWNERSHIP_TABLE)} (table_name)
+      SELECT ${table} WHERE to_regclass(${table}) IS NOT NULL ON CONFLICT DO NOTHING`
+  }
 })
+
+const ALL = {
+  "0001_platform_tables": platformTables,
+  "0002_sweeper_tables": sweeperTables,
+  "0003_schema_ownership": ownershipRecord
+} as const
+
+/** The migrations of a mode: gitlab mode never gets the platform tables. */
+export const migrationsFor = (mode: SchemaMode) =>
+  Migrator.fromRecord(mode === "gitlab"
+    ? Object.fromEntries(Object.entries(ALL).filter(([name]) => name !== "0001_platform_tables"))
+    : ALL)
 
 const runMigrator = Migrator.make({})
 
-/** Runs pending migrations; concurrent processes wait on an advisory lock instead of racing DDL. */
-export const migrate = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  return yield* sql.withTransaction(
-    sql`SELECT pg_advisory_xact_lock(7356201)`.pipe(
-      Effect.andThen(runMigrator({ loader: migrations, table: "sweeper_migrations" }))
-    )
-  )
-})
+/** `<id>_<name>` of every migration of `mode` not applied yet (the Migrator runs ids above the latest). */
+export const pendingMigrations = (mode: SchemaMode) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const all = yield* migrationsFor(mode)
+    const found = yield* sql<{ found: boolean }>`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS found`
+    const latest = found[0]?.found === true
+      ? Number((yield* sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM ${sql(MIGRATIONS_TABLE)}`)[0]?.latest ?? 0)
+      : 0
+    return all.filter(([id]) => id > latest).map(([id, name]) => `${String(id).padStart(4, "0")}_${name}`)
+  })
+
+/**
+ * Runs pending migrations of `mode`; concurrent processes wait on an advisory lock instead of racing
+ * DDL. Mode detection happens under the lock too, so two processes cannot decide differently.
+ */
+export const migrateWith = (mode: Option.Option<SchemaMode>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(7356201)`
+      const detected = yield* detectSchemaMode(mode)
+      return yield* runMigrator({ loader: migrationsFor(detected.mode), table: MIGRATIONS_TABLE })
+    }))
+  })
+
+/** Migrates with the mode detected from the database (tests, embedded). */
+export const migrate = migrateWith(Option.none())

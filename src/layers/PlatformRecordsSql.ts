@@ -3,6 +3,10 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import { PlatformRecords } from "../services/PlatformRecords.ts"
 
+/** The primary-key look-up (exported so `sweeper doctor` EXPLAINs the exact text). */
+export const existingIdsQuery = (sql: PgClient.PgClient, table: "namespaces" | "projects", ids: ReadonlyArray<number>) =>
+  sql<{ readonly id: string | number }>`SELECT id FROM ${sql(table)} WHERE ${sql.in("id", ids)} ORDER BY id`
+
 export const PlatformRecordsSql = Layer.effect(
   PlatformRecords,
   Effect.gen(function*() {
@@ -11,8 +15,7 @@ export const PlatformRecordsSql = Layer.effect(
     const existing = (table: "namespaces" | "projects") =>
       Effect.fnUntraced(function*(ids: ReadonlyArray<number>) {
         if (ids.length === 0) return []
-        const rows = yield* sql<{ readonly id: string | number }>`
-          SELECT id FROM ${sql(table)} WHERE ${sql.in("id", ids)} ORDER BY id`
+        const rows = yield* existingIdsQuery(sql, table, ids)
         // bigint ids come back as strings; the ids asked about are safe integers, so Number is exact.
         return rows.map((row) => Number(row.id))
       })

@@ -1,11 +1,13 @@
 /**
  * The ioredis client as a scoped service: connected when the layer is built (so a wrong REDIS_URL
  * fails start-up), quit when the scope closes. Every call goes through `use`, which turns a
- * rejected promise into a typed `RedisError` naming the operation.
+ * rejected promise into a typed `RedisError` naming the operation, the server's reply and its
+ * host:port, and classified transient or permanent (see RedisError.isRetryable).
  */
 import { Context, Effect, Layer, Redacted } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
+import { serverName, toRedisError } from "./RedisErrors.ts"
 
 export class Redis extends Context.Service<Redis, {
   readonly client: IORedis
@@ -16,24 +18,29 @@ export class Redis extends Context.Service<Redis, {
       Redis,
       Effect.gen(function*() {
         const client = yield* Effect.acquireRelease(
-          Effect.tryPromise({
-            try: async () => {
-              const client = new IORedis(Redacted.value(url), {
-                lazyConnect: true,
-                maxRetriesPerRequest: 2,
-                connectTimeout: 5_000
-              })
-              // Without a listener ioredis prints every reconnect error to stderr.
-              client.on("error", () => {})
-              await client.connect()
-              return client
-            },
-            catch: (cause) => new RedisError({ operation: "connect", cause })
+          Effect.gen(function*() {
+            const client = yield* Effect.try({
+              try: () =>
+                new IORedis(Redacted.value(url), {
+                  lazyConnect: true,
+                  maxRetriesPerRequest: 2,
+                  connectTimeout: 5_000
+                }),
+              catch: (cause) => new RedisError({ operation: "connect", cause })
+            })
+            // Without a listener ioredis prints every reconnect error to stderr.
+            client.on("error", () => {})
+            yield* Effect.tryPromise({ try: () => client.connect(), catch: toRedisError("connect", serverName(client.options)) }).pipe(
+              Effect.tapError(() => Effect.sync(() => client.disconnect()))
+            )
+            return client
           }),
           (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
         )
+        // Errors name the server by host:port (never the URL: it may hold a password).
+        const server = serverName(client.options)
         const use = <A>(operation: string, f: (client: IORedis) => Promise<A>) =>
-          Effect.tryPromise({ try: () => f(client), catch: (cause) => new RedisError({ operation, cause }) })
+          Effect.tryPromise({ try: () => f(client), catch: toRedisError(operation, server) })
         return Redis.of({ client, use })
       })
     )

@@ -8,11 +8,12 @@
  * minutes later, carries on.
  *
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
- * number would read as 0 — "stale" — under Ruby's to_i) are reported, never deleted; and one object
- * that cannot be deleted keeps its entry without stopping the run.
+ * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
+ * lossy decode would turn into the name of another object) are reported, never deleted; and one
+ * object that cannot be deleted keeps its entry without stopping the run.
  */
-import { Clock, DateTime, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, CurrentRun, reportProgress } from "../domain/Batch.ts"
+import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
+import { type Batch, CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -67,7 +68,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const { dryRun, budget } = yield* CurrentRun
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
   const startedMillis = yield* Clock.currentTimeMillis
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
 
   const totalPendingEntries = yield* pending.count
   yield* setGauge(directUploadsPending, totalPendingEntries)
@@ -87,6 +88,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     } else if (isStale(parsed.success, now)) {
       if (dryRun) {
         totalDeletedStaleEntries++
+        yield* wouldChange(`direct_upload:${parsed.success.location}:${parsed.success.path}`)
       } else {
         const deleted = yield* deleteUpload(parsed.success).pipe(
           Effect.catchTag("ObjectStorageError", (error) =>

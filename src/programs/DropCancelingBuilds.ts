@@ -10,7 +10,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, reportProgress } from "../domain/Batch.ts"
+import { CurrentRun, reportProgress, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   cancelingCutoff,
   type CancelingBuild,
@@ -43,7 +43,7 @@ const dropOrDoom = Effect.fnUntraced(function*(build: CancelingBuild, now: DateT
       attempt
     }))
     if (yield* builds.drop(current, yield* DateTime.now)) return "dropped" satisfies DropResult
-    const reread = yield* builds.find(current.id)
+    const reread = yield* builds.find(current)
     if (Option.isNone(reread) || !isStuckCanceling(reread.value, now)) return "changed_meanwhile" satisfies DropResult
     current = reread.value
   }
@@ -60,7 +60,7 @@ const dropOrDoom = Effect.fnUntraced(function*(build: CancelingBuild, now: DateT
 const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   const builds = yield* Builds
   const { dryRun } = yield* CurrentRun
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
   yield* Effect.logInfo("Cleaning canceling, timed-out builds")
 
   let dropped = 0
@@ -74,6 +74,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     for (const build of batch) {
       if (dryRun) {
         dropped++
+        yield* wouldChange(`build:${build.id}`)
         continue
       }
       const result = yield* dropOrDoom(build, now)

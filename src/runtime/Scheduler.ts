@@ -14,7 +14,7 @@
  */
 import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { UnknownBatch } from "../domain/Errors.ts"
+import { BatchDisabled, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
 import { DEFAULT_MISSED_RUN_POLICY, nextTick, periodAt, planStartup } from "../domain/Schedule.ts"
 import { configureBatches, SweeperConfig } from "../layers/Config.ts"
@@ -27,13 +27,21 @@ import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseNa
 
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
-  | { readonly _tag: "RunNow"; readonly reply: Deferred.Deferred<RunResult> }
+  | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly reply: Deferred.Deferred<RunResult> }
   | { readonly _tag: "Pause"; readonly by: string }
   | { readonly _tag: "Resume"; readonly by: string }
+
+export interface RunNowOptions {
+  readonly dryRun?: boolean | undefined
+  /** Run a batch listed in SWEEPER_DISABLED_BATCHES anyway. */
+  readonly force?: boolean | undefined
+}
 
 export type ActorStatus = "idle" | "running" | "paused" | "disabled"
 
 export interface BatchSnapshot {
+  readonly batch: RegisteredBatch
+  readonly cronSchedule: Cron.Cron
   readonly name: string
   readonly worker: string
   readonly description: string
@@ -67,7 +75,7 @@ export const MAX_UNRECORDED_MISSED_TICKS = 1000
 
 export class Scheduler extends Context.Service<Scheduler, {
   readonly snapshots: Effect.Effect<ReadonlyArray<BatchSnapshot>>
-  runNow(name: string): Effect.Effect<RunResult, UnknownBatch>
+  runNow(name: string, options?: RunNowOptions): Effect.Effect<RunResult, UnknownBatch | BatchDisabled>
   pause(name: string, by: string): Effect.Effect<void, UnknownBatch>
   resume(name: string, by: string): Effect.Effect<void, UnknownBatch>
 }>()("sweeper/runtime/Scheduler") {}
@@ -101,7 +109,15 @@ const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): B
   if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return closed
   // Never started (no RunStarted): a missed tick, not a run, so the breaker does not count it.
   if (result.reason === NOT_STARTED_DATABASE_UNAVAILABLE) return closed
-  return withRun(closed, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
+  return withRun(closed, {
+    runId: result.runId,
+    outcome: result.outcome,
+    finishedAt,
+    durationMs: result.durationMs,
+    summary: result.summary,
+    reason: result.reason,
+    error: result.error
+  })
 }
 
 export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
@@ -194,13 +210,14 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         Effect.annotateLogs({ batch: actor.batch.name, scheduled_at: scheduledAt.toISOString(), reason })
       )
 
-    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date }) =>
+    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean }) =>
       Effect.gen(function*() {
         // Ticks missed during an outage are written before this run's events, in tick order.
         yield* flushUnrecorded(actor)
         yield* Ref.update(actor.state, (s) => ({ ...s, status: "running" as const, pendingTick: undefined }))
         const fiber = yield* FiberSet.run(inflight, runBatch(actor.batch, {
           trigger: options.trigger,
+          dryRun: options.dryRun,
           scheduledAt: options.scheduledAt === undefined ? undefined : DateTime.fromDateUnsafe(options.scheduledAt),
           claimTick: options.scheduledAt !== undefined
         }))
@@ -209,7 +226,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         yield* Ref.update(actor.state, (s) => ({
           ...s,
           status: s.status === "running" ? "idle" as const : s.status,
-          history: afterRun(s.history, result, finishedAt)
+          // A dry run changes nothing, the batch's history included (as in the event fold).
+          history: result.dryRun ? s.history : afterRun(s.history, result, finishedAt)
         }))
         if (result.outcome === "skipped" && result.reason === "lease unavailable" && options.scheduledAt !== undefined) {
           yield* recordMissed(actor, options.scheduledAt, "lease_unavailable")
@@ -228,20 +246,30 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const ticks = messages.filter((m): m is Extract<Message, { _tag: "Tick" }> => m._tag === "Tick")
         for (const message of messages) {
           switch (message._tag) {
-            case "Pause":
+            case "Pause": {
+              const pausedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
               yield* events.append(new BatchPaused({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({ ...s, status: s.status === "disabled" ? s.status : "paused" as const, history: { ...s.history, paused: true } }))
+              yield* Ref.update(actor.state, (s) => ({
+                ...s,
+                status: s.status === "disabled" ? s.status : "paused" as const,
+                history: { ...s.history, paused: true, pausedBy: message.by, pausedAt }
+              }))
               break
+            }
             case "Resume":
               yield* events.append(new BatchResumed({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({ ...s, status: s.status === "disabled" ? s.status : "idle" as const, history: { ...s.history, paused: false } }))
+              yield* Ref.update(actor.state, (s) => ({
+                ...s,
+                status: s.status === "disabled" ? s.status : "idle" as const,
+                history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined }
+              }))
               break
             case "RunNow": {
               if (yield* Ref.get(shuttingDown)) {
-                yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0 })
+                yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0, dryRun: message.dryRun })
                 break
               }
-              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual" }))
+              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual", dryRun: message.dryRun }))
               break
             }
             case "Tick":
@@ -329,6 +357,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     const snapshots = Effect.forEach([...actors.values()], (actor) =>
       Effect.map(Ref.get(actor.state), (state): BatchSnapshot => ({
+        batch: actor.batch,
+        cronSchedule: actor.cron,
         name: actor.batch.name,
         worker: actor.batch.worker,
         description: actor.batch.description,
@@ -342,11 +372,14 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     return Scheduler.of({
       snapshots,
-      runNow: (name) =>
+      runNow: (name, options = {}) =>
         Effect.gen(function*() {
           const actor = yield* actorNamed(name)
+          if ((yield* Ref.get(actor.state)).status === "disabled" && options.force !== true) {
+            return yield* new BatchDisabled({ name })
+          }
           const reply = yield* Deferred.make<RunResult>()
-          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", reply })
+          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, reply })
           return yield* Deferred.await(reply)
         }),
       pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Pause", by })).pipe(Effect.asVoid),

@@ -1,7 +1,7 @@
 /** `ci_builds` as drop-canceling-builds needs it. Writes append their event in the same transaction. */
 import { Context, type DateTime, type Effect, type Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { BuildCursor, CancelingBuild } from "../domain/Build.ts"
+import type { BuildCursor, BuildKey, CancelingBuild } from "../domain/Build.ts"
 import type { LeaseLost } from "../domain/Errors.ts"
 
 export class Builds extends Context.Service<Builds, {
@@ -11,7 +11,8 @@ export class Builds extends Context.Service<Builds, {
     readonly after: Option.Option<BuildCursor>
     readonly limit: number
   }): Effect.Effect<ReadonlyArray<CancelingBuild>, SqlError>
-  find(id: number): Effect.Effect<Option.Option<CancelingBuild>, SqlError>
+  /** Re-reads one build by its key (id, and partition_id on p_ci_builds). */
+  find(key: BuildKey): Effect.Effect<Option.Option<CancelingBuild>, SqlError>
   /**
    * failed / stuck_or_timeout_failure, guarded by status = 'canceling' AND the lock_version read.
    * False on a lock conflict (the row changed since it was read), nothing written.

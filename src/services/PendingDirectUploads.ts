@@ -1,6 +1,7 @@
 /**
- * GitLab's `pending_direct_uploads` Redis hash (SPEC §3). Entries come back raw (untrusted strings);
- * `parseEntry` in the domain decides what they mean. The scan never loads the whole hash: it is HSCAN
+ * GitLab's `pending_direct_uploads` Redis hash (SPEC §3). Entries come back raw: the exact bytes of
+ * field and value, never decoded here (a lossy decode would name a different object); `parseEntry`
+ * in the domain decides what they mean. The scan never loads the whole hash: it is HSCAN
  * with a COUNT hint, one page per round trip, pulled only as fast as the consumer handles entries.
  */
 import { Context, type Effect, type Stream } from "effect"
@@ -16,6 +17,6 @@ export class PendingDirectUploads extends Context.Service<PendingDirectUploads, 
    * while entries are removed during the scan.
    */
   scan(options?: { readonly pageSize?: number }): Stream.Stream<RawPendingEntry, RedisError>
-  /** HDEL; true when the field was there. */
-  remove(field: string): Effect.Effect<boolean, RedisError>
+  /** HDEL of exactly these bytes (as `scan` returned them); true when the field was there. */
+  remove(field: Uint8Array): Effect.Effect<boolean, RedisError>
 }>()("sweeper/services/PendingDirectUploads") {}

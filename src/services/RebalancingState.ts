@@ -9,8 +9,11 @@ import type { RedisError } from "../domain/Errors.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"
 
 export class RebalancingState extends Context.Service<RebalancingState, {
-  /** SMEMBERS, raw and untrusted (decode with `parseRunningRebalances`); order is arbitrary. */
-  readonly runningMembers: Effect.Effect<ReadonlyArray<string>, RedisError>
+  /**
+   * SMEMBERS as the exact bytes Redis holds, untrusted (decode with `parseRunningRebalances`, which
+   * counts anything that is not UTF-8); order is arbitrary.
+   */
+  readonly runningMembers: Effect.Effect<ReadonlyArray<Uint8Array>, RedisError>
   /** Marks a container as being rebalanced, as GitLab's rebalancer does when it starts. */
   track(type: RebalanceType, id: number): Effect.Effect<void, RedisError>
 }>()("sweeper/services/RebalancingState") {}

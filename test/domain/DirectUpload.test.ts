@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Duration, Result } from "effect"
+import { escapeBytes } from "../../src/domain/Bytes.ts"
 import {
   type InvalidReason,
   isStale,
@@ -11,23 +12,31 @@ import {
   staleCutoff
 } from "../../src/domain/DirectUpload.ts"
 
-const parsed = (field: string, value: string): PendingDirectUpload => {
-  const result = parseEntry({ field, value })
-  if (Result.isFailure(result)) return assert.fail(`expected ${field}=${value} to parse, got ${result.failure.reason}`)
+const utf8 = (text: string) => new TextEncoder().encode(text)
+const bytes = (...parts: ReadonlyArray<string | ReadonlyArray<number>>) =>
+  Uint8Array.from(parts.flatMap((part) => (typeof part === "string" ? [...utf8(part)] : [...part])))
+
+const parsed = (field: string | Uint8Array, value: string): PendingDirectUpload => {
+  const result = parseEntry({ field: typeof field === "string" ? utf8(field) : field, value: utf8(value) })
+  if (Result.isFailure(result)) return assert.fail(`expected ${String(field)}=${value} to parse, got ${result.failure.reason}`)
   return result.success
 }
 
-const reasonOf = (field: string, value: string): InvalidReason => {
-  const result = parseEntry({ field, value })
-  if (Result.isSuccess(result)) return assert.fail(`expected ${field}=${value} to be invalid`)
-  assert.deepStrictEqual({ field: result.failure.field, value: result.failure.value }, { field, value })
+const reasonOf = (field: string | Uint8Array, value: string | Uint8Array): InvalidReason => {
+  const raw = { field: typeof field === "string" ? utf8(field) : field, value: typeof value === "string" ? utf8(value) : value }
+  const result = parseEntry(raw)
+  if (Result.isSuccess(result)) return assert.fail(`expected ${String(field)}=${String(value)} to be invalid`)
+  assert.deepStrictEqual(
+    { field: result.failure.field, value: result.failure.value },
+    { field: escapeBytes(raw.field), value: escapeBytes(raw.value) }
+  )
   return result.failure.reason
 }
 
 describe("DirectUpload.parseEntry", () => {
   it("splits the field at the first colon and reads the value as epoch seconds", () => {
     assert.deepStrictEqual(parsed("artifacts:tmp/uploads/abc123", "1767225600"), {
-      field: "artifacts:tmp/uploads/abc123",
+      field: utf8("artifacts:tmp/uploads/abc123"),
       location: "artifacts",
       path: "tmp/uploads/abc123",
       preparedAt: 1767225600
@@ -38,7 +47,7 @@ describe("DirectUpload.parseEntry", () => {
     const upload = parsed("lfs:a:b:c", "10")
     assert.strictEqual(upload.location, "lfs")
     assert.strictEqual(upload.path, "a:b:c")
-    assert.strictEqual(upload.field, "lfs:a:b:c")
+    assert.deepStrictEqual(upload.field, utf8("lfs:a:b:c"))
   })
 
   it("accepts every GitLab location and nothing else", () => {
@@ -64,6 +73,37 @@ describe("DirectUpload.parseEntry", () => {
     }
     assert.strictEqual(parsed("artifacts:p", "1767225600.25").preparedAt, 1767225600.25)
     assert.strictEqual(parsed("artifacts:p", "0").preparedAt, 0)
+  })
+})
+
+describe("DirectUpload.parseEntry on bytes", () => {
+  it("a field or value that is not UTF-8 is invalid (not_utf8), never decoded with replacement characters", () => {
+    assert.strictEqual(reasonOf(bytes("uploads:ok/bin", [0xff]), "1"), "not_utf8")
+    assert.strictEqual(reasonOf("uploads:ok/bin", bytes("1", [0xff])), "not_utf8")
+    // A lone surrogate's CESU-8 bytes, an overlong "/", a truncated sequence, a bare continuation byte.
+    for (const bad of [[0xed, 0xa0, 0x80], [0xc0, 0xaf], [0xe2, 0x82], [0x80]]) {
+      assert.strictEqual(reasonOf(bytes("uploads:a", bad, "b"), "1"), "not_utf8", JSON.stringify(bad))
+    }
+    // Even when the rest would be malformed too: bytes come first.
+    assert.strictEqual(reasonOf(bytes([0xff]), "x"), "not_utf8")
+  })
+
+  it("a valid entry keeps the exact bytes read as its field; the path is their text", () => {
+    const field = bytes("uploads:", [0xef, 0xbb, 0xbf], "ünï/", [0], "x")
+    const upload = parsed(field, "5")
+    assert.strictEqual(upload.field, field)
+    assert.strictEqual(upload.path, "\uFEFFünï/\u0000x")
+    assert.deepStrictEqual(utf8(`uploads:${upload.path}`), field)
+  })
+
+  it("a leading byte-order mark is kept, so it is no location", () => {
+    assert.strictEqual(reasonOf(bytes([0xef, 0xbb, 0xbf], "uploads:a"), "1"), "unknown_location")
+  })
+
+  it("escapeBytes: UTF-8 as itself, other bytes as \\xNN, a backslash doubled", () => {
+    assert.strictEqual(escapeBytes(bytes("ok/bin", [0xff])), "ok/bin\\xff")
+    assert.strictEqual(escapeBytes(bytes("é", [0xed, 0xa0, 0x80], "\\x")), "é\\xed\\xa0\\x80\\\\x")
+    assert.strictEqual(escapeBytes(bytes([0xf0, 0x9f, 0x98, 0x80, 0xf0, 0x9f])), "😀\\xf0\\x9f")
   })
 })
 

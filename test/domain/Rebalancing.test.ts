@@ -51,4 +51,22 @@ describe("Rebalancing", () => {
     assert.deepStrictEqual(parsed.projectIds, [8])
     assert.strictEqual(parsed.invalidMembers, 3)
   })
+
+  it("members as bytes: UTF-8 members decoded; anything else invalid, escaped in the sample, never acted on", () => {
+    const utf8 = (text: string) => new TextEncoder().encode(text)
+    const parsed = parseRunningRebalances([
+      utf8("1/7"),
+      utf8("2/8"),
+      // "1/9" with a trailing 0xFF, a lone surrogate, and an overlong "1" that a lax decoder could read as "1/9".
+      Uint8Array.from([0x31, 0x2f, 0x39, 0xff]),
+      Uint8Array.from([0x31, 0x2f, 0xed, 0xa0, 0x80]),
+      Uint8Array.from([0xc0, 0xb1, 0x2f, 0x39]),
+      // A byte-order mark before a member is kept, so the member is not "2/3".
+      Uint8Array.from([0xef, 0xbb, 0xbf, 0x32, 0x2f, 0x33])
+    ])
+    assert.deepStrictEqual(parsed.namespaceIds, [7])
+    assert.deepStrictEqual(parsed.projectIds, [8])
+    assert.strictEqual(parsed.invalidMembers, 4)
+    assert.deepStrictEqual(parsed.invalidSample, ["1/9\\xff", "1/\\xed\\xa0\\x80", "\\xc0\\xb1/9", "\uFEFF2/3"])
+  })
 })

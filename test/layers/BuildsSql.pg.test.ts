@@ -82,7 +82,7 @@ const findAll = (limit: number) =>
     }
   })
 
-const findBuild = (id: number) => Effect.flatMap(Builds, (b) => Effect.map(b.find(id), Option.getOrThrow))
+const findBuild = (id: number) => Effect.flatMap(Builds, (b) => Effect.map(b.find({ id }), Option.getOrThrow))
 
 const withFence = (epoch: number, check: Fence["check"] = Effect.void) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.provideService(effect, CurrentRun, {

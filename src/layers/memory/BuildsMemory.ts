@@ -94,7 +94,7 @@ export const BuildsMemory = Layer.effect(
           state.pages.push(found.map((row) => row.id))
           return found.map(toBuild)
         }),
-      find: (id) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild)),
+      find: ({ id }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild)),
       drop: (build, now) => failBuild(build, now, "dropped"),
       doom: (build, now) => failBuild(build, now, "doomed")
     })

@@ -4,6 +4,10 @@
  * Redis-backed services keep their state here under GitLab's key formats, which lets tests and the
  * simulator seed both backends the same way. Single-threaded JS makes every method atomic, which is
  * what the Lua scripts give the real implementations.
+ *
+ * Hash fields and values and set members are bytes, as in Redis: a string given to a method is
+ * stored as its UTF-8 bytes (what ioredis sends), string-returning methods decode them as ioredis does
+ * (lossily), and the `…Buffer` methods return the exact bytes, like ioredis's `hscanBuffer`.
  */
 import { Clock, Context, Effect, Layer } from "effect"
 
@@ -17,6 +21,19 @@ interface Entry {
   readonly data: Value
   expiresAt: number | undefined
 }
+
+/** A byte string as Redis stores it: a string (sent as UTF-8, like ioredis does) or raw bytes. */
+export type Bytes = string | Uint8Array
+
+/**
+ * Bytes kept as a "binary" JS string, one char (0–255) per byte, so Map and Set compare exact bytes
+ * while staying cheap to copy and to use as keys.
+ */
+const toBinary = (value: Bytes): string =>
+  (typeof value === "string" ? Buffer.from(value, "utf8") : Buffer.from(value.buffer, value.byteOffset, value.byteLength)).toString("latin1")
+const toBuffer = (binary: string): Buffer => Buffer.from(binary, "latin1")
+/** What ioredis hands back for a reply it decodes: UTF-8 with U+FFFD for invalid bytes. */
+const toText = (binary: string): string => toBuffer(binary).toString("utf8")
 
 const globToRegExp = (pattern: string) =>
   new RegExp(`^${pattern.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`)
@@ -135,26 +152,29 @@ export class MemoryRedisStore {
     return next
   }
 
-  // hashes
-  hset(key: string, fields: Record<string, string>): number {
+  // hashes (fields and values as binary strings, see toBinary)
+  hset(key: string, fields: Record<string, string> | Iterable<readonly [Bytes, Bytes]>): number {
     const hash = this.typed(key, "hash") ?? this.create(key, { type: "hash", value: new Map() })
+    const pairs: Iterable<readonly [Bytes, Bytes]> = Symbol.iterator in fields ? fields : Object.entries(fields)
     let added = 0
-    for (const [field, value] of Object.entries(fields)) {
-      if (!hash.value.has(field)) added++
-      hash.value.set(field, value)
+    for (const [field, value] of pairs) {
+      const binary = toBinary(field)
+      if (!hash.value.has(binary)) added++
+      hash.value.set(binary, toBinary(value))
     }
     return added
   }
 
-  hget(key: string, field: string): string | null {
-    return this.typed(key, "hash")?.value.get(field) ?? null
+  hget(key: string, field: Bytes): string | null {
+    const value = this.typed(key, "hash")?.value.get(toBinary(field))
+    return value === undefined ? null : toText(value)
   }
 
-  hdel(key: string, ...fields: ReadonlyArray<string>): number {
+  hdel(key: string, ...fields: ReadonlyArray<Bytes>): number {
     const hash = this.typed(key, "hash")
     if (hash === undefined) return 0
     let n = 0
-    for (const field of fields) if (hash.value.delete(field)) n++
+    for (const field of fields) if (hash.value.delete(toBinary(field))) n++
     this.dropIfEmpty(key, hash.value.size)
     return n
   }
@@ -163,8 +183,14 @@ export class MemoryRedisStore {
     return this.typed(key, "hash")?.value.size ?? 0
   }
 
+  /** Decoded as ioredis's HGETALL does (fields that decode alike collapse, as they do there). */
   hgetall(key: string): Record<string, string> {
-    return Object.fromEntries(this.typed(key, "hash")?.value ?? [])
+    return Object.fromEntries([...(this.typed(key, "hash")?.value ?? [])].map(([field, value]) => [toText(field), toText(value)]))
+  }
+
+  /** The exact bytes of every field and value. */
+  hgetallBuffer(key: string): Array<[Buffer, Buffer]> {
+    return [...(this.typed(key, "hash")?.value ?? [])].map(([field, value]) => [toBuffer(field), toBuffer(value)])
   }
 
   /** Scan order of hash fields: a sequence number per field, given the first time a scan sees it. */
@@ -177,7 +203,7 @@ export class MemoryRedisStore {
    * reads, like delete-stale-direct-uploads). Like Redis, an entry present for the whole scan is
    * returned at least once; one added meanwhile may or may not be.
    */
-  hscan(key: string, cursor: string, count: number): [string, Array<[string, string]>] {
+  hscanBuffer(key: string, cursor: string, count: number): [string, Array<[Buffer, Buffer]>] {
     const hash = this.typed(key, "hash")
     if (hash === undefined) return ["0", []]
     const previous = this.scanOrder.get(hash.value) ?? new Map<string, number>()
@@ -188,7 +214,13 @@ export class MemoryRedisStore {
     const remaining = [...order].filter(([, seq]) => seq > after).sort((a, b) => a[1] - b[1])
     const page = remaining.slice(0, count)
     const next = remaining.length <= count ? "0" : String(page[page.length - 1]![1])
-    return [next, page.map(([field]) => [field, hash.value.get(field)!])]
+    return [next, page.map(([field]) => [toBuffer(field), toBuffer(hash.value.get(field)!)])]
+  }
+
+  /** HSCAN decoded as ioredis's `hscan` does. */
+  hscan(key: string, cursor: string, count: number): [string, Array<[string, string]>] {
+    const [next, page] = this.hscanBuffer(key, cursor, count)
+    return [next, page.map(([field, value]) => [field.toString("utf8"), value.toString("utf8")])]
   }
 
   // lists
@@ -222,28 +254,35 @@ export class MemoryRedisStore {
     return this.typed(key, "list")?.value.length ?? 0
   }
 
-  // sets
-  sadd(key: string, ...members: ReadonlyArray<string>): number {
+  // sets (members as binary strings, see toBinary)
+  sadd(key: string, ...members: ReadonlyArray<Bytes>): number {
     const set = this.typed(key, "set") ?? this.create(key, { type: "set", value: new Set() })
     let added = 0
     for (const member of members) {
-      if (!set.value.has(member)) added++
-      set.value.add(member)
+      const binary = toBinary(member)
+      if (!set.value.has(binary)) added++
+      set.value.add(binary)
     }
     return added
   }
 
-  srem(key: string, ...members: ReadonlyArray<string>): number {
+  srem(key: string, ...members: ReadonlyArray<Bytes>): number {
     const set = this.typed(key, "set")
     if (set === undefined) return 0
     let n = 0
-    for (const member of members) if (set.value.delete(member)) n++
+    for (const member of members) if (set.value.delete(toBinary(member))) n++
     this.dropIfEmpty(key, set.value.size)
     return n
   }
 
+  /** Decoded as ioredis's SMEMBERS does. */
   smembers(key: string): Array<string> {
-    return [...(this.typed(key, "set")?.value ?? [])]
+    return [...(this.typed(key, "set")?.value ?? [])].map(toText)
+  }
+
+  /** The exact bytes of every member. */
+  smembersBuffer(key: string): Array<Buffer> {
+    return [...(this.typed(key, "set")?.value ?? [])].map(toBuffer)
   }
 
   flushAll(): void {

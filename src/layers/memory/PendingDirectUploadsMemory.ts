@@ -1,6 +1,7 @@
-/** PendingDirectUploads over the in-memory Redis, same key and paging as PendingDirectUploadsRedis. */
+/** PendingDirectUploads over the in-memory Redis, same key, paging and bytes as PendingDirectUploadsRedis. */
 import { Effect, Layer, Option, Stream } from "effect"
 import { PENDING_DIRECT_UPLOADS_KEY, SCAN_PAGE_SIZE } from "../../domain/DirectUpload.ts"
+import { RedisError } from "../../domain/Errors.ts"
 import { PendingDirectUploads } from "../../services/PendingDirectUploads.ts"
 import { MemoryRedis } from "./MemoryRedis.ts"
 
@@ -9,18 +10,20 @@ export const PendingDirectUploadsMemory = Layer.effect(
   Effect.gen(function*() {
     const store = yield* MemoryRedis
     const key = PENDING_DIRECT_UPLOADS_KEY
+    // The store throws Redis's own words (e.g. WRONGTYPE) for a key of another type: a RedisError here too.
+    const attempt = <A>(operation: string, f: () => A) => Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
     return PendingDirectUploads.of({
-      count: Effect.sync(() => store.hlen(key)),
+      count: attempt("HLEN pending_direct_uploads", () => store.hlen(key)),
       scan: (options) =>
         Stream.paginate("0", (cursor: string) =>
-          Effect.sync(() => {
-            const [next, page] = store.hscan(key, cursor, options?.pageSize ?? SCAN_PAGE_SIZE)
+          attempt("HSCAN pending_direct_uploads", () => {
+            const [next, page] = store.hscanBuffer(key, cursor, options?.pageSize ?? SCAN_PAGE_SIZE)
             return [
               page.map(([field, value]) => ({ field, value })),
               next === "0" ? Option.none<string>() : Option.some(next)
             ] as const
           })),
-      remove: (field) => Effect.sync(() => store.hdel(key, field) > 0)
+      remove: (field) => attempt("HDEL pending_direct_uploads", () => store.hdel(key, field) > 0)
     })
   })
 )

@@ -12,7 +12,7 @@ export const RebalancingStateMemory = Layer.effect(
     const attempt = <A>(operation: string, f: () => A) =>
       Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
     return RebalancingState.of({
-      runningMembers: attempt("rebalancing.smembers", () => store.smembers(RUNNING_REBALANCES_KEY)),
+      runningMembers: attempt("rebalancing.smembers", () => store.smembersBuffer(RUNNING_REBALANCES_KEY)),
       track: (type: RebalanceType, id: number) =>
         attempt("rebalancing.track", () => {
           store.sadd(RUNNING_REBALANCES_KEY, rebalanceMember(type, id))

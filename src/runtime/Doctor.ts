@@ -1,0 +1,210 @@
+/**
+ * `sweeper doctor [--json] [--apply-indexes]` (SPEC §8.1): what an operator wants to know before
+ * pointing Sweeper at a real GitLab, read-only. Per batch, the plan of its SQL scan on this database
+ * and whether an index serves it, with the exact statements that would build the missing one; each
+ * Redis store reachable, single or cluster; clock skew between this process, PostgreSQL and Redis.
+ * `--apply-indexes` is the only thing here that writes: it runs the recommended statements one at a
+ * time, outside any transaction (CREATE INDEX CONCURRENTLY refuses to run inside one).
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Console, DateTime, Effect, Option } from "effect"
+import { Command, Flag } from "effect/cli"
+import { Cluster } from "ioredis"
+import { describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
+import { SweeperConfig } from "../layers/Config.ts"
+import { checkColumns, detectSchemaMode } from "../layers/DatabaseSchema.ts"
+import { createStatements, judgeScan, partitionsOf, REDIS_ONLY_BATCHES, scans } from "../layers/Indexes.ts"
+import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/Redis.ts"
+
+/** Beyond this, time thresholds (1 h, 3 h, 6 h) compared with other machines' timestamps drift. */
+export const CLOCK_SKEW_LIMIT_MS = 1_000
+
+export interface ScanReport {
+  readonly batch: string
+  readonly table: string
+  readonly description: string
+  readonly plan: ReadonlyArray<string>
+  readonly served: boolean
+  readonly servedBy: ReadonlyArray<string>
+  /** The statements that would build the index it wants; empty when served. */
+  readonly recommended: ReadonlyArray<string>
+}
+
+export interface StoreReport {
+  readonly store: "SharedState" | "Queues" | "QueuesMetadata"
+  readonly kind: "single" | "cluster" | "in-memory"
+  readonly reachable: boolean
+  readonly clockSkewMs: number | null
+  readonly error?: string
+}
+
+export interface DoctorReport {
+  readonly ok: boolean
+  readonly problems: ReadonlyArray<string>
+  readonly postgres: {
+    readonly backend: string
+    readonly schemaMode: "gitlab" | "standalone"
+    readonly schemaModeSource: "SWEEPER_SCHEMA" | "detected"
+    readonly buildsTable: string
+    readonly partitions: ReadonlyArray<string>
+    readonly columnsChecked: number
+    readonly clockSkewMs: number
+  }
+  readonly scans: ReadonlyArray<ScanReport>
+  readonly redisOnlyBatches: ReadonlyArray<string>
+  readonly redis: ReadonlyArray<StoreReport>
+  readonly applied: ReadonlyArray<string>
+}
+
+/**
+ * How a store's client is built. The one place that knows ioredis' classes, so a change in how
+ * Redis.ts builds clients (cluster support) only touches this function.
+ */
+export const storeKind = (redis: Redis["Service"]): "single" | "cluster" =>
+  (redis.client as unknown) instanceof Cluster ? "cluster" : "single"
+
+/** `server − this process` in ms, read at the midpoint of the round trip. */
+const skewOf = <E, R>(serverMillis: Effect.Effect<number, E, R>) =>
+  Effect.gen(function*() {
+    const before = yield* Clock.currentTimeMillis
+    const server = yield* serverMillis
+    const after = yield* Clock.currentTimeMillis
+    return Math.round(server - (before + after) / 2)
+  })
+
+const storeReport = (store: StoreReport["store"], redis: Option.Option<Redis["Service"]>, inMemory: boolean) =>
+  Effect.gen(function*() {
+    if (Option.isNone(redis)) {
+      return { store, kind: inMemory ? "in-memory" as const : "single" as const, reachable: inMemory, clockSkewMs: null }
+    }
+    const kind = storeKind(redis.value)
+    return yield* redis.value.use("doctor.ping", (client) => client.ping()).pipe(
+      Effect.andThen(skewOf(redis.value.use("doctor.time", (client) => client.time()).pipe(
+        Effect.map(([seconds, micros]) => Number(seconds) * 1000 + Number(micros) / 1000)
+      ))),
+      Effect.map((clockSkewMs): StoreReport => ({ store, kind, reachable: true, clockSkewMs })),
+      Effect.catch((error) => Effect.succeed<StoreReport>({ store, kind, reachable: false, clockSkewMs: null, error: String(error.cause ?? error.message) }))
+    )
+  })
+
+const gather = (applied: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const sql = yield* PgClient.PgClient
+    const { mode, source } = yield* detectSchemaMode(settings.schema)
+    const { checked, builds } = yield* checkColumns
+    const partitions = yield* partitionsOf(sql, builds.name)
+    const now = yield* DateTime.now
+    const scanReports: Array<ScanReport> = []
+    for (const scan of scans(builds)) {
+      const scanPartitions = scan.table === builds.name ? partitions : []
+      const relations = [scan.table, ...scanPartitions.map((p) => p.name)]
+      const verdict = yield* judgeScan(sql, scan, now, relations)
+      scanReports.push({
+        batch: scan.batch,
+        table: scan.table,
+        description: scan.description,
+        plan: verdict.plan,
+        served: verdict.served,
+        servedBy: verdict.servedBy,
+        recommended: verdict.served ? [] : Option.match(scan.wants, { onNone: () => [], onSome: (spec) => createStatements(spec, scanPartitions) })
+      })
+    }
+    const pgSkew = yield* skewOf(Effect.map(
+      sql<{ ms: number | string }>`SELECT (extract(epoch FROM now()) * 1000)::float8 AS ms`,
+      (rows) => Number(rows[0]!.ms)
+    ))
+    const inMemory = Option.isSome(yield* Effect.serviceOption(MemoryRedis))
+    const redis = [
+      yield* storeReport("SharedState", yield* Effect.serviceOption(SharedStateRedis), inMemory),
+      yield* storeReport("Queues", yield* Effect.serviceOption(QueuesRedis), inMemory),
+      yield* storeReport("QueuesMetadata", yield* Effect.serviceOption(QueuesMetadataRedis), inMemory)
+    ]
+    const problems = [
+      ...redis.filter((r) => !r.reachable).map((r) => `Redis store ${r.store} unreachable${r.error ? `: ${r.error}` : ""}`),
+      ...(Math.abs(pgSkew) > CLOCK_SKEW_LIMIT_MS ? [`PostgreSQL clock is ${pgSkew} ms off this process`] : []),
+      ...redis.filter((r) => r.clockSkewMs !== null && Math.abs(r.clockSkewMs) > CLOCK_SKEW_LIMIT_MS)
+        .map((r) => `Redis store ${r.store} clock is ${r.clockSkewMs} ms off this process`)
+    ]
+    return {
+      ok: problems.length === 0,
+      problems,
+      postgres: {
+        backend: describeBackends(settings).postgres,
+        schemaMode: mode,
+        schemaModeSource: source,
+        buildsTable: builds.name,
+        partitions: partitions.map((p) => p.qualified),
+        columnsChecked: checked,
+        clockSkewMs: pgSkew
+      },
+      scans: scanReports,
+      redisOnlyBatches: [...REDIS_ONLY_BATCHES],
+      redis,
+      applied
+    } satisfies DoctorReport
+  })
+
+/** Runs every recommended statement, one at a time, each in its own implicit transaction. */
+const applyRecommended = (report: DoctorReport) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const applied: Array<string> = []
+    for (const statement of report.scans.flatMap((scan) => scan.recommended)) {
+      yield* Effect.logInfo("Applying index statement", { statement })
+      yield* sql.unsafe(statement)
+      applied.push(statement)
+    }
+    return applied
+  })
+
+const sign = (ms: number) => `${ms >= 0 ? "+" : ""}${ms} ms`
+
+export const renderReport = (report: DoctorReport): string => {
+  const lines: Array<string> = []
+  const pg = report.postgres
+  lines.push(`PostgreSQL  ${pg.backend}`)
+  lines.push(`  schema: ${pg.schemaMode} (${pg.schemaModeSource === "detected" ? "detected" : "SWEEPER_SCHEMA"}); migrations up to date; ${pg.columnsChecked} columns checked, all present`)
+  lines.push(`  builds: ${pg.buildsTable}${pg.partitions.length > 0 ? ` (partitions: ${pg.partitions.join(", ")})` : ""}`)
+  lines.push(`  clock: ${sign(pg.clockSkewMs)} from this process`)
+  for (const statement of report.applied) lines.push(`  applied: ${statement}`)
+  lines.push("Scans")
+  for (const scan of report.scans) {
+    lines.push(`  ${scan.batch}: ${scan.table}, ${scan.description}`)
+    lines.push(scan.served ? `    served by ${scan.servedBy.join(", ")}` : `    NOT served by an index`)
+    for (const line of scan.plan) lines.push(`    | ${line}`)
+    if (scan.recommended.length > 0) {
+      lines.push("    recommended (run with `sweeper doctor --apply-indexes`):")
+      for (const statement of scan.recommended) lines.push(`      ${statement};`)
+    }
+  }
+  for (const batch of report.redisOnlyBatches) lines.push(`  ${batch}: Redis only, no SQL scan`)
+  lines.push("Redis")
+  for (const store of report.redis) {
+    lines.push(`  ${store.store.padEnd(15)} ${store.kind.padEnd(9)} ${store.reachable ? "reachable" : "UNREACHABLE"}` +
+      (store.clockSkewMs === null ? "" : `, clock ${sign(store.clockSkewMs)}`) + (store.error ? ` (${store.error})` : ""))
+  }
+  const recommended = report.scans.filter((s) => s.recommended.length > 0).length
+  lines.push(report.ok
+    ? `OK${recommended > 0 ? ` (${recommended} index${recommended === 1 ? "" : "es"} recommended)` : ""}`
+    : `PROBLEMS:\n${report.problems.map((p) => `  - ${p}`).join("\n")}`)
+  return lines.join("\n")
+}
+
+export const doctorCommand = Command.make(
+  "doctor",
+  {
+    json: Flag.Boolean("json").pipe(Flag.withDescription("Print one JSON object on stdout"), Flag.withDefault(false)),
+    applyIndexes: Flag.Boolean("apply-indexes").pipe(
+      Flag.withDescription("Build the recommended indexes (CONCURRENTLY, one at a time, outside a transaction)"),
+      Flag.withDefault(false)
+    )
+  },
+  Effect.fn("Cli.doctor")(function*({ json, applyIndexes }) {
+    let report = yield* gather([])
+    if (applyIndexes) report = yield* gather(yield* applyRecommended(report))
+    yield* Console.log(json ? JSON.stringify(report) : renderReport(report))
+    if (!report.ok) process.exitCode = 1
+  }, Effect.provide(ReadOnlyAppLayer))
+).pipe(Command.withDescription("Check this database and Redis: scans and their indexes, stores, clock skew (read-only)"))
