@@ -8,6 +8,7 @@ import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
+import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 
 export interface ConcurrencyLimitSetting {
   readonly limit: number
@@ -21,8 +22,8 @@ export interface SweeperSettings {
   readonly dataDir: string
   /** Names this process in RunStarted events and tick leases. */
   readonly node: string
-  /** location → local root directory (`SWEEPER_OBJECT_STORAGE`). */
-  readonly objectStorage: Readonly<Record<string, string>>
+  /** Where each location's objects live (`SWEEPER_OBJECT_STORAGE`, see ObjectStorageConfig.ts). */
+  readonly objectStorage: ObjectStorageSettings
   /** worker class name → limit and queue (`SWEEPER_CONCURRENCY_LIMITS`). */
   readonly concurrencyLimits: Readonly<Record<string, ConcurrencyLimitSetting>>
   readonly httpHost: string
@@ -63,7 +64,6 @@ export const LeaseTtl = Schema.DurationFromString.check(Schema.makeFilter((ttl: 
 /** A Sidekiq worker class name as GitLab writes it: the jobs we enqueue carry it as `class`. */
 const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
 
-const ObjectStorageJson = Schema.fromJsonString(Schema.Record(Schema.String, Schema.String))
 // The key check is a filter on the whole record: a refined key schema in Schema.Record silently
 // drops the keys it refuses, and a typo'd worker would vanish instead of failing start-up.
 const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
@@ -79,7 +79,7 @@ const settings = Config.all({
   redisUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "REDIS_URL")),
   dataDir: Config.schema(NonEmpty, "SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
   node: Config.schema(NonEmpty, "SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
-  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault({})),
+  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault(NoObjectStorage)),
   concurrencyLimits: Config.schema(ConcurrencyLimitsJson, "SWEEPER_CONCURRENCY_LIMITS").pipe(
     Config.withDefault({}),
     Config.map((limits) =>
@@ -175,7 +175,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       redisUrl: Option.none(),
       dataDir: ".sweeper",
       node: "test-node",
-      objectStorage: {},
+      objectStorage: NoObjectStorage,
       concurrencyLimits: {},
       httpHost: "127.0.0.1",
       httpPort: 0,

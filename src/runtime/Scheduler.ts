@@ -21,7 +21,7 @@ import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
-import { increment, ticksMissedTotal } from "../services/Metrics.ts"
+import { increment, initialiseSeries, ticksMissedTotal } from "../services/Metrics.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
 
@@ -128,6 +128,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     const configured = yield* configureBatches(batches)
 
+    // Every batch × outcome (and × missed reason) series exists from start-up at 0.
+    yield* initialiseSeries(batches.map((b) => b.name))
     const shuttingDown = yield* Ref.make(false)
     const inflight = yield* FiberSet.make<RunResult>()
     const fibers = yield* FiberMap.make<string>()
