@@ -145,7 +145,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
       )
       yield* increment(runsTotal, 1, { batch: batch.name, outcome })
-      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name }), durationMs / 1000)
+      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name, outcome }), durationMs / 1000)
       if (outcome === "succeeded" && !dryRun) {
         yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
       }
