@@ -9,7 +9,7 @@ import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
-import { configureBatches, SweeperConfig } from "../layers/Config.ts"
+import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -365,7 +365,7 @@ const start = Command.make(
     const settings = yield* SweeperConfig
     // Refuse bad per-batch variables before opening any database (the scheduler checks them the same way).
     yield* configureBatches(batches)
-    const embedded = Option.isNone(settings.databaseUrl) && Option.isNone(settings.redisUrl)
+    const embedded = Option.isNone(settings.databaseUrl) && !redisConfigured(settings)
     yield* Effect.logInfo(
       embedded
         ? "Sweeper starting on the embedded default (no DATABASE_URL / REDIS_URL): PGlite + in-memory Redis"

@@ -187,8 +187,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
       Effect.gen(function*() {
         const at = DateTime.fromDateUnsafe(scheduledAt)
         if (reason !== "lease_unavailable" && reason !== "database_unavailable") {
-          const claim = yield* lease.tryAcquire(tickLeaseName(actor.batch.name, at), Duration.hours(25))
-          if (Option.isNone(claim)) return
+          if (!(yield* lease.claim(tickLeaseName(actor.batch.name, at), Duration.hours(25)))) return
         }
         yield* increment(ticksMissedTotal, 1, { batch: actor.batch.name, reason })
         yield* Effect.logWarning("Tick missed")
