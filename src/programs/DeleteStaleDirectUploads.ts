@@ -15,7 +15,7 @@
  * never as a deleted object.
  */
 import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, checkFence, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
+import { type Batch, checkFence, CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -119,8 +119,10 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
             }))
         )
       // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
-      if (outcome === "deleted" || outcome === "missing") totalDeletedStaleEntries++
-      else if (outcome === "unconfigured") skippedNoStore++
+      if (outcome === "deleted" || outcome === "missing") {
+        totalDeletedStaleEntries++
+        if (!dryRun) yield* reportProgress({ totalDeletedStaleEntries: 1 })
+      } else if (outcome === "unconfigured") skippedNoStore++
     }
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true
