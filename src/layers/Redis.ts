@@ -183,10 +183,17 @@ const connect = (url: Redacted.Redacted<string>) =>
               }),
           catch: (cause) => new RedisError({ operation: "connect", cause })
         })
-        // Without a listener ioredis prints every reconnect error to stderr.
-        client.on("error", () => {})
+        // Without a listener ioredis prints every reconnect error to stderr. The last one says why
+        // a connect failed (e.g. ECONNREFUSED), where connect() itself only says "Connection is closed."
+        let lastError: unknown = undefined
+        client.on("error", (error: unknown) => {
+          lastError = error
+        })
         // connect() on a cluster resolves once the slot map is loaded; a PING proves a node answers.
-        yield* Effect.tryPromise({ try: () => client.connect().then(() => client.ping()), catch: toRedisError("connect", serverOf(client)) }).pipe(
+        yield* Effect.tryPromise({
+          try: () => client.connect().then(() => client.ping()),
+          catch: (cause) => toRedisError("connect", serverOf(client))(lastError ?? cause)
+        }).pipe(
           Effect.tapError(() => Effect.sync(() => client.disconnect()))
         )
         return client

@@ -18,7 +18,7 @@
  * cluster-wide. `resumeWorker` is exported for a runtime that schedules workers itself.
  */
 import { Cause, Clock, Duration, Effect, Exit, Option, Predicate } from "effect"
-import { CurrentRun, wouldChange } from "../domain/Batch.ts"
+import { CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { Batch } from "../domain/Batch.ts"
 import {
   RESCHEDULE_DELAY,
@@ -135,6 +135,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   if (!dryRun && jids.length > 0) {
     yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue, count: jids.length, limit, jids }))
     yield* increment(concurrencyLimitResumedJobsTotal, jids.length, attributes)
+    yield* reportProgress({ resumedJobs: jids.length })
     yield* Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))
   }
   if (!dryRun && dead.length > 0) {
