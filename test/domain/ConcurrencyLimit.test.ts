@@ -79,10 +79,11 @@ describe("resumableCount", () => {
       assert.strictEqual(resumableCount(1, 0), 1)
     }))
 
-  it.effect("0 is unlimited (1000 per pass); negative is the open circuit breaker", () =>
+  it.effect("0 is unlimited (5000 per pass, whatever runs); negative is the open circuit breaker", () =>
     Effect.sync(() => {
       assert.strictEqual(resumableCount(0, 0), MAX_RESUME_UNLIMITED)
-      assert.strictEqual(resumableCount(0, 5000), 1000)
+      assert.strictEqual(resumableCount(0, 5000), 5000)
+      assert.strictEqual(MAX_RESUME_UNLIMITED, 5000)
       assert.strictEqual(resumableCount(-1, 0), 0)
       assert.strictEqual(resumableCount(-5, 0), 0)
     }))
