@@ -4,6 +4,7 @@
  */
 import { Config, Context, Duration, Effect, Layer, Option, type Redacted, Schema } from "effect"
 import { hostname } from "node:os"
+import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 
 export interface ConcurrencyLimitSetting {
@@ -31,6 +32,8 @@ export interface SweeperSettings {
   readonly apiToken: Option.Option<Redacted.Redacted<string>>
   /** `SWEEPER_SCHEMA`: who owns the platform tables (SPEC §8.1); none detects it from the database. */
   readonly schema: Option.Option<"gitlab" | "standalone">
+  /** `SWEEPER_DROP_BATCH_SIZE`: drop-canceling-builds' page, read and repaired per transaction. */
+  readonly dropBatchSize: number
 }
 
 const ObjectStorageJson = Schema.fromJsonString(Schema.Record(Schema.String, Schema.String))
@@ -63,7 +66,11 @@ const settings = Config.all({
   ),
   shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
   apiToken: Config.option(Config.Redacted("SWEEPER_API_TOKEN")),
-  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA"))
+  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA")),
+  dropBatchSize: Config.schema(
+    Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))),
+    "SWEEPER_DROP_BATCH_SIZE"
+  ).pipe(Config.withDefault(DROP_BATCH_SIZE))
 })
 
 /** Pulls the variable name out of a ConfigError so the message leads with it. */
@@ -93,6 +100,13 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       shutdownGrace: Duration.seconds(25),
       apiToken: Option.none(),
       schema: Option.none(),
+      dropBatchSize: DROP_BATCH_SIZE,
       ...overrides
     })
 }
+
+/** Programs' tuning references (e.g. DropBatchSize) set from SweeperConfig. */
+export const TuningFromConfig = Layer.effect(
+  DropBatchSize,
+  Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)
+)
