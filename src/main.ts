@@ -1,26 +1,61 @@
 /**
  * Entry point for every process: `sweeper <command>` (`npm start` is `sweeper start`).
- * Configuration errors print one line naming the variable and exit 2.
+ *
+ * Exit codes: 0 success (a run `succeeded` or was `skipped`), 1 a run `failed`/`timed_out`,
+ * 2 bad input (usage, flags, configuration, a disabled batch without --force), 3 infrastructure
+ * unreachable (PostgreSQL, Redis, or the running supervisor). Errors are one line on stderr, so
+ * stdout stays clean for `--json`.
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Cause, Console, Effect, Exit, Runtime } from "effect"
+import { Cause, Console, Effect, Exit, Layer, Runtime } from "effect"
+import { CliOutput } from "effect/cli"
 import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 
+const fail = (code: 2 | 3, message: string) =>
+  Console.error(`sweeper: ${message.replace(/\s*\n\s*/g, " ")}`).pipe(Effect.andThen(Effect.sync(() => { process.exitCode = code })))
+
 /** Bad input or a busy embedded database: one line on stderr, exit 2. */
-const usageError = (message: string) =>
-  Console.error(`sweeper: ${message}`).pipe(Effect.andThen(Effect.sync(() => { process.exitCode = 2 })))
+const usageError = (message: string) => fail(2, message)
+
+/**
+ * effect/cli prints the whole help on stdout for a parse error; an operator piping `--json` gets
+ * one line on stderr instead (`--help` still prints the help on stdout).
+ */
+const Presenter = CliOutput.layerPresenter({
+  present: (event) => {
+    switch (event._tag) {
+      case "InvalidInvocation": {
+        const first = event.errors[0]?.message.split("\n")[0] ?? "invalid invocation"
+        return Console.error(`sweeper: ${first} (see: ${event.commandPath.join(" ")} --help)`)
+      }
+      case "Help":
+        return event.reason === "Implicit"
+          ? Effect.gen(function*() {
+            const formatter = yield* CliOutput.Formatter
+            yield* Console.error(formatter.formatHelpDoc(event.helpDoc))
+          })
+          : CliOutput.defaultPresenter.present(event)
+      default:
+        return CliOutput.defaultPresenter.present(event)
+    }
+  }
+})
 
 cli.pipe(
-  Effect.provide(NodeServices.layer),
+  Effect.provide(Layer.mergeAll(NodeServices.layer, Presenter)),
   Effect.provide(LoggingLive),
   Effect.catchTags({
     // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
-    InvalidConfig: (error) =>
-      usageError(`invalid configuration: ${error.variable}: ${error.message.replace(/\s*\n\s*/g, " ")}`),
+    InvalidConfig: (error) => usageError(`invalid configuration: ${error.variable}: ${error.message}`),
     UnknownBatch: (error) => usageError(`unknown batch "${error.name}"; known batches: ${error.known.join(", ")}`),
     EmbeddedDatabaseBusy: (error) => usageError(error.message),
     InvalidFlag: (error) => usageError(`${error.flag}: ${error.message}`),
+    BatchDisabled: (error) => usageError(error.message),
+    RemoteRefusal: (error) => usageError(error.message),
+    // Already reported in one line by the presenter above.
+    ShowHelp: () => Effect.sync(() => { process.exitCode = 2 }),
+    InfrastructureUnavailable: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),
     MissingColumn: (error) => usageError(error.message)

@@ -2,7 +2,7 @@
  * The batch descriptor: what the scheduler, the run guard, the CLI and the dashboard need to know
  * about a batch, as plain data plus the program itself.
  */
-import { Context, Duration, Effect, Option } from "effect"
+import { Context, DateTime, Duration, Effect, Option } from "effect"
 import type { LeaseLost } from "./Errors.ts"
 import type { MissedRunPolicy } from "./Schedule.ts"
 
@@ -51,11 +51,31 @@ export interface RunInfo {
   readonly dryRun: boolean
   readonly budget: Option.Option<Duration.Duration>
   readonly fence: Option.Option<Fence>
+  /**
+   * `sweeper run --now T`: the instant every threshold is judged at, exactly T. Timestamps the run
+   * writes (and event times) still come from the real clock.
+   */
+  readonly asOf?: Date | undefined
+  /** A dry run's would-be targets (streams like `build:123`); the guard lists the first 100. */
+  readonly wouldChange?: ((stream: string) => Effect.Effect<void>) | undefined
 }
 
 export const CurrentRun = Context.Reference<RunInfo>("sweeper/domain/Batch/CurrentRun", {
   defaultValue: () => ({ runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() })
 })
+
+/** The instant a run's decisions use: `--now`'s T when given, else the clock's now. */
+export const decisionTime: Effect.Effect<DateTime.Utc> = Effect.gen(function*() {
+  const run = yield* CurrentRun
+  return run.asOf === undefined ? yield* DateTime.now : DateTime.fromDateUnsafe(run.asOf)
+})
+
+/** Notes, in a dry run, one thing the run would have changed. */
+export const wouldChange = (stream: string): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const run = yield* CurrentRun
+    if (run.wouldChange !== undefined) yield* run.wouldChange(stream)
+  })
 
 /** A safe point: stop here, writing nothing more, if the run's lease was lost. */
 export const checkFence: Effect.Effect<void, LeaseLost> = Effect.gen(function*() {

@@ -12,6 +12,10 @@ export interface LastRun {
   readonly finishedAt: Date
   readonly durationMs: number
   readonly summary: unknown
+  /** Why a run did not succeed (`lease held`, `interrupted`, …), when the guard knows. */
+  readonly reason?: string | undefined
+  /** A failed run's error with its cause chain. */
+  readonly error?: string | undefined
 }
 
 export interface BatchHistory {
@@ -22,6 +26,9 @@ export interface BatchHistory {
   readonly lastSuccessAt: Date | undefined
   readonly consecutiveFailures: number
   readonly paused: boolean
+  /** Who paused the batch and when (BatchPaused's `by` and time), while it is paused. */
+  readonly pausedBy?: string | undefined
+  readonly pausedAt?: Date | undefined
 }
 
 export const emptyHistory: BatchHistory = {
@@ -66,15 +73,17 @@ export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory =>
         outcome,
         finishedAt: event.occurredAt,
         durationMs: Number(event.data.duration_ms ?? 0),
-        summary: event.data.summary
+        summary: event.data.summary,
+        reason: typeof event.data.reason === "string" ? event.data.reason : undefined,
+        error: typeof event.data.error === "string" ? event.data.error : undefined
       })
     }
     case "TickMissed":
       return { ...state, lastCoveredTick: later(state.lastCoveredTick, dateField(event.data.scheduled_at)) }
     case "BatchPaused":
-      return { ...state, paused: true }
+      return { ...state, paused: true, pausedBy: typeof event.data.by === "string" ? event.data.by : undefined, pausedAt: event.occurredAt }
     case "BatchResumed":
-      return { ...state, paused: false }
+      return { ...state, paused: false, pausedBy: undefined, pausedAt: undefined }
     default:
       return state
   }
@@ -96,8 +105,13 @@ export const BREAKER_MIN_COOLDOWN_MS = 5 * 60_000
  * failure is more recent than the cool-down. After the cool-down one tick runs (half-open): success
  * closes it, failure opens it again.
  */
-export const isBreakerOpen = (history: BatchHistory, now: Date, periodMs: number): boolean => {
-  if (history.consecutiveFailures < BREAKER_THRESHOLD || history.lastRun === undefined) return false
+export const isBreakerOpen = (history: BatchHistory, now: Date, periodMs: number): boolean =>
+  breakerOpenUntil(history, now, periodMs) !== undefined
+
+/** When the open breaker lets one tick through again; undefined while it is closed. */
+export const breakerOpenUntil = (history: BatchHistory, now: Date, periodMs: number): Date | undefined => {
+  if (history.consecutiveFailures < BREAKER_THRESHOLD || history.lastRun === undefined) return undefined
   const cooldown = Math.max(BREAKER_MIN_COOLDOWN_MS, 3 * periodMs)
-  return now.getTime() - history.lastRun.finishedAt.getTime() < cooldown
+  const until = history.lastRun.finishedAt.getTime() + cooldown
+  return now.getTime() < until ? new Date(until) : undefined
 }

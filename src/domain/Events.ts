@@ -22,7 +22,10 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
   duration_ms: Schema.Number,
   dryRun: Schema.Boolean,
   reason: Schema.optionalKey(Schema.String),
-  error: Schema.optionalKey(Schema.String)
+  error: Schema.optionalKey(Schema.String),
+  /** A dry run's would-be targets (first 100) and their total. */
+  targets: Schema.optionalKey(Schema.Array(Schema.String)),
+  targetsTotal: Schema.optionalKey(Schema.Number)
 }) {}
 
 export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {

@@ -4,7 +4,8 @@
  *   REDIS_URL set    → that Redis server;      absent → the in-memory implementations.
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
+import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { join } from "node:path"
 import type { Builds } from "../services/Builds.ts"
 import type { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
@@ -46,7 +47,10 @@ export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatu
 
 /** The services backed by Redis, on a real server. */
 export const RedisBackends = (url: Redacted.Redacted<string>) =>
-  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(Layer.provideMerge(Redis.layerSingle(url)))
+  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(
+    Layer.provideMerge(Redis.layerSingle(url)),
+    unavailable("Redis", url)
+  )
 
 /** The same services in memory (embedded default, specs). */
 export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
@@ -76,15 +80,45 @@ const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
     yield* checkColumns
   }))
 
+/** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
+const unavailable = (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
+<A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, InfrastructureUnavailable, R> =>
+  Layer.catchCause(layer, (cause: Cause.Cause<E>) =>
+    Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(new InfrastructureUnavailable({
+      service,
+      host: hostOfUrl(Redacted.value(url)),
+      detail: describeError(Cause.squash(cause))
+    }))))
+
+type Embedded = ReturnType<typeof layerEmbedded>
+
 /** The PostgreSQL client configuration picks, nothing checked or migrated (`sweeper migrate`). */
-export const databaseClientLayer = (settings: SweeperSettings) =>
+export const databaseClientLayer = (
+  settings: SweeperSettings
+): Layer.Layer<Layer.Success<Embedded>, Layer.Error<Embedded> | InfrastructureUnavailable> =>
   Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
-    onSome: layerServer
+    onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
   })
 
-export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") =>
-  Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+/** effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query. */
+const isConnectionFailure = (error: unknown) => {
+  const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
+  return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError")
+}
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") => {
+  const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+  if (Option.isNone(settings.databaseUrl)) return layer
+  const url = settings.databaseUrl.value
+  // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
+  return Layer.catchCause(layer, (cause) =>
+    Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
+      isConnectionFailure(Cause.squash(cause))
+        ? Effect.fail(new InfrastructureUnavailable({ service: "PostgreSQL", host: hostOfUrl(Redacted.value(url)), detail: describeError(Cause.squash(cause)) }))
+        : Effect.failCause(cause)
+    ))
+}
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: Option.match(settings.databaseUrl, {

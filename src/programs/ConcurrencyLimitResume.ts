@@ -17,7 +17,7 @@
  * cluster-wide. `resumeWorker` is exported for a runtime that schedules workers itself.
  */
 import { Clock, Duration, Effect, Exit, Option } from "effect"
-import { CurrentRun } from "../domain/Batch.ts"
+import { CurrentRun, wouldChange } from "../domain/Batch.ts"
 import type { Batch } from "../domain/Batch.ts"
 import {
   RESCHEDULE_DELAY,
@@ -104,6 +104,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   if (toResume <= 0) return Option.some<PassResult>({ ...stats, resumed: 0, remaining: queueSize })
 
   const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun })
+  if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
   if (!dryRun && jids.length > 0) {
     yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue, count: jids.length, limit, jids }))
     yield* increment(concurrencyLimitResumedJobsTotal, jids.length, attributes)

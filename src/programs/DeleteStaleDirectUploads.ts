@@ -12,8 +12,8 @@
  * lossy decode would turn into the name of another object) are reported, never deleted; and one
  * object that cannot be deleted keeps its entry without stopping the run.
  */
-import { Clock, DateTime, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, CurrentRun } from "../domain/Batch.ts"
+import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
+import { type Batch, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -68,7 +68,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const { dryRun, budget } = yield* CurrentRun
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
   const startedMillis = yield* Clock.currentTimeMillis
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
 
   const totalPendingEntries = yield* pending.count
   yield* setGauge(directUploadsPending, totalPendingEntries)
@@ -88,6 +88,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     } else if (isStale(parsed.success, now)) {
       if (dryRun) {
         totalDeletedStaleEntries++
+        yield* wouldChange(`direct_upload:${parsed.success.location}:${parsed.success.path}`)
       } else {
         const deleted = yield* deleteUpload(parsed.success).pipe(
           Effect.catchTag("ObjectStorageError", (error) =>

@@ -11,7 +11,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   type BuildCursor,
   cancelingCutoff,
@@ -86,7 +86,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   const builds = yield* Builds
   const { dryRun } = yield* CurrentRun
   const batchSize = yield* DropBatchSize
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
   yield* Effect.logInfo("Cleaning canceling, timed-out builds")
   const cutoff = cancelingCutoff(now)
   const read = (after: Option.Option<BuildCursor>) => builds.findStuckCanceling({ cutoff, after, limit: batchSize })
@@ -103,6 +103,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
       : read(Option.some(cursorOf(page[page.length - 1]!)))
     if (dryRun) {
       dropped += page.length
+      for (const build of page) yield* wouldChange(`build:${build.id}`)
       page = yield* next
       continue
     }

@@ -23,7 +23,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun } from "../domain/Batch.ts"
+import { CurrentRun, wouldChange } from "../domain/Batch.ts"
 import { RebalanceRescheduled } from "../domain/Events.ts"
 import {
   parseRunningRebalances,
@@ -121,6 +121,8 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   }
 
   if (dryRun) {
+    for (const id of namespaces) yield* wouldChange(`rebalance:1/${id}`)
+    for (const id of projects) yield* wouldChange(`rebalance:2/${id}`)
     yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs({
       namespace_ids: namespaces,
       project_ids: projects,

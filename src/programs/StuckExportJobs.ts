@@ -13,7 +13,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
@@ -39,7 +39,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   const exportJobs = yield* ExportJobs
   const jobStatus = yield* JobStatus
   const { dryRun } = yield* CurrentRun
-  const now = yield* DateTime.now
+  const now = yield* decisionTime
 
   const enqueued = yield* exportJobs.listEnqueued
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
@@ -72,6 +72,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     const slice = toFail.slice(start, start + FAIL_SLICE)
     if (dryRun) {
       failedJids.push(...slice.map((job) => job.jid))
+      for (const job of slice) yield* wouldChange(`export_job:${job.id}`)
       continue
     }
     const failed = yield* exportJobs.failMany(slice, yield* DateTime.now)

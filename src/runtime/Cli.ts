@@ -2,7 +2,10 @@
  * The `sweeper` command line. Every command builds the same AppLayer the supervisor uses, so a
  * one-off run is the scheduled run's program under the same run guard.
  */
-import { Console, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { userInfo } from "node:os"
+import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
+import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
@@ -12,10 +15,11 @@ import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
-import { startingAt } from "./Clocks.ts"
+import { batchView, type BatchView } from "./BatchView.ts"
 import { HttpLive } from "./Http.ts"
-import { runBatch } from "./RunGuard.ts"
-import { loadHistory, Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
+import { findSupervisor, publishAddress, type SupervisorEndpoint } from "./SupervisorAddress.ts"
+import { type RunResult, runBatch } from "./RunGuard.ts"
+import { configuredBatch, loadHistory, Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
 
 /** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
 export const supervisor = { started: false }
@@ -25,23 +29,19 @@ export class InvalidFlag extends Schema.TaggedError<InvalidFlag>()("InvalidFlag"
   message: Schema.String
 }) {}
 
-const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)$/
+const UNITS: Record<string, (n: number) => Duration.Duration> = {
+  ms: Duration.millis, milli: Duration.millis, millis: Duration.millis, millisecond: Duration.millis, milliseconds: Duration.millis,
+  s: Duration.seconds, sec: Duration.seconds, secs: Duration.seconds, second: Duration.seconds, seconds: Duration.seconds,
+  m: Duration.minutes, min: Duration.minutes, mins: Duration.minutes, minute: Duration.minutes, minutes: Duration.minutes,
+  h: Duration.hours, hour: Duration.hours, hours: Duration.hours
+}
+const DURATION = /^(\d+(?:\.\d+)?)\s*([a-z]+)$/
 
-/** `30s`, `250ms`, `5m`, `1h`. */
+/** `30s`, `250ms`, `5m`, `1h` and the spelling the env vars use: `30 seconds`, `5 minutes`. */
 export const parseDuration = (input: string): Option.Option<Duration.Duration> => {
-  const match = DURATION.exec(input.trim())
-  if (match === null) return Option.none()
-  const amount = Number(match[1])
-  switch (match[2]) {
-    case "ms":
-      return Option.some(Duration.millis(amount))
-    case "s":
-      return Option.some(Duration.seconds(amount))
-    case "m":
-      return Option.some(Duration.minutes(amount))
-    default:
-      return Option.some(Duration.hours(amount))
-  }
+  const match = DURATION.exec(input.trim().toLowerCase())
+  const unit = match?.[2] === undefined ? undefined : UNITS[match[2]]
+  return match === null || unit === undefined ? Option.none() : Option.some(unit(Number(match[1])))
 }
 
 const parseInstant = (flag: string, input: string) => {
@@ -51,41 +51,115 @@ const parseInstant = (flag: string, input: string) => {
     : Effect.succeed(date)
 }
 
-const json = Flag.Boolean("json").pipe(Flag.withDescription("Print one JSON object on stdout"), Flag.withDefault(false))
+const json = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON on stdout"), Flag.withDefault(false))
+const batchArgument = Argument.String("batch").pipe(Argument.withDescription(`One of: ${batchNames.join(", ")}`))
+
+/**
+ * On the embedded default the database belongs to the running supervisor (PGlite is one process's
+ * database), so the CLI asks it over HTTP. With DATABASE_URL the CLI reads the database itself.
+ */
+const remoteSupervisor = Effect.gen(function*() {
+  const settings = yield* SweeperConfig
+  if (Option.isSome(settings.databaseUrl)) return Option.none<SupervisorEndpoint>()
+  return yield* findSupervisor(settings.dataDir)
+}).pipe(Effect.provide(SweeperConfig.layer))
+
+/** One call to the supervisor's API; its JSON errors come back as one line, an unreachable supervisor as exit 3. */
+const callSupervisor = (endpoint: SupervisorEndpoint, method: "GET" | "POST", path: string, body?: unknown) =>
+  Effect.tryPromise({
+    try: async () => {
+      const response = await fetch(`${endpoint.url}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${endpoint.token}`,
+          "x-sweeper-actor": `cli:${userInfo().username}`,
+          ...(body === undefined ? {} : { "content-type": "application/json" })
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) })
+      })
+      return { status: response.status, body: await response.json() as unknown }
+    },
+    catch: (cause) => new InfrastructureUnavailable({ service: "Sweeper supervisor", host: hostOfUrl(endpoint.url), detail: describeError(cause) })
+  }).pipe(Effect.flatMap(({ status, body }): Effect.Effect<unknown, InfrastructureUnavailable | RemoteRefusal> => {
+    if (status < 400) return Effect.succeed(body)
+    const error = (body as { error?: { code?: string; message?: string } }).error
+    const message = error?.message ?? `HTTP ${status}`
+    if (error?.code === "batch_disabled") return Effect.fail(new RemoteRefusal({ message }))
+    if (error?.code === "unknown_batch") return Effect.fail(new RemoteRefusal({ message }))
+    return Effect.fail(new InfrastructureUnavailable({ service: "Sweeper supervisor", host: hostOfUrl(endpoint.url), detail: message }))
+  }))
+
+export class RemoteRefusal extends Schema.TaggedError<RemoteRefusal>()("RemoteRefusal", { message: Schema.String }) {}
+
+const printRun = (result: RunResult, asJson: boolean) =>
+  Effect.gen(function*() {
+    if (asJson) {
+      yield* Console.log(JSON.stringify({
+        batch: result.batch,
+        runId: result.runId,
+        outcome: result.outcome,
+        dryRun: result.dryRun,
+        summary: result.summary,
+        ...(result.reason === undefined ? {} : { reason: result.reason }),
+        ...(result.error === undefined ? {} : { error: result.error }),
+        ...(result.targets === undefined ? {} : { targets: result.targets, targetsTotal: result.targetsTotal })
+      }))
+    } else {
+      const label = result.dryRun ? `${result.batch} (dry run)` : result.batch
+      yield* Console.log(`${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`)
+      if (result.error !== undefined) yield* Console.log(`  error: ${result.error}`)
+      if (result.targets !== undefined && result.targets.length > 0) {
+        yield* Console.log(`  would change ${result.targetsTotal} (first ${result.targets.length} listed):`)
+        for (const target of result.targets) yield* Console.log(`    ${target}`)
+      }
+    }
+    if (result.outcome === "failed" || result.outcome === "timed_out") process.exitCode = 1
+  })
 
 const run = Command.make(
   "run",
   {
-    batch: Argument.String("batch").pipe(Argument.withDescription(`One of: ${batchNames.join(", ")}`)),
-    dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report what would change; change nothing"), Flag.withDefault(false)),
+    batch: batchArgument,
+    dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"), Flag.withDefault(false)),
     json,
-    now: Flag.String("now").pipe(Flag.withDescription("Start this run's clock at an ISO-8601 instant"), Flag.optional),
-    budget: Flag.String("budget").pipe(Flag.withDescription("Override the batch's time budget (e.g. 30s, 5m)"), Flag.optional)
+    now: Flag.String("now").pipe(Flag.withDescription("Judge thresholds at this ISO-8601 instant (a future one only with --dry-run)"), Flag.optional),
+    budget: Flag.String("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
+    force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
   },
-  Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget }) {
+  Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget, force }) {
     const batch = yield* Effect.flatMap(findBatch(name), withLeaseOverride)
     const budgetOverride = Option.isSome(budget)
       ? yield* Option.match(parseDuration(budget.value), {
-        onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s, got "${budget.value}"` })),
+        onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s or "30 seconds", got "${budget.value}"` })),
         onSome: Effect.succeed
       })
       : undefined
-    const startAt = Option.isSome(now) ? Option.some(yield* parseInstant("--now", now.value)) : Option.none<Date>()
+    const asOf = Option.isSome(now) ? yield* parseInstant("--now", now.value) : undefined
+    // A real run at a future instant would repair things that are not stuck yet.
+    if (asOf !== undefined && !dryRun && asOf.getTime() > DateTime.toEpochMillis(yield* DateTime.now)) {
+      return yield* new InvalidFlag({ flag: "--now", message: `${now.pipe(Option.getOrElse(() => ""))} is in the future; only a --dry-run may look ahead` })
+    }
+
+    const remote = yield* remoteSupervisor
+    if (Option.isSome(remote)) {
+      if (asOf !== undefined || budgetOverride !== undefined) {
+        return yield* new InvalidFlag({
+          flag: asOf !== undefined ? "--now" : "--budget",
+          message: "not available while the supervisor holds the embedded database; stop it, or set DATABASE_URL"
+        })
+      }
+      const result = yield* callSupervisor(remote.value, "POST", `/api/batches/${encodeURIComponent(name)}/run`, { dryRun, force })
+      return yield* printRun(result as RunResult, json)
+    }
 
     const execute = Effect.gen(function*() {
       const settings = yield* SweeperConfig
+      if (settings.disabledBatches.includes(batch.name) && !force) return yield* new BatchDisabled({ name: batch.name })
       yield* Effect.logInfo("Backends", describeBackends(settings))
-      return yield* runBatch(batch, { trigger: "manual", dryRun, budget: budgetOverride })
+      return yield* runBatch(batch, { trigger: "manual", dryRun, budget: budgetOverride, asOf })
       // A dry run only reads, so it never migrates (SPEC §8.1).
     }).pipe(Effect.provide(dryRun ? ReadOnlyAppLayer : AppLayer))
-    const result = yield* (Option.isSome(startAt) ? startingAt(startAt.value)(execute) : execute)
-
-    if (json) {
-      yield* Console.log(JSON.stringify({ batch: result.batch, runId: result.runId, outcome: result.outcome, summary: result.summary }))
-    } else {
-      yield* Console.log(`${result.batch} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`)
-    }
-    if (result.outcome === "failed" || result.outcome === "timed_out") process.exitCode = 1
+    yield* printRun(yield* execute, json)
   })
 ).pipe(Command.withDescription("Run one batch once, now, through the run guard"))
 
@@ -114,6 +188,11 @@ const migrateCommand = Command.make(
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Apply pending database migrations (--plan: only list them)"))
 
+const printEvent = (event: StoredEvent, asJson: boolean) =>
+  Console.log(asJson
+    ? JSON.stringify(event)
+    : `${event.occurredAt.toISOString()} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${event.runId ? ` run=${event.runId}` : ""}`)
+
 const events = Command.make(
   "events",
   {
@@ -125,49 +204,122 @@ const events = Command.make(
     json
   },
   Effect.fn("Cli.events")(function*({ stream, type, run, since, limit, json }) {
-    const log = yield* EventLog
-    const found = yield* log.query({
+    const sinceDate = Option.isSome(since) ? yield* parseInstant("--since", since.value) : undefined
+    const filter = {
       stream: Option.getOrUndefined(stream),
       type: Option.getOrUndefined(type),
       runId: Option.getOrUndefined(run),
-      since: Option.isSome(since) ? yield* parseInstant("--since", since.value) : undefined,
+      since: sinceDate,
       newestFirst: true,
       limit
-    })
-    for (const event of [...found].reverse()) {
-      yield* Console.log(json
-        ? JSON.stringify(event)
-        : `${event.occurredAt.toISOString()} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${event.runId ? ` run=${event.runId}` : ""}`)
     }
-  }, Effect.provide(ReadOnlyAppLayer))
+    const remote = yield* remoteSupervisor
+    const found: ReadonlyArray<StoredEvent> = Option.isSome(remote)
+      ? ((yield* callSupervisor(remote.value, "GET", `/api/events?${new URLSearchParams({
+        ...(filter.stream === undefined ? {} : { stream: filter.stream }),
+        ...(filter.type === undefined ? {} : { type: filter.type }),
+        ...(filter.runId === undefined ? {} : { run: filter.runId }),
+        ...(sinceDate === undefined ? {} : { since: sinceDate.toISOString() }),
+        limit: String(limit)
+      })}`)) as Array<StoredEvent & { occurredAt: string }>).map((e) => ({ ...e, occurredAt: new Date(e.occurredAt) }))
+      : yield* Effect.gen(function*() {
+        const log = yield* EventLog
+        return yield* log.query(filter)
+      }).pipe(Effect.provide(ReadOnlyAppLayer))
+    for (const event of [...found].reverse()) yield* printEvent(event, json)
+  })
 ).pipe(Command.withDescription("Show recorded events, newest last"))
+
+/** Every batch's view, computed here from the database (no supervisor involved). */
+const localViews = Effect.gen(function*() {
+  const settings = yield* SweeperConfig
+  const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
+  const views: Array<BatchView> = []
+  for (const registered of batches) {
+    const { batch, cronText, cron } = yield* configuredBatch(registered, settings.timezone)
+    views.push(batchView({
+      batch,
+      cronText,
+      cron,
+      timezone: settings.timezone,
+      running: false,
+      disabled: settings.disabledBatches.includes(batch.name),
+      history: yield* loadHistory(batch.name)
+    }, now))
+  }
+  return views
+}).pipe(Effect.provide(ReadOnlyAppLayer))
+
+const ago = (iso: string | null, now: number) => {
+  if (iso === null) return "never"
+  const seconds = Math.max(0, Math.round((now - Date.parse(iso)) / 1000))
+  return seconds < 120 ? `${seconds}s ago` : seconds < 7200 ? `${Math.round(seconds / 60)}m ago` : seconds < 172800 ? `${Math.round(seconds / 3600)}h ago` : `${Math.round(seconds / 86400)}d ago`
+}
+
+/** The state with its detail: who paused and when, until when the breaker stays open. */
+export const stateDetail = (view: BatchView) => {
+  switch (view.state) {
+    case "paused":
+      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${view.paused?.at ? ` at ${view.paused.at}` : ""}`
+    case "breaker_open":
+      return `breaker open until ${view.breaker.until}`
+    case "disabled":
+      return "disabled (SWEEPER_DISABLED_BATCHES)"
+    default:
+      return view.state
+  }
+}
 
 const status = Command.make(
   "status",
   { json },
   Effect.fn("Cli.status")(function*({ json }) {
-    const rows = []
-    for (const batch of batches) {
-      const history = yield* loadHistory(batch.name)
-      rows.push({
-        batch: batch.name,
-        state: history.paused ? "paused" : "active",
-        lastOutcome: history.lastRun?.outcome ?? null,
-        lastRunAt: history.lastRun?.finishedAt.toISOString() ?? null,
-        lastSuccessAt: history.lastSuccessAt?.toISOString() ?? null,
-        consecutiveFailures: history.consecutiveFailures,
-        lastSummary: history.lastRun?.summary ?? null
-      })
+    const remote = yield* remoteSupervisor
+    const views = Option.isSome(remote)
+      ? (yield* callSupervisor(remote.value, "GET", "/api/batches")) as ReadonlyArray<BatchView>
+      : yield* localViews
+    if (json) return yield* Console.log(JSON.stringify(views))
+    const now = DateTime.toEpochMillis(yield* DateTime.now)
+    const rows = [
+      ["BATCH", "STATE", "SCHEDULE", "NEXT TICK", "LAST RUN", "OUTCOME", "FAILURES"],
+      ...views.map((v) => [
+        v.name,
+        stateDetail(v),
+        `${v.cronInWords} (${v.timezone})`,
+        v.nextTick ?? "-",
+        ago(v.lastRun?.finishedAt ?? null, now),
+        v.lastOutcome ?? "-",
+        String(v.consecutiveFailures)
+      ])
+    ]
+    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
+    for (const row of rows) yield* Console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd())
+    for (const v of views) {
+      if (v.lastRun?.error) yield* Console.log(`${v.name}: last error: ${v.lastRun.error}`)
     }
-    if (json) return yield* Console.log(JSON.stringify(rows))
-    for (const row of rows) {
-      yield* Console.log(
-        `${row.batch.padEnd(36)} ${row.state.padEnd(7)} ${(row.lastOutcome ?? "never run").padEnd(10)} ${row.lastRunAt ?? ""}` +
-          (row.consecutiveFailures > 0 ? `  (${row.consecutiveFailures} consecutive failures)` : "")
-      )
-    }
-  }, Effect.provide(ReadOnlyAppLayer))
-).pipe(Command.withDescription("Each batch's last run and outcome, folded from its events"))
+  })
+).pipe(Command.withDescription("Each batch's state, schedule, next tick and last run"))
+
+const pauseOrResume = (action: "pause" | "resume") =>
+  Command.make(
+    action,
+    { batch: batchArgument },
+    Effect.fn(`Cli.${action}`)(function*({ batch: name }) {
+      const batch = yield* findBatch(name)
+      const by = `cli:${userInfo().username}`
+      const remote = yield* remoteSupervisor
+      if (Option.isSome(remote)) {
+        yield* callSupervisor(remote.value, "POST", `/api/batches/${encodeURIComponent(batch.name)}/${action}`)
+      } else {
+        // The event is the state: every supervisor folds it (a running one on its next start).
+        yield* Effect.gen(function*() {
+          const log = yield* EventLog
+          yield* log.append(action === "pause" ? new BatchPaused({ batch: batch.name, by }) : new BatchResumed({ batch: batch.name, by }))
+        }).pipe(Effect.provide(AppLayer))
+      }
+      yield* Console.log(`${batch.name} ${action === "pause" ? "paused" : "resumed"}`)
+    })
+  ).pipe(Command.withDescription(action === "pause" ? "Stop a batch's scheduled ticks until resumed (manual runs still go)" : "Let a paused batch's ticks run again"))
 
 /** Logs the schedule table and where the HTTP server listens, once everything is up. */
 const Announce = Layer.effectDiscard(Effect.gen(function*() {
@@ -182,9 +334,15 @@ const Announce = Layer.effectDiscard(Effect.gen(function*() {
       lastOutcome: batch.history.lastRun?.outcome ?? null
     })
   }
-  yield* Effect.logInfo(`HTTP listening on ${HttpServer.formatAddress(server.address)}`, {
-    endpoints: ["/healthz", "/readyz", "/metrics", "/api/batches", "/"]
+  const url = HttpServer.formatAddress(server.address)
+  yield* Effect.logInfo(`HTTP listening on ${url}`, {
+    endpoints: ["/healthz", "/readyz", "/metrics", "/api/batches", "/api/runs", "/api/events", "/"]
   })
+  // The CLI on the embedded default cannot open the database this process holds; it finds the
+  // supervisor here and asks it over HTTP instead.
+  const settings = yield* SweeperConfig
+  if (Option.isNone(settings.databaseUrl)) yield* publishAddress(settings.dataDir, url)
+  yield* Effect.addFinalizer(() => Effect.logInfo("Shutting down"))
   supervisor.started = true
 }))
 
@@ -212,7 +370,7 @@ const start = Command.make(
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, status, migrateCommand, events, doctorCommand])
+  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events, doctorCommand])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })

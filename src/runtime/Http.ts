@@ -1,63 +1,113 @@
 /**
- * The operator's HTTP surface (127.0.0.1 by default): /healthz, /readyz (PostgreSQL and Redis
- * reachable), /metrics (Prometheus text), /api/batches (JSON), / (a small dashboard), and the
- * mutating actions POST /api/batches/:name/{run,pause,resume}, which need SWEEPER_API_TOKEN.
+ * The operator's HTTP surface (127.0.0.1 by default):
+ *
+ *   GET  /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text)
+ *   GET  /api/batches, /api/batches/:name (with its last runs), /api/runs?batch=&limit=,
+ *        /api/events?stream=&type=&run=&since=&limit=, /api/stream (SSE: batches as they change)
+ *   POST /api/batches/:name/run ({"dryRun": true, "force": true}), …/pause, …/resume
+ *   GET  / (dashboard), /batches/:name (a batch's page)
+ *
+ * POSTs need `Authorization: Bearer <SWEEPER_API_TOKEN>` (or the local token the supervisor
+ * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of
+ * one shape: `{"error": {"code", "message"}}`.
  */
 import { NodeHttpServer } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted } from "effect"
+import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, Schema, Stream } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { createHash, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
+import { describeError } from "../domain/Errors.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { Redis } from "../layers/Redis.ts"
+import { EventLog } from "../services/EventLog.ts"
 import { prometheusText, setGauge } from "../services/Metrics.ts"
+import { batchPage, dashboardPage } from "./Dashboard.ts"
+import { batchView, type BatchView } from "./BatchView.ts"
+import { recentRuns } from "./Runs.ts"
 import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
+import { localToken } from "./SupervisorAddress.ts"
 
 export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seconds", {
   description: "Seconds since each batch's last successful run (absent until its first success)"
 })
 
 const CHECK_TIMEOUT = Duration.seconds(2)
+const DEFAULT_EVENTS = 100
+const MAX_EVENTS = 1000
+const BATCH_PAGE_RUNS = 50
 
-const batchJson = (snapshot: BatchSnapshot) => ({
-  name: snapshot.name,
-  worker: snapshot.worker,
-  description: snapshot.description,
-  cron: snapshot.cron,
-  timezone: snapshot.timezone,
-  state: snapshot.status,
-  nextTick: snapshot.nextTick?.toISOString() ?? null,
-  lastRun: snapshot.history.lastRun === undefined ? null : {
-    runId: snapshot.history.lastRun.runId,
-    outcome: snapshot.history.lastRun.outcome,
-    finishedAt: snapshot.history.lastRun.finishedAt.toISOString(),
-    durationMs: snapshot.history.lastRun.durationMs,
-    summary: snapshot.history.lastRun.summary
-  },
-  lastOutcome: snapshot.history.lastRun?.outcome ?? null,
-  lastSuccessAt: snapshot.history.lastSuccessAt?.toISOString() ?? null,
-  consecutiveFailures: snapshot.history.consecutiveFailures
+export type ErrorCode =
+  | "unauthorized"
+  | "api_disabled"
+  | "unknown_batch"
+  | "batch_disabled"
+  | "bad_request"
+  | "not_found"
+  | "internal"
+
+const STATUS: Record<ErrorCode, number> = {
+  unauthorized: 401,
+  api_disabled: 403,
+  unknown_batch: 404,
+  batch_disabled: 409,
+  bad_request: 400,
+  not_found: 404,
+  internal: 500
+}
+
+/** The one error shape every endpoint answers with. */
+export const apiError = (code: ErrorCode, message: string, extra: Record<string, unknown> = {}) =>
+  HttpServerResponse.jsonUnsafe({ error: { code, message, ...extra } }, { status: STATUS[code] })
+
+const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
+
+/**
+ * Constant-time token check: equal-length SHA-256 digests through timingSafeEqual, so neither the
+ * comparison nor a length mismatch tells an attacker how much of a guess was right.
+ */
+export const tokenMatches = (presented: string, expected: string): boolean => timingSafeEqual(digest(presented), digest(expected))
+
+export const snapshotView = (snapshot: BatchSnapshot, now: Date): BatchView =>
+  batchView({
+    batch: snapshot.batch,
+    cronText: snapshot.cron,
+    cron: snapshot.cronSchedule,
+    timezone: snapshot.timezone,
+    running: snapshot.status === "running",
+    disabled: snapshot.status === "disabled",
+    history: snapshot.history
+  }, now)
+
+const RunBody = Schema.Struct({
+  dryRun: Schema.optionalKey(Schema.Boolean),
+  force: Schema.optionalKey(Schema.Boolean)
 })
 
-const escapeHtml = (text: string) =>
-  text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
+const instant = (value: string | null) => {
+  if (value === null || value === "") return Option.none<Date | undefined>().pipe(Option.orElse(() => Option.some(undefined)))
+  const date = new Date(value)
+  return Number.isNaN(date.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(value) ? Option.none<Date | undefined>() : Option.some<Date | undefined>(date)
+}
 
-const dashboard = (snapshots: ReadonlyArray<BatchSnapshot>) => `<!doctype html>
-<html><head><meta charset="utf-8"><title>Sweeper</title><meta http-equiv="refresh" content="10">
-<style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}
-.succeeded{color:#070}.failed,.timed_out{color:#b00}.skipped{color:#777}</style></head><body>
-<h1>Sweeper</h1><table><tr><th>batch</th><th>cron</th><th>state</th><th>next tick</th><th>last run</th><th>outcome</th><th>summary</th></tr>
-${snapshots.map((s) => {
-  const last = s.history.lastRun
-  return `<tr><td title="${escapeHtml(s.description)}">${escapeHtml(s.name)}</td><td><code>${escapeHtml(s.cron)}</code> ${escapeHtml(s.timezone)}</td><td>${s.status}</td><td>${s.nextTick?.toISOString() ?? ""}</td><td>${last?.finishedAt.toISOString() ?? "never"}</td><td class="${last?.outcome ?? ""}">${last?.outcome ?? ""}</td><td><code>${escapeHtml(JSON.stringify(last?.summary ?? null))}</code></td></tr>`
-}).join("\n")}
-</table><p><a href="/api/batches">/api/batches</a> · <a href="/metrics">/metrics</a> · <a href="/readyz">/readyz</a></p></body></html>`
+const integer = (value: string | null, fallback: number, max: number) => {
+  if (value === null || value === "") return Option.some(fallback)
+  if (!/^\d+$/.test(value)) return Option.none<number>()
+  return Option.some(Math.max(1, Math.min(max, Number(value))))
+}
 
 export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const scheduler = yield* Scheduler
   const settings = yield* SweeperConfig
   const sql = yield* PgClient.PgClient
+  const events = yield* EventLog
   const redis = yield* Effect.serviceOption(Redis)
+
+  const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
+  const views = Effect.gen(function*() {
+    const now = yield* nowDate
+    return (yield* scheduler.snapshots).map((s) => snapshotView(s, now))
+  })
 
   const check = <E>(probe: Effect.Effect<unknown, E>) =>
     probe.pipe(
@@ -66,23 +116,36 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       Effect.catchCause(() => Effect.succeed("unreachable"))
     )
 
+  const query = Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    return new URL(request.url, "http://sweeper").searchParams
+  })
+
+  /** Store errors become `internal` with their cause; nothing escapes as a bare 500. */
+  const handled = <E, R>(effect: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+    effect.pipe(Effect.catchCause((cause) => Effect.succeed(apiError("internal", describeError(cause)))))
+
   const authorized = (
-    action: (name: string, request: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse>
+    action: (name: string, request: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>
   ) =>
-    Effect.gen(function*() {
+    handled(Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const { name } = yield* HttpRouter.params
-      if (Option.isNone(settings.apiToken)) {
-        return HttpServerResponse.jsonUnsafe({ error: "mutating API disabled: set SWEEPER_API_TOKEN" }, { status: 403 })
-      }
-      if (request.headers["authorization"] !== `Bearer ${Redacted.value(settings.apiToken.value)}`) {
-        return HttpServerResponse.jsonUnsafe({ error: "unauthorized" }, { status: 401 })
+      const header = request.headers["authorization"] ?? ""
+      const presented = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : ""
+      // Evaluate both so the time taken does not say which token exists.
+      const local = tokenMatches(presented, localToken)
+      const configured = Option.isSome(settings.apiToken) && tokenMatches(presented, Redacted.value(settings.apiToken.value))
+      if (!local && !configured) {
+        return Option.isNone(settings.apiToken)
+          ? apiError("api_disabled", "mutating API disabled: set SWEEPER_API_TOKEN")
+          : apiError("unauthorized", "missing or wrong bearer token")
       }
       return yield* action(name ?? "", request)
-    })
+    }))
 
-  const unknown = (error: { readonly name: string; readonly known: ReadonlyArray<string> }) =>
-    Effect.succeed(HttpServerResponse.jsonUnsafe({ error: `unknown batch ${error.name}`, known: error.known }, { status: 404 }))
+  const unknownBatch = (error: { readonly name: string; readonly known: ReadonlyArray<string> }) =>
+    Effect.succeed(apiError("unknown_batch", `unknown batch "${error.name}"`, { known: error.known }))
 
   yield* router.add("GET", "/healthz", HttpServerResponse.text("ok\n"))
   yield* router.add("GET", "/readyz", Effect.gen(function*() {
@@ -104,24 +167,104 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
     }
     return HttpServerResponse.text(yield* prometheusText, { contentType: "text/plain; version=0.0.4; charset=utf-8" })
   }))
-  yield* router.add("GET", "/api/batches", Effect.map(scheduler.snapshots, (all) => HttpServerResponse.jsonUnsafe(all.map(batchJson))))
-  yield* router.add("GET", "/", Effect.map(scheduler.snapshots, (all) => HttpServerResponse.html(dashboard(all))))
-  yield* router.add("POST", "/api/batches/:name/run", authorized((name) =>
-    scheduler.runNow(name).pipe(
-      Effect.map((result) => HttpServerResponse.jsonUnsafe(result)),
-      Effect.catchTag("UnknownBatch", unknown)
-    )))
-  yield* router.add("POST", "/api/batches/:name/pause", authorized((name) =>
-    scheduler.pause(name, "http").pipe(
+
+  yield* router.add("GET", "/api/batches", Effect.map(views, (all) => HttpServerResponse.jsonUnsafe(all)))
+  yield* router.add("GET", "/api/batches/:name", handled(Effect.gen(function*() {
+    const { name } = yield* HttpRouter.params
+    const view = (yield* views).find((v) => v.name === name)
+    if (view === undefined) return yield* unknownBatch({ name: name ?? "", known: (yield* views).map((v) => v.name) })
+    return HttpServerResponse.jsonUnsafe({ ...view, runs: yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }) })
+  }).pipe(Effect.provideService(EventLog, events))))
+  yield* router.add("GET", "/api/runs", handled(Effect.gen(function*() {
+    const params = yield* query
+    const batch = params.get("batch") ?? undefined
+    const limit = integer(params.get("limit"), BATCH_PAGE_RUNS, 500)
+    if (Option.isNone(limit)) return apiError("bad_request", "limit: expected a positive integer")
+    const names = (yield* scheduler.snapshots).map((s) => s.name)
+    if (batch !== undefined && !names.includes(batch)) return yield* unknownBatch({ name: batch, known: names })
+    return HttpServerResponse.jsonUnsafe(yield* recentRuns({ batch, limit: limit.value }))
+  }).pipe(Effect.provideService(EventLog, events))))
+  yield* router.add("GET", "/api/events", handled(Effect.gen(function*() {
+    const params = yield* query
+    const since = instant(params.get("since"))
+    if (Option.isNone(since)) return apiError("bad_request", "since: expected an ISO-8601 instant")
+    const limit = integer(params.get("limit"), DEFAULT_EVENTS, MAX_EVENTS)
+    if (Option.isNone(limit)) return apiError("bad_request", "limit: expected a positive integer")
+    const found = yield* events.query({
+      stream: params.get("stream") || undefined,
+      type: params.get("type") || undefined,
+      runId: params.get("run") || undefined,
+      since: since.value,
+      newestFirst: true,
+      limit: limit.value
+    })
+    return HttpServerResponse.jsonUnsafe(found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() })))
+  })))
+  // Server-sent events: the batch views now, then again whenever they change (checked each second).
+  yield* router.add("GET", "/api/stream", Effect.sync(() => {
+    let last = ""
+    const encoder = new TextEncoder()
+    const changes = Stream.fromEffectSchedule(views, Schedule.spaced("1 second")).pipe(
+      Stream.map((all) => JSON.stringify(all)),
+      Stream.filter((json) => {
+        const changed = json !== last
+        last = json
+        return changed
+      }),
+      Stream.map((json) => encoder.encode(`event: batches\ndata: ${json}\n\n`))
+    )
+    return HttpServerResponse.stream(changes, {
+      contentType: "text/event-stream",
+      headers: { "cache-control": "no-cache" }
+    })
+  }))
+
+  yield* router.add("POST", "/api/batches/:name/run", authorized((name, request) =>
+    Effect.gen(function*() {
+      const text = yield* request.text
+      const body = text.trim() === ""
+        ? Option.some({} as typeof RunBody.Type)
+        : Schema.decodeUnknownOption(Schema.fromJsonString(RunBody))(text)
+      if (Option.isNone(body)) return apiError("bad_request", "body: expected {\"dryRun\"?: boolean, \"force\"?: boolean}")
+      return yield* scheduler.runNow(name, { dryRun: body.value.dryRun, force: body.value.force }).pipe(
+        Effect.map((result) => HttpServerResponse.jsonUnsafe(result)),
+        Effect.catchTags({
+          UnknownBatch: unknownBatch,
+          BatchDisabled: (error) => Effect.succeed(apiError("batch_disabled", error.message))
+        })
+      )
+    })))
+  yield* router.add("POST", "/api/batches/:name/pause", authorized((name, request) =>
+    scheduler.pause(name, byOf(request)).pipe(
       Effect.as(HttpServerResponse.jsonUnsafe({ paused: name })),
-      Effect.catchTag("UnknownBatch", unknown)
+      Effect.catchTag("UnknownBatch", unknownBatch)
     )))
-  yield* router.add("POST", "/api/batches/:name/resume", authorized((name) =>
-    scheduler.resume(name, "http").pipe(
+  yield* router.add("POST", "/api/batches/:name/resume", authorized((name, request) =>
+    scheduler.resume(name, byOf(request)).pipe(
       Effect.as(HttpServerResponse.jsonUnsafe({ resumed: name })),
-      Effect.catchTag("UnknownBatch", unknown)
+      Effect.catchTag("UnknownBatch", unknownBatch)
     )))
+
+  yield* router.add("GET", "/", handled(Effect.gen(function*() {
+    const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
+    const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
+    const page = dashboardPage(yield* views, { stream, events: found })
+    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
+  })))
+  yield* router.add("GET", "/batches/:name", handled(Effect.gen(function*() {
+    const { name } = yield* HttpRouter.params
+    const view = (yield* views).find((v) => v.name === name)
+    if (view === undefined) return HttpServerResponse.text(`unknown batch ${name ?? ""}\n`, { status: 404 })
+    const page = batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }))
+    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
+  }).pipe(Effect.provideService(EventLog, events))))
 }))
+
+/** Who paused: the `X-Sweeper-Actor` header (the CLI and dashboard send one), else "http". */
+const byOf = (request: HttpServerRequest.HttpServerRequest) => {
+  const actor = request.headers["x-sweeper-actor"]
+  return typeof actor === "string" && /^[\w .:@-]{1,64}$/.test(actor) ? actor : "http"
+}
 
 /** The HTTP server on SWEEPER_HTTP_HOST:SWEEPER_HTTP_PORT (port 0 picks a free port). */
 export const HttpLive = Layer.unwrap(Effect.gen(function*() {

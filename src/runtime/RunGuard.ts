@@ -10,7 +10,7 @@
 import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
-import { isTransient, LeaseLost } from "../domain/Errors.ts"
+import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -27,7 +27,12 @@ export interface RunOptions {
   /** The cron tick this run is for; with `claimTick` only one process in the cluster runs it. */
   readonly scheduledAt?: DateTime.Utc | undefined
   readonly claimTick?: boolean | undefined
+  /** `--now T`: the instant the program judges thresholds at (events and writes keep the real clock). */
+  readonly asOf?: Date | undefined
 }
+
+/** A dry run lists at most this many would-be targets (the total is always counted). */
+export const MAX_LISTED_TARGETS = 100
 
 export interface RunResult {
   readonly batch: string
@@ -37,6 +42,10 @@ export interface RunResult {
   readonly reason?: string | undefined
   readonly error?: string | undefined
   readonly durationMs: number
+  readonly dryRun: boolean
+  /** A dry run's would-be targets (first MAX_LISTED_TARGETS) and how many there were in all. */
+  readonly targets?: ReadonlyArray<string> | undefined
+  readonly targetsTotal?: number | undefined
 }
 
 /** Transient infrastructure errors: exponential backoff from 200 ms, capped at 5 s, jittered, 3 retries. */
@@ -53,11 +62,8 @@ const TICK_CLAIM_TTL = Duration.hours(25)
 export const tickLeaseName = (batch: string, scheduledAt: DateTime.Utc) =>
   `sweeper/tick/${batch}/${DateTime.formatIso(scheduledAt)}`
 
-const describe = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  if (error instanceof Error) return `${error.name}: ${error.message}`
-  return String(error)
-}
+/** The failure as one line with its whole cause chain (SQL state and message, Redis error, host). */
+export const describe = (cause: Cause.Cause<unknown>): string => describeError(Cause.squash(cause))
 
 /**
  * Holds the batch's exclusive lease for the scope: renewed every TTL/3; a failed renewal marks it
@@ -107,6 +113,22 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const budget = options.budget ?? batch.budget
     const startedAt = yield* DateTime.now
     const startedMs = DateTime.toEpochMillis(startedAt)
+    const targets: Array<string> = []
+    let targetsTotal = 0
+    const wouldChange = (stream: string) =>
+      Effect.sync(() => {
+        if (targetsTotal++ < MAX_LISTED_TARGETS) targets.push(stream)
+      })
+    const runInfo = (fence: Option.Option<Fence>) => ({
+      runId,
+      batch: batch.name,
+      dryRun,
+      budget: Option.some(budget),
+      fence,
+      asOf: options.asOf,
+      wouldChange: dryRun ? wouldChange : undefined
+    })
+    const listed = () => dryRun ? { targets: [...targets], targetsTotal } : {}
 
     const runStarted = new RunStarted({
       batch: batch.name,
@@ -119,7 +141,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
 
     const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
       const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
-      yield* events.append(new RunFinished({ batch: batch.name, outcome, summary, duration_ms: durationMs, dryRun, ...details })).pipe(
+      yield* events.append(new RunFinished({ batch: batch.name, outcome, summary, duration_ms: durationMs, dryRun, ...details, ...listed() })).pipe(
         Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
       )
       yield* increment(runsTotal, 1, { batch: batch.name, outcome })
@@ -128,8 +150,8 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
       }
       const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
-      yield* log(`Run ${outcome}`).pipe(Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details }))
-      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs } satisfies RunResult
+      yield* log(dryRun ? `Dry run ${outcome}` : `Run ${outcome}`).pipe(Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details, ...listed() }))
+      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs, dryRun, ...listed() } satisfies RunResult
     })
 
     const guarded = Effect.scoped(Effect.gen(function*() {
@@ -141,11 +163,11 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
             Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<Option.Option<LeaseHandle>>()))
         )
         if (Option.isNone(claim)) {
-          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "lease unavailable", durationMs: 0 } satisfies RunResult
+          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "lease unavailable", durationMs: 0, dryRun } satisfies RunResult
         }
         if (Option.isNone(claim.value)) {
           yield* Effect.logDebug("Tick already claimed by another process")
-          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "tick claimed elsewhere", durationMs: 0 } satisfies RunResult
+          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "tick claimed elsewhere", durationMs: 0, dryRun } satisfies RunResult
         }
       }
 
@@ -164,7 +186,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
 
       const program = batch.run.pipe(
         Effect.retry(transientRetry),
-        Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence }),
+        Effect.provideService(CurrentRun, runInfo(fence)),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
       // Interrupted from outside (shutdown past its grace): still record how the run ended.
@@ -188,16 +210,16 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     }))
 
     return yield* guarded.pipe(
-      Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun, budget: Option.some(budget), fence: Option.none() }),
+      Effect.provideService(CurrentRun, runInfo(Option.none())),
       Effect.catchCause((cause) =>
         Effect.gen(function*() {
           yield* Effect.logError("Run guard failed", describe(cause))
           const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
           yield* increment(runsTotal, 1, { batch: batch.name, outcome: "failed" })
-          return { batch: batch.name, runId, outcome: "failed", summary: null, error: describe(cause), durationMs } satisfies RunResult
+          return { batch: batch.name, runId, outcome: "failed", summary: null, error: describe(cause), durationMs, dryRun } satisfies RunResult
         })
       ),
-      Effect.annotateLogs({ batch: batch.name, run_id: runId }),
+      Effect.annotateLogs(dryRun ? { batch: batch.name, run_id: runId, dry_run: true } : { batch: batch.name, run_id: runId }),
       Effect.withSpan(`batch.${batch.name}`, { attributes: { batch: batch.name, run_id: runId, dry_run: dryRun } })
     )
   })

@@ -14,7 +14,7 @@
  */
 import { Cause, Config, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Result } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
+import { BatchDisabled, InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
 import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, periodAt, planStartup } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
@@ -25,13 +25,21 @@ import { type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuar
 
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
-  | { readonly _tag: "RunNow"; readonly reply: Deferred.Deferred<RunResult> }
+  | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly reply: Deferred.Deferred<RunResult> }
   | { readonly _tag: "Pause"; readonly by: string }
   | { readonly _tag: "Resume"; readonly by: string }
+
+export interface RunNowOptions {
+  readonly dryRun?: boolean | undefined
+  /** Run a batch listed in SWEEPER_DISABLED_BATCHES anyway. */
+  readonly force?: boolean | undefined
+}
 
 export type ActorStatus = "idle" | "running" | "paused" | "disabled"
 
 export interface BatchSnapshot {
+  readonly batch: RegisteredBatch
+  readonly cronSchedule: Cron.Cron
   readonly name: string
   readonly worker: string
   readonly description: string
@@ -60,7 +68,7 @@ interface Actor {
 
 export class Scheduler extends Context.Service<Scheduler, {
   readonly snapshots: Effect.Effect<ReadonlyArray<BatchSnapshot>>
-  runNow(name: string): Effect.Effect<RunResult, UnknownBatch>
+  runNow(name: string, options?: RunNowOptions): Effect.Effect<RunResult, UnknownBatch | BatchDisabled>
   pause(name: string, by: string): Effect.Effect<void, UnknownBatch>
   resume(name: string, by: string): Effect.Effect<void, UnknownBatch>
 }>()("sweeper/runtime/Scheduler") {}
@@ -97,11 +105,34 @@ export const withLeaseOverride = (batch: RegisteredBatch) =>
     )
     return Option.isNone(ttl) ? batch : { ...batch, lease: Option.some({ ...batch.lease.value, ttl: ttl.value }) }
   })
+/** A registered batch as configured: lease TTL override and cron (SWEEPER_CRON_<BATCH>) applied. */
+export const configuredBatch = Effect.fnUntraced(function*(configured: RegisteredBatch, timezone: string) {
+  const batch = yield* withLeaseOverride(configured)
+  const variable = cronVariable(batch.name)
+  const cronText = yield* Config.String(variable).pipe(
+    Config.withDefault(batch.cron),
+    Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
+  )
+  const cron = parseCron(cronText, timezone)
+  if (Result.isFailure(cron)) {
+    return yield* new InvalidConfig({ variable, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
+  }
+  return { batch, cronText, cron: cron.success }
+})
+
 const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
   if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return history
-  return withRun(history, { runId: result.runId, outcome: result.outcome, finishedAt, durationMs: result.durationMs, summary: result.summary })
+  return withRun(history, {
+    runId: result.runId,
+    outcome: result.outcome,
+    finishedAt,
+    durationMs: result.durationMs,
+    summary: result.summary,
+    reason: result.reason,
+    error: result.error
+  })
 }
 
 export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
@@ -124,22 +155,13 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     const actors = new Map<string, Actor>()
     for (const configured of batches) {
-      const batch = yield* withLeaseOverride(configured)
-      const variable = cronVariable(batch.name)
-      const cronText = yield* Config.String(variable).pipe(
-        Config.withDefault(batch.cron),
-        Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
-      )
-      const cron = parseCron(cronText, settings.timezone)
-      if (Result.isFailure(cron)) {
-        return yield* new InvalidConfig({ variable, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
-      }
+      const { batch, cronText, cron } = yield* configuredBatch(configured, settings.timezone)
       const history = yield* loadHistory(batch.name)
       const disabled = settings.disabledBatches.includes(batch.name)
       actors.set(batch.name, {
         batch,
         cronText,
-        cron: cron.success,
+        cron,
         mailbox: yield* Queue.unbounded<Message>(),
         state: yield* Ref.make<ActorState>({
           status: disabled ? "disabled" : history.paused ? "paused" : "idle",
@@ -169,11 +191,12 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         Effect.annotateLogs({ batch: actor.batch.name, scheduled_at: scheduledAt.toISOString(), reason })
       )
 
-    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date }) =>
+    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean }) =>
       Effect.gen(function*() {
         yield* Ref.update(actor.state, (s) => ({ ...s, status: "running" as const, pendingTick: undefined }))
         const fiber = yield* FiberSet.run(inflight, runBatch(actor.batch, {
           trigger: options.trigger,
+          dryRun: options.dryRun,
           scheduledAt: options.scheduledAt === undefined ? undefined : DateTime.fromDateUnsafe(options.scheduledAt),
           claimTick: options.scheduledAt !== undefined
         }))
@@ -182,7 +205,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         yield* Ref.update(actor.state, (s) => ({
           ...s,
           status: s.status === "running" ? "idle" as const : s.status,
-          history: afterRun(s.history, result, finishedAt)
+          // A dry run changes nothing, the batch's history included (as in the event fold).
+          history: result.dryRun ? s.history : afterRun(s.history, result, finishedAt)
         }))
         if (result.outcome === "skipped" && result.reason === "lease unavailable" && options.scheduledAt !== undefined) {
           yield* recordMissed(actor, options.scheduledAt, "lease_unavailable")
@@ -195,20 +219,30 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const ticks = messages.filter((m): m is Extract<Message, { _tag: "Tick" }> => m._tag === "Tick")
         for (const message of messages) {
           switch (message._tag) {
-            case "Pause":
+            case "Pause": {
+              const pausedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
               yield* events.append(new BatchPaused({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({ ...s, status: s.status === "disabled" ? s.status : "paused" as const, history: { ...s.history, paused: true } }))
+              yield* Ref.update(actor.state, (s) => ({
+                ...s,
+                status: s.status === "disabled" ? s.status : "paused" as const,
+                history: { ...s.history, paused: true, pausedBy: message.by, pausedAt }
+              }))
               break
+            }
             case "Resume":
               yield* events.append(new BatchResumed({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({ ...s, status: s.status === "disabled" ? s.status : "idle" as const, history: { ...s.history, paused: false } }))
+              yield* Ref.update(actor.state, (s) => ({
+                ...s,
+                status: s.status === "disabled" ? s.status : "idle" as const,
+                history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined }
+              }))
               break
             case "RunNow": {
               if (yield* Ref.get(shuttingDown)) {
-                yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0 })
+                yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0, dryRun: message.dryRun })
                 break
               }
-              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual" }))
+              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual", dryRun: message.dryRun }))
               break
             }
             case "Tick":
@@ -296,6 +330,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     const snapshots = Effect.forEach([...actors.values()], (actor) =>
       Effect.map(Ref.get(actor.state), (state): BatchSnapshot => ({
+        batch: actor.batch,
+        cronSchedule: actor.cron,
         name: actor.batch.name,
         worker: actor.batch.worker,
         description: actor.batch.description,
@@ -309,11 +345,14 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     return Scheduler.of({
       snapshots,
-      runNow: (name) =>
+      runNow: (name, options = {}) =>
         Effect.gen(function*() {
           const actor = yield* actorNamed(name)
+          if ((yield* Ref.get(actor.state)).status === "disabled" && options.force !== true) {
+            return yield* new BatchDisabled({ name })
+          }
           const reply = yield* Deferred.make<RunResult>()
-          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", reply })
+          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, reply })
           return yield* Deferred.await(reply)
         }),
       pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Pause", by })).pipe(Effect.asVoid),

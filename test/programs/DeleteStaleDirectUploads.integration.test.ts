@@ -67,7 +67,7 @@ const runJson = (roots: Record<string, string>, ...extra: ReadonlyArray<string>)
     const lines = result.stdout.split("\n").filter((line) => line.length > 0)
     assert.lengthOf(lines, 1, result.stdout)
     const parsed = JSON.parse(lines[0]!) as Record<string, unknown>
-    assert.deepStrictEqual(Object.keys(parsed), ["batch", "runId", "outcome", "summary"])
+    assert.includeMembers(Object.keys(parsed), ["batch", "runId", "outcome", "dryRun", "summary"])
     return { ...(parsed as { batch: string; runId: string; outcome: string; summary: unknown }), stderr: result.stderr }
   })
 

@@ -91,7 +91,7 @@ const runJson = (...extra: ReadonlyArray<string>) =>
     const lines = result.stdout.split("\n").filter((line) => line.length > 0)
     assert.lengthOf(lines, 1, result.stdout)
     const parsed = JSON.parse(lines[0]!) as Record<string, unknown>
-    assert.deepStrictEqual(Object.keys(parsed), ["batch", "runId", "outcome", "summary"])
+    assert.includeMembers(Object.keys(parsed), ["batch", "runId", "outcome", "dryRun", "summary"])
     return parsed as { batch: string; runId: string; outcome: string; summary: unknown }
   })
 
@@ -116,10 +116,10 @@ layer(Platform, { excludeTestServices: true })("sweeper run drop-canceling-build
           assert.strictEqual(row.status, "failed", `build ${id}`)
           assert.strictEqual(row.failure_reason, 3)
           assert.strictEqual(row.lock_version, old.lock_version + 1)
-          // --now starts the run's clock there; the run takes a few seconds at most.
+          // --now only sets the decision instant: the write carries the real time, never the fake one.
           const finished = row.finished_at!.getTime()
-          assert.isAtLeast(finished, now, `build ${id} finished_at`)
-          assert.isBelow(finished, now + 30_000)
+          assert.isAbove(finished, now, `build ${id} finished_at`)
+          assert.isBelow(Math.abs(finished - Date.now()), 60_000)
           assert.strictEqual(row.updated_at.getTime(), finished)
         } else {
           assert.deepStrictEqual(row, old, `control build ${id} untouched`)

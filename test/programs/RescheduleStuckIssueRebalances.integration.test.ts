@@ -101,7 +101,8 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
       assert.deepStrictEqual(jobs.map((job) => job.args), [[null, null, 10], [null, 20, null]])
       for (const job of jobs) {
         assert.strictEqual(job.created_at, job.enqueued_at)
-        assert.isBelow(Math.abs(job.created_at - Date.parse(NOW) / 1000), 60)
+        // --now only sets the instant decisions are made at; what the run writes carries the real time.
+        assert.isBelow(Math.abs(job.created_at - Date.now() / 1000), 60)
       }
       assert.deepStrictEqual(yield* redisCall((c) => c.smembers("queues")), ["issues_rebalancing"])
       assert.strictEqual(yield* redisCall((c) => c.get(claimKey("[null,null,10]"))), jobs[0]!.jid)

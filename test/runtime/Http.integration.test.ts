@@ -79,7 +79,37 @@ describe("HTTP", () => {
       const result = JSON.parse(ran.body)
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0 })
-      assert.strictEqual((yield* post("/api/batches/nope/run", TOKEN)).status, 404)
+      const unknown = yield* post("/api/batches/nope/run", TOKEN)
+      assert.strictEqual(unknown.status, 404)
+      assert.deepInclude(JSON.parse(unknown.body).error, { code: "unknown_batch" })
+      const wrong = yield* post("/api/batches/drop-canceling-builds/run", "x".repeat(TOKEN.length))
+      assert.deepStrictEqual(JSON.parse(wrong.body), { error: { code: "unauthorized", message: "missing or wrong bearer token" } })
+
+      // A dry run through the API is marked as one and lists its targets.
+      const dry = yield* get("/api/batches/drop-canceling-builds/run", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ dryRun: true })
+      })
+      assert.strictEqual(dry.status, 200, dry.body)
+      assert.include(JSON.parse(dry.body), { dryRun: true, outcome: "succeeded", targetsTotal: 0 })
+      const badBody = yield* get("/api/batches/drop-canceling-builds/run", { method: "POST", headers: { authorization: `Bearer ${TOKEN}` }, body: "{\"dryRun\": \"yes\"}" })
+      assert.strictEqual(badBody.status, 400)
+      assert.strictEqual(JSON.parse(badBody.body).error.code, "bad_request")
+
+      // One batch with its runs; runs and events filtered.
+      const one = JSON.parse((yield* get("/api/batches/drop-canceling-builds")).body)
+      assert.strictEqual(one.name, "drop-canceling-builds")
+      assert.deepStrictEqual(one.runs.map((r: { dryRun: boolean; trigger: string }) => [r.dryRun, r.trigger]), [[true, "manual"], [false, "manual"]])
+      assert.strictEqual(one.config.budget, "25m")
+      const runs = JSON.parse((yield* get("/api/runs?batch=stuck-export-jobs&limit=2")).body) as Array<{ batch: string }>
+      assert.lengthOf(runs, 2)
+      assert.isTrue(runs.every((r) => r.batch === "stuck-export-jobs"))
+      assert.strictEqual((yield* get("/api/runs?batch=nope")).status, 404)
+      const finished = JSON.parse((yield* get("/api/events?stream=batch:drop-canceling-builds&type=RunFinished")).body) as Array<{ type: string }>
+      assert.lengthOf(finished, 2)
+      assert.deepStrictEqual(JSON.parse((yield* get("/api/events?since=2999-01-01T00:00:00Z")).body), [])
+      assert.strictEqual(JSON.parse((yield* get("/api/events?since=yesterday")).body).error.code, "bad_request")
 
       assert.strictEqual((yield* post("/api/batches/stuck-export-jobs/pause", TOKEN)).status, 200)
       yield* Effect.sleep("300 millis")
@@ -92,7 +122,7 @@ describe("HTTP", () => {
 
       sweeper.child.kill("SIGTERM")
       assert.strictEqual(yield* Effect.promise(() => sweeper.exited), 0)
-    }).pipe(Effect.scoped), 60_000)
+    }).pipe(Effect.scoped), 150_000)
 
   it.live("without SWEEPER_API_TOKEN the mutating actions are refused", () =>
     Effect.gen(function*() {
@@ -106,5 +136,6 @@ describe("HTTP", () => {
       const base = yield* Effect.promise(() => sweeper.listening)
       const response = yield* Effect.promise(() => fetch(`${base}/api/batches/drop-canceling-builds/run`, { method: "POST" }))
       assert.strictEqual(response.status, 403)
-    }).pipe(Effect.scoped), 60_000)
+      assert.strictEqual((yield* Effect.promise(() => response.json() as Promise<{ error: { code: string } }>)).error.code, "api_disabled")
+    }).pipe(Effect.scoped), 150_000)
 })

@@ -41,18 +41,18 @@ describe("REPL and status", () => {
 
         const status = await runCli(["status", "--json"], env)
         assert.strictEqual(status.code, 0)
-        const rows = JSON.parse(status.stdout) as Array<{ batch: string; lastOutcome: string | null }>
-        assert.strictEqual(rows.find((r) => r.batch === "drop-canceling-builds")!.lastOutcome, "succeeded")
-        assert.strictEqual(rows.find((r) => r.batch === "stuck-export-jobs")!.lastOutcome, null)
+        const rows = JSON.parse(status.stdout) as Array<{ name: string; lastOutcome: string | null }>
+        assert.strictEqual(rows.find((r) => r.name === "drop-canceling-builds")!.lastOutcome, "succeeded")
+        assert.strictEqual(rows.find((r) => r.name === "stuck-export-jobs")!.lastOutcome, null)
 
         // And a one-off CLI run on the embedded default prints its one JSON line.
         const run = await runCli(["run", "drop-canceling-builds", "--json"], env)
         assert.strictEqual(run.code, 0)
         const result = JSON.parse(run.stdout)
-        assert.deepStrictEqual(Object.keys(result), ["batch", "runId", "outcome", "summary"])
+        assert.deepStrictEqual(Object.keys(result), ["batch", "runId", "outcome", "dryRun", "summary"])
         assert.strictEqual(result.outcome, "succeeded")
       } finally {
         rmSync(dataDir, { recursive: true, force: true })
       }
-    }), 90_000)
+    }), 150_000)
 })

@@ -1,8 +1,13 @@
 /** Runs the real CLI (`node src/main.ts …`) as a child process, as an operator would. */
 import { spawn } from "node:child_process"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
+
+/** Tests never touch the project's own ./.sweeper or port 9394 (a developer's `npm start` may hold them). */
+const scratchDataDir = join(tmpdir(), `sweeper-test-data-${process.pid}`)
 
 export interface CliResult {
   readonly code: number | null
@@ -15,7 +20,7 @@ export const runCli = (args: ReadonlyArray<string>, env: Record<string, string> 
     // process.execPath is the Node 24 that runs vitest (npm puts it first on PATH).
     const child = spawn(process.execPath, ["src/main.ts", ...args], {
       cwd: root,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
+      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_DATA_DIR: scratchDataDir, SWEEPER_HTTP_PORT: "0", ...env },
       stdio: ["ignore", "pipe", "pipe"]
     })
     let stdout = ""

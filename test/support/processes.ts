@@ -1,8 +1,13 @@
 /** Long-running Sweeper processes for multi-process and start-up tests. */
 import { type ChildProcess, spawn } from "node:child_process"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
+
+/** Tests never touch the project's own ./.sweeper or port 9394 (a developer's `npm start` may hold them). */
+const scratchDataDir = join(tmpdir(), `sweeper-test-data-${process.pid}`)
 
 export interface SweeperProcess {
   readonly name: string
@@ -17,7 +22,7 @@ export interface SweeperProcess {
 export const startSweeper = (name: string, env: Record<string, string>, args: ReadonlyArray<string> = ["start"]): SweeperProcess => {
   const child = spawn(process.execPath, ["src/main.ts", ...args], {
     cwd: root,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_NODE_NAME: name, ...env },
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_DATA_DIR: scratchDataDir, SWEEPER_HTTP_PORT: "0", SWEEPER_NODE_NAME: name, ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
   let output = ""

@@ -1,0 +1,181 @@
+/**
+ * The dashboard: server-rendered HTML with a little script, no front-end build.
+ *
+ * `/` shows every batch as a card (state, schedule in words with the next three fire times in UTC
+ * and the viewer's local time, last run and its error cause, buttons) and an entity search
+ * (`build:123`, `direct_upload:…`) that lists the entity's event history. `/batches/:name` shows
+ * a batch's configuration and its last 50 runs. The script asks for the API token once (kept in
+ * sessionStorage), sends the buttons' POSTs, converts times to local, and re-renders `<main>`
+ * whenever `/api/stream` (SSE) says the batches changed. Everything interpolated is HTML-escaped.
+ */
+import type { StoredEvent } from "../domain/Events.ts"
+import type { BatchView } from "./BatchView.ts"
+import type { RunRecord } from "./Runs.ts"
+
+export const escapeHtml = (text: string) =>
+  text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
+
+const e = (value: unknown) => escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
+
+/** A time the script shows as "3m ago" / local time; the UTC ISO text stays in the title. */
+const time = (iso: string | null, mode: "ago" | "local" | "utc" = "ago") =>
+  iso === null ? "<span class=\"muted\">never</span>" : `<time datetime="${e(iso)}" data-mode="${mode}" title="${e(iso)}">${e(iso.replace("T", " ").replace(/\.\d+Z$/, "Z"))}</time>`
+
+const duration = (ms: number | null | undefined) => {
+  if (ms === null || ms === undefined) return ""
+  if (ms < 1000) return `${Math.round(ms)} ms`
+  if (ms < 120_000) return `${(ms / 1000).toFixed(1)} s`
+  return `${Math.round(ms / 60_000)} min`
+}
+
+const STATE_LABEL: Record<BatchView["state"], string> = {
+  idle: "idle",
+  running: "running",
+  paused: "paused",
+  disabled: "disabled",
+  breaker_open: "breaker open"
+}
+
+const stateBadge = (view: BatchView) => {
+  const detail = view.state === "paused"
+    ? ` by ${e(view.paused?.by ?? "?")} ${time(view.paused?.at ?? null)}`
+    : view.state === "breaker_open"
+    ? ` until ${time(view.breaker.until, "local")}`
+    : ""
+  return `<span class="badge state-${view.state}" data-state="${view.state}">${STATE_LABEL[view.state]}</span>${detail}`
+}
+
+const outcomeBadge = (outcome: string | null, dryRun = false) =>
+  outcome === null ? "<span class=\"muted\">—</span>" : `<span class="badge outcome-${e(outcome)}">${e(outcome)}${dryRun ? " (dry run)" : ""}</span>`
+
+/** The summary's scalar counts (`dropped 3 · doomed 0`); nested values are left to the batch page. */
+const counts = (summary: unknown) => {
+  if (summary === null || typeof summary !== "object" || Array.isArray(summary)) return summary === null || summary === undefined ? "" : e(summary)
+  return Object.entries(summary as Record<string, unknown>)
+    .filter(([, v]) => typeof v === "number" || typeof v === "boolean")
+    .map(([k, v]) => `<span class="count"><span class="muted">${e(k)}</span> ${e(v)}</span>`)
+    .join(" ")
+}
+
+const buttons = (view: BatchView) =>
+  `<div class="actions">
+  <button data-action="run" data-batch="${e(view.name)}"${view.disabled ? " disabled title=\"disabled by SWEEPER_DISABLED_BATCHES\"" : ""}>Run now</button>
+  <button data-action="dry-run" data-batch="${e(view.name)}">Dry run</button>
+  ${view.state === "paused"
+    ? `<button data-action="resume" data-batch="${e(view.name)}">Resume</button>`
+    : `<button data-action="pause" data-batch="${e(view.name)}"${view.disabled ? " disabled" : ""}>Pause</button>`}
+</div>`
+
+const card = (view: BatchView) => {
+  const last = view.lastRun
+  return `<section class="card" data-batch="${e(view.name)}">
+<header><h2><a href="/batches/${encodeURIComponent(view.name)}">${e(view.name)}</a></h2>${stateBadge(view)}</header>
+<p class="muted small">${e(view.description)}</p>
+<dl>
+  <dt>Schedule</dt><dd>${e(view.cronInWords)} <code>${e(view.cron)}</code> <span class="muted">${e(view.timezone)}</span></dd>
+  <dt>Next</dt><dd class="ticks">${view.nextTicks.length === 0 ? "<span class=\"muted\">nothing scheduled</span>" : view.nextTicks.map((t) => `<div>${time(t, "utc")} <span class="muted">·</span> ${time(t, "local")}</div>`).join("")}</dd>
+  <dt>Last run</dt><dd class="last-run">${last === null ? "<span class=\"muted\">never run</span>" : `${outcomeBadge(last.outcome)} ${time(last.finishedAt)} <span class="muted">in</span> ${duration(last.durationMs)}${last.reason ? ` <span class="muted">(${e(last.reason)})</span>` : ""}`}</dd>
+  ${last?.summary ? `<dt>Counts</dt><dd>${counts(last.summary)}</dd>` : ""}
+  ${last?.error ? `<dt>Error</dt><dd class="error">${e(last.error)}</dd>` : ""}
+  <dt>Failures</dt><dd>${view.consecutiveFailures === 0 ? "0" : `<strong class="bad">${view.consecutiveFailures} in a row</strong>`}</dd>
+</dl>
+${buttons(view)}
+</section>`
+}
+
+const eventRow = (event: StoredEvent) =>
+  `<tr><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${e(event.type)}</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${event.runId === null ? "" : `<code>${e(event.runId.slice(0, 8))}</code>`}</td></tr>`
+
+const searchForm = (stream: string) =>
+  `<form class="search" method="get" action="/"><label for="stream">Entity</label>
+<input id="stream" name="stream" value="${e(stream)}" placeholder="build:123, direct_upload:uploads:tmp/x, export_job:7" autocomplete="off">
+<button type="submit">Search</button></form>`
+
+const searchResults = (stream: string, events: ReadonlyArray<StoredEvent>) =>
+  stream === ""
+    ? ""
+    : `<section class="history" id="history"><h2>History of <code>${e(stream)}</code></h2>${events.length === 0
+      ? `<p class="muted">No events for this stream.</p>`
+      : `<div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Data</th><th>Run</th></tr></thead><tbody>${[...events].map(eventRow).join("")}</tbody></table></div>`}</section>`
+
+const STYLE = `
+*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2430;background:#f4f6f9}
+a{color:#1f5fbf;text-decoration:none}a:hover{text-decoration:underline}
+.top{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;align-items:center;padding:.8rem 1.2rem;background:#1d2430;color:#fff}
+.top h1{font-size:1.15rem;margin:0}.top a{color:#cfe0ff}.top nav{display:flex;gap:1rem;flex-wrap:wrap;font-size:.9rem}
+main{padding:1rem 1.2rem;max-width:1600px;margin:0 auto}
+.search{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:0 0 1rem}.search input{flex:1 1 16rem;min-width:0;padding:.45rem .6rem;border:1px solid #b8c2d0;border-radius:6px;font:inherit}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,340px),1fr));gap:1rem}
+.card{background:#fff;border:1px solid #dde3ea;border-radius:10px;padding:.9rem 1rem;display:flex;flex-direction:column;min-width:0}
+.card header{display:flex;flex-wrap:wrap;gap:.4rem .6rem;align-items:baseline;justify-content:space-between}
+.card h2{font-size:1.02rem;margin:0;overflow-wrap:anywhere}
+dl{display:grid;grid-template-columns:5.5rem 1fr;gap:.25rem .6rem;margin:.6rem 0;flex:1}dt{color:#5b6677}dd{margin:0;min-width:0;overflow-wrap:anywhere}
+code{font:12.5px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eef1f5;padding:0 .25rem;border-radius:4px;overflow-wrap:anywhere}
+.badge{display:inline-block;padding:.05rem .5rem;border-radius:999px;font-size:.8rem;font-weight:600;background:#e6e9ee;color:#333}
+.state-idle{background:#e3f4e8;color:#14632f}.state-running{background:#ddeafe;color:#1747a6}.state-paused{background:#fff1cc;color:#7a5600}
+.state-disabled{background:#e6e9ee;color:#555}.state-breaker_open{background:#fde2e1;color:#9b1c1c}
+.outcome-succeeded{background:#e3f4e8;color:#14632f}.outcome-failed,.outcome-timed_out,.outcome-abandoned{background:#fde2e1;color:#9b1c1c}.outcome-skipped{background:#eef1f5;color:#555}
+.muted{color:#6b7687}.small{font-size:.85rem}.bad{color:#9b1c1c}.error{color:#9b1c1c;font-size:.85rem}
+.count{margin-right:.6rem;white-space:nowrap}
+.actions{display:flex;flex-wrap:wrap;gap:.4rem}button{font:inherit;padding:.35rem .8rem;border-radius:6px;border:1px solid #b8c2d0;background:#fff;cursor:pointer}
+button:hover:not([disabled]){background:#eef3fb}button[disabled]{opacity:.5;cursor:not-allowed}button[data-action=run]{background:#1f5fbf;color:#fff;border-color:#1f5fbf}
+.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:.35rem .6rem;border-bottom:1px solid #e3e8ee;text-align:left;vertical-align:top}
+th{font-size:.8rem;color:#5b6677;font-weight:600}td.data code{white-space:pre-wrap;word-break:break-all}
+.history,.config,.runs{margin-top:1.4rem}.history h2,.runs h2,.config h2{font-size:1.05rem}
+#flash{min-height:1.2em;margin:.2rem 0 .8rem}#flash.bad{color:#9b1c1c}
+@media (max-width:600px){main{padding:.8rem}dl{grid-template-columns:4.6rem 1fr}.hide-narrow{display:none}}
+`
+
+/** The page script: token once per tab, buttons, local times, live re-render over SSE. */
+const SCRIPT = `
+(function(){
+  function token(){var t=sessionStorage.getItem("sweeper-token");if(!t){t=window.prompt("API token (SWEEPER_API_TOKEN)");if(t)sessionStorage.setItem("sweeper-token",t)}return t}
+  function flash(text,bad){var f=document.getElementById("flash");if(f){f.textContent=text;f.className=bad?"bad":""}}
+  function ago(ms){var s=Math.max(0,Math.round(ms/1000));return s<120?s+"s ago":s<7200?Math.round(s/60)+"m ago":s<172800?Math.round(s/3600)+"h ago":Math.round(s/86400)+"d ago"}
+  function localize(root){root.querySelectorAll("time[datetime]").forEach(function(el){var d=new Date(el.getAttribute("datetime"));var m=el.getAttribute("data-mode");
+    if(m==="ago")el.textContent=ago(Date.now()-d.getTime());else if(m==="local")el.textContent=d.toLocaleString([], {dateStyle:"medium",timeStyle:"short"})+" local";else el.textContent=d.toISOString().slice(0,16).replace("T"," ")+" UTC"})}
+  async function act(button){var batch=button.getAttribute("data-batch"),action=button.getAttribute("data-action");var t=token();if(!t){flash("No token given; nothing done.",true);return}
+    var path="/api/batches/"+encodeURIComponent(batch)+"/"+(action==="dry-run"?"run":action);var body=action==="dry-run"?JSON.stringify({dryRun:true}):action==="run"?"{}":undefined;
+    button.disabled=true;flash((action==="dry-run"?"Dry run of ":action==="run"?"Running ":action==="pause"?"Pausing ":"Resuming ")+batch+"…");
+    try{var r=await fetch(path,{method:"POST",headers:{"authorization":"Bearer "+t,"content-type":"application/json","x-sweeper-actor":"dashboard"},body:body});var j=await r.json();
+      if(!r.ok){if(r.status===401)sessionStorage.removeItem("sweeper-token");flash(batch+": "+(j.error?j.error.message:r.status),true)}
+      else if(j.outcome){flash(batch+" "+j.outcome+(j.dryRun?" (dry run"+(j.targetsTotal!==undefined?", would change "+j.targetsTotal+(j.targets&&j.targets.length?": "+j.targets.slice(0,10).join(", ")+(j.targetsTotal>10?", …":""):""):"")+")":"")+(j.error?": "+j.error:""),j.outcome==="failed"||j.outcome==="timed_out")}
+      else flash(batch+" "+(action==="pause"?"paused":"resumed"))}
+    catch(err){flash(String(err),true)}finally{button.disabled=false;refresh()}}
+  async function refresh(){try{var r=await fetch(location.href,{headers:{accept:"text/html"}});var doc=new DOMParser().parseFromString(await r.text(),"text/html");var next=doc.querySelector("main [data-live]"),cur=document.querySelector("main [data-live]");
+    if(next&&cur){cur.replaceWith(next);localize(next)}}catch(err){}}
+  document.addEventListener("click",function(ev){var b=ev.target.closest("button[data-action]");if(b){ev.preventDefault();act(b)}});
+  localize(document);setInterval(function(){localize(document)},15000);
+  if(window.EventSource){var first=true;var es=new EventSource("/api/stream");es.addEventListener("batches",function(){if(first){first=false;return}refresh()})}
+})();
+`
+
+const layout = (title: string, body: string) => `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>${e(title)}</title><style>${STYLE}</style></head><body>
+<div class="top"><h1><a href="/">Sweeper</a></h1><nav><a href="/api/batches">API</a><a href="/metrics">metrics</a><a href="/readyz">readiness</a></nav></div>
+<main>${body}</main><script>${SCRIPT}</script></body></html>`
+
+export const dashboardPage = (views: ReadonlyArray<BatchView>, search: { readonly stream: string; readonly events: ReadonlyArray<StoredEvent> } = { stream: "", events: [] }) =>
+  layout("Sweeper", `${searchForm(search.stream)}<div id="flash" role="status"></div>
+<div data-live><div class="grid">${views.map(card).join("\n")}</div>
+${searchResults(search.stream, search.events)}</div>`)
+
+const runRow = (run: RunRecord) =>
+  `<tr data-run="${e(run.runId)}"><td>${time(run.startedAt ?? run.finishedAt, "local")}</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${duration(run.durationMs)}</td>
+<td>${outcomeBadge(run.outcome, run.dryRun)}${run.reason ? ` <span class="muted small">${e(run.reason)}</span>` : ""}</td><td>${counts(run.summary)}${run.dryRun && run.targets !== null && run.targets.length > 0 ? `<div class="small muted">would change ${e(run.targetsTotal)}: ${run.targets.slice(0, 20).map((t) => `<a href="/?stream=${encodeURIComponent(t)}#history"><code>${e(t)}</code></a>`).join(" ")}</div>` : ""}</td>
+<td class="error">${e(run.error ?? "")}</td></tr>`
+
+export const batchPage = (view: BatchView, runs: ReadonlyArray<RunRecord>) =>
+  layout(`${view.name} · Sweeper`, `<p><a href="/">← all batches</a></p><div id="flash" role="status"></div>
+<div data-live><div class="grid">${card(view)}
+<section class="card config"><h2>Configuration</h2><dl>
+<dt>Worker</dt><dd><code>${e(view.worker)}</code></dd>
+<dt>Cron</dt><dd><code>${e(view.cron)}</code> ${e(view.timezone)} (${e(view.cronInWords)})</dd>
+<dt>Budget</dt><dd>${e(view.config.budget)}</dd>
+<dt>Lease</dt><dd>${view.config.lease === null ? "<span class=\"muted\">none (may overlap across nodes)</span>" : `<code>${e(view.config.lease.name)}</code> TTL ${e(view.config.lease.ttl)}`}</dd>
+<dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>
+<dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
+</dl></section></div>
+<section class="runs"><h2>Last ${runs.length} runs</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
+<tbody>${runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")}</tbody></table></div></section></div>`)

@@ -1,0 +1,63 @@
+/**
+ * Where a running supervisor can be reached: `<SWEEPER_DATA_DIR>/supervisor.json`, written once it
+ * listens and removed when it stops. On the embedded default the database belongs to that one
+ * process, so the CLI reads this file and asks the supervisor over HTTP for `status`, `events`
+ * and `run` instead of failing with "database open in process N".
+ */
+import { Effect, Option, Schema } from "effect"
+import { randomBytes } from "node:crypto"
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+
+const Published = Schema.fromJsonString(Schema.Struct({ pid: Schema.Number, url: Schema.String, token: Schema.String }))
+
+/**
+ * This process's local token: the CLI beside an embedded supervisor reads it from the address
+ * file (mode 0600, so only the same user) and may use the mutating API with it, as if it were
+ * SWEEPER_API_TOKEN, without the operator having to configure one.
+ */
+export const localToken = randomBytes(24).toString("hex")
+
+export interface SupervisorEndpoint {
+  readonly url: string
+  readonly token: string
+}
+
+export const addressFile = (dataDir: string) => join(dataDir, "supervisor.json")
+
+/** Writes the address for the scope's lifetime. */
+export const publishAddress = (dataDir: string, url: string) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      mkdirSync(dataDir, { recursive: true })
+      writeFileSync(addressFile(dataDir), JSON.stringify({ pid: process.pid, url, token: localToken }), { mode: 0o600 })
+    }),
+    () => Effect.sync(() => rmSync(addressFile(dataDir), { force: true }))
+  )
+
+const isAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** The running supervisor's base URL and local token, if one published them and is still alive. */
+export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<SupervisorEndpoint>> =>
+  Effect.sync(() => {
+    try {
+      return readFileSync(addressFile(dataDir), "utf8")
+    } catch {
+      return undefined
+    }
+  }).pipe(
+    Effect.flatMap((text) =>
+      text === undefined
+        ? Effect.succeedNone
+        : Schema.decodeUnknownEffect(Published)(text).pipe(
+          Effect.map((p) => isAlive(p.pid) && p.pid !== process.pid ? Option.some({ url: p.url, token: p.token }) : Option.none()),
+          Effect.orElseSucceed(() => Option.none<SupervisorEndpoint>())
+        ))
+  )
