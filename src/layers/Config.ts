@@ -2,10 +2,12 @@
  * Sweeper's configuration, read once from the environment with effect `Config`. A bad value fails
  * start-up with one message naming the variable (`InvalidConfig`).
  */
-import { Config, Context, Duration, Effect, Layer, Option, type Redacted, Schema } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { hostname } from "node:os"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
+import { parseRedisUrl } from "./Redis.ts"
+import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 
 export interface ConcurrencyLimitSetting {
   readonly limit: number
@@ -15,12 +17,14 @@ export interface ConcurrencyLimitSetting {
 export interface SweeperSettings {
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
+  /** GitLab's three Redis stores (SPEC §8.2), each defaulting to REDIS_URL; a comma list is a cluster. */
+  readonly redisStoreUrls: RedisStoreUrlSettings
   /** Embedded PGlite data lives here (`<dataDir>/pgdata`). */
   readonly dataDir: string
   /** Names this process in RunStarted events and tick leases. */
   readonly node: string
-  /** location → local root directory (`SWEEPER_OBJECT_STORAGE`). */
-  readonly objectStorage: Readonly<Record<string, string>>
+  /** Where each location's objects live (`SWEEPER_OBJECT_STORAGE`, see ObjectStorageConfig.ts). */
+  readonly objectStorage: ObjectStorageSettings
   /** worker class name → limit and queue (`SWEEPER_CONCURRENCY_LIMITS`). */
   readonly concurrencyLimits: Readonly<Record<string, ConcurrencyLimitSetting>>
   readonly httpHost: string
@@ -36,7 +40,63 @@ export interface SweeperSettings {
   readonly dropBatchSize: number
 }
 
-const ObjectStorageJson = Schema.fromJsonString(Schema.Record(Schema.String, Schema.String))
+export interface RedisStoreUrlSettings {
+  readonly sharedState: Option.Option<Redacted.Redacted<string>>
+  readonly queues: Option.Option<Redacted.Redacted<string>>
+  readonly queuesMetadata: Option.Option<Redacted.Redacted<string>>
+}
+
+const noStoreUrls: RedisStoreUrlSettings = { sharedState: Option.none(), queues: Option.none(), queuesMetadata: Option.none() }
+
+const STORE_VARIABLES = {
+  sharedState: "REDIS_SHARED_STATE_URL",
+  queues: "REDIS_QUEUES_URL",
+  queuesMetadata: "REDIS_QUEUES_METADATA_URL"
+} as const
+
+/** Each store's URL: its own variable, else REDIS_URL; None when neither is set. */
+export const resolveStoreUrls = (settings: Pick<SweeperSettings, "redisUrl" | "redisStoreUrls">) => ({
+  sharedState: Option.orElse(settings.redisStoreUrls.sharedState, () => settings.redisUrl),
+  queues: Option.orElse(settings.redisStoreUrls.queues, () => settings.redisUrl),
+  queuesMetadata: Option.orElse(settings.redisStoreUrls.queuesMetadata, () => settings.redisUrl)
+})
+
+/** Any Redis configured at all (REDIS_URL or a store URL). */
+export const redisConfigured = (settings: Pick<SweeperSettings, "redisUrl" | "redisStoreUrls">) =>
+  Option.isSome(settings.redisUrl) || Object.values(settings.redisStoreUrls).some(Option.isSome)
+
+/**
+ * SPEC §8.2: the in-memory Redis exists only for the all-embedded default. A real PostgreSQL with
+ * the in-memory Redis would run the Redis batches on an empty store and report ready, and the
+ * reverse would keep Sweeper's history in a local PGlite nobody else sees: both are start-up errors.
+ * Every store URL must also parse (a comma list is a cluster, which has only database 0).
+ */
+const checkHalfEmbedded = (settings: SweeperSettings): Option.Option<InvalidConfig> => {
+  const hasDatabase = Option.isSome(settings.databaseUrl)
+  if (!redisConfigured(settings)) {
+    return hasDatabase
+      ? Option.some(new InvalidConfig({ variable: "REDIS_URL", message: "DATABASE_URL is set but REDIS_URL is not: set both (a real GitLab) or neither (the embedded default)" }))
+      : Option.none()
+  }
+  if (!hasDatabase) {
+    const variable = Option.isSome(settings.redisUrl) ? "REDIS_URL" : "REDIS_*_URL"
+    return Option.some(new InvalidConfig({ variable: "DATABASE_URL", message: `${variable} is set but DATABASE_URL is not: set both (a real GitLab) or neither (the embedded default)` }))
+  }
+  const urls = resolveStoreUrls(settings)
+  for (const store of ["sharedState", "queues", "queuesMetadata"] as const) {
+    const variable = STORE_VARIABLES[store]
+    const url = urls[store]
+    if (Option.isNone(url)) {
+      return Option.some(new InvalidConfig({ variable, message: `neither ${variable} nor REDIS_URL is set` }))
+    }
+    const parsed = parseRedisUrl(Redacted.value(url.value))
+    if (parsed.kind === "invalid") {
+      return Option.some(new InvalidConfig({ variable: Option.isSome(settings.redisStoreUrls[store]) ? variable : "REDIS_URL", message: parsed.message }))
+    }
+  }
+  return Option.none()
+}
+
 const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
   Schema.String,
   Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(Schema.String) })
@@ -45,9 +105,14 @@ const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
 const settings = Config.all({
   databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
   redisUrl: Config.option(Config.Redacted("REDIS_URL")),
+  redisStoreUrls: Config.all({
+    sharedState: Config.option(Config.Redacted(STORE_VARIABLES.sharedState)),
+    queues: Config.option(Config.Redacted(STORE_VARIABLES.queues)),
+    queuesMetadata: Config.option(Config.Redacted(STORE_VARIABLES.queuesMetadata))
+  }),
   dataDir: Config.String("SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
   node: Config.String("SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
-  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault({})),
+  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault(NoObjectStorage)),
   concurrencyLimits: Config.schema(ConcurrencyLimitsJson, "SWEEPER_CONCURRENCY_LIMITS").pipe(
     Config.withDefault({}),
     Config.map((limits) =>
@@ -80,7 +145,8 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
   static readonly layer = Layer.effect(
     SweeperConfig,
     settings.pipe(
-      Effect.mapError((error) => new InvalidConfig({ variable: variableOf(error.message), message: error.message }))
+      Effect.mapError((error) => new InvalidConfig({ variable: variableOf(error.message), message: error.message })),
+      Effect.flatMap((loaded) => Option.match(checkHalfEmbedded(loaded), { onNone: () => Effect.succeed(loaded), onSome: Effect.fail }))
     )
   )
 
@@ -89,9 +155,10 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
     Layer.succeed(SweeperConfig, {
       databaseUrl: Option.none(),
       redisUrl: Option.none(),
+      redisStoreUrls: noStoreUrls,
       dataDir: ".sweeper",
       node: "test-node",
-      objectStorage: {},
+      objectStorage: NoObjectStorage,
       concurrencyLimits: {},
       httpHost: "127.0.0.1",
       httpPort: 0,

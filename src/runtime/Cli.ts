@@ -9,7 +9,7 @@ import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
-import { SweeperConfig } from "../layers/Config.ts"
+import { redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -357,7 +357,7 @@ const start = Command.make(
   {},
   Effect.fn("Cli.start")(function*() {
     const settings = yield* SweeperConfig
-    const embedded = Option.isNone(settings.databaseUrl) && Option.isNone(settings.redisUrl)
+    const embedded = Option.isNone(settings.databaseUrl) && !redisConfigured(settings)
     yield* Effect.logInfo(
       embedded
         ? "Sweeper starting on the embedded default (no DATABASE_URL / REDIS_URL): PGlite + in-memory Redis"

@@ -17,11 +17,26 @@ import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, 
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
+import { monitorEventLoopDelay } from "node:perf_hooks"
 import { describeError } from "../domain/Errors.ts"
 import { SweeperConfig } from "../layers/Config.ts"
-import { Redis } from "../layers/Redis.ts"
+import { RedisStores } from "../layers/Redis.ts"
 import { EventLog } from "../services/EventLog.ts"
-import { prometheusText, setGauge } from "../services/Metrics.ts"
+import {
+  activeHandles,
+  batchBreakerOpen,
+  batchDisabled,
+  batchPaused,
+  buildInfo,
+  eventLoopLagSeconds,
+  processCpuSecondsTotal,
+  processHeapTotalBytes,
+  processHeapUsedBytes,
+  processResidentMemoryBytes,
+  processStartTimeSeconds,
+  prometheusText,
+  setGauge
+} from "../services/Metrics.ts"
 import { batchPage, dashboardPage } from "./Dashboard.ts"
 import { batchView, type BatchView } from "./BatchView.ts"
 import { recentRuns } from "./Runs.ts"
@@ -33,6 +48,8 @@ export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seco
 })
 
 const CHECK_TIMEOUT = Duration.seconds(2)
+/** package.json's version; reported in sweeper_build_info. */
+const VERSION = "0.1.0"
 const DEFAULT_EVENTS = 100
 const MAX_EVENTS = 1000
 const BATCH_PAGE_RUNS = 50
@@ -101,7 +118,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const settings = yield* SweeperConfig
   const sql = yield* PgClient.PgClient
   const events = yield* EventLog
-  const redis = yield* Effect.serviceOption(Redis)
+  const stores = yield* Effect.serviceOption(RedisStores)
 
   const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
   const views = Effect.gen(function*() {
@@ -149,22 +166,50 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
 
   yield* router.add("GET", "/healthz", HttpServerResponse.text("ok\n"))
   yield* router.add("GET", "/readyz", Effect.gen(function*() {
-    const [postgres, redisStatus] = yield* Effect.all([
+    // Every GitLab store is pinged (SPEC §8.2): a batch needs all three, so one down is not ready.
+    const [postgres, storeStatus] = yield* Effect.all([
       check(sql`SELECT 1`),
-      Option.match(redis, {
-        onNone: () => Effect.succeed("ok (in-memory)"),
-        onSome: (r) => check(r.use("ping", (client) => client.ping()))
+      Option.match(stores, {
+        onNone: () => Effect.succeed(undefined),
+        onSome: (all) =>
+          Effect.forEach(all, ({ store, redis }) =>
+            Effect.map(check(redis.use("ping", (client) => client.ping())), (status) => [store, { status, kind: redis.kind }] as const), {
+            concurrency: "unbounded"
+          }).pipe(Effect.map((entries) => Object.fromEntries(entries)))
       })
     ], { concurrency: 2 })
+    const storeStatuses = storeStatus === undefined ? [] : Object.values(storeStatus).map((entry) => entry.status)
+    const redisStatus = storeStatus === undefined ? "ok (in-memory)" : storeStatuses.find((status) => status !== "ok") ?? "ok"
     const ready = postgres === "ok" && redisStatus.startsWith("ok")
-    return HttpServerResponse.jsonUnsafe({ ready, postgres, redis: redisStatus }, { status: ready ? 200 : 503 })
+    return HttpServerResponse.jsonUnsafe(
+      { ready, postgres, redis: redisStatus, ...(storeStatus === undefined ? {} : { redisStores: storeStatus }) },
+      { status: ready ? 200 : 503 }
+    )
   }))
+  const loopDelay = monitorEventLoopDelay({ resolution: 20 })
+  loopDelay.enable()
+  yield* Effect.addFinalizer(() => Effect.sync(() => loopDelay.disable()))
+  yield* setGauge(buildInfo, 1, { version: VERSION, node_version: process.version, node: settings.node })
+  yield* setGauge(processStartTimeSeconds, Math.round((Date.now() - process.uptime() * 1000) / 1000))
+
   yield* router.add("GET", "/metrics", Effect.gen(function*() {
     const now = DateTime.toEpochMillis(yield* DateTime.now)
-    for (const snapshot of yield* scheduler.snapshots) {
-      const success = snapshot.history.lastSuccessAt
-      if (success !== undefined) yield* setGauge(lastSuccessAgeSeconds, (now - success.getTime()) / 1000, { batch: snapshot.name })
+    for (const view of yield* views) {
+      if (view.lastSuccessAt !== null) yield* setGauge(lastSuccessAgeSeconds, (now - Date.parse(view.lastSuccessAt)) / 1000, { batch: view.name })
+      yield* setGauge(batchPaused, view.paused === null ? 0 : 1, { batch: view.name })
+      yield* setGauge(batchDisabled, view.disabled ? 1 : 0, { batch: view.name })
+      yield* setGauge(batchBreakerOpen, view.breaker.open ? 1 : 0, { batch: view.name })
     }
+    // Process and runtime figures, read at scrape time.
+    const memory = process.memoryUsage()
+    const cpu = process.cpuUsage()
+    yield* setGauge(processResidentMemoryBytes, memory.rss)
+    yield* setGauge(processHeapUsedBytes, memory.heapUsed)
+    yield* setGauge(processHeapTotalBytes, memory.heapTotal)
+    yield* setGauge(processCpuSecondsTotal, (cpu.user + cpu.system) / 1e6)
+    yield* setGauge(activeHandles, process.getActiveResourcesInfo().length)
+    yield* setGauge(eventLoopLagSeconds, Number.isFinite(loopDelay.percentile(99)) ? loopDelay.percentile(99) / 1e9 : 0)
+    loopDelay.reset()
     return HttpServerResponse.text(yield* prometheusText, { contentType: "text/plain; version=0.0.4; charset=utf-8" })
   }))
 

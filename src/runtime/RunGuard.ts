@@ -56,6 +56,25 @@ export const transientRetry = Schedule.min([Schedule.exponential("200 millis"), 
   Schedule.while(({ input }) => isTransient(input))
 )
 
+/**
+ * A connection cut under a transaction fails the statement and then the ROLLBACK, which @effect/sql
+ * turns into a defect: `Effect.retry` would never see it. A cause made only of transient failures
+ * and transient defects (no interruption, nothing else) becomes a plain failure so
+ * `transientRetry` retries it; any other cause — a bug, a LeaseLost, a permanent SQL error — is
+ * left exactly as it was.
+ */
+export const transientDefectsAsFailures = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, unknown, R> =>
+  Effect.catchCause(effect, (cause) => {
+    let transient: { readonly error: unknown } | undefined
+    for (const reason of cause.reasons) {
+      if (Cause.isInterruptReason(reason)) return Effect.failCause(cause)
+      const error = Cause.isFailReason(reason) ? reason.error : reason.defect
+      if (!isTransient(error)) return Effect.failCause(cause)
+      transient ??= { error }
+    }
+    return transient === undefined ? Effect.failCause(cause) : Effect.fail(transient.error)
+  })
+
 /** How long a claimed tick stays claimed: longer than any period, so no replica re-runs it. */
 const TICK_CLAIM_TTL = Duration.hours(25)
 
@@ -145,7 +164,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
       )
       yield* increment(runsTotal, 1, { batch: batch.name, outcome })
-      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name }), durationMs / 1000)
+      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name, outcome }), durationMs / 1000)
       if (outcome === "succeeded" && !dryRun) {
         yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
       }
@@ -157,15 +176,16 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const guarded = Effect.scoped(Effect.gen(function*() {
       // One replica per scheduled tick: the claim is never released, it simply expires.
       if (options.claimTick === true && options.scheduledAt !== undefined) {
-        const claim = yield* lease.tryAcquire(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
+        // A claim, not a fenced lease: no epoch key is created for a tick (SPEC §8.2).
+        const claim = yield* lease.claim(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
           Effect.map(Option.some),
           Effect.catchCause((cause) =>
-            Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<Option.Option<LeaseHandle>>()))
+            Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<boolean>()))
         )
         if (Option.isNone(claim)) {
           return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "lease unavailable", durationMs: 0, dryRun } satisfies RunResult
         }
-        if (Option.isNone(claim.value)) {
+        if (!claim.value) {
           yield* Effect.logDebug("Tick already claimed by another process")
           return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "tick claimed elsewhere", durationMs: 0, dryRun } satisfies RunResult
         }
@@ -185,6 +205,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       yield* events.append(runStarted)
 
       const program = batch.run.pipe(
+        transientDefectsAsFailures,
         Effect.retry(transientRetry),
         Effect.provideService(CurrentRun, runInfo(fence)),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))

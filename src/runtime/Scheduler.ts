@@ -21,6 +21,7 @@ import { SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
+import { increment, initialiseSeries, ticksMissedTotal } from "../services/Metrics.ts"
 import { type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
 
 type Message =
@@ -149,6 +150,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
       })
     }
 
+    // Every batch × outcome (and × missed reason) series exists from start-up at 0.
+    yield* initialiseSeries(batches.map((b) => b.name))
     const shuttingDown = yield* Ref.make(false)
     const inflight = yield* FiberSet.make<RunResult>()
     const fibers = yield* FiberMap.make<string>()
@@ -181,10 +184,10 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
       Effect.gen(function*() {
         const at = DateTime.fromDateUnsafe(scheduledAt)
         if (reason !== "lease_unavailable") {
-          const claim = yield* lease.tryAcquire(tickLeaseName(actor.batch.name, at), Duration.hours(25))
-          if (Option.isNone(claim)) return
+          if (!(yield* lease.claim(tickLeaseName(actor.batch.name, at), Duration.hours(25)))) return
         }
         yield* events.append(new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason }))
+        yield* increment(ticksMissedTotal, 1, { batch: actor.batch.name, reason })
         yield* Ref.update(actor.state, (s) => ({ ...s, history: { ...s.history, lastCoveredTick: scheduledAt } }))
       }).pipe(
         Effect.catchCause((cause) => Effect.logWarning("Could not record missed tick", Cause.pretty(cause))),

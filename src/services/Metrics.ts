@@ -49,6 +49,11 @@ export const directUploadsFailedDeletesTotal = Metric.counter("sweeper_direct_up
   incremental: true
 })
 
+export const directUploadsSkippedNoStoreTotal = Metric.counter("sweeper_direct_uploads_skipped_no_store_total", {
+  description: "Stale direct uploads of a location with no object store configured (entry removed, no object deleted)",
+  incremental: true
+})
+
 export const directUploadsPending = Metric.gauge("sweeper_direct_uploads_pending_entries", {
   description: "Entries in pending_direct_uploads when delete-stale-direct-uploads last started"
 })
@@ -105,3 +110,44 @@ export const setGauge = (
 ): Effect.Effect<void> => Metric.update(Metric.withAttributes(gauge, attributes), value)
 
 export const prometheusText: Effect.Effect<string> = PrometheusMetrics.format()
+
+export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
+  description: "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, …)",
+  incremental: true
+})
+
+export const buildInfo = Metric.gauge("sweeper_build_info", {
+  description: "Always 1; the labels say which Sweeper and Node.js this process runs"
+})
+
+export const batchPaused = Metric.gauge("sweeper_batch_paused", {
+  description: "1 while the batch is paused (BatchPaused without a later BatchResumed), else 0"
+})
+
+export const batchDisabled = Metric.gauge("sweeper_batch_disabled", {
+  description: "1 when the batch is listed in SWEEPER_DISABLED_BATCHES, else 0"
+})
+
+export const batchBreakerOpen = Metric.gauge("sweeper_batch_breaker_open", {
+  description: "1 while the scheduler's circuit breaker skips the batch's ticks, else 0"
+})
+
+export const processResidentMemoryBytes = Metric.gauge("process_resident_memory_bytes", { description: "Resident set size in bytes" })
+export const processHeapUsedBytes = Metric.gauge("nodejs_heap_used_bytes", { description: "V8 heap in use, bytes" })
+export const processHeapTotalBytes = Metric.gauge("nodejs_heap_total_bytes", { description: "V8 heap allocated, bytes" })
+export const processCpuSecondsTotal = Metric.gauge("process_cpu_seconds_total", { description: "User plus system CPU time, seconds" })
+export const processStartTimeSeconds = Metric.gauge("process_start_time_seconds", { description: "Start time of the process, epoch seconds" })
+export const eventLoopLagSeconds = Metric.gauge("nodejs_eventloop_lag_p99_seconds", { description: "99th percentile event-loop delay since the last scrape, seconds" })
+export const activeHandles = Metric.gauge("nodejs_active_resources", { description: "Active libuv resources (sockets, timers, …)" })
+
+/** Outcomes every `batch × outcome` series starts with, at 0, so `increase()` sees the first one. */
+export const OUTCOMES = ["succeeded", "failed", "timed_out", "skipped", "abandoned"] as const
+export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled"] as const
+
+/** Every run and missed-tick series of every batch, present from start-up at 0. */
+export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void> =>
+  Effect.forEach(batches, (batch) =>
+    Effect.all([
+      Effect.forEach(OUTCOMES, (outcome) => Metric.update(Metric.withAttributes(runsTotal, { batch, outcome }), 0)),
+      Effect.forEach(MISSED_REASONS, (reason) => Metric.update(Metric.withAttributes(ticksMissedTotal, { batch, reason }), 0))
+    ]), { discard: true })

@@ -46,18 +46,19 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       const noCommand = yield* sweeper([])
       assert.strictEqual(noCommand.code, 2)
       assert.strictEqual(noCommand.stdout, "")
-    }))
+    }), 180_000)
 
   it.effect("unreachable or malformed infrastructure: one line naming the host, never the password, exit 3", () =>
     Effect.gen(function*() {
-      const pg = yield* Effect.promise(() => runCli(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@127.0.0.1:1/gitlab" }))
+      // A reachable Redis beside it: DATABASE_URL alone is a configuration error (exit 2, SPEC §8.2).
+      const pg = yield* sweeper(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@127.0.0.1:1/gitlab" })
       assert.strictEqual(pg.code, 3, pg.stderr)
       assert.strictEqual(pg.stdout, "")
       assert.lengthOf(errorLines(pg.stderr), 1, pg.stderr)
       assert.match(errorLines(pg.stderr)[0]!, /cannot reach PostgreSQL at 127\.0\.0\.1:1: .*ECONNREFUSED/)
       assert.notInclude(pg.stderr, "hunter2")
 
-      const malformed = yield* Effect.promise(() => runCli(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@[nope" }))
+      const malformed = yield* sweeper(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@[nope" })
       assert.strictEqual(malformed.code, 3)
       assert.lengthOf(errorLines(malformed.stderr), 1, malformed.stderr)
       assert.notInclude(malformed.stderr, "hunter2")
@@ -66,7 +67,7 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       assert.strictEqual(redis.code, 3, redis.stderr)
       assert.match(errorLines(redis.stderr)[0]!, /cannot reach Redis at 127\.0\.0\.1:1: RedisError: .*connect/)
       assert.notInclude(redis.stderr, "s3cret")
-    }))
+    }), 180_000)
 
   it.effect("a failed run keeps its cause (SQL state and message) in --json, the log and the events; exit 1", () =>
     Effect.gen(function*() {
@@ -95,7 +96,7 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       const events = yield* sweeper(["events", "--type", "RunFinished", "--json"])
       const finished = events.stdout.trim().split("\n").map((l) => JSON.parse(l))
       assert.include(finished.at(-1).data.error, "relation \"ci_builds\" is frozen for maintenance")
-    }))
+    }), 180_000)
 
   it.effect("--now T judges thresholds at exactly T and writes the real time; a future T needs --dry-run", () =>
     Effect.gen(function*() {
@@ -132,7 +133,7 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       assert.include(errorLines(refused.stderr)[0], "in the future")
       const allowed = yield* sweeper(["run", "drop-canceling-builds", "--now", future, "--dry-run", "--json"])
       assert.strictEqual(allowed.code, 0, allowed.stderr)
-    }))
+    }), 180_000)
 
   it.effect("durations in both spellings; a disabled batch is refused without --force and shown as disabled", () =>
     Effect.gen(function*() {
@@ -154,7 +155,7 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       const drop = views.find((v) => v.name === "drop-canceling-builds")!
       assert.strictEqual(drop.state, "disabled")
       assert.isNull(drop.nextTick)
-    }))
+    }), 180_000)
 
   it.effect("pause and resume; status has headers, the schedule in words and who paused", () =>
     Effect.gen(function*() {
@@ -173,5 +174,5 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       const resumed = JSON.parse((yield* sweeper(["status", "--json"])).stdout) as Array<{ name: string; state: string }>
       assert.strictEqual(resumed.find((v) => v.name === "stuck-export-jobs")!.state, "idle")
       assert.strictEqual((yield* sweeper(["pause", "nope"])).code, 2)
-    }))
+    }), 180_000)
 })

@@ -43,7 +43,16 @@ describe("HTTP", () => {
 
       const ready = yield* get("/readyz")
       assert.strictEqual(ready.status, 200)
-      assert.deepStrictEqual(JSON.parse(ready.body), { ready: true, postgres: "ok", redis: "ok" })
+      assert.deepStrictEqual(JSON.parse(ready.body), {
+        ready: true,
+        postgres: "ok",
+        redis: "ok",
+        redisStores: {
+          sharedState: { status: "ok", kind: "single" },
+          queues: { status: "ok", kind: "single" },
+          queuesMetadata: { status: "ok", kind: "single" }
+        }
+      })
 
       // Let stuck-export-jobs tick at least once so the metrics have runs in them.
       yield* Effect.sleep("2500 millis")
@@ -64,7 +73,15 @@ describe("HTTP", () => {
       assert.strictEqual(metrics.status, 200)
       assert.include(metrics.type, "text/plain")
       assert.match(metrics.body, /sweeper_runs_total\{batch="stuck-export-jobs",outcome="succeeded"\} \d+/)
-      assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",le="0.05"\}/)
+      assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",outcome="succeeded",le="0.05"\}/)
+      // Every batch × outcome series is there from start-up, at 0 until its first run of that outcome.
+      assert.match(metrics.body, /sweeper_runs_total\{batch="drop-canceling-builds",outcome="failed"\} 0/)
+      assert.match(metrics.body, /sweeper_ticks_missed_total\{batch="drop-canceling-builds",reason="breaker_open"\} 0/)
+      assert.match(metrics.body, /sweeper_build_info\{version="0\.1\.0",node_version="v\d+[^"]*",node="http"\} 1/)
+      assert.match(metrics.body, /sweeper_batch_paused\{batch="stuck-export-jobs"\} 0/)
+      assert.match(metrics.body, /sweeper_batch_breaker_open\{batch="stuck-export-jobs"\} 0/)
+      assert.match(metrics.body, /process_resident_memory_bytes \d+/)
+      assert.match(metrics.body, /nodejs_eventloop_lag_p99_seconds [\d.e-]+/)
       assert.match(metrics.body, /sweeper_last_success_age_seconds\{batch="stuck-export-jobs"\} \d/)
 
       const dashboard = yield* get("/")
@@ -115,6 +132,7 @@ describe("HTTP", () => {
       yield* Effect.sleep("300 millis")
       const paused = JSON.parse((yield* get("/api/batches")).body) as Array<Record<string, unknown>>
       assert.strictEqual(paused.find((b) => b.name === "stuck-export-jobs")!.state, "paused")
+      assert.match((yield* get("/metrics")).body, /sweeper_batch_paused\{batch="stuck-export-jobs"\} 1/)
       assert.strictEqual((yield* post("/api/batches/stuck-export-jobs/resume", TOKEN)).status, 200)
       yield* Effect.sleep("300 millis")
       const resumed = JSON.parse((yield* get("/api/batches")).body) as Array<Record<string, unknown>>

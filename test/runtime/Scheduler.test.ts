@@ -285,7 +285,8 @@ describe("Scheduler: batch actors", () => {
         tryAcquire: () => Effect.fail(new RedisError({ operation: "lease.acquire", cause: new Error("ECONNREFUSED") })),
         renew: () => Effect.succeed(false),
         release: () => Effect.succeed(false),
-        isHeld: () => Effect.succeed(false)
+        isHeld: () => Effect.succeed(false),
+        claim: () => Effect.fail(new RedisError({ operation: "lease.claim", cause: new Error("ECONNREFUSED") }))
       }))),
       Effect.provide(platform())
     ))
