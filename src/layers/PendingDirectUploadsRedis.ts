@@ -1,7 +1,7 @@
 /**
- * PendingDirectUploads on Redis: HLEN, HSCAN … COUNT, HDEL on GitLab's `pending_direct_uploads`.
- * Fields and values are read as Buffers (`hscanBuffer`) and HDEL is given the very Buffer read, so a
- * field that is not UTF-8 is neither mangled nor deleted under another name.
+ * PendingDirectUploads on Redis: HLEN, HSCAN … COUNT, HEXISTS, HDEL on GitLab's `pending_direct_uploads`.
+ * Fields and values are read as Buffers (`hscanBuffer`) and HEXISTS/HDEL are given the very Buffer
+ * read, so a field that is not UTF-8 is neither mangled nor deleted under another name.
  */
 import { Effect, Layer, Option, Stream } from "effect"
 import { PENDING_DIRECT_UPLOADS_KEY, type RawPendingEntry, SCAN_PAGE_SIZE } from "../domain/DirectUpload.ts"
@@ -32,6 +32,10 @@ export const PendingDirectUploadsRedis = Layer.effect(
     return PendingDirectUploads.of({
       count: redis.use("HLEN pending_direct_uploads", (client) => client.hlen(key)),
       scan: (options) => Stream.paginate("0", (cursor: string) => page(cursor, options?.pageSize ?? SCAN_PAGE_SIZE)),
+      exists: Effect.fn("PendingDirectUploads.exists")(function*(field: Uint8Array) {
+        const exact = Buffer.from(field.buffer, field.byteOffset, field.byteLength)
+        return (yield* redis.use("HEXISTS pending_direct_uploads", (client) => client.hexists(key, exact))) === 1
+      }),
       remove: Effect.fn("PendingDirectUploads.remove")(function*(field: Uint8Array) {
         const exact = Buffer.from(field.buffer, field.byteOffset, field.byteLength)
         return (yield* redis.use("HDEL pending_direct_uploads", (client) => client.hdel(key, exact))) > 0

@@ -3,7 +3,7 @@
  * delete-stale-direct-uploads.ja.md, SPEC §3). A direct upload registers `<location>:<path>` in the
  * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
  * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
- * Each such object is deleted, then its entry. Walking the hash is cooperative: after every entry
+ * Each such object is deleted, then its event recorded, then its entry removed. Walking the hash is cooperative: after every entry
  * the run stops once its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six
  * minutes later, carries on.
  *
@@ -13,7 +13,7 @@
  * object that cannot be deleted keeps its entry without stopping the run.
  */
 import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
+import { type Batch, checkFence, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -49,18 +49,29 @@ const LOG_SAMPLE_SIZE = 5
 /** Untrusted strings quoted in a log line are cut to this length. */
 const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
 
-/** Object first, then the entry: a crash in between leaves an entry whose object is "missing" next run. */
+/**
+ * Object, then event, then entry: the entry is the record that the repair is not finished, so it
+ * goes last. A crash (kill -9) after the object is deleted leaves the entry; the next run finds the
+ * object "missing", which counts as deleted, writes the event and removes the entry. A crash after
+ * the event and before HDEL does the same and writes the event a second time. So each deletion has
+ * at least one StaleDirectUploadDeleted, never none (the reverse order — entry, then event — lost
+ * the event when killed in between, with nothing left to retry).
+ *
+ * The fence is checked first: a runner whose exclusive lease was taken from it (expired, deleted)
+ * deletes nothing more, leaving the rest to the lease's new holder.
+ */
 const deleteUpload = Effect.fnUntraced(function*(upload: PendingDirectUpload) {
   const storage = yield* ObjectStorage
   const pending = yield* PendingDirectUploads
   const events = yield* EventLog
+  yield* checkFence
   yield* storage.delete(upload.location, upload.path)
-  // False when the entry vanished meanwhile (the upload completed, or HSCAN returned it twice).
-  const removed = yield* pending.remove(upload.field)
-  if (removed) {
-    yield* events.append(new StaleDirectUploadDeleted({ location: upload.location, path: upload.path, preparedAt: upload.preparedAt }))
-  }
-  return removed
+  // Gone meanwhile: the upload completed (GitLab removed its entry), or HSCAN returned it twice and
+  // it was removed earlier in this run. Either way it is not ours to record.
+  if (!(yield* pending.exists(upload.field))) return false
+  yield* events.append(new StaleDirectUploadDeleted({ location: upload.location, path: upload.path, preparedAt: upload.preparedAt }))
+  yield* pending.remove(upload.field)
+  return true
 })
 
 const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {

@@ -9,8 +9,9 @@
  *
  * Re-enqueueing a rebalance that is in fact running is harmless: the worker is idempotent and the
  * jobs use `until_executed` de-duplication, so a job still pending for the same container is not
- * pushed twice (counted as `duplicates`). That de-duplication is also what makes overlapping runs
- * safe, so the batch takes no exclusive lease of its own.
+ * pushed twice (counted as `duplicates`). The batch also holds an exclusive lease so runs never
+ * overlap (SPEC §4), and checks its fence before each push: a holder that lost the lease pushes
+ * nothing more.
  *
  * Members that are not `"1/<id>"` / `"2/<id>"` are skipped and counted (`invalidMembers`), never
  * fatal. GitLab silently turns them into id 0 (`to_i`); we count them so the rot is visible.
@@ -23,7 +24,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, wouldChange } from "../domain/Batch.ts"
+import { checkFence, CurrentRun, wouldChange } from "../domain/Batch.ts"
 import { RebalanceRescheduled } from "../domain/Events.ts"
 import {
   parseRunningRebalances,
@@ -56,11 +57,15 @@ export interface RescheduleStuckIssueRebalancesSummary {
 
 /**
  * One bulk push of Issues::RebalancingWorker for the containers of one type, then one
- * RebalanceRescheduled event per container. The events follow the Redis write (at-least-once): a
- * crash in between leaves pushed jobs without events, and the rerun records them as duplicates.
+ * RebalanceRescheduled event per container. The events follow the Redis write: a crash in between
+ * leaves pushed jobs without events. The next run finds the container still in the set (its
+ * rebalance has not finished) and records it again: as a duplicate of the pending job while its
+ * until_executed key lives (10 min), as a new push after. Only a job that ran and finished the
+ * rebalance before the next run leaves its push unrecorded (README, Failure handling).
  */
 const reschedule = Effect.fnUntraced(function*(type: RebalanceType, ids: ReadonlyArray<number>) {
   if (ids.length === 0) return { enqueued: 0, duplicates: 0 }
+  yield* checkFence
   const jobQueue = yield* JobQueue
   const events = yield* EventLog
   const outcomes = yield* jobQueue.bulkEnqueue({

@@ -56,6 +56,25 @@ export const transientRetry = Schedule.min([Schedule.exponential("200 millis"), 
   Schedule.while(({ input }) => isTransient(input))
 )
 
+/**
+ * A connection cut under a transaction fails the statement and then the ROLLBACK, which @effect/sql
+ * turns into a defect: `Effect.retry` would never see it. A cause made only of transient failures
+ * and transient defects (no interruption, nothing else) becomes a plain failure so
+ * `transientRetry` retries it; any other cause — a bug, a LeaseLost, a permanent SQL error — is
+ * left exactly as it was.
+ */
+export const transientDefectsAsFailures = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, unknown, R> =>
+  Effect.catchCause(effect, (cause) => {
+    let transient: { readonly error: unknown } | undefined
+    for (const reason of cause.reasons) {
+      if (Cause.isInterruptReason(reason)) return Effect.failCause(cause)
+      const error = Cause.isFailReason(reason) ? reason.error : reason.defect
+      if (!isTransient(error)) return Effect.failCause(cause)
+      transient ??= { error }
+    }
+    return transient === undefined ? Effect.failCause(cause) : Effect.fail(transient.error)
+  })
+
 /** How long a claimed tick stays claimed: longer than any period, so no replica re-runs it. */
 const TICK_CLAIM_TTL = Duration.hours(25)
 
@@ -185,6 +204,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       yield* events.append(runStarted)
 
       const program = batch.run.pipe(
+        transientDefectsAsFailures,
         Effect.retry(transientRetry),
         Effect.provideService(CurrentRun, runInfo(fence)),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))

@@ -17,6 +17,8 @@ export class PendingDirectUploads extends Context.Service<PendingDirectUploads, 
    * while entries are removed during the scan.
    */
   scan(options?: { readonly pageSize?: number }): Stream.Stream<RawPendingEntry, RedisError>
+  /** HEXISTS of exactly these bytes (as `scan` returned them); true when the field is there. */
+  exists(field: Uint8Array): Effect.Effect<boolean, RedisError>
   /** HDEL of exactly these bytes (as `scan` returned them); true when the field was there. */
   remove(field: Uint8Array): Effect.Effect<boolean, RedisError>
 }>()("sweeper/services/PendingDirectUploads") {}

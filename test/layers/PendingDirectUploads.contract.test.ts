@@ -71,7 +71,7 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.isFalse(yield* pending.remove(utf8("artifacts:nothing")))
       }).pipe(Effect.provide(backend)))
 
-    it.effect("count is HLEN, scan returns fields and values verbatim, remove is HDEL", () =>
+    it.effect("count is HLEN, scan returns fields and values verbatim, exists is HEXISTS, remove is HDEL", () =>
       Effect.gen(function*() {
         const pending = yield* PendingDirectUploads
         const hash = yield* Hash
@@ -85,7 +85,10 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.strictEqual(yield* pending.count, 4)
         const scanned = yield* Stream.runCollect(pending.scan())
         assert.deepStrictEqual(Object.fromEntries(scanned.map((e) => [text(e.field), text(e.value)])), seeded)
+        assert.isTrue(yield* pending.exists(utf8("lfs:x:y:z")))
+        assert.isFalse(yield* pending.exists(utf8("lfs:x")))
         assert.isTrue(yield* pending.remove(utf8("lfs:x:y:z")))
+        assert.isFalse(yield* pending.exists(utf8("lfs:x:y:z")))
         assert.isFalse(yield* pending.remove(utf8("lfs:x:y:z")))
         assert.isFalse(yield* pending.remove(utf8("lfs:x")))
         assert.strictEqual(yield* pending.count, 3)

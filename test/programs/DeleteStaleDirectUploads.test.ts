@@ -1,13 +1,16 @@
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Duration, Effect, Fiber, Logger, Option, References } from "effect"
+import { Cause, DateTime, Duration, Effect, Fiber, Logger, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
+import { LeaseLost } from "../../src/domain/Errors.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryObjectStorage, putObjects } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { EventLog } from "../../src/services/EventLog.ts"
+import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -119,6 +122,53 @@ describe("delete-stale-direct-uploads", () => {
       assert.deepStrictEqual([...storage.stores.get("packages")!], ["b"])
       assert.deepStrictEqual(storage.deletes.map((d) => [d.path, d.outcome]), [["a", "deleted"], ["b", "failed"], ["c", "deleted"]])
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["a", "c"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  // A crash (kill -9) is the process stopping between two steps: here the next step dies instead.
+  for (const crash of ["event", "entry"] as const) {
+    it.effect(`a crash before the ${crash} step leaves the entry; the next run writes the event (never none)`, () =>
+      Effect.gen(function*() {
+        yield* seed({ "artifacts:crash/a": STALE })
+        putObjects(yield* MemoryObjectStorage, "artifacts", "crash/a")
+        const events = yield* EventLog
+        const pending = yield* PendingDirectUploads
+        const killed = Effect.die(new Error("kill -9"))
+        const crashed = yield* Effect.exit(runProgram().pipe(
+          crash === "event"
+            ? Effect.provideService(EventLog, { ...events, append: () => killed })
+            : Effect.provideService(PendingDirectUploads, { ...pending, remove: () => killed })
+        ))
+        assert.isTrue(crashed._tag === "Failure")
+        assert.deepStrictEqual(Object.keys(yield* hash), ["artifacts:crash/a"], "the entry outlives the crash")
+        assert.lengthOf(yield* MemoryEvents, crash === "event" ? 0 : 1)
+
+        const summary = yield* runProgram()
+        assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, totalDeletedStaleEntries: 1 })
+        assert.deepStrictEqual(yield* hash, {})
+        assert.deepStrictEqual((yield* MemoryObjectStorage).deletes.map((d) => d.outcome), ["deleted", "missing"])
+        const recorded = (yield* MemoryEvents).map((e) => e.stream)
+        assert.deepStrictEqual(recorded, Array.from({ length: crash === "event" ? 1 : 2 }, () => "direct_upload:artifacts:crash/a"))
+      }).pipe(Effect.provide(MemoryPlatform())))
+  }
+
+  it.effect("a lost lease stops the run before the next repair: nothing more is deleted or recorded", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:f/1": STALE, "artifacts:f/2": STALE, "artifacts:f/3": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "artifacts", "f/1", "f/2", "f/3")
+      let held = true
+      // The lease is taken away during the first delete.
+      storage.onDelete = () => void (held = false)
+      const fence = {
+        lease: "sweeper/delete_stale_direct_uploads",
+        epoch: 1,
+        check: Effect.suspend(() => held ? Effect.void : Effect.fail(new LeaseLost({ lease: "sweeper/delete_stale_direct_uploads", epoch: 1 })))
+      }
+      const exit = yield* Effect.exit(runProgram({ fence: Option.some(fence) }))
+      assert.isTrue(exit._tag === "Failure" && Cause.findErrorOption(exit.cause).pipe(Option.exists((e) => e instanceof LeaseLost)))
+      assert.lengthOf(storage.deletes, 1)
+      assert.lengthOf(Object.keys(yield* hash), 2, "the first entry, once its event is written, is removed; the others stay")
+      assert.lengthOf(yield* MemoryEvents, 1)
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("malformed entries are kept, counted, and logged once with a sample", () =>

@@ -1,7 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Effect, Schema } from "effect"
+import { Cause, DateTime, Effect, Option, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import { RedisError } from "../../src/domain/Errors.ts"
+import { CurrentRun } from "../../src/domain/Batch.ts"
+import { LeaseLost, RedisError } from "../../src/domain/Errors.ts"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { duplicateKey, QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
@@ -269,5 +270,19 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       assert.includeMembers([a.outcome, b.outcome], ["succeeded"])
       assert.lengthOf(yield* queuedJobs, 1)
       assert.deepStrictEqual((yield* MemoryRedis).keys("gitlab:exclusive_lease:*"), [])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a lost lease stops the run before its next push: nothing more is enqueued or recorded", () =>
+    Effect.gen(function*() {
+      yield* seed({ members: ["1/10", "2/20"], namespaces: [10], projects: [20] })
+      // The lease is lost right after the namespaces are pushed (the second safe point).
+      let checks = 0
+      const lost = new LeaseLost({ lease: "sweeper/reschedule_stuck_issue_rebalances", epoch: 1 })
+      const fence = { lease: lost.lease, epoch: 1, check: Effect.suspend(() => ++checks > 1 ? Effect.fail(lost) : Effect.void) }
+      const defaults = yield* CurrentRun
+      const exit = yield* Effect.exit(program.pipe(Effect.provideService(CurrentRun, { ...defaults, fence: Option.some(fence) })))
+      assert.isTrue(exit._tag === "Failure" && Option.getOrUndefined(Cause.findErrorOption(exit.cause)) === lost)
+      assert.deepStrictEqual((yield* queuedJobs).map((job) => job.args), [[null, null, 10]])
+      assert.deepStrictEqual((yield* rescheduledEvents).map(([stream]) => stream), ["rebalance:1/10"])
     }).pipe(Effect.provide(MemoryPlatform())))
 })

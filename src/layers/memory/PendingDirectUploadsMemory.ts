@@ -23,6 +23,7 @@ export const PendingDirectUploadsMemory = Layer.effect(
               next === "0" ? Option.none<string>() : Option.some(next)
             ] as const
           })),
+      exists: (field) => attempt("HEXISTS pending_direct_uploads", () => store.hget(key, field) !== null),
       remove: (field) => attempt("HDEL pending_direct_uploads", () => store.hdel(key, field) > 0)
     })
   })
