@@ -117,13 +117,14 @@ const InstrumentedPending = Layer.effect(
   })
 ).pipe(Layer.provide(PendingDirectUploadsRedis))
 
-const InstrumentedStorage = Layer.effect(
-  ObjectStorage,
-  Effect.gen(function*() {
-    const real = yield* ObjectStorage
-    return ObjectStorage.of({ delete: (location, path) => storageTime.time(real.delete(location, path)) })
-  })
-).pipe(Layer.provide(ObjectStorageLocal))
+const InstrumentedStorage = (roots: Partial<Record<Location, string>>) =>
+  Layer.effect(
+    ObjectStorage,
+    Effect.gen(function*() {
+      const real = yield* ObjectStorage
+      return ObjectStorage.of({ ...real, delete: (location, path) => storageTime.time(real.delete(location, path)) })
+    })
+  ).pipe(Layer.provide(ObjectStorageLocal(roots)))
 
 const InstrumentedEventLog = Layer.effect(
   EventLog,
@@ -136,7 +137,7 @@ const InstrumentedEventLog = Layer.effect(
 const objectRoots = Effect.acquireRelease(
   Effect.sync(() => {
     const dir = mkdtempSync(join(tmpdir(), "sweeper-bench-objects-"))
-    const roots: Record<string, string> = {}
+    const roots: Partial<Record<Location, string>> = {}
     if (WITH_OBJECT_STORE) for (const location of LOCATIONS_USED) roots[location] = join(dir, location)
     return { dir, roots }
   }),
@@ -155,12 +156,12 @@ const program = Effect.gen(function*() {
     ? `object storage: ${LOCATIONS_USED.join(", ")} under ${dir} (${fmt(PRESENT_OBJECTS)} stale objects exist, the rest are missing)\n`
     : "object storage: none configured (only the Redis fields of stale entries are removed)\n")
 
-  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis).pipe(
     Layer.provideMerge(InstrumentedEventLog),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),
       Redis.layerSingle(Redacted.make(redisUrl)),
-      SweeperConfig.layerWith({ node: "bench", objectStorage: roots })
+      SweeperConfig.layerWith({ node: "bench", objectStorage: { _tag: "Local", roots } })
     ))
   )
 

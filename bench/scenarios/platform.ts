@@ -15,7 +15,8 @@ import type { PhaseContext } from "../support/compare.ts"
 
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
   const config = SweeperConfig.layerWith({ node: "bench", ...settings })
-  return Layer.mergeAll(SqlBackends, RedisBackends(Redacted.make(context.redisUrl)), ObjectStorageLocal).pipe(
+  const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
+  return Layer.mergeAll(SqlBackends, RedisBackends(Redacted.make(context.redisUrl)), ObjectStorageLocal(roots)).pipe(
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )

@@ -35,7 +35,10 @@ import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
 import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "./Migrations.ts"
+import { ObjectStorageAzure } from "./ObjectStorageAzure.ts"
+import { describeObjectStorage, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 import { ObjectStorageLocal } from "./ObjectStorageLocal.ts"
+import { ObjectStorageS3 } from "./ObjectStorageS3.ts"
 import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
@@ -65,6 +68,18 @@ export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformReco
  * own, so every command migrates it.
  */
 export type SchemaAccess = "migrate" | "read-only"
+
+/** The object-storage backend `SWEEPER_OBJECT_STORAGE` names (SPEC §8.4): one layer per provider. */
+export const objectStorageLayer = (settings: ObjectStorageSettings): Layer.Layer<ObjectStorage> => {
+  switch (settings._tag) {
+    case "Local":
+      return ObjectStorageLocal(settings.roots)
+    case "S3":
+      return ObjectStorageS3(settings)
+    case "Azure":
+      return ObjectStorageAzure(settings)
+  }
+}
 
 const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
   Layer.effectDiscard(Effect.gen(function*() {
@@ -128,7 +143,8 @@ export const describeBackends = (settings: SweeperSettings) => ({
   redis: Option.match(settings.redisUrl, {
     onNone: () => "in-memory (embedded, this process only)",
     onSome: (url) => redactUrl(Redacted.value(url))
-  })
+  }),
+  objectStorage: describeObjectStorage(settings.objectStorage)
 })
 
 const redactUrl = (url: string) => {
@@ -146,7 +162,7 @@ export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
-    return Layer.mergeAll(SqlBackends, redisBacked, ObjectStorageLocal).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage)).pipe(Layer.provideMerge(databaseLayer(settings, access)))
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */

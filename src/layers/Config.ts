@@ -5,6 +5,7 @@
 import { Config, Context, Duration, Effect, Layer, Option, type Redacted, Schema } from "effect"
 import { hostname } from "node:os"
 import { InvalidConfig } from "../domain/Errors.ts"
+import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 
 export interface ConcurrencyLimitSetting {
   readonly limit: number
@@ -18,8 +19,8 @@ export interface SweeperSettings {
   readonly dataDir: string
   /** Names this process in RunStarted events and tick leases. */
   readonly node: string
-  /** location → local root directory (`SWEEPER_OBJECT_STORAGE`). */
-  readonly objectStorage: Readonly<Record<string, string>>
+  /** Where each location's objects live (`SWEEPER_OBJECT_STORAGE`, see ObjectStorageConfig.ts). */
+  readonly objectStorage: ObjectStorageSettings
   /** worker class name → limit and queue (`SWEEPER_CONCURRENCY_LIMITS`). */
   readonly concurrencyLimits: Readonly<Record<string, ConcurrencyLimitSetting>>
   readonly httpHost: string
@@ -33,7 +34,6 @@ export interface SweeperSettings {
   readonly schema: Option.Option<"gitlab" | "standalone">
 }
 
-const ObjectStorageJson = Schema.fromJsonString(Schema.Record(Schema.String, Schema.String))
 const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
   Schema.String,
   Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(Schema.String) })
@@ -44,7 +44,7 @@ const settings = Config.all({
   redisUrl: Config.option(Config.Redacted("REDIS_URL")),
   dataDir: Config.String("SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
   node: Config.String("SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
-  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault({})),
+  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault(NoObjectStorage)),
   concurrencyLimits: Config.schema(ConcurrencyLimitsJson, "SWEEPER_CONCURRENCY_LIMITS").pipe(
     Config.withDefault({}),
     Config.map((limits) =>
@@ -84,7 +84,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       redisUrl: Option.none(),
       dataDir: ".sweeper",
       node: "test-node",
-      objectStorage: {},
+      objectStorage: NoObjectStorage,
       concurrencyLimits: {},
       httpHost: "127.0.0.1",
       httpPort: 0,

@@ -10,7 +10,6 @@ import { basename, dirname, isAbsolute, join, relative, resolve } from "node:pat
 import type { Location } from "../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../domain/Errors.ts"
 import { type DeleteOutcome, ObjectStorage } from "../services/ObjectStorage.ts"
-import { SweeperConfig } from "./Config.ts"
 
 /** Errors that mean "the object is not there". */
 const NOT_THERE = new Set(["ENOENT", "ENOTDIR"])
@@ -26,13 +25,11 @@ const isBelow = (root: string, target: string) => {
   return rel !== "" && !rel.startsWith("..") && !isAbsolute(rel)
 }
 
-export const ObjectStorageLocal = Layer.effect(
-  ObjectStorage,
-  Effect.gen(function*() {
-    const { objectStorage } = yield* SweeperConfig
-
+/** `roots`: location → absolute root directory, already validated (ObjectStorageConfig). */
+export const ObjectStorageLocal = (roots: Partial<Record<Location, string>>) =>
+  Layer.sync(ObjectStorage, () => {
     const remove = Effect.fn("ObjectStorage.delete")(function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
-      const configured = objectStorage[location]
+      const configured = roots[location]
       if (configured === undefined) return "unconfigured"
       const fail = (message: string) => new ObjectStorageError({ location, path, message })
       /** A filesystem call; None when the object (or a directory on its way) is not there. */
@@ -45,6 +42,8 @@ export const ObjectStorageLocal = Layer.effect(
               : Effect.fail(fail(`${what}: ${errorMessage(cause)}`)))
         )
 
+      // Validated at start-up already; checked again because an empty root resolves to the working directory.
+      if (!isAbsolute(configured) || resolve(configured) === "/") return yield* fail(`root ${JSON.stringify(configured)} is not an absolute directory`)
       const root = resolve(configured)
       const target = resolve(root, path)
       if (!isBelow(root, target)) return yield* fail(`path escapes the root of ${location}`)
@@ -65,6 +64,10 @@ export const ObjectStorageLocal = Layer.effect(
       return Option.isSome(removed) ? "deleted" : "missing"
     })
 
-    return ObjectStorage.of({ delete: remove })
+    return ObjectStorage.of({
+      hasStore: (location) => roots[location] !== undefined,
+      delete: remove,
+      // A local unlink is one syscall: nothing to batch.
+      deleteMany: (location, paths) => Effect.forEach(paths, (path) => Effect.result(remove(location, path)))
+    })
   })
-)

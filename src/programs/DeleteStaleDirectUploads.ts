@@ -10,7 +10,9 @@
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
  * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
  * lossy decode would turn into the name of another object) are reported, never deleted; and one
- * object that cannot be deleted keeps its entry without stopping the run.
+ * object that cannot be deleted keeps its entry without stopping the run. A location without an
+ * object store (SPEC §8.4) has its entry removed, as GitLab does, but is counted as `skippedNoStore`,
+ * never as a deleted object.
  */
 import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
 import { type Batch, checkFence, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
@@ -30,6 +32,7 @@ import {
   directUploadsFailedDeletesTotal,
   directUploadsInvalidEntriesTotal,
   directUploadsPending,
+  directUploadsSkippedNoStoreTotal,
   increment,
   setGauge
 } from "../services/Metrics.ts"
@@ -42,6 +45,8 @@ export interface DeleteStaleDirectUploadsSummary {
   readonly executionTimeout: boolean
   readonly invalidEntries: number
   readonly failedDeletes: number
+  /** Stale entries of a location with no object store configured: field removed, no object deleted. */
+  readonly skippedNoStore: number
 }
 
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
@@ -59,23 +64,27 @@ const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` :
  *
  * The fence is checked first: a runner whose exclusive lease was taken from it (expired, deleted)
  * deletes nothing more, leaving the rest to the lease's new holder.
+ *
+ * Returns what happened to the object, or "vanished" when the entry was already gone (the upload
+ * completed, or HSCAN returned it twice) and so counts nowhere.
  */
 const deleteUpload = Effect.fnUntraced(function*(upload: PendingDirectUpload) {
   const storage = yield* ObjectStorage
   const pending = yield* PendingDirectUploads
   const events = yield* EventLog
   yield* checkFence
-  yield* storage.delete(upload.location, upload.path)
+  const outcome = yield* storage.delete(upload.location, upload.path)
   // Gone meanwhile: the upload completed (GitLab removed its entry), or HSCAN returned it twice and
   // it was removed earlier in this run. Either way it is not ours to record.
-  if (!(yield* pending.exists(upload.field))) return false
+  if (!(yield* pending.exists(upload.field))) return "vanished" as const
   yield* events.append(new StaleDirectUploadDeleted({ location: upload.location, path: upload.path, preparedAt: upload.preparedAt }))
   yield* pending.remove(upload.field)
-  return true
+  return outcome
 })
 
 const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const pending = yield* PendingDirectUploads
+  const storage = yield* ObjectStorage
   const { dryRun, budget } = yield* CurrentRun
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
   const startedMillis = yield* Clock.currentTimeMillis
@@ -90,6 +99,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   let invalidEntries = 0
   const failures: Array<ObjectStorageError> = []
   let failedDeletes = 0
+  let skippedNoStore = 0
 
   /** Handles one entry; false once the budget is spent (checked after the entry, so one always runs). */
   const handle = Effect.fnUntraced(function*(raw: RawPendingEntry) {
@@ -97,19 +107,20 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     if (Result.isFailure(parsed)) {
       if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
     } else if (isStale(parsed.success, now)) {
-      if (dryRun) {
-        totalDeletedStaleEntries++
-        yield* wouldChange(`direct_upload:${parsed.success.location}:${parsed.success.path}`)
-      } else {
-        const deleted = yield* deleteUpload(parsed.success).pipe(
+      // The entry's field goes in either case, so a dry run reports it as a change.
+      if (dryRun) yield* wouldChange(`direct_upload:${parsed.success.location}:${parsed.success.path}`)
+      const outcome = dryRun
+        ? (storage.hasStore(parsed.success.location) ? "deleted" : "unconfigured")
+        : yield* deleteUpload(parsed.success).pipe(
           Effect.catchTag("ObjectStorageError", (error) =>
             Effect.sync(() => {
               if (failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(error)
-              return false
+              return "failed" as const
             }))
         )
-        if (deleted) totalDeletedStaleEntries++
-      }
+      // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+      if (outcome === "deleted" || outcome === "missing") totalDeletedStaleEntries++
+      else if (outcome === "unconfigured") skippedNoStore++
     }
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true
@@ -136,12 +147,14 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     totalDeletedStaleEntries,
     executionTimeout,
     invalidEntries,
-    failedDeletes
+    failedDeletes,
+    skippedNoStore
   }
   if (!dryRun) {
     yield* increment(directUploadsDeletedTotal, totalDeletedStaleEntries)
     yield* increment(directUploadsInvalidEntriesTotal, invalidEntries)
     yield* increment(directUploadsFailedDeletesTotal, failedDeletes)
+    yield* increment(directUploadsSkippedNoStoreTotal, skippedNoStore)
   }
   yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
     total_pending_entries: totalPendingEntries,
@@ -149,6 +162,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     execution_timeout: executionTimeout,
     invalid_entries: invalidEntries,
     failed_deletes: failedDeletes,
+    skipped_no_store: skippedNoStore,
     dry_run: dryRun
   }))
   return summary

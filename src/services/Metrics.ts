@@ -49,6 +49,11 @@ export const directUploadsFailedDeletesTotal = Metric.counter("sweeper_direct_up
   incremental: true
 })
 
+export const directUploadsSkippedNoStoreTotal = Metric.counter("sweeper_direct_uploads_skipped_no_store_total", {
+  description: "Stale direct uploads of a location with no object store configured (entry removed, no object deleted)",
+  incremental: true
+})
+
 export const directUploadsPending = Metric.gauge("sweeper_direct_uploads_pending_entries", {
   description: "Entries in pending_direct_uploads when delete-stale-direct-uploads last started"
 })

@@ -1,13 +1,12 @@
 /** ObjectStorageLocal on real temporary directories. */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import { existsSync } from "node:fs"
 import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import type { Location } from "../../src/domain/DirectUpload.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { ObjectStorage } from "../../src/services/ObjectStorage.ts"
 
@@ -29,10 +28,8 @@ const touch = (path: string) =>
   })
 
 /** Runs `delete` against a store configured with `objectStorage`. */
-const deleteWith = (objectStorage: Record<string, string>, location: Location, path: string) =>
-  Effect.flatMap(ObjectStorage, (storage) => storage.delete(location, path)).pipe(
-    Effect.provide(ObjectStorageLocal.pipe(Layer.provide(SweeperConfig.layerWith({ objectStorage }))))
-  )
+const deleteWith = (roots: Partial<Record<Location, string>>, location: Location, path: string) =>
+  Effect.flatMap(ObjectStorage, (storage) => storage.delete(location, path)).pipe(Effect.provide(ObjectStorageLocal(roots)))
 
 describe("ObjectStorageLocal", () => {
   it.effect("deletes <root>/<path> and nothing else", () =>
@@ -83,6 +80,14 @@ describe("ObjectStorageLocal", () => {
       }
       assert.isTrue(existsSync(victim))
       assert.isTrue(existsSync(root))
+    }))
+
+  it.effect("a root that is empty, relative or / is refused even when the layer is built directly (issue 7)", () =>
+    Effect.gen(function*() {
+      for (const root of ["", ".", "relative/dir", "/", "/tmp/.."]) {
+        const error = yield* Effect.flip(deleteWith({ uploads: root }, "uploads", "zz-victim-file"))
+        assert.match(error.message, /not an absolute directory/, root)
+      }
     }))
 
   it.effect("a symlinked directory leading outside the root is refused", () =>

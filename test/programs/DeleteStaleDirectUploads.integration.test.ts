@@ -103,7 +103,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
       assert.strictEqual(result.batch, "delete-stale-direct-uploads")
       assert.strictEqual(result.outcome, "succeeded")
       assert.match(result.runId, /^[0-9a-f-]{36}$/)
-      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 4, executionTimeout: false, invalidEntries: 3, failedDeletes: 2 }
+      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 3, executionTimeout: false, invalidEntries: 3, failedDeletes: 2, skippedNoStore: 1 }
       assert.deepStrictEqual(result.summary, summary)
 
       assert.deepStrictEqual(yield* hgetall, kept)
@@ -137,7 +137,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
 
       // The next run finds only what it keeps.
       const again = yield* runJson(roots)
-      assert.deepStrictEqual(again.summary, { ...summary, totalPendingEntries: 7, totalDeletedStaleEntries: 0 })
+      assert.deepStrictEqual(again.summary, { ...summary, totalPendingEntries: 7, totalDeletedStaleEntries: 0, skippedNoStore: 0 })
     }).pipe(Effect.provide(Platform())), 120_000)
 
   it.live("--budget 0s handles exactly one entry and reports executionTimeout", () =>
@@ -154,7 +154,8 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         totalDeletedStaleEntries: 1,
         executionTimeout: true,
         invalidEntries: 0,
-        failedDeletes: 0
+        failedDeletes: 0,
+        skippedNoStore: 0
       })
       const left = Object.keys(yield* hgetall)
       assert.lengthOf(left, 2)
@@ -176,7 +177,8 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         totalDeletedStaleEntries: 1,
         executionTimeout: false,
         invalidEntries: 1,
-        failedDeletes: 0
+        failedDeletes: 0,
+        skippedNoStore: 0
       })
       assert.deepStrictEqual(yield* hgetall, entries)
       assert.isTrue(existsSync(join(roots.artifacts, "tmp/uploads/a")))

@@ -229,11 +229,14 @@ const checkCase = ({ entries }: { readonly entries: ReadonlyArray<Entry> }) =>
     assert.strictEqual(summary.invalidEntries, expected.filter((e) => e.kind === "invalid").length)
     for (const e of expected) if (e.kind !== "stale") assert.isTrue(still(e), `${e.kind} ${e.field.toString("hex")} kept`)
 
-    // Valid stale entries: handled, or kept and counted as a failed delete when the store refused.
+    // Valid stale entries: handled, or kept and counted as a failed delete when the store refused;
+    // those of a location without a store are removed but counted apart (skippedNoStore, SPEC §8.4).
     const stale = expected.filter((e) => e.kind === "stale")
     const keptStale = stale.filter(still)
+    const noStore = stale.filter((e) => Option.isNone(e.target))
     assert.strictEqual(summary.failedDeletes, keptStale.length)
-    assert.strictEqual(summary.totalDeletedStaleEntries, stale.length - keptStale.length)
+    assert.strictEqual(summary.skippedNoStore, noStore.length)
+    assert.strictEqual(summary.totalDeletedStaleEntries, stale.length - keptStale.length - noStore.length)
     for (const e of stale) {
       const storable = Option.match(e.target, {
         onNone: () => true, // unconfigured location: nothing to delete, the entry goes
@@ -252,14 +255,14 @@ const checkCase = ({ entries }: { readonly entries: ReadonlyArray<Entry> }) =>
       if (!after.has(file)) assert.isTrue(named.has(file), `deleted ${file}, which no handled stale entry names`)
     }
     for (const victim of VICTIMS) assert.isTrue(after.has(victim), `${victim} kept`)
-    // Each deletion has its event.
+    // Each removed entry has its event.
     const events = (yield* MemoryEvents).splice(0).filter((e) => e.type === "StaleDirectUploadDeleted")
-    assert.strictEqual(events.length, summary.totalDeletedStaleEntries)
+    assert.strictEqual(events.length, summary.totalDeletedStaleEntries + summary.skippedNoStore)
   })
 
-const Common = Layer.mergeAll(ObjectStorageLocal, EventLogMemory).pipe(
+const Common = Layer.mergeAll(ObjectStorageLocal(roots), EventLogMemory).pipe(
   Layer.provideMerge(MemoryEvents.layer),
-  Layer.provideMerge(SweeperConfig.layerWith({ objectStorage: roots }))
+  Layer.provideMerge(SweeperConfig.layerWith({ objectStorage: { _tag: "Local", roots } }))
 )
 
 describe("delete-stale-direct-uploads over arbitrary bytes", () => {
@@ -294,7 +297,8 @@ describe("delete-stale-direct-uploads over arbitrary bytes", () => {
           totalDeletedStaleEntries: 0,
           executionTimeout: false,
           invalidEntries: 1,
-          failedDeletes: 0
+          failedDeletes: 0,
+          skippedNoStore: 0
         })
         assert.deepStrictEqual([...(yield* hash.all)], [[field.toString("hex"), Buffer.from(STALE).toString("hex")]])
         assert.deepStrictEqual(listFiles(base).sort(), [prefix, lookalike].sort())

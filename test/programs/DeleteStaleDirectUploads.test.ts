@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, DateTime, Duration, Effect, Fiber, Logger, Option, References } from "effect"
+import { Cause, DateTime, Duration, Effect, Fiber, Logger, Metric, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
@@ -11,6 +11,7 @@ import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUp
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
+import { directUploadsDeletedTotal, directUploadsSkippedNoStoreTotal } from "../../src/services/Metrics.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -36,7 +37,7 @@ const runProgram = (run: Partial<RunInfo> = {}) =>
     return yield* DeleteStaleDirectUploads.run.pipe(Effect.provideService(CurrentRun, { ...defaults, ...run }))
   })
 
-const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0 }
+const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0 }
 
 describe("delete-stale-direct-uploads", () => {
   it.effect("nothing to do: an empty hash", () =>
@@ -88,16 +89,20 @@ describe("delete-stale-direct-uploads", () => {
       assert.deepStrictEqual([...(yield* MemoryObjectStorage).stores.get("uploads")!].sort(), ["exactly", "younger"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("a known location without a store configured: only the field is removed", () =>
+  it.effect("a known location without a store configured: only the field is removed, counted as skippedNoStore", () =>
     Effect.gen(function*() {
-      yield* seed({ "terraform_state:state/1": STALE })
+      yield* seed({ "terraform_state:state/1": STALE, "artifacts:gone": STALE })
+      putObjects(yield* MemoryObjectStorage, "artifacts")
       const summary = yield* runProgram()
-      assert.strictEqual(summary.totalDeletedStaleEntries, 1)
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, skippedNoStore: 1 })
+      const count = (metric: Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
+      assert.strictEqual(yield* count(directUploadsSkippedNoStoreTotal), 1)
+      assert.strictEqual(yield* count(directUploadsDeletedTotal), 1)
       assert.deepStrictEqual(yield* hash, {})
       const storage = yield* MemoryObjectStorage
-      assert.deepStrictEqual(storage.deletes, [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
-      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), ["direct_upload:terraform_state:state/1"])
-    }).pipe(Effect.provide(MemoryPlatform())))
+      assert.deepStrictEqual(storage.deletes.filter((d) => d.location === "terraform_state"), [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream).sort(), ["direct_upload:artifacts:gone", "direct_upload:terraform_state:state/1"])
+    }).pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.provide(MemoryPlatform())))
 
   it.effect("an object already gone counts as deleted", () =>
     Effect.gen(function*() {
@@ -179,6 +184,7 @@ describe("delete-stale-direct-uploads", () => {
         "avatars:tmp/x": STALE
       }
       yield* seed({ ...malformed, "artifacts:tmp/good": STALE })
+      putObjects(yield* MemoryObjectStorage, "artifacts")
       const logs: Array<{ level: string; message: string; annotations: unknown }> = []
       const collector = Logger.make((options) => {
         logs.push({
@@ -239,6 +245,7 @@ describe("delete-stale-direct-uploads", () => {
   it.effect("budget 0s with a stale first entry deletes exactly that one", () =>
     Effect.gen(function*() {
       yield* seed({ "pages:a": STALE, "pages:b": STALE, "pages:c": STALE })
+      putObjects(yield* MemoryObjectStorage, "pages")
       const summary = yield* runProgram({ budget: Option.some(Duration.zero) })
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, totalDeletedStaleEntries: 1, executionTimeout: true })
       assert.deepStrictEqual(Object.keys(yield* hash), ["pages:b", "pages:c"])
@@ -248,6 +255,7 @@ describe("delete-stale-direct-uploads", () => {
     Effect.gen(function*() {
       yield* seed({ "pages:a": STALE, "pages:b": STALE })
       const storage = yield* MemoryObjectStorage
+      putObjects(storage, "pages", "a", "b")
       storage.latency = Duration.seconds(100)
       const fiber = yield* Effect.forkChild(runProgram())
       yield* TestClock.adjust("10 minutes")
@@ -257,12 +265,12 @@ describe("delete-stale-direct-uploads", () => {
 
   it.effect("dry run: counts what would be deleted, deletes nothing", () =>
     Effect.gen(function*() {
-      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE, "artifacts:fresh": FRESH, "bad": STALE })
+      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE, "artifacts:fresh": FRESH, "bad": STALE, "pages:no-store": STALE })
       const storage = yield* MemoryObjectStorage
       putObjects(storage, "artifacts", "a", "b", "fresh")
       const summary = yield* runProgram({ dryRun: true })
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 4, totalDeletedStaleEntries: 2, invalidEntries: 1 })
-      assert.lengthOf(Object.keys(yield* hash), 4)
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 5, totalDeletedStaleEntries: 2, invalidEntries: 1, skippedNoStore: 1 })
+      assert.lengthOf(Object.keys(yield* hash), 5)
       assert.lengthOf(storage.deletes, 0)
       assert.strictEqual(storage.stores.get("artifacts")!.size, 3)
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -284,9 +292,10 @@ describe("delete-stale-direct-uploads", () => {
     Effect.gen(function*() {
       const entries = Object.fromEntries(Array.from({ length: 750 }, (_, i) => [`uploads:u/${i}`, i % 2 === 0 ? STALE : FRESH]))
       yield* seed(entries)
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "uploads")
       const summary = yield* runProgram()
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 750, totalDeletedStaleEntries: 375 })
-      const storage = yield* MemoryObjectStorage
       assert.strictEqual(new Set(storage.deletes.map((d) => d.path)).size, 375)
       assert.lengthOf(storage.deletes, 375)
       assert.lengthOf(Object.keys(yield* hash), 375)
@@ -297,6 +306,7 @@ describe("delete-stale-direct-uploads under the run guard", () => {
   it.effect("takes no lease; the batch budget reaches the program; RunFinished carries the summary", () =>
     Effect.gen(function*() {
       yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE })
+      putObjects(yield* MemoryObjectStorage, "artifacts", "a", "b")
       const result = yield* runBatch(DeleteStaleDirectUploads, { trigger: "manual", budget: Duration.zero })
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, executionTimeout: true })

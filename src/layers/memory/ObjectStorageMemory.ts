@@ -70,6 +70,10 @@ export const ObjectStorageMemory = (options: MemoryObjectStorageOptions = {}) =>
         state.deletes.push({ location, path, outcome })
         return outcome
       })
-      return ObjectStorage.of({ delete: remove })
+      return ObjectStorage.of({
+        hasStore: (location) => state.stores.has(location),
+        delete: remove,
+        deleteMany: (location, paths) => Effect.forEach(paths, (path) => Effect.result(remove(location, path)))
+      })
     })
   ).pipe(Layer.provideMerge(MemoryObjectStorage.layer(options)))
