@@ -28,9 +28,16 @@ export class Redis extends Context.Service<Redis, {
                 }),
               catch: (cause) => new RedisError({ operation: "connect", cause })
             })
-            // Without a listener ioredis prints every reconnect error to stderr.
-            client.on("error", () => {})
-            yield* Effect.tryPromise({ try: () => client.connect(), catch: toRedisError("connect", serverName(client.options)) }).pipe(
+            // Without a listener ioredis prints every reconnect error to stderr. The last one says why
+            // a connect failed (e.g. ECONNREFUSED), where connect() itself only says "Connection is closed."
+            let lastError: unknown = undefined
+            client.on("error", (error: unknown) => {
+              lastError = error
+            })
+            yield* Effect.tryPromise({
+              try: () => client.connect(),
+              catch: (cause) => toRedisError("connect", serverName(client.options))(lastError ?? cause)
+            }).pipe(
               Effect.tapError(() => Effect.sync(() => client.disconnect()))
             )
             return client

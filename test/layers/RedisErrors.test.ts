@@ -5,10 +5,11 @@
  * fails its run once, with one clear line, instead of three retries of `RedisError: `.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Duration, Effect, Fiber, Layer, Option, Stream } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { Redis as IORedis } from "ioredis"
 import { randomUUID } from "node:crypto"
+import { type AddressInfo, createServer } from "node:net"
 import type { Batch } from "../../src/domain/Batch.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { isTransient, isTransientRedisCause, RedisError } from "../../src/domain/Errors.ts"
@@ -179,6 +180,28 @@ describe("wrong-type keys on real Redis: the run fails once, with the reason, no
       assert.isTrue(isTransient(lost), lost.message)
       assert.match(lost.message, /\(GET x on 127\.0\.0\.1:\d+\)$/)
     }).pipe(Effect.provide(Platform)))
+})
+
+describe("connecting", () => {
+  it.live("a refused connection fails start-up with a transient error naming host:port, never the password", () =>
+    Effect.gen(function*() {
+      // A port nobody listens on: bind one, note it, close it.
+      const port = yield* Effect.promise(() =>
+        new Promise<number>((resolve) => {
+          const server = createServer()
+          server.listen(0, "127.0.0.1", () => {
+            const { port } = server.address() as AddressInfo
+            server.close(() => resolve(port))
+          })
+        }))
+      const error = yield* Effect.flip(Layer.build(Redis.layer(Redacted.make(`redis://someone:s3cret-pw@127.0.0.1:${port}/0`))).pipe(Effect.scoped))
+      assert.instanceOf(error, RedisError)
+      assert.include(error.message, `(connect on 127.0.0.1:${port})`)
+      assert.include(error.message, "ECONNREFUSED")
+      assert.notInclude(error.message, "s3cret-pw")
+      assert.notInclude(JSON.stringify(error), "s3cret-pw")
+      assert.isTrue(isTransient(error))
+    }))
 })
 
 describe("the run guard retries transient Redis errors only", () => {
