@@ -16,7 +16,8 @@ import type { PhaseContext } from "../support/compare.ts"
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
   const config = SweeperConfig.layerWith({ node: "bench", ...settings })
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
-  return Layer.mergeAll(SqlBackends, RedisBackends(Redacted.make(context.redisUrl)), ObjectStorageLocal(roots)).pipe(
+  const redis = Redacted.make(context.redisUrl)
+  return Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots)).pipe(
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )

@@ -1,7 +1,9 @@
 /**
  * The composition root. Configuration picks the backends:
  *   DATABASE_URL set → that PostgreSQL server; absent → embedded PGlite under SWEEPER_DATA_DIR.
- *   REDIS_URL set    → that Redis server;      absent → the in-memory implementations.
+ *   REDIS_URL set    → that Redis (and REDIS_{SHARED_STATE,QUEUES,QUEUES_METADATA}_URL per GitLab store,
+ *                      each a server or a cluster); absent → the in-memory implementations.
+ *   Setting one side without the other is a start-up error (Config.ts, SPEC §8.2).
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
 import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
@@ -20,7 +22,7 @@ import type { PlatformRecords } from "../services/PlatformRecords.ts"
 import type { RebalancingState } from "../services/RebalancingState.ts"
 import { BuildsSql } from "./BuildsSql.ts"
 import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
-import { SweeperConfig, type SweeperSettings } from "./Config.ts"
+import { resolveStoreUrls, SweeperConfig, type SweeperSettings } from "./Config.ts"
 import { EventLogSql } from "./EventLogSql.ts"
 import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { JobQueueRedis } from "./JobQueueRedis.ts"
@@ -43,16 +45,20 @@ import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
 import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
-import { Redis } from "./Redis.ts"
+import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
 
 /** Every service a registered batch may need. */
 export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
 
-/** The services backed by Redis, on a real server. */
-export const RedisBackends = (url: Redacted.Redacted<string>) =>
-  Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis).pipe(
-    Layer.provideMerge(Redis.layerSingle(url)),
-    unavailable("Redis", url)
+/** The services backed by Redis, given the store connections (Redis.layerStores). */
+export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
+
+/** The services backed by Redis, each on its GitLab store (SPEC §8.2). */
+export const RedisBackends = (urls: StoreUrls) =>
+  RedisServices.pipe(
+    Layer.provideMerge(Redis.layerStores(urls)),
+    // Which store failed is in the RedisError's server; the one-line error names every store host.
+    unavailable("Redis", Redacted.make([...new Set([urls.sharedState, urls.queues, urls.queuesMetadata].map(Redacted.value))].join(",")))
   )
 
 /** The same services in memory (embedded default, specs). */
@@ -101,7 +107,8 @@ const unavailable = (service: InfrastructureUnavailable["service"], url: Redacte
   Layer.catchCause(layer, (cause: Cause.Cause<E>) =>
     Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(new InfrastructureUnavailable({
       service,
-      host: hostOfUrl(Redacted.value(url)),
+      // A cluster URL is a comma list of seed nodes: every host of it.
+      host: [...new Set(Redacted.value(url).split(",").map((part) => hostOfUrl(part.trim())))].join(","),
       detail: describeError(Cause.squash(cause))
     }))))
 
@@ -140,28 +147,30 @@ export const describeBackends = (settings: SweeperSettings) => ({
     onNone: () => `embedded PGlite (${join(settings.dataDir, "pgdata")})`,
     onSome: (url) => redactUrl(Redacted.value(url))
   }),
-  redis: Option.match(settings.redisUrl, {
+  redis: Option.match(storeUrls(settings), {
     onNone: () => "in-memory (embedded, this process only)",
-    onSome: (url) => redactUrl(Redacted.value(url))
+    onSome: (urls) => {
+      const describe = (url: Redacted.Redacted<string>) => {
+        const raw = Redacted.value(url)
+        return `${raw.includes(",") ? "cluster " : ""}${redactUrl(raw)}`
+      }
+      const all = [urls.sharedState, urls.queues, urls.queuesMetadata].map(describe)
+      return all[0] === all[1] && all[1] === all[2]
+        ? all[0]!
+        : `sharedState ${all[0]}, queues ${all[1]}, queuesMetadata ${all[2]}`
+    }
   }),
   objectStorage: describeObjectStorage(settings.objectStorage)
 })
 
-const redactUrl = (url: string) => {
-  try {
-    const parsed = new URL(url)
-    if (parsed.password !== "") parsed.password = "***"
-    return parsed.toString()
-  } catch {
-    return "(unparsable URL)"
-  }
-}
+/** The three store URLs when Redis is configured (Config has checked each resolves). */
+export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> => Option.all(resolveStoreUrls(settings))
 
 /** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
 export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
-    const redisBacked = Option.match(settings.redisUrl, { onNone: () => MemoryBackends, onSome: RedisBackends })
+    const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
     return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage)).pipe(Layer.provideMerge(databaseLayer(settings, access)))
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 

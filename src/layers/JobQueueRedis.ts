@@ -1,68 +1,92 @@
 /**
- * JobQueue on real Redis. Each job is one Lua script call — de-duplication check, SADD, LPUSH, claim
- * — so a claim never exists without its job nor a job without its claim; each slice is one pipeline
- * of those calls (one round trip). The script orders its writes so that a failing step leaves
- * nothing behind: SADD of the queue name is harmless alone, LPUSH is the step that can fail
- * (WRONGTYPE), and the claim (a plain SET, which cannot fail) comes last.
+ * JobQueue on real Redis, over two of GitLab's stores (SPEC §8.2): the jobs go to Queues
+ * (`queue:<name>`, `queues`), the `until_executed` claims to QueuesMetadata
+ * (`resque:gitlab:duplicate:*`). No step can be atomic across stores (nor across hash slots on a
+ * cluster), so a slice is three steps, in an order whose only failure mode is a duplicate job:
+ *
+ *   1. check  — per claim key, one single-key script on QueuesMetadata: held (by which jid) or free;
+ *   2. push   — on Queues: `SADD queues <q>` (harmless alone), then one `LPUSH queue:<q>` of every
+ *               job to push, in order (one command: all of the slice's jobs or none);
+ *   3. claim  — per pushed job, `SET <claim> <jid> NX EX 600` on QueuesMetadata.
+ *
+ * A crash (or a failed command) between 2 and 3 leaves jobs pushed without their claims: a later
+ * enqueue of the same args within 600 s may push a duplicate, which Sidekiq's own until_executed
+ * check tolerates. The other order (claim first) would, on a crash, hold claims for jobs that were
+ * never pushed: a lost enqueue for 600 s. A failed push (WRONGTYPE) sets no claim.
+ *
+ * Commands of one step are sent together (ioredis writes them without waiting for replies), so a
+ * slice costs three round trips whatever its size, on one server or a cluster.
  */
 import { Effect, Layer, Schema } from "effect"
 import type { Result } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, QUEUES_SET, queueKey } from "../domain/Sidekiq.ts"
 import { JobQueue, makeJobQueue, type PreparedJob, type PushReply } from "../services/JobQueue.ts"
-import { Redis } from "./Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis } from "./Redis.ts"
 
 declare module "ioredis" {
   interface RedisCommander<Context> {
-    /** KEYS: queue list, queues set[, duplicate key]; ARGV: queue name, payload, jid, ttl. */
-    sweeperPushJob(numKeys: number, ...keysAndArgs: Array<string | number>): Result<unknown, Context>
+    /** KEYS: one duplicate key. Reply {0} free, {1, jid or false} held. */
+    sweeperCheckClaim(numKeys: number, ...keysAndArgs: Array<string | number>): Result<unknown, Context>
   }
 }
 
-// Reply {1, jid} when pushed, {0, existing jid or false} when the duplicate key was held.
-const PUSH_JOB = `
-if #KEYS == 3 and redis.call('EXISTS', KEYS[3]) == 1 then
-  local existing = false
-  if redis.call('TYPE', KEYS[3]).ok == 'string' then existing = redis.call('GET', KEYS[3]) end
-  return {0, existing}
-end
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('LPUSH', KEYS[1], ARGV[2])
-if #KEYS == 3 then redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[4]) end
-return {1, ARGV[3]}`
+// A claim that is not a string is still a claim, just an unreadable one (false).
+const CHECK_CLAIM = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+if redis.call('TYPE', KEYS[1]).ok == 'string' then return {1, redis.call('GET', KEYS[1])} end
+return {1, false}`
 
-const ScriptReply = Schema.Tuple([Schema.Literals([0, 1]), Schema.NullOr(Schema.String)])
-const decodeReply = Schema.decodeUnknownEffect(ScriptReply)
+const ClaimReply = Schema.Union([Schema.Tuple([Schema.Literal(0)]), Schema.Tuple([Schema.Literal(1), Schema.NullOr(Schema.String)])])
+const decodeClaim = Schema.decodeUnknownEffect(ClaimReply)
 
 export const JobQueueRedis = Layer.effect(
   JobQueue,
   Effect.gen(function*() {
-    const redis = yield* Redis
-    // ioredis sends EVALSHA and falls back to EVAL per connection (also inside pipelines).
-    redis.client.defineCommand("sweeperPushJob", { lua: PUSH_JOB })
+    const queues = yield* QueuesRedis
+    const metadata = yield* QueuesMetadataRedis
+    // ioredis sends EVALSHA and falls back to EVAL per connection (per node on a cluster).
+    metadata.client.defineCommand("sweeperCheckClaim", { lua: CHECK_CLAIM })
+
+    const fail = (cause: unknown) => new RedisError({ operation: "jobQueue.push", cause })
 
     const pushSlice = Effect.fnUntraced(function*(queue: string, jobs: ReadonlyArray<PreparedJob>) {
-      const results = yield* redis.use("jobQueue.push", (client) => {
-        const pipeline = client.pipeline()
-        for (const job of jobs) {
-          const keys = job.duplicateKey === undefined
-            ? [queueKey(queue), QUEUES_SET]
-            : [queueKey(queue), QUEUES_SET, job.duplicateKey]
-          pipeline.sweeperPushJob(keys.length, ...keys, queue, job.payload, job.jid, DUPLICATE_KEY_TTL_SECONDS)
-        }
-        return pipeline.exec()
-      })
+      // 1. check: which claim keys are held, and by whom.
+      const claimKeys = [...new Set(jobs.flatMap((job) => (job.duplicateKey === undefined ? [] : [job.duplicateKey])))]
+      const checked = yield* metadata.use("jobQueue.checkClaims", (client) =>
+        Promise.all(claimKeys.map((key) => client.sweeperCheckClaim(1, key))))
+      const held = new Map<string, string | null>()
+      for (let i = 0; i < claimKeys.length; i++) {
+        const reply = yield* decodeClaim(checked[i]).pipe(Effect.mapError(fail))
+        if (reply[0] === 1) held.set(claimKeys[i]!, reply[1])
+      }
+
+      // Decide per job, in order: a later job of the slice with the same claim is a duplicate of
+      // the earlier one (as if each job were pushed and claimed one after another).
       const replies: Array<PushReply> = []
-      for (const [error, value] of results ?? []) {
-        if (error !== null) return yield* new RedisError({ operation: "jobQueue.push", cause: error })
-        const [pushed, jid] = yield* decodeReply(value).pipe(
-          Effect.mapError((cause) => new RedisError({ operation: "jobQueue.push", cause }))
-        )
-        replies.push(pushed === 1 ? { pushed: true } : { pushed: false, existingJid: jid })
+      const toPush: Array<PreparedJob> = []
+      for (const job of jobs) {
+        const key = job.duplicateKey
+        if (key !== undefined && held.has(key)) {
+          replies.push({ pushed: false, existingJid: held.get(key) ?? null })
+          continue
+        }
+        if (key !== undefined) held.set(key, job.jid)
+        toPush.push(job)
+        replies.push({ pushed: true })
       }
-      if (replies.length !== jobs.length) {
-        return yield* new RedisError({ operation: "jobQueue.push", cause: new Error("pipeline was discarded") })
-      }
+      if (toPush.length === 0) return replies
+
+      // 2. push: the queue name first (harmless alone), then every job in one LPUSH.
+      yield* queues.use("jobQueue.push", async (client) => {
+        await client.sadd(QUEUES_SET, queue)
+        await client.lpush(queueKey(queue), ...toPush.map((job) => job.payload))
+      })
+
+      // 3. claim: only now, so a crash before this point can duplicate a job but never lose one.
+      yield* metadata.use("jobQueue.claim", (client) =>
+        Promise.all(toPush.flatMap((job) =>
+          job.duplicateKey === undefined ? [] : [client.set(job.duplicateKey, job.jid, "EX", DUPLICATE_KEY_TTL_SECONDS, "NX")])))
       return replies
     })
 

@@ -1,13 +1,21 @@
 /** Lease on real Redis: acquisition, renewal and release are single Lua scripts (compare-and-act). */
 import { Duration, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { epochKey, Lease, leaseKey, type LeaseHandle } from "../services/Lease.ts"
+import { EPOCH_TTL_SECONDS, epochKey, Lease, leaseKey, type LeaseHandle } from "../services/Lease.ts"
 import { SharedStateRedis } from "./Redis.ts"
 
-// SET NX EX exactly as GitLab's ExclusiveLease, plus a fencing epoch taken in the same step.
+// SET NX EX exactly as GitLab's ExclusiveLease, plus a fencing epoch taken in the same step:
+// max(stored + 1, TIME in ms), so it stays monotonic even after its key expired (see Lease.ts).
+// Both keys share a hash slot (epochKey's tag). TIME before a write is fine: Redis 7 replicates
+// a script's effects, not the script.
 const ACQUIRE = `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  local time = redis.call('TIME')
+  local floor = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local epoch = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
+  if floor > epoch then epoch = floor end
+  redis.call('SET', KEYS[2], string.format('%d', epoch), 'EX', ARGV[3])
+  return epoch
 end
 return 0`
 
@@ -31,8 +39,9 @@ export const LeaseRedis = Layer.effect(
     const redis = yield* SharedStateRedis
     const tryAcquire = Effect.fn("Lease.tryAcquire")(function*(name: string, ttl: Duration.Duration) {
       const token = randomUUID()
+      const epochKeyOfName = epochKey(name)
       const epoch = yield* redis.use("lease.acquire", (client) =>
-        client.eval(ACQUIRE, 2, leaseKey(name), epochKey(name), token, ttlSeconds(ttl)) as Promise<number>)
+        client.eval(ACQUIRE, 2, leaseKey(name), epochKeyOfName, token, ttlSeconds(ttl), EPOCH_TTL_SECONDS) as Promise<number>)
       return epoch > 0 ? Option.some<LeaseHandle>({ name, token, epoch, ttl }) : Option.none()
     })
     const renew = Effect.fn("Lease.renew")(function*(handle: LeaseHandle) {
@@ -48,6 +57,10 @@ export const LeaseRedis = Layer.effect(
     const isHeld = Effect.fn("Lease.isHeld")(function*(handle: LeaseHandle) {
       return (yield* redis.use("lease.get", (client) => client.get(leaseKey(handle.name)))) === handle.token
     })
-    return Lease.of({ tryAcquire, renew, release, isHeld })
+    const claim = Effect.fn("Lease.claim")(function*(name: string, ttl: Duration.Duration) {
+      const set = yield* redis.use("lease.claim", (client) => client.set(leaseKey(name), randomUUID(), "EX", ttlSeconds(ttl), "NX"))
+      return set === "OK"
+    })
+    return Lease.of({ tryAcquire, renew, release, isHeld, claim })
   })
 )

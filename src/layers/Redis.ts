@@ -1,71 +1,81 @@
 /**
- * The ioredis client as a scoped service: connected when the layer is built (so a wrong REDIS_URL
- * fails start-up), quit when the scope closes. Every call goes through `use`, which turns a
- * rejected promise into a typed `RedisError` naming the operation, the server's reply and its
- * host:port, and classified transient or permanent (see RedisError.isRetryable).
+ * Redis connections as scoped services: connected when the layer is built (so a wrong URL fails
+ * start-up), quit when the scope closes. Every call goes through `use`, which turns a rejected
+ * promise into a typed `RedisError` naming the operation, the server's reply and its host:port, and
+ * classified transient or permanent (see RedisError.isRetryable).
+ *
+ * A URL is either one server (`redis://host:port/db`) or a Redis Cluster given as a comma-separated
+ * list of seed nodes (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`, SPEC §8.2). Both clients speak
+ * the same commands; on a cluster every Lua script and pipeline must stay within one hash slot,
+ * which each service layer guarantees for its own keys.
  */
 import { Context, Effect, Layer, Redacted } from "effect"
-import { Redis as IORedis } from "ioredis"
+import { Cluster, Redis as IORedis } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
 import { serverName, toRedisError } from "./RedisErrors.ts"
 
+/** A single server or a cluster: ioredis gives both the same command surface. */
+export type RedisClient = IORedis | Cluster
+
+export type RedisKind = "single" | "cluster"
+
 export class Redis extends Context.Service<Redis, {
-  readonly client: IORedis
-  use<A>(operation: string, f: (client: IORedis) => Promise<A>): Effect.Effect<A, RedisError>
+  readonly client: RedisClient
+  /** "single" or "cluster": for `doctor`, `/readyz` and the start-up banner. */
+  readonly kind: RedisKind
+  /** Where it points, password redacted (seed nodes for a cluster). */
+  readonly description: string
+  use<A>(operation: string, f: (client: RedisClient) => Promise<A>): Effect.Effect<A, RedisError>
 }>()("sweeper/layers/Redis") {
-  static readonly layer = (url: Redacted.Redacted<string>) =>
-    Layer.effect(
-      Redis,
-      Effect.gen(function*() {
-        const client = yield* Effect.acquireRelease(
-          Effect.gen(function*() {
-            const client = yield* Effect.try({
-              try: () =>
-                new IORedis(Redacted.value(url), {
-                  lazyConnect: true,
-                  maxRetriesPerRequest: 2,
-                  connectTimeout: 5_000
-                }),
-              catch: (cause) => new RedisError({ operation: "connect", cause })
-            })
-            // Without a listener ioredis prints every reconnect error to stderr. The last one says why
-            // a connect failed (e.g. ECONNREFUSED), where connect() itself only says "Connection is closed."
-            let lastError: unknown = undefined
-            client.on("error", (error: unknown) => {
-              lastError = error
-            })
-            yield* Effect.tryPromise({
-              try: () => client.connect(),
-              catch: (cause) => toRedisError("connect", serverName(client.options))(lastError ?? cause)
-            }).pipe(
-              Effect.tapError(() => Effect.sync(() => client.disconnect()))
-            )
-            return client
-          }),
-          (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
-        )
-        // Errors name the server by host:port (never the URL: it may hold a password).
-        const server = serverName(client.options)
-        const use = <A>(operation: string, f: (client: IORedis) => Promise<A>) =>
-          Effect.tryPromise({ try: () => f(client), catch: toRedisError(operation, server) })
-        return Redis.of({ client, use })
-      })
-    )
+  /** One connection (server or cluster) as the `Redis` service. */
+  static readonly layer = (url: Redacted.Redacted<string>) => Layer.effect(Redis, connect(url))
 
   /**
    * One server for every GitLab store (SPEC §8.2 with all three URLs equal): the client above, also
    * provided as SharedStateRedis, QueuesRedis and QueuesMetadataRedis.
    */
   static readonly layerSingle = (url: Redacted.Redacted<string>) =>
+    Redis.layerStores({ sharedState: url, queues: url, queuesMetadata: url })
+
+  /**
+   * The three GitLab stores, each its own URL (SPEC §8.2): one connection per distinct URL, each
+   * store tag given its connection. `Redis` itself is the SharedState connection, for the layers
+   * that have not moved to a store tag yet.
+   */
+  static readonly layerStores = (urls: StoreUrls) =>
     Layer.effectContext(Effect.gen(function*() {
-      const redis = yield* Redis
-      return Context.make(Redis, redis).pipe(
-        Context.add(SharedStateRedis, redis),
-        Context.add(QueuesRedis, redis),
-        Context.add(QueuesMetadataRedis, redis)
+      const connections = new Map<string, Redis["Service"]>()
+      const connection = Effect.fnUntraced(function*(url: Redacted.Redacted<string>) {
+        const key = Redacted.value(url).trim()
+        const existing = connections.get(key)
+        if (existing !== undefined) return existing
+        const made = yield* connect(url)
+        connections.set(key, made)
+        return made
+      })
+      const sharedState = yield* connection(urls.sharedState)
+      const queues = yield* connection(urls.queues)
+      const queuesMetadata = yield* connection(urls.queuesMetadata)
+      return Context.make(Redis, sharedState).pipe(
+        Context.add(SharedStateRedis, sharedState),
+        Context.add(QueuesRedis, queues),
+        Context.add(QueuesMetadataRedis, queuesMetadata),
+        Context.add(RedisStores, [
+          { store: "sharedState", redis: sharedState },
+          { store: "queues", redis: queues },
+          { store: "queuesMetadata", redis: queuesMetadata }
+        ])
       )
-    })).pipe(Layer.provide(Redis.layer(url)))
+    }))
 }
+
+export interface StoreUrls {
+  readonly sharedState: Redacted.Redacted<string>
+  readonly queues: Redacted.Redacted<string>
+  readonly queuesMetadata: Redacted.Redacted<string>
+}
+
+export type StoreName = "sharedState" | "queues" | "queuesMetadata"
 
 /**
  * GitLab spreads its keys over three Redis deployments (SPEC §8.2). Each service layer asks for the
@@ -77,3 +87,121 @@ export class SharedStateRedis extends Context.Service<SharedStateRedis, Redis["S
 export class QueuesRedis extends Context.Service<QueuesRedis, Redis["Service"]>()("sweeper/layers/Redis/Queues") {}
 /** Job status keys, concurrency-limit trackers, duplicate-job keys. */
 export class QueuesMetadataRedis extends Context.Service<QueuesMetadataRedis, Redis["Service"]>()("sweeper/layers/Redis/QueuesMetadata") {}
+
+/** Every store by name (for `/readyz`, the start-up ping and `doctor`); two names may share a connection. */
+export class RedisStores extends Context.Service<RedisStores, ReadonlyArray<{ readonly store: StoreName; readonly redis: Redis["Service"] }>>()(
+  "sweeper/layers/Redis/Stores"
+) {}
+
+/** A parsed store URL: one server, or the seed nodes of a cluster plus the shared credentials. */
+export type ParsedRedisUrl =
+  | { readonly kind: "single"; readonly url: string }
+  | {
+    readonly kind: "cluster"
+    readonly nodes: ReadonlyArray<{ readonly host: string; readonly port: number }>
+    readonly username: string | undefined
+    readonly password: string | undefined
+    readonly tls: boolean
+  }
+
+/**
+ * A comma in the URL makes it a cluster (SPEC §8.2). Seed nodes must be `redis://` or `rediss://`
+ * with a port; credentials come from the first node that has them. A cluster has only database 0,
+ * so a path naming another database is refused rather than silently ignored.
+ */
+export const parseRedisUrl = (raw: string): ParsedRedisUrl | { readonly kind: "invalid"; readonly message: string } => {
+  const parts = raw.split(",").map((part) => part.trim()).filter((part) => part.length > 0)
+  if (parts.length === 0) return { kind: "invalid", message: "empty Redis URL" }
+  const parsed: Array<URL> = []
+  for (const part of parts) {
+    let url: URL
+    try {
+      url = new URL(part)
+    } catch {
+      return { kind: "invalid", message: `not a URL: ${redactUrl(part)}` }
+    }
+    if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
+      return { kind: "invalid", message: `expected redis:// or rediss://, got ${url.protocol}//` }
+    }
+    parsed.push(url)
+  }
+  if (parts.length === 1) return { kind: "single", url: parts[0]! }
+  const nodes: Array<{ host: string; port: number }> = []
+  for (const url of parsed) {
+    const db = url.pathname.replace(/^\//, "")
+    if (db !== "" && db !== "0") return { kind: "invalid", message: `a Redis Cluster has only database 0, got /${db}` }
+    // WHATWG URL keeps IPv6 hosts bracketed; ioredis wants them bare.
+    nodes.push({ host: url.hostname.replace(/^\[|\]$/g, ""), port: url.port === "" ? 6379 : Number(url.port) })
+  }
+  const withAuth = parsed.find((url) => url.password !== "" || url.username !== "")
+  return {
+    kind: "cluster",
+    nodes,
+    username: withAuth !== undefined && withAuth.username !== "" ? decodeURIComponent(withAuth.username) : undefined,
+    password: withAuth !== undefined && withAuth.password !== "" ? decodeURIComponent(withAuth.password) : undefined,
+    tls: parsed.some((url) => url.protocol === "rediss:")
+  }
+}
+
+/** The URL(s) with passwords replaced, for logs and reports. */
+export const redactUrl = (raw: string): string =>
+  raw.split(",").map((part) => {
+    try {
+      const url = new URL(part.trim())
+      if (url.password !== "") url.password = "***"
+      return url.toString()
+    } catch {
+      return "(unparsable URL)"
+    }
+  }).join(",")
+
+const connect = (url: Redacted.Redacted<string>) =>
+  Effect.gen(function*() {
+    const raw = Redacted.value(url)
+    const parsed = parseRedisUrl(raw)
+    if (parsed.kind === "invalid") return yield* new RedisError({ operation: "connect", cause: new Error(parsed.message) })
+    const description = redactUrl(raw)
+    // Errors name the server by host:port (never the URL: it may hold a password); a cluster by its seed nodes.
+    const server = parsed.kind === "cluster" ? parsed.nodes.map(serverName).join(",") : undefined
+    const serverOf = (client: RedisClient) => server ?? serverName((client as IORedis).options)
+    const client = yield* Effect.acquireRelease(
+      Effect.gen(function*() {
+        const client = yield* Effect.try({
+          try: (): RedisClient =>
+            parsed.kind === "single"
+              ? new IORedis(parsed.url, { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5_000 })
+              : new Cluster(parsed.nodes.map((node) => ({ ...node })), {
+                lazyConnect: true,
+                // The seed list is what the operator wrote: nodes are reached by the addresses the cluster announces.
+                redisOptions: {
+                  maxRetriesPerRequest: 2,
+                  connectTimeout: 5_000,
+                  ...(parsed.username === undefined ? {} : { username: parsed.username }),
+                  ...(parsed.password === undefined ? {} : { password: parsed.password }),
+                  ...(parsed.tls ? { tls: {} } : {})
+                }
+              }),
+          catch: (cause) => new RedisError({ operation: "connect", cause })
+        })
+        // Without a listener ioredis prints every reconnect error to stderr. The last one says why
+        // a connect failed (e.g. ECONNREFUSED), where connect() itself only says "Connection is closed."
+        let lastError: unknown = undefined
+        client.on("error", (error: unknown) => {
+          lastError = error
+        })
+        // connect() on a cluster resolves once the slot map is loaded; a PING proves a node answers.
+        yield* Effect.tryPromise({
+          try: () => client.connect().then(() => client.ping()),
+          catch: (cause) => toRedisError("connect", serverOf(client))(lastError ?? cause)
+        }).pipe(
+          Effect.tapError(() => Effect.sync(() => client.disconnect()))
+        )
+        return client
+      }),
+      (client) => Effect.promise(() => client.quit().then(() => {}, () => client.disconnect()))
+    )
+    const use = <A>(operation: string, f: (client: RedisClient) => Promise<A>) =>
+      Effect.tryPromise({ try: () => f(client), catch: toRedisError(operation, serverOf(client)) })
+    return Redis.of({ client, kind: parsed.kind, description, use })
+  })
+

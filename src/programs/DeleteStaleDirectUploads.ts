@@ -15,7 +15,7 @@
  * never as a deleted object.
  */
 import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, checkFence, CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
+import { type Batch, checkFence, CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   isStale,
@@ -158,12 +158,16 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
           Effect.as(storage.hasStore(upload.location) ? "deleted" as const : "unconfigured" as const)
         ))
       : yield* repairAll(stale)
+    let deletedInSlice = 0
     for (const outcome of outcomes) {
       // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
-      if (outcome === "deleted" || outcome === "missing") totalDeletedStaleEntries++
+      if (outcome === "deleted" || outcome === "missing") deletedInSlice++
       else if (outcome === "unconfigured") skippedNoStore++
       else if (typeof outcome === "object" && failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(outcome.failed)
     }
+    totalDeletedStaleEntries += deletedInSlice
+    // The step is done (its fields are gone): a retried attempt will not see these entries again.
+    if (!dryRun && deletedInSlice > 0) yield* reportProgress({ totalDeletedStaleEntries: deletedInSlice })
     handled += slice.length
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true

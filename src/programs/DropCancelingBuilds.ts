@@ -10,7 +10,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
+import { CurrentRun, reportProgress, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   cancelingCutoff,
   type CancelingBuild,
@@ -80,6 +80,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
       const result = yield* dropOrDoom(build, now)
       if (result === "dropped") dropped++
       if (result === "doomed") doomed++
+      yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0 })
     }
     if (batch.length < DROP_BATCH_SIZE) break
     after = Option.some(cursorOf(batch[batch.length - 1]!))

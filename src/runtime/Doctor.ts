@@ -9,7 +9,6 @@
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Console, DateTime, Effect, Option } from "effect"
 import { Command, Flag } from "effect/cli"
-import { Cluster } from "ioredis"
 import { describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { checkColumns, detectSchemaMode } from "../layers/DatabaseSchema.ts"
@@ -57,12 +56,8 @@ export interface DoctorReport {
   readonly applied: ReadonlyArray<string>
 }
 
-/**
- * How a store's client is built. The one place that knows ioredis' classes, so a change in how
- * Redis.ts builds clients (cluster support) only touches this function.
- */
-export const storeKind = (redis: Redis["Service"]): "single" | "cluster" =>
-  (redis.client as unknown) instanceof Cluster ? "cluster" : "single"
+/** Single server or cluster, as Redis.ts built the store's connection (its URL had commas or not). */
+export const storeKind = (redis: Redis["Service"]): "single" | "cluster" => redis.kind
 
 /** `server − this process` in ms, read at the midpoint of the round trip. */
 const skewOf = <E, R>(serverMillis: Effect.Effect<number, E, R>) =>

@@ -20,7 +20,7 @@ import { createServer } from "node:http"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { describeError } from "../domain/Errors.ts"
 import { SweeperConfig } from "../layers/Config.ts"
-import { Redis } from "../layers/Redis.ts"
+import { RedisStores } from "../layers/Redis.ts"
 import { EventLog } from "../services/EventLog.ts"
 import {
   activeHandles,
@@ -118,7 +118,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const settings = yield* SweeperConfig
   const sql = yield* PgClient.PgClient
   const events = yield* EventLog
-  const redis = yield* Effect.serviceOption(Redis)
+  const stores = yield* Effect.serviceOption(RedisStores)
 
   const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
   const views = Effect.gen(function*() {
@@ -166,15 +166,25 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
 
   yield* router.add("GET", "/healthz", HttpServerResponse.text("ok\n"))
   yield* router.add("GET", "/readyz", Effect.gen(function*() {
-    const [postgres, redisStatus] = yield* Effect.all([
+    // Every GitLab store is pinged (SPEC §8.2): a batch needs all three, so one down is not ready.
+    const [postgres, storeStatus] = yield* Effect.all([
       check(sql`SELECT 1`),
-      Option.match(redis, {
-        onNone: () => Effect.succeed("ok (in-memory)"),
-        onSome: (r) => check(r.use("ping", (client) => client.ping()))
+      Option.match(stores, {
+        onNone: () => Effect.succeed(undefined),
+        onSome: (all) =>
+          Effect.forEach(all, ({ store, redis }) =>
+            Effect.map(check(redis.use("ping", (client) => client.ping())), (status) => [store, { status, kind: redis.kind }] as const), {
+            concurrency: "unbounded"
+          }).pipe(Effect.map((entries) => Object.fromEntries(entries)))
       })
     ], { concurrency: 2 })
+    const storeStatuses = storeStatus === undefined ? [] : Object.values(storeStatus).map((entry) => entry.status)
+    const redisStatus = storeStatus === undefined ? "ok (in-memory)" : storeStatuses.find((status) => status !== "ok") ?? "ok"
     const ready = postgres === "ok" && redisStatus.startsWith("ok")
-    return HttpServerResponse.jsonUnsafe({ ready, postgres, redis: redisStatus }, { status: ready ? 200 : 503 })
+    return HttpServerResponse.jsonUnsafe(
+      { ready, postgres, redis: redisStatus, ...(storeStatus === undefined ? {} : { redisStores: storeStatus }) },
+      { status: ready ? 200 : 503 }
+    )
   }))
   const loopDelay = monitorEventLoopDelay({ resolution: 20 })
   loopDelay.enable()

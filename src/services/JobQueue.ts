@@ -3,8 +3,9 @@
  * real Sidekiq consumer picks them up — `LPUSH queue:<queue>` plus `SADD queues <queue>` — in slices
  * of at most 1000 per pipeline. With `until_executed` de-duplication a job first claims
  * `resque:gitlab:duplicate:<queue>:<sha256 of "<class>:<JSON args>">` (NX, EX 600, value = jid);
- * when somebody else holds the claim the job is dropped and logged as a duplicate. The claim and the
- * push happen together or not at all (a Lua script on Redis, one synchronous step in memory).
+ * when somebody else holds the claim the job is dropped and logged as a duplicate. The claim is set
+ * after the push (on Redis they live in different stores, SPEC §8.2), so an interrupted enqueue can
+ * only leave a job without its claim — a possible duplicate — never a claim without its job.
  *
  * The backends differ only in how one slice reaches Redis (`PushSlice`); building jobs, slicing and
  * logging duplicates is `makeJobQueue`, shared, so both backends produce the same bytes.
@@ -46,8 +47,8 @@ export interface PreparedJob {
 export type PushReply = { readonly pushed: true } | { readonly pushed: false; readonly existingJid: string | null }
 
 /**
- * Pushes one slice (≤ BULK_PUSH_SLICE jobs) to `queue`, each job atomically (claim + SADD + LPUSH),
- * replying per job in order. Fails if any job could not be pushed.
+ * Pushes one slice (≤ BULK_PUSH_SLICE jobs) to `queue` (check claim, SADD + LPUSH, then claim),
+ * replying per job in order. Fails if any job could not be pushed; a job not pushed is not claimed.
  */
 export type PushSlice = (queue: string, jobs: ReadonlyArray<PreparedJob>) => Effect.Effect<ReadonlyArray<PushReply>, RedisError>
 

@@ -3,6 +3,14 @@
  * and release only touch the key while it still holds our uuid. Each successful acquisition takes a
  * new fencing epoch (monotonic per name), which guarded writes compare so a holder that lost its
  * lease cannot write after a newer holder has.
+ *
+ * The epoch is `max(stored + 1, Redis TIME in ms)`, kept under a key with a long TTL refreshed on
+ * every acquisition (every key Sweeper creates expires, SPEC §8.2). If the key does expire, the
+ * clock floor still puts the next epoch above every one handed out before, which is what
+ * `sweeper_lease_fences` (the highest epoch written) relies on.
+ *
+ * A tick claim (`claim`) is the same SET NX EX without an epoch: it is never renewed or fenced, only
+ * held until it expires, so it leaves no counter behind.
  */
 import { Context, type Duration, type Effect, type Option } from "effect"
 import type { RedisError } from "../domain/Errors.ts"
@@ -15,7 +23,33 @@ export interface LeaseHandle {
 }
 
 export const leaseKey = (name: string) => `gitlab:exclusive_lease:${name}`
-export const epochKey = (name: string) => `sweeper:exclusive_lease_epoch:${name}`
+
+/**
+ * The part of a key Redis Cluster hashes: the text between the first `{` and the next `}` when that
+ * is non-empty, else the whole key.
+ */
+export const hashedPart = (key: string): string => {
+  const open = key.indexOf("{")
+  if (open === -1) return key
+  const close = key.indexOf("}", open + 1)
+  return close === -1 || close === open + 1 ? key : key.slice(open + 1, close)
+}
+
+/**
+ * The fencing epoch of a lease, in the same cluster hash slot as GitLab's untagged lease key (one
+ * Lua script touches both): the lease key's hashed part as this key's `{tag}`. GitLab's key format
+ * cannot change; ours can. A hashed part containing `}` cannot be a tag: such names are refused
+ * (Sweeper's own lease names never contain braces).
+ */
+export const epochKey = (name: string) => {
+  const lease = leaseKey(name)
+  const hashed = hashedPart(lease)
+  if (hashed.includes("}")) throw new Error(`lease name ${JSON.stringify(name)} cannot share a hash slot with its epoch key`)
+  return hashed === lease ? `sweeper:exclusive_lease_epoch:{${lease}}` : `sweeper:exclusive_lease_epoch:{${hashed}}:${name}`
+}
+
+/** The epoch key outlives every lease by far and is refreshed on each acquisition. */
+export const EPOCH_TTL_SECONDS = 30 * 24 * 3600
 
 export class Lease extends Context.Service<Lease, {
   /** None when somebody else holds it: an outcome, not an error. */
@@ -25,4 +59,9 @@ export class Lease extends Context.Service<Lease, {
   /** Deletes the key if it is still ours; false otherwise. */
   release(handle: LeaseHandle): Effect.Effect<boolean, RedisError>
   isHeld(handle: LeaseHandle): Effect.Effect<boolean, RedisError>
+  /**
+   * A claim that is only ever left to expire (one replica per scheduled tick): SET NX EX under the
+   * same key format, no fencing epoch. False when it is already claimed.
+   */
+  claim(name: string, ttl: Duration.Duration): Effect.Effect<boolean, RedisError>
 }>()("sweeper/services/Lease") {}

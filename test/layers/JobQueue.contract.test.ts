@@ -10,9 +10,9 @@ import { duplicateKey, QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
 import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis } from "../../src/layers/Redis.ts"
 import { type EnqueueOutcome, JobQueue, makeJobQueue, type PreparedJob } from "../../src/services/JobQueue.ts"
-import { RedisTest } from "../support/redis.ts"
+import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the keys, as the Sidekiq consumer (or an operator with redis-cli) sees them. */
 class Keys extends Context.Service<Keys, {
@@ -24,6 +24,21 @@ class Keys extends Context.Service<Keys, {
   del(key: string): Effect.Effect<void>
   setString(key: string, value: string): Effect.Effect<void>
 }>()("test/layers/JobQueue/Keys") {}
+
+/** Each key in its GitLab store (SPEC §8.2): claims in QueuesMetadata, the rest in Queues. */
+const RedisKeys = Layer.effect(Keys, Effect.gen(function*() {
+  const queues = yield* QueuesRedis
+  const metadata = yield* QueuesMetadataRedis
+  const store = (key: string) => (key.startsWith("resque:gitlab:duplicate:") ? metadata : queues)
+  return Keys.of({
+    list: (key) => Effect.orDie(store(key).use("LRANGE", (c) => c.lrange(key, 0, -1))),
+    members: (key) => Effect.orDie(store(key).use("SMEMBERS", (c) => c.smembers(key))),
+    get: (key) => Effect.orDie(store(key).use("GET", (c) => c.get(key))),
+    ttl: (key) => Effect.orDie(store(key).use("PTTL", (c) => c.pttl(key))).pipe(Effect.map((ms) => (ms < 0 ? ms : ms / 1000))),
+    del: (key) => Effect.orDie(store(key).use("DEL", (c) => c.del(key))),
+    setString: (key, value) => Effect.orDie(store(key).use("SET", (c) => c.set(key, value)))
+  })
+}))
 
 const backends: Record<string, Layer.Layer<JobQueue | Keys>> = {
   memory: JobQueueMemory.pipe(
@@ -40,17 +55,10 @@ const backends: Record<string, Layer.Layer<JobQueue | Keys>> = {
     })))),
     Layer.provideMerge(MemoryRedis.layer)
   ),
-  redis: JobQueueRedis.pipe(
-    Layer.merge(Layer.effect(Keys, Effect.map(Redis, (redis) => Keys.of({
-      list: (key) => Effect.orDie(redis.use("LRANGE", (c) => c.lrange(key, 0, -1))),
-      members: (key) => Effect.orDie(redis.use("SMEMBERS", (c) => c.smembers(key))),
-      get: (key) => Effect.orDie(redis.use("GET", (c) => c.get(key))),
-      ttl: (key) => Effect.orDie(redis.use("PTTL", (c) => c.pttl(key))).pipe(Effect.map((ms) => (ms < 0 ? ms : ms / 1000))),
-      del: (key) => Effect.orDie(redis.use("DEL", (c) => c.del(key))),
-      setString: (key, value) => Effect.orDie(redis.use("SET", (c) => c.set(key, value)))
-    })))),
-    Layer.provideMerge(RedisTest)
-  )
+  ...Object.fromEntries(topologies.map((topology) => [
+    `redis ${topology}`,
+    Layer.mergeAll(JobQueueRedis, RedisKeys).pipe(Layer.provideMerge(RedisTopologyTest(topology)))
+  ]))
 }
 
 /** The job as a Sidekiq consumer parses it. */
@@ -194,7 +202,7 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 5)
       }).pipe(Effect.provide(backend)))
 
-    it.effect("atomic per job: a push that fails (WRONGTYPE) leaves no claim behind and fails with RedisError", () =>
+    it.effect("a push that fails (WRONGTYPE) leaves no claim behind and fails with RedisError", () =>
       Effect.gen(function*() {
         const queue = yield* JobQueue
         const keys = yield* Keys
@@ -235,3 +243,36 @@ describe("makeJobQueue", () => {
       assert.strictEqual(calls, 0)
     }))
 })
+
+/**
+ * The cross-store order (JobQueueRedis): push on Queues, then claim on QueuesMetadata. A failure
+ * (or crash) between the two must leave the job pushed — at worst duplicated later, never lost.
+ */
+const failingClaims = Layer.effect(QueuesMetadataRedis, Effect.map(QueuesMetadataRedis, (redis) =>
+  QueuesMetadataRedis.of({
+    ...redis,
+    use: (operation, f) =>
+      operation === "jobQueue.claim" ? Effect.fail(new RedisError({ operation, cause: new Error("injected: died before claiming") })) : redis.use(operation, f)
+  })))
+
+for (const topology of topologies) {
+  describe(`JobQueueRedis across stores (${topology})`, () => {
+    it.effect("interrupted between push and claim: the job is in the queue without its claim, and re-enqueueing duplicates rather than loses", () =>
+      Effect.gen(function*() {
+        const keys = yield* Keys
+        const args = [[null, null, 77]]
+        const error = yield* Effect.flip(Effect.gen(function*() {
+          const queue = yield* JobQueue
+          return yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+        }).pipe(Effect.provide(Layer.fresh(JobQueueRedis).pipe(Layer.provide(failingClaims)))))
+        assert.instanceOf(error, RedisError)
+        assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 1)
+        assert.isNull(yield* keys.get(duplicateKey(QUEUE, WORKER, [null, null, 77])))
+        const queue = yield* JobQueue
+        const [outcome] = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+        assert.strictEqual(outcome?._tag, "Enqueued")
+        assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 2)
+        assert.strictEqual(yield* keys.get(duplicateKey(QUEUE, WORKER, [null, null, 77])), jidOf(outcome!))
+      }).pipe(Effect.provide(Layer.mergeAll(JobQueueRedis, RedisKeys).pipe(Layer.provideMerge(RedisTopologyTest(topology))))))
+  })
+}

@@ -13,6 +13,7 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, Redis } from "../../src/layers/Redis.ts"
 import { JobStatus } from "../../src/services/JobStatus.ts"
 import { RedisTest } from "../support/redis.ts"
+import { RedisTopologyTest, scanKeys, topologies } from "../support/redisTopology.ts"
 
 /** What the contract needs from a backend besides the service: raw key access and a way to age keys. */
 class Backend extends Context.Service<Backend, {
@@ -33,14 +34,14 @@ const MemoryBackend = Layer.effect(Backend, Effect.gen(function*() {
 
 /** Real Redis expires on its own clock: shorten the TTLs instead of waiting. */
 const RedisBackend = Layer.effect(Backend, Effect.gen(function*() {
-  const redis = yield* Redis
+  const redis = yield* QueuesMetadataRedis
   const prefix = jobStatusKey("")
   return Backend.of({
     ttlOf: (key) => Effect.orDie(redis.use("ttl", (c) => c.ttl(key))),
     exists: (key) => Effect.orDie(redis.use("exists", (c) => c.exists(key))).pipe(Effect.map((n) => n === 1)),
     elapse: (seconds) =>
       Effect.orDie(redis.use("elapse", async (c) => {
-        for (const key of await c.keys(`${prefix}*`)) {
+        for (const key of await scanKeys(c, `${prefix}*`)) {
           const ttl = await c.pttl(key)
           if (ttl < 0) continue
           if (ttl <= seconds * 1000) await c.del(key)
@@ -107,13 +108,15 @@ const contract = (name: string, layer: () => Layer.Layer<JobStatus | Backend>) =
   })
 
 contract("memory", () => Layer.mergeAll(JobStatusMemory, MemoryBackend).pipe(Layer.provideMerge(MemoryRedis.layer)))
-contract("redis", () => Layer.mergeAll(JobStatusRedis, RedisBackend).pipe(Layer.provideMerge(RedisTest)))
+for (const topology of topologies) {
+  contract(`redis ${topology}`, () => Layer.mergeAll(JobStatusRedis, RedisBackend).pipe(Layer.provideMerge(RedisTopologyTest(topology))))
+}
 
 /** Counts the commands sent through the Redis service, by operation name. */
 const countingRedis = (calls: Array<string>) =>
   Layer.effect(QueuesMetadataRedis, Effect.map(Redis, (redis) =>
     QueuesMetadataRedis.of({
-      client: redis.client,
+      ...redis,
       use: (operation, f) => Effect.suspend(() => {
         calls.push(operation)
         return redis.use(operation, f)

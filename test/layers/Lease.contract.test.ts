@@ -10,9 +10,9 @@ import { randomUUID } from "node:crypto"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { LeaseMemory } from "../../src/layers/memory/LeaseMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
-import { epochKey, Lease, leaseKey, type LeaseHandle } from "../../src/services/Lease.ts"
-import { RedisTest } from "../support/redis.ts"
+import { SharedStateRedis } from "../../src/layers/Redis.ts"
+import { EPOCH_TTL_SECONDS, epochKey, Lease, leaseKey, type LeaseHandle } from "../../src/services/Lease.ts"
+import { type RedisTopology, RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the store under the lease, bypassing the service. */
 class RawKeys extends Context.Service<RawKeys, {
@@ -37,7 +37,7 @@ const RawMemory = Layer.effect(RawKeys, Effect.gen(function*() {
 }))
 
 const RawRedis = Layer.effect(RawKeys, Effect.gen(function*() {
-  const { client } = yield* Redis
+  const { client } = yield* SharedStateRedis
   return RawKeys.of({
     get: (key) => Effect.promise(() => client.get(key)),
     pttl: (key) => Effect.promise(() => client.pttl(key)),
@@ -109,6 +109,7 @@ const leaseContract = (it: Vitest.MethodsNonLive<Lease | RawKeys>, { wait }: Con
   it.effect("the epoch strictly increases across acquisitions (release, expiry) and is per name", () =>
     Effect.gen(function*() {
       const lease = yield* Lease
+      const raw = yield* RawKeys
       const name = uniqueName("epoch")
       const a = yield* acquired(name, "1 second")
       assert.isTrue(yield* lease.release(a))
@@ -119,14 +120,65 @@ const leaseContract = (it: Vitest.MethodsNonLive<Lease | RawKeys>, { wait }: Con
       assert.isAbove(c.epoch, b.epoch)
       assert.notStrictEqual(c.token, b.token)
       // A failed attempt takes no epoch.
+      const stored = yield* raw.get(epochKey(name))
+      assert.strictEqual(stored, String(c.epoch))
       assert.isTrue(Option.isNone(yield* lease.tryAcquire(name, Duration.seconds(1))))
+      assert.strictEqual(yield* raw.get(epochKey(name)), stored)
       assert.isTrue(yield* lease.release(c))
       const d = yield* acquired(name, "1 second")
-      assert.strictEqual(d.epoch, c.epoch + 1)
+      assert.isAbove(d.epoch, c.epoch)
       // Another name has its own counter.
-      const other = yield* acquired(uniqueName("epoch-other"), "1 second")
-      assert.strictEqual(other.epoch, 1)
-      assert.strictEqual(epochKey(name), `sweeper:exclusive_lease_epoch:${name}`)
+      const otherName = uniqueName("epoch-other")
+      const other = yield* acquired(otherName, "1 second")
+      assert.strictEqual(yield* raw.get(epochKey(otherName)), String(other.epoch))
+      assert.strictEqual(yield* raw.get(epochKey(name)), String(d.epoch))
+    }))
+
+  it.effect("the epoch key shares the lease key's hash slot through a {tag} and expires (refreshed on acquire)", () =>
+    Effect.gen(function*() {
+      const raw = yield* RawKeys
+      const name = uniqueName("epoch-ttl")
+      assert.strictEqual(epochKey(name), `sweeper:exclusive_lease_epoch:{gitlab:exclusive_lease:${name}}`)
+      yield* acquired(name, "1 second")
+      const ttl = yield* raw.pttl(epochKey(name))
+      assert.isAbove(ttl, (EPOCH_TTL_SECONDS - 60) * 1000)
+      assert.isAtMost(ttl, EPOCH_TTL_SECONDS * 1000)
+      // An epoch key with little time left gets its full TTL back at the next acquisition.
+      yield* raw.pexpire(epochKey(name), 5_000)
+      yield* wait(Duration.millis(1_200))
+      yield* acquired(name, "1 second")
+      assert.isAbove(yield* raw.pttl(epochKey(name)), (EPOCH_TTL_SECONDS - 60) * 1000)
+    }))
+
+  it.effect("after the epoch key expired, the next epoch is still above every earlier one (clock floor)", () =>
+    Effect.gen(function*() {
+      const lease = yield* Lease
+      const raw = yield* RawKeys
+      const name = uniqueName("epoch-expired")
+      const a = yield* acquired(name, "1 second")
+      assert.isTrue(yield* lease.release(a))
+      const b = yield* acquired(name, "1 second")
+      assert.isTrue(yield* lease.release(b))
+      yield* raw.del(epochKey(name))
+      yield* wait(Duration.millis(5))
+      const c = yield* acquired(name, "1 second")
+      assert.isAbove(c.epoch, b.epoch)
+    }))
+
+  it.effect("a tick claim is SET NX EX under GitLab's key format and creates no epoch key", () =>
+    Effect.gen(function*() {
+      const lease = yield* Lease
+      const raw = yield* RawKeys
+      const name = uniqueName("claim")
+      assert.isTrue(yield* lease.claim(name, Duration.seconds(10)))
+      assert.match((yield* raw.get(leaseKey(name)))!, UUID)
+      const ttl = yield* raw.pttl(leaseKey(name))
+      assert.isAbove(ttl, 8_000)
+      assert.isAtMost(ttl, 10_000)
+      assert.isNull(yield* raw.get(epochKey(name)))
+      assert.isFalse(yield* lease.claim(name, Duration.seconds(10)))
+      // A claim and a lease of the same name exclude each other (one key).
+      assert.isTrue(Option.isNone(yield* lease.tryAcquire(name, Duration.seconds(1))))
     }))
 
   it.effect("renew extends our own lease back to its TTL", () =>
@@ -213,7 +265,7 @@ const leaseContract = (it: Vitest.MethodsNonLive<Lease | RawKeys>, { wait }: Con
 }
 
 const MemoryLease = Layer.mergeAll(LeaseMemory, RawMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
-const RedisLease = Layer.mergeAll(LeaseRedis, RawRedis).pipe(Layer.provideMerge(RedisTest))
+const RedisLease = (topology: RedisTopology) => Layer.mergeAll(LeaseRedis, RawRedis).pipe(Layer.provideMerge(RedisTopologyTest(topology)))
 
 describe("Lease contract", () => {
   // layer() builds MemoryRedis under the suite's TestClock, so adjusting it expires keys.
@@ -221,7 +273,31 @@ describe("Lease contract", () => {
     leaseContract(it, { wait: (duration) => TestClock.adjust(duration) })
   })
 
-  layer(RedisLease, { excludeTestServices: true, timeout: "10 seconds" })("LeaseRedis (real Redis)", (it) => {
-    leaseContract(it, { wait: (duration) => Effect.sleep(duration) })
-  })
+  for (const topology of topologies) {
+    layer(RedisLease(topology), { excludeTestServices: true, timeout: "60 seconds" })(`LeaseRedis (real Redis, ${topology})`, (it) => {
+      leaseContract(it, { wait: (duration) => Effect.sleep(duration) })
+      if (topology === "cluster") {
+        it.effect("CLUSTER KEYSLOT: every lease key and its epoch key share a slot (Sweeper's names, braces)", () =>
+          Effect.gen(function*() {
+            const { client } = yield* SharedStateRedis
+            const names = [
+              "sweeper/delete_stale_direct_uploads",
+              "ci/stuck_builds/drop_canceling_worker",
+              "sweeper/reschedule_stuck_issue_rebalances",
+              "sweeper/concurrency_limit_resume/concurrency_limit/resume_worker",
+              "a{tag}b",
+              "a{b",
+              "{",
+              uniqueName("random")
+            ]
+            for (const name of names) {
+              const slot = (key: string) => Effect.promise(() => client.cluster("KEYSLOT", key) as Promise<number>)
+              assert.strictEqual(yield* slot(epochKey(name)), yield* slot(leaseKey(name)), name)
+              // And the script runs (a CROSSSLOT error would fail here).
+              yield* acquired(name, "1 second")
+            }
+          }))
+      }
+    })
+  }
 })

@@ -9,9 +9,9 @@ import { isTransient, RedisError } from "../../src/domain/Errors.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../../src/layers/memory/PendingDirectUploadsMemory.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { SharedStateRedis } from "../../src/layers/Redis.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
-import { RedisTest } from "../support/redis.ts"
+import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the hash, behind the service's back (as GitLab's Rails side would write it). */
 class Hash extends Context.Service<Hash, {
@@ -41,21 +41,24 @@ const backends: Record<string, Layer.Layer<PendingDirectUploads | Hash>> = {
     })))),
     Layer.provideMerge(MemoryRedis.layer)
   ),
-  redis: PendingDirectUploadsRedis.pipe(
-    Layer.merge(Layer.effect(Hash, Effect.map(Redis, (redis) => Hash.of({
-      set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
-      setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(PENDING_DIRECT_UPLOADS_KEY, value))),
-      setBytes: (entries) =>
-        Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, new Map(entries.map(([f, v]) => [Buffer.from(f), Buffer.from(v)]))))),
-      all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))),
-      // ioredis's hgetallBuffer decodes the fields (object keys); the raw reply keeps them as bytes.
-      allHex: Effect.orDie(redis.use("HGETALL", async (c) => {
-        const flat = (await c.callBuffer("HGETALL", PENDING_DIRECT_UPLOADS_KEY)) as Array<Buffer>
-        return hexRecord(flat.flatMap((field, i) => (i % 2 === 0 ? [[field, flat[i + 1]!] as const] : [])))
-      }))
-    })))),
-    Layer.provideMerge(RedisTest)
-  )
+  ...Object.fromEntries(topologies.map((topology) => [
+    `redis ${topology}`,
+    PendingDirectUploadsRedis.pipe(
+      Layer.merge(Layer.effect(Hash, Effect.map(SharedStateRedis, (redis) => Hash.of({
+        set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
+        setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(PENDING_DIRECT_UPLOADS_KEY, value))),
+        setBytes: (entries) =>
+          Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, new Map(entries.map(([f, v]) => [Buffer.from(f), Buffer.from(v)]))))),
+        all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))),
+        // ioredis's hgetallBuffer decodes the fields (object keys); the raw reply keeps them as bytes.
+        allHex: Effect.orDie(redis.use("HGETALL", async (c) => {
+          const flat = (await c.callBuffer("HGETALL", PENDING_DIRECT_UPLOADS_KEY)) as Array<Buffer>
+          return hexRecord(flat.flatMap((field, i) => (i % 2 === 0 ? [[field, flat[i + 1]!] as const] : [])))
+        }))
+      })))),
+      Layer.provideMerge(RedisTopologyTest(topology))
+    )
+  ]))
 }
 
 const fieldsOf = (n: number) =>

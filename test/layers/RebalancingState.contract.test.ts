@@ -6,9 +6,9 @@ import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { RebalancingStateMemory } from "../../src/layers/memory/RebalancingStateMemory.ts"
 import { RebalancingStateRedis } from "../../src/layers/RebalancingStateRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { SharedStateRedis } from "../../src/layers/Redis.ts"
 import { RebalancingState } from "../../src/services/RebalancingState.ts"
-import { RedisTest } from "../support/redis.ts"
+import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** The set as GitLab's rebalancer writes it, behind the service's back. */
 class RawSet extends Context.Service<RawSet, {
@@ -26,14 +26,17 @@ const backends: Record<string, Layer.Layer<RebalancingState | RawSet>> = {
     })))),
     Layer.provideMerge(MemoryRedis.layer)
   ),
-  redis: RebalancingStateRedis.pipe(
-    Layer.merge(Layer.effect(RawSet, Effect.map(Redis, (redis) => RawSet.of({
-      add: (...members) => Effect.orDie(redis.use("SADD", (c) => c.sadd(RUNNING_REBALANCES_KEY, ...members.map((m) => (typeof m === "string" ? m : Buffer.from(m)))))),
-      setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(RUNNING_REBALANCES_KEY, value))),
-      ttlSeconds: Effect.orDie(redis.use("TTL", (c) => c.ttl(RUNNING_REBALANCES_KEY)))
-    })))),
-    Layer.provideMerge(RedisTest)
-  )
+  ...Object.fromEntries(topologies.map((topology) => [
+    `redis ${topology}`,
+    RebalancingStateRedis.pipe(
+      Layer.merge(Layer.effect(RawSet, Effect.map(SharedStateRedis, (redis) => RawSet.of({
+        add: (...members) => Effect.orDie(redis.use("SADD", (c) => c.sadd(RUNNING_REBALANCES_KEY, ...members.map((m) => (typeof m === "string" ? m : Buffer.from(m)))))),
+        setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(RUNNING_REBALANCES_KEY, value))),
+        ttlSeconds: Effect.orDie(redis.use("TTL", (c) => c.ttl(RUNNING_REBALANCES_KEY)))
+      })))),
+      Layer.provideMerge(RedisTopologyTest(topology))
+    )
+  ]))
 }
 
 const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")

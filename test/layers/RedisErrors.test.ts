@@ -17,7 +17,7 @@ import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
 import { RebalancingStateRedis } from "../../src/layers/RebalancingStateRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { Redis, type RedisClient } from "../../src/layers/Redis.ts"
 import { serverName } from "../../src/layers/RedisErrors.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
@@ -121,7 +121,7 @@ const Platform = Layer.mergeAll(CountedPending, CountedRebalancing).pipe(
   Layer.provideMerge(RedisTest)
 )
 
-const redisCall = <A>(f: (client: IORedis) => Promise<A>) => Effect.flatMap(Redis, (redis) => Effect.orDie(redis.use("test", f)))
+const redisCall = <A>(f: (client: RedisClient) => Promise<A>) => Effect.flatMap(Redis, (redis) => Effect.orDie(redis.use("test", f)))
 
 const runOnce = <S>(batch: Batch<S, unknown, unknown>) =>
   Effect.gen(function*() {
@@ -168,7 +168,8 @@ describe("wrong-type keys on real Redis: the run fails once, with the reason, no
       const redis = yield* Redis
       const lost = yield* Effect.flip(Effect.acquireUseRelease(
         Effect.promise(async () => {
-          const client = redis.client.duplicate({ lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false })
+          // RedisTest is one server, never a cluster.
+          const client = (redis.client as IORedis).duplicate({ lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false })
           client.on("error", () => {})
           await client.connect()
           client.disconnect()

@@ -11,10 +11,10 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { SharedStateRedis } from "../../src/layers/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
-import { RedisTest, TestRedisUrl } from "../support/redis.ts"
+import { type RedisTopology, RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"
 
 const NOW = "2026-01-01T05:00:00Z"
 const NOW_SECONDS = Date.parse(NOW) / 1000
@@ -23,7 +23,7 @@ const STALE = String(NOW_SECONDS - 4 * 3600)
 const ALMOST_STALE = String(NOW_SECONDS - 3 * 3600 + 60)
 const FRESH = String(NOW_SECONDS - 600)
 
-const Platform = () => Layer.mergeAll(PgTest, RedisTest)
+const Platform = (topology: RedisTopology = "single") => Layer.mergeAll(PgTest, RedisTopologyTest(topology))
 
 /** Object storage: `artifacts/` and `lfs/` are configured roots, `outside/` is not a root at all. */
 const objectStore = Effect.acquireRelease(
@@ -43,9 +43,9 @@ const put = (path: string) =>
   })
 
 const hset = (entries: Record<string, string>) =>
-  Effect.flatMap(Redis, (redis) => redis.use("test.hset", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
+  Effect.flatMap(SharedStateRedis, (redis) => redis.use("test.hset", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
 
-const hgetall = Effect.flatMap(Redis, (redis) => redis.use("test.hgetall", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY)))
+const hgetall = Effect.flatMap(SharedStateRedis, (redis) => redis.use("test.hgetall", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY)))
 
 const events = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
@@ -57,7 +57,7 @@ const runJson = (roots: Record<string, string>, ...extra: ReadonlyArray<string>)
   Effect.gen(function*() {
     const env = {
       DATABASE_URL: yield* TestDatabaseUrl,
-      REDIS_URL: yield* TestRedisUrl,
+      ...(yield* TestRedisStores).env,
       SWEEPER_DATA_DIR: join(tmpdir(), "sweeper-it-data"),
       SWEEPER_OBJECT_STORAGE: JSON.stringify(roots)
     }
@@ -72,7 +72,8 @@ const runJson = (roots: Record<string, string>, ...extra: ReadonlyArray<string>)
   })
 
 describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + local object storage, CLI)", () => {
-  it.live("deletes stale objects then their entries, keeps what it must, records every deletion under the run id", () =>
+  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  for (const topology of topologies) it.live(`deletes stale objects then their entries, keeps what it must, records every deletion under the run id (redis ${topology})`, () =>
     Effect.gen(function*() {
       const { base, roots } = yield* objectStore
       const kept = {
@@ -138,7 +139,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
       // The next run finds only what it keeps.
       const again = yield* runJson(roots)
       assert.deepStrictEqual(again.summary, { ...summary, totalPendingEntries: 7, totalDeletedStaleEntries: 0, skippedNoStore: 0 })
-    }).pipe(Effect.provide(Platform())), 120_000)
+    }).pipe(Effect.provide(Platform(topology))), 120_000)
 
   it.live("--budget 0s handles exactly one entry and reports executionTimeout", () =>
     Effect.gen(function*() {

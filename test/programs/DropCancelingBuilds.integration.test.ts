@@ -8,31 +8,31 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Redis } from "../../src/layers/Redis.ts"
+// The lease lives in SharedState (SPEC §8.2), which `Redis` is in Sweeper's composition.
+import { SharedStateRedis as Redis } from "../../src/layers/Redis.ts"
 import { leaseKey } from "../../src/services/Lease.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
-import { RedisTest, TestRedisUrl } from "../support/redis.ts"
+import { type RedisTopology, RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"
 
 const NOW = "2026-01-01T05:00:00Z"
 const LEASE = leaseKey("ci/stuck_builds/drop_canceling_worker")
 const STUCK = 250
 
-const Platform = Layer.mergeAll(PgTest, RedisTest)
+const Platform = (topology: RedisTopology) => Layer.mergeAll(PgTest, RedisTopologyTest(topology))
 
 /** One database and Redis db for the file; every test starts from empty tables and keys. */
 const reset = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
   yield* sql`TRUNCATE ci_builds, sweeper_events, sweeper_lease_fences RESTART IDENTITY`
-  const redis = yield* Redis
-  yield* redis.use("test.flushdb", (c) => c.flushdb())
+  yield* (yield* TestRedisStores).flush
 })
 
 /** Env for a child process: the test's database and Redis, and a scratch data dir (never `.sweeper`). */
 const childEnv = Effect.gen(function*() {
   return {
     DATABASE_URL: yield* TestDatabaseUrl,
-    REDIS_URL: yield* TestRedisUrl,
+    ...(yield* TestRedisStores).env,
     SWEEPER_DATA_DIR: join(tmpdir(), "sweeper-it-data")
   }
 })
@@ -95,7 +95,9 @@ const runJson = (...extra: ReadonlyArray<string>) =>
     return parsed as { batch: string; runId: string; outcome: string; summary: unknown }
   })
 
-layer(Platform, { excludeTestServices: true })("sweeper run drop-canceling-builds (real PostgreSQL + Redis, CLI)", (it) => {
+// Every test on each Redis deployment of SPEC §8.2: one server, a server per store, a cluster.
+const suite = (topology: RedisTopology) =>
+layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-canceling-builds (real PostgreSQL + Redis ${topology}, CLI)`, (it) => {
   it.effect("drops the 250 stuck builds in 3 batches, records every drop under the run id, releases the lease", () =>
     Effect.gen(function*() {
       yield* reset
@@ -147,6 +149,8 @@ layer(Platform, { excludeTestServices: true })("sweeper run drop-canceling-build
       assert.deepStrictEqual(again.summary, { dropped: 0, doomed: 0, batches: 0 })
     }), 120_000)
 
+  // The rest does not depend on where the stores are: one deployment is enough.
+  if (topology !== "single") return
   it.effect("lease held by someone else → skipped, exit 0, nothing changed, their lease kept", () =>
     Effect.gen(function*() {
       yield* reset
@@ -211,3 +215,5 @@ layer(Platform, { excludeTestServices: true })("sweeper run drop-canceling-build
       assert.lengthOf(yield* events, 0)
     }), 60_000)
 })
+
+for (const topology of topologies) suite(topology)

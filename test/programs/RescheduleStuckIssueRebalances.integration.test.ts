@@ -8,10 +8,10 @@ import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Schema } from "effect"
 import { createHash } from "node:crypto"
-import { Redis } from "../../src/layers/Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "../../src/layers/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
-import { RedisTest, TestRedisUrl } from "../support/redis.ts"
+import { type RedisTopology, RedisTopologyTest, scanKeys, TestRedisStores, topologies } from "../support/redisTopology.ts"
 
 const NOW = "2026-03-01T12:15:00.000Z"
 const BATCH = "reschedule-stuck-issue-rebalances"
@@ -19,7 +19,7 @@ const RUNNING = "gitlab:issues-position-rebalances:running_rebalances"
 const QUEUE_KEY = "queue:issues_rebalancing"
 const HELD_JID = "0123456789abcdef01234567"
 
-const Platform = () => Layer.mergeAll(PgTest, RedisTest)
+const Platform = (topology: RedisTopology = "single") => Layer.mergeAll(PgTest, RedisTopologyTest(topology))
 
 const Job = Schema.fromJsonString(Schema.Struct({
   class: Schema.Literal("Issues::RebalancingWorker"),
@@ -49,10 +49,17 @@ const seedRows = Effect.gen(function*() {
   yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (20, 10, 'gitlab', 'gitlab'), (21, 12, 'dotfiles', 'dotfiles')`
 })
 
-const redisCall = <A>(f: (client: Redis["Service"]["client"]) => Promise<A>) =>
-  Effect.flatMap(Redis, (redis) => Effect.orDie(redis.use("test", f)))
+/** A command on one GitLab store (SPEC §8.2): the set in SharedState, jobs in Queues, claims in QueuesMetadata. */
+const storeCall = <R>(store: Effect.Effect<Redis["Service"], never, R>) =>
+<A>(f: (client: RedisClient) => Promise<A>) => Effect.flatMap(store, (redis) => Effect.orDie(redis.use("test", f)))
+const shared = storeCall(SharedStateRedis)
+const queues = storeCall(QueuesRedis)
+const metadata = storeCall(QueuesMetadataRedis)
+/** EXISTS per key: on a cluster one EXISTS of keys in several slots is refused. */
+const existing = <R>(call: (f: (client: RedisClient) => Promise<number>) => Effect.Effect<number, never, R>, ...keys: ReadonlyArray<string>) =>
+  call(async (c) => (await Promise.all(keys.map((key) => c.exists(key)))).reduce((a, b) => a + b, 0))
 
-const queued = redisCall((c) => c.lrange(QUEUE_KEY, 0, -1)).pipe(
+const queued = queues((c) => c.lrange(QUEUE_KEY, 0, -1)).pipe(
   Effect.map((payloads) => payloads.reverse().map((payload) => Schema.decodeUnknownSync(Job)(payload)))
 )
 
@@ -64,7 +71,7 @@ const events = Effect.gen(function*() {
 
 const sweeper = (...extra: ReadonlyArray<string>) =>
   Effect.gen(function*() {
-    const env = { DATABASE_URL: yield* TestDatabaseUrl, REDIS_URL: yield* TestRedisUrl }
+    const env = { DATABASE_URL: yield* TestDatabaseUrl, ...(yield* TestRedisStores).env }
     const result = yield* Effect.promise(() => runCli(["run", BATCH, "--json", "--now", NOW, ...extra], env))
     assert.strictEqual(result.code, 0, `${result.stderr}\n${result.stdout}`)
     const lines = result.stdout.trim().split("\n")
@@ -73,13 +80,14 @@ const sweeper = (...extra: ReadonlyArray<string>) =>
   })
 
 describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () => {
-  it.live("re-enqueues existing namespaces and projects, drops deleted and invalid ones, respects pending jobs", () =>
+  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  for (const topology of topologies) it.live(`re-enqueues existing namespaces and projects, drops deleted and invalid ones, respects pending jobs (redis ${topology})`, () =>
     Effect.gen(function*() {
       yield* seedRows
-      yield* redisCall((c) => c.sadd(RUNNING, "1/10", "1/11", "1/99", "2/20", "2/98", "3/12", "2/abc", "junk"))
-      yield* redisCall((c) => c.expire(RUNNING, 864000))
+      yield* shared((c) => c.sadd(RUNNING, "1/10", "1/11", "1/99", "2/20", "2/98", "3/12", "2/abc", "junk"))
+      yield* shared((c) => c.expire(RUNNING, 864000))
       // Namespace 11's rebalancing job is still pending: its until_executed claim is held.
-      yield* redisCall((c) => c.set(claimKey("[null,null,11]"), HELD_JID, "EX", 300))
+      yield* metadata((c) => c.set(claimKey("[null,null,11]"), HELD_JID, "EX", 300))
 
       const output = yield* sweeper()
       const summary = {
@@ -104,16 +112,16 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
         // --now only sets the instant decisions are made at; what the run writes carries the real time.
         assert.isBelow(Math.abs(job.created_at - Date.now() / 1000), 60)
       }
-      assert.deepStrictEqual(yield* redisCall((c) => c.smembers("queues")), ["issues_rebalancing"])
-      assert.strictEqual(yield* redisCall((c) => c.get(claimKey("[null,null,10]"))), jobs[0]!.jid)
-      assert.strictEqual(yield* redisCall((c) => c.get(claimKey("[null,20,null]"))), jobs[1]!.jid)
-      assert.strictEqual(yield* redisCall((c) => c.get(claimKey("[null,null,11]"))), HELD_JID)
-      const ttl = yield* redisCall((c) => c.ttl(claimKey("[null,20,null]")))
+      assert.deepStrictEqual(yield* queues((c) => c.smembers("queues")), ["issues_rebalancing"])
+      assert.strictEqual(yield* metadata((c) => c.get(claimKey("[null,null,10]"))), jobs[0]!.jid)
+      assert.strictEqual(yield* metadata((c) => c.get(claimKey("[null,20,null]"))), jobs[1]!.jid)
+      assert.strictEqual(yield* metadata((c) => c.get(claimKey("[null,null,11]"))), HELD_JID)
+      const ttl = yield* metadata((c) => c.ttl(claimKey("[null,20,null]")))
       assert.isAbove(ttl, 540)
       assert.isAtMost(ttl, 600)
       // Deleted containers get no job and no claim; the running set itself is left to GitLab.
-      assert.strictEqual(yield* redisCall((c) => c.exists(claimKey("[null,null,99]"), claimKey("[null,98,null]"))), 0)
-      assert.strictEqual(yield* redisCall((c) => c.scard(RUNNING)), 8)
+      assert.strictEqual(yield* existing(metadata, claimKey("[null,null,99]"), claimKey("[null,98,null]")), 0)
+      assert.strictEqual(yield* shared((c) => c.scard(RUNNING)), 8)
 
       const log = yield* events
       assert.deepStrictEqual(log.map((e) => [e.stream, e.type]), [
@@ -135,7 +143,7 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
       const again = yield* sweeper()
       assert.deepStrictEqual(again.summary, { ...summary, enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 3 })
       assert.lengthOf(yield* queued, 2)
-    }).pipe(Effect.provide(Platform())))
+    }).pipe(Effect.provide(Platform(topology))), 180_000)
 
   it.live("empty set: succeeds with nothing enqueued", () =>
     Effect.gen(function*() {
@@ -145,21 +153,21 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
       assert.deepStrictEqual(output.summary, {
         namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0
       })
-      assert.strictEqual(yield* redisCall((c) => c.exists(QUEUE_KEY, "queues")), 0)
+      assert.strictEqual(yield* existing(queues, QUEUE_KEY, "queues"), 0)
       assert.deepStrictEqual((yield* events).map((e) => e.type), ["RunStarted", "RunFinished"])
     }).pipe(Effect.provide(Platform())))
 
   it.live("dry run: reports what would be enqueued, pushes and claims nothing", () =>
     Effect.gen(function*() {
       yield* seedRows
-      yield* redisCall((c) => c.sadd(RUNNING, "1/12", "2/21"))
+      yield* shared((c) => c.sadd(RUNNING, "1/12", "2/21"))
       const output = yield* sweeper("--dry-run")
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
         namespaceIds: [12], projectIds: [21], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0
       })
-      assert.strictEqual(yield* redisCall((c) => c.exists(QUEUE_KEY, "queues")), 0)
-      assert.deepStrictEqual(yield* redisCall((c) => c.keys("resque:gitlab:duplicate:*")), [])
+      assert.strictEqual(yield* existing(queues, QUEUE_KEY, "queues"), 0)
+      assert.deepStrictEqual(yield* metadata((c) => scanKeys(c, "resque:gitlab:duplicate:*")), [])
       assert.deepStrictEqual((yield* events).map((e) => e.type), ["RunStarted", "RunFinished"])
     }).pipe(Effect.provide(Platform())))
 })

@@ -50,14 +50,15 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
 
   it.effect("unreachable or malformed infrastructure: one line naming the host, never the password, exit 3", () =>
     Effect.gen(function*() {
-      const pg = yield* Effect.promise(() => runCli(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@127.0.0.1:1/gitlab" }))
+      // A reachable Redis beside it: DATABASE_URL alone is a configuration error (exit 2, SPEC §8.2).
+      const pg = yield* sweeper(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@127.0.0.1:1/gitlab" })
       assert.strictEqual(pg.code, 3, pg.stderr)
       assert.strictEqual(pg.stdout, "")
       assert.lengthOf(errorLines(pg.stderr), 1, pg.stderr)
       assert.match(errorLines(pg.stderr)[0]!, /cannot reach PostgreSQL at 127\.0\.0\.1:1: .*ECONNREFUSED/)
       assert.notInclude(pg.stderr, "hunter2")
 
-      const malformed = yield* Effect.promise(() => runCli(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@[nope" }))
+      const malformed = yield* sweeper(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@[nope" })
       assert.strictEqual(malformed.code, 3)
       assert.lengthOf(errorLines(malformed.stderr), 1, malformed.stderr)
       assert.notInclude(malformed.stderr, "hunter2")

@@ -43,7 +43,16 @@ describe("HTTP", () => {
 
       const ready = yield* get("/readyz")
       assert.strictEqual(ready.status, 200)
-      assert.deepStrictEqual(JSON.parse(ready.body), { ready: true, postgres: "ok", redis: "ok" })
+      assert.deepStrictEqual(JSON.parse(ready.body), {
+        ready: true,
+        postgres: "ok",
+        redis: "ok",
+        redisStores: {
+          sharedState: { status: "ok", kind: "single" },
+          queues: { status: "ok", kind: "single" },
+          queuesMetadata: { status: "ok", kind: "single" }
+        }
+      })
 
       // Let stuck-export-jobs tick at least once so the metrics have runs in them.
       yield* Effect.sleep("2500 millis")

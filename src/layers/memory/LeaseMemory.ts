@@ -1,7 +1,7 @@
 /** Lease over the in-memory Redis, same keys and semantics as LeaseRedis. */
-import { Effect, Layer, Option } from "effect"
+import { Clock, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { epochKey, Lease, leaseKey, type LeaseHandle } from "../../services/Lease.ts"
+import { EPOCH_TTL_SECONDS, epochKey, Lease, leaseKey, type LeaseHandle } from "../../services/Lease.ts"
 import { ttlSeconds } from "../LeaseRedis.ts"
 import { MemoryRedis } from "./MemoryRedis.ts"
 
@@ -12,11 +12,17 @@ export const LeaseMemory = Layer.effect(
     const ours = (handle: LeaseHandle) => store.get(leaseKey(handle.name)) === handle.token
     return Lease.of({
       tryAcquire: (name, ttl) =>
-        Effect.sync(() => {
-          const token = randomUUID()
-          if (!store.set(leaseKey(name), token, { nx: true, exSeconds: ttlSeconds(ttl) })) return Option.none()
-          return Option.some<LeaseHandle>({ name, token, epoch: store.incrBy(epochKey(name), 1), ttl })
-        }),
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Effect.sync(() => {
+            const token = randomUUID()
+            const key = epochKey(name)
+            if (!store.set(leaseKey(name), token, { nx: true, exSeconds: ttlSeconds(ttl) })) return Option.none()
+            // max(stored + 1, now in ms) with a refreshed TTL, as LeaseRedis's script.
+            const epoch = Math.max(Number(store.get(key) ?? "0") + 1, now)
+            store.set(key, String(epoch), { exSeconds: EPOCH_TTL_SECONDS })
+            return Option.some<LeaseHandle>({ name, token, epoch, ttl })
+          })),
+      claim: (name, ttl) => Effect.sync(() => store.set(leaseKey(name), randomUUID(), { nx: true, exSeconds: ttlSeconds(ttl) })),
       renew: (handle) => Effect.sync(() => ours(handle) && store.expire(leaseKey(handle.name), ttlSeconds(handle.ttl))),
       release: (handle) => Effect.sync(() => ours(handle) && store.del(leaseKey(handle.name)) === 1),
       isHeld: (handle) => Effect.sync(() => ours(handle))
