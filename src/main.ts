@@ -7,8 +7,9 @@
  * stdout stays clean for `--json`.
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Cause, Console, Effect, Exit, Layer, Runtime } from "effect"
+import { Cause, ConfigProvider, Console, Effect, Exit, Layer, Runtime } from "effect"
 import { CliOutput } from "effect/cli"
+import { environment } from "./layers/Config.ts"
 import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 
@@ -45,6 +46,8 @@ const Presenter = CliOutput.layerPresenter({
 cli.pipe(
   Effect.provide(Layer.mergeAll(NodeServices.layer, Presenter)),
   Effect.provide(LoggingLive),
+  // Outermost, so LoggingLive reads the environment the same way: an empty value is not "unset".
+  Effect.provideService(ConfigProvider.ConfigProvider, environment),
   Effect.catchTags({
     // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
     InvalidConfig: (error) => usageError(`invalid configuration: ${error.variable}: ${error.message}`),

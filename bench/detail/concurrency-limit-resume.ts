@@ -132,14 +132,15 @@ const InstrumentedLimits = Layer.effect(
       queueSize: (worker) => track(real.queueSize(worker)),
       currentConcurrency: (worker) => track(real.currentConcurrency(worker)),
       cleanupStaleTrackers: (worker) => track(real.cleanupStaleTrackers(worker)),
+      recoverMove: (worker) => track(real.recoverMove(worker)),
       resume: (request) => track(resumeTime.time(real.resume(request)))
     })
   })
 ).pipe(Layer.provide(ConcurrencyLimitsRedis))
 
-/** EVAL with 5 keys is the MOVE script; the lease scripts take 1 or 2. */
+/** EVAL with 3 keys is the BEGIN_MOVE script; the rest are labelled by their first key's kind. */
 const commandLabel = (context: { readonly command: string; readonly args: ReadonlyArray<string> }) =>
-  context.command === "eval" ? (context.args[1] === "5" ? "eval MOVE" : "eval lease") : context.command
+  context.command === "eval" ? (context.args[1] === "3" ? "eval BEGIN_MOVE" : `eval ${context.args[1]} keys`) : context.command
 
 const stats = (samples: ReadonlyArray<number>) => {
   const sorted = [...samples].sort((a, b) => a - b)
@@ -200,9 +201,9 @@ const program = Effect.gen(function*() {
     line("passes", `${passes.length} (${fmt(Number(events[0]!.n))} ConcurrencyLimitJobsResumed events, ${fmt(Number(events[0]!.jobs))} jobs)`)
     line(`delays between passes (${Duration.format(RESCHEDULE_DELAY)} each)`, `${Math.max(passes.length - 1, 0)} → ${((passes.length - 1) * Duration.toMillis(RESCHEDULE_DELAY) / 1000).toFixed(0)} s of ${seconds.toFixed(1)} s`)
     line("per pass (limit … move … event … LLEN)", stats(passes))
-    line("  of which resume() (LRANGE, decode, MOVE)", stats(resumeTime.samples))
-    const move = commands.get("eval MOVE")
-    if (move !== undefined) line("  of which the MOVE script (EVAL)", `${(move.ms / move.calls).toFixed(1)} ms avg over ${move.calls}`)
+    line("  of which resume() (LRANGE, decode, the five move steps)", stats(resumeTime.samples))
+    const move = commands.get("eval BEGIN_MOVE")
+    if (move !== undefined) line("  of which the BEGIN_MOVE script (EVAL)", `${(move.ms / move.calls).toFixed(1)} ms avg over ${move.calls}`)
     line("time in passes, total", `${(passTotal / 1000).toFixed(2)} s → ${fmt(resumed / (passTotal / 1000))} jobs/s without the delays`)
     line("Redis round trips", formatCommands(commands))
     line("deferred list left / queue:default LLEN", `${fmt(left)} / ${fmt(queued)}`)

@@ -28,7 +28,11 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
   readonly missedRuns?: MissedRunPolicy
 }
 
-export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped"
+/**
+ * `abandoned`: the run's process died (kill -9, OOM, power) before it wrote its RunFinished; a later
+ * run of the batch closed it on its behalf (src/runtime/AbandonedRuns.ts).
+ */
+export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped" | "abandoned"
 
 /** Cooperative budgets get this long past their budget before the guard interrupts the run. */
 export const HARD_TIMEOUT_GRACE = Duration.seconds(30)
@@ -51,6 +55,8 @@ export interface RunInfo {
   readonly dryRun: boolean
   readonly budget: Option.Option<Duration.Duration>
   readonly fence: Option.Option<Fence>
+  /** Where `reportProgress` counts go; the run guard provides one per run (absent in bare specs). */
+  readonly progress?: ProgressSink | undefined
   /**
    * `sweeper run --now T`: the instant every threshold is judged at, exactly T. Timestamps the run
    * writes (and event times) still come from the real clock.
@@ -60,9 +66,23 @@ export interface RunInfo {
   readonly wouldChange?: ((stream: string) => Effect.Effect<void>) | undefined
 }
 
+/** Receives the work a program reports as it goes (see `reportProgress`). */
+export interface ProgressSink {
+  readonly report: (counts: Readonly<Record<string, unknown>>) => void
+}
+
 export const CurrentRun = Context.Reference<RunInfo>("sweeper/domain/Batch/CurrentRun", {
   defaultValue: () => ({ runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() })
 })
+
+/**
+ * Reports work just done, as summary fields: `{ dropped: 1 }`, `{ failedJids: [jid] }`. A run the
+ * guard retries after a transient error then sums its attempts: the final summary is the last
+ * attempt's plus what the failed attempts reported (numbers add, booleans OR, lists concatenate).
+ * Report only work that stays done (repairs), not what a retry would see again (e.g. entries read).
+ */
+export const reportProgress = (counts: Readonly<Record<string, unknown>>): Effect.Effect<void> =>
+  Effect.map(CurrentRun, (run) => run.progress?.report(counts))
 
 /** The instant a run's decisions use: `--now`'s T when given, else the clock's now. */
 export const decisionTime: Effect.Effect<DateTime.Utc> = Effect.gen(function*() {

@@ -69,6 +69,11 @@ export interface WorkerKeys {
   readonly currentLimit: string
   /** Unparsable deferred elements, kept for inspection (never dropped). */
   readonly dead: string
+  /**
+   * Sweeper's in-flight move journal (SPEC §8.3): the jobs taken off the deferred list and not yet
+   * known to be in their Sidekiq queue. SharedState store, same `{w}` slot as the deferred list.
+   */
+  readonly journal: string
 }
 
 export const workerKeys = (worker: string): WorkerKeys => {
@@ -78,9 +83,28 @@ export const workerKeys = (worker: string): WorkerKeys => {
     executing: `${PREFIX}:{${w}}:executing`,
     pendingResumed: `${PREFIX}:{${w}}:pending_resumed`,
     currentLimit: `${PREFIX}:{${w}}:current_limit`,
-    dead: `${PREFIX}:dead:{${w}}`
+    dead: `${PREFIX}:dead:{${w}}`,
+    journal: `${PREFIX}:{${w}}:sweeper_moving`
   }
 }
+
+/**
+ * The part of a key Redis Cluster hashes (its hash tag): the text between the first `{` and the next
+ * `}` when that is non-empty, else the whole key.
+ */
+export const hashTagOf = (key: string): string => {
+  const open = key.indexOf("{")
+  if (open < 0) return key
+  const close = key.indexOf("}", open + 1)
+  return close <= open + 1 ? key : key.slice(open + 1, close)
+}
+
+/**
+ * The "this batch is already in its queue" marker (Queues store). It carries the hash tag of
+ * `queue:<queue>` so the push script that sets it and LPUSHes the jobs stays in one cluster slot.
+ */
+export const resumeBatchMarkerKey = (queueKeyName: string, batch: string) =>
+  `sweeper:resume_batch:{${hashTagOf(queueKeyName)}}:${batch}`
 
 /** The key form `w` of a deferred list key found by SCAN (`…:throttled_jobs:{w}` → `w`). */
 export const workerKeyFormOf = (deferredKey: string): Option.Option<string> => {
@@ -89,6 +113,18 @@ export const workerKeyFormOf = (deferredKey: string): Option.Option<string> => {
   const inner = rest.startsWith("{") && rest.endsWith("}") ? rest.slice(1, -1) : rest
   return inner.length === 0 ? Option.none() : Option.some(inner)
 }
+
+const JOURNAL_PREFIX = `${PREFIX}:{`
+const JOURNAL_SUFFIX = "}:sweeper_moving"
+/** SCAN pattern of the move journals (Redis glob: `{` and `}` are literal). */
+export const JOURNAL_KEY_PATTERN = `${JOURNAL_PREFIX}*${JOURNAL_SUFFIX}`
+
+/** The key form `w` of a move journal key found by SCAN. */
+export const journalKeyFormOf = (journalKey: string): Option.Option<string> =>
+  journalKey.startsWith(JOURNAL_PREFIX) && journalKey.endsWith(JOURNAL_SUFFIX) &&
+    journalKey.length > JOURNAL_PREFIX.length + JOURNAL_SUFFIX.length
+    ? Option.some(journalKey.slice(JOURNAL_PREFIX.length, -JOURNAL_SUFFIX.length))
+    : Option.none()
 
 /** The Sidekiq process work hash a tracker field points at (Sidekiq's `<identity>:work`). */
 export const processWorkKey = (pid: string) => `${pid}:work`
@@ -105,6 +141,18 @@ export const MAX_RESUME_UNLIMITED = 1000
 export const STALE_TRACKER_AGE = Duration.seconds(600)
 /** The move (re)sets this TTL on pending_resumed, so a lost decrement frees its slot eventually. */
 export const PENDING_RESUMED_TTL = Duration.seconds(60)
+/**
+ * How long a move journal and its batch marker live. A journal normally lives for milliseconds; it
+ * only survives a crash, and the next pass of that worker replays it. The TTL only bounds how long
+ * an abandoned journal waits for a Sweeper to come back (a week covers any outage), and the marker
+ * outlives the journal that refers to it, so a replay always sees whether its push happened.
+ */
+export const MOVE_JOURNAL_TTL = Duration.days(7)
+/**
+ * The dead list is Sweeper's own key, and every key Sweeper creates has a TTL: unparsable elements
+ * stay for inspection this long after the last one was added (every addition refreshes it).
+ */
+export const DEAD_LIST_TTL = Duration.days(30)
 /** A run's default budget: inside the one-minute cron period, so the next tick carries on. */
 export const RUN_BUDGET = Duration.seconds(55)
 /** HSCAN / SCAN page size. */
@@ -138,8 +186,37 @@ export type DeferredJob = typeof DeferredJob.Type
 
 const decodeDeferred = Schema.decodeUnknownOption(Schema.fromJsonString(DeferredJob))
 
-/** A raw list element, decoded; None when it is not a deferred job (it goes to the dead list). */
-export const parseDeferred = (raw: string): Option.Option<DeferredJob> => decodeDeferred(raw)
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
+/** Bytes as UTF-8 text; None when they are not valid UTF-8 (never a lossy U+FFFD copy). */
+export const decodeUtf8 = (bytes: Uint8Array): Option.Option<string> => {
+  try {
+    return Option.some(utf8.decode(bytes))
+  } catch {
+    return Option.none()
+  }
+}
+
+/**
+ * A raw list element, decoded; None when it is not a deferred job (it goes to the dead list). Bytes
+ * that are not valid UTF-8 are not a deferred job either: GitLab writes JSON.
+ */
+export const parseDeferred = (raw: string | Uint8Array): Option.Option<DeferredJob> =>
+  typeof raw === "string" ? decodeDeferred(raw) : Option.flatMap(decodeUtf8(raw), decodeDeferred)
+
+/** The first line of a move journal: which batch, to which queue. */
+export const MoveJournalHeader = Schema.Struct({
+  sweeper_move: Schema.Literal(1),
+  batch: Schema.String.check(Schema.isPattern(/^[0-9a-f]{24}$/)),
+  queue: Schema.String.check(Schema.isMinLength(1)),
+  worker: Schema.String
+})
+export type MoveJournalHeader = typeof MoveJournalHeader.Type
+
+export const encodeJournalHeader = (header: MoveJournalHeader): string => JSON.stringify(header)
+
+export const parseJournalHeader = (raw: Uint8Array): Option.Option<MoveJournalHeader> =>
+  Option.flatMap(decodeUtf8(raw), Schema.decodeUnknownOption(Schema.fromJsonString(MoveJournalHeader)))
 
 /** The keys a resumed job owns; a stored context cannot overwrite them. */
 const RESERVED_JOB_KEYS = new Set([

@@ -244,3 +244,24 @@ export const hostOfUrl = (url: string): string => {
     return "(unparsable URL)"
   }
 }
+
+/**
+ * A Redis key holds the wrong type for what Sweeper expects there (WRONGTYPE): permanent — retrying
+ * never heals it — so it is not a RedisError; it is isolated to the key (and the worker) it concerns.
+ */
+export class WrongTypeKey extends Schema.TaggedError<WrongTypeKey>()("WrongTypeKey", {
+  key: Schema.String,
+  operation: Schema.String,
+  message: Schema.String
+}) {}
+
+/** The server's reply text of a failed command, whatever shape the cause takes. */
+const replyTextOf = (cause: unknown): string =>
+  cause instanceof Error ? cause.message : typeof cause === "string" ? cause : ""
+
+/** A RedisError whose server reply is WRONGTYPE (a key holding another data type). */
+export const isWrongType = (error: RedisError): boolean => replyTextOf(error.cause).startsWith("WRONGTYPE")
+
+/** The RedisError of a command on `key` as a WrongTypeKey when that is what it is. */
+export const refineWrongType = (key: string) => (error: RedisError): RedisError | WrongTypeKey =>
+  isWrongType(error) ? new WrongTypeKey({ key, operation: error.operation, message: replyTextOf(error.cause) }) : error

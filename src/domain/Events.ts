@@ -4,7 +4,7 @@
  */
 import { Schema } from "effect"
 
-const Outcome = Schema.Literals(["succeeded", "failed", "timed_out", "skipped"])
+const Outcome = Schema.Literals(["succeeded", "failed", "timed_out", "skipped", "abandoned"])
 
 export class RunStarted extends Schema.TaggedClass<RunStarted>()("RunStarted", {
   batch: Schema.String,
@@ -12,7 +12,11 @@ export class RunStarted extends Schema.TaggedClass<RunStarted>()("RunStarted", {
   scheduled_at: Schema.NullOr(Schema.String),
   node: Schema.String,
   trigger: Schema.Literals(["schedule", "manual", "startup"]),
-  dryRun: Schema.Boolean
+  dryRun: Schema.Boolean,
+  /** The run's budget: a later run may close this one as abandoned once budget + grace has passed. */
+  budget_ms: Schema.optionalKey(Schema.Number),
+  /** The fencing epoch of the exclusive lease the run holds: a newer epoch proves this run is over. */
+  lease_epoch: Schema.optionalKey(Schema.Number)
 }) {}
 
 export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished", {
@@ -31,7 +35,7 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
 export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
   batch: Schema.String,
   scheduled_at: Schema.String,
-  reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled"])
+  reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"])
 }) {}
 
 export class BatchPaused extends Schema.TaggedClass<BatchPaused>()("BatchPaused", {

@@ -73,3 +73,19 @@ export const cronVariable = (batch: string) => `SWEEPER_CRON_${batch.toUpperCase
 
 /** `drop-canceling-builds` → `SWEEPER_LEASE_TTL_DROP_CANCELING_BUILDS`. */
 export const leaseTtlVariable = (batch: string) => `SWEEPER_LEASE_TTL_${batch.toUpperCase().replace(/-/g, "_")}`
+
+/**
+ * How far ahead a cron must have a tick to be accepted: 8 years covers the longest gap between two
+ * 29ths of February (2096 → 2104). `0 0 31 2 *` has none and would crash-loop the ticker.
+ */
+export const CRON_HORIZON = Duration.days(8 * 366)
+
+/** Whether `cron` has a tick after `from` and within `horizon`. */
+export const firesWithin = (cron: Cron.Cron, from: Date, horizon: Duration.Duration): boolean => {
+  try {
+    return Cron.next(cron, from).getTime() - from.getTime() <= Duration.toMillis(horizon)
+  } catch {
+    // Cron.next throws when its search finds no date at all.
+    return false
+  }
+}

@@ -8,3 +8,55 @@ export const SUMMARY_LIST_CAP = 100
 /** The first SUMMARY_LIST_CAP entries. */
 export const capped = <A>(list: ReadonlyArray<A>): ReadonlyArray<A> =>
   list.length <= SUMMARY_LIST_CAP ? list : list.slice(0, SUMMARY_LIST_CAP)
+
+/*
+ * Adding up run summaries: what a run retried by the run guard reports is the sum of its attempts
+ * (src/runtime/RunGuard.ts, `reportProgress` in Batch.ts).
+ */
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * `earlier` + `later`: numbers add, booleans OR, lists concatenate (capped like every summary
+ * list: the first SUMMARY_LIST_CAP entries), records merge key by key (the later's keys first);
+ * anything else: the later value wins.
+ */
+export const addSummaries = (earlier: unknown, later: unknown): unknown => {
+  if (later === undefined) return earlier
+  if (typeof earlier === "number" && typeof later === "number") return earlier + later
+  if (typeof earlier === "boolean" && typeof later === "boolean") return earlier || later
+  if (Array.isArray(earlier) && Array.isArray(later)) return capped([...earlier, ...later])
+  if (isRecord(earlier) && isRecord(later)) {
+    const merged: Record<string, unknown> = {}
+    for (const [key, value] of Object.entries(later)) merged[key] = key in earlier ? addSummaries(earlier[key], value) : value
+    for (const [key, value] of Object.entries(earlier)) if (!(key in later)) merged[key] = value
+    return merged
+  }
+  return later
+}
+
+/**
+ * A run's progress across attempts. Each attempt's reports accumulate in `current`; when another
+ * attempt starts, the previous one failed and its reports become `failed`. The final summary is
+ * the last attempt's own summary (authoritative for what it did) plus the failed attempts' reports.
+ */
+export class RunProgress {
+  private failed: Record<string, unknown> = {}
+  private current: Record<string, unknown> = {}
+  private attempts = 0
+
+  readonly report = (counts: Readonly<Record<string, unknown>>): void => {
+    this.current = addSummaries(this.current, counts) as Record<string, unknown>
+  }
+
+  newAttempt(): void {
+    if (this.attempts++ > 0) this.failed = addSummaries(this.failed, this.current) as Record<string, unknown>
+    this.current = {}
+  }
+
+  summarize(lastAttempt: unknown): unknown {
+    if (Object.keys(this.failed).length === 0 || !isRecord(lastAttempt)) return lastAttempt
+    return addSummaries(this.failed, lastAttempt)
+  }
+}

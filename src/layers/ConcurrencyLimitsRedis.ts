@@ -1,47 +1,85 @@
 /**
- * ConcurrencyLimits on real Redis. Reads are plain commands (SCAN with MATCH/COUNT, never KEYS); the
- * two writes are Lua scripts, so each is one atomic step on the server:
+ * ConcurrencyLimits on real Redis, each key in its GitLab store (SPEC §8.2): deferred and dead lists
+ * and move journals in SharedState, trackers and reserved slots in QueuesMetadata, Sidekiq's queues
+ * and work hashes in Queues. Reads are plain commands (SCAN with MATCH/COUNT, never KEYS); every
+ * compare-and-act step is a Lua script over keys of ONE store and ONE cluster slot, and no step
+ * relies on atomicity with another — the move protocol (README "Resume across stores") makes the
+ * sequence safe wherever the process dies:
  *
- * - MOVE is compare-and-move: it pops the head of the deferred list only if the head is still exactly
- *   what we read and decided on, and in the same step pushes the jobs, the dead elements, the queue
- *   name and the reserved slots. A process dying before it moved nothing; after it, everything. Jobs
- *   that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
- *   (The jobs are built in TypeScript from Schema-decoded elements, not with cjson inside Redis:
- *   cjson turns `[]` into `{}` and rounds numbers to 14 digits, which would corrupt args.)
+ * - BEGIN_MOVE (SharedState, slot `{w}`): if no journal is pending and the deferred list still starts
+ *   with exactly the bytes we read and decided on, LTRIM them off, RPUSH the unparsable ones to the
+ *   dead list (byte for byte: Lua holds the raw elements; its TTL refreshed) and write the journal — header and jobs —
+ *   with its TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
+ * - RESERVE (QueuesMetadata, one key): INCRBY pending_resumed and reset its TTL.
+ * - PUSH (Queues, slot of `queue:<q>`: the marker carries its hash tag): SET marker NX, and only if
+ *   it was not there LPUSH the jobs, so a replay never pushes a batch twice.
+ * - END_MOVE (SharedState): delete the journal only while it is still our batch's.
+ * (Jobs are built in TypeScript from Schema-decoded elements, not with cjson inside Redis: cjson
+ * turns `[]` into `{}` and rounds numbers to 14 digits, which would corrupt args.)
  * - HDEL_IF_EQUALS removes a stale tracker only if it still holds the start time we judged stale.
  */
 import { Effect, Layer } from "effect"
+import { Cluster } from "ioredis"
+import { processWorkKey } from "../domain/ConcurrencyLimit.ts"
 import { queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
-import { type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits, type PreparedMove } from "../services/ConcurrencyLimits.ts"
+import { type BeginMove, type BeginOutcome, type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { SweeperConfig } from "./Config.ts"
-import { Redis } from "./Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "./Redis.ts"
 
-// KEYS: deferred list, queue:<queue>, queues, pending_resumed, dead list
-// ARGV: queue name, pending TTL seconds, n, expected[1..n], payload[1..n] ('' = dead)
-export const MOVE = `
+// KEYS: deferred list, journal, dead list
+// ARGV: journal TTL seconds, journal header, n, dead-list TTL seconds, expected[1..n], payload[1..n] ('' = dead)
+// Returns 1 moved, 0 head changed, -1 a journal is pending.
+export const BEGIN_MOVE = `
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local n = tonumber(ARGV[3])
 local head = redis.call('LRANGE', KEYS[1], 0, n - 1)
-if #head ~= n then return -1 end
+if #head ~= n then return 0 end
 for i = 1, n do
-  if head[i] ~= ARGV[3 + i] then return -1 end
+  if head[i] ~= ARGV[4 + i] then return 0 end
 end
 redis.call('LTRIM', KEYS[1], n, -1)
-local resumed = 0
+local jobs = 0
 for i = 1, n do
-  local payload = ARGV[3 + n + i]
+  local payload = ARGV[4 + n + i]
   if payload == '' then
-    redis.call('RPUSH', KEYS[5], head[i])
+    redis.call('RPUSH', KEYS[3], head[i])
+    redis.call('EXPIRE', KEYS[3], ARGV[4])
   else
-    redis.call('LPUSH', KEYS[2], payload)
-    resumed = resumed + 1
+    if jobs == 0 then redis.call('RPUSH', KEYS[2], ARGV[2]) end
+    redis.call('RPUSH', KEYS[2], payload)
+    jobs = jobs + 1
   end
 end
-if resumed > 0 then
-  redis.call('SADD', KEYS[3], ARGV[1])
-  redis.call('INCRBY', KEYS[4], resumed)
-  redis.call('EXPIRE', KEYS[4], ARGV[2])
+if jobs > 0 then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
+return 1`
+
+// KEYS: pending_resumed. ARGV: count, TTL seconds
+export const RESERVE = `
+redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1`
+
+// KEYS: queue:<queue>, batch marker (same slot). ARGV: marker TTL seconds, payload[1..n]
+export const PUSH = `
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+for i = 2, #ARGV do
+  redis.call('LPUSH', KEYS[1], ARGV[i])
 end
-return resumed`
+return 1`
+
+// KEYS: journal. ARGV: header
+export const END_MOVE = `
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`
+
+// KEYS: journal, dead list. ARGV: header, dead-list TTL seconds
+export const BURY_JOURNAL = `
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
+local all = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = 1, #all do redis.call('RPUSH', KEYS[2], all[i]) end
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[1])
+return 1`
 
 export const HDEL_IF_EQUALS = `
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
@@ -49,52 +87,102 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0`
 
-/** The primitives over an ioredis connection (exported for the contract suite's fault injection). */
-export const makeRedisStore = (redis: Redis["Service"]): ConcurrencyLimitStore => ({
-  scan: (cursor, match, count) =>
-    redis.use("concurrency_limit.scan", (client) => client.scan(cursor, "MATCH", match, "COUNT", count)),
-  get: (key) => redis.use("concurrency_limit.get", (client) => client.get(key)),
-  llen: (key) => redis.use("concurrency_limit.llen", (client) => client.llen(key)),
-  lrange: (key, start, stop) => redis.use("concurrency_limit.lrange", (client) => client.lrange(key, start, stop)),
-  hlen: (key) => redis.use("concurrency_limit.hlen", (client) => client.hlen(key)),
+/**
+ * SCAN over the whole keyspace: on a single server, SCAN itself; on a cluster each master holds its
+ * own slots, so the masters are scanned one after the other under a composite cursor
+ * `<master index>:<that master's cursor>` ("0" = start, and done).
+ */
+const scanAll = async (client: RedisClient, cursor: string, match: string, count: number): Promise<readonly [string, Array<string>]> => {
+  if (!(client instanceof Cluster)) return client.scan(cursor, "MATCH", match, "COUNT", count)
+  const masters = client.nodes("master").toSorted((a, b) => `${a.options.host}:${a.options.port}`.localeCompare(`${b.options.host}:${b.options.port}`))
+  const [index, nodeCursor] = cursor === "0" ? [0, "0"] : [Number(cursor.split(":")[0]), cursor.split(":")[1] ?? "0"]
+  const node = masters[index]
+  if (node === undefined) return ["0", []]
+  const [next, keys] = await node.scan(nodeCursor, "MATCH", match, "COUNT", count)
+  if (next !== "0") return [`${index}:${next}`, keys]
+  return [index + 1 < masters.length ? `${index + 1}:0` : "0", keys]
+}
+
+const BEGIN_OUTCOMES: Record<number, BeginOutcome> = { 1: "moved", 0: "changed", [-1]: "busy" }
+
+/** The connections of the three GitLab stores (one and the same on a single server). */
+export interface ConcurrencyLimitStores {
+  readonly sharedState: Redis["Service"]
+  readonly queues: Redis["Service"]
+  readonly queuesMetadata: Redis["Service"]
+}
+
+/** The primitives over ioredis connections (exported for the contract suite's fault injection). */
+export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: ConcurrencyLimitStores): ConcurrencyLimitStore => ({
+  scan: (cursor, match, count) => sharedState.use("concurrency_limit.scan", (client) => scanAll(client, cursor, match, count)),
+  llen: (key) => sharedState.use("concurrency_limit.llen", (client) => client.llen(key)),
+  lrange: (key, start, stop) => sharedState.use("concurrency_limit.lrange", (client) => client.lrangeBuffer(key, start, stop)),
+  beginMove: (move: BeginMove) =>
+    Effect.map(
+      sharedState.use("concurrency_limit.begin_move", (client) =>
+        client.eval(
+          BEGIN_MOVE,
+          3,
+          move.keys.deferred,
+          move.keys.journal,
+          move.keys.dead,
+          move.journalTtlSeconds,
+          move.header,
+          move.expected.length,
+          move.deadTtlSeconds,
+          ...move.expected.map((bytes) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)),
+          ...move.payloads.map((payload) => payload ?? "")
+        ) as Promise<number>),
+      (reply) => BEGIN_OUTCOMES[reply] ?? "changed"
+    ),
+  endMove: (journalKey, header) =>
+    Effect.map(
+      sharedState.use("concurrency_limit.end_move", (client) =>
+        client.eval(END_MOVE, 1, journalKey, Buffer.from(header)) as Promise<number>),
+      (n) => n === 1
+    ),
+  buryJournal: (journalKey, deadKey, header, deadTtlSeconds) =>
+    Effect.map(
+      sharedState.use("concurrency_limit.bury_journal", (client) =>
+        client.eval(BURY_JOURNAL, 2, journalKey, deadKey, Buffer.from(header), deadTtlSeconds) as Promise<number>),
+      (n) => n === 1
+    ),
+  get: (key) => queuesMetadata.use("concurrency_limit.get", (client) => client.get(key)),
+  hlen: (key) => queuesMetadata.use("concurrency_limit.hlen", (client) => client.hlen(key)),
   hscan: (key, cursor, count) =>
-    Effect.map(redis.use("concurrency_limit.hscan", (client) => client.hscan(key, cursor, "COUNT", count)), ([next, flat]) => {
+    Effect.map(queuesMetadata.use("concurrency_limit.hscan", (client) => client.hscan(key, cursor, "COUNT", count)), ([next, flat]) => {
       const entries: Array<readonly [string, string]> = []
       for (let i = 0; i + 1 < flat.length; i += 2) entries.push([flat[i]!, flat[i + 1]!])
       return [next, entries] as const
     }),
-  hget: (key, field) => redis.use("concurrency_limit.hget", (client) => client.hget(key, field)),
   hdelIfEquals: (key, field, value) =>
     Effect.map(
-      redis.use("concurrency_limit.hdel_if_equals", (client) =>
+      queuesMetadata.use("concurrency_limit.hdel_if_equals", (client) =>
         client.eval(HDEL_IF_EQUALS, 1, key, field, value) as Promise<number>),
       (n) => n === 1
     ),
-  move: (prepared: PreparedMove) =>
+  reserve: (key, count, ttlSeconds) =>
+    Effect.asVoid(queuesMetadata.use("concurrency_limit.reserve", (client) => client.eval(RESERVE, 1, key, count, ttlSeconds))),
+  processWork: (pid, tid) => queues.use("concurrency_limit.process_work", (client) => client.hget(processWorkKey(pid), tid)),
+  registerQueue: (queue) => Effect.asVoid(queues.use("concurrency_limit.register_queue", (client) => client.sadd(QUEUES_SET, queue))),
+  push: (queue, marker, payloads, ttlSeconds) =>
     Effect.map(
-      redis.use("concurrency_limit.move", (client) =>
-        client.eval(
-          MOVE,
-          5,
-          prepared.keys.deferred,
-          queueKey(prepared.queue),
-          QUEUES_SET,
-          prepared.keys.pendingResumed,
-          prepared.keys.dead,
-          prepared.queue,
-          prepared.pendingResumedTtlSeconds,
-          prepared.expected.length,
-          ...prepared.expected,
-          ...prepared.payloads.map((payload) => payload ?? "")
-        ) as Promise<number>),
-      (reply) => reply >= 0
-    )
+      queues.use("concurrency_limit.push", (client) =>
+        client.eval(PUSH, 2, queueKey(queue), marker, ttlSeconds, ...payloads) as Promise<number>),
+      (n) => n === 1
+    ),
+  forgetMarker: (marker) => Effect.asVoid(queues.use("concurrency_limit.forget_marker", (client) => client.del(marker)))
 })
 
 export const ConcurrencyLimitsRedis = Layer.effect(
   ConcurrencyLimits,
   Effect.gen(function*() {
     const { concurrencyLimits } = yield* SweeperConfig
-    return makeConcurrencyLimits(makeRedisStore(yield* Redis), concurrencyLimits)
+    const store = makeRedisStore({
+      sharedState: yield* SharedStateRedis,
+      queues: yield* QueuesRedis,
+      queuesMetadata: yield* QueuesMetadataRedis
+    })
+    return makeConcurrencyLimits(store, concurrencyLimits)
   })
 )

@@ -1,11 +1,14 @@
 /**
- * Sweeper's configuration, read once from the environment with effect `Config`. A bad value fails
- * start-up with one message naming the variable (`InvalidConfig`).
+ * Sweeper's configuration, read once from the environment with effect `Config`, every variable
+ * decoded by its own Schema at the edge. A bad value fails start-up with one message naming the
+ * variable (`InvalidConfig`); nothing falls back to a default because it was malformed or empty.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Config, ConfigProvider, Context, type Cron, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaTransformation } from "effect"
 import { hostname } from "node:os"
+import type { Batch } from "../domain/Batch.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
+import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
 import { parseRedisUrl } from "./Redis.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 
@@ -97,21 +100,53 @@ const checkHalfEmbedded = (settings: SweeperSettings): Option.Option<InvalidConf
   return Option.none()
 }
 
-const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
-  Schema.String,
-  Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(Schema.String) })
+/**
+ * The process environment as Sweeper reads it. Effect's default provider treats `VAR=""` as unset,
+ * which silently turned an empty cron or port into the default: here an empty value is a value,
+ * and each variable's schema says whether it is allowed (main.ts and the REPL install it).
+ */
+export const environment = ConfigProvider.fromEnv({ preserveEmptyStrings: true })
+
+const NonEmpty = Schema.String.check(Schema.isNonEmpty({ message: "must not be empty" }))
+
+/** Decimal digits only: `Number()` also takes `0x50` (port 80), `1e3`, ` 80` and `""` (0). */
+const HttpPort = Schema.String.check(Schema.isPattern(/^[0-9]{1,5}$/, { message: "expected a decimal port number 0-65535" })).pipe(
+  Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })), SchemaTransformation.numberFromString)
+)
+
+/** An IANA zone (or fixed offset) that DateTime, and so Cron, understands. */
+const TimeZone = NonEmpty.check(Schema.makeFilter((zone: string) =>
+  Option.isSome(DateTime.zoneFromString(zone)) || `unknown time zone "${zone}"`
 ))
 
+/** At least one second: the lease is renewed every TTL/3, so "0 seconds" renews in a busy loop. */
+export const LeaseTtl = Schema.DurationFromString.check(Schema.makeFilter((ttl: Duration.Duration) =>
+  Duration.toMillis(ttl) >= 1000 || `must be at least 1 second, got ${Duration.format(ttl)}`
+))
+
+/** A Sidekiq worker class name as GitLab writes it: the jobs we enqueue carry it as `class`. */
+const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
+
+// The key check is a filter on the whole record: a refined key schema in Schema.Record silently
+// drops the keys it refuses, and a typo'd worker would vanish instead of failing start-up.
+const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
+  Schema.String,
+  Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(NonEmpty) })
+).check(Schema.makeFilter((limits) => {
+  const bad = Object.keys(limits).find((worker) => !WORKER_CLASS.test(worker))
+  return bad === undefined || `worker ${JSON.stringify(bad)} is not a class name like "Releases::CreateEvidenceWorker"`
+})))
+
 const settings = Config.all({
-  databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
-  redisUrl: Config.option(Config.Redacted("REDIS_URL")),
+  databaseUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "DATABASE_URL")),
+  redisUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "REDIS_URL")),
+  dataDir: Config.schema(NonEmpty, "SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
+  node: Config.schema(NonEmpty, "SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
   redisStoreUrls: Config.all({
     sharedState: Config.option(Config.Redacted(STORE_VARIABLES.sharedState)),
     queues: Config.option(Config.Redacted(STORE_VARIABLES.queues)),
     queuesMetadata: Config.option(Config.Redacted(STORE_VARIABLES.queuesMetadata))
   }),
-  dataDir: Config.String("SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
-  node: Config.String("SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
   objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault(NoObjectStorage)),
   concurrencyLimits: Config.schema(ConcurrencyLimitsJson, "SWEEPER_CONCURRENCY_LIMITS").pipe(
     Config.withDefault({}),
@@ -119,24 +154,80 @@ const settings = Config.all({
       Object.fromEntries(Object.entries(limits).map(([worker, s]) => [worker, { limit: s.limit, queue: s.queue ?? "default" }]))
     )
   ),
-  httpHost: Config.String("SWEEPER_HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
+  httpHost: Config.schema(NonEmpty, "SWEEPER_HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
   // 0 asks the OS for a free port (tests, several replicas on one machine).
-  httpPort: Config.schema(Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 0, maximum: 65535 }))), "SWEEPER_HTTP_PORT").pipe(
-    Config.withDefault(9394)
-  ),
-  timezone: Config.String("SWEEPER_TIMEZONE").pipe(Config.withDefault("UTC")),
+  httpPort: Config.schema(HttpPort, "SWEEPER_HTTP_PORT").pipe(Config.withDefault(9394)),
+  timezone: Config.schema(TimeZone, "SWEEPER_TIMEZONE").pipe(Config.withDefault("UTC")),
   disabledBatches: Config.String("SWEEPER_DISABLED_BATCHES").pipe(
     Config.withDefault(""),
     Config.map((list) => list.split(",").map((name) => name.trim()).filter((name) => name.length > 0))
   ),
   shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
-  apiToken: Config.option(Config.Redacted("SWEEPER_API_TOKEN")),
+  // Empty is refused, not "disabled": a bearer token "" would be too easy to match.
+  apiToken: Config.option(Config.schema(Schema.Redacted(NonEmpty), "SWEEPER_API_TOKEN")),
   schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA")),
   dropBatchSize: Config.schema(
     Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))),
     "SWEEPER_DROP_BATCH_SIZE"
   ).pipe(Config.withDefault(DROP_BATCH_SIZE))
 })
+
+/** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
+export interface ConfiguredBatch<B> {
+  /** The batch, its exclusive lease's TTL overridden when SWEEPER_LEASE_TTL_<BATCH> is set. */
+  readonly batch: B
+  readonly cronText: string
+  readonly cron: Cron.Cron
+  readonly disabled: boolean
+}
+
+const invalidAs = (variable: string) => (error: Config.ConfigError) => new InvalidConfig({ variable, message: error.message })
+
+/**
+ * The per-batch variables, validated in one place for every command that runs batches (`start`,
+ * `run`): each cron must parse in SWEEPER_TIMEZONE and fire within CRON_HORIZON; a lease TTL must be
+ * at least 1 s and belong to a batch that takes a lease; disabled names must be registered batches.
+ * Every error names the variable it comes from.
+ */
+export const configureBatches = <B extends Batch<any, any, any>>(batches: ReadonlyArray<B>) =>
+  Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const known = batches.map((batch) => batch.name)
+    const unknownDisabled = settings.disabledBatches.filter((name) => !known.includes(name))
+    if (unknownDisabled.length > 0) {
+      return yield* new InvalidConfig({
+        variable: "SWEEPER_DISABLED_BATCHES",
+        message: `unknown batch ${unknownDisabled.join(", ")}; known: ${known.join(", ")}`
+      })
+    }
+    const now = DateTime.toDateUtc(yield* DateTime.now)
+    const configured: Array<ConfiguredBatch<B>> = []
+    for (const batch of batches) {
+      const cronVar = cronVariable(batch.name)
+      const cronText = yield* Config.schema(NonEmpty, cronVar).pipe(Config.withDefault(batch.cron), Effect.mapError(invalidAs(cronVar)))
+      const cron = parseCron(cronText, settings.timezone)
+      if (Result.isFailure(cron)) {
+        return yield* new InvalidConfig({ variable: cronVar, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
+      }
+      if (!firesWithin(cron.success, now, CRON_HORIZON)) {
+        return yield* new InvalidConfig({
+          variable: cronVar,
+          message: `batch ${batch.name}: cron "${cronText}" never fires (no tick in the next 8 years)`
+        })
+      }
+      const ttlVar = leaseTtlVariable(batch.name)
+      const ttl = yield* Config.option(Config.schema(LeaseTtl, ttlVar)).pipe(Effect.mapError(invalidAs(ttlVar)))
+      let lease = batch.lease
+      if (Option.isSome(ttl)) {
+        if (Option.isNone(lease)) {
+          return yield* new InvalidConfig({ variable: ttlVar, message: `batch ${batch.name} takes no exclusive lease` })
+        }
+        lease = Option.some({ ...lease.value, ttl: ttl.value })
+      }
+      configured.push({ batch: { ...batch, lease }, cronText, cron: cron.success, disabled: settings.disabledBatches.includes(batch.name) })
+    }
+    return configured
+  })
 
 /** Pulls the variable name out of a ConfigError so the message leads with it. */
 const variableOf = (message: string): string => /\["([A-Z0-9_]+)"\]/.exec(message)?.[1] ?? "environment"

@@ -16,8 +16,8 @@
  * one run, each under its own short exclusive lease, so at most one pass per worker runs
  * cluster-wide. `resumeWorker` is exported for a runtime that schedules workers itself.
  */
-import { Clock, Duration, Effect, Exit, Option } from "effect"
-import { CurrentRun, wouldChange } from "../domain/Batch.ts"
+import { Cause, Clock, Duration, Effect, Exit, Option, Predicate } from "effect"
+import { CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { Batch } from "../domain/Batch.ts"
 import {
   RESCHEDULE_DELAY,
@@ -26,6 +26,7 @@ import {
   underscore,
   workerKeys
 } from "../domain/ConcurrencyLimit.ts"
+import type { WrongTypeKey } from "../domain/Errors.ts"
 import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "../domain/Events.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -51,9 +52,18 @@ export interface WorkerResumeSummary {
   readonly resumed: number
 }
 
+/** A worker whose pass hit a key of the wrong type: skipped, reported, never retried. */
+export interface WorkerKeyFailure {
+  readonly worker: string
+  readonly key: string
+  readonly error: string
+}
+
 export interface ConcurrencyLimitResumeSummary {
   readonly workers: ReadonlyArray<WorkerResumeSummary>
   readonly resumedJobs: number
+  /** Workers skipped because one of their keys holds the wrong type (the others ran normally). */
+  readonly failedWorkers: ReadonlyArray<WorkerKeyFailure>
 }
 
 export type WorkerOutcome =
@@ -84,6 +94,22 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const events = yield* EventLog
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
+
+  // A move a dead process left half done is finished first, whatever the limit says now (even for a
+  // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
+  // already off the deferred list, and its slots are counted again before the push.
+  const recovered = dryRun ? Option.none() : yield* limits.recoverMove(worker)
+  const recoveredJobs = Option.match(recovered, { onNone: () => 0, onSome: (move) => move.jids.length })
+  if (Option.isSome(recovered) && recoveredJobs > 0) {
+    const { jids, queue: recoveredQueue } = recovered.value
+    yield* increment(concurrencyLimitResumedJobsTotal, jids.length, { worker })
+    // The event records the limit of this pass; an unconfigured worker has none (the recovery's
+    // warning log line carries the batch instead).
+    if (Option.isSome(setting)) {
+      yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue: recoveredQueue, count: jids.length, limit: setting.value.limit, jids }))
+    }
+  }
+
   if (Option.isNone(setting)) return Option.none<PassResult>()
   const { limit, queue } = setting.value
 
@@ -96,18 +122,19 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   yield* setGauge(concurrencyLimitMaxConcurrentJobs, limit, attributes)
   yield* setGauge(concurrencyLimitCurrentConcurrentJobs, current, attributes)
   const stats = { limit, queueSize, current }
-  if (queueSize === 0 || limit < 0) return Option.some<PassResult>({ ...stats, resumed: 0, remaining: queueSize })
+  if (queueSize === 0 || limit < 0) return Option.some<PassResult>({ ...stats, resumed: recoveredJobs, remaining: queueSize })
 
   const toResume = resumableCount(limit, current)
   const log = first || toResume > 0 ? Effect.logInfo : Effect.logDebug
   yield* log("Concurrency limit worker stats").pipe(Effect.annotateLogs({ worker, limit, queue_size: queueSize, current }))
-  if (toResume <= 0) return Option.some<PassResult>({ ...stats, resumed: 0, remaining: queueSize })
+  if (toResume <= 0) return Option.some<PassResult>({ ...stats, resumed: recoveredJobs, remaining: queueSize })
 
   const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun })
   if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
   if (!dryRun && jids.length > 0) {
     yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue, count: jids.length, limit, jids }))
     yield* increment(concurrencyLimitResumedJobsTotal, jids.length, attributes)
+    yield* reportProgress({ resumedJobs: jids.length })
     yield* Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))
   }
   if (!dryRun && dead.length > 0) {
@@ -116,11 +143,12 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
       worker,
       count: dead.length,
       dead_list: workerKeys(worker).dead,
-      sample: dead[0]!.slice(0, 200)
+      // A preview only (bytes that are not UTF-8 show as U+FFFD); the dead list keeps them exact.
+      sample: Buffer.from(dead[0]!.subarray(0, 200)).toString("utf8")
     }))
   }
   const remaining = dryRun ? queueSize - jids.length - dead.length : yield* limits.queueSize(worker)
-  return Option.some<PassResult>({ ...stats, resumed: jids.length, remaining })
+  return Option.some<PassResult>({ ...stats, resumed: recoveredJobs + jids.length, remaining })
 })
 
 /**
@@ -176,28 +204,41 @@ export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(fun
 const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
   const limits = yield* ConcurrencyLimits
   const workers = yield* limits.workersWithDeferredJobs
-  // Concurrently, and one worker's failure neither stops nor hides the others: all passes finish,
-  // then the run fails with the first failure (so the guard records and retries it).
+  // Concurrently, and one worker's failure neither stops nor hides the others: all passes finish.
+  // A key of the wrong type is permanent and concerns one worker: that worker is reported in the
+  // summary and the run goes on. Any other failure fails the run afterwards (so the guard records
+  // and retries it).
   const exits = yield* Effect.forEach(workers, (worker) => Effect.exit(resumeWorker(worker)), { concurrency: MAX_CONCURRENT_WORKER_PASSES })
   const summaries: Array<WorkerResumeSummary> = []
+  const failedWorkers: Array<WorkerKeyFailure> = []
+  let failed: Cause.Cause<unknown> | undefined
   for (const [i, exit] of exits.entries()) {
+    const worker = workers[i]!
     if (Exit.isFailure(exit)) {
-      yield* Effect.logError("Concurrency limit resume failed for a worker", exit.cause).pipe(
-        Effect.annotateLogs({ worker: workers[i] })
-      )
+      const error = Cause.findErrorOption(exit.cause)
+      if (Option.isSome(error) && Predicate.isTagged(error.value, "WrongTypeKey")) {
+        const { key, message } = error.value as WrongTypeKey
+        failedWorkers.push({ worker, key, error: message })
+        yield* Effect.logError(`Concurrency limit resume skipped worker ${worker}: key ${key} holds the wrong type (${message})`).pipe(
+          Effect.annotateLogs({ worker, key })
+        )
+        continue
+      }
+      yield* Effect.logError("Concurrency limit resume failed for a worker", exit.cause).pipe(Effect.annotateLogs({ worker }))
+      failed ??= exit.cause
       continue
     }
     if (exit.value._tag === "Processed") summaries.push(exit.value.summary)
   }
-  const failed = exits.find(Exit.isFailure)
-  if (failed !== undefined) return yield* Effect.failCause(failed.cause)
+  if (failed !== undefined) return yield* Effect.failCause(failed)
   const resumedJobs = summaries.reduce((sum, worker) => sum + worker.resumed, 0)
   yield* Effect.logInfo("Concurrency limit resume finished").pipe(Effect.annotateLogs({
     workers: summaries.length,
-    skipped: workers.length - summaries.length,
+    skipped: workers.length - summaries.length - failedWorkers.length,
+    failed_workers: failedWorkers.length,
     resumed_jobs: resumedJobs
   }))
-  return { workers: summaries, resumedJobs } satisfies ConcurrencyLimitResumeSummary
+  return { workers: summaries, resumedJobs, failedWorkers } satisfies ConcurrencyLimitResumeSummary
 })
 
 export const ConcurrencyLimitResume = {

@@ -11,7 +11,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
+import { CurrentRun, reportProgress, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
   type BuildCursor,
   cancelingCutoff,
@@ -71,6 +71,8 @@ const dropPage = Effect.fnUntraced(function*(page: ReadonlyArray<CancelingBuild>
   const builds = yield* Builds
   for (const build of page) yield* logDropping(build, 1)
   const won = new Set(yield* builds.dropMany(page, yield* DateTime.now))
+  // Committed: a retried run (transient error) counts these even if a later step fails.
+  yield* reportProgress({ dropped: won.size, doomed: 0 })
   let dropped = won.size
   let doomed = 0
   for (const build of page) {
@@ -78,6 +80,7 @@ const dropPage = Effect.fnUntraced(function*(page: ReadonlyArray<CancelingBuild>
     const result = yield* retryOrDoom(build, now)
     if (result === "dropped") dropped++
     if (result === "doomed") doomed++
+    yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0 })
   }
   return { dropped, doomed }
 })

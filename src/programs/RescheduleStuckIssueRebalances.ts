@@ -24,7 +24,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { checkFence, CurrentRun, wouldChange } from "../domain/Batch.ts"
+import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import { RebalanceRescheduled } from "../domain/Events.ts"
 import {
   parseRunningRebalances,
@@ -137,7 +137,9 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   }
 
   const namespaceJobs = yield* reschedule(RebalanceContainer.namespace, namespaces)
+  yield* reportProgress({ enqueuedNamespaces: namespaceJobs.enqueued })
   const projectJobs = yield* reschedule(RebalanceContainer.project, projects)
+  yield* reportProgress({ enqueuedProjects: projectJobs.enqueued })
   const result = summary(namespaceJobs.enqueued, projectJobs.enqueued, namespaceJobs.duplicates + projectJobs.duplicates)
   yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({
     namespace_ids: namespaces,

@@ -13,7 +13,7 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime, wouldChange } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
@@ -77,6 +77,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     }
     const failed = yield* exportJobs.failMany(slice, yield* DateTime.now)
     failedJids.push(...failed)
+    yield* reportProgress({ failed: failed.length, failedJids: capped(failed) })
     if (failed.length < slice.length) {
       const changed = slice.filter((job) => !failed.includes(job.jid))
       yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(

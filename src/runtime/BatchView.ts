@@ -5,6 +5,7 @@
  * the error's cause, and its configuration (budget, lease, missed-run policy).
  */
 import { Cron, Duration, Option } from "effect"
+import { HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import type { BatchHistory } from "../domain/BatchState.ts"
 import { breakerOpenUntil } from "../domain/BatchState.ts"
 import { DEFAULT_MISSED_RUN_POLICY } from "../domain/Schedule.ts"
@@ -109,6 +110,14 @@ export const batchView = (input: BatchInput, now: Date) => {
       error: last.error ?? null
     },
     lastOutcome: last?.outcome ?? null,
+    // A run with a RunStarted and no RunFinished: running, or killed before it could finish (the
+    // next run closes it as abandoned). Overdue once its budget + grace has passed: certainly dead.
+    openRun: history.openRun === undefined ? null : {
+      runId: history.openRun.runId,
+      startedAt: history.openRun.startedAt.toISOString(),
+      node: history.openRun.node,
+      overdue: now.getTime() - history.openRun.startedAt.getTime() > Duration.toMillis(Duration.sum(batch.budget, HARD_TIMEOUT_GRACE))
+    },
     lastSuccessAt: iso(history.lastSuccessAt),
     consecutiveFailures: history.consecutiveFailures,
     config: {

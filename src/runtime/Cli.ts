@@ -9,7 +9,7 @@ import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
-import { redisConfigured, SweeperConfig } from "../layers/Config.ts"
+import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -19,7 +19,7 @@ import { batchView, type BatchView } from "./BatchView.ts"
 import { HttpLive } from "./Http.ts"
 import { findSupervisor, publishAddress, type SupervisorEndpoint } from "./SupervisorAddress.ts"
 import { type RunResult, runBatch } from "./RunGuard.ts"
-import { configuredBatch, loadHistory, Scheduler, schedulerLayer, withLeaseOverride } from "./Scheduler.ts"
+import { loadHistory, Scheduler, schedulerLayer } from "./Scheduler.ts"
 
 /** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
 export const supervisor = { started: false }
@@ -127,7 +127,10 @@ const run = Command.make(
     force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
   },
   Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget, force }) {
-    const batch = yield* Effect.flatMap(findBatch(name), withLeaseOverride)
+    yield* findBatch(name)
+    // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
+    const configured = yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
+    const batch = configured.find((c) => c.batch.name === name)!.batch
     const budgetOverride = Option.isSome(budget)
       ? yield* Option.match(parseDuration(budget.value), {
         onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s or "30 seconds", got "${budget.value}"` })),
@@ -235,15 +238,14 @@ const localViews = Effect.gen(function*() {
   const settings = yield* SweeperConfig
   const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
   const views: Array<BatchView> = []
-  for (const registered of batches) {
-    const { batch, cronText, cron } = yield* configuredBatch(registered, settings.timezone)
+  for (const { batch, cronText, cron, disabled } of yield* configureBatches(batches)) {
     views.push(batchView({
       batch,
       cronText,
       cron,
       timezone: settings.timezone,
       running: false,
-      disabled: settings.disabledBatches.includes(batch.name),
+      disabled,
       history: yield* loadHistory(batch.name)
     }, now))
   }
@@ -296,6 +298,10 @@ const status = Command.make(
     for (const row of rows) yield* Console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd())
     for (const v of views) {
       if (v.lastRun?.error) yield* Console.log(`${v.name}: last error: ${v.lastRun.error}`)
+      // A RunStarted with no RunFinished: running, or killed (the next run closes it as abandoned).
+      if (v.openRun !== null) {
+        yield* Console.log(`${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${v.openRun.overdue ? "never finished: killed; the next run closes it as abandoned" : "has not finished: running, or killed"}`)
+      }
     }
   })
 ).pipe(Command.withDescription("Each batch's state, schedule, next tick and last run"))
@@ -357,6 +363,8 @@ const start = Command.make(
   {},
   Effect.fn("Cli.start")(function*() {
     const settings = yield* SweeperConfig
+    // Refuse bad per-batch variables before opening any database (the scheduler checks them the same way).
+    yield* configureBatches(batches)
     const embedded = Option.isNone(settings.databaseUrl) && !redisConfigured(settings)
     yield* Effect.logInfo(
       embedded

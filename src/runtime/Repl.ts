@@ -5,15 +5,18 @@
  *   sweeper> await sweeper.events({ stream: "build:123" })
  *   sweeper> sweeper.batches
  */
-import { Effect, Layer, ManagedRuntime } from "effect"
+import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
 import repl from "node:repl"
 import { AppLayer } from "../layers/App.ts"
+import { environment } from "../layers/Config.ts"
 import { batchNames, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { LoggingLive } from "./Logging.ts"
 import { runBatch } from "./RunGuard.ts"
 
-const runtime = ManagedRuntime.make(AppLayer.pipe(Layer.provideMerge(LoggingLive)))
+const runtime = ManagedRuntime.make(
+  AppLayer.pipe(Layer.provideMerge(LoggingLive), Layer.provide(ConfigProvider.layer(environment)))
+)
 
 const sweeper = {
   batches: batchNames,

@@ -10,12 +10,15 @@
 import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
+import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
+import { RunProgress } from "../domain/Summary.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
 import { increment, lastSuccessTimestamp, leaseSkipsTotal, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
+import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 
 export type Trigger = "schedule" | "manual" | "startup"
 
@@ -42,6 +45,8 @@ export interface RunResult {
   readonly reason?: string | undefined
   readonly error?: string | undefined
   readonly durationMs: number
+  /** Earlier runs of the batch this run closed as `abandoned` before it started. */
+  readonly closed?: ReadonlyArray<LastRun> | undefined
   readonly dryRun: boolean
   /** A dry run's would-be targets (first MAX_LISTED_TARGETS) and how many there were in all. */
   readonly targets?: ReadonlyArray<string> | undefined
@@ -55,6 +60,12 @@ export const transientRetry = Schedule.min([Schedule.exponential("200 millis"), 
   Schedule.setInputType<unknown>(),
   Schedule.while(({ input }) => isTransient(input))
 )
+
+/**
+ * The reason of a run that never started because its RunStarted could not be written (PostgreSQL
+ * unreachable): nothing ran, no event exists; the scheduler records the tick as missed.
+ */
+export const NOT_STARTED_DATABASE_UNAVAILABLE = "database unavailable"
 
 /**
  * A connection cut under a transaction fails the statement and then the ROLLBACK, which @effect/sql
@@ -149,14 +160,33 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     })
     const listed = () => dryRun ? { targets: [...targets], targetsTotal } : {}
 
-    const runStarted = new RunStarted({
+    const runStarted = (fence: Option.Option<Fence>) =>
+      new RunStarted({
+        batch: batch.name,
+        run_id: runId,
+        scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
+        node: config.node,
+        trigger: options.trigger,
+        dryRun,
+        budget_ms: Duration.toMillis(budget),
+        ...(Option.isSome(fence) ? { lease_epoch: fence.value.epoch } : {})
+      })
+    let closed: ReadonlyArray<LastRun> = []
+    /** Writes RunStarted; false (logged) when it cannot be written: then the run must not start. */
+    const recordStart = (fence: Option.Option<Fence>) =>
+      events.append(runStarted(fence)).pipe(
+        Effect.as(true),
+        Effect.catchCause((cause) => Effect.as(Effect.logError("Run not started: could not record RunStarted", describe(cause)), false))
+      )
+    const notStarted = {
       batch: batch.name,
-      run_id: runId,
-      scheduled_at: options.scheduledAt ? DateTime.formatIso(options.scheduledAt) : null,
-      node: config.node,
-      trigger: options.trigger,
+      runId,
+      outcome: "failed",
+      summary: null,
+      reason: NOT_STARTED_DATABASE_UNAVAILABLE,
+      durationMs: 0,
       dryRun
-    })
+    } satisfies RunResult
 
     const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
       const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
@@ -170,7 +200,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       }
       const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
       yield* log(dryRun ? `Dry run ${outcome}` : `Run ${outcome}`).pipe(Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details, ...listed() }))
-      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs, dryRun, ...listed() } satisfies RunResult
+      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs, dryRun, ...listed(), closed } satisfies RunResult
     })
 
     const guarded = Effect.scoped(Effect.gen(function*() {
@@ -195,19 +225,30 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       if (Option.isSome(batch.lease) && !dryRun) {
         const handle = yield* lease.tryAcquire(batch.lease.value.name, batch.lease.value.ttl)
         if (Option.isNone(handle)) {
-          yield* events.append(runStarted)
+          if (!(yield* recordStart(Option.none()))) return notStarted
           yield* increment(leaseSkipsTotal, 1, { batch: batch.name })
           return yield* finish("skipped", null, { reason: "lease held" })
         }
         fence = Option.some(yield* holdLease(handle.value))
       }
 
-      yield* events.append(runStarted)
+      // Runs of this batch killed before their RunFinished are closed by whoever runs it next.
+      closed = yield* closeAbandonedRuns(batch, {
+        leaseEpoch: Option.map(fence, (f) => f.epoch),
+        closedBy: `run ${runId} on ${config.node}`
+      })
+      if (!(yield* recordStart(fence))) return { ...notStarted, closed }
 
-      const program = batch.run.pipe(
+      // Each attempt's reports count; a retried run's summary adds its failed attempts' work.
+      const progress = new RunProgress()
+      const program = Effect.suspend(() => {
+        progress.newAttempt()
+        return batch.run
+      }).pipe(
         transientDefectsAsFailures,
         Effect.retry(transientRetry),
-        Effect.provideService(CurrentRun, runInfo(fence)),
+        Effect.map((summary) => progress.summarize(summary)),
+        Effect.provideService(CurrentRun, { ...runInfo(fence), progress }),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
       // Interrupted from outside (shutdown past its grace): still record how the run ended.

@@ -12,17 +12,18 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import { Cause, Config, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Result } from "effect"
+import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { BatchDisabled, InvalidConfig, UnknownBatch } from "../domain/Errors.ts"
+import { BatchDisabled, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
-import { cronVariable, DEFAULT_MISSED_RUN_POLICY, leaseTtlVariable, nextTick, parseCron, periodAt, planStartup } from "../domain/Schedule.ts"
-import { SweeperConfig } from "../layers/Config.ts"
+import { DEFAULT_MISSED_RUN_POLICY, nextTick, periodAt, planStartup } from "../domain/Schedule.ts"
+import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
 import { increment, initialiseSeries, ticksMissedTotal } from "../services/Metrics.ts"
-import { type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
+import { closeAbandonedRuns } from "./AbandonedRuns.ts"
+import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
 
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
@@ -65,7 +66,12 @@ interface Actor {
   readonly cron: Cron.Cron
   readonly mailbox: Queue.Queue<Message>
   readonly state: Ref.Ref<ActorState>
+  /** TickMissed events that could not be written (database down), oldest first; flushed later. */
+  readonly unrecorded: Ref.Ref<ReadonlyArray<TickMissed>>
 }
+
+/** Per batch, at most this many unwritten TickMissed events wait for the database (the oldest go). */
+export const MAX_UNRECORDED_MISSED_TICKS = 1000
 
 export class Scheduler extends Context.Service<Scheduler, {
   readonly snapshots: Effect.Effect<ReadonlyArray<BatchSnapshot>>
@@ -96,36 +102,14 @@ export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown,
     }
   })
 
-/** SWEEPER_LEASE_TTL_<BATCH> (e.g. "90 seconds") replaces the TTL of a batch's exclusive lease. */
-export const withLeaseOverride = (batch: RegisteredBatch) =>
-  Effect.gen(function*() {
-    if (Option.isNone(batch.lease)) return batch
-    const variable = leaseTtlVariable(batch.name)
-    const ttl = yield* Config.option(Config.Duration(variable)).pipe(
-      Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
-    )
-    return Option.isNone(ttl) ? batch : { ...batch, lease: Option.some({ ...batch.lease.value, ttl: ttl.value }) }
-  })
-/** A registered batch as configured: lease TTL override and cron (SWEEPER_CRON_<BATCH>) applied. */
-export const configuredBatch = Effect.fnUntraced(function*(configured: RegisteredBatch, timezone: string) {
-  const batch = yield* withLeaseOverride(configured)
-  const variable = cronVariable(batch.name)
-  const cronText = yield* Config.String(variable).pipe(
-    Config.withDefault(batch.cron),
-    Effect.mapError((error) => new InvalidConfig({ variable, message: error.message }))
-  )
-  const cron = parseCron(cronText, timezone)
-  if (Result.isFailure(cron)) {
-    return yield* new InvalidConfig({ variable, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
-  }
-  return { batch, cronText, cron: cron.success }
-})
-
 const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
-  if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return history
-  return withRun(history, {
+  const closed = (result.closed ?? []).reduce(withRun, history)
+  if (result.outcome === "skipped" && result.reason === "tick claimed elsewhere") return closed
+  // Never started (no RunStarted): a missed tick, not a run, so the breaker does not count it.
+  if (result.reason === NOT_STARTED_DATABASE_UNAVAILABLE) return closed
+  return withRun(closed, {
     runId: result.runId,
     outcome: result.outcome,
     finishedAt,
@@ -142,13 +126,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     const events = yield* EventLog
     const lease = yield* Lease
 
-    const unknownDisabled = settings.disabledBatches.filter((name) => !batches.some((b) => b.name === name))
-    if (unknownDisabled.length > 0) {
-      return yield* new InvalidConfig({
-        variable: "SWEEPER_DISABLED_BATCHES",
-        message: `unknown batch ${unknownDisabled.join(", ")}; known: ${batches.map((b) => b.name).join(", ")}`
-      })
-    }
+    const configured = yield* configureBatches(batches)
 
     // Every batch × outcome (and × missed reason) series exists from start-up at 0.
     yield* initialiseSeries(batches.map((b) => b.name))
@@ -157,15 +135,18 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     const fibers = yield* FiberMap.make<string>()
 
     const actors = new Map<string, Actor>()
-    for (const configured of batches) {
-      const { batch, cronText, cron } = yield* configuredBatch(configured, settings.timezone)
+    for (const { batch, cron, cronText, disabled } of configured) {
+      // Runs killed while no process was up are closed now when their budget has passed; the next
+      // run under the exclusive lease closes the rest (AbandonedRuns.ts says why each is safe).
+      // (Folded after closing, so the history already has them.)
+      yield* closeAbandonedRuns(batch, { leaseEpoch: Option.none(), closedBy: `supervisor start-up on ${settings.node}` })
       const history = yield* loadHistory(batch.name)
-      const disabled = settings.disabledBatches.includes(batch.name)
       actors.set(batch.name, {
         batch,
         cronText,
         cron,
         mailbox: yield* Queue.unbounded<Message>(),
+        unrecorded: yield* Ref.make<ReadonlyArray<TickMissed>>([]),
         state: yield* Ref.make<ActorState>({
           status: disabled ? "disabled" : history.paused ? "paused" : "idle",
           nextTick: undefined,
@@ -176,26 +157,88 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     }
 
     /**
+     * Writes the batch's TickMissed events that waited for the database, oldest first; stops at the
+     * first that still cannot be written. Only the batch's own actor (or start-up, before it gets
+     * any message) calls this, so two flushes of one batch never overlap.
+     */
+    const flushUnrecorded = (actor: Actor) =>
+      Effect.gen(function*() {
+        const waiting = yield* Ref.get(actor.unrecorded)
+        let written = 0
+        for (const event of waiting) {
+          const ok = yield* events.append(event).pipe(Effect.as(true), Effect.orElseSucceed(() => false))
+          if (!ok) break
+          written++
+        }
+        if (written === 0) return
+        yield* Ref.update(actor.unrecorded, (now) => now.slice(written))
+        yield* Effect.logInfo(`Recorded ${written} missed tick(s) that waited for the database`)
+          .pipe(Effect.annotateLogs({ batch: actor.batch.name }))
+      })
+
+    /**
      * A tick that will not run is recorded once cluster-wide: whoever claims the tick records it.
      * Except when the lease store itself is unreachable: then every replica records its own miss
-     * (duplicated beats silent).
+     * (duplicated beats silent). When the run guard could not write the run's RunStarted
+     * (`database_unavailable`), this process already holds the tick's claim. A TickMissed that
+     * cannot be written waits in memory (bounded) and is written once the database answers again.
      */
     const recordMissed = (actor: Actor, scheduledAt: Date, reason: TickMissed["reason"]) =>
       Effect.gen(function*() {
         const at = DateTime.fromDateUnsafe(scheduledAt)
-        if (reason !== "lease_unavailable") {
+        if (reason !== "lease_unavailable" && reason !== "database_unavailable") {
           if (!(yield* lease.claim(tickLeaseName(actor.batch.name, at), Duration.hours(25)))) return
         }
-        yield* events.append(new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason }))
         yield* increment(ticksMissedTotal, 1, { batch: actor.batch.name, reason })
+        yield* Effect.logWarning("Tick missed")
         yield* Ref.update(actor.state, (s) => ({ ...s, history: { ...s.history, lastCoveredTick: scheduledAt } }))
+        const event = new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason })
+        yield* flushUnrecorded(actor)
+        const waiting = (yield* Ref.get(actor.unrecorded)).length > 0
+        const written = !waiting && (yield* events.append(event).pipe(
+          Effect.as(true),
+          Effect.catchCause((cause) => Effect.as(Effect.logWarning("Could not record missed tick; it waits for the database", Cause.pretty(cause)), false))
+        ))
+        if (written) return
+        const dropped = yield* Ref.modify(actor.unrecorded, (now) => {
+          const next = [...now, event]
+          const over = Math.max(0, next.length - MAX_UNRECORDED_MISSED_TICKS)
+          return [over, next.slice(over)] as const
+        })
+        if (dropped > 0) yield* Effect.logError(`${dropped} unrecorded missed tick(s) dropped: more than ${MAX_UNRECORDED_MISSED_TICKS} waiting`)
       }).pipe(
         Effect.catchCause((cause) => Effect.logWarning("Could not record missed tick", Cause.pretty(cause))),
         Effect.annotateLogs({ batch: actor.batch.name, scheduled_at: scheduledAt.toISOString(), reason })
       )
 
+    /**
+     * Pauses are events, and not only this process writes them: `sweeper pause` against the same
+     * database, or another replica's dashboard. Before each tick the actor takes the newest
+     * BatchPaused / BatchResumed of its stream as the truth, so an operator's pause stops the
+     * batch everywhere from its next tick. Unreadable events keep the state this process knows.
+     */
+    const refreshPaused = (actor: Actor) =>
+      Effect.gen(function*() {
+        const stream = `batch:${actor.batch.name}`
+        const [paused, resumed] = yield* Effect.all([
+          events.query({ stream, type: "BatchPaused", newestFirst: true, limit: 1 }),
+          events.query({ stream, type: "BatchResumed", newestFirst: true, limit: 1 })
+        ])
+        const lastPause = paused[0]
+        const isPaused = lastPause !== undefined && (resumed[0] === undefined || resumed[0].id < lastPause.id)
+        yield* Ref.update(actor.state, (s) => {
+          if (s.history.paused === isPaused) return s
+          const status = s.status === "disabled" || s.status === "running" ? s.status : isPaused ? "paused" as const : "idle" as const
+          return isPaused
+            ? { ...s, status, history: { ...s.history, paused: true, pausedBy: String(lastPause!.data.by ?? "unknown"), pausedAt: lastPause!.occurredAt } }
+            : { ...s, status, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
+        })
+      }).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+
     const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean }) =>
       Effect.gen(function*() {
+        // Ticks missed during an outage are written before this run's events, in tick order.
+        yield* flushUnrecorded(actor)
         yield* Ref.update(actor.state, (s) => ({ ...s, status: "running" as const, pendingTick: undefined }))
         const fiber = yield* FiberSet.run(inflight, runBatch(actor.batch, {
           trigger: options.trigger,
@@ -213,6 +256,12 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         }))
         if (result.outcome === "skipped" && result.reason === "lease unavailable" && options.scheduledAt !== undefined) {
           yield* recordMissed(actor, options.scheduledAt, "lease_unavailable")
+        }
+        if (result.reason === NOT_STARTED_DATABASE_UNAVAILABLE && options.scheduledAt !== undefined) {
+          yield* recordMissed(actor, options.scheduledAt, "database_unavailable")
+        } else if (result.reason !== NOT_STARTED_DATABASE_UNAVAILABLE) {
+          // The run's events were written: the database is back for the ticks that waited.
+          yield* flushUnrecorded(actor)
         }
         return result
       })
@@ -257,6 +306,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         if (newest === undefined) return
         for (const older of ticks.slice(0, -1)) yield* recordMissed(actor, older.scheduledAt, "overlap")
         if (yield* Ref.get(shuttingDown)) return
+        yield* refreshPaused(actor)
         const { status, history } = yield* Ref.get(actor.state)
         if (status === "disabled" || status === "paused") return yield* recordMissed(actor, newest.scheduledAt, "disabled")
         const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))

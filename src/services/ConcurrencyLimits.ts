@@ -3,14 +3,24 @@
  * how many of their jobs run now, and the move that resumes deferred jobs into their Sidekiq queue.
  *
  * The backends differ only in the Redis primitives underneath (`ConcurrencyLimitStore`: commands,
- * plus two compare-and-act steps that are Lua scripts on Redis and one synchronous step in memory).
- * Everything else — decoding what GitLab wrote, building the Sidekiq jobs, the stale-tracker rules —
- * is `makeConcurrencyLimits`, shared, so both backends read the same keys and write the same bytes.
+ * plus compare-and-act steps that are Lua scripts on Redis — each within one GitLab store and one
+ * cluster slot — and one synchronous step each in memory). Everything else — decoding what GitLab
+ * wrote (as bytes), building the Sidekiq jobs, the stale-tracker rules, the order of the move's
+ * steps and their recovery (README "Resume across stores") — is `makeConcurrencyLimits`, shared, so
+ * both backends read the same keys and write the same bytes.
  */
-import { Clock, Context, Duration, Effect, Option, Random } from "effect"
+import { Clock, Context, Duration, Effect, Option, Random, Schema } from "effect"
 import {
   camelize,
+  DEAD_LIST_TTL,
+  decodeUtf8,
   DEFERRED_KEY_PATTERN,
+  encodeJournalHeader,
+  JOURNAL_KEY_PATTERN,
+  journalKeyFormOf,
+  MOVE_JOURNAL_TTL,
+  parseJournalHeader,
+  resumeBatchMarkerKey,
   parseCounter,
   parseDeferred,
   parseLimitOverride,
@@ -28,7 +38,8 @@ import {
   workerKeys,
   type WorkerLimit
 } from "../domain/ConcurrencyLimit.ts"
-import type { RedisError } from "../domain/Errors.ts"
+import { isWrongType, type RedisError, refineWrongType, type WrongTypeKey } from "../domain/Errors.ts"
+import { queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
 
 export interface ConcurrencyLimitSetting {
   readonly limit: number
@@ -49,61 +60,116 @@ export interface ResumeRequest {
 export interface ResumeResult {
   /** Jids of the resumed jobs, in the order they were buffered (the order Sidekiq will run them). */
   readonly jids: ReadonlyArray<string>
-  /** Unparsable elements moved to the dead list, as they were. */
-  readonly dead: ReadonlyArray<string>
+  /** Unparsable elements moved to the dead list, byte for byte as they were. */
+  readonly dead: ReadonlyArray<Uint8Array>
+}
+
+/** A move journal left by a process that died mid-move, finished by this one. */
+export interface RecoveredMove {
+  readonly queue: string
+  /** The journal's jobs: in their queue now, exactly once. */
+  readonly jids: ReadonlyArray<string>
 }
 
 export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
-  /** Configured workers plus those whose deferred list SCAN finds, keeping those with jobs deferred. */
+  /**
+   * Configured workers plus those whose deferred list or move journal SCAN finds, keeping those
+   * with jobs deferred or a move to finish (and those whose deferred key holds the wrong type, so
+   * their pass reports it).
+   */
   readonly workersWithDeferredJobs: Effect.Effect<ReadonlyArray<string>, RedisError>
   /** The Redis `current_limit` override, else the configured limit; None for an unknown worker. */
-  limitOf(worker: string): Effect.Effect<Option.Option<WorkerLimit>, RedisError>
+  limitOf(worker: string): Effect.Effect<Option.Option<WorkerLimit>, RedisError | WrongTypeKey>
   /** LLEN of the deferred list. */
-  queueSize(worker: string): Effect.Effect<number, RedisError>
+  queueSize(worker: string): Effect.Effect<number, RedisError | WrongTypeKey>
   /** HLEN(executing) + pending_resumed. */
-  currentConcurrency(worker: string): Effect.Effect<number, RedisError>
+  currentConcurrency(worker: string): Effect.Effect<number, RedisError | WrongTypeKey>
   /**
    * Removes executing trackers older than STALE_TRACKER_AGE whose Sidekiq thread (`<pid>:work`)
    * runs no job of this worker, or whose field is malformed. Returns how many were removed.
    */
-  cleanupStaleTrackers(worker: string): Effect.Effect<number, RedisError>
+  cleanupStaleTrackers(worker: string): Effect.Effect<number, RedisError | WrongTypeKey>
   /**
-   * Moves up to `max` jobs from the head of the deferred list to the worker's Sidekiq queue in one
-   * atomic step (FIFO; jobs appended meanwhile stay), unparsable elements to the dead list.
+   * Finishes a move a dead process left half done (its journal): the jobs reach their queue exactly
+   * once, their slots are reserved, the journal goes. None when there was nothing to finish.
    */
-  resume(request: ResumeRequest): Effect.Effect<ResumeResult, RedisError>
+  recoverMove(worker: string): Effect.Effect<Option.Option<RecoveredMove>, RedisError | WrongTypeKey>
+  /**
+   * Moves up to `max` jobs from the head of the deferred list to the worker's Sidekiq queue (FIFO;
+   * jobs appended meanwhile stay) by the journaled protocol of README "Resume across stores":
+   * nothing lost or duplicated wherever the process dies. Unparsable elements go to the dead list.
+   */
+  resume(request: ResumeRequest): Effect.Effect<ResumeResult, RedisError | WrongTypeKey>
 }>()("sweeper/services/ConcurrencyLimits") {}
 
-/** One atomic move, prepared from the list head as it was read. */
-export interface PreparedMove {
+/** Step 1, prepared from the list head as it was read. */
+export interface BeginMove {
   readonly keys: WorkerKeys
-  readonly queue: string
-  /** The head of the deferred list as read; the move happens only if it is still exactly this. */
-  readonly expected: ReadonlyArray<string>
-  /** One per expected element: the Sidekiq job to LPUSH, or null to RPUSH the element to the dead list. */
+  /** The head of the deferred list as read (raw bytes); the move happens only if it is still exactly this. */
+  readonly expected: ReadonlyArray<Uint8Array>
+  /** One per expected element: the Sidekiq job, or null to RPUSH the element to the dead list. */
   readonly payloads: ReadonlyArray<string | null>
-  readonly pendingResumedTtlSeconds: number
+  /** The journal's first element (batch id, queue, worker). */
+  readonly header: string
+  readonly journalTtlSeconds: number
+  /** Refreshed on the dead list when elements are added to it. */
+  readonly deadTtlSeconds: number
 }
 
-/** The Redis primitives the service is built from. */
+/** How step 1 went. */
+export type BeginOutcome =
+  /** The head was taken: the dead elements are in the dead list, the jobs in the journal. */
+  | "moved"
+  /** The head is no longer what we read: nothing written. */
+  | "changed"
+  /** A journal exists (a move to finish first): nothing written. */
+  | "busy"
+
+/**
+ * The Redis primitives the service is built from, grouped by the GitLab store their keys live in
+ * (SPEC §8.2). Every compare-and-act step touches one store and one cluster slot; nothing relies on
+ * atomicity across steps (README "Resume across stores").
+ */
 export interface ConcurrencyLimitStore {
+  // --- SharedState: deferred lists, dead lists, move journals (all keys of a worker in its {w} slot)
   /** SCAN cursor MATCH pattern COUNT count → [next cursor, keys]. */
   scan(cursor: string, match: string, count: number): Effect.Effect<readonly [string, ReadonlyArray<string>], RedisError>
-  get(key: string): Effect.Effect<string | null, RedisError>
   llen(key: string): Effect.Effect<number, RedisError>
-  lrange(key: string, start: number, stop: number): Effect.Effect<ReadonlyArray<string>, RedisError>
+  /** LRANGE as raw bytes: elements are compared and moved byte for byte, never via a decoded copy. */
+  lrange(key: string, start: number, stop: number): Effect.Effect<ReadonlyArray<Uint8Array>, RedisError>
+  /**
+   * Step 1, atomic: if no journal exists and the deferred list still starts with `expected`, pop
+   * those elements, RPUSH the unparsable ones to the dead list, and write the journal (header, then
+   * the jobs) with its TTL. No journal when there are no jobs.
+   */
+  beginMove(move: BeginMove): Effect.Effect<BeginOutcome, RedisError>
+  /** Last step, atomic: delete the journal only while its header is still `header` (our batch). */
+  endMove(journalKey: string, header: Uint8Array): Effect.Effect<boolean, RedisError>
+  /** A journal whose header is unreadable: its elements to the dead list, byte for byte, then delete it (atomic). */
+  buryJournal(journalKey: string, deadKey: string, header: Uint8Array, deadTtlSeconds: number): Effect.Effect<boolean, RedisError>
+
+  // --- QueuesMetadata: limit override, executing trackers, reserved slots
+  get(key: string): Effect.Effect<string | null, RedisError>
   hlen(key: string): Effect.Effect<number, RedisError>
   hscan(key: string, cursor: string, count: number): Effect.Effect<readonly [string, ReadonlyArray<readonly [string, string]>], RedisError>
-  hget(key: string, field: string): Effect.Effect<string | null, RedisError>
   /** HDEL the field only while it still holds `value` (a slot re-used by a new job meanwhile stays). */
   hdelIfEquals(key: string, field: string, value: string): Effect.Effect<boolean, RedisError>
+  /** Step 2: INCRBY pending_resumed and reset its TTL (one key, atomic). */
+  reserve(key: string, count: number, ttlSeconds: number): Effect.Effect<void, RedisError>
+
+  // --- Queues: Sidekiq's queues and process work hashes
+  /** HGET `<pid>:work` `<tid>`: what a Sidekiq thread runs now. */
+  processWork(pid: string, tid: string): Effect.Effect<string | null, RedisError>
+  /** Step 3: SADD queues <queue> (idempotent). */
+  registerQueue(queue: string): Effect.Effect<void, RedisError>
   /**
-   * Atomically: if the deferred list still starts with `expected`, pop those elements, LPUSH the jobs
-   * to `queue:<queue>` one by one in list order (Sidekiq BRPOPs from the right, so the first buffered
-   * runs first), RPUSH the unparsable ones to the dead list, SADD `queues`, INCRBY pending_resumed
-   * and reset its TTL. False (nothing written) when the head changed.
+   * Step 4, atomic in the queue's slot: SET `marker` NX with its TTL and, only if it was not set,
+   * LPUSH the jobs to `queue:<queue>` in list order. False when the marker existed: this batch was
+   * pushed before, pushing again would duplicate it.
    */
-  move(move: PreparedMove): Effect.Effect<boolean, RedisError>
+  push(queue: string, marker: string, payloads: ReadonlyArray<string>, ttlSeconds: number): Effect.Effect<boolean, RedisError>
+  /** Step 6: DEL the marker of a batch whose journal is gone. */
+  forgetMarker(marker: string): Effect.Effect<void, RedisError>
 }
 
 /** Another mover changed the list head between our read and our move: re-read this often. */
@@ -124,34 +190,54 @@ export const makeConcurrencyLimits = (
 ): ConcurrencyLimits["Service"] => {
   /** A key form found by SCAN back to a worker name: the configured worker it belongs to, else camelize. */
   const byKeyForm = new Map(Object.keys(configured).map((worker) => [underscore(worker), worker]))
+  /** A command on `key`, its WRONGTYPE failure named after the key (permanent, isolated by the caller). */
+  const onKey = <A>(key: string, effect: Effect.Effect<A, RedisError>) => Effect.mapError(effect, refineWrongType(key))
+
+  const scanKeyForms = Effect.fnUntraced(function*(pattern: string, keyFormOf: (key: string) => Option.Option<string>) {
+    const found: Array<string> = []
+    let cursor = "0"
+    do {
+      const [next, keys] = yield* store.scan(cursor, pattern, SCAN_COUNT)
+      cursor = next
+      for (const key of keys) {
+        const w = keyFormOf(key)
+        if (Option.isSome(w)) found.push(byKeyForm.get(w.value) ?? camelize(w.value))
+      }
+    } while (cursor !== "0")
+    return found
+  })
 
   const workersWithDeferredJobs = Effect.gen(function*() {
     const candidates = new Set(Object.keys(configured))
-    const discovered: Array<string> = []
-    let cursor = "0"
-    do {
-      const [next, keys] = yield* store.scan(cursor, DEFERRED_KEY_PATTERN, SCAN_COUNT)
-      cursor = next
-      for (const key of keys) {
-        const w = workerKeyFormOf(key)
-        if (Option.isSome(w)) discovered.push(byKeyForm.get(w.value) ?? camelize(w.value))
-      }
-    } while (cursor !== "0")
+    const discovered = yield* scanKeyForms(DEFERRED_KEY_PATTERN, workerKeyFormOf)
+    // A journal is left only by a mover that died; its worker may have nothing deferred any more.
+    const journaled = yield* scanKeyForms(JOURNAL_KEY_PATTERN, journalKeyFormOf)
     for (const worker of discovered.sort()) candidates.add(worker)
     const found: Array<string> = []
     for (const worker of candidates) {
-      if ((yield* store.llen(workerKeys(worker).deferred)) > 0) found.push(worker)
+      if (journaled.includes(worker)) {
+        found.push(worker)
+        continue
+      }
+      const size = yield* store.llen(workerKeys(worker).deferred).pipe(
+        // A deferred key of the wrong type: keep the worker, so its own pass reports the key (and
+        // only that worker is affected), rather than failing discovery for every worker.
+        Effect.catchIf(isWrongType, () => Effect.succeed(1))
+      )
+      if (size > 0) found.push(worker)
     }
+    for (const worker of journaled) if (!found.includes(worker)) found.push(worker)
     return found
   }).pipe(Effect.withSpan("ConcurrencyLimits.workersWithDeferredJobs"))
 
   const limitOf = Effect.fn("ConcurrencyLimits.limitOf")(function*(worker: string) {
     const setting = configured[worker]
-    const raw = yield* store.get(workerKeys(worker).currentLimit)
+    const key = workerKeys(worker).currentLimit
+    const raw = yield* onKey(key, store.get(key))
     const override = raw === null ? Option.none() : parseLimitOverride(raw)
     if (raw !== null && Option.isNone(override)) {
       yield* Effect.logWarning("Ignoring unparsable concurrency limit override").pipe(
-        Effect.annotateLogs({ worker, key: workerKeys(worker).currentLimit, value: raw.slice(0, 100) })
+        Effect.annotateLogs({ worker, key, value: raw.slice(0, 100) })
       )
     }
     if (Option.isSome(override)) {
@@ -162,12 +248,15 @@ export const makeConcurrencyLimits = (
       : Option.some<WorkerLimit>({ limit: setting.limit, queue: setting.queue, source: "config" })
   })
 
-  const queueSize = (worker: string) => store.llen(workerKeys(worker).deferred)
+  const queueSize = (worker: string) => {
+    const key = workerKeys(worker).deferred
+    return onKey(key, store.llen(key))
+  }
 
   const currentConcurrency = Effect.fn("ConcurrencyLimits.currentConcurrency")(function*(worker: string) {
     const keys = workerKeys(worker)
-    const executing = yield* store.hlen(keys.executing)
-    return executing + parseCounter(yield* store.get(keys.pendingResumed))
+    const executing = yield* onKey(keys.executing, store.hlen(keys.executing))
+    return executing + parseCounter(yield* onKey(keys.pendingResumed, store.get(keys.pendingResumed)))
   })
 
   /** Stale ⇔ older than STALE_TRACKER_AGE (strictly; an unreadable start counts as old) and not backed by a running job. */
@@ -176,7 +265,7 @@ export const makeConcurrencyLimits = (
     if (Option.isSome(started) && started.value >= cutoffSeconds) return false
     const owner = parseTrackerField(field)
     if (Option.isNone(owner)) return true
-    const work = yield* store.hget(processWorkKey(owner.value.pid), owner.value.tid)
+    const work = yield* onKey(processWorkKey(owner.value.pid), store.processWork(owner.value.pid, owner.value.tid))
     if (work === null) return true
     return Option.getOrUndefined(runningJobClass(work)) !== worker
   })
@@ -187,11 +276,11 @@ export const makeConcurrencyLimits = (
     let removed = 0
     let cursor = "0"
     do {
-      const [next, entries] = yield* store.hscan(key, cursor, SCAN_COUNT)
+      const [next, entries] = yield* onKey(key, store.hscan(key, cursor, SCAN_COUNT))
       cursor = next
       for (const [field, value] of entries) {
         if (!(yield* isStale(worker, field, value, cutoffSeconds))) continue
-        if (yield* store.hdelIfEquals(key, field, value)) removed++
+        if (yield* onKey(key, store.hdelIfEquals(key, field, value))) removed++
       }
     } while (cursor !== "0")
     if (removed > 0) {
@@ -200,13 +289,67 @@ export const makeConcurrencyLimits = (
     return removed
   })
 
+  /**
+   * Steps 2–5 (and 6 for our own batch) of the protocol, shared by a fresh move and a recovery: each
+   * is idempotent or safe to repeat, so whichever step a crash interrupted, running them all again
+   * ends in the same state — the jobs once in their queue, the journal gone.
+   */
+  const finishMove = Effect.fnUntraced(function*(
+    keys: WorkerKeys,
+    header: Uint8Array,
+    batch: string,
+    queue: string,
+    payloads: ReadonlyArray<string>,
+    forget: boolean
+  ) {
+    const ttl = Duration.toSeconds(MOVE_JOURNAL_TTL)
+    const marker = resumeBatchMarkerKey(queueKey(queue), batch)
+    // Slots first: a crash after this over-counts (fewer resumes for at most the 60 s TTL), never
+    // under-counts (which could let the limit be exceeded). A replay adds them again: same bias.
+    yield* onKey(keys.pendingResumed, store.reserve(keys.pendingResumed, payloads.length, Duration.toSeconds(PENDING_RESUMED_TTL)))
+    yield* onKey(QUEUES_SET, store.registerQueue(queue))
+    yield* onKey(queueKey(queue), store.push(queue, marker, payloads, ttl))
+    yield* onKey(keys.journal, store.endMove(keys.journal, header))
+    // A recovery keeps the marker (until its TTL): the process it recovers for may only be frozen,
+    // not dead, and must find "already pushed" if it wakes up and pushes.
+    if (forget) yield* onKey(marker, store.forgetMarker(marker))
+  })
+
+  const jidOf = (payload: string): string => {
+    const parsed = Schema.decodeUnknownOption(Schema.fromJsonString(Schema.Struct({ jid: Schema.String })))(payload)
+    return Option.match(parsed, { onNone: () => "", onSome: (job) => job.jid })
+  }
+
+  const recoverMove = Effect.fn("ConcurrencyLimits.recoverMove")(function*(worker: string) {
+    const keys = workerKeys(worker)
+    const journal = yield* onKey(keys.journal, store.lrange(keys.journal, 0, -1))
+    if (journal.length === 0) return Option.none<RecoveredMove>()
+    const header = parseJournalHeader(journal[0]!)
+    const payloads = journal.slice(1).map(decodeUtf8)
+    if (Option.isNone(header) || payloads.some(Option.isNone)) {
+      // Not a journal this code wrote (or damaged): keep every element, byte for byte, for a human.
+      yield* onKey(keys.journal, store.buryJournal(keys.journal, keys.dead, journal[0]!, Duration.toSeconds(DEAD_LIST_TTL)))
+      yield* Effect.logError("Unreadable concurrency limit move journal moved to the dead list").pipe(
+        Effect.annotateLogs({ worker, journal: keys.journal, dead_list: keys.dead, elements: journal.length })
+      )
+      return Option.none<RecoveredMove>()
+    }
+    const jobs = payloads.map((payload) => Option.getOrThrow(payload))
+    const { batch, queue } = header.value
+    yield* finishMove(keys, journal[0]!, batch, queue, jobs, false)
+    yield* Effect.logWarning("Finished a concurrency limit move left by a process that died mid-move").pipe(
+      Effect.annotateLogs({ worker, queue, batch, jobs: jobs.length })
+    )
+    return Option.some<RecoveredMove>({ queue, jids: jobs.map(jidOf) })
+  })
+
   /** The list head holding up to `max` parseable elements (plus the unparsable ones among them). */
   const readHead = Effect.fnUntraced(function*(key: string, max: number) {
-    const elements: Array<string> = []
+    const elements: Array<Uint8Array> = []
     let parseable = 0
     while (parseable < max && elements.length < max + MAX_DEAD_PER_PASS) {
       const want = Math.min(max - parseable, max + MAX_DEAD_PER_PASS - elements.length)
-      const page = yield* store.lrange(key, elements.length, elements.length + want - 1)
+      const page = yield* onKey(key, store.lrange(key, elements.length, elements.length + want - 1))
       for (const element of page) {
         elements.push(element)
         if (Option.isSome(parseDeferred(element))) parseable++
@@ -216,16 +359,18 @@ export const makeConcurrencyLimits = (
     return elements
   })
 
+  const nothing: ResumeResult = { jids: [], dead: [] }
+
   const resume = Effect.fn("ConcurrencyLimits.resume")(function*(request: ResumeRequest) {
     const { worker, queue, max, dryRun } = request
     const keys = workerKeys(worker)
-    if (max <= 0) return { jids: [], dead: [] } satisfies ResumeResult
+    if (max <= 0) return nothing
     for (let attempt = 1; attempt <= MOVE_ATTEMPTS; attempt++) {
       const expected = yield* readHead(keys.deferred, max)
-      if (expected.length === 0) return { jids: [], dead: [] } satisfies ResumeResult
+      if (expected.length === 0) return nothing
       const nowMillis = yield* Clock.currentTimeMillis
       const jids: Array<string> = []
-      const dead: Array<string> = []
+      const dead: Array<Uint8Array> = []
       const payloads: Array<string | null> = []
       for (const element of expected) {
         const deferred = parseDeferred(element)
@@ -239,20 +384,32 @@ export const makeConcurrencyLimits = (
         payloads.push(JSON.stringify(resumedJob({ worker, queue, deferred: deferred.value, jid, nowMillis })))
       }
       if (dryRun) return { jids, dead } satisfies ResumeResult
-      const moved = yield* store.move({
+      const batch = yield* nextJid
+      const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker })
+      const outcome = yield* onKey(keys.deferred, store.beginMove({
         keys,
-        queue,
         expected,
         payloads,
-        pendingResumedTtlSeconds: Duration.toSeconds(PENDING_RESUMED_TTL)
-      })
-      if (moved) return { jids, dead } satisfies ResumeResult
+        header,
+        journalTtlSeconds: Duration.toSeconds(MOVE_JOURNAL_TTL),
+        deadTtlSeconds: Duration.toSeconds(DEAD_LIST_TTL)
+      }))
+      if (outcome === "moved") {
+        const jobs = payloads.filter((payload) => payload !== null)
+        if (jobs.length > 0) yield* finishMove(keys, new TextEncoder().encode(header), batch, queue, jobs, true)
+        return { jids, dead } satisfies ResumeResult
+      }
+      if (outcome === "busy") {
+        // Only after a crash (one pass per worker runs at a time): finish that move, then ours.
+        yield* recoverMove(worker)
+        continue
+      }
       yield* Effect.logInfo("Deferred list changed under the move; re-reading").pipe(Effect.annotateLogs({ worker, attempt }))
     }
     yield* Effect.logWarning("Deferred list kept changing under the move; leaving it for the next pass").pipe(
       Effect.annotateLogs({ worker, attempts: MOVE_ATTEMPTS })
     )
-    return { jids: [], dead: [] } satisfies ResumeResult
+    return nothing
   })
 
   return ConcurrencyLimits.of({
@@ -261,6 +418,7 @@ export const makeConcurrencyLimits = (
     queueSize,
     currentConcurrency,
     cleanupStaleTrackers,
+    recoverMove,
     resume
   })
 }

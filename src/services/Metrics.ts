@@ -142,7 +142,7 @@ export const activeHandles = Metric.gauge("nodejs_active_resources", { descripti
 
 /** Outcomes every `batch × outcome` series starts with, at 0, so `increase()` sees the first one. */
 export const OUTCOMES = ["succeeded", "failed", "timed_out", "skipped", "abandoned"] as const
-export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled"] as const
+export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"] as const
 
 /** Every run and missed-tick series of every batch, present from start-up at 0. */
 export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void> =>

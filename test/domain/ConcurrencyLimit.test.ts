@@ -57,7 +57,8 @@ describe("keys", () => {
         executing: "sidekiq:concurrency_limit:{releases/create_evidence_worker}:executing",
         pendingResumed: "sidekiq:concurrency_limit:{releases/create_evidence_worker}:pending_resumed",
         currentLimit: "sidekiq:concurrency_limit:{releases/create_evidence_worker}:current_limit",
-        dead: "sidekiq:concurrency_limit:dead:{releases/create_evidence_worker}"
+        dead: "sidekiq:concurrency_limit:dead:{releases/create_evidence_worker}",
+        journal: "sidekiq:concurrency_limit:{releases/create_evidence_worker}:sweeper_moving"
       })
       assert.deepStrictEqual(
         workerKeyFormOf("sidekiq:concurrency_limit:throttled_jobs:{releases/create_evidence_worker}"),

@@ -1,6 +1,7 @@
 /**
  * One contract for both ConcurrencyLimits implementations: ConcurrencyLimitsMemory over MemoryRedis
- * and ConcurrencyLimitsRedis on a real Redis. State is seeded and read through `Raw` in GitLab's key
+ * and ConcurrencyLimitsRedis on one Redis, three Redis servers (one per GitLab store) and a Redis
+ * Cluster. State is seeded and read through `Raw` in GitLab's key
  * formats, so the suite checks what GitLab and Sidekiq see, not just the service's own view; a last
  * suite runs the same scenario on both and compares every byte.
  */
@@ -9,17 +10,14 @@ import { Context, Effect, Layer, Option, Random } from "effect"
 import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
-import { ConcurrencyLimitsRedis, makeRedisStore } from "../../src/layers/ConcurrencyLimitsRedis.ts"
-import { ConcurrencyLimitsMemory, makeMemoryStore } from "../../src/layers/memory/ConcurrencyLimitsMemory.ts"
-import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
 import {
   type ConcurrencyLimitStore,
   ConcurrencyLimits,
   makeConcurrencyLimits
 } from "../../src/services/ConcurrencyLimits.ts"
 import { at } from "../support/clock.ts"
-import { RedisTest } from "../support/redis.ts"
+import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
+import { topologies } from "../support/redisTopology.ts"
 
 const NOW = new Date("2026-03-01T12:00:00Z")
 const NOW_S = NOW.getTime() / 1000
@@ -58,68 +56,41 @@ class Raw extends Context.Service<Raw, {
   snapshot(worker: string, queue: string): Effect.Effect<Snapshot>
 }>()("test/layers/ConcurrencyLimits/Raw") {}
 
-const RawMemory = Layer.effect(Raw, Effect.gen(function*() {
-  const redis = yield* MemoryRedis
+/** The suite's view, over the raw stores of whichever deployment runs it. */
+const RawOverStores = Layer.effect(Raw, Effect.gen(function*() {
+  const raw = yield* RawStores
+  const text = (bytes: ReadonlyArray<Buffer>) => bytes.map((b) => b.toString("utf8"))
   return Raw.of({
-    store: makeMemoryStore(redis),
-    flush: Effect.sync(() => redis.flushAll()),
-    rpush: (key, ...values) => Effect.sync(() => void redis.rpush(key, ...values)),
-    lpop: (key) => Effect.sync(() => redis.lpop(key, 1)[0] ?? null),
-    hset: (key, fields) => Effect.sync(() => void redis.hset(key, fields)),
-    set: (key, value) => Effect.sync(() => void redis.set(key, value)),
+    store: raw.store,
+    flush: raw.flush,
+    rpush: (key, ...values) => raw.rpush("sharedState", key, ...values),
+    lpop: (key) => raw.lpop("sharedState", key),
+    // Trackers live in QueuesMetadata, Sidekiq's work hashes in Queues (SPEC §8.2).
+    hset: (key, fields) => raw.hset(key.endsWith(":work") ? "queues" : "queuesMetadata", key, fields),
+    set: (key, value) => raw.set(/:(current_limit|pending_resumed)$/.test(key) ? "queuesMetadata" : "sharedState", key, value),
     snapshot: (worker, queue) =>
-      Effect.sync(() => {
+      Effect.gen(function*() {
         const keys = workerKeys(worker)
         return {
-          deferred: redis.lrange(keys.deferred, 0, -1),
-          dead: redis.lrange(keys.dead, 0, -1),
-          queue: redis.lrange(queueKey(queue), 0, -1),
-          queues: redis.smembers("queues").sort(),
-          pendingResumed: redis.get(keys.pendingResumed),
-          pendingResumedTtlMs: ttlBucket(redis.pttl(keys.pendingResumed)),
-          executing: Object.entries(redis.hgetall(keys.executing)).sort()
-        }
-      })
-  })
-}))
-
-const RawRedis = Layer.effect(Raw, Effect.gen(function*() {
-  const redis = yield* Redis
-  const { client } = redis
-  const p = <A>(f: () => Promise<A>) => Effect.promise(f)
-  return Raw.of({
-    store: makeRedisStore(redis),
-    flush: p(() => client.flushdb()).pipe(Effect.asVoid),
-    rpush: (key, ...values) => p(() => client.rpush(key, ...values)).pipe(Effect.asVoid),
-    lpop: (key) => p(() => client.lpop(key)),
-    hset: (key, fields) => p(() => client.hset(key, fields)).pipe(Effect.asVoid),
-    set: (key, value) => p(() => client.set(key, value)).pipe(Effect.asVoid),
-    snapshot: (worker, queue) =>
-      p(async () => {
-        const keys = workerKeys(worker)
-        const pttl = await client.pttl(keys.pendingResumed)
-        return {
-          deferred: await client.lrange(keys.deferred, 0, -1),
-          dead: await client.lrange(keys.dead, 0, -1),
-          queue: await client.lrange(queueKey(queue), 0, -1),
-          queues: (await client.smembers("queues")).sort(),
-          pendingResumed: await client.get(keys.pendingResumed),
-          pendingResumedTtlMs: ttlBucket(pttl),
-          executing: Object.entries(await client.hgetall(keys.executing)).sort()
+          deferred: text(yield* raw.list("sharedState", keys.deferred)),
+          dead: text(yield* raw.list("sharedState", keys.dead)),
+          queue: text(yield* raw.list("queues", queueKey(queue))),
+          queues: [...(yield* raw.smembers("queues", "queues"))].sort(),
+          pendingResumed: yield* raw.get("queuesMetadata", keys.pendingResumed),
+          pendingResumedTtlMs: ttlBucket(yield* raw.pttl("queuesMetadata", keys.pendingResumed)),
+          executing: Object.entries(yield* raw.hgetall("queuesMetadata", keys.executing)).sort()
         }
       })
   })
 }))
 
 const Config = SweeperConfig.layerWith({ concurrencyLimits: CONFIG })
-const MemoryUnderTest = Layer.mergeAll(ConcurrencyLimitsMemory, RawMemory).pipe(
-  Layer.provideMerge(MemoryRedis.layer),
-  Layer.provideMerge(Config)
-)
-const RedisUnderTest = Layer.mergeAll(ConcurrencyLimitsRedis, RawRedis).pipe(
-  Layer.provideMerge(RedisTest),
-  Layer.provideMerge(Config)
-)
+const UnderTest = (deployment: Deployment) =>
+  RawOverStores.pipe(Layer.provideMerge(ConcurrencyLimitsOn(deployment)), Layer.provideMerge(Config))
+const MemoryUnderTest = UnderTest("memory")
+const RedisUnderTest = UnderTest("single")
+
+const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
 
 const consumed = (snapshot: Snapshot) => [...snapshot.queue].reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
 
@@ -223,7 +194,7 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       assert.deepStrictEqual(jobs.map((job) => job.args[0]), [0, 1])
       assert.deepStrictEqual(jobs[0]!.args, [0, { nested: [1.5, null, "x"] }, []])
       assert.deepStrictEqual(result.jids, jobs.map((job) => job.jid))
-      assert.deepStrictEqual(result.dead, ["{broken"])
+      assert.deepStrictEqual(result.dead.map(text), ["{broken"])
       assert.deepStrictEqual(after.dead, ["{broken"])
       assert.deepStrictEqual(after.deferred, [element(2), JSON.stringify({ args: {} }), element(3), element(4)])
       assert.deepStrictEqual(after.queues, ["default"])
@@ -245,7 +216,7 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       const limits = yield* ConcurrencyLimits
       const result = yield* limits.resume({ worker: W, queue: "default", max: 3, dryRun: true })
       assert.lengthOf(result.jids, 3)
-      assert.deepStrictEqual(result.dead, ["{broken"])
+      assert.deepStrictEqual(result.dead.map(text), ["{broken"])
       assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
     }))
 
@@ -255,7 +226,8 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       yield* raw.flush
       yield* raw.rpush(K.deferred, "a", "", "c")
       const result = yield* (yield* ConcurrencyLimits).resume({ worker: W, queue: "default", max: 1, dryRun: false })
-      assert.deepStrictEqual(result, { jids: [], dead: ["a", "", "c"] })
+      assert.deepStrictEqual(result.jids, [])
+      assert.deepStrictEqual(result.dead.map(text), ["a", "", "c"])
       const after = yield* raw.snapshot(W, "default")
       assert.deepStrictEqual(after.dead, ["a", "", "c"])
       assert.deepStrictEqual(after.deferred, [])
@@ -271,7 +243,7 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       // GitLab's middleware RPUSHes between our read of the head and the move itself.
       const racing: ConcurrencyLimitStore = {
         ...raw.store,
-        move: (prepared) => Effect.andThen(raw.rpush(K.deferred, element(3), element(4)), raw.store.move(prepared))
+        beginMove: (prepared) => Effect.andThen(raw.rpush(K.deferred, element(3), element(4)), raw.store.beginMove(prepared))
       }
       const result = yield* makeConcurrencyLimits(racing, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false })
       assert.lengthOf(result.jids, 3)
@@ -288,10 +260,10 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       let stolen: string | null = null
       const contended: ConcurrencyLimitStore = {
         ...raw.store,
-        move: (prepared) =>
+        beginMove: (prepared) =>
           Effect.gen(function*() {
             if (stolen === null) stolen = yield* raw.lpop(K.deferred)
-            return yield* raw.store.move(prepared)
+            return yield* raw.store.beginMove(prepared)
           })
       }
       const result = yield* makeConcurrencyLimits(contended, CONFIG).resume({ worker: W, queue: "default", max: 2, dryRun: false })
@@ -308,7 +280,7 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       yield* seedScenario
       const raw = yield* Raw
       const before = yield* raw.snapshot(W, "default")
-      const dying: ConcurrencyLimitStore = { ...raw.store, move: () => Effect.interrupt }
+      const dying: ConcurrencyLimitStore = { ...raw.store, beginMove: () => Effect.interrupt }
       const exit = yield* Effect.exit(makeConcurrencyLimits(dying, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false }))
       assert.isTrue(exit._tag === "Failure")
       assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
@@ -344,9 +316,12 @@ describe("ConcurrencyLimits contract", () => {
     contract(it)
   })
 
-  layer(RedisUnderTest, { excludeTestServices: true, timeout: "10 seconds" })("ConcurrencyLimitsRedis (real Redis)", (it) => {
-    contract(it)
-  })
+  // Every key in its GitLab store: one server, three servers (one per store), a cluster (SPEC §8.2).
+  for (const topology of topologies) {
+    layer(UnderTest(topology), { excludeTestServices: true, timeout: "30 seconds" })(`ConcurrencyLimitsRedis (${topology})`, (it) => {
+      contract(it)
+    })
+  }
 })
 
 describe("ConcurrencyLimits: memory and Redis write the same bytes", () => {

@@ -8,12 +8,12 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import type { SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "../../src/layers/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
-import { RedisTest, TestRedisUrl } from "../support/redis.ts"
+import { type RedisTopology, RedisTopologyTest, scanKeys, TestRedisStores, topologies } from "../support/redisTopology.ts"
 
-const Platform = () => Layer.mergeAll(PgTest, RedisTest)
+const Platform = (topology: RedisTopology = "single") => Layer.mergeAll(PgTest, RedisTopologyTest(topology))
 
 const EVIDENCE = "Releases::CreateEvidenceWorker"
 const SYNC = "Namespaces::ProcessSyncEventsWorker"
@@ -29,14 +29,18 @@ const LIMITS = {
 const element = (i: number, bufferedAt: number) =>
   JSON.stringify({ args: [i, `gid://gitlab/Release/${i}`], context: { "meta.project": "gitlab-org/gitlab" }, buffered_at: bufferedAt })
 
-const redis = <A>(f: (client: Redis["Service"]["client"]) => Promise<A>) =>
-  Effect.flatMap(Redis, (r) => Effect.promise(() => f(r.client)))
+/** A command on one GitLab store (SPEC §8.2): lists in SharedState, queues in Queues, limits and trackers in QueuesMetadata. */
+const storeCall = <R>(store: Effect.Effect<Redis["Service"], never, R>) =>
+<A>(f: (client: RedisClient) => Promise<A>) => Effect.flatMap(store, (r) => Effect.promise(() => f(r.client)))
+const shared = storeCall(SharedStateRedis)
+const queues = storeCall(QueuesRedis)
+const metadata = storeCall(QueuesMetadataRedis)
 
 const sweeper = (...extra: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const env = {
       DATABASE_URL: yield* TestDatabaseUrl,
-      REDIS_URL: yield* TestRedisUrl,
+      ...(yield* TestRedisStores).env,
       SWEEPER_CONCURRENCY_LIMITS: JSON.stringify(LIMITS)
     }
     const result = yield* Effect.promise(() => runCli(["run", "concurrency-limit-resume", "--json", "--budget", "3s", ...extra], env))
@@ -55,18 +59,19 @@ const events = Effect.gen(function*() {
 })
 
 describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
-  it.live("resumes within each worker's limit, FIFO; dead-letters garbage; leaves unknown and breaker-open workers alone", () =>
+  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  for (const topology of topologies) it.live(`resumes within each worker's limit, FIFO; dead-letters garbage; leaves unknown and breaker-open workers alone (redis ${topology})`, () =>
     Effect.gen(function*() {
       const nowS = Date.now() / 1000
       const evidence = workerKeys(EVIDENCE)
       const sync = workerKeys(SYNC)
-      yield* redis((c) => c.rpush(evidence.deferred, element(0, nowS - 50), "{not json", element(1, nowS - 40), element(2, nowS - 30), element(3, nowS - 20)))
+      yield* shared((c) => c.rpush(evidence.deferred, element(0, nowS - 50), "{not json", element(1, nowS - 40), element(2, nowS - 30), element(3, nowS - 20)))
       // One job of the worker is running (its tracker is fresh).
-      yield* redis((c) => c.hset(evidence.executing, { "gitlab-sidekiq-0:41:ab12:tid:owq": String(nowS - 5) }))
-      yield* redis((c) => c.rpush(sync.deferred, element(10, nowS - 9), element(11, nowS - 8)))
-      yield* redis((c) => c.rpush(workerKeys(BROKEN).deferred, element(20, nowS - 7), element(21, nowS - 6)))
-      yield* redis((c) => c.set(workerKeys(BROKEN).currentLimit, "-1"))
-      yield* redis((c) => c.rpush(workerKeys(UNKNOWN).deferred, element(30, nowS - 5)))
+      yield* metadata((c) => c.hset(evidence.executing, { "gitlab-sidekiq-0:41:ab12:tid:owq": String(nowS - 5) }))
+      yield* shared((c) => c.rpush(sync.deferred, element(10, nowS - 9), element(11, nowS - 8)))
+      yield* shared((c) => c.rpush(workerKeys(BROKEN).deferred, element(20, nowS - 7), element(21, nowS - 6)))
+      yield* metadata((c) => c.set(workerKeys(BROKEN).currentLimit, "-1"))
+      yield* shared((c) => c.rpush(workerKeys(UNKNOWN).deferred, element(30, nowS - 5)))
 
       const started = Date.now()
       const output = yield* sweeper()
@@ -78,13 +83,14 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
           { worker: SYNC, limit: 0, queueSize: 2, current: 0, resumed: 2 },
           { worker: BROKEN, limit: -1, queueSize: 2, current: 0, resumed: 0 }
         ],
-        resumedJobs: 4
+        resumedJobs: 4,
+        failedWorkers: []
       })
       // The budget was 3 s: passes at 0, 1 and 2 s, then the run ended (the next tick carries on).
       assert.isAtLeast(Date.now() - started, 2_000)
 
       // Sidekiq consumes with BRPOP from the right: the first buffered job runs first.
-      const defaultQueue = (yield* redis((c) => c.lrange("queue:default", 0, -1))).reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
+      const defaultQueue = (yield* queues((c) => c.lrange("queue:default", 0, -1))).reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
       assert.deepStrictEqual(defaultQueue.map((job) => job.args), [[0, "gid://gitlab/Release/0"], [1, "gid://gitlab/Release/1"]])
       const first = defaultQueue[0]!
       assert.strictEqual(first.class, EVIDENCE)
@@ -96,21 +102,21 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
       assert.strictEqual(first["meta.project"], "gitlab-org/gitlab")
       assert.strictEqual(first.concurrency_limit_resume, true)
       assert.strictEqual(first.concurrency_limit_buffered_at, nowS - 50)
-      const lowQueue = (yield* redis((c) => c.lrange("queue:low", 0, -1))).reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
+      const lowQueue = (yield* queues((c) => c.lrange("queue:low", 0, -1))).reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
       assert.deepStrictEqual(lowQueue.map((job) => [job.class, job.args[0]]), [[SYNC, 10], [SYNC, 11]])
-      assert.deepStrictEqual((yield* redis((c) => c.smembers("queues"))).sort(), ["default", "low"])
+      assert.deepStrictEqual((yield* queues((c) => c.smembers("queues"))).sort(), ["default", "low"])
 
-      assert.deepStrictEqual(yield* redis((c) => c.lrange(evidence.deferred, 0, -1)), [element(2, nowS - 30), element(3, nowS - 20)])
-      assert.deepStrictEqual(yield* redis((c) => c.lrange(evidence.dead, 0, -1)), ["{not json"])
-      assert.strictEqual(yield* redis((c) => c.get(evidence.pendingResumed)), "2")
-      const ttl = yield* redis((c) => c.ttl(evidence.pendingResumed))
+      assert.deepStrictEqual(yield* shared((c) => c.lrange(evidence.deferred, 0, -1)), [element(2, nowS - 30), element(3, nowS - 20)])
+      assert.deepStrictEqual(yield* shared((c) => c.lrange(evidence.dead, 0, -1)), ["{not json"])
+      assert.strictEqual(yield* metadata((c) => c.get(evidence.pendingResumed)), "2")
+      const ttl = yield* metadata((c) => c.ttl(evidence.pendingResumed))
       assert.isAbove(ttl, 50)
       assert.isAtMost(ttl, 60)
-      assert.strictEqual(yield* redis((c) => c.exists(sync.deferred)), 0)
-      assert.strictEqual(yield* redis((c) => c.llen(workerKeys(BROKEN).deferred)), 2)
-      assert.strictEqual(yield* redis((c) => c.llen(workerKeys(UNKNOWN).deferred)), 1)
+      assert.strictEqual(yield* shared((c) => c.exists(sync.deferred)), 0)
+      assert.strictEqual(yield* shared((c) => c.llen(workerKeys(BROKEN).deferred)), 2)
+      assert.strictEqual(yield* shared((c) => c.llen(workerKeys(UNKNOWN).deferred)), 1)
       // Per-worker leases were released.
-      assert.deepStrictEqual(yield* redis((c) => c.keys("gitlab:exclusive_lease:*")), [])
+      assert.deepStrictEqual(yield* shared((c) => scanKeys(c, "gitlab:exclusive_lease:*")), [])
 
       const log = yield* events
       assert.isTrue(log.every((e) => e.run_id === output.runId))
@@ -127,21 +133,25 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
         [`concurrency_limit:${SYNC}`, "ConcurrencyLimitJobsResumed", { worker: SYNC, queue: "low", count: 2, limit: 0, jids: lowQueue.map((job) => job.jid) }]
       ])
       assert.lengthOf(repairs, 3)
-    }).pipe(Effect.provide(Platform())))
+      // No move journal or batch marker left behind.
+      assert.deepStrictEqual(yield* shared((c) => scanKeys(c, "sidekiq:concurrency_limit:{*}:sweeper_moving")), [])
+      assert.deepStrictEqual(yield* queues((c) => scanKeys(c, "sweeper:resume_batch:*")), [])
+    }).pipe(Effect.provide(Platform(topology))))
 
   it.live("dry run: the same report, nothing moved, no events but the run's own", () =>
     Effect.gen(function*() {
       const nowS = Date.now() / 1000
       const evidence = workerKeys(EVIDENCE)
-      yield* redis((c) => c.rpush(evidence.deferred, element(0, nowS - 50), element(1, nowS - 40)))
+      yield* shared((c) => c.rpush(evidence.deferred, element(0, nowS - 50), element(1, nowS - 40)))
       const output = yield* sweeper("--dry-run")
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
         workers: [{ worker: EVIDENCE, limit: 3, queueSize: 2, current: 0, resumed: 2 }],
-        resumedJobs: 2
+        resumedJobs: 2,
+        failedWorkers: []
       })
-      assert.strictEqual(yield* redis((c) => c.llen(evidence.deferred)), 2)
-      assert.strictEqual(yield* redis((c) => c.exists("queue:default")), 0)
+      assert.strictEqual(yield* shared((c) => c.llen(evidence.deferred)), 2)
+      assert.strictEqual(yield* queues((c) => c.exists("queue:default")), 0)
       assert.deepStrictEqual((yield* events).map((e) => e.type), ["RunStarted", "RunFinished"])
     }).pipe(Effect.provide(Platform())))
 })

@@ -83,7 +83,7 @@ describe("concurrency-limit-resume", () => {
     Effect.gen(function*() {
       yield* seed(W, [])
       const summary = yield* run
-      assert.deepStrictEqual(summary, { workers: [], resumedJobs: 0 })
+      assert.deepStrictEqual(summary, { workers: [], resumedJobs: 0, failedWorkers: [] })
       const redis = yield* MemoryRedis
       assert.deepStrictEqual(redis.keys("*"), [])
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -102,7 +102,8 @@ describe("concurrency-limit-resume", () => {
       const summary = yield* Fiber.join(fiber)
       assert.deepStrictEqual(summary, {
         workers: [{ worker: W, limit: 5, queueSize: 10, current: 2, resumed: 3 }],
-        resumedJobs: 3
+        resumedJobs: 3,
+        failedWorkers: []
       })
       const jobs = yield* consumed()
       assert.deepStrictEqual(jobs.map((job) => job.args), [[0, "project/0"], [1, "project/1"], [2, "project/2"]])
@@ -175,7 +176,7 @@ describe("concurrency-limit-resume", () => {
       const exit = fiber.pollUnsafe()
       assert.isDefined(exit)
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: -1, queueSize: 3, current: 0, resumed: 0 }], resumedJobs: 0 })
+      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: -1, queueSize: 3, current: 0, resumed: 0 }], resumedJobs: 0, failedWorkers: [] })
       assert.lengthOf(yield* consumed(), 0)
       assert.lengthOf((yield* MemoryRedis).lrange(K.deferred, 0, -1), 3)
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -226,7 +227,7 @@ describe("concurrency-limit-resume", () => {
       yield* seed(unknown, elements(0, 4))
       yield* seed(W, elements(0, 1))
       const summary = yield* run
-      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: 5, queueSize: 1, current: 0, resumed: 1 }], resumedJobs: 1 })
+      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: 5, queueSize: 1, current: 0, resumed: 1 }], resumedJobs: 1, failedWorkers: [] })
       const redis = yield* MemoryRedis
       assert.deepStrictEqual(redis.lrange(workerKeys(unknown).deferred, 0, -1), elements(0, 4))
       assert.isTrue((yield* consumed()).every((job) => job.class === W))
@@ -357,7 +358,8 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, {
         workers: [{ worker: OTHER, limit: 0, queueSize: 3, current: 0, resumed: 3 }],
-        resumedJobs: 3
+        resumedJobs: 3,
+        failedWorkers: []
       })
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 3)
       // Our own lease was released, the other holder's is untouched.
@@ -404,7 +406,8 @@ describe("concurrency-limit-resume under the run guard", () => {
       // The stale tracker is not cleaned in a dry run, so it still counts.
       assert.deepStrictEqual(result.summary, {
         workers: [{ worker: W, limit: 5, queueSize: 11, current: 3, resumed: 2 }],
-        resumedJobs: 2
+        resumedJobs: 2,
+        failedWorkers: []
       })
       assert.deepStrictEqual(redis.lrange(K.deferred, 0, -1), [element(0), "junk", ...elements(1, 10)])
       assert.isFalse(redis.exists(queueKey("default")))
@@ -416,6 +419,31 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "RunFinished"])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
+  it.effect("a move left half done by a dead process is finished by the next run, also for a worker no longer configured", () =>
+    Effect.gen(function*() {
+      yield* seed(W, elements(0, 1))
+      const redis = yield* MemoryRedis
+      const GONE = "Old::GoneWorker"
+      const header = (worker: string, batch: string) => JSON.stringify({ sweeper_move: 1, batch, queue: "default", worker })
+      const job = (worker: string, jid: string, i: number) =>
+        JSON.stringify({ class: worker, args: [i], jid, queue: "default", retry: true, created_at: NOW_S, enqueued_at: NOW_S, concurrency_limit_resume: true })
+      // Journals as a process leaves them when it dies after BEGIN (jobs off the list, not yet pushed).
+      redis.rpush(K.journal, header(W, "a".repeat(24)), job(W, "b".repeat(24), 100))
+      redis.expire(K.journal, 3600)
+      redis.rpush(workerKeys(GONE).journal, header(GONE, "c".repeat(24)), job(GONE, "d".repeat(24), 200))
+      redis.expire(workerKeys(GONE).journal, 3600)
+
+      const summary = yield* run
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 1, current: 1, resumed: 2 }])
+      const jobs = yield* consumed()
+      assert.deepStrictEqual(jobs.map((j) => j.class).toSorted(), [GONE, W, W])
+      assert.deepStrictEqual(jobs.map((j) => j.args[0]).toSorted(), [0, 100, 200])
+      assert.isFalse(redis.exists(K.journal))
+      assert.isFalse(redis.exists(workerKeys(GONE).journal))
+      const resumedEvents = (yield* MemoryEvents).filter((e) => e.type === "ConcurrencyLimitJobsResumed").map((e) => e.data.jids)
+      assert.deepStrictEqual(resumedEvents[0], ["b".repeat(24)])
+    }).pipe(Effect.provide(platform({ [W]: 5 }))))
+
   it.effect("the RunFinished summary is the program's summary", () =>
     Effect.gen(function*() {
       yield* seed(W, elements(0, 2))
@@ -423,6 +451,6 @@ describe("concurrency-limit-resume under the run guard", () => {
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "ConcurrencyLimitJobsResumed", "RunFinished"])
       assert.deepStrictEqual(events[2]!.data.summary, result.summary)
-      assert.deepStrictEqual(result.summary, { workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2 }], resumedJobs: 2 })
+      assert.deepStrictEqual(result.summary, { workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2 }], resumedJobs: 2, failedWorkers: [] })
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 })

@@ -98,6 +98,11 @@ const scenario = (databaseUrl: string) =>
       const takeoverMs = takeover[0]!.first_drop.getTime() - killedAt
       assert.isBelow(takeoverMs, (LEASE_TTL_SECONDS + 3) * 1000, `took over after ${takeoverMs} ms`)
 
+      // The killed run is closed once, as abandoned, by the run that took its lease over.
+      const killedRun = yield* sql<{ outcome: string }>`
+        SELECT data->>'outcome' AS outcome FROM sweeper_events WHERE type = 'RunFinished' AND run_id = ${holder[0]!.run_id}`
+      assert.deepStrictEqual(killedRun.map((r) => r.outcome), ["abandoned"])
+
       const drops = yield* sql<{ builds: string; events: string }>`
         SELECT count(DISTINCT stream) AS builds, count(*) AS events FROM sweeper_events WHERE type = 'BuildDropped'`
       assert.strictEqual(Number(drops[0]!.builds), STUCK_BUILDS, "no lost repair")

@@ -77,7 +77,8 @@ describe("runBatch (run guard)", () => {
         scheduled_at: null,
         node: "test-node",
         trigger: "manual",
-        dryRun: false
+        dryRun: false,
+        budget_ms: 60_000
       })
       assert.strictEqual(started!.occurredAt.getTime(), START)
       assert.deepStrictEqual(finished!.data, {

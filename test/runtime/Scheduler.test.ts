@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Context, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type InvalidConfig, RedisError } from "../../src/domain/Errors.ts"
-import { RunStarted } from "../../src/domain/Events.ts"
+import { BatchPaused, BatchResumed, RunStarted } from "../../src/domain/Events.ts"
 import type { SweeperSettings } from "../../src/layers/Config.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
@@ -103,6 +103,26 @@ describe("Scheduler: batch actors", () => {
       assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "disabled"]])
       assert.lengthOf(yield* events("BatchPaused"), 1)
       assert.lengthOf(yield* events("BatchResumed"), 1)
+    }).pipe(Effect.provide(platform())))
+
+  it.effect("a pause written by another process (CLI, another replica) stops the next tick; its resume lets ticks run", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const { batch, runs } = yield* testBatch(() => Effect.void)
+      const { scheduler } = yield* startScheduler(batch)
+      const log = yield* EventLog
+      yield* log.append(new BatchPaused({ batch: "test-batch", by: "cli:ops" }))
+      yield* TestClock.adjust("9 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 0)
+      const snapshot = (yield* scheduler.snapshots)[0]!
+      assert.strictEqual(snapshot.status, "paused")
+      assert.strictEqual(snapshot.history.pausedBy, "cli:ops")
+      yield* log.append(new BatchResumed({ batch: "test-batch", by: "cli:ops" }))
+      yield* TestClock.adjust("10 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 1)
+      assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "idle")
+      const missed = yield* events("TickMissed")
+      assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "disabled"]])
     }).pipe(Effect.provide(platform())))
 
   it.effect("a failing or dying run does not stop the next tick", () =>

@@ -14,7 +14,7 @@ import { Clock, Context, Effect, Layer } from "effect"
 type Value =
   | { readonly type: "string"; value: string }
   | { readonly type: "hash"; readonly value: Map<string, string> }
-  | { readonly type: "list"; value: Array<string> }
+  | { readonly type: "list"; value: Array<Buffer> }
   | { readonly type: "set"; readonly value: Set<string> }
 
 interface Entry {
@@ -37,6 +37,9 @@ const toText = (binary: string): string => toBuffer(binary).toString("utf8")
 
 const globToRegExp = (pattern: string) =>
   new RegExp(`^${pattern.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`)
+
+const toBytes = (value: string | Uint8Array): Buffer =>
+  typeof value === "string" ? Buffer.from(value, "utf8") : Buffer.from(value)
 
 export class MemoryRedisStore {
   private readonly entries = new Map<string, Entry>()
@@ -170,6 +173,12 @@ export class MemoryRedisStore {
     return value === undefined ? null : toText(value)
   }
 
+  /** HGET returning the exact bytes. */
+  hgetBuffer(key: string, field: Bytes): Buffer | null {
+    const value = this.typed(key, "hash")?.value.get(toBinary(field))
+    return value === undefined ? null : toBuffer(value)
+  }
+
   hdel(key: string, ...fields: ReadonlyArray<Bytes>): number {
     const hash = this.typed(key, "hash")
     if (hash === undefined) return 0
@@ -223,16 +232,17 @@ export class MemoryRedisStore {
     return [next, page.map(([field, value]) => [field.toString("utf8"), value.toString("utf8")])]
   }
 
-  // lists
-  rpush(key: string, ...values: ReadonlyArray<string>): number {
+  // lists: elements are bytes, as in Redis (a string is stored as its UTF-8 encoding; `lrange`
+  // decodes like ioredis does, `lrangeBuffer` gives the exact bytes)
+  rpush(key: string, ...values: ReadonlyArray<string | Uint8Array>): number {
     const list = this.typed(key, "list") ?? this.create(key, { type: "list", value: [] })
-    list.value.push(...values)
+    list.value.push(...values.map(toBytes))
     return list.value.length
   }
 
-  lpush(key: string, ...values: ReadonlyArray<string>): number {
+  lpush(key: string, ...values: ReadonlyArray<string | Uint8Array>): number {
     const list = this.typed(key, "list") ?? this.create(key, { type: "list", value: [] })
-    for (const value of values) list.value.unshift(value)
+    for (const value of values) list.value.unshift(toBytes(value))
     return list.value.length
   }
 
@@ -241,13 +251,25 @@ export class MemoryRedisStore {
     if (list === undefined) return []
     const popped = list.value.splice(0, count)
     this.dropIfEmpty(key, list.value.length)
-    return popped
+    return popped.map((bytes) => bytes.toString("utf8"))
+  }
+
+  lrangeBuffer(key: string, start: number, stop: number): Array<Buffer> {
+    const list = this.typed(key, "list")?.value ?? []
+    const end = stop < 0 ? list.length + stop + 1 : stop + 1
+    return list.slice(start < 0 ? Math.max(list.length + start, 0) : start, end).map((bytes) => Buffer.from(bytes))
   }
 
   lrange(key: string, start: number, stop: number): Array<string> {
-    const list = this.typed(key, "list")?.value ?? []
-    const end = stop < 0 ? list.length + stop + 1 : stop + 1
-    return list.slice(start < 0 ? Math.max(list.length + start, 0) : start, end)
+    return this.lrangeBuffer(key, start, stop).map((bytes) => bytes.toString("utf8"))
+  }
+
+  /** LTRIM with a non-negative start and stop -1 (keep from `start` on), the only form Sweeper uses. */
+  ltrimFrom(key: string, start: number): void {
+    const list = this.typed(key, "list")
+    if (list === undefined) return
+    list.value.splice(0, start)
+    this.dropIfEmpty(key, list.value.length)
   }
 
   llen(key: string): number {

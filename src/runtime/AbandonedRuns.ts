@@ -1,0 +1,64 @@
+/**
+ * Closing runs whose process died: a run killed mid-way (kill -9, OOM, lost machine) leaves a
+ * RunStarted with no RunFinished. Whoever next runs the batch — any trigger, any replica — and the
+ * supervisor at start-up append `RunFinished{outcome: "abandoned"}` for it, under the old run's id,
+ * once `abandonedBecause` (domain/BatchState.ts) proves it can no longer be running.
+ */
+import { DateTime, Duration, Effect, Option } from "effect"
+import { type Batch, CurrentRun, HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
+import { abandonedBecause, type LastRun, unfinishedRuns } from "../domain/BatchState.ts"
+import { RunFinished } from "../domain/Events.ts"
+import { EventLog } from "../services/EventLog.ts"
+import { increment, runsTotal } from "../services/Metrics.ts"
+
+/** How far back a batch's stream is searched for unfinished runs (every event type counts). */
+export const ABANDONED_SEARCH_EVENTS = 200
+/** Extra time past budget + grace before a run without a lease is declared dead (clock skew). */
+export const ABANDON_SLACK = Duration.minutes(1)
+
+/**
+ * Closes the batch's unfinished runs that cannot still be running. `leaseEpoch` is the epoch of the
+ * batch's exclusive lease the caller holds right now, if any. Returns the closed runs (for the
+ * scheduler's live state). Never fails: a database it cannot read leaves the runs for next time.
+ */
+export const closeAbandonedRuns = (
+  batch: Pick<Batch, "name" | "budget">,
+  options: { readonly leaseEpoch: Option.Option<number>; readonly closedBy: string }
+): Effect.Effect<ReadonlyArray<LastRun>, never, EventLog> =>
+  Effect.gen(function*() {
+    const events = yield* EventLog
+    const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: ABANDONED_SEARCH_EVENTS })
+    const open = unfinishedRuns(recent)
+    if (open.length === 0) return []
+    const now = DateTime.toDateUtc(yield* DateTime.now)
+    const closed: Array<LastRun> = []
+    for (const run of open) {
+      const because = abandonedBecause(run, now, {
+        leaseEpoch: Option.getOrUndefined(options.leaseEpoch),
+        defaultBudgetMs: Duration.toMillis(batch.budget),
+        graceMs: Duration.toMillis(HARD_TIMEOUT_GRACE),
+        slackMs: Duration.toMillis(ABANDON_SLACK)
+      })
+      if (because === undefined) continue
+      const durationMs = now.getTime() - run.startedAt.getTime()
+      const reason = `no RunFinished; ${because}; closed by ${options.closedBy}`
+      // Under the old run's id, so `sweeper events --run <id>` shows the run closed.
+      yield* events.append(new RunFinished({
+        batch: batch.name,
+        outcome: "abandoned",
+        summary: null,
+        duration_ms: durationMs,
+        dryRun: run.dryRun,
+        reason
+      })).pipe(Effect.provideService(CurrentRun, { runId: run.runId, batch: batch.name, dryRun: run.dryRun, budget: Option.none(), fence: Option.none() }))
+      yield* increment(runsTotal, 1, { batch: batch.name, outcome: "abandoned" })
+      yield* Effect.logWarning("Closed an abandoned run").pipe(
+        Effect.annotateLogs({ abandoned_run_id: run.runId, started_at: run.startedAt.toISOString(), reason })
+      )
+      if (!run.dryRun) closed.push({ runId: run.runId, outcome: "abandoned", finishedAt: now, durationMs, summary: null })
+    }
+    return closed
+  }).pipe(
+    Effect.catchCause((cause) => Effect.as(Effect.logWarning("Could not check for abandoned runs", cause), [])),
+    Effect.annotateLogs({ batch: batch.name })
+  )
