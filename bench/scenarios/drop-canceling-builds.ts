@@ -8,6 +8,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect } from "effect"
+import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX } from "../../src/domain/Build.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import type { Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
@@ -67,6 +68,18 @@ const stuckCount = Effect.gen(function*() {
 
 const PER_RECORD_PAGE = 100
 
+/**
+ * SWEEPER_DROP_BATCH_SIZE as the bench's environment says (e.g. 1000), through the settings like
+ * any other configuration; unset keeps the default 100.
+ */
+const settings = (): { readonly dropBatchSize?: number } => {
+  const raw = process.env.SWEEPER_DROP_BATCH_SIZE
+  if (raw === undefined || raw === "") return {}
+  const size = Number(raw)
+  if (!Number.isInteger(size) || size < 1 || size > DROP_BATCH_SIZE_MAX) throw new Error(`SWEEPER_DROP_BATCH_SIZE: ${raw} is not an integer 1..${DROP_BATCH_SIZE_MAX}`)
+  return { dropBatchSize: size }
+}
+
 export const scenario: Scenario<Size> = {
   name: "drop-canceling-builds",
   description: "builds stuck in canceling, failed with stuck_or_timeout_failure",
@@ -79,9 +92,9 @@ export const scenario: Scenario<Size> = {
 
   sweeper: () => (context) =>
     Effect.gen(function*() {
-      const { summary, seconds } = yield* runOnce(DropCancelingBuilds, context, { now: NOW })
+      const { summary, seconds } = yield* runOnce(DropCancelingBuilds, context, { now: NOW, settings: settings() })
       const dropped = Number(summary.dropped ?? 0) + Number(summary.doomed ?? 0)
-      return { repaired: dropped, seconds, notes: { pages: Number(summary.batches ?? 0), batchSize: process.env.SWEEPER_DROP_BATCH_SIZE ?? "default" } }
+      return { repaired: dropped, seconds, notes: { pages: Number(summary.batches ?? 0), batchSize: settings().dropBatchSize ?? DROP_BATCH_SIZE } }
     }),
 
   raw: () => () =>
@@ -134,7 +147,7 @@ export const scenario: Scenario<Size> = {
   extras: () => (context) =>
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
-      const [afterRepair, afterVacuum] = yield* withSweeper(context, { now: NOW }, (run) =>
+      const [afterRepair, afterVacuum] = yield* withSweeper(context, { now: NOW, settings: settings() }, (run) =>
         Effect.gen(function*() {
           const timedRun = Effect.gen(function*() {
             const { result, seconds } = yield* run(DropCancelingBuilds)

@@ -1,9 +1,20 @@
 /** CI builds (`ci_builds`) as drop-canceling-builds sees them. */
-import { DateTime, Duration } from "effect"
+import { Context, DateTime, Duration } from "effect"
 
 /** A build in `canceling` whose created_at and updated_at are both older than this is stuck. */
 export const CANCELING_TIMEOUT = Duration.hours(1)
+/** The seed's page size: builds read, and repaired in one transaction, at a time. */
 export const DROP_BATCH_SIZE = 100
+/** Bounds of `SWEEPER_DROP_BATCH_SIZE`: a page is one UPDATE and one INSERT, kept to a sane size. */
+export const DROP_BATCH_SIZE_MAX = 10_000
+
+/**
+ * The page size drop-canceling-builds runs with (`SWEEPER_DROP_BATCH_SIZE`); the composition root
+ * provides it from configuration, a program run bare sees the seed's 100.
+ */
+export const DropBatchSize = Context.Reference<number>("sweeper/domain/Build/DropBatchSize", {
+  defaultValue: () => DROP_BATCH_SIZE
+})
 /** Optimistic-lock attempts before a build is doomed instead of dropped. */
 export const MAX_DROP_ATTEMPTS = 3
 

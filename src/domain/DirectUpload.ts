@@ -15,8 +15,8 @@ export const STALE_AFTER = Duration.hours(3)
 /** GitLab's `DeleteStaleDirectUploadsService::MAX_EXEC_DURATION`: the default run budget. */
 export const MAX_EXEC_DURATION = Duration.seconds(250)
 
-/** HSCAN COUNT hint: fields fetched per round trip. */
-export const SCAN_PAGE_SIZE = 100
+/** HSCAN COUNT hint: fields fetched per round trip, and the largest step delete-stale-direct-uploads repairs at once (S3 DeleteObjects takes 1,000 keys). */
+export const SCAN_PAGE_SIZE = 1000
 
 /** The object-storage locations GitLab prepares direct uploads for (`ObjectStorage::Config` keys). */
 export const LOCATIONS = [

@@ -22,7 +22,7 @@ import type { PlatformRecords } from "../services/PlatformRecords.ts"
 import type { RebalancingState } from "../services/RebalancingState.ts"
 import { BuildsSql } from "./BuildsSql.ts"
 import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
-import { resolveStoreUrls, SweeperConfig, type SweeperSettings } from "./Config.ts"
+import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "./Config.ts"
 import { EventLogSql } from "./EventLogSql.ts"
 import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { JobQueueRedis } from "./JobQueueRedis.ts"
@@ -171,7 +171,7 @@ export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
-    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage)).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig).pipe(Layer.provideMerge(databaseLayer(settings, access)))
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */

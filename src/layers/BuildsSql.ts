@@ -53,6 +53,27 @@ export const keyMatch = (sql: PgClient.PgClient, table: BuildsTable, key: BuildK
   return sql`id = ${key.id} AND partition_id = ${key.partitionId}`
 }
 
+/**
+ * A page's builds as one jsonb parameter for `jsonb_to_recordset`: key and the lock_version read.
+ * One parameter whatever the page size, far from PostgreSQL's 65,535-parameter limit.
+ */
+const pageRecordset = (sql: PgClient.PgClient, table: BuildsTable, builds: ReadonlyArray<CancelingBuild>) => {
+  const rows = builds.map((build) => {
+    if (!table.partitioned) return { id: build.id, read_lock_version: build.lockVersion }
+    if (build.partitionId === undefined) throw new Error(`build ${build.id} read from ${table.name} without its partition_id`)
+    return { id: build.id, partition_id: build.partitionId, read_lock_version: build.lockVersion }
+  })
+  const shape = table.partitioned ? "id bigint, partition_id bigint, read_lock_version integer" : "id bigint, read_lock_version integer"
+  return sql`jsonb_to_recordset(${sql.json(rows)}) AS r(${sql.literal(shape)})`
+}
+
+/** `b.id = r.id [AND b.partition_id = r.partition_id]`: the page's rows matched by their whole key. */
+const keyJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
+  sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
+
+const keyString = (table: BuildsTable, key: { readonly id: number | string; readonly partitionId?: number | string | undefined }) =>
+  table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
+
 /** The keyset order: (created_at, project_id) then the primary key. */
 const keysetColumns = (table: BuildsTable) => ["created_at", "project_id", ...table.key].join(", ")
 
@@ -134,9 +155,45 @@ export const BuildsSql = Layer.effect(
       }))
     }
 
+    /**
+     * A page in one fenced transaction: the fence once, one UPDATE … FROM the page's (key,
+     * lock_version) with each row's own guard, one INSERT of the dropped rows' events. A row that
+     * changed since it was read (status or lock_version) is not in RETURNING: it stays as it is and
+     * the caller retries it on its own.
+     */
+    const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
+      if (builds.length === 0) return []
+      const reason = FailureReason.stuck_or_timeout_failure
+      const at = DateTime.toDateUtc(now)
+      const recordset = pageRecordset(sql, table, builds)
+      const returning = table.partitioned ? sql`b.id, b.partition_id` : sql`b.id`
+      return yield* events.transaction(Effect.gen(function*() {
+        yield* fenceWrite(sql)
+        const updated = yield* sql<{ readonly id: string; readonly partition_id?: string }>`
+          UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+            finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+          FROM ${recordset}
+          WHERE ${keyJoin(sql, table)} AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
+          RETURNING ${returning}`
+        const won = new Set(updated.map((row) => keyString(table, { id: row.id, partitionId: row.partition_id })))
+        // In page order, as the keyset read them.
+        const dropped = builds.filter((build) => won.has(keyString(table, build)))
+        yield* events.appendAll(dropped.map((build) =>
+          new BuildDropped({
+            id: build.id,
+            ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+            project_id: build.projectId,
+            runner_id: build.runnerId,
+            failure_reason: reason
+          })
+        ))
+        return dropped
+      }))
+    })
+
     const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped"))
     const doom = Effect.fn("Builds.doom")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed"))
 
-    return Builds.of({ findStuckCanceling, find, drop, doom })
+    return Builds.of({ findStuckCanceling, find, drop, dropMany, doom })
   })
 )

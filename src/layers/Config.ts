@@ -6,6 +6,7 @@
 import { Config, ConfigProvider, Context, type Cron, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaTransformation } from "effect"
 import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
+import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
 import { parseRedisUrl } from "./Redis.ts"
@@ -38,6 +39,8 @@ export interface SweeperSettings {
   readonly apiToken: Option.Option<Redacted.Redacted<string>>
   /** `SWEEPER_SCHEMA`: who owns the platform tables (SPEC §8.1); none detects it from the database. */
   readonly schema: Option.Option<"gitlab" | "standalone">
+  /** `SWEEPER_DROP_BATCH_SIZE`: drop-canceling-builds' page, read and repaired per transaction. */
+  readonly dropBatchSize: number
 }
 
 export interface RedisStoreUrlSettings {
@@ -162,7 +165,11 @@ const settings = Config.all({
   shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
   // Empty is refused, not "disabled": a bearer token "" would be too easy to match.
   apiToken: Config.option(Config.schema(Schema.Redacted(NonEmpty), "SWEEPER_API_TOKEN")),
-  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA"))
+  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA")),
+  dropBatchSize: Config.schema(
+    Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))),
+    "SWEEPER_DROP_BATCH_SIZE"
+  ).pipe(Config.withDefault(DROP_BATCH_SIZE))
 })
 
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
@@ -251,6 +258,13 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       shutdownGrace: Duration.seconds(25),
       apiToken: Option.none(),
       schema: Option.none(),
+      dropBatchSize: DROP_BATCH_SIZE,
       ...overrides
     })
 }
+
+/** Programs' tuning references (e.g. DropBatchSize) set from SweeperConfig. */
+export const TuningFromConfig = Layer.effect(
+  DropBatchSize,
+  Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)
+)

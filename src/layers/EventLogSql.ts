@@ -1,5 +1,5 @@
 /** EventLog on PostgreSQL. `append` uses whatever connection the fiber's transaction holds. */
-import { Array as Arr, DateTime, Effect, Layer } from "effect"
+import { DateTime, Effect, Layer } from "effect"
 import { PgClient } from "@effect/sql-pg"
 import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../domain/Events.ts"
 import { CurrentRun } from "../domain/Batch.ts"
@@ -24,19 +24,20 @@ export const EventLogSql = Layer.effect(
       yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at) VALUES (
         ${streamOf(event)}, ${event._tag}, ${sql.json(dataOf(event))}, ${run.runId}, ${DateTime.toDateUtc(now)})`
     })
-    // One multi-row INSERT: a page of repairs costs one round trip for its events, not one per row.
+    // One INSERT for the whole batch, its rows as one jsonb parameter (ROWS FROM … WITH ORDINALITY
+    // keeps their order, so ids follow the batch): a page of repairs costs one round trip and three
+    // parameters for its events, not one round trip per row nor five parameters per row (which the
+    // driver would type and encode one by one, a CPU cost that showed in profiles at 1000 a page).
     const appendAll = Effect.fn("EventLog.appendAll")(function*(batch: ReadonlyArray<DomainEvent>) {
+      if (batch.length === 0) return
       const run = yield* CurrentRun
       const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
-      const rows = batch.map((event) => ({
-        stream: streamOf(event),
-        type: event._tag,
-        data: sql.json(dataOf(event)),
-        run_id: run.runId,
-        occurred_at: occurredAt
-      }))
-      if (!Arr.isArrayNonEmpty(rows)) return
-      yield* sql`INSERT INTO sweeper_events ${sql.insert(rows)}`
+      const rows = batch.map((event) => ({ stream: streamOf(event), type: event._tag, data: dataOf(event) }))
+      yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+        SELECT e.stream, e.type, e.data, ${run.runId}::uuid, ${occurredAt}::timestamptz
+        FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (stream text, type text, data jsonb))
+          WITH ORDINALITY AS e(stream, type, data, n)
+        ORDER BY e.n`
     })
     const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
       const clauses = [

@@ -3,9 +3,9 @@
  * delete-stale-direct-uploads.ja.md, SPEC §3). A direct upload registers `<location>:<path>` in the
  * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
  * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
- * Each such object is deleted, then its event recorded, then its entry removed. Walking the hash is cooperative: after every entry
- * the run stops once its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six
- * minutes later, carries on.
+ * Such objects are deleted, then their events recorded, then their entries removed, in page-sized
+ * steps (see `repairAll`). Walking the hash is cooperative: after every step the run stops once its
+ * budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six minutes later, carries on.
  *
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
  * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
@@ -19,10 +19,12 @@ import { type Batch, checkFence, CurrentRun, decisionTime, reportProgress, would
 import {
   type InvalidPendingEntry,
   isStale,
+  type Location,
   MAX_EXEC_DURATION,
   parseEntry,
   type PendingDirectUpload,
-  type RawPendingEntry
+  type RawPendingEntry,
+  SCAN_PAGE_SIZE
 } from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
 import { StaleDirectUploadDeleted } from "../domain/Events.ts"
@@ -36,7 +38,7 @@ import {
   increment,
   setGauge
 } from "../services/Metrics.ts"
-import { ObjectStorage } from "../services/ObjectStorage.ts"
+import { type DeleteOutcome, ObjectStorage } from "../services/ObjectStorage.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 
 export interface DeleteStaleDirectUploadsSummary {
@@ -54,32 +56,61 @@ const LOG_SAMPLE_SIZE = 5
 /** Untrusted strings quoted in a log line are cut to this length. */
 const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
 
+/** What became of one stale upload in a page's repair. */
+type Repaired = DeleteOutcome | "vanished" | { readonly failed: ObjectStorageError }
+
 /**
- * Object, then event, then entry: the entry is the record that the repair is not finished, so it
- * goes last. A crash (kill -9) after the object is deleted leaves the entry; the next run finds the
- * object "missing", which counts as deleted, writes the event and removes the entry. A crash after
- * the event and before HDEL does the same and writes the event a second time. So each deletion has
- * at least one StaleDirectUploadDeleted, never none (the reverse order — entry, then event — lost
- * the event when killed in between, with nothing left to retry).
+ * Repairs a slice of stale uploads in page-sized steps, in the order that loses nothing:
+ * objects, then events, then entries. The entry is the record that the repair is not finished, so
+ * it goes last. A crash (kill -9) after the objects are deleted leaves the entries; the next run
+ * finds those objects "missing", which counts as deleted, writes the events and removes the
+ * entries. A crash after the INSERT and before the compare-and-delete does the same and writes those
+ * events a second time. So each deletion has at least one StaleDirectUploadDeleted, never none.
  *
- * The fence is checked first: a runner whose exclusive lease was taken from it (expired, deleted)
- * deletes nothing more, leaving the rest to the lease's new holder.
- *
- * Returns what happened to the object, or "vanished" when the entry was already gone (the upload
- * completed, or HSCAN returned it twice) and so counts nowhere.
+ * 1. the fence, once: a runner whose exclusive lease was taken from it deletes nothing more;
+ * 2. the objects, per location in bulk (`deleteMany`: S3 DeleteObjects, 1,000 keys a request); an
+ *    object that cannot be deleted keeps its entry and gets no event, the rest go on;
+ * 3. HMGET of the fields: one gone (the upload completed, or HSCAN returned it twice) or changed
+ *    (re-registered) since it was read is not ours to record or remove — "vanished";
+ * 4. the events, one multi-row INSERT;
+ * 5. the fields, one compare-and-delete script call: removed only while still holding the bytes read.
  */
-const deleteUpload = Effect.fnUntraced(function*(upload: PendingDirectUpload) {
+const repairAll = Effect.fnUntraced(function*(uploads: ReadonlyArray<PendingDirectUpload & { readonly value: Uint8Array }>) {
   const storage = yield* ObjectStorage
   const pending = yield* PendingDirectUploads
   const events = yield* EventLog
+  const results: Array<Repaired> = new Array(uploads.length)
+  if (uploads.length === 0) return results
   yield* checkFence
-  const outcome = yield* storage.delete(upload.location, upload.path)
-  // Gone meanwhile: the upload completed (GitLab removed its entry), or HSCAN returned it twice and
-  // it was removed earlier in this run. Either way it is not ours to record.
-  if (!(yield* pending.exists(upload.field))) return "vanished" as const
-  yield* events.append(new StaleDirectUploadDeleted({ location: upload.location, path: upload.path, preparedAt: upload.preparedAt }))
-  yield* pending.remove(upload.field)
-  return outcome
+
+  const byLocation = new Map<Location, Array<number>>()
+  uploads.forEach((upload, i) => {
+    const indexes = byLocation.get(upload.location) ?? []
+    indexes.push(i)
+    byLocation.set(upload.location, indexes)
+  })
+  for (const [location, indexes] of byLocation) {
+    const outcomes = yield* storage.deleteMany(location, indexes.map((i) => uploads[i]!.path))
+    indexes.forEach((i, n) => {
+      const outcome = outcomes[n]!
+      results[i] = Result.isSuccess(outcome) ? outcome.success : { failed: outcome.failure }
+    })
+  }
+
+  const deleted = uploads.flatMap((upload, i) => typeof results[i] === "string" ? [i] : [])
+  const current = yield* pending.values(deleted.map((i) => uploads[i]!.field))
+  const ours = deleted.filter((i, n) => {
+    const value = current[n]
+    const unchanged = value !== null && value !== undefined && Buffer.from(value).equals(uploads[i]!.value)
+    if (!unchanged) results[i] = "vanished"
+    return unchanged
+  })
+  yield* events.appendAll(ours.map((i) => {
+    const { location, path, preparedAt } = uploads[i]!
+    return new StaleDirectUploadDeleted({ location, path, preparedAt })
+  }))
+  yield* pending.removeUnchanged(ours.map((i) => ({ field: uploads[i]!.field, value: uploads[i]!.value })))
+  return results
 })
 
 const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
@@ -100,36 +131,62 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const failures: Array<ObjectStorageError> = []
   let failedDeletes = 0
   let skippedNoStore = 0
+  let handled = 0
+  /**
+   * Entries per step. The budget is checked after each step, so the first step is one entry
+   * (`--budget 0s` handles exactly one) and each next step at most doubles, capped by what the
+   * time per entry so far says still fits the budget: a run overshoots its budget by at most
+   * about one step, as the per-entry loop did by one entry.
+   */
+  let step = 1
 
-  /** Handles one entry; false once the budget is spent (checked after the entry, so one always runs). */
-  const handle = Effect.fnUntraced(function*(raw: RawPendingEntry) {
-    const parsed = parseEntry(raw)
-    if (Result.isFailure(parsed)) {
-      if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
-    } else if (isStale(parsed.success, now)) {
-      // The entry's field goes in either case, so a dry run reports it as a change.
-      if (dryRun) yield* wouldChange(`direct_upload:${parsed.success.location}:${parsed.success.path}`)
-      const outcome = dryRun
-        ? (storage.hasStore(parsed.success.location) ? "deleted" : "unconfigured")
-        : yield* deleteUpload(parsed.success).pipe(
-          Effect.catchTag("ObjectStorageError", (error) =>
-            Effect.sync(() => {
-              if (failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(error)
-              return "failed" as const
-            }))
-        )
-      // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
-      if (outcome === "deleted" || outcome === "missing") {
-        totalDeletedStaleEntries++
-        if (!dryRun) yield* reportProgress({ totalDeletedStaleEntries: 1 })
-      } else if (outcome === "unconfigured") skippedNoStore++
+  /** Handles a slice of a page; false once the budget is spent (checked after the slice). */
+  const handleSlice = Effect.fnUntraced(function*(slice: ReadonlyArray<RawPendingEntry>) {
+    const stale: Array<PendingDirectUpload & { readonly value: Uint8Array }> = []
+    for (const raw of slice) {
+      const parsed = parseEntry(raw)
+      if (Result.isFailure(parsed)) {
+        if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
+      } else if (isStale(parsed.success, now)) {
+        stale.push({ ...parsed.success, value: raw.value })
+      }
     }
+    const outcomes: ReadonlyArray<Repaired> = dryRun
+      ? yield* Effect.forEach(stale, (upload) =>
+        // The entry's field goes in either case, so a dry run reports it as a change.
+        wouldChange(`direct_upload:${upload.location}:${upload.path}`).pipe(
+          Effect.as(storage.hasStore(upload.location) ? "deleted" as const : "unconfigured" as const)
+        ))
+      : yield* repairAll(stale)
+    let deletedInSlice = 0
+    for (const outcome of outcomes) {
+      // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+      if (outcome === "deleted" || outcome === "missing") deletedInSlice++
+      else if (outcome === "unconfigured") skippedNoStore++
+      else if (typeof outcome === "object" && failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(outcome.failed)
+    }
+    totalDeletedStaleEntries += deletedInSlice
+    // The step is done (its fields are gone): a retried attempt will not see these entries again.
+    if (!dryRun && deletedInSlice > 0) yield* reportProgress({ totalDeletedStaleEntries: deletedInSlice })
+    handled += slice.length
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true
+    const fits = elapsed === 0 ? Infinity : Math.floor((budgetMillis - elapsed) / (elapsed / handled))
+    step = Math.max(1, Math.min(step * 2, fits, SCAN_PAGE_SIZE))
     return !executionTimeout
   })
 
-  yield* Stream.runForEachWhile(pending.scan(), handle)
+  /** A page, in steps of `step` entries; false once the budget is spent. */
+  const handlePage = Effect.fnUntraced(function*(page: ReadonlyArray<RawPendingEntry>) {
+    for (let offset = 0; offset < page.length;) {
+      const slice = page.slice(offset, offset + step)
+      offset += slice.length
+      if (!(yield* handleSlice(slice))) return false
+    }
+    return true
+  })
+
+  yield* Stream.runForEachWhile(Stream.chunks(pending.scan()), handlePage)
 
   if (invalidEntries > 0) {
     yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(Effect.annotateLogs({

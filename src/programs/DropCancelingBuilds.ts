@@ -1,8 +1,9 @@
 /**
  * drop-canceling-builds — port of GitLab's Ci::StuckBuilds::DropCancelingWorker (seed:
  * drop-canceling-builds.ja.md, SPEC §2). Builds stuck in `canceling` for over an hour (created_at
- * and updated_at both) are failed with stuck_or_timeout_failure, 100 at a time. A build whose row
- * keeps changing under us (optimistic lock conflicts) is retried, then doomed as
+ * and updated_at both) are failed with stuck_or_timeout_failure, a keyset page (100 by default,
+ * `SWEEPER_DROP_BATCH_SIZE`) at a time, each page in one fenced transaction. A build whose row
+ * keeps changing under us (optimistic lock conflicts) is retried on its own, then doomed as
  * data_integrity_failure so it cannot stay stuck forever.
  *
  * GitLab's parent StuckCiJobsWorker runs at :00 and schedules this worker 45 minutes later; Sweeper
@@ -12,10 +13,11 @@ import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
 import { CurrentRun, reportProgress, decisionTime, wouldChange } from "../domain/Batch.ts"
 import {
+  type BuildCursor,
   cancelingCutoff,
   type CancelingBuild,
   cursorOf,
-  DROP_BATCH_SIZE,
+  DropBatchSize,
   isStuckCanceling,
   MAX_DROP_ATTEMPTS
 } from "../domain/Build.ts"
@@ -30,22 +32,29 @@ export interface DropCancelingBuildsSummary {
 
 type DropResult = "dropped" | "doomed" | "changed_meanwhile"
 
-/** Drop with optimistic-lock retries; re-read after each conflict; doom when retries run out. */
-const dropOrDoom = Effect.fnUntraced(function*(build: CancelingBuild, now: DateTime.Utc) {
+const logDropping = (build: CancelingBuild, attempt: number) =>
+  Effect.logInfo("Dropping outdated build").pipe(Effect.annotateLogs({
+    build_id: build.id,
+    runner_id: build.runnerId,
+    status: build.status,
+    failure_reason: "stuck_or_timeout_failure",
+    attempt
+  }))
+
+/**
+ * A build that lost the race in its page's write (attempt 1): re-read, retry on its own with the
+ * re-read row, doom when the attempts run out. Rare, so one transaction per attempt is fine.
+ */
+const retryOrDoom = Effect.fnUntraced(function*(lost: CancelingBuild, now: DateTime.Utc) {
   const builds = yield* Builds
-  let current = build
-  for (let attempt = 1; attempt <= MAX_DROP_ATTEMPTS; attempt++) {
-    yield* Effect.logInfo("Dropping outdated build").pipe(Effect.annotateLogs({
-      build_id: current.id,
-      runner_id: current.runnerId,
-      status: current.status,
-      failure_reason: "stuck_or_timeout_failure",
-      attempt
-    }))
-    if (yield* builds.drop(current, yield* DateTime.now)) return "dropped" satisfies DropResult
+  let current = lost
+  for (let attempt = 2; ; attempt++) {
     const reread = yield* builds.find(current)
     if (Option.isNone(reread) || !isStuckCanceling(reread.value, now)) return "changed_meanwhile" satisfies DropResult
     current = reread.value
+    if (attempt > MAX_DROP_ATTEMPTS) break
+    yield* logDropping(current, attempt)
+    if (yield* builds.drop(current, yield* DateTime.now)) return "dropped" satisfies DropResult
   }
   yield* Effect.logWarning("Dooming build that could not be dropped").pipe(Effect.annotateLogs({
     build_id: current.id,
@@ -57,33 +66,62 @@ const dropOrDoom = Effect.fnUntraced(function*(build: CancelingBuild, now: DateT
   return (yield* builds.doom(current, yield* DateTime.now)) ? "doomed" as const : "changed_meanwhile" as const
 })
 
+/** Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. */
+const dropPage = Effect.fnUntraced(function*(page: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
+  const builds = yield* Builds
+  for (const build of page) yield* logDropping(build, 1)
+  const won = new Set(yield* builds.dropMany(page, yield* DateTime.now))
+  // Committed: a retried run (transient error) counts these even if a later step fails.
+  yield* reportProgress({ dropped: won.size, doomed: 0 })
+  let dropped = won.size
+  let doomed = 0
+  for (const build of page) {
+    if (won.has(build)) continue
+    const result = yield* retryOrDoom(build, now)
+    if (result === "dropped") dropped++
+    if (result === "doomed") doomed++
+    yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0 })
+  }
+  return { dropped, doomed }
+})
+
 const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   const builds = yield* Builds
   const { dryRun } = yield* CurrentRun
+  const batchSize = yield* DropBatchSize
   const now = yield* decisionTime
   yield* Effect.logInfo("Cleaning canceling, timed-out builds")
+  const cutoff = cancelingCutoff(now)
+  const read = (after: Option.Option<BuildCursor>) => builds.findStuckCanceling({ cutoff, after, limit: batchSize })
 
   let dropped = 0
   let doomed = 0
   let batches = 0
-  let after = Option.none<ReturnType<typeof cursorOf>>()
-  while (true) {
-    const batch = yield* builds.findStuckCanceling({ cutoff: cancelingCutoff(now), after, limit: DROP_BATCH_SIZE })
-    if (batch.length === 0) break
+  let page = yield* read(Option.none())
+  while (page.length > 0) {
     batches++
-    for (const build of batch) {
-      if (dryRun) {
-        dropped++
-        yield* wouldChange(`build:${build.id}`)
-        continue
-      }
-      const result = yield* dropOrDoom(build, now)
-      if (result === "dropped") dropped++
-      if (result === "doomed") doomed++
-      yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0 })
+    // A short page is the last one; otherwise the next page's keyset cursor is known now.
+    const next = page.length < batchSize
+      ? Effect.succeed<ReadonlyArray<CancelingBuild>>([])
+      : read(Option.some(cursorOf(page[page.length - 1]!)))
+    if (dryRun) {
+      dropped += page.length
+      for (const build of page) yield* wouldChange(`build:${build.id}`)
+      page = yield* next
+      continue
     }
-    if (batch.length < DROP_BATCH_SIZE) break
-    after = Option.some(cursorOf(batch[batch.length - 1]!))
+    // The next page is read while this one is written, on another pooled connection (the write
+    // holds its transaction's). Safe with the fence: the read writes nothing, so it needs no
+    // fence, and every row it returns is written later in a transaction of its own that checks
+    // the fence then. Its rows are strictly after this page in keyset order, so the two never
+    // touch the same row; and whatever the read sees of this page's commit or of other writers,
+    // each row's guard (status, lock_version as read) is checked again when its page is written.
+    // If this write fails (LeaseLost, SqlError), the read is interrupted with it. The embedded
+    // database has one connection: the read then simply waits for the write's commit.
+    const [written, nextPage] = yield* Effect.all([dropPage(page, now), next], { concurrency: 2 })
+    dropped += written.dropped
+    doomed += written.doomed
+    page = nextPage
   }
 
   if (!dryRun) {

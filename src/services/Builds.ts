@@ -18,6 +18,12 @@ export class Builds extends Context.Service<Builds, {
    * False on a lock conflict (the row changed since it was read), nothing written.
    */
   drop(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
+  /**
+   * `drop` for a whole page in one fenced transaction: one guarded UPDATE (each row's own
+   * status = 'canceling' AND lock_version as read), one INSERT of the dropped rows' events.
+   * Returns the builds it dropped, as given; the others lost a race and were left unchanged.
+   */
+  dropMany(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<CancelingBuild>, SqlError | LeaseLost>
   /** failed / data_integrity_failure, guarded by status = 'canceling' only. */
   doom(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
 }>()("sweeper/services/Builds") {}

@@ -19,6 +19,18 @@ export class PendingDirectUploads extends Context.Service<PendingDirectUploads, 
   scan(options?: { readonly pageSize?: number }): Stream.Stream<RawPendingEntry, RedisError>
   /** HEXISTS of exactly these bytes (as `scan` returned them); true when the field is there. */
   exists(field: Uint8Array): Effect.Effect<boolean, RedisError>
+  /**
+   * HMGET of exactly these bytes: each field's current value (null when gone), in the order given.
+   * One round trip for a page.
+   */
+  values(fields: ReadonlyArray<Uint8Array>): Effect.Effect<ReadonlyArray<Uint8Array | null>, RedisError>
+  /**
+   * Compare-and-delete, one round trip (one script on the one hash, so one slot): each field is
+   * HDELed only when its current value is byte for byte the value given (the value it was read
+   * with). A field changed since it was read (re-registered) or already gone stays as it is.
+   * Returns, in the order given, whether each field was removed.
+   */
+  removeUnchanged(entries: ReadonlyArray<RawPendingEntry>): Effect.Effect<ReadonlyArray<boolean>, RedisError>
   /** HDEL of exactly these bytes (as `scan` returned them); true when the field was there. */
   remove(field: Uint8Array): Effect.Effect<boolean, RedisError>
 }>()("sweeper/services/PendingDirectUploads") {}

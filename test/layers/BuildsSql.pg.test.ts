@@ -248,6 +248,89 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.strictEqual(before.status, "canceling")
     }))
 
+  it.effect("dropMany: one transaction for the page; rows changed since the read (lock_version, status) stay untouched", () =>
+    Effect.gen(function*() {
+      yield* reset
+      yield* seed(
+        { id: 1, projectId: 11, lockVersion: 4 },
+        { id: 2, projectId: 12, lockVersion: 1 },
+        { id: 3, projectId: 13, runnerId: null },
+        { id: 4, projectId: 14 },
+        { id: 5, projectId: 15, lockVersion: 7 }
+      )
+      const sql = yield* PgClient.PgClient
+      const builds = yield* Builds
+      const page = (yield* findAll(10))[0]!
+      assert.deepStrictEqual(page.map((b) => b.id), [1, 2, 3, 4, 5])
+      // Concurrent writers between our read and our write: 2's lock_version moves, 4 finishes.
+      yield* sql`UPDATE ci_builds SET lock_version = lock_version + 1 WHERE id = 2`
+      yield* sql`UPDATE ci_builds SET status = 'canceled' WHERE id = 4`
+      const before2 = yield* rowOf(2)
+      const before4 = yield* rowOf(4)
+      const runId = randomUUID()
+      const dropped = yield* builds.dropMany(page, DateTime.makeUnsafe("2026-01-01T05:00:01.250Z")).pipe(
+        Effect.provideService(CurrentRun, {
+          runId,
+          batch: "drop-canceling-builds",
+          dryRun: false,
+          budget: Option.none(),
+          fence: Option.some({ lease: "ci/stuck_builds/drop_canceling_worker", epoch: 1, check: Effect.void })
+        })
+      )
+      // The builds as given, in page order.
+      assert.deepStrictEqual(dropped, [page[0]!, page[2]!, page[4]!])
+      for (const [id, lockVersion] of [[1, 5], [3, 1], [5, 8]] as const) {
+        assert.deepStrictEqual(yield* rowOf(id), {
+          id: String(id),
+          status: "failed",
+          failure_reason: 3,
+          lock_version: lockVersion,
+          finished_at: "2026-01-01 05:00:01.250000",
+          updated_at: "2026-01-01 05:00:01.250000"
+        })
+      }
+      assert.deepStrictEqual(yield* rowOf(2), before2)
+      assert.deepStrictEqual(yield* rowOf(4), before4)
+      const events = yield* allEvents
+      assert.deepStrictEqual(events.map((e) => [e.stream, e.type, e.data, e.runId]), [
+        ["build:1", "BuildDropped", { id: 1, project_id: 11, runner_id: 7, failure_reason: 3 }, runId],
+        ["build:3", "BuildDropped", { id: 3, project_id: 13, runner_id: null, failure_reason: 3 }, runId],
+        ["build:5", "BuildDropped", { id: 5, project_id: 15, runner_id: 7, failure_reason: 3 }, runId]
+      ])
+      // One transaction: the three rows, their events and the fence carry the same xmin.
+      const xids = yield* sql<{ xid: string }>`
+        SELECT xmin::text AS xid FROM ci_builds WHERE id IN (1, 3, 5)
+        UNION SELECT xmin::text FROM sweeper_events UNION SELECT xmin::text FROM sweeper_lease_fences`
+      assert.lengthOf(xids, 1)
+      // A stale epoch: LeaseLost, nothing of the page written.
+      yield* sql`UPDATE sweeper_lease_fences SET epoch = 9`
+      const again = (yield* findAll(10))[0]!
+      assert.deepStrictEqual(again.map((b) => b.id), [2])
+      const lost = yield* builds.dropMany(again, NOW).pipe(withFence(1), Effect.flip)
+      assert.instanceOf(lost, LeaseLost)
+      assert.deepStrictEqual(yield* rowOf(2), before2)
+      assert.lengthOf(yield* allEvents, 3)
+      // An empty page writes nothing, not even the fence.
+      assert.deepStrictEqual(yield* builds.dropMany([], NOW).pipe(withFence(1)), [])
+    }))
+
+  it.effect("dropMany: the page's events and rows are one transaction (a failing event insert leaves every row untouched)", () =>
+    Effect.gen(function*() {
+      yield* reset
+      yield* seed({ id: 1 }, { id: 2 })
+      const sql = yield* PgClient.PgClient
+      const builds = yield* Builds
+      yield* Effect.acquireRelease(
+        sql`ALTER TABLE sweeper_events ADD CONSTRAINT reject_drops CHECK (type <> 'BuildDropped')`,
+        () => Effect.orDie(sql`ALTER TABLE sweeper_events DROP CONSTRAINT reject_drops`)
+      )
+      const page = (yield* findAll(10))[0]!
+      const error = yield* builds.dropMany(page, NOW).pipe(Effect.flip)
+      assert.strictEqual(error._tag, "SqlError")
+      assert.strictEqual((yield* rowOf(1)).status, "canceling")
+      assert.strictEqual((yield* rowOf(2)).status, "canceling")
+    }))
+
   it.effect("doom writes failed / 12 guarded by status only, with a BuildDoomed event", () =>
     Effect.gen(function*() {
       yield* reset

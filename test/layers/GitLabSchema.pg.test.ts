@@ -10,6 +10,7 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import { CurrentRun } from "../../src/domain/Batch.ts"
+import { DropBatchSize } from "../../src/domain/Build.ts"
 import { BuildsSql } from "../../src/layers/BuildsSql.ts"
 import { checkColumns, detectBuildsTable, detectSchemaMode, MissingColumn, PartitionedBuilds, PlainBuilds } from "../../src/layers/DatabaseSchema.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
@@ -120,6 +121,40 @@ describe("Beside GitLab's schema", () => {
       assert.strictEqual(Number((yield* sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'`)[0]!.n), 260)
       // A second run finds nothing.
       assert.deepStrictEqual(yield* DropCancelingBuilds.run.pipe(at(NOW), run), { dropped: 0, doomed: 0, batches: 0 })
+    }).pipe(Effect.provide(BuildsSql.pipe(Layer.provideMerge(EventLogSql))))))
+
+  it.live("a page crossing partitions is one transaction; the row that lost the race in partition 101 is retried on its own", () =>
+    onGitLab({ partitioned: true }, Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      yield* migrate
+      // Interleaved in keyset order across both partitions; id 7 in both.
+      yield* sql`INSERT INTO p_ci_builds (id, partition_id, project_id, runner_id, type, status, lock_version, created_at, updated_at) VALUES
+        (7, 100, 1, 40, 'Ci::Build', 'canceling', 2, '2026-01-01 01:00:00', '2026-01-01 02:00:00'),
+        (7, 101, 1, 40, 'Ci::Build', 'canceling', 2, '2026-01-01 01:00:00', '2026-01-01 02:00:00'),
+        (8, 100, 2, 40, 'Ci::Build', 'canceling', 0, '2026-01-01 01:00:00', '2026-01-01 02:00:00'),
+        (9, 101, 3, 40, 'Ci::Build', 'canceling', 5, '2026-01-01 01:00:00', '2026-01-01 02:00:00')`
+      const builds = yield* Builds
+      const page = yield* builds.findStuckCanceling({ cutoff: DateTime.makeUnsafe("2026-01-01T04:00:00Z"), after: Option.none(), limit: 10 })
+      assert.deepStrictEqual(page.map((b) => [b.id, b.partitionId]), [[7, 100], [7, 101], [8, 100], [9, 101]])
+      // A concurrent writer bumps (7, 101) only: (7, 100), same id, must still drop.
+      yield* sql`UPDATE p_ci_builds SET lock_version = lock_version + 1 WHERE id = 7 AND partition_id = 101`
+      const dropped = yield* builds.dropMany(page, DateTime.makeUnsafe(NOW)).pipe(run)
+      assert.deepStrictEqual(dropped.map((b) => [b.id, b.partitionId]), [[7, 100], [8, 100], [9, 101]])
+      const rows = yield* sql<{ id: string; partition_id: string; status: string; lock_version: number; xid: string }>`
+        SELECT id, partition_id, status, lock_version, xmin::text AS xid FROM p_ci_builds ORDER BY id, partition_id`
+      assert.deepStrictEqual(rows.map((r) => [Number(r.id), Number(r.partition_id), r.status, r.lock_version]), [
+        [7, 100, "failed", 3], [7, 101, "canceling", 3], [8, 100, "failed", 1], [9, 101, "failed", 6]
+      ])
+      // Both partitions written in one transaction.
+      assert.lengthOf(new Set(rows.filter((r) => r.status === "failed").map((r) => r.xid)), 1)
+      const events = yield* sql<{ data: { id: number; partition_id: number } }>`SELECT data FROM sweeper_events ORDER BY id`
+      assert.deepStrictEqual(events.map((e) => [e.data.id, e.data.partition_id]), [[7, 100], [8, 100], [9, 101]])
+      // The program, pages of 2: (7, 101) is found again and dropped; every build has exactly one event.
+      const summary = yield* DropCancelingBuilds.run.pipe(at(NOW), run, Effect.provideService(DropBatchSize, 2))
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1 })
+      const perBuild = yield* sql<{ key: string; n: string }>`
+        SELECT (data->>'id') || ':' || (data->>'partition_id') AS key, count(*) AS n FROM sweeper_events GROUP BY 1 ORDER BY 1`
+      assert.deepStrictEqual(perBuild.map((r) => [r.key, Number(r.n)]), [["7:100", 1], ["7:101", 1], ["8:100", 1], ["9:101", 1]])
     }).pipe(Effect.provide(BuildsSql.pipe(Layer.provideMerge(EventLogSql))))))
 
   it.live("a missing or wrongly typed column stops start-up naming table and column", () =>

@@ -169,6 +169,40 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.deepStrictEqual(yield* hash.allHex, hexRecord([seeded[1], seeded[3]]))
       }).pipe(Effect.provide(backend)))
 
+    it.effect("values is HMGET of the exact bytes; removeUnchanged deletes a field only while it holds the bytes read", () =>
+      Effect.gen(function*() {
+        const pending = yield* PendingDirectUploads
+        const hash = yield* Hash
+        const bin = Uint8Array.from([...utf8("uploads:bin"), 0xff])
+        yield* hash.setBytes([[bin, Uint8Array.from([0x31, 0xfe])]])
+        yield* hash.set({ "artifacts:a": "100", "artifacts:b": "200", "artifacts:c": "300" })
+        const read = yield* Stream.runCollect(pending.scan())
+        const byField = new Map(read.map((e) => [hex(e.field), e]))
+        const entry = (field: Uint8Array) => byField.get(hex(field))!
+        assert.deepStrictEqual(
+          (yield* pending.values([utf8("artifacts:a"), bin, utf8("artifacts:gone")])).map((v) => v === null ? null : hex(v)),
+          [hex(utf8("100")), hex(Uint8Array.from([0x31, 0xfe])), null]
+        )
+        // Between the read and the delete: b is re-registered (new value), c completes (HDEL).
+        yield* hash.set({ "artifacts:b": "201" })
+        yield* Effect.orDie(Effect.gen(function*() {
+          const c = entry(utf8("artifacts:c"))
+          assert.isTrue(yield* pending.remove(c.field))
+        }))
+        const removed = yield* pending.removeUnchanged([
+          entry(utf8("artifacts:a")),
+          entry(utf8("artifacts:b")),
+          entry(utf8("artifacts:c")),
+          entry(bin),
+          // the same field given with other bytes than it holds: kept
+          { field: utf8("artifacts:b"), value: utf8("200 ") }
+        ])
+        assert.deepStrictEqual(removed, [true, false, false, true, false])
+        assert.deepStrictEqual(yield* hash.all, { "artifacts:b": "201" })
+        assert.deepStrictEqual(yield* pending.removeUnchanged([]), [])
+        assert.deepStrictEqual(yield* pending.values([]), [])
+      }).pipe(Effect.provide(backend)))
+
     it.effect("a key of the wrong type: every operation fails with a permanent RedisError naming it", () =>
       Effect.gen(function*() {
         const pending = yield* PendingDirectUploads

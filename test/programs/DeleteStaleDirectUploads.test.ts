@@ -140,8 +140,8 @@ describe("delete-stale-direct-uploads", () => {
         const killed = Effect.die(new Error("kill -9"))
         const crashed = yield* Effect.exit(runProgram().pipe(
           crash === "event"
-            ? Effect.provideService(EventLog, { ...events, append: () => killed })
-            : Effect.provideService(PendingDirectUploads, { ...pending, remove: () => killed })
+            ? Effect.provideService(EventLog, { ...events, append: () => killed, appendAll: () => killed })
+            : Effect.provideService(PendingDirectUploads, { ...pending, remove: () => killed, removeUnchanged: () => killed })
         ))
         assert.isTrue(crashed._tag === "Failure")
         assert.deepStrictEqual(Object.keys(yield* hash), ["artifacts:crash/a"], "the entry outlives the crash")
@@ -286,6 +286,57 @@ describe("delete-stale-direct-uploads", () => {
       const summary = yield* runProgram()
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1 })
       assert.lengthOf(yield* MemoryEvents, 0)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("race: a field re-registered (new value) while its object is being deleted stays, with no event", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:again": STALE, "artifacts:other": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "artifacts", "again", "other")
+      const redis = yield* MemoryRedis
+      storage.onDelete = (_, path) => {
+        if (path === "again") redis.hset(PENDING_DIRECT_UPLOADS_KEY, { "artifacts:again": FRESH })
+      }
+      const summary = yield* runProgram()
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1 })
+      assert.deepStrictEqual(yield* hash, { "artifacts:again": FRESH })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["other"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("page-sized steps: 2,000 stale entries take a handful of bulk deletes, INSERTs and compare-and-deletes, in that order per step", () =>
+    Effect.gen(function*() {
+      const entries = Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`uploads:p/${i}`, STALE]))
+      yield* seed(entries)
+      putObjects(yield* MemoryObjectStorage, "uploads")
+      const events = yield* EventLog
+      const pending = yield* PendingDirectUploads
+      const calls: Array<string> = []
+      const sizes: Array<number> = []
+      const summary = yield* runProgram().pipe(
+        Effect.provideService(EventLog, {
+          ...events,
+          append: (event) => Effect.andThen(Effect.sync(() => calls.push("append")), events.append(event)),
+          appendAll: (batch) => Effect.andThen(Effect.sync(() => calls.push("appendAll")), events.appendAll(batch))
+        }),
+        Effect.provideService(PendingDirectUploads, {
+          ...pending,
+          remove: (field) => Effect.andThen(Effect.sync(() => calls.push("remove")), pending.remove(field)),
+          removeUnchanged: (batch) =>
+            Effect.andThen(Effect.sync(() => {
+              calls.push("removeUnchanged")
+              sizes.push(batch.length)
+            }), pending.removeUnchanged(batch))
+        })
+      )
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2000, totalDeletedStaleEntries: 2000 })
+      assert.deepStrictEqual(yield* hash, {})
+      assert.lengthOf(yield* MemoryEvents, 2000)
+      // Steps of 1, 2, 4, … up to the page size: no per-entry writes, and far fewer than one call per entry.
+      assert.notInclude(calls, "append")
+      assert.notInclude(calls, "remove")
+      assert.isAtMost(sizes.length, 14)
+      assert.strictEqual(Math.max(...sizes), 1000)
+      assert.deepStrictEqual(calls, sizes.flatMap(() => ["appendAll", "removeUnchanged"]))
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("many entries across HSCAN pages, half of them stale: each handled once", () =>

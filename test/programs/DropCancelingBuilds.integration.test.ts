@@ -186,6 +186,23 @@ layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-cance
       assert.isNull(yield* redis.use("test.get", (c) => c.get(LEASE)))
     }), 60_000)
 
+  it.effect("SWEEPER_DROP_BATCH_SIZE=60: 250 builds in 5 pages, each page one transaction", () =>
+    Effect.gen(function*() {
+      yield* reset
+      yield* seed
+      const result = yield* sweeper(["run", "drop-canceling-builds", "--json", "--now", NOW], { SWEEPER_DROP_BATCH_SIZE: "60" })
+      assert.strictEqual(result.code, 0, result.stderr)
+      const parsed = JSON.parse(result.stdout) as { outcome: string; summary: unknown }
+      assert.strictEqual(parsed.outcome, "succeeded")
+      assert.deepStrictEqual(parsed.summary, { dropped: STUCK, doomed: 0, batches: 5 })
+      // Rows written by one transaction share its xmin: 60 + 60 + 60 + 60 + 10.
+      const sql = yield* PgClient.PgClient
+      const perTransaction = yield* sql<{ n: string }>`
+        SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' GROUP BY xmin::text ORDER BY count(*) DESC`
+      assert.deepStrictEqual(perTransaction.map((r) => Number(r.n)), [60, 60, 60, 60, 10])
+      assert.lengthOf((yield* events).filter((e) => e.type === "BuildDropped"), STUCK)
+    }), 60_000)
+
   it.effect("usage errors: unknown batch → 2 naming the known batches; --budget garbage → 2; bad config → one line naming the variable", () =>
     Effect.gen(function*() {
       yield* reset

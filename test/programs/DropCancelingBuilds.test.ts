@@ -156,11 +156,64 @@ describe("drop-canceling-builds", () => {
       assert.deepStrictEqual(summary, { dropped: 250, doomed: 0, batches: 3 })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [100, 100, 50])
+      assert.strictEqual(state.transactions, 3) // one per page at the default 100
       const seen = state.pages.flat()
       assert.strictEqual(new Set(seen).size, 250)
       const events = yield* MemoryEvents
       assert.strictEqual(new Set(events.map((e) => e.stream)).size, 250)
     }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a page is one transaction; rows that lost the race are re-read, retried and doomed one by one as before", () =>
+    Effect.gen(function*() {
+      const plain = [build(), build(), build()]
+      const retried = build({ runnerId: 11 }) // lock_version bumped once between read and write
+      const hopeless = build({ runnerId: 12 }) // bumped at every attempt
+      const finished = build({ runnerId: 13 }) // moved out of canceling between read and write
+      yield* seed(plain[0]!, retried, plain[1]!, hopeless, finished, plain[2]!)
+      const state = yield* MemoryBuilds
+      state.conflicts.set(retried.id, 1)
+      state.conflicts.set(hopeless.id, 3)
+      const original = state.rows.get(finished.id)!
+      state.rows.set(finished.id, new Proxy(original, {
+        get: (target, key) => key === "status" && state.pages.length > 0 ? "canceled" : Reflect.get(target, key)
+      }))
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1 })
+      // The page (1) + retried's second attempt (1) + hopeless's attempts 2 and 3 (2) + its doom (1).
+      assert.strictEqual(state.transactions, 5)
+      for (const row of plain) assert.strictEqual((yield* statusOf(row.id)).lockVersion, 1)
+      assert.strictEqual((yield* statusOf(retried.id)).failureReason, 3)
+      assert.strictEqual((yield* statusOf(retried.id)).lockVersion, 2) // the concurrent bump, then ours
+      assert.strictEqual((yield* statusOf(hopeless.id)).failureReason, 12)
+      assert.strictEqual(original.status, "canceling") // ours never wrote it
+      assert.strictEqual(original.lockVersion, 0)
+      const events = yield* MemoryEvents
+      // The page's drops commit together, in page order; the retried ones follow.
+      assert.deepStrictEqual(events.map((e) => [e.type, e.data.id]), [
+        ["BuildDropped", plain[0]!.id], ["BuildDropped", plain[1]!.id], ["BuildDropped", plain[2]!.id],
+        ["BuildDropped", retried.id], ["BuildDoomed", hopeless.id]
+      ])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("SWEEPER_DROP_BATCH_SIZE: pages of that size, one write transaction per page", () =>
+    Effect.gen(function*() {
+      yield* seed(...Array.from({ length: 20 }, (_, i) => build({ projectId: i })))
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 20, doomed: 0, batches: 3 })
+      const state = yield* MemoryBuilds
+      assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 6])
+      assert.strictEqual(state.transactions, 3)
+      assert.lengthOf(yield* MemoryEvents, 20)
+    }).pipe(Effect.provide(MemoryPlatform({ dropBatchSize: 7 }))))
+
+  it.effect("a page exactly the batch size ends with one empty read, no extra transaction", () =>
+    Effect.gen(function*() {
+      yield* seed(...Array.from({ length: 14 }, () => build()))
+      assert.deepStrictEqual(yield* runProgram, { dropped: 14, doomed: 0, batches: 2 })
+      const state = yield* MemoryBuilds
+      assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 0])
+      assert.strictEqual(state.transactions, 2)
+    }).pipe(Effect.provide(MemoryPlatform({ dropBatchSize: 7 }))))
 
   it.effect("keyset pages follow (created_at, project_id) order across batches", () =>
     Effect.gen(function*() {
@@ -222,13 +275,13 @@ describe("drop-canceling-builds under the run guard", () => {
       assert.deepStrictEqual(events.map((e) => [e.type, e.data.dryRun]), [["RunStarted", true], ["RunFinished", true]])
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("a holder whose lease was taken over stops at the next build and records LeaseLost", () =>
+  it.effect("a holder whose lease was taken over stops at the next page (the fence is checked per transaction) and records LeaseLost", () =>
     Effect.gen(function*() {
       const rows = Array.from({ length: 5 }, () => build())
       yield* seed(...rows)
       const redis = yield* MemoryRedis
       const state = yield* MemoryBuilds
-      // After the first drop, the lease expires and another process takes it.
+      // While the first page (2 builds) is written, the lease expires and another process takes it.
       const first = rows[0]!
       state.rows.set(first.id, new Proxy(first, {
         set: (target, key, value) => {
@@ -239,13 +292,14 @@ describe("drop-canceling-builds under the run guard", () => {
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(result.reason, "lease lost")
-      const failed = [...state.rows.values()].filter((row) => row.status === "failed")
-      assert.lengthOf(failed, 1)
+      // The page whose fence was checked before the takeover commits whole; nothing after it.
+      const failed = [...state.rows.values()].filter((row) => row.status === "failed").map((row) => row.id)
+      assert.deepStrictEqual(failed, [rows[0]!.id, rows[1]!.id])
       const types = (yield* MemoryEvents).map((e) => e.type)
-      assert.deepStrictEqual(types, ["RunStarted", "BuildDropped", "LeaseLost", "RunFinished"])
+      assert.deepStrictEqual(types, ["RunStarted", "BuildDropped", "BuildDropped", "LeaseLost", "RunFinished"])
       // The other holder's lease is untouched by our release.
       assert.strictEqual(redis.get(leaseKey("ci/stuck_builds/drop_canceling_worker")), "other")
-    }).pipe(Effect.provide(MemoryPlatform())))
+    }).pipe(Effect.provide(MemoryPlatform({ dropBatchSize: 2 }))))
 
   it.effect("the lease is renewed while a long run holds it", () =>
     Effect.gen(function*() {

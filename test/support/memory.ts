@@ -5,7 +5,7 @@
  */
 import { Layer } from "effect"
 import { MemoryBackends } from "../../src/layers/App.ts"
-import { SweeperConfig, type SweeperSettings } from "../../src/layers/Config.ts"
+import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
@@ -13,7 +13,7 @@ import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, MemoryBackends).pipe(
+  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, MemoryBackends, TuningFromConfig).pipe(
     // Backends that read configuration (e.g. concurrency limits) get the spec's settings.
     Layer.provideMerge(SweeperConfig.layerWith(settings)),
     Layer.provideMerge(EventLogMemory)

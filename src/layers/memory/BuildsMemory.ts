@@ -28,8 +28,10 @@ export class MemoryBuilds extends Context.Service<MemoryBuilds, {
   readonly conflicts: Map<number, number>
   /** Which builds each findStuckCanceling call returned, in order. */
   readonly pages: Array<ReadonlyArray<number>>
+  /** Write transactions begun (drop, dropMany, doom), committed or not. */
+  transactions: number
 }>()("sweeper/layers/memory/MemoryBuilds") {
-  static readonly layer = Layer.sync(MemoryBuilds, () => ({ rows: new Map(), conflicts: new Map(), pages: [] }))
+  static readonly layer = Layer.sync(MemoryBuilds, () => ({ rows: new Map(), conflicts: new Map(), pages: [], transactions: 0 }))
 }
 
 const toBuild = (row: BuildRecord): CancelingBuild => ({
@@ -55,29 +57,54 @@ export const BuildsMemory = Layer.effect(
     const events = yield* EventLog
 
     /**
-     * The guarded update (status canceling, and for a drop the lock_version read), as BuildsSql's.
-     * A staged conflict bumps lock_version first, as a concurrent writer would.
+     * The guarded update of one row (status canceling, and for a drop the lock_version read), as
+     * BuildsSql's; its event when it applied. A staged conflict bumps lock_version first, as a
+     * concurrent writer would.
      */
+    const applyGuarded = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
+      const row = state.rows.get(build.id)
+      if (row === undefined) return undefined
+      const pending = state.conflicts.get(build.id) ?? 0
+      if (pending > 0) {
+        state.conflicts.set(build.id, pending - 1)
+        row.lockVersion++
+      }
+      if (row.status !== "canceling" || (outcome === "dropped" && row.lockVersion !== build.lockVersion)) return undefined
+      const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
+      row.status = "failed"
+      row.failureReason = reason
+      row.finishedAt = now
+      row.updatedAt = now
+      row.lockVersion++
+      const fields = { id: build.id, project_id: build.projectId, runner_id: build.runnerId, failure_reason: reason }
+      return outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields)
+    }
+
     const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") =>
       events.transaction(Effect.gen(function*() {
+        state.transactions++
         yield* checkFence
-        const row = state.rows.get(build.id)
-        if (row === undefined) return false
-        const pending = state.conflicts.get(build.id) ?? 0
-        if (pending > 0) {
-          state.conflicts.set(build.id, pending - 1)
-          row.lockVersion++
-        }
-        if (row.status !== "canceling" || (outcome === "dropped" && row.lockVersion !== build.lockVersion)) return false
-        const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
-        row.status = "failed"
-        row.failureReason = reason
-        row.finishedAt = now
-        row.updatedAt = now
-        row.lockVersion++
-        const fields = { id: build.id, project_id: build.projectId, runner_id: build.runnerId, failure_reason: reason }
-        yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
+        const event = applyGuarded(build, now, outcome)
+        if (event === undefined) return false
+        yield* events.append(event)
         return true
+      }))
+
+    /** A page in one transaction, the fence checked once, as BuildsSql's. */
+    const dropMany = (builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) =>
+      builds.length === 0 ? Effect.succeed([]) : events.transaction(Effect.gen(function*() {
+        state.transactions++
+        yield* checkFence
+        const dropped: Array<CancelingBuild> = []
+        const appended: Array<BuildDropped | BuildDoomed> = []
+        for (const build of builds) {
+          const event = applyGuarded(build, now, "dropped")
+          if (event === undefined) continue
+          dropped.push(build)
+          appended.push(event)
+        }
+        yield* events.appendAll(appended)
+        return dropped
       }))
 
     return Builds.of({
@@ -96,6 +123,7 @@ export const BuildsMemory = Layer.effect(
         }),
       find: ({ id }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild)),
       drop: (build, now) => failBuild(build, now, "dropped"),
+      dropMany,
       doom: (build, now) => failBuild(build, now, "doomed")
     })
   })

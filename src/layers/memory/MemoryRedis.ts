@@ -173,6 +173,12 @@ export class MemoryRedisStore {
     return value === undefined ? null : toText(value)
   }
 
+  /** HGET returning the exact bytes. */
+  hgetBuffer(key: string, field: Bytes): Buffer | null {
+    const value = this.typed(key, "hash")?.value.get(toBinary(field))
+    return value === undefined ? null : toBuffer(value)
+  }
+
   hdel(key: string, ...fields: ReadonlyArray<Bytes>): number {
     const hash = this.typed(key, "hash")
     if (hash === undefined) return 0

@@ -24,6 +24,14 @@ export const PendingDirectUploadsMemory = Layer.effect(
             ] as const
           })),
       exists: (field) => attempt("HEXISTS pending_direct_uploads", () => store.hget(key, field) !== null),
+      values: (fields) => attempt("HMGET pending_direct_uploads", () => fields.map((field) => store.hgetBuffer(key, field))),
+      // One synchronous step, like the Lua script on Redis: nothing runs between the compare and the delete.
+      removeUnchanged: (entries) =>
+        attempt("EVAL compare-and-delete pending_direct_uploads", () =>
+          entries.map(({ field, value }) => {
+            const current = store.hgetBuffer(key, field)
+            return current !== null && current.equals(value) && store.hdel(key, field) > 0
+          })),
       remove: (field) => attempt("HDEL pending_direct_uploads", () => store.hdel(key, field) > 0)
     })
   })
