@@ -179,7 +179,8 @@ describe("kill -9 mid-run, then run to completion", () => {
       }).pipe(Effect.provide(Platform())), 240_000)
     it.live(`concurrency-limit-resume (seed ${seed}, black box): no deferred job lost or resumed twice; events name only resumed jobs`, () =>
       Effect.gen(function*() {
-        const JOBS = 8000
+        // Enough for three kills mid-run: with limit 0 passes of up to 5000 run back to back.
+        const JOBS = 100_000
         const WORKER = "Releases::CreateEvidenceWorker"
         const keys = workerKeys(WORKER)
         const redis = yield* Redis
@@ -188,7 +189,7 @@ describe("kill -9 mid-run, then run to completion", () => {
         for (let i = 0; i < JOBS; i += 1000) {
           yield* redis.use("test.rpush", (client) => client.rpush(keys.deferred, ...elements.slice(i, i + 1000)))
         }
-        // Limit 0: unlimited, 1000 jobs per pass, a pass a second.
+        // Limit 0: unlimited, up to 5000 jobs per pass, passes back to back.
         const env = { ...(yield* baseEnv), SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [WORKER]: { limit: 0 } }) }
         const kills = yield* killRepeatedly({
           batch: "concurrency-limit-resume",
@@ -196,9 +197,9 @@ describe("kill -9 mid-run, then run to completion", () => {
           repairEvent: "ConcurrencyLimitJobsResumed",
           kills: KILLS,
           seed,
-          // One event per pass of up to 1000 jobs, a pass a second: kill within the first two passes.
+          // One event per pass of up to 5000 jobs: kill within the first two passes.
           maxRepairs: 2,
-          jitterMs: 1000,
+          jitterMs: 200,
           lease: workerLeaseName(WORKER)
         })
         while ((yield* redis.use("test.llen", (client) => client.llen(keys.deferred))) > 0) {
