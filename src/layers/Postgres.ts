@@ -30,7 +30,8 @@ const sessionDefaults = { startupParameters: { TimeZone: "UTC" } } as const
 export const layerServer = (url: Redacted.Redacted<string>) =>
   PgClient.layer({ url, maxConnections: 10, ...sessionDefaults })
 
-const isAlive = (pid: number) => {
+/** Whether a process with this pid is running (signal 0 checks without signalling). */
+export const isAlive = (pid: number) => {
   try {
     process.kill(pid, 0)
     return true

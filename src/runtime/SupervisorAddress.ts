@@ -8,6 +8,7 @@ import { Effect, Option, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { isAlive } from "../layers/Postgres.ts"
 
 const Published = Schema.fromJsonString(Schema.Struct({ pid: Schema.Number, url: Schema.String, token: Schema.String }))
 
@@ -34,15 +35,6 @@ export const publishAddress = (dataDir: string, url: string) =>
     }),
     () => Effect.sync(() => rmSync(addressFile(dataDir), { force: true }))
   )
-
-const isAlive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** The running supervisor's base URL and local token, if one published them and is still alive. */
 export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<SupervisorEndpoint>> =>
