@@ -21,7 +21,7 @@ import { Effect, Layer, Schema } from "effect"
 import type { Result } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, QUEUES_SET, queueKey } from "../domain/Sidekiq.ts"
-import { JobQueue, makeJobQueue, type PreparedJob, type PushReply } from "../services/JobQueue.ts"
+import { type ClaimHolder, JobQueue, makeJobQueue, type PreparedJob } from "../services/JobQueue.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "./Redis.ts"
 
 declare module "ioredis" {
@@ -50,46 +50,31 @@ export const JobQueueRedis = Layer.effect(
 
     const fail = (cause: unknown) => new RedisError({ operation: "jobQueue.push", cause })
 
-    const pushSlice = Effect.fnUntraced(function*(queue: string, jobs: ReadonlyArray<PreparedJob>) {
-      // 1. check: which claim keys are held, and by whom.
-      const claimKeys = [...new Set(jobs.flatMap((job) => (job.duplicateKey === undefined ? [] : [job.duplicateKey])))]
+    // 1. check: per claim key, held (by which jid) or free.
+    const checkClaims = Effect.fnUntraced(function*(keys: ReadonlyArray<string>) {
       const checked = yield* metadata.use("jobQueue.checkClaims", (client) =>
-        Promise.all(claimKeys.map((key) => client.sweeperCheckClaim(1, key))))
-      const held = new Map<string, string | null>()
-      for (let i = 0; i < claimKeys.length; i++) {
-        const reply = yield* decodeClaim(checked[i]).pipe(Effect.mapError(fail))
-        if (reply[0] === 1) held.set(claimKeys[i]!, reply[1])
+        Promise.all(keys.map((key) => client.sweeperCheckClaim(1, key))))
+      const holders: Array<ClaimHolder> = []
+      for (const raw of checked) {
+        const reply = yield* decodeClaim(raw).pipe(Effect.mapError(fail))
+        holders.push(reply[0] === 1 ? { held: true, jid: reply[1] } : { held: false })
       }
+      return holders
+    })
 
-      // Decide per job, in order: a later job of the slice with the same claim is a duplicate of
-      // the earlier one (as if each job were pushed and claimed one after another).
-      const replies: Array<PushReply> = []
-      const toPush: Array<PreparedJob> = []
-      for (const job of jobs) {
-        const key = job.duplicateKey
-        if (key !== undefined && held.has(key)) {
-          replies.push({ pushed: false, existingJid: held.get(key) ?? null })
-          continue
-        }
-        if (key !== undefined) held.set(key, job.jid)
-        toPush.push(job)
-        replies.push({ pushed: true })
-      }
-      if (toPush.length === 0) return replies
-
+    const push = Effect.fnUntraced(function*(queue: string, jobs: ReadonlyArray<PreparedJob>) {
       // 2. push: the queue name first (harmless alone), then every job in one LPUSH.
       yield* queues.use("jobQueue.push", async (client) => {
         await client.sadd(QUEUES_SET, queue)
-        await client.lpush(queueKey(queue), ...toPush.map((job) => job.payload))
+        await client.lpush(queueKey(queue), ...jobs.map((job) => job.payload))
       })
 
       // 3. claim: only now, so a crash before this point can duplicate a job but never lose one.
       yield* metadata.use("jobQueue.claim", (client) =>
-        Promise.all(toPush.flatMap((job) =>
+        Promise.all(jobs.flatMap((job) =>
           job.duplicateKey === undefined ? [] : [client.set(job.duplicateKey, job.jid, "EX", DUPLICATE_KEY_TTL_SECONDS, "NX")])))
-      return replies
     })
 
-    return makeJobQueue(pushSlice)
+    return makeJobQueue({ checkClaims, push })
   })
 )

@@ -56,36 +56,39 @@ export interface RescheduleStuckIssueRebalancesSummary {
 }
 
 /**
- * One bulk push of Issues::RebalancingWorker for the containers of one type, then one
- * RebalanceRescheduled event per container. The events follow the Redis write: a crash in between
- * leaves pushed jobs without events. The next run finds the container still in the set (its
- * rebalance has not finished) and records it again: as a duplicate of the pending job while its
- * until_executed key lives (10 min), as a new push after. Only a job that ran and finished the
- * rebalance before the next run leaves its push unrecorded (README, Failure handling).
+ * One bulk push of Issues::RebalancingWorker for the containers of one type, with one
+ * RebalanceRescheduled event per container written *before* the push: the jids are chosen and the
+ * de-duplication claims checked first, so each event already says what the push will do (a new job
+ * and its jid, or a duplicate of the pending job). A crash between the events and the push leaves
+ * events for a push that did not happen; the container is still in the running set (no job ran),
+ * so the next run pushes and records it again — an extra event, never a push without one
+ * (README, Failure handling).
  */
 const reschedule = Effect.fnUntraced(function*(type: RebalanceType, ids: ReadonlyArray<number>) {
   if (ids.length === 0) return { enqueued: 0, duplicates: 0 }
   yield* checkFence
   const jobQueue = yield* JobQueue
   const events = yield* EventLog
+  // Slices arrive in order: `recorded` is where the next slice starts in `ids`.
+  let recorded = 0
   const outcomes = yield* jobQueue.bulkEnqueue({
     workerClass: REBALANCING_WORKER,
     queue: REBALANCING_QUEUE,
     args: ids.map((id) => rebalancingWorkerArgs(type, id)),
     deduplicate: "until_executed"
+  }, (slice) => {
+    const first = recorded
+    recorded += slice.length
+    return events.appendAll(slice.map((outcome, i) =>
+      new RebalanceRescheduled({
+        type,
+        id: ids[first + i]!,
+        jid: outcome._tag === "Duplicate" ? outcome.existingJid : outcome.jid,
+        duplicate: outcome._tag === "Duplicate"
+      })
+    ))
   })
-  let enqueued = 0
-  for (let i = 0; i < ids.length; i++) {
-    const outcome = outcomes[i]!
-    const duplicate = outcome._tag === "Duplicate"
-    if (!duplicate) enqueued++
-    yield* events.append(new RebalanceRescheduled({
-      type,
-      id: ids[i]!,
-      jid: duplicate ? outcome.existingJid : outcome.jid,
-      duplicate
-    }))
-  }
+  const enqueued = outcomes.filter((outcome) => outcome._tag === "Enqueued").length
   const duplicates = ids.length - enqueued
   yield* increment(issueRebalancesRescheduledTotal, enqueued, { type: rebalanceTypeName(type) })
   yield* increment(issueRebalancesDuplicatesTotal, duplicates, { type: rebalanceTypeName(type) })

@@ -11,7 +11,7 @@ import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "../../src/layers/Redis.ts"
-import { type EnqueueOutcome, JobQueue, makeJobQueue, type PreparedJob } from "../../src/services/JobQueue.ts"
+import { type ClaimHolder, type EnqueueOutcome, JobQueue, type JobQueueStore, makeJobQueue, type PreparedJob } from "../../src/services/JobQueue.ts"
 import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the keys, as the Sidekiq consumer (or an operator with redis-cli) sees them. */
@@ -218,29 +218,73 @@ for (const [name, backend] of Object.entries(backends)) {
 }
 
 describe("makeJobQueue", () => {
+  /** A store that records every step: claims held for args [7], every push kept. */
+  const recordingStore = () => {
+    const steps: Array<string> = []
+    const pushed: Array<ReadonlyArray<PreparedJob>> = []
+    const store: JobQueueStore = {
+      checkClaims: (keys) =>
+        Effect.sync(() => {
+          steps.push(`check ${keys.length}`)
+          return keys.map((key): ClaimHolder => key === duplicateKey(QUEUE, WORKER, [7]) ? { held: true, jid: "held" } : { held: false })
+        }),
+      push: (_, jobs) =>
+        Effect.sync(() => {
+          steps.push(`push ${jobs.length}`)
+          pushed.push(jobs)
+        })
+    }
+    return { steps, pushed, store }
+  }
+
   it.effect("slices bulk pushes at 1000 jobs, in order, and maps replies back to args", () =>
     Effect.gen(function*() {
-      const slices: Array<ReadonlyArray<PreparedJob>> = []
-      const queue = makeJobQueue((_, jobs) =>
-        Effect.sync(() => {
-          slices.push(jobs)
-          return jobs.map((job) => job.payload.includes("[7]") ? { pushed: false, existingJid: "held" } : { pushed: true })
-        }))
+      const { pushed, store } = recordingStore()
+      const queue = makeJobQueue(store)
       const args = Array.from({ length: 2500 }, (_, i) => [i])
       const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
-      assert.deepStrictEqual(slices.map((slice) => slice.length), [1000, 1000, 500])
-      assert.deepStrictEqual(slices.flat().map((job) => JSON.parse(job.payload).args), args)
-      assert.isTrue(slices.flat().every((job) => job.duplicateKey !== undefined))
+      assert.deepStrictEqual(pushed.map((slice) => slice.length), [999, 1000, 500], "the duplicate [7] is not pushed")
+      assert.deepStrictEqual(pushed.flat().map((job) => JSON.parse(job.payload).args), args.filter(([i]) => i !== 7))
+      assert.isTrue(pushed.flat().every((job) => job.duplicateKey !== undefined))
       assert.deepStrictEqual(outcomes[7], { _tag: "Duplicate", args: [7], existingJid: "held" })
       assert.strictEqual(outcomes.filter((o) => o._tag === "Duplicate").length, 1)
     }))
 
-  it.effect("empty args: no push at all", () =>
+  it.effect("beforePush sees each slice's decided outcomes (jids as pushed) before that slice is pushed", () =>
     Effect.gen(function*() {
+      const { pushed, steps, store } = recordingStore()
+      const queue = makeJobQueue(store)
+      const args = Array.from({ length: 1500 }, (_, i) => [i])
+      const seen: Array<ReadonlyArray<EnqueueOutcome>> = []
+      const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" }, (slice) =>
+        Effect.sync(() => {
+          steps.push(`before ${slice.length}`)
+          seen.push(slice)
+        }))
+      assert.deepStrictEqual(steps, ["check 1000", "before 1000", "push 999", "check 500", "before 500", "push 500"])
+      assert.deepStrictEqual(seen.flat(), outcomes)
+      const enqueuedJids = outcomes.flatMap((o) => (o._tag === "Enqueued" ? [o.jid] : []))
+      assert.deepStrictEqual(pushed.flat().map((job) => job.jid), enqueuedJids, "the jids seen before the push are the jids pushed")
+      assert.deepStrictEqual(pushed.flat().map((job) => JSON.parse(job.payload).jid), enqueuedJids)
+    }))
+
+  it.effect("a failing beforePush stops the enqueue before its slice is pushed", () =>
+    Effect.gen(function*() {
+      const { pushed, store } = recordingStore()
+      const queue = makeJobQueue(store)
       let calls = 0
-      const queue = makeJobQueue(() => Effect.sync(() => (calls++, [])))
+      const error = yield* Effect.flip(queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: Array.from({ length: 1500 }, (_, i) => [i]) }, () =>
+        ++calls === 2 ? Effect.fail("event log down" as const) : Effect.void))
+      assert.strictEqual(error, "event log down")
+      assert.deepStrictEqual(pushed.map((slice) => slice.length), [1000], "the second slice was never pushed")
+    }))
+
+  it.effect("empty args: no Redis call at all", () =>
+    Effect.gen(function*() {
+      const { steps, store } = recordingStore()
+      const queue = makeJobQueue(store)
       yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [] })
-      assert.strictEqual(calls, 0)
+      assert.deepStrictEqual(steps, [])
     }))
 })
 
