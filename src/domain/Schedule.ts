@@ -30,6 +30,13 @@ export const latestTick = (cron: Cron.Cron, at: Date): Date => {
 export const periodAt = (cron: Cron.Cron, tick: Date): Duration.Duration =>
   Duration.millis(Cron.next(cron, tick).getTime() - tick.getTime())
 
+/**
+ * The length of the period `at` falls in (latest tick to the next one). For an irregular cron
+ * (`0 9,17 * * *`) it changes through the day; "two periods without success" is then judged against
+ * the period the batch is in now.
+ */
+export const currentPeriod = (cron: Cron.Cron, at: Date): Duration.Duration => periodAt(cron, latestTick(cron, at))
+
 export interface StartupPlan {
   /** The tick to run now, if any. */
   readonly runTick: Date | undefined

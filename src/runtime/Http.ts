@@ -19,6 +19,7 @@ import { createHash, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { describeError } from "../domain/Errors.ts"
+import { currentPeriod } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { RedisStores } from "../layers/Redis.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -27,6 +28,7 @@ import {
   batchBreakerOpen,
   batchDisabled,
   batchPaused,
+  batchPeriodSeconds,
   buildInfo,
   eventLoopLagSeconds,
   processCpuSecondsTotal,
@@ -193,12 +195,15 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   yield* setGauge(processStartTimeSeconds, Math.round((Date.now() - process.uptime() * 1000) / 1000))
 
   yield* router.add("GET", "/metrics", Effect.gen(function*() {
-    const now = DateTime.toEpochMillis(yield* DateTime.now)
-    for (const view of yield* views) {
+    const scrapedAt = yield* nowDate
+    const now = scrapedAt.getTime()
+    for (const snapshot of yield* scheduler.snapshots) {
+      const view = snapshotView(snapshot, scrapedAt)
       if (view.lastSuccessAt !== null) yield* setGauge(lastSuccessAgeSeconds, (now - Date.parse(view.lastSuccessAt)) / 1000, { batch: view.name })
       yield* setGauge(batchPaused, view.paused === null ? 0 : 1, { batch: view.name })
       yield* setGauge(batchDisabled, view.disabled ? 1 : 0, { batch: view.name })
       yield* setGauge(batchBreakerOpen, view.breaker.open ? 1 : 0, { batch: view.name })
+      yield* setGauge(batchPeriodSeconds, Duration.toSeconds(currentPeriod(snapshot.cronSchedule, scrapedAt)), { batch: view.name })
     }
     // Process and runtime figures, read at scrape time.
     const memory = process.memoryUsage()

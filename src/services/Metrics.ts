@@ -128,6 +128,14 @@ export const batchDisabled = Metric.gauge("sweeper_batch_disabled", {
   description: "1 when the batch is listed in SWEEPER_DISABLED_BATCHES, else 0"
 })
 
+/**
+ * The batch's configured period (its cron, SWEEPER_CRON_<BATCH> applied), so one alert rule can say
+ * "no success for two periods" for every batch and follow the configuration without being edited.
+ */
+export const batchPeriodSeconds = Metric.gauge("sweeper_batch_period_seconds", {
+  description: "Length of the batch's current cron period in seconds (latest tick to the next)"
+})
+
 export const batchBreakerOpen = Metric.gauge("sweeper_batch_breaker_open", {
   description: "1 while the scheduler's circuit breaker skips the batch's ticks, else 0"
 })
