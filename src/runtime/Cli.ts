@@ -2,14 +2,20 @@
  * The `sweeper` command line. Every command builds the same AppLayer the supervisor uses, so a
  * one-off run is the scheduled run's program under the same run guard.
  */
-import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
-import { userInfo } from "node:os"
+import { ConfigProvider, Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir, userInfo } from "node:os"
+import { join } from "node:path"
 import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
+import { cronVariable } from "../domain/Schedule.ts"
+import { ledgerCounts } from "../simulator/Ledger.ts"
+import { parseScenarios, type SimulateOptions, simulate } from "../simulator/Simulator.ts"
+import { SimulatorStoresLive } from "../simulator/Stores.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -376,9 +382,104 @@ const start = Command.make(
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Run the supervisor: every batch on its schedule, plus the HTTP server"))
 
+// --- the simulator (src/simulator): `simulate` against the configured backends, `demo` for a newcomer.
+
+/** The supervisor with the simulator running inside it, printing the dashboard's URL on stdout. */
+const superviseWithSimulator = (options: SimulateOptions) =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    const server = yield* HttpServer.HttpServer
+    yield* Console.log(`Dashboard: ${HttpServer.formatAddress(server.address)}/`)
+    yield* Effect.forkScoped(simulate(options).pipe(Effect.provide(SimulatorStoresLive)))
+  })).pipe(Layer.provide(Supervisor))
+
+const simulationFlags = {
+  rate: Flag.Int("rate").pipe(Flag.withDescription("Things each scenario makes per second (≥ 1)"), Flag.withDefault(1)),
+  scenario: Flag.String("scenario").pipe(
+    Flag.withDescription("all, or a comma list of: exports, builds, uploads, rebalances, throttled"),
+    Flag.withDefault("all")
+  ),
+  duration: Flag.String("duration").pipe(Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"), Flag.optional)
+}
+
+const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { rate: number; scenario: string; duration: Option.Option<string> }) {
+  if (flags.rate < 1) return yield* new InvalidFlag({ flag: "--rate", message: `expected a whole number ≥ 1, got ${flags.rate}` })
+  const scenarios = yield* parseScenarios(flags.scenario).pipe(Effect.mapError((e) => new InvalidFlag({ flag: "--scenario", message: e.message })))
+  const duration = Option.isSome(flags.duration)
+    ? yield* Option.match(parseDuration(flags.duration.value), {
+      onNone: () => Effect.fail(new InvalidFlag({ flag: "--duration", message: `expected a duration like 30s or 5m, got "${flags.duration.pipe(Option.getOrElse(() => ""))}"` })),
+      onSome: Effect.succeed
+    })
+    : undefined
+  return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
+})
+
+const simulateCommand = Command.make(
+  "simulate",
+  {
+    ...simulationFlags,
+    supervise: Flag.Boolean("supervise").pipe(Flag.withDescription("Also run the supervisor in this process (always so on the embedded default)"), Flag.withDefault(false))
+  },
+  Effect.fn("Cli.simulate")(function*(flags) {
+    const options = yield* simulationOptions(flags)
+    const settings = yield* SweeperConfig
+    yield* configureBatches(batches)
+    // The embedded database and Redis live in one process: the simulator must be that process.
+    if ((Option.isNone(settings.databaseUrl) && !redisConfigured(settings)) || flags.supervise) {
+      yield* Effect.logInfo("Simulating with the supervisor in this process", describeBackends(settings))
+      return yield* Layer.launch(superviseWithSimulator(options))
+    }
+    yield* Effect.logInfo("Simulating against the configured backends", describeBackends(settings))
+    const ledger = yield* simulate(options).pipe(Effect.provide(SimulatorStoresLive), Effect.provide(AppLayer))
+    yield* Console.log(JSON.stringify(ledgerCounts(ledger)))
+  }, Effect.provide(SweeperConfig.layer))
+).pipe(Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs"))
+
+/**
+ * What `npm run demo` sets unless the environment already does: every batch every few seconds, a
+ * local object store and a concurrency limit for the simulated worker, a fresh data directory, any
+ * free port. The stuck things themselves are back-dated by the simulator, so SPEC's thresholds hold.
+ */
+export const demoEnvironment = (dataDir: string): Record<string, string> => ({
+  SWEEPER_DATA_DIR: dataDir,
+  SWEEPER_HTTP_PORT: "0",
+  SWEEPER_OBJECT_STORAGE: JSON.stringify({ uploads: join(dataDir, "objects", "uploads") }),
+  SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ "Releases::CreateEvidenceWorker": { limit: 2 } }),
+  [cronVariable("stuck-export-jobs")]: "*/5 * * * * *",
+  [cronVariable("drop-canceling-builds")]: "*/5 * * * * *",
+  [cronVariable("delete-stale-direct-uploads")]: "*/5 * * * * *",
+  [cronVariable("reschedule-stuck-issue-rebalances")]: "*/5 * * * * *",
+  [cronVariable("concurrency-limit-resume")]: "*/2 * * * * *"
+})
+
+const demo = Command.make(
+  "demo",
+  { rate: simulationFlags.rate },
+  Effect.fn("Cli.demo")(function*({ rate }) {
+    // A fresh directory per demo unless one is given; ours is removed when the demo stops.
+    const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
+    const env = { ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!), ...process.env } as Record<string, string>
+    const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
+    yield* Console.log(`Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`)
+    return yield* Effect.gen(function*() {
+      const settings = yield* SweeperConfig
+      yield* configureBatches(batches)
+      if (Option.isSome(settings.databaseUrl) || redisConfigured(settings)) {
+        yield* Effect.logInfo("Demo on the configured backends", describeBackends(settings))
+      }
+      return yield* Layer.launch(superviseWithSimulator(options))
+    }).pipe(
+      Effect.provide(SweeperConfig.layer),
+      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env, preserveEmptyStrings: true })),
+      Effect.ensuring(Effect.sync(() => {
+        if (own !== undefined) rmSync(own, { recursive: true, force: true })
+      }))
+    )
+  })
+).pipe(Command.withDescription("The supervisor plus a simulated GitLab, fast crons: watch all five repairs on the dashboard"))
+
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events, doctorCommand])
+  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events, doctorCommand, simulateCommand, demo])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })

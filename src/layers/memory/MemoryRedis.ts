@@ -254,6 +254,15 @@ export class MemoryRedisStore {
     return popped.map((bytes) => bytes.toString("utf8"))
   }
 
+  /** RPOP: Sidekiq pushes at the head (LPUSH) and its fetcher takes from the tail (the simulator's consumer). */
+  rpop(key: string): string | null {
+    const list = this.typed(key, "list")
+    if (list === undefined) return null
+    const popped = list.value.pop()
+    this.dropIfEmpty(key, list.value.length)
+    return popped === undefined ? null : popped.toString("utf8")
+  }
+
   lrangeBuffer(key: string, start: number, stop: number): Array<Buffer> {
     const list = this.typed(key, "list")?.value ?? []
     const end = stop < 0 ? list.length + stop + 1 : stop + 1

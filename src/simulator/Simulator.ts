@@ -1,0 +1,261 @@
+/**
+ * Plays the GitLab around Sweeper (`sweeper simulate`, `npm run demo`, the soak test): each second
+ * every selected scenario makes `rate` things, some of them stuck the way GitLab's own failures
+ * leave them, some healthy controls beside them that Sweeper must leave alone, and a Sidekiq-style
+ * consumer runs what Sweeper enqueues. Everything goes through the platform's own formats (SPEC), on
+ * whichever backends the composition root built, and is written down in a `Ledger`.
+ *
+ * Scenarios:
+ * - `exports`    an export worker: some finish, some die (status key gone, row left `started`),
+ *                some are parallel exports that die inside the 6 h grace (must be left alone) or
+ *                after it (back-dated), some are still running (status key alive);
+ * - `builds`     builds stuck in `canceling` for two hours (back-dated), beside a build canceling
+ *                for ten minutes and one running for two hours;
+ * - `uploads`    direct uploads abandoned four hours ago (object written to the configured local
+ *                store) beside fresh ones;
+ * - `rebalances` issue rebalances whose rebalancer died (project or namespace in the running set,
+ *                issues with tied and null positions), at most GitLab's 5 at a time;
+ * - `throttled`  bursts of jobs of each concurrency-limited worker, which the consumer's throttling
+ *                middleware defers once the worker is at its limit.
+ */
+import { Clock, Duration, Effect, Schema } from "effect"
+import type { PgClient } from "@effect/sql-pg"
+import type { SqlError } from "effect/sql/SqlError"
+import { randomUUID } from "node:crypto"
+import { workerKeys } from "../domain/ConcurrencyLimit.ts"
+import { LOCATIONS, type Location } from "../domain/DirectUpload.ts"
+import { RebalanceContainer, rebalanceMember, MAX_NUMBER_OF_CONCURRENT_REBALANCES, RUNNING_REBALANCES_KEY } from "../domain/Rebalancing.ts"
+import { SweeperConfig } from "../layers/Config.ts"
+import type { JobStatus } from "../services/JobStatus.ts"
+import { runConsumer } from "./Consumer.ts"
+import { emptyLedger, type Ledger, ledgerCounts } from "./Ledger.ts"
+import {
+  AGES,
+  buildsTable,
+  finishExportJob,
+  killExportJob,
+  localRoot,
+  pushJob,
+  seedBuild,
+  seedExportJob,
+  seedIssues,
+  seedPendingUpload,
+  seedProject,
+  stallRebalance
+} from "./Seed.ts"
+import { SimulatorStores } from "./Stores.ts"
+
+export const SCENARIOS = ["exports", "builds", "uploads", "rebalances", "throttled"] as const
+export type Scenario = typeof SCENARIOS[number]
+
+export class UnknownScenario extends Schema.TaggedError<UnknownScenario>()("UnknownScenario", {
+  name: Schema.String,
+  message: Schema.String
+}) {}
+
+/** `all`, one name, or a comma list of names. */
+export const parseScenarios = (text: string): Effect.Effect<ReadonlyArray<Scenario>, UnknownScenario> => {
+  const names = text.split(",").map((name) => name.trim()).filter((name) => name.length > 0)
+  if (names.length === 0 || names.includes("all")) return Effect.succeed(SCENARIOS)
+  const unknown = names.find((name) => !(SCENARIOS as ReadonlyArray<string>).includes(name))
+  return unknown === undefined
+    ? Effect.succeed([...new Set(names)] as ReadonlyArray<Scenario>)
+    : Effect.fail(new UnknownScenario({ name: unknown, message: `unknown scenario "${unknown}"; known: all, ${SCENARIOS.join(", ")}` }))
+}
+
+/** The worker the `throttled` scenario uses when none is configured (SPEC §5's example). */
+export const DEFAULT_THROTTLED_WORKER = "Releases::CreateEvidenceWorker"
+/** Its limit, written to Redis as `current_limit` the way GitLab publishes a worker's limit. */
+export const DEFAULT_THROTTLED_LIMIT = 2
+
+export interface SimulateOptions {
+  readonly scenarios: ReadonlyArray<Scenario>
+  /** Things each scenario makes per tick. */
+  readonly rate: number
+  readonly tick?: Duration.Duration
+  /** Stop making things after this long (the consumer keeps running); none: until interrupted. */
+  readonly duration?: Duration.Duration
+  /** Consumer threads and how long a throttled job runs. */
+  readonly threads?: number
+  readonly jobDuration?: Duration.Duration
+  readonly ledger?: Ledger
+}
+
+/** Limited workers as the simulated GitLab sees them: configured ones, else the default one (published in Redis). */
+const limitedWorkers = Effect.fn("Simulator.limitedWorkers")(function*() {
+  const settings = yield* SweeperConfig
+  const stores = yield* SimulatorStores
+  const configured = Object.entries(settings.concurrencyLimits).filter(([, s]) => s.limit > 0)
+  if (configured.length > 0) return Object.fromEntries(configured)
+  yield* stores.set("queuesMetadata", workerKeys(DEFAULT_THROTTLED_WORKER).currentLimit, String(DEFAULT_THROTTLED_LIMIT))
+  return { [DEFAULT_THROTTLED_WORKER]: { limit: DEFAULT_THROTTLED_LIMIT, queue: "default" } }
+})
+
+/** The location uploads go to: the first with a local store configured (objects are written there), else `uploads`. */
+const uploadLocation = (settings: SweeperConfig["Service"]): Location =>
+  LOCATIONS.find((location) => localRoot(settings.objectStorage, location) !== undefined) ?? "uploads"
+
+/**
+ * Makes things each tick for `duration` (or until interrupted), then lets the export jobs of the
+ * last tick meet their fate. Returns the ledger. Does not run the consumer (see `simulate`).
+ */
+export const produce = Effect.fn("Simulator.produce")(function*(options: SimulateOptions, ledger: Ledger) {
+  const settings = yield* SweeperConfig
+  const stores = yield* SimulatorStores
+  const on = (scenario: Scenario) => options.scenarios.includes(scenario)
+  const run = randomUUID().slice(0, 8)
+  const home = yield* seedProject(`simulator-${run}`)
+  const table = yield* buildsTable()
+  const limited = on("throttled") ? yield* limitedWorkers() : {}
+  const location = uploadLocation(settings)
+  let n = 0
+  /** Export jobs started last tick, to finish or kill this tick (a worker runs a while first). */
+  let fates: Array<Effect.Effect<void, SqlError, PgClient.PgClient | JobStatus>> = []
+
+  const exports = Effect.fn("Simulator.exports")(function*(now: number) {
+    const due = fates
+    fates = []
+    for (const fate of due) yield* fate
+    for (let i = 0; i < options.rate; i++) {
+      const kind = n++ % 5
+      switch (kind) {
+        case 0: {
+          const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now })
+          fates.push(finishExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.healthy.push(job.id)))))
+          break
+        }
+        case 1: {
+          const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now })
+          fates.push(killExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.stuck.push(job.id)))))
+          break
+        }
+        case 2: {
+          // Parallel, dies inside the 6 h grace: its relation exports may still be running.
+          const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now, relations: ["issues", "merge_requests"] })
+          fates.push(killExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.healthy.push(job.id)))))
+          break
+        }
+        case 3: {
+          const job = yield* seedExportJob({
+            projectId: home.projectId,
+            createdAtMillis: now - Duration.toMillis(AGES.oldParallelExport),
+            relations: ["issues", "merge_requests"]
+          })
+          fates.push(killExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.stuck.push(job.id)))))
+          break
+        }
+        default: {
+          // Still running: its status key stays.
+          const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now })
+          ledger.exports.healthy.push(job.id)
+        }
+      }
+    }
+  })
+
+  const builds = Effect.fn("Simulator.builds")(function*(now: number) {
+    for (let i = 0; i < options.rate; i++) {
+      ledger.builds.stuck.push(yield* seedBuild({ projectId: home.projectId, status: "canceling", nowMillis: now, ageMillis: Duration.toMillis(AGES.stuckBuild), table }))
+      if (i % 2 === 0) {
+        ledger.builds.healthy.push(yield* seedBuild({ projectId: home.projectId, status: "canceling", nowMillis: now, ageMillis: Duration.toMillis(AGES.recentBuild), table }))
+      } else {
+        ledger.builds.healthy.push(yield* seedBuild({ projectId: home.projectId, status: "running", nowMillis: now, ageMillis: Duration.toMillis(AGES.stuckBuild), table }))
+      }
+    }
+  })
+
+  const uploads = Effect.fn("Simulator.uploads")(function*(now: number) {
+    for (let i = 0; i < options.rate; i++) {
+      const stale = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.staleUpload), storage: settings.objectStorage })
+      ledger.uploads.stuck.push(stale.field)
+      if (stale.object !== undefined) ledger.uploads.objects.push(stale.object)
+      const fresh = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.freshUpload), storage: settings.objectStorage })
+      ledger.uploads.healthy.push(fresh.field)
+    }
+  })
+
+  let rebalanceCount = 0
+  const rebalances = Effect.fn("Simulator.rebalances")(function*() {
+    for (let i = 0; i < options.rate; i++) {
+      // GitLab's rebalancer refuses to run more than 5 at once, so a stalled set never holds more.
+      const running = yield* stores.smembers("sharedState", RUNNING_REBALANCES_KEY)
+      if (running.length >= MAX_NUMBER_OF_CONCURRENT_REBALANCES) return
+      const name = `simulator-${run}-r${rebalanceCount}`
+      if (rebalanceCount++ % 3 === 2) {
+        const group = yield* seedProject(name)
+        const sibling = yield* seedProject(`${name}-b`, group.namespaceId)
+        yield* seedIssues(group.projectId, 8)
+        yield* seedIssues(sibling.projectId, 8)
+        yield* stallRebalance(RebalanceContainer.namespace, group.namespaceId)
+        ledger.rebalances.stalled.push(rebalanceMember(RebalanceContainer.namespace, group.namespaceId))
+      } else {
+        const project = yield* seedProject(name)
+        yield* seedIssues(project.projectId, 12)
+        yield* stallRebalance(RebalanceContainer.project, project.projectId)
+        ledger.rebalances.stalled.push(rebalanceMember(RebalanceContainer.project, project.projectId))
+      }
+    }
+  })
+
+  let tickNumber = 0
+  const throttled = Effect.fn("Simulator.throttled")(function*(now: number) {
+    // Bursts every fifth tick, a little over the limit each: deferred jobs pile up, then drain.
+    if (tickNumber % 5 !== 0) return
+    for (const [worker, { limit, queue }] of Object.entries(limited)) {
+      for (let i = 0; i < options.rate * (limit + 2); i++) {
+        const id = ledger.throttled.pushed.length + 1
+        ledger.throttled.pushed.push(id)
+        yield* pushJob({ workerClass: worker, args: [id], queue, nowMillis: now })
+      }
+    }
+  })
+
+  const tick = Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    if (on("exports")) yield* exports(now)
+    if (on("builds")) yield* builds(now)
+    if (on("uploads")) yield* uploads(now)
+    if (on("rebalances")) yield* rebalances()
+    if (on("throttled")) yield* throttled(now)
+    tickNumber++
+    ledger.ticks++
+  }).pipe(Effect.catchCause((cause) => Effect.logWarning("Simulator tick failed", cause)))
+
+  const every = options.tick ?? Duration.seconds(1)
+  const started = yield* Clock.currentTimeMillis
+  const until = options.duration === undefined ? Infinity : started + Duration.toMillis(options.duration)
+  while ((yield* Clock.currentTimeMillis) < until) {
+    yield* tick
+    yield* Effect.sleep(every)
+  }
+  for (const fate of fates) yield* fate.pipe(Effect.orDie)
+  fates = []
+  return ledger
+})
+
+/** The consumer for whatever the selected scenarios need run (rebalances, throttled jobs). */
+export const consume = Effect.fn("Simulator.consume")(function*(options: SimulateOptions, ledger: Ledger) {
+  const limited = options.scenarios.includes("throttled") ? yield* limitedWorkers() : {}
+  yield* runConsumer({
+    ledger,
+    limited,
+    threads: options.threads ?? 8,
+    jobMillis: Duration.toMillis(options.jobDuration ?? Duration.seconds(1))
+  })
+})
+
+/**
+ * The whole simulation: the consumer in the background, things made each tick, the ledger's
+ * counts logged every 10 s. Runs until interrupted, or for `duration` (then returns the ledger,
+ * stopping the consumer).
+ */
+export const simulate = Effect.fn("Simulator.simulate")(function*(options: SimulateOptions) {
+  const ledger = options.ledger ?? emptyLedger()
+  yield* Effect.logInfo("Simulator starting", { scenarios: options.scenarios, rate: options.rate })
+  yield* Effect.forkScoped(consume(options, ledger))
+  yield* Effect.forkScoped(Effect.suspend(() => Effect.logInfo("Simulator", ledgerCounts(ledger))).pipe(Effect.delay("10 seconds"), Effect.forever))
+  yield* produce(options, ledger)
+  yield* Effect.logInfo("Simulator finished", ledgerCounts(ledger))
+  return ledger
+}, Effect.scoped)
+
