@@ -62,6 +62,48 @@ const metricNames = (expr: string): Array<string> => {
   return [...unquoted.matchAll(/\b(?:sweeper|sidekiq|nodejs|process)_[a-z0-9_]+|\bup\b(?=\s*[{[)]|$)/g)].map((m) => m[0])
 }
 
+/** Labels Prometheus adds to every scraped series: not Sweeper's to expose. */
+const TARGET_LABELS = ["job", "instance"]
+
+/** Each metric's label names in Prometheus text. */
+const exposedLabels = (text: string) => {
+  const labels = new Map<string, Set<string>>()
+  for (const line of text.split("\n")) {
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? /.exec(line)
+    if (match === null) continue
+    const set = labels.get(match[1]!) ?? new Set<string>()
+    for (const label of (match[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="/g)) set.add(label[1]!)
+    labels.set(match[1]!, set)
+  }
+  return labels
+}
+
+/**
+ * The label names an expression selects on or groups by, each with the metrics it must be a label
+ * of: `m{l="…"}` needs l on m; `sum by (l) (…)` needs l on one of the metrics inside the
+ * aggregation. Target labels are left out.
+ */
+const labelUses = (expr: string): Array<{ label: string; metrics: Array<string> }> => {
+  const uses: Array<{ label: string; metrics: Array<string> }> = []
+  for (const selector of expr.matchAll(/\b([a-z][a-z0-9_]*)\{([^}]*)\}/g)) {
+    const names = metricNames(selector[1]!)
+    if (names.length === 0 || names[0] === "up") continue
+    for (const matcher of selector[2]!.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g)) uses.push({ label: matcher[1]!, metrics: names })
+  }
+  for (const grouping of expr.matchAll(/\bby \(([^)]*)\)\s*\(/g)) {
+    // The aggregated expression: from the "(" after the grouping to its matching ")".
+    let depth = 0
+    let end = grouping.index + grouping[0].length - 1
+    for (; end < expr.length; end++) {
+      if (expr[end] === "(") depth++
+      if (expr[end] === ")" && --depth === 0) break
+    }
+    const inner = metricNames(expr.slice(grouping.index + grouping[0].length, end)).filter((name) => name !== "up")
+    for (const label of grouping[1]!.split(",").map((l) => l.trim()).filter((l) => l !== "")) uses.push({ label, metrics: inner })
+  }
+  return uses.filter((use) => !TARGET_LABELS.includes(use.label))
+}
+
 const ruleExprs = (): Array<string> => {
   // Each `expr:` is one line or a `|` block indented below it.
   const exprs: Array<string> = []
@@ -378,6 +420,18 @@ describe("Grafana dashboard and rules against /metrics", () => {
           if (name !== "up") assert.isTrue(exposable.has(name), `dashboard queries ${name}, which Sweeper does not expose: ${expr}`)
         }
       }
+      // Every label selected on or grouped by is one of the metric's own labels on /metrics (a metric
+      // only defined, like a repair counter, has none of its own there: selecting on one fails).
+      const labels = exposedLabels(text)
+      for (const expr of [...dashboardExprs, ...variableQueries, ...ruleExprs()]) {
+        for (const use of labelUses(expr)) {
+          assert.isTrue(
+            use.metrics.some((metric) => labels.get(metric)?.has(use.label) === true),
+            `${use.label} is not a label of ${use.metrics.join(", ")} on /metrics: ${expr}`
+          )
+        }
+      }
+
       // Alerts only on what a running supervisor really exposes (not merely defines).
       const ruleMetrics = ruleExprs().flatMap(metricNames)
       assert.includeMembers(ruleMetrics, ["sweeper_last_success_age_seconds", "sweeper_batch_period_seconds", "sweeper_runs_total",
