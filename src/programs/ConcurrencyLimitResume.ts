@@ -18,6 +18,7 @@
  * cluster-wide. `resumeWorker` is exported for a runtime that schedules workers itself.
  */
 import { Cause, Clock, Duration, Effect, Exit, Option, Predicate } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
 import { CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { Batch } from "../domain/Batch.ts"
 import {
@@ -29,7 +30,7 @@ import {
 } from "../domain/ConcurrencyLimit.ts"
 import type { WrongTypeKey } from "../domain/Errors.ts"
 import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "../domain/Events.ts"
-import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
+import { ConcurrencyLimits, type RecordMove } from "../services/ConcurrencyLimits.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
 import {
@@ -95,21 +96,20 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const events = yield* EventLog
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
+  // Each move's event is appended by the service between the push and the end of the move's
+  // journal (README, Failure handling): a crash before it leaves the journal, whose recovery
+  // appends it; a crash after it, before the end, appends it twice — never not at all. It records
+  // the limit of the pass that writes it (null: a recovered move of a worker with no limit now).
+  const limitNow = Option.match(setting, { onNone: () => null, onSome: (found) => found.limit })
+  const record: RecordMove<SqlError, never> = (move) =>
+    events.append(new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit: limitNow, jids: move.jids }))
 
   // A move a dead process left half done is finished first, whatever the limit says now (even for a
   // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
   // already off the deferred list, and its slots are counted again before the push.
-  const recovered = dryRun ? Option.none() : yield* limits.recoverMove(worker)
+  const recovered = dryRun ? Option.none() : yield* limits.recoverMove(worker, record)
   const recoveredJobs = Option.match(recovered, { onNone: () => 0, onSome: (move) => move.jids.length })
-  if (Option.isSome(recovered) && recoveredJobs > 0) {
-    const { jids, queue: recoveredQueue } = recovered.value
-    yield* increment(concurrencyLimitResumedJobsTotal, jids.length, { worker })
-    // The event records the limit of this pass; an unconfigured worker has none (the recovery's
-    // warning log line carries the batch instead).
-    if (Option.isSome(setting)) {
-      yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue: recoveredQueue, count: jids.length, limit: setting.value.limit, jids }))
-    }
-  }
+  if (recoveredJobs > 0) yield* increment(concurrencyLimitResumedJobsTotal, recoveredJobs, { worker })
 
   if (Option.isNone(setting)) return Option.none<PassResult>()
   const { limit, queue } = setting.value
@@ -130,10 +130,9 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   yield* log("Concurrency limit worker stats").pipe(Effect.annotateLogs({ worker, limit, queue_size: queueSize, current }))
   if (toResume <= 0) return Option.some<PassResult>({ ...stats, resumed: recoveredJobs, remaining: queueSize })
 
-  const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun })
+  const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun }, record)
   if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
   if (!dryRun && jids.length > 0) {
-    yield* events.append(new ConcurrencyLimitJobsResumed({ worker, queue, count: jids.length, limit, jids }))
     yield* increment(concurrencyLimitResumedJobsTotal, jids.length, attributes)
     yield* reportProgress({ resumedJobs: jids.length })
     yield* Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))

@@ -64,12 +64,24 @@ export interface ResumeResult {
   readonly dead: ReadonlyArray<Uint8Array>
 }
 
-/** A move journal left by a process that died mid-move, finished by this one. */
-export interface RecoveredMove {
+/** The jobs of one move, in their queue now (exactly once). */
+export interface MovedJobs {
   readonly queue: string
-  /** The journal's jobs: in their queue now, exactly once. */
+  /** The moved jobs, first buffered first. */
   readonly jids: ReadonlyArray<string>
 }
+
+/** A move journal left by a process that died mid-move, finished by this one. */
+export type RecoveredMove = MovedJobs
+
+/**
+ * Records a move (the caller's event). Called once the move's jobs are in their queue and before
+ * its journal is ended, so a crash before the record leaves the journal, whose recovery records the
+ * move (again, if the crash came after the record): a move can be recorded twice, never not at all.
+ */
+export type RecordMove<E, R> = (move: MovedJobs) => Effect.Effect<void, E, R>
+
+const recordNothing: RecordMove<never, never> = () => Effect.void
 
 export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
   /**
@@ -91,15 +103,24 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
   cleanupStaleTrackers(worker: string): Effect.Effect<number, RedisError | WrongTypeKey>
   /**
    * Finishes a move a dead process left half done (its journal): the jobs reach their queue exactly
-   * once, their slots are reserved, the journal goes. None when there was nothing to finish.
+   * once, their slots are reserved, `record` is called, the journal goes. None when there was
+   * nothing to finish.
    */
-  recoverMove(worker: string): Effect.Effect<Option.Option<RecoveredMove>, RedisError | WrongTypeKey>
+  recoverMove<E = never, R = never>(
+    worker: string,
+    record?: RecordMove<E, R>
+  ): Effect.Effect<Option.Option<RecoveredMove>, RedisError | WrongTypeKey | E, R>
   /**
    * Moves up to `max` jobs from the head of the deferred list to the worker's Sidekiq queue (FIFO;
    * jobs appended meanwhile stay) by the journaled protocol of README "Resume across stores":
    * nothing lost or duplicated wherever the process dies. Unparsable elements go to the dead list.
+   * `record` is called for each move once its jobs are pushed, before its journal is ended — for
+   * this move and for a dead process's move it finishes first.
    */
-  resume(request: ResumeRequest): Effect.Effect<ResumeResult, RedisError | WrongTypeKey>
+  resume<E = never, R = never>(
+    request: ResumeRequest,
+    record?: RecordMove<E, R>
+  ): Effect.Effect<ResumeResult, RedisError | WrongTypeKey | E, R>
 }>()("sweeper/services/ConcurrencyLimits") {}
 
 /** Step 1, prepared from the list head as it was read. */
@@ -292,16 +313,20 @@ export const makeConcurrencyLimits = (
   /**
    * Steps 2–5 (and 6 for our own batch) of the protocol, shared by a fresh move and a recovery: each
    * is idempotent or safe to repeat, so whichever step a crash interrupted, running them all again
-   * ends in the same state — the jobs once in their queue, the journal gone.
+   * ends in the same state — the jobs once in their queue, the journal gone. The move is recorded
+   * between the push and the END: while the journal exists the record can be repeated (by a
+   * recovery), once it is gone the record has been made.
    */
-  const finishMove = Effect.fnUntraced(function*(
+  const finishMove = <E, R>(
     keys: WorkerKeys,
     header: Uint8Array,
     batch: string,
-    queue: string,
+    move: MovedJobs,
     payloads: ReadonlyArray<string>,
-    forget: boolean
-  ) {
+    forget: boolean,
+    record: RecordMove<E, R>
+  ) => Effect.gen(function*() {
+    const { queue } = move
     const ttl = Duration.toSeconds(MOVE_JOURNAL_TTL)
     const marker = resumeBatchMarkerKey(queueKey(queue), batch)
     // Slots first: a crash after this over-counts (fewer resumes for at most the 60 s TTL), never
@@ -309,6 +334,7 @@ export const makeConcurrencyLimits = (
     yield* onKey(keys.pendingResumed, store.reserve(keys.pendingResumed, payloads.length, Duration.toSeconds(PENDING_RESUMED_TTL)))
     yield* onKey(QUEUES_SET, store.registerQueue(queue))
     yield* onKey(queueKey(queue), store.push(queue, marker, payloads, ttl))
+    yield* record(move)
     yield* onKey(keys.journal, store.endMove(keys.journal, header))
     // A recovery keeps the marker (until its TTL): the process it recovers for may only be frozen,
     // not dead, and must find "already pushed" if it wakes up and pushes.
@@ -320,7 +346,7 @@ export const makeConcurrencyLimits = (
     return Option.match(parsed, { onNone: () => "", onSome: (job) => job.jid })
   }
 
-  const recoverMove = Effect.fn("ConcurrencyLimits.recoverMove")(function*(worker: string) {
+  const recoverMove = <E = never, R = never>(worker: string, record: RecordMove<E, R> = recordNothing) => Effect.gen(function*() {
     const keys = workerKeys(worker)
     const journal = yield* onKey(keys.journal, store.lrange(keys.journal, 0, -1))
     if (journal.length === 0) return Option.none<RecoveredMove>()
@@ -336,12 +362,13 @@ export const makeConcurrencyLimits = (
     }
     const jobs = payloads.map((payload) => Option.getOrThrow(payload))
     const { batch, queue } = header.value
-    yield* finishMove(keys, journal[0]!, batch, queue, jobs, false)
+    const move: MovedJobs = { queue, jids: jobs.map(jidOf) }
+    yield* finishMove(keys, journal[0]!, batch, move, jobs, false, record)
     yield* Effect.logWarning("Finished a concurrency limit move left by a process that died mid-move").pipe(
       Effect.annotateLogs({ worker, queue, batch, jobs: jobs.length })
     )
-    return Option.some<RecoveredMove>({ queue, jids: jobs.map(jidOf) })
-  })
+    return Option.some<RecoveredMove>(move)
+  }).pipe(Effect.withSpan("ConcurrencyLimits.recoverMove"))
 
   /** The list head holding up to `max` parseable elements (plus the unparsable ones among them). */
   const readHead = Effect.fnUntraced(function*(key: string, max: number) {
@@ -361,7 +388,7 @@ export const makeConcurrencyLimits = (
 
   const nothing: ResumeResult = { jids: [], dead: [] }
 
-  const resume = Effect.fn("ConcurrencyLimits.resume")(function*(request: ResumeRequest) {
+  const resume = <E = never, R = never>(request: ResumeRequest, record: RecordMove<E, R> = recordNothing) => Effect.gen(function*() {
     const { worker, queue, max, dryRun } = request
     const keys = workerKeys(worker)
     if (max <= 0) return nothing
@@ -396,12 +423,12 @@ export const makeConcurrencyLimits = (
       }))
       if (outcome === "moved") {
         const jobs = payloads.filter((payload) => payload !== null)
-        if (jobs.length > 0) yield* finishMove(keys, new TextEncoder().encode(header), batch, queue, jobs, true)
+        if (jobs.length > 0) yield* finishMove(keys, new TextEncoder().encode(header), batch, { queue, jids }, jobs, true, record)
         return { jids, dead } satisfies ResumeResult
       }
       if (outcome === "busy") {
         // Only after a crash (one pass per worker runs at a time): finish that move, then ours.
-        yield* recoverMove(worker)
+        yield* recoverMove(worker, record)
         continue
       }
       yield* Effect.logInfo("Deferred list changed under the move; re-reading").pipe(Effect.annotateLogs({ worker, attempt }))
@@ -410,7 +437,7 @@ export const makeConcurrencyLimits = (
       Effect.annotateLogs({ worker, attempts: MOVE_ATTEMPTS })
     )
     return nothing
-  })
+  }).pipe(Effect.withSpan("ConcurrencyLimits.resume"))
 
   return ConcurrencyLimits.of({
     workersWithDeferredJobs,

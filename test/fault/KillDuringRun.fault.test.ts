@@ -5,6 +5,9 @@
  *   - SQL batches (repair and event in one transaction): every repaired record has exactly one event;
  *   - delete-stale-direct-uploads (Redis, at-least-once): every deleted upload has at least one
  *     event, and each upload at most one extra per kill (a duplicate needs a crash between a step's INSERT and its compare-and-delete, which duplicates that step's events);
+ *   - concurrency-limit-resume (jobs exactly once, events at least once): every deferred job resumed
+ *     exactly once, and named by at least one event (a move's event is appended before its journal
+ *     is ended, so a kill can repeat it — at most one move per kill — never drop it);
  *   - nothing is repaired twice and no record outside the criteria is touched.
  * A killed holder's exclusive lease is deleted between attempts (as if its TTL had passed).
  */
@@ -15,7 +18,7 @@ import { existsSync } from "node:fs"
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { MAX_RESUME_UNLIMITED, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { FAIL_SLICE } from "../../src/domain/ExportJob.ts"
 import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
@@ -177,7 +180,7 @@ describe("kill -9 mid-run, then run to completion", () => {
         for (let i = STALE; i < STALE + FRESH; i++) assert.isTrue(existsSync(join(root, `tmp/uploads/fresh-${i}`)))
         yield* report("delete-stale-direct-uploads", { seed, kills: KILLS, ...kills, records: STALE, events: STALE + duplicates, duplicates })
       }).pipe(Effect.provide(Platform())), 240_000)
-    it.live(`concurrency-limit-resume (seed ${seed}, black box): no deferred job lost or resumed twice; events name only resumed jobs`, () =>
+    it.live(`concurrency-limit-resume (seed ${seed}, black box): no deferred job lost or resumed twice; every resumed job has at least one event`, () =>
       Effect.gen(function*() {
         // Enough for three kills mid-run: with limit 0 passes of up to 5000 run back to back.
         const JOBS = 100_000
@@ -217,10 +220,14 @@ describe("kill -9 mid-run, then run to completion", () => {
         const eventJids = recorded.flatMap((row) => row.jids)
         const queuedJids = new Set(queued.map((job) => job.jid))
         assert.isTrue(eventJids.every((jid) => queuedJids.has(jid)), "an event names only jobs that were resumed")
-        assert.strictEqual(new Set(eventJids).size, eventJids.length, "no job recorded twice")
-        // The move and its event are two steps (README, Failure handling): a kill between them leaves
-        // moved jobs without an event. Reported, not asserted.
-        yield* report("concurrency-limit-resume", { seed, kills: KILLS, ...kills, records: JOBS, jobsWithEvent: eventJids.length, jobsWithoutEvent: JOBS - eventJids.length })
+        const withEvent = new Set(eventJids)
+        const missing = queued.filter((job) => !withEvent.has(job.jid))
+        assert.deepStrictEqual(missing.map((job) => job.args[0]).slice(0, 10), [], `${missing.length} resumed jobs have no event`)
+        // A duplicate needs a kill between a move's event and the end of its journal: then the
+        // recovery appends that move's event again — at most one move (MAX_RESUME_UNLIMITED jobs) per kill.
+        const duplicated = eventJids.length - withEvent.size
+        assert.isAtMost(duplicated, KILLS * MAX_RESUME_UNLIMITED, "more duplicate events than one move per kill")
+        yield* report("concurrency-limit-resume", { seed, kills: KILLS, ...kills, records: JOBS, jobsWithEvent: withEvent.size, duplicateJobEvents: duplicated })
       }).pipe(Effect.provide(Platform())), 240_000)
   }
 })

@@ -7,13 +7,15 @@
  * recovery itself is also killed at every step once. Afterwards every deferred job is exactly once
  * in `queue:<q>`, nothing is left in the deferred list or a journal, no jid repeats, unparsable
  * elements are in the dead list byte for byte, and the reserved slots cover every job not started.
+ * The move's record (the program's `ConcurrencyLimitJobsResumed`, here a list of recorded jids) is a
+ * step too, killed before and after like the others: every job in the queue is recorded at least once.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer, Option, Random } from "effect"
 import { JOURNAL_KEY_PATTERN, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
-import { type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
+import { type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits, type RecordMove } from "../../src/services/ConcurrencyLimits.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
 
 const W = "Releases::CreateEvidenceWorker"
@@ -28,32 +30,40 @@ const GOOD = 7
 /** Good jobs with the junk in between: g0 j0 g1 g2 j1 g3 g4 g5 j2 g6. */
 const seedElements = (): ReadonlyArray<string | Buffer> => [good(0), JUNK[0]!, good(1), good(2), JUNK[1]!, good(3), good(4), good(5), JUNK[2]!, good(6)]
 
-/** The protocol's write steps, in the order a move makes them. */
-const STEPS = ["beginMove", "reserve", "registerQueue", "push", "endMove", "forgetMarker"] as const
+/** The protocol's write steps, in the order a move makes them ("record" is the caller's event). */
+const STEPS = ["beginMove", "reserve", "registerQueue", "push", "record", "endMove", "forgetMarker"] as const
 type Step = (typeof STEPS)[number]
 
+/** The records made (as the event log would keep them): one list of jids per recorded move. */
+const records: Array<ReadonlyArray<string>> = []
+const record: RecordMove<never, never> = (move) => Effect.sync(() => void records.push(move.jids))
+
 /**
- * The store, killed at its k-th protocol step: interrupted right before the step (`after: false`)
- * or right after it took effect (`after: true`). Steps of a recovery count too. k beyond the last
- * step: never killed.
+ * The store and the record, killed at their k-th protocol step: interrupted right before the step
+ * (`after: false`) or right after it took effect (`after: true`). Steps of a recovery count too. k
+ * beyond the last step: never killed.
  */
-const killedAt = (store: ConcurrencyLimitStore, k: number, after: boolean): ConcurrencyLimitStore => {
+const killedAt = (store: ConcurrencyLimitStore, k: number, after: boolean) => {
   let step = 0
+  const killing = <A>(effect: () => Effect.Effect<A, unknown>) =>
+    Effect.suspend(() => {
+      step++
+      if (step !== k) return effect()
+      return after ? Effect.andThen(effect(), Effect.interrupt) : Effect.interrupt
+    })
   const wrapped: Record<string, unknown> = { ...store }
   for (const name of STEPS) {
+    if (name === "record") continue
     const original = store[name] as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown>
-    wrapped[name] = (...args: ReadonlyArray<unknown>) =>
-      Effect.suspend(() => {
-        step++
-        if (step !== k) return original(...args)
-        return after ? Effect.andThen(original(...args), Effect.interrupt) : Effect.interrupt
-      })
+    wrapped[name] = (...args: ReadonlyArray<unknown>) => killing(() => original(...args))
   }
-  return wrapped as unknown as ConcurrencyLimitStore
+  const killedRecord = ((move) => killing(() => record(move))) as RecordMove<never, never>
+  return { store: wrapped as unknown as ConcurrencyLimitStore, record: killedRecord }
 }
 
 const seed = Effect.gen(function*() {
   const raw = yield* RawStores
+  records.length = 0
   yield* raw.flush
   yield* raw.rpush("sharedState", K.deferred, ...seedElements())
 })
@@ -70,6 +80,9 @@ const checkExactlyOnce = Effect.gen(function*() {
     assert.strictEqual(job.concurrency_limit_resume, true)
   }
   assert.strictEqual(new Set(queued.map((job) => job.jid)).size, queued.length, "no duplicate jids")
+  const recorded = new Set(records.flat())
+  for (const job of queued) assert.isTrue(recorded.has(job.jid), `job ${job.args[0]} (${job.jid}) is in the queue but was never recorded`)
+  assert.isTrue([...recorded].every((jid) => queued.some((job) => job.jid === jid)), "a record names only jobs in the queue")
   assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [], "deferred list empty")
   assert.isFalse(yield* raw.exists("sharedState", K.journal), "no journal left")
   const dead = yield* raw.list("sharedState", K.dead)
@@ -87,8 +100,8 @@ const fresh = (store: ConcurrencyLimitStore) => makeConcurrencyLimits(store, CON
 const recoverAndDrain = (store: ConcurrencyLimitStore) =>
   Effect.gen(function*() {
     const limits = fresh(store)
-    yield* limits.recoverMove(W)
-    yield* limits.resume({ worker: W, queue: Q, max: 100, dryRun: false })
+    yield* limits.recoverMove(W, record)
+    yield* limits.resume({ worker: W, queue: Q, max: 100, dryRun: false }, record)
   })
 
 const crashSuite = (deployment: Deployment) =>
@@ -103,7 +116,8 @@ const crashSuite = (deployment: Deployment) =>
           for (const after of [false, true]) {
             yield* seed
             // First pass takes 4 jobs (and the junk among them), killed at step k.
-            const exit = yield* Effect.exit(fresh(killedAt(raw.store, k, after)).resume({ worker: W, queue: Q, max: 4, dryRun: false }))
+            const killed = killedAt(raw.store, k, after)
+            const exit = yield* Effect.exit(fresh(killed.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, killed.record))
             if (k <= STEPS.length - (after ? 1 : 0)) assert.isTrue(Exit.isFailure(exit), `killed at ${STEPS[k - 1]}`)
             yield* recoverAndDrain(raw.store)
             yield* checkExactlyOnce.pipe(Effect.tapCause(() => Effect.logError(`killed ${after ? "after" : "before"} step ${k}`)))
@@ -114,13 +128,16 @@ const crashSuite = (deployment: Deployment) =>
     it.effect("the recovery itself killed at each of its steps, then recovered again: every job exactly once", () =>
       Effect.gen(function*() {
         const raw = yield* RawStores
-        // Killed at each step of the move after the journal exists, then the recovery killed at each of its steps.
-        for (let k = 2; k <= 5; k++) {
-          for (let j = 1; j <= 4; j++) {
+        // Killed at each step of the move after the journal exists (before reserve … before
+        // endMove), then the recovery killed after each of its steps (reserve … record, endMove).
+        for (let k = 2; k <= 6; k++) {
+          for (let j = 1; j <= 5; j++) {
             yield* seed
-            yield* Effect.exit(fresh(killedAt(raw.store, k, false)).resume({ worker: W, queue: Q, max: 4, dryRun: false }))
+            const move = killedAt(raw.store, k, false)
+            yield* Effect.exit(fresh(move.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, move.record))
             assert.isTrue(yield* raw.exists("sharedState", K.journal), "a journal is left")
-            const exit = yield* Effect.exit(fresh(killedAt(raw.store, j, true)).recoverMove(W))
+            const recovery = killedAt(raw.store, j, true)
+            const exit = yield* Effect.exit(fresh(recovery.store).recoverMove(W, recovery.record))
             assert.isTrue(Exit.isFailure(exit))
             yield* recoverAndDrain(raw.store)
             yield* checkExactlyOnce.pipe(Effect.tapCause(() => Effect.logError(`move killed at ${k}, recovery after ${j}`)))
@@ -143,7 +160,7 @@ const crashSuite = (deployment: Deployment) =>
                 (raw.store[frozenBefore] as (...a: ReadonlyArray<never>) => Effect.Effect<unknown, never>)(...args)
               )
           }
-          const sleeper = yield* Effect.forkChild(fresh(freezing).resume({ worker: W, queue: Q, max: 4, dryRun: false }))
+          const sleeper = yield* Effect.forkChild(fresh(freezing).resume({ worker: W, queue: Q, max: 4, dryRun: false }, record))
           yield* Deferred.await(frozen)
           // Another process takes over the worker: recovers the journal and drains the list.
           yield* recoverAndDrain(raw.store)
@@ -158,7 +175,7 @@ const crashSuite = (deployment: Deployment) =>
         const raw = yield* RawStores
         yield* raw.flush
         yield* raw.rpush("sharedState", K.deferred, good(0), good(1))
-        yield* Effect.exit(fresh(killedAt(raw.store, 2, false)).resume({ worker: W, queue: Q, max: 10, dryRun: false }))
+        yield* Effect.exit(fresh(killedAt(raw.store, 2, false).store).resume({ worker: W, queue: Q, max: 10, dryRun: false }))
         assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [])
         const journals = yield* raw.keysWithTtl("sharedState", JOURNAL_KEY_PATTERN)
         assert.deepStrictEqual(journals.map(([key]) => key), [K.journal])

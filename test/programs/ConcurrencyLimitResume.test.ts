@@ -484,8 +484,12 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.deepStrictEqual(jobs.map((j) => j.args[0]).toSorted(), [0, 100, 200])
       assert.isFalse(redis.exists(K.journal))
       assert.isFalse(redis.exists(workerKeys(GONE).journal))
-      const resumedEvents = (yield* MemoryEvents).filter((e) => e.type === "ConcurrencyLimitJobsResumed").map((e) => e.data.jids)
-      assert.deepStrictEqual(resumedEvents[0], ["b".repeat(24)])
+      // Every finished move has its event, the gone worker's too (it has no limit any more: null).
+      const resumedEvents = (yield* MemoryEvents).filter((e) => e.type === "ConcurrencyLimitJobsResumed").map((e) => [e.stream, e.data] as const)
+      const byWorker = (worker: string) => resumedEvents.filter(([stream]) => stream === `concurrency_limit:${worker}`).map(([, data]) => data)
+      assert.deepStrictEqual(byWorker(GONE), [{ worker: GONE, queue: "default", count: 1, limit: null, jids: ["d".repeat(24)] }])
+      assert.deepStrictEqual(byWorker(W)[0], { worker: W, queue: "default", count: 1, limit: 5, jids: ["b".repeat(24)] })
+      assert.deepStrictEqual(byWorker(W).flatMap((data) => data.jids as ReadonlyArray<string>).toSorted(), jobs.filter((j) => j.class === W).map((j) => j.jid).toSorted())
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("the RunFinished summary is the program's summary", () =>
