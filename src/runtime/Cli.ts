@@ -442,6 +442,8 @@ const simulateCommand = Command.make(
 export const demoEnvironment = (dataDir: string): Record<string, string> => ({
   SWEEPER_DATA_DIR: dataDir,
   SWEEPER_HTTP_PORT: "0",
+  // Ctrl-C should end a demo promptly; concurrency-limit-resume is nearly always mid-run in it.
+  SWEEPER_SHUTDOWN_GRACE: "5 seconds",
   SWEEPER_OBJECT_STORAGE: JSON.stringify({ uploads: join(dataDir, "objects", "uploads") }),
   SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ "Releases::CreateEvidenceWorker": { limit: 2 } }),
   [cronVariable("stuck-export-jobs")]: "*/5 * * * * *",
