@@ -106,9 +106,21 @@ export class ConcurrencyLimitJobsDead extends Schema.TaggedClass<ConcurrencyLimi
   count: Schema.Number
 }) {}
 
+/**
+ * One page of a prune (prune-events, `sweeper events prune`): `count` events older than `before`
+ * deleted, committed with this event in one transaction.
+ */
+export class EventsPruned extends Schema.TaggedClass<EventsPruned>()("EventsPruned", {
+  before: Schema.String,
+  count: Schema.Number
+}) {}
+
+/** The stream of EventsPruned: the event log's own history. */
+export const RETENTION_STREAM = "retention:sweeper_events"
+
 export const DomainEvent = Schema.Union([
   RunStarted, RunFinished, TickMissed, BatchPaused, BatchResumed, LeaseLostEvent, BuildDropped, BuildDoomed, ExportJobFailed,
-  StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead
+  StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead, EventsPruned
 ])
 export type DomainEvent = typeof DomainEvent.Type
 export type EventType = DomainEvent["_tag"]
@@ -135,6 +147,8 @@ export const streamOf = (event: DomainEvent): string => {
     case "ConcurrencyLimitJobsResumed":
     case "ConcurrencyLimitJobsDead":
       return `concurrency_limit:${event.worker}`
+    case "EventsPruned":
+      return RETENTION_STREAM
   }
 }
 

@@ -12,6 +12,7 @@ import { join } from "node:path"
 import type { Builds } from "../services/Builds.ts"
 import type { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import type { EventLog } from "../services/EventLog.ts"
+import type { EventRetention } from "../services/EventRetention.ts"
 import type { ExportJobs } from "../services/ExportJobs.ts"
 import type { JobQueue } from "../services/JobQueue.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
@@ -24,6 +25,7 @@ import { BuildsSql } from "./BuildsSql.ts"
 import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "./Config.ts"
 import { EventLogSql } from "./EventLogSql.ts"
+import { EventRetentionSql } from "./EventRetentionSql.ts"
 import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { JobQueueRedis } from "./JobQueueRedis.ts"
 import { JobStatusRedis } from "./JobStatusRedis.ts"
@@ -48,7 +50,7 @@ import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
 import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
+export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
@@ -65,7 +67,7 @@ export const RedisBackends = (urls: StoreUrls) =>
 export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
 
 /** The services backed by PostgreSQL, given a PgClient. */
-export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql).pipe(Layer.provideMerge(EventLogSql))
+export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql, EventRetentionSql).pipe(Layer.provideMerge(EventLogSql))
 
 /**
  * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first

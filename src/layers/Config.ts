@@ -8,6 +8,7 @@ import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
+import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
 import { parseRedisUrl } from "./Redis.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
@@ -41,6 +42,8 @@ export interface SweeperSettings {
   readonly schema: Option.Option<"gitlab" | "standalone">
   /** `SWEEPER_DROP_BATCH_SIZE`: drop-canceling-builds' page, read and repaired per transaction. */
   readonly dropBatchSize: number
+  /** `SWEEPER_EVENT_RETENTION`: events older than this are pruned (prune-events, `sweeper events prune`). */
+  readonly eventRetention: Duration.Duration
 }
 
 export interface RedisStoreUrlSettings {
@@ -124,6 +127,12 @@ export const LeaseTtl = Schema.DurationFromString.check(Schema.makeFilter((ttl: 
   Duration.toMillis(ttl) >= 1000 || `must be at least 1 second, got ${Duration.format(ttl)}`
 ))
 
+/** At least MIN_EVENT_RETENTION (1 day): domain/Retention.ts says why. */
+export const EventRetentionDuration = Schema.DurationFromString.check(Schema.makeFilter((retention: Duration.Duration) =>
+  Duration.toMillis(retention) >= Duration.toMillis(MIN_EVENT_RETENTION) ||
+  `must be at least ${Duration.format(MIN_EVENT_RETENTION)} (the prune runs daily), got ${Duration.format(retention)}`
+))
+
 /** A Sidekiq worker class name as GitLab writes it: the jobs we enqueue carry it as `class`. */
 const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
 
@@ -169,7 +178,8 @@ const settings = Config.all({
   dropBatchSize: Config.schema(
     Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))),
     "SWEEPER_DROP_BATCH_SIZE"
-  ).pipe(Config.withDefault(DROP_BATCH_SIZE))
+  ).pipe(Config.withDefault(DROP_BATCH_SIZE)),
+  eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(Config.withDefault(EVENT_RETENTION))
 })
 
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
@@ -259,12 +269,13 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       apiToken: Option.none(),
       schema: Option.none(),
       dropBatchSize: DROP_BATCH_SIZE,
+      eventRetention: EVENT_RETENTION,
       ...overrides
     })
 }
 
-/** Programs' tuning references (e.g. DropBatchSize) set from SweeperConfig. */
-export const TuningFromConfig = Layer.effect(
-  DropBatchSize,
-  Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)
+/** Programs' tuning references (DropBatchSize, EventRetentionPeriod) set from SweeperConfig. */
+export const TuningFromConfig = Layer.mergeAll(
+  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)),
+  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.eventRetention))
 )

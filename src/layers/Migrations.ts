@@ -155,10 +155,25 @@ const ownershipRecord = Effect.gen(function*() {
   }
 })
 
+/**
+ * Event retention (prune-events): its DELETE pages walk events by time, and its kept-for-state rule
+ * reads every batch-stream event. Without these both would read the whole table. sweeper_events is
+ * Sweeper's own table, so the migration builds them in both schema modes; on an existing large
+ * table the build holds appends to sweeper_events for its duration (seconds per million rows).
+ */
+const retentionIndexes = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_occurred_at ON sweeper_events (occurred_at)`
+  // Partial: only batch streams (a few per run), not the repair streams. Queries must say
+  // `stream LIKE 'batch:%'` literally for the planner to use it.
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_batch_streams ON sweeper_events (stream, id) WHERE stream LIKE 'batch:%'`
+})
+
 const ALL = {
   "0001_platform_tables": platformTables,
   "0002_sweeper_tables": sweeperTables,
-  "0003_schema_ownership": ownershipRecord
+  "0003_schema_ownership": ownershipRecord,
+  "0004_event_retention_indexes": retentionIndexes
 } as const
 
 /** The migrations of a mode: gitlab mode never gets the platform tables. */

@@ -9,6 +9,7 @@ import type { PlatformServices } from "../layers/App.ts"
 import { ConcurrencyLimitResume } from "./ConcurrencyLimitResume.ts"
 import { DeleteStaleDirectUploads } from "./DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "./DropCancelingBuilds.ts"
+import { PruneEvents } from "./PruneEvents.ts"
 import { RescheduleStuckIssueRebalances } from "./RescheduleStuckIssueRebalances.ts"
 import { StuckExportJobs } from "./StuckExportJobs.ts"
 
@@ -19,7 +20,9 @@ export const batches: ReadonlyArray<RegisteredBatch> = [
   StuckExportJobs,
   DeleteStaleDirectUploads,
   RescheduleStuckIssueRebalances,
-  ConcurrencyLimitResume
+  ConcurrencyLimitResume,
+  // Sweeper's own: the five above port GitLab's workers, this one keeps the event log bounded.
+  PruneEvents
 ]
 
 export const batchNames = batches.map((batch) => batch.name)

@@ -95,6 +95,11 @@ export const concurrencyLimitResumedJobsTotal = Metric.counter("sweeper_concurre
   incremental: true
 })
 
+export const eventsPrunedTotal = Metric.counter("sweeper_events_pruned_total", {
+  description: "Events older than SWEEPER_EVENT_RETENTION deleted from sweeper_events by prune-events",
+  incremental: true
+})
+
 /** Adds `n` to a counter, with attributes. */
 export const increment = (
   counter: Metric.Counter<number>,

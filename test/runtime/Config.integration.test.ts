@@ -47,7 +47,11 @@ const cases: ReadonlyArray<Case> = [
   { name: "unknown disabled batch", env: { SWEEPER_DISABLED_BATCHES: "drop-canceling-builds,drop-cancelling-builds" }, variable: "SWEEPER_DISABLED_BATCHES" },
   { name: "empty API token (not \"disabled\")", env: { SWEEPER_API_TOKEN: "" }, variable: "SWEEPER_API_TOKEN" },
   { name: "empty DATABASE_URL (not \"embedded\")", env: { DATABASE_URL: "" }, variable: "DATABASE_URL" },
-  { name: "empty log level", env: { SWEEPER_LOG_LEVEL: "" }, variable: "SWEEPER_LOG_LEVEL" }
+  { name: "empty log level", env: { SWEEPER_LOG_LEVEL: "" }, variable: "SWEEPER_LOG_LEVEL" },
+  { name: "event retention under a day", env: { SWEEPER_EVENT_RETENTION: "23 hours" }, variable: "SWEEPER_EVENT_RETENTION" },
+  { name: "event retention that is no duration", env: { SWEEPER_EVENT_RETENTION: "forever" }, variable: "SWEEPER_EVENT_RETENTION" },
+  { name: "empty event retention", env: { SWEEPER_EVENT_RETENTION: "" }, variable: "SWEEPER_EVENT_RETENTION" },
+  { name: "cron of prune-events that does not parse", env: { SWEEPER_CRON_PRUNE_EVENTS: "17 3 * *" }, variable: "SWEEPER_CRON_PRUNE_EVENTS" }
 ]
 
 /** Each process gets its own embedded data directory: a value wrongly accepted runs for real and exits 0. */
@@ -83,7 +87,8 @@ describe("configuration is validated at the edge (real CLI)", () => {
         SWEEPER_HTTP_PORT: "8080",
         SWEEPER_CONCURRENCY_LIMITS: `{"Releases::CreateEvidenceWorker": {"limit": 5, "queue": "default"}, "Ci::Build_Worker2": {"limit": 0}}`,
         SWEEPER_DISABLED_BATCHES: "stuck-export-jobs, concurrency-limit-resume",
-        SWEEPER_LOG_LEVEL: "Warn"
+        SWEEPER_LOG_LEVEL: "Warn",
+        SWEEPER_EVENT_RETENTION: "1 day"
       })
     )
     assert.strictEqual(result.code, 0, result.stderr)

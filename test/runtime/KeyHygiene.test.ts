@@ -18,6 +18,7 @@ import { RedisServices } from "../../src/layers/App.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
+import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemory.ts"
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { MemoryPlatformRecords, PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
@@ -30,7 +31,7 @@ const TICKS = 100
 const GITLAB_MANAGED = (key: string) => key.startsWith("queue:") || key === "queues" || key === PENDING_DIRECT_UPLOADS_KEY
 
 const Platform = (topology: RedisTopology) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, RedisServices).pipe(
+  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, RedisServices).pipe(
     Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: { "Chaos::SleepWorker": { limit: 2, queue: "default" } } })),
     Layer.provideMerge(EventLogMemory),
     Layer.provideMerge(RedisTopologyTest(topology))

@@ -8,12 +8,13 @@ import { MemoryBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
+import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemory.ts"
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, MemoryBackends, TuningFromConfig).pipe(
+  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, MemoryBackends, TuningFromConfig).pipe(
     // Backends that read configuration (e.g. concurrency limits) get the spec's settings.
     Layer.provideMerge(SweeperConfig.layerWith(settings)),
     Layer.provideMerge(EventLogMemory)

@@ -20,12 +20,16 @@ export const EventLogMemory = Layer.effect(
   EventLog,
   Effect.gen(function*() {
     const events = yield* MemoryEvents
+    // Ids only grow, like bigserial: a prune (EventRetentionMemory) removes events from the middle
+    // or the end, so the array's length is no id. Specs that push seeded events keep theirs.
+    let lastId = 0
+    const nextId = () => (lastId = Math.max(lastId, events.at(-1)?.id ?? 0) + 1)
     const append = (event: DomainEvent) =>
       Effect.gen(function*() {
         const run = yield* CurrentRun
         const now = yield* DateTime.now
         events.push({
-          id: events.length + 1,
+          id: nextId(),
           stream: streamOf(event),
           type: event._tag,
           data: dataOf(event),

@@ -1,0 +1,83 @@
+/**
+ * prune-events — Sweeper's own batch, not a GitLab worker: keeps `sweeper_events` from growing
+ * forever (issue 11). Deletes events older than now − SWEEPER_EVENT_RETENTION (90 days by default)
+ * in pages of PRUNE_PAGE_SIZE rows, each page one short fenced transaction with its
+ * EventsPruned{before, count}, until nothing older is left or the budget is spent (the next daily
+ * run carries on). The events batch state is folded from are kept whatever their age
+ * (domain/Retention.ts `keptForState`), so pausing, the breaker, the last success and abandoned-run
+ * detection see the same history after a prune as before it.
+ *
+ * `sweeper events prune --before T` is this batch run once with its decision time set to
+ * T + retention, so the cutoff is exactly T; the CLI refuses a T inside the retention period.
+ */
+import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import type { Batch } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime, reportProgress } from "../domain/Batch.ts"
+import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
+import { EventRetention } from "../services/EventRetention.ts"
+import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
+
+export interface PruneEventsSummary {
+  /** The cutoff: events strictly older than this instant were pruned (or would be, in a dry run). */
+  readonly before: string
+  /** Events deleted (a dry run: that would be deleted). */
+  readonly pruned: number
+  /** Events older than the cutoff kept because batch state is folded from them. */
+  readonly keptForState: number
+  readonly pages: number
+  /** The budget ran out with events still to prune; the next run carries on. */
+  readonly executionTimeout: boolean
+}
+
+/** The run's default budget: a daily batch has all night, but never holds its lease for long. */
+export const PRUNE_BUDGET = Duration.minutes(10)
+
+const run = Effect.fn("PruneEvents.run")(function*() {
+  const retention = yield* EventRetention
+  const { dryRun, budget } = yield* CurrentRun
+  const period = yield* EventRetentionPeriod
+  const pageSize = yield* PrunePageSize
+  const cutoff = pruneCutoff(yield* decisionTime, yield* DateTime.now, period)
+  const before = cutoff.toISOString()
+  const kept = yield* retention.kept(cutoff)
+
+  if (dryRun) {
+    const pruned = yield* retention.countPrunable(cutoff, kept)
+    yield* Effect.logInfo("Would prune events").pipe(Effect.annotateLogs({ before, pruned, kept_for_state: kept.length }))
+    return { before, pruned, keptForState: kept.length, pages: 0, executionTimeout: false } satisfies PruneEventsSummary
+  }
+
+  const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => PRUNE_BUDGET))
+  const startedMillis = yield* Clock.currentTimeMillis
+  let pruned = 0
+  let pages = 0
+  let executionTimeout = false
+  while (true) {
+    const count = yield* retention.prunePage(cutoff, kept, pageSize)
+    if (count === 0) break
+    pruned += count
+    pages++
+    // Committed: a run the guard retries after a transient error still counts this page.
+    yield* reportProgress({ pruned: count, pages: 1 })
+    yield* increment(eventsPrunedTotal, count)
+    if (count < pageSize) break
+    // Cooperative: a page is a second or so, so the run ends within a page of its budget.
+    if ((yield* Clock.currentTimeMillis) - startedMillis >= budgetMillis) {
+      executionTimeout = true
+      break
+    }
+  }
+  yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: kept.length, execution_timeout: executionTimeout }))
+  return { before, pruned, keptForState: kept.length, pages, executionTimeout } satisfies PruneEventsSummary
+})
+
+export const PruneEvents = {
+  name: "prune-events",
+  worker: "Sweeper (own batch)",
+  description: "Deletes events older than SWEEPER_EVENT_RETENTION (90 days), keeping those batch state is folded from",
+  // Daily at 03:17: a quiet hour, off the minutes the other batches tick on (:00, :30, :45, */6, */15).
+  cron: "17 3 * * *",
+  budget: PRUNE_BUDGET,
+  lease: Option.some({ name: "sweeper/prune_events", ttl: Duration.minutes(15) }),
+  run: run()
+} satisfies Batch<PruneEventsSummary, unknown, unknown>

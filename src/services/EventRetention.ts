@@ -1,0 +1,23 @@
+/**
+ * Pruning `sweeper_events` (domain/Retention.ts says what goes and what stays). A store apart from
+ * EventLog: only the prune-events batch deletes events, every other caller only appends and reads.
+ */
+import { Context, type Effect } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
+import type { LeaseLost } from "../domain/Errors.ts"
+
+export class EventRetention extends Context.Service<EventRetention, {
+  /**
+   * The ids of events older than `before` that must survive it: those batch state is folded from
+   * (`keptForState`). Computed once per run; events appended later only ever make fewer of them
+   * necessary (a newer pause, success or start takes over), so the list stays safe for the run.
+   */
+  kept(before: Date): Effect.Effect<ReadonlyArray<number>, SqlError>
+  /** How many events a prune at `before` would delete (older than it, not in `kept`). */
+  countPrunable(before: Date, kept: ReadonlyArray<number>): Effect.Effect<number, SqlError>
+  /**
+   * Deletes up to `limit` of the oldest prunable events and appends `EventsPruned{before, count}`,
+   * in one short transaction that checks the run's lease fence first. Returns the count (0: done).
+   */
+  prunePage(before: Date, kept: ReadonlyArray<number>, limit: number): Effect.Effect<number, SqlError | LeaseLost>
+}>()("sweeper/services/EventRetention") {}
