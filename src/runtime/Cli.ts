@@ -20,6 +20,7 @@ import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
+import { PruneEvents } from "../programs/PruneEvents.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { batchView, type BatchView } from "./BatchView.ts"
 import { HttpLive } from "./Http.ts"
@@ -238,6 +239,47 @@ const events = Command.make(
     for (const event of [...found].reverse()) yield* printEvent(event, json)
   })
 ).pipe(Command.withDescription("Show recorded events, newest last"))
+
+/**
+ * `sweeper events prune --before T`: the prune-events batch run once, through the run guard (its
+ * lease, fence, pages and EventsPruned), with the cutoff at exactly T — i.e. judged at
+ * T + SWEEPER_EVENT_RETENTION. A T inside the retention period is refused: the events of the last
+ * retention period are never pruned. Runs even when prune-events is in SWEEPER_DISABLED_BATCHES:
+ * asking for it by name is the operator's explicit decision.
+ */
+const eventsPrune = Command.make(
+  "prune",
+  {
+    before: Flag.String("before").pipe(Flag.withDescription("Prune events strictly older than this ISO-8601 instant (at least SWEEPER_EVENT_RETENTION ago)")),
+    dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report how many events would be pruned; delete nothing"), Flag.withDefault(false)),
+    json
+  },
+  Effect.fn("Cli.eventsPrune")(function*({ before, dryRun, json }) {
+    const cutoff = yield* parseInstant("--before", before)
+    const settings = yield* SweeperConfig
+    const configured = yield* configureBatches(batches)
+    const batch = configured.find((c) => c.batch.name === PruneEvents.name)!.batch
+    const retentionMs = Duration.toMillis(settings.eventRetention)
+    const newestAllowed = DateTime.toEpochMillis(yield* DateTime.now) - retentionMs
+    if (cutoff.getTime() > newestAllowed) {
+      return yield* new InvalidFlag({
+        flag: "--before",
+        message: `${before} is within the retention period (SWEEPER_EVENT_RETENTION ${Duration.format(settings.eventRetention)}): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
+      })
+    }
+    const asOf = new Date(cutoff.getTime() + retentionMs)
+    const remote = yield* remoteSupervisor
+    if (Option.isSome(remote)) {
+      const result = yield* callSupervisor(remote.value, "POST", `/api/batches/${PruneEvents.name}/run`, { dryRun, force: true, now: asOf.toISOString() })
+      return yield* printRun(result as RunResult, json)
+    }
+    const result = yield* runBatch(batch, { trigger: "manual", dryRun, asOf }).pipe(
+      // A dry run only counts, so it never migrates (SPEC §8.1).
+      Effect.provide(dryRun ? ReadOnlyAppLayer : AppLayer)
+    )
+    yield* printRun(result, json)
+  }, Effect.provide(SweeperConfig.layer))
+).pipe(Command.withDescription("Delete events older than --before (outside the retention period), keeping those batch state is folded from"))
 
 /** Every batch's view, computed here from the database (no supervisor involved). */
 const localViews = Effect.gen(function*() {
@@ -481,7 +523,7 @@ const demo = Command.make(
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events, doctorCommand, simulateCommand, demo])
+  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events.pipe(Command.withSubcommands([eventsPrune])), doctorCommand, simulateCommand, demo])
 )
 
 export const cli = Command.run(sweeper, { version: "0.1.0" })

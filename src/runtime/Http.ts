@@ -100,7 +100,9 @@ export const snapshotView = (snapshot: BatchSnapshot, now: Date): BatchView =>
 
 const RunBody = Schema.Struct({
   dryRun: Schema.optionalKey(Schema.Boolean),
-  force: Schema.optionalKey(Schema.Boolean)
+  force: Schema.optionalKey(Schema.Boolean),
+  /** `--now`: the ISO-8601 instant thresholds are judged at (`sweeper events prune --before` sends it). */
+  now: Schema.optionalKey(Schema.String)
 })
 
 const instant = (value: string | null) => {
@@ -275,8 +277,14 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       const body = text.trim() === ""
         ? Option.some({} as typeof RunBody.Type)
         : Schema.decodeUnknownOption(Schema.fromJsonString(RunBody))(text)
-      if (Option.isNone(body)) return apiError("bad_request", "body: expected {\"dryRun\"?: boolean, \"force\"?: boolean}")
-      return yield* scheduler.runNow(name, { dryRun: body.value.dryRun, force: body.value.force }).pipe(
+      if (Option.isNone(body)) return apiError("bad_request", "body: expected {\"dryRun\"?: boolean, \"force\"?: boolean, \"now\"?: ISO-8601}")
+      const asOf = instant(body.value.now ?? null)
+      if (Option.isNone(asOf)) return apiError("bad_request", "now: expected an ISO-8601 instant")
+      // As the CLI's `run --now`: a real run never judges at a future instant (it would repair too early).
+      if (asOf.value !== undefined && body.value.dryRun !== true && asOf.value.getTime() > DateTime.toEpochMillis(yield* DateTime.now)) {
+        return apiError("bad_request", "now: in the future; only a dry run may look ahead")
+      }
+      return yield* scheduler.runNow(name, { dryRun: body.value.dryRun, force: body.value.force, asOf: asOf.value }).pipe(
         Effect.map((result) => HttpServerResponse.jsonUnsafe(result)),
         Effect.catchTags({
           UnknownBatch: unknownBatch,

@@ -27,7 +27,7 @@ import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseNa
 
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
-  | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly reply: Deferred.Deferred<RunResult> }
+  | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly asOf?: Date | undefined; readonly reply: Deferred.Deferred<RunResult> }
   | { readonly _tag: "Pause"; readonly by: string }
   | { readonly _tag: "Resume"; readonly by: string }
 
@@ -35,6 +35,8 @@ export interface RunNowOptions {
   readonly dryRun?: boolean | undefined
   /** Run a batch listed in SWEEPER_DISABLED_BATCHES anyway. */
   readonly force?: boolean | undefined
+  /** Judge thresholds at this past instant (`sweeper events prune --before` asks prune-events this way). */
+  readonly asOf?: Date | undefined
 }
 
 export type ActorStatus = "idle" | "running" | "paused" | "disabled"
@@ -235,7 +237,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         })
       }).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
 
-    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean }) =>
+    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean; asOf?: Date | undefined }) =>
       Effect.gen(function*() {
         // Ticks missed during an outage are written before this run's events, in tick order.
         yield* flushUnrecorded(actor)
@@ -243,6 +245,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const fiber = yield* FiberSet.run(inflight, runBatch(actor.batch, {
           trigger: options.trigger,
           dryRun: options.dryRun,
+          asOf: options.asOf,
           scheduledAt: options.scheduledAt === undefined ? undefined : DateTime.fromDateUnsafe(options.scheduledAt),
           claimTick: options.scheduledAt !== undefined
         }))
@@ -294,7 +297,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
                 yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0, dryRun: message.dryRun })
                 break
               }
-              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual", dryRun: message.dryRun }))
+              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual", dryRun: message.dryRun, asOf: message.asOf }))
               break
             }
             case "Tick":
@@ -405,7 +408,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
             return yield* new BatchDisabled({ name })
           }
           const reply = yield* Deferred.make<RunResult>()
-          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, reply })
+          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, asOf: options.asOf, reply })
           return yield* Deferred.await(reply)
         }),
       pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Pause", by })).pipe(Effect.asVoid),

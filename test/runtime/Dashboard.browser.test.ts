@@ -71,7 +71,9 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("dashboa
 
         // Load: one card per batch, schedule in words, three upcoming fire times.
         await page.goto(base)
-        assert.strictEqual(await page.locator("section.card").count(), 5)
+        // The five GitLab batches and Sweeper's own prune-events.
+        assert.strictEqual(await page.locator("section.card").count(), 6)
+        assert.include(await page.locator("section.card[data-batch=prune-events]").textContent(), "03:17")
         const drop = page.locator("section.card[data-batch=drop-canceling-builds]")
         assert.include(await drop.textContent(), "hourly at :45")
         assert.strictEqual(await drop.locator(".ticks > div").count(), 3)

@@ -61,8 +61,9 @@ describe("HTTP", () => {
       const list = JSON.parse(batches.body) as Array<Record<string, unknown>>
       assert.deepStrictEqual(list.map((b) => b.name).sort(), [
         "concurrency-limit-resume", "delete-stale-direct-uploads", "drop-canceling-builds",
-        "reschedule-stuck-issue-rebalances", "stuck-export-jobs"
+        "prune-events", "reschedule-stuck-issue-rebalances", "stuck-export-jobs"
       ])
+      assert.strictEqual(list.find((b) => b.name === "prune-events")!.cron, "17 3 * * *")
       const exports = list.find((b) => b.name === "stuck-export-jobs")!
       assert.strictEqual(exports.cron, "* * * * * *")
       assert.strictEqual(exports.lastOutcome, "succeeded")

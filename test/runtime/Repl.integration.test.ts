@@ -32,12 +32,13 @@ describe("REPL and status", () => {
         const env = { SWEEPER_DATA_DIR: dataDir }
         const session = await repl(
           `await sweeper.run("drop-canceling-builds").then((r) => "outcome=" + r.outcome)\n` +
-            `sweeper.batches.length\n.exit\n`,
+            `"batches=" + sweeper.batches.length\n.exit\n`,
           env
         )
         assert.strictEqual(session.code, 0)
         assert.include(session.stdout, "'outcome=succeeded'")
-        assert.include(session.stdout, "5")
+        // The five GitLab batches and Sweeper's own prune-events.
+        assert.include(session.stdout, "'batches=6'")
 
         const status = await runCli(["status", "--json"], env)
         assert.strictEqual(status.code, 0)

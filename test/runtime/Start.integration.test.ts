@@ -56,7 +56,7 @@ describe("npm start", () => {
         const lines = output.split("\n").filter((line) => line.trim().startsWith("{"))
         assert.include(lines[0], "embedded default")
         assert.include(lines[0], "PGlite")
-        for (const batch of ["drop-canceling-builds", "stuck-export-jobs", "delete-stale-direct-uploads", "reschedule-stuck-issue-rebalances", "concurrency-limit-resume"]) {
+        for (const batch of ["drop-canceling-builds", "stuck-export-jobs", "delete-stale-direct-uploads", "reschedule-stuck-issue-rebalances", "concurrency-limit-resume", "prune-events"]) {
           assert.include(output, `Scheduled ${batch}`)
         }
         // The supervisor published its address in the (default, scratch) data directory.
