@@ -46,10 +46,10 @@ describe("Beside GitLab's schema", () => {
         const columnsBefore = yield* gitlabColumns
         assert.isAbove(indexesBefore.length, 20)
         assert.deepStrictEqual(yield* detectSchemaMode(Option.none()), { mode: "gitlab", source: "detected" })
-        assert.deepStrictEqual(yield* pendingMigrations("gitlab"), ["0002_sweeper_tables", "0003_schema_ownership"])
+        assert.deepStrictEqual(yield* pendingMigrations("gitlab"), ["0002_sweeper_tables", "0003_schema_ownership", "0004_event_retention_indexes"])
 
         const applied = yield* migrate
-        assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3])
+        assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4])
         assert.deepStrictEqual(yield* migrate, [])
         const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
         assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
