@@ -287,7 +287,7 @@ describe("environment example", () => {
       assert.strictEqual(loaded.objectStorage._tag, "S3")
       assert.deepStrictEqual(Object.keys(loaded.concurrencyLimits), ["Releases::CreateEvidenceWorker"])
       // Every line not marked as an example shows the default: uncommenting it changes nothing.
-      for (const key of ["httpHost", "httpPort", "timezone", "shutdownGrace", "dropBatchSize"] as const) {
+      for (const key of ["httpHost", "httpPort", "timezone", "shutdownGrace", "dropBatchSize", "eventRetention"] as const) {
         assert.deepStrictEqual(loaded[key], defaults[key], key)
       }
       for (const batch of batches) {
