@@ -14,7 +14,8 @@ import { BuildDoomed, BuildDropped } from "../domain/Events.ts"
 import { Builds } from "../services/Builds.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
-import { fenceWrite } from "./Fencing.ts"
+import { eventsForWrittenCte } from "./EventLogSql.ts"
+import { fencedCte, fenceWrite } from "./Fencing.ts"
 
 interface BuildRow {
   readonly id: string
@@ -105,6 +106,34 @@ export const stuckCancelingQuery = (sql: PgClient.PgClient, options: {
     LIMIT ${options.limit}`
 }
 
+/**
+ * Walks the canceling index over (after, upTo], the keyset range of builds this run failed and
+ * committed (see Builds.revisitWritten). An ordered index scan with a LIMIT, like the page query,
+ * because only an index scan marks entries dead as it meets them (kill_prior_tuple); a bitmap scan,
+ * which a plain range count could get, would not. Exported for the storage test's EXPLAIN.
+ */
+export const revisitWrittenQuery = (sql: PgClient.PgClient, range: {
+  readonly cutoff: DateTime.Utc
+  readonly after: Option.Option<BuildCursor>
+  readonly upTo: BuildCursor
+  readonly limit: number
+}, table: BuildsTable = PlainBuilds) => {
+  const cutoff = DateTime.toDateUtc(range.cutoff)
+  const order = sql.literal(keysetColumns(table))
+  const position = (c: BuildCursor) => {
+    const createdAt = c.createdAtExact !== undefined ? sql`${c.createdAtExact}::timestamp` : sql`${DateTime.toDateUtc(c.createdAt)}`
+    return table.partitioned ? sql`(${createdAt}, ${c.projectId}, ${c.id}, ${c.partitionId ?? 0})` : sql`(${createdAt}, ${c.projectId}, ${c.id})`
+  }
+  const after = Option.match(range.after, { onNone: () => sql``, onSome: (c) => sql`AND (${order}) > ${position(c)}` })
+  return sql<{ readonly n: string }>`
+    SELECT count(*) AS n FROM (
+      SELECT 1 FROM ${sql(table.name)}
+      WHERE status = 'canceling' AND type = 'Ci::Build'
+        AND created_at < ${cutoff} AND updated_at < ${cutoff} ${after} AND (${order}) <= ${position(range.upTo)}
+      ORDER BY ${order}
+      LIMIT ${range.limit}) AS walked`
+}
+
 export const BuildsSql = Layer.effect(
   Builds,
   Effect.gen(function*() {
@@ -156,44 +185,59 @@ export const BuildsSql = Layer.effect(
     }
 
     /**
-     * A page in one fenced transaction: the fence once, one UPDATE … FROM the page's (key,
-     * lock_version) with each row's own guard, one INSERT of the dropped rows' events. A row that
-     * changed since it was read (status or lock_version) is not in RETURNING: it stays as it is and
-     * the caller retries it on its own.
+     * A page in ONE statement, so one round trip and one commit: the fence, one UPDATE … FROM the
+     * page's (key, lock_version) with each row's own guard, and the INSERT of the events of exactly
+     * the rows that UPDATE changed, as data-modifying CTEs of a single autocommitted statement (all
+     * of it commits or none). A row that changed since it was read (status or lock_version) is not
+     * in `dropped`: it stays as it is, gets no event, and the caller retries it on its own. Measured
+     * against BEGIN, fence, UPDATE, INSERT, COMMIT as five round trips: see BENCHMARKS.md.
      */
     const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
       if (builds.length === 0) return []
       const reason = FailureReason.stuck_or_timeout_failure
       const at = DateTime.toDateUtc(now)
       const recordset = pageRecordset(sql, table, builds)
-      const returning = table.partitioned ? sql`b.id, b.partition_id` : sql`b.id`
-      return yield* events.transaction(Effect.gen(function*() {
-        yield* fenceWrite(sql)
-        const updated = yield* sql<{ readonly id: string; readonly partition_id?: string }>`
+      const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
+      const fence = yield* fencedCte(sql)
+      const events = yield* eventsForWrittenCte(sql, builds.map((build) => ({
+        key: keyString(table, build),
+        event: new BuildDropped({
+          id: build.id,
+          ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+          project_id: build.projectId,
+          runner_id: build.runnerId,
+          failure_reason: reason
+        })
+      })), "dropped")
+      const rows = yield* sql<{ readonly fenced: string | number; readonly keys: ReadonlyArray<string> }>`
+        WITH fenced AS (${fence.cte}),
+        dropped AS (
           UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
             finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
           FROM ${recordset}
           WHERE ${keyJoin(sql, table)} AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
-          RETURNING ${returning}`
-        const won = new Set(updated.map((row) => keyString(table, { id: row.id, partitionId: row.partition_id })))
-        // In page order, as the keyset read them.
-        const dropped = builds.filter((build) => won.has(keyString(table, build)))
-        yield* events.appendAll(dropped.map((build) =>
-          new BuildDropped({
-            id: build.id,
-            ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
-            project_id: build.projectId,
-            runner_id: build.runnerId,
-            failure_reason: reason
-          })
-        ))
-        return dropped
-      }))
+            AND EXISTS (SELECT FROM fenced)
+          RETURNING ${key} AS key),
+        logged AS (${events})
+        SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys`
+      if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+      const won = new Set(rows[0]!.keys)
+      // In page order, as the keyset read them.
+      return builds.filter((build) => won.has(keyString(table, build)))
+    })
+
+    const revisitWritten = Effect.fn("Builds.revisitWritten")(function*(range: {
+      readonly cutoff: DateTime.Utc
+      readonly after: Option.Option<BuildCursor>
+      readonly upTo: BuildCursor
+      readonly limit: number
+    }) {
+      yield* revisitWrittenQuery(sql, range, table)
     })
 
     const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped"))
     const doom = Effect.fn("Builds.doom")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed"))
 
-    return Builds.of({ findStuckCanceling, find, drop, dropMany, doom })
+    return Builds.of({ findStuckCanceling, find, drop, dropMany, revisitWritten, doom })
   })
 )

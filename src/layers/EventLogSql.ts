@@ -14,6 +14,28 @@ interface EventRow {
   readonly occurred_at: Date
 }
 
+/**
+ * A repair page's events as a data-modifying CTE body, for a page written in ONE statement: every
+ * row of the page comes with its event, keyed, and only those whose key the statement's `written`
+ * CTE returns (a `key text` column: the rows its guarded UPDATE actually changed) are inserted, in
+ * the order given. The events commit with the write or not at all, in the write's single round trip.
+ */
+export const eventsForWrittenCte = Effect.fnUntraced(function*(
+  sql: PgClient.PgClient,
+  keyed: ReadonlyArray<{ readonly key: string; readonly event: DomainEvent }>,
+  written: string
+) {
+  const run = yield* CurrentRun
+  const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
+  const rows = keyed.map(({ event, key }) => ({ key, stream: streamOf(event), type: event._tag, data: dataOf(event) }))
+  return sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+    SELECT e.stream, e.type, e.data, ${run.runId}::uuid, ${occurredAt}::timestamptz
+    FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (key text, stream text, type text, data jsonb))
+      WITH ORDINALITY AS e(key, stream, type, data, n)
+    WHERE e.key IN (SELECT key FROM ${sql.literal(written)})
+    ORDER BY e.n`
+})
+
 export const EventLogSql = Layer.effect(
   EventLog,
   Effect.gen(function*() {

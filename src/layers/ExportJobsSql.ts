@@ -1,11 +1,11 @@
 /** ExportJobs on PostgreSQL (`project_export_jobs`, `project_relation_exports`). */
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer } from "effect"
+import { DateTime, Effect, Layer, Option } from "effect"
 import { type EnqueuedExportJob, ExportJobStatus } from "../domain/ExportJob.ts"
 import { ExportJobFailed } from "../domain/Events.ts"
-import { EventLog } from "../services/EventLog.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
-import { fenceWrite } from "./Fencing.ts"
+import { eventsForWrittenCte } from "./EventLogSql.ts"
+import { fencedCte } from "./Fencing.ts"
 
 interface RefRow {
   readonly id: string
@@ -13,9 +13,8 @@ interface RefRow {
 }
 
 interface FailedRow {
-  readonly id: string
+  readonly id: number
   readonly jid: string
-  readonly project_id: string
 }
 
 interface JobRow {
@@ -47,7 +46,6 @@ export const ExportJobsSql = Layer.effect(
   ExportJobs,
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
-    const events = yield* EventLog
     const { queued, started } = ExportJobStatus
 
     const listEnqueued = Effect.gen(function*() {
@@ -69,23 +67,34 @@ export const ExportJobsSql = Layer.effect(
       return found
     })
 
-    // The slice travels as one jsonb parameter (id and jid read per row), so the guarded UPDATE is a
-    // single statement whatever the slice size, far from PostgreSQL's 65,535-parameter limit.
+    // The slice in ONE statement, so one round trip and one commit: the fence, the guarded UPDATE
+    // (the slice as one jsonb parameter: id and jid read per row, so one statement whatever the
+    // slice size, far from PostgreSQL's 65,535-parameter limit) and the INSERT of the events of
+    // exactly the rows it changed, as data-modifying CTEs of a single autocommitted statement.
     const failMany = Effect.fn("ExportJobs.failMany")(function*(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc) {
       if (jobs.length === 0) return []
-      return yield* events.transaction(Effect.gen(function*() {
-        yield* fenceWrite(sql)
-        const read = jobs.map((job) => ({ id: job.id, jid: job.jid }))
-        const updated = yield* sql<FailedRow>`
+      const fence = yield* fencedCte(sql)
+      const read = jobs.map((job) => ({ id: job.id, jid: job.jid }))
+      const events = yield* eventsForWrittenCte(
+        sql,
+        [...jobs].sort((a, b) => a.id - b.id).map((job) => ({
+          key: String(job.id),
+          event: new ExportJobFailed({ id: job.id, jid: job.jid, project_id: job.projectId })
+        })),
+        "failed"
+      )
+      const rows = yield* sql<{ readonly fenced: string | number; readonly failed: ReadonlyArray<FailedRow> }>`
+        WITH fenced AS (${fence.cte}),
+        failed AS (
           UPDATE project_export_jobs j SET status = ${ExportJobStatus.failed}, updated_at = ${DateTime.toDateUtc(now)}
           FROM jsonb_to_recordset(${sql.json(read)}) AS r(id bigint, jid text)
-          WHERE j.id = r.id AND j.jid = r.jid AND j.status IN (${queued}, ${started})
-          RETURNING j.id, j.jid, j.project_id`
-        const failed = updated.map((row) => ({ id: Number(row.id), jid: row.jid, project_id: Number(row.project_id) }))
-          .sort((a, b) => a.id - b.id)
-        yield* events.appendAll(failed.map((row) => new ExportJobFailed(row)))
-        return failed.map((row) => row.jid)
-      }))
+          WHERE j.id = r.id AND j.jid = r.jid AND j.status IN (${queued}, ${started}) AND EXISTS (SELECT FROM fenced)
+          RETURNING j.id, j.jid, j.id::text AS key),
+        logged AS (${events})
+        SELECT (SELECT count(*) FROM fenced) AS fenced,
+          (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'jid', jid) ORDER BY id), '[]') FROM failed) AS failed`
+      if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+      return rows[0]!.failed.map((row) => row.jid)
     })
 
     return ExportJobs.of({ listEnqueued, findEnqueued, failMany })

@@ -21,3 +21,25 @@ export const fenceWrite = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
     RETURNING epoch`
   if (accepted.length === 0) return yield* new LeaseLost({ lease, epoch })
 })
+
+/**
+ * The fence for a write that is ONE statement (data-modifying CTEs, autocommit): the same check,
+ * as a CTE body to name `fenced`. It yields one row when the write may happen (our epoch
+ * recorded, or no fence at all) and none when a newer holder has written; the statement guards
+ * each of its writes with `EXISTS (SELECT FROM fenced)` and reports `(SELECT count(*) FROM fenced)`,
+ * and the caller fails with `lost` when that is 0 (nothing was written). One round trip for fence,
+ * write and events instead of BEGIN, fence, write, events, COMMIT.
+ */
+export const fencedCte = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
+  const run = yield* CurrentRun
+  if (Option.isNone(run.fence)) return { cte: sql`SELECT 1 AS epoch`, lost: Option.none<LeaseLost>() }
+  const { lease, epoch } = run.fence.value
+  yield* run.fence.value.check
+  return {
+    cte: sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES (${lease}, ${epoch})
+      ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
+      WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
+      RETURNING epoch`,
+    lost: Option.some(new LeaseLost({ lease, epoch }))
+  }
+})

@@ -97,13 +97,20 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   let dropped = 0
   let doomed = 0
   let batches = 0
+  // Where the current page starts, and the keyset range written and committed but not yet revisited.
+  let pageAfter = Option.none<BuildCursor>()
+  let unvisited = Option.none<{ readonly after: Option.Option<BuildCursor>; readonly upTo: BuildCursor }>()
+  // Housekeeping for the next run's scan, not part of the repair: its failure fails nothing.
+  const revisit = (range: { readonly after: Option.Option<BuildCursor>; readonly upTo: BuildCursor }) =>
+    builds.revisitWritten({ cutoff, ...range, limit: batchSize }).pipe(Effect.ignore)
   let page = yield* read(Option.none())
   while (page.length > 0) {
     batches++
+    const upTo = cursorOf(page[page.length - 1]!)
     // A short page is the last one; otherwise the next page's keyset cursor is known now.
     const next = page.length < batchSize
       ? Effect.succeed<ReadonlyArray<CancelingBuild>>([])
-      : read(Option.some(cursorOf(page[page.length - 1]!)))
+      : read(Option.some(upTo))
     if (dryRun) {
       dropped += page.length
       for (const build of page) yield* wouldChange(`build:${build.id}`)
@@ -111,18 +118,24 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
       continue
     }
     // The next page is read while this one is written, on another pooled connection (the write
-    // holds its transaction's). Safe with the fence: the read writes nothing, so it needs no
-    // fence, and every row it returns is written later in a transaction of its own that checks
-    // the fence then. Its rows are strictly after this page in keyset order, so the two never
-    // touch the same row; and whatever the read sees of this page's commit or of other writers,
-    // each row's guard (status, lock_version as read) is checked again when its page is written.
-    // If this write fails (LeaseLost, SqlError), the read is interrupted with it. The embedded
-    // database has one connection: the read then simply waits for the write's commit.
-    const [written, nextPage] = yield* Effect.all([dropPage(page, now), next], { concurrency: 2 })
+    // holds its own). Safe with the fence: the read writes nothing, so it needs no fence, and every
+    // row it returns is written later in a statement of its own that checks the fence then. Its
+    // rows are strictly after this page in keyset order, so the two never touch the same row; and
+    // whatever the read sees of this page's commit or of other writers, each row's guard (status,
+    // lock_version as read) is checked again when its page is written. Before it, the same fiber
+    // revisits the previous page's range (committed before this write began, strictly before this
+    // page: disjoint too). If this write fails (LeaseLost, SqlError), the read is interrupted with
+    // it. The embedded database has one connection: the read then simply waits for the write.
+    const ahead = Option.match(unvisited, { onNone: () => next, onSome: (range) => Effect.andThen(revisit(range), next) })
+    const [written, nextPage] = yield* Effect.all([dropPage(page, now), ahead], { concurrency: 2 })
     dropped += written.dropped
     doomed += written.doomed
+    unvisited = Option.some({ after: pageAfter, upTo })
+    pageAfter = Option.some(upTo)
     page = nextPage
   }
+  // The last page written has not been revisited yet.
+  if (Option.isSome(unvisited)) yield* revisit(unvisited.value)
 
   if (!dryRun) {
     yield* increment(buildsDroppedTotal, dropped)

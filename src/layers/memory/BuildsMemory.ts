@@ -124,6 +124,8 @@ export const BuildsMemory = Layer.effect(
       find: ({ id }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild)),
       drop: (build, now) => failBuild(build, now, "dropped"),
       dropMany,
+      // No index, no dead entries.
+      revisitWritten: () => Effect.void,
       doom: (build, now) => failBuild(build, now, "doomed")
     })
   })
