@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto"
 import { type BuildCursor, type CancelingBuild, cancelingCutoff, cursorOf } from "../../src/domain/Build.ts"
 import { CurrentRun, type Fence } from "../../src/domain/Batch.ts"
 import { LeaseLost } from "../../src/domain/Errors.ts"
-import { BuildsSql, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
+import { BuildsSql, revisitWrittenQuery, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { Builds } from "../../src/services/Builds.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
@@ -433,5 +433,44 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       // And the plan's rows are what findStuckCanceling returns.
       const page = yield* Effect.flatMap(Builds, (b) => b.findStuckCanceling({ cutoff: CUTOFF, after: Option.none(), limit: 100 }))
       assert.lengthOf(page, 100)
+    }))
+
+  it.effect("revisitWritten: an index scan over exactly the range; afterwards a scan of that range skips the dead rows it left", () =>
+    Effect.gen(function*() {
+      yield* reset
+      const sql = yield* PgClient.PgClient
+      const builds = yield* Builds
+      yield* sql`INSERT INTO ci_builds (id, project_id, status, type, created_at, updated_at)
+        SELECT i, i % 50, 'canceling', 'Ci::Build', '2026-01-01 00:00:00'::timestamp + (i || ' seconds')::interval, '2026-01-01 00:00:00'::timestamp
+        FROM generate_series(1, 4000) AS i`
+      yield* sql`ANALYZE ci_builds`
+      const [pageA, pageB] = yield* findAll(2000)
+      yield* builds.dropMany(pageA!, NOW)
+      yield* builds.dropMany(pageB!, NOW)
+      const rangeA = { cutoff: CUTOFF, after: Option.none<BuildCursor>(), upTo: cursorOf(pageA!.at(-1)!), limit: 2000 }
+      const rangeB = { cutoff: CUTOFF, after: Option.some(cursorOf(pageA!.at(-1)!)), upTo: cursorOf(pageB!.at(-1)!), limit: 2000 }
+      const probe = (range: typeof rangeA) =>
+        Effect.gen(function*() {
+          const rows = yield* sql<{ "QUERY PLAN": ReadonlyArray<{ readonly Plan: Record<string, any> }> }>`
+            EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${revisitWrittenQuery(sql, range)}`
+          const plan = JSON.stringify(rows[0]!["QUERY PLAN"])
+          // Only an index scan marks the entries it finds dead (a bitmap scan would not).
+          assert.include(plan, `"Node Type":"Index Scan"`)
+          assert.include(plan, "index_ci_builds_canceling_on_created_at_project_id_id")
+          assert.notInclude(plan, "Bitmap")
+          const root = rows[0]!["QUERY PLAN"][0]!.Plan
+          return Number(root["Shared Hit Blocks"] ?? 0) + Number(root["Shared Read Blocks"] ?? 0)
+        })
+      yield* builds.revisitWritten(rangeA)
+      // A's entries are marked dead: the scan no longer visits its 2000 rows' heap pages. B's are
+      // not, until the first scan of B meets them.
+      const afterRevisit = yield* probe(rangeA)
+      const firstOfB = yield* probe(rangeB)
+      const secondOfB = yield* probe(rangeB)
+      assert.isBelow(afterRevisit * 3, firstOfB, JSON.stringify({ afterRevisit, firstOfB }))
+      assert.isBelow(secondOfB * 3, firstOfB, JSON.stringify({ secondOfB, firstOfB }))
+      // Nothing is returned or changed: every build of both pages stays failed, once.
+      const counts = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
+      assert.strictEqual(Number(counts[0]!.n), 4000)
     }))
 })
