@@ -440,9 +440,18 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       yield* reset
       const sql = yield* PgClient.PgClient
       const builds = yield* Builds
+      // An index entry is marked dead only once its row is dead to every snapshot in the database:
+      // keep autovacuum's ANALYZE (which holds a snapshot) away from this table meanwhile.
+      yield* Effect.acquireRelease(
+        sql`ALTER TABLE ci_builds SET (autovacuum_enabled = false)`,
+        () => Effect.orDie(sql`ALTER TABLE ci_builds RESET (autovacuum_enabled)`)
+      )
+      // created_at a permutation of id: consecutive index entries point into different heap pages,
+      // so every dead row the scan fetches shows as a buffer access (a scan keeps the page it is on).
       yield* sql`INSERT INTO ci_builds (id, project_id, status, type, created_at, updated_at)
-        SELECT i, i % 50, 'canceling', 'Ci::Build', '2026-01-01 00:00:00'::timestamp + (i || ' seconds')::interval, '2026-01-01 00:00:00'::timestamp
-        FROM generate_series(1, 4000) AS i`
+        SELECT i, i % 50, 'canceling', 'Ci::Build', '2026-01-01 00:00:00'::timestamp + ((i * 7919 % 4000) || ' seconds')::interval,
+          '2026-01-01 00:00:00'::timestamp
+        FROM generate_series(0, 3999) AS i`
       yield* sql`ANALYZE ci_builds`
       const [pageA, pageB] = yield* findAll(2000)
       yield* builds.dropMany(pageA!, NOW)
@@ -462,13 +471,12 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
           return Number(root["Shared Hit Blocks"] ?? 0) + Number(root["Shared Read Blocks"] ?? 0)
         })
       yield* builds.revisitWritten(rangeA)
-      // A's entries are marked dead: the scan no longer visits its 2000 rows' heap pages. B's are
-      // not, until the first scan of B meets them.
+      // A's entries are marked dead: the scan no longer fetches its 2000 dead rows. B's are not:
+      // its first scan fetches every one.
       const afterRevisit = yield* probe(rangeA)
       const firstOfB = yield* probe(rangeB)
-      const secondOfB = yield* probe(rangeB)
-      assert.isBelow(afterRevisit * 3, firstOfB, JSON.stringify({ afterRevisit, firstOfB }))
-      assert.isBelow(secondOfB * 3, firstOfB, JSON.stringify({ secondOfB, firstOfB }))
+      assert.isAbove(firstOfB, 1000, JSON.stringify({ firstOfB }))
+      assert.isBelow(afterRevisit * 5, firstOfB, JSON.stringify({ afterRevisit, firstOfB }))
       // Nothing is returned or changed: every build of both pages stays failed, once.
       const counts = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
       assert.strictEqual(Number(counts[0]!.n), 4000)
