@@ -199,10 +199,11 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
 
   let tickNumber = 0
   const throttled = Effect.fn("Simulator.throttled")(function*(now: number) {
-    // Bursts every fifth tick, a little over the limit each: deferred jobs pile up, then drain.
-    if (tickNumber % 5 !== 0) return
+    // A steady trickle, and every fifth tick a burst over the limit: deferred jobs pile up while
+    // fresh ones keep arriving, so resumed and direct jobs compete for the same slots.
     for (const [worker, { limit, queue }] of Object.entries(limited)) {
-      for (let i = 0; i < options.rate * (limit + 2); i++) {
+      const count = tickNumber % 5 === 0 ? options.rate * (limit + 2) : Math.ceil(options.rate / 2)
+      for (let i = 0; i < count; i++) {
         const id = ledger.throttled.pushed.length + 1
         ledger.throttled.pushed.push(id)
         yield* pushJob({ workerClass: worker, args: [id], queue, nowMillis: now })
