@@ -157,10 +157,13 @@ export const activeHandles = Metric.gauge("nodejs_active_resources", { descripti
 export const OUTCOMES = ["succeeded", "failed", "timed_out", "skipped", "abandoned"] as const
 export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"] as const
 
-/** Every run and missed-tick series of every batch, present from start-up at 0. */
+/**
+ * Every run and missed-tick series of every batch, present from start-up at 0; and the pruned-events
+ * counter, so "nothing pruned for days while the table grows" is an expression over a series that exists.
+ */
 export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void> =>
   Effect.forEach(batches, (batch) =>
     Effect.all([
       Effect.forEach(OUTCOMES, (outcome) => Metric.update(Metric.withAttributes(runsTotal, { batch, outcome }), 0)),
       Effect.forEach(MISSED_REASONS, (reason) => Metric.update(Metric.withAttributes(ticksMissedTotal, { batch, reason }), 0))
-    ]), { discard: true })
+    ]), { discard: true }).pipe(Effect.andThen(Metric.update(eventsPrunedTotal, 0)))

@@ -74,6 +74,9 @@ describe("HTTP", () => {
       assert.strictEqual(metrics.status, 200)
       assert.include(metrics.type, "text/plain")
       assert.match(metrics.body, /sweeper_runs_total\{batch="stuck-export-jobs",outcome="succeeded"\} \d+/)
+      // prune-events' series exist from start-up, before its first (daily) run.
+      assert.match(metrics.body, /sweeper_runs_total\{batch="prune-events",outcome="failed"\} 0/)
+      assert.match(metrics.body, /^sweeper_events_pruned_total(\{\})? 0$/m)
       assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",outcome="succeeded",le="0.05"\}/)
       // Every batch × outcome series is there from start-up, at 0 until its first run of that outcome.
       assert.match(metrics.body, /sweeper_runs_total\{batch="drop-canceling-builds",outcome="failed"\} 0/)
