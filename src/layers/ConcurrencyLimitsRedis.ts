@@ -16,7 +16,9 @@
  * - END_MOVE (SharedState): delete the journal only while it is still our batch's.
  * (Jobs are built in TypeScript from Schema-decoded elements, not with cjson inside Redis: cjson
  * turns `[]` into `{}` and rounds numbers to 14 digits, which would corrupt args.)
- * - HDEL_IF_EQUALS removes a stale tracker only if it still holds the start time we judged stale.
+ * - HDEL_IF_EQUALS removes a stale tracker only if it still holds the start time we judged stale;
+ *   field and value are read (HSCAN) and given back as the exact bytes, so a tracker holding bytes
+ *   that are not UTF-8 is compared and removed like any other.
  */
 import { Effect, Layer } from "effect"
 import { Cluster } from "ioredis"
@@ -103,6 +105,9 @@ const scanAll = async (client: RedisClient, cursor: string, match: string, count
   return [index + 1 < masters.length ? `${index + 1}:0` : "0", keys]
 }
 
+/** The very bytes as a Buffer (ioredis sends a Buffer argument as is, a string as UTF-8). */
+const exactly = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+
 const BEGIN_OUTCOMES: Record<number, BeginOutcome> = { 1: "moved", 0: "changed", [-1]: "busy" }
 
 /** The connections of the three GitLab stores (one and the same on a single server). */
@@ -150,15 +155,15 @@ export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: Concurre
   get: (key) => queuesMetadata.use("concurrency_limit.get", (client) => client.get(key)),
   hlen: (key) => queuesMetadata.use("concurrency_limit.hlen", (client) => client.hlen(key)),
   hscan: (key, cursor, count) =>
-    Effect.map(queuesMetadata.use("concurrency_limit.hscan", (client) => client.hscan(key, cursor, "COUNT", count)), ([next, flat]) => {
-      const entries: Array<readonly [string, string]> = []
+    Effect.map(queuesMetadata.use("concurrency_limit.hscan", (client) => client.hscanBuffer(key, cursor, "COUNT", count)), ([next, flat]) => {
+      const entries: Array<readonly [Uint8Array, Uint8Array]> = []
       for (let i = 0; i + 1 < flat.length; i += 2) entries.push([flat[i]!, flat[i + 1]!])
-      return [next, entries] as const
+      return [next.toString("latin1"), entries] as const
     }),
   hdelIfEquals: (key, field, value) =>
     Effect.map(
       queuesMetadata.use("concurrency_limit.hdel_if_equals", (client) =>
-        client.eval(HDEL_IF_EQUALS, 1, key, field, value) as Promise<number>),
+        client.eval(HDEL_IF_EQUALS, 1, key, exactly(field), exactly(value)) as Promise<number>),
       (n) => n === 1
     ),
   reserve: (key, count, ttlSeconds) =>

@@ -172,14 +172,22 @@ export interface ConcurrencyLimitStore {
   // --- QueuesMetadata: limit override, executing trackers, reserved slots
   get(key: string): Effect.Effect<string | null, RedisError>
   hlen(key: string): Effect.Effect<number, RedisError>
-  hscan(key: string, cursor: string, count: number): Effect.Effect<readonly [string, ReadonlyArray<readonly [string, string]>], RedisError>
-  /** HDEL the field only while it still holds `value` (a slot re-used by a new job meanwhile stays). */
-  hdelIfEquals(key: string, field: string, value: string): Effect.Effect<boolean, RedisError>
+  /** HSCAN as raw bytes: a tracker is removed by its exact field and value, never via a decoded copy. */
+  hscan(key: string, cursor: string, count: number): Effect.Effect<readonly [string, ReadonlyArray<readonly [Uint8Array, Uint8Array]>], RedisError>
+  /**
+   * HDEL the field (exact bytes) only while it still holds `value` (exact bytes): a slot re-used by
+   * a new job meanwhile stays.
+   */
+  hdelIfEquals(key: string, field: Uint8Array, value: Uint8Array): Effect.Effect<boolean, RedisError>
   /** Step 2: INCRBY pending_resumed and reset its TTL (one key, atomic). */
   reserve(key: string, count: number, ttlSeconds: number): Effect.Effect<void, RedisError>
 
   // --- Queues: Sidekiq's queues and process work hashes
-  /** HGET `<pid>:work` `<tid>`: what a Sidekiq thread runs now. */
+  /**
+   * HGET `<pid>:work` `<tid>`: what a Sidekiq thread runs now. Decoded like ioredis does (a byte
+   * that is not UTF-8 becomes U+FFFD): only the job's class is read from it, and a stray byte
+   * elsewhere in the job must not make a running job look absent.
+   */
   processWork(pid: string, tid: string): Effect.Effect<string | null, RedisError>
   /** Step 3: SADD queues <queue> (idempotent). */
   registerQueue(queue: string): Effect.Effect<void, RedisError>
@@ -280,11 +288,15 @@ export const makeConcurrencyLimits = (
     return executing + parseCounter(yield* onKey(keys.pendingResumed, store.get(keys.pendingResumed)))
   })
 
-  /** Stale ⇔ older than STALE_TRACKER_AGE (strictly; an unreadable start counts as old) and not backed by a running job. */
-  const isStale = Effect.fnUntraced(function*(worker: string, field: string, value: string, cutoffSeconds: number) {
-    const started = parseTrackerStart(value)
+  /**
+   * Stale ⇔ older than STALE_TRACKER_AGE (strictly; an unreadable start counts as old) and not
+   * backed by a running job. Field and value are decoded strictly: bytes that are not UTF-8 are an
+   * unreadable start, or a malformed field (no Sidekiq thread to ask), never a lossy look-alike.
+   */
+  const isStale = Effect.fnUntraced(function*(worker: string, field: Uint8Array, value: Uint8Array, cutoffSeconds: number) {
+    const started = Option.flatMap(decodeUtf8(value), parseTrackerStart)
     if (Option.isSome(started) && started.value >= cutoffSeconds) return false
-    const owner = parseTrackerField(field)
+    const owner = Option.flatMap(decodeUtf8(field), parseTrackerField)
     if (Option.isNone(owner)) return true
     const work = yield* onKey(processWorkKey(owner.value.pid), store.processWork(owner.value.pid, owner.value.tid))
     if (work === null) return true

@@ -58,9 +58,12 @@ export const makeMemoryStore = (redis: MemoryRedisStore): ConcurrencyLimitStore 
     }),
   get: (key) => command("concurrency_limit.get", () => redis.get(key)),
   hlen: (key) => command("concurrency_limit.hlen", () => redis.hlen(key)),
-  hscan: (key, cursor, count) => command("concurrency_limit.hscan", () => redis.hscan(key, cursor, count)),
+  hscan: (key, cursor, count) => command("concurrency_limit.hscan", () => redis.hscanBuffer(key, cursor, count)),
   hdelIfEquals: (key, field, value) =>
-    command("concurrency_limit.hdel_if_equals", () => redis.hget(key, field) === value && redis.hdel(key, field) === 1),
+    command("concurrency_limit.hdel_if_equals", () => {
+      const held = redis.hgetBuffer(key, field)
+      return held !== null && sameBytes(held, value) && redis.hdel(key, field) === 1
+    }),
   reserve: (key, count, ttlSeconds) =>
     command("concurrency_limit.reserve", () => {
       redis.incrBy(key, count)
