@@ -6,7 +6,10 @@
  * unreachable (PostgreSQL, Redis, or the running supervisor). Errors are one line on stderr, so
  * stdout stays clean for `--json`.
  */
-import { NodeRuntime, NodeServices } from "@effect/platform-node"
+// Subpaths, not the package barrel: the barrel also loads its Redis client (node-redis, ~480
+// modules), WebSocket, cluster and RPC modules, which the supervisor never uses (issue 9: idle RSS).
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Cause, ConfigProvider, Console, Effect, Exit, Layer, Runtime } from "effect"
 import { CliOutput } from "effect/cli"
 import { environment } from "./layers/Config.ts"

@@ -2,9 +2,11 @@
  * The PostgreSQL client: a real server from `DATABASE_URL`, or an embedded PGlite under
  * `<SWEEPER_DATA_DIR>/pgdata` served to @effect/sql-pg over loopback TCP. PGlite is one process's
  * database: a lock file keeps a second Sweeper process from opening the same data directory.
+ * PGlite and its socket server are imported only when the embedded database is opened: a process
+ * on a real server (DATABASE_URL) never loads them (issue 9: an idle supervisor loads only what its
+ * backends need).
  */
-import { PGlite } from "@electric-sql/pglite"
-import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
+import type { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, type Redacted, Schema } from "effect"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -85,6 +87,10 @@ export const layerEmbedded = (dataDir: string | undefined) =>
     const { server } = yield* Effect.acquireRelease(
       Effect.tryPromise({
         try: async () => {
+          const [{ PGlite }, { PGLiteSocketServer }] = await Promise.all([
+            import("@electric-sql/pglite"),
+            import("@electric-sql/pglite-socket")
+          ])
           const db = await PGlite.create(dataDir === undefined ? undefined : join(dataDir, "pgdata"))
           // Exactly one connection: PGlite interleaves protocol messages of concurrent connections.
           const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })

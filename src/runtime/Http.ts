@@ -11,7 +11,7 @@
  * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of
  * one shape: `{"error": {"code", "message"}}`.
  */
-import { NodeHttpServer } from "@effect/platform-node"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, Schema, Stream } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"

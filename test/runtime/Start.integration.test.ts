@@ -35,6 +35,7 @@ describe("npm start", () => {
       const scratch = mkdtempSync(join(tmpdir(), "sweeper-start-"))
       copyFileSync(join(root, "package.json"), join(scratch, "package.json"))
       symlinkSync(join(root, "src"), join(scratch, "src"))
+      symlinkSync(join(root, "bin"), join(scratch, "bin"))
       symlinkSync(join(root, "node_modules"), join(scratch, "node_modules"))
       // Only what a shell always has, plus a free port: no DATABASE_URL, REDIS_URL or data dir.
       const child = spawn("npm", ["start", "--silent"], {
