@@ -18,10 +18,12 @@ import type { PgClient } from "@effect/sql-pg"
 import { type DateTime, Effect, Option } from "effect"
 import type { Statement } from "effect/sql"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../domain/Build.ts"
+import { EVENT_RETENTION, PRUNE_PAGE_SIZE, pruneCutoff } from "../domain/Retention.ts"
 import { stuckCancelingQuery } from "./BuildsSql.ts"
 import type { BuildsTable } from "./DatabaseSchema.ts"
 import { enqueuedJobsQuery } from "./ExportJobsSql.ts"
 import { existingIdsQuery } from "./PlatformRecordsSql.ts"
+import { prunePageQuery } from "./EventRetentionSql.ts"
 
 /** An index a scan wants: `CREATE INDEX <name> ON <table> (<columns>) WHERE <where>`. */
 export interface IndexSpec {
@@ -61,6 +63,12 @@ export const exportJobsIndex: IndexSpec = {
   where: "status IN (0, 1)"
 }
 
+export const eventsOccurredAtIndex: IndexSpec = {
+  name: "index_sweeper_events_on_occurred_at",
+  table: "sweeper_events",
+  columns: "occurred_at"
+}
+
 /** Every SQL scan of every batch; batches not listed here only use Redis. */
 export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
   {
@@ -78,6 +86,16 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     query: (sql, now) => stuckCancelingQuery(sql, { cutoff: cancelingCutoff(now), after: Option.none(), limit: DROP_BATCH_SIZE }, builds),
     selectiveOn: "status",
     wants: Option.some(cancelingIndex(builds))
+  },
+  {
+    // Sweeper's own table: migration 0004 creates this index in both schema modes, so doctor only
+    // recommends it on a database whose migrations have not run.
+    batch: "prune-events",
+    table: "sweeper_events",
+    description: `a page of ${PRUNE_PAGE_SIZE} events older than the retention cutoff, oldest first`,
+    query: (sql, now) => prunePageQuery(sql, pruneCutoff(now, now, EVENT_RETENTION), [], PRUNE_PAGE_SIZE),
+    selectiveOn: "occurred_at",
+    wants: Option.some(eventsOccurredAtIndex)
   },
   {
     batch: "reschedule-stuck-issue-rebalances",
