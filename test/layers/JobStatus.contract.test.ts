@@ -113,26 +113,55 @@ for (const topology of topologies) {
 }
 
 /** Counts the commands sent through the Redis service, by operation name. */
-const countingRedis = (calls: Array<string>) =>
+/** Counts `use` calls (each awaits its replies: one round trip) and the client commands inside them. */
+const countingRedis = (calls: Array<string>, commands: Array<string>) =>
   Layer.effect(QueuesMetadataRedis, Effect.map(Redis, (redis) =>
     QueuesMetadataRedis.of({
       ...redis,
       use: (operation, f) => Effect.suspend(() => {
         calls.push(operation)
-        return redis.use(operation, f)
+        return redis.use(operation, (client) =>
+          f(new Proxy(client, {
+            get: (target, property) => {
+              const value = Reflect.get(target, property, target)
+              if (typeof value !== "function") return value
+              return (...args: Array<unknown>) => {
+                commands.push(String(property))
+                return value.apply(target, args)
+              }
+            }
+          })))
       })
     }))).pipe(Layer.provide(RedisTest))
 
 describe("JobStatusRedis round trips", () => {
-  it.effect("empty input makes no Redis call; 2500 jids take three MGETs", () => {
+  it.effect("empty input makes no Redis call; 2500 jids are three MGETs sent together; 25,000 two windows of MGETs", () => {
     const calls: Array<string> = []
+    const commands: Array<string> = []
     return Effect.gen(function*() {
       const status = yield* JobStatus
       assert.deepStrictEqual(yield* status.completedJids([]), [])
       assert.deepStrictEqual(calls, [])
       const jids = Array.from({ length: 2500 }, (_, i) => `jid-${i}`)
       assert.lengthOf(yield* status.completedJids(jids), 2500)
-      assert.deepStrictEqual(calls, ["jobStatus.mget", "jobStatus.mget", "jobStatus.mget"])
-    }).pipe(Effect.provide(JobStatusRedis.pipe(Layer.provide(countingRedis(calls)))))
+      assert.deepStrictEqual(calls, ["jobStatus.mget"])
+      assert.deepStrictEqual(commands, ["mget", "mget", "mget"])
+      calls.length = 0
+      commands.length = 0
+      // Two still have their status key, in different windows: replies are matched to their jids.
+      const many = Array.from({ length: 25_000 }, (_, i) => `jid-${i}`)
+      yield* status.track(many[7_000]!, Duration.minutes(5))
+      yield* status.track(many[21_001]!, Duration.minutes(5))
+      calls.length = 0
+      commands.length = 0
+      const completed = yield* status.completedJids(many)
+      assert.strictEqual(completed.length, 24_998)
+      assert.notInclude(completed, many[7_000])
+      assert.notInclude(completed, many[21_001])
+      assert.deepStrictEqual(completed.slice(6_999, 7_001), [many[6_999], many[7_001]])
+      assert.deepStrictEqual(calls, ["jobStatus.mget", "jobStatus.mget"])
+      assert.lengthOf(commands, 25)
+      assert.isTrue(commands.every((command) => command === "mget"))
+    }).pipe(Effect.provide(JobStatusRedis.pipe(Layer.provide(countingRedis(calls, commands)))))
   })
 })
