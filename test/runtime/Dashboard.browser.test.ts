@@ -2,8 +2,8 @@
  * The dashboard in a real browser (Debian's chromium driven by playwright-core) against a real
  * supervisor on real PostgreSQL and Redis: it loads, "Run now" asks for the token and the new run
  * appears, an entity search shows that build's history, "Pause" shows the batch paused by the
- * dashboard, and the page reads at 1400 px and at 400 px (no sideways scrolling). It also writes
- * the README's screenshot, docs/dashboard.png.
+ * dashboard, and the page reads at 1400 px and at 400 px (no sideways scrolling). With
+ * SWEEPER_UPDATE_SCREENSHOTS=1 it also rewrites the README's screenshot, docs/dashboard.png.
  */
 import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
@@ -108,9 +108,11 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("dashboa
         assert.include(await page.locator("section.card[data-batch=stuck-export-jobs] header").textContent(), "by dashboard")
         assert.strictEqual(await page.locator("section.card[data-batch=stuck-export-jobs] button[data-action=resume]").count(), 1)
 
-        // Readable at 1400 px: the README's screenshot.
-        mkdirSync(join(root, "docs"), { recursive: true })
-        await page.screenshot({ path: join(root, "docs", "dashboard.png"), fullPage: true })
+        // Readable at 1400 px. The README's screenshot is rewritten only when asked
+        // (SWEEPER_UPDATE_SCREENSHOTS=1), so a test run leaves the working tree clean.
+        const screenshotDir = process.env.SWEEPER_UPDATE_SCREENSHOTS === "1" ? join(root, "docs") : tmpdir()
+        mkdirSync(screenshotDir, { recursive: true })
+        await page.screenshot({ path: join(screenshotDir, "dashboard.png"), fullPage: true })
 
         // And at 400 px: nothing wider than the screen.
         await page.setViewportSize({ width: 400, height: 900 })
