@@ -59,4 +59,13 @@ export class RunProgress {
     if (Object.keys(this.failed).length === 0 || !isRecord(lastAttempt)) return lastAttempt
     return addSummaries(this.failed, lastAttempt)
   }
+
+  /**
+   * The summary of a run that ended without one (failed, timed out, interrupted): what every
+   * attempt reported, the last one included; null when nothing was reported.
+   */
+  reported(): Record<string, unknown> | null {
+    const all = addSummaries(this.failed, this.current) as Record<string, unknown>
+    return Object.keys(all).length === 0 ? null : all
+  }
 }

@@ -251,24 +251,27 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         Effect.provideService(CurrentRun, { ...runInfo(fence), progress }),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
+      // A run that ends without the program's summary (failed, timed out, interrupted) still made
+      // the repairs its attempts reported: its summary is those, added up (null if none).
+      const reported = () => progress.reported()
       // Interrupted from outside (shutdown past its grace): still record how the run ended.
       const exit = yield* Effect.exit(program).pipe(
-        Effect.onInterrupt(() => finish("failed", null, { reason: "interrupted" }))
+        Effect.onInterrupt(() => finish("failed", reported(), { reason: "interrupted" }))
       )
       if (Exit.isSuccess(exit)) {
         return Option.isSome(exit.value)
           ? yield* finish("succeeded", exit.value.value)
-          : yield* finish("timed_out", null, { reason: `exceeded budget ${Duration.format(budget)} + grace` })
+          : yield* finish("timed_out", reported(), { reason: `exceeded budget ${Duration.format(budget)} + grace` })
       }
       const failure = Cause.findErrorOption(exit.cause)
       if (Option.isSome(failure) && failure.value instanceof LeaseLost) {
         yield* events.append(new LeaseLostEvent({ batch: batch.name, lease: failure.value.lease, epoch: failure.value.epoch })).pipe(Effect.ignore)
-        return yield* finish("failed", null, { reason: "lease lost", error: describe(exit.cause) })
+        return yield* finish("failed", reported(), { reason: "lease lost", error: describe(exit.cause) })
       }
       if (Cause.hasInterruptsOnly(exit.cause)) {
-        return yield* finish("failed", null, { reason: "interrupted" })
+        return yield* finish("failed", reported(), { reason: "interrupted" })
       }
-      return yield* finish("failed", null, { error: describe(exit.cause) })
+      return yield* finish("failed", reported(), { error: describe(exit.cause) })
     }))
 
     return yield* guarded.pipe(

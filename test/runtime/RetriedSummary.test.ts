@@ -1,14 +1,17 @@
 /**
  * A run the guard retries after a transient error reports the work of all its attempts: programs
  * report what they did as they go (`reportProgress`), and the final summary is the last attempt's
- * plus what the failed attempts reported (numbers add, booleans OR, lists concatenate, capped).
+ * plus what the failed attempts reported (numbers add, booleans OR, lists concatenate, capped). A
+ * run that ends without a summary — failed for good, out of retries, timed out, lease lost — carries
+ * what all its attempts reported.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Fiber, Option, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
 import { type Batch, reportProgress } from "../../src/domain/Batch.ts"
-import { RedisError } from "../../src/domain/Errors.ts"
+import { DropBatchSize } from "../../src/domain/Build.ts"
+import { LeaseLost, RedisError } from "../../src/domain/Errors.ts"
 import { addSummaries, SUMMARY_LIST_CAP } from "../../src/domain/Summary.ts"
 import { type BuildRecord, MemoryBuilds } from "../../src/layers/memory/BuildsMemory.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
@@ -94,6 +97,119 @@ describe("summaries of retried runs add up all attempts", () => {
       assert.isTrue([...state.rows.values()].every((row) => row.status === "failed"))
       const dropped = (yield* MemoryEvents).filter((e) => e.type === "BuildDropped")
       assert.lengthOf(dropped, 5)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("drop-canceling-builds: a permanent failure after 3 of 5 pages → failed, dropped 3 in RunFinished", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const state = yield* MemoryBuilds
+      const old = DateTime.subtractDuration(NOW, Duration.hours(2))
+      for (let id = 1; id <= 5; id++) {
+        state.rows.set(id, {
+          id,
+          projectId: 1,
+          runnerId: 7,
+          type: "Ci::Build",
+          status: "canceling",
+          failureReason: null,
+          lockVersion: 0,
+          createdAt: old,
+          updatedAt: old,
+          finishedAt: null
+        } satisfies BuildRecord)
+      }
+      // Pages of one build; the 4th page's write fails for good (not a lost connection: not retried).
+      const builds = yield* Builds
+      let pages = 0
+      const permanent = new RedisError({ operation: "test", cause: new Error("ERR unknown command") })
+      const broken = Builds.of({ ...builds, dropMany: (page, now) => ++pages >= 4 ? Effect.fail(permanent as never) : builds.dropMany(page, now) })
+      const batch = {
+        ...DropCancelingBuilds,
+        run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, broken), Effect.provideService(DropBatchSize, 1))
+      }
+      const result = yield* guarded(batch)
+      assert.strictEqual(result.outcome, "failed")
+      assert.deepStrictEqual(result.summary, { dropped: 3, doomed: 0 })
+      const finished = (yield* MemoryEvents).find((e) => e.type === "RunFinished" && e.stream === `batch:${batch.name}`)
+      assert.deepStrictEqual(finished!.data.summary, { dropped: 3, doomed: 0 })
+      assert.lengthOf((yield* MemoryEvents).filter((e) => e.type === "BuildDropped"), 3)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  /** A fake batch whose attempts run `attempt(n)` in turn (n from 1). */
+  const fake = (budget: Duration.Duration, attempt: (n: number) => Effect.Effect<unknown, RedisError | LeaseLost>) =>
+    Effect.map(Ref.make(0), (attempts): Batch<unknown, RedisError | LeaseLost, never> => ({
+      name: `fake-${randomUUID().slice(0, 8)}`,
+      worker: "FakeWorker",
+      description: "repairs some, then ends without a summary",
+      cron: "* * * * *",
+      budget,
+      lease: Option.none(),
+      run: Effect.flatMap(Ref.updateAndGet(attempts, (n) => n + 1), attempt)
+    }))
+
+  /** RunFinished's summary: what the run's `--json` prints too (RunResult.summary). */
+  const finishedSummary = (name: string) =>
+    Effect.map(MemoryEvents, (events) => events.find((e) => e.type === "RunFinished" && e.stream === `batch:${name}`)!.data.summary)
+
+  it.effect("a run that repairs, is retried, repairs more, then fails permanently: failed, with every attempt's reported repairs", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const batch = yield* fake(Duration.minutes(5), (n) =>
+        Effect.gen(function*() {
+          yield* reportProgress({ repaired: n, ids: [n] })
+          return yield* (n === 1 ? transient : new RedisError({ operation: "test", cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value") }))
+        }))
+      const result = yield* guarded(batch)
+      assert.strictEqual(result.outcome, "failed")
+      assert.include(result.error, "WRONGTYPE")
+      assert.deepStrictEqual(result.summary, { repaired: 3, ids: [1, 2] })
+      assert.deepStrictEqual(yield* finishedSummary(batch.name), { repaired: 3, ids: [1, 2] })
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("retries exhausted: failed, with the repairs of all four attempts", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const batch = yield* fake(Duration.minutes(5), () => Effect.andThen(reportProgress({ repaired: 1 }), transient))
+      const result = yield* guarded(batch)
+      assert.strictEqual(result.outcome, "failed")
+      assert.deepStrictEqual(result.summary, { repaired: 4 })
+      assert.deepStrictEqual(yield* finishedSummary(batch.name), { repaired: 4 })
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a run that repairs, is retried, repairs more, then exceeds its budget: timed_out, with every attempt's reported repairs", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const batch = yield* fake(Duration.seconds(1), (n) =>
+        Effect.gen(function*() {
+          yield* reportProgress({ repaired: 2 })
+          if (n === 1) return yield* transient
+          return yield* Effect.never
+        }))
+      const result = yield* guarded(batch)
+      assert.strictEqual(result.outcome, "timed_out")
+      assert.deepStrictEqual(result.summary, { repaired: 4 })
+      assert.deepStrictEqual(yield* finishedSummary(batch.name), { repaired: 4 })
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a run that loses its lease after repairs: failed (lease lost), with the repairs it made", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const batch = yield* fake(Duration.minutes(5), () =>
+        Effect.andThen(reportProgress({ repaired: 5 }), new LeaseLost({ lease: "sweeper/fake", epoch: 1 })))
+      const result = yield* guarded(batch)
+      assert.strictEqual(result.outcome, "failed")
+      assert.strictEqual(result.reason, "lease lost")
+      assert.deepStrictEqual(result.summary, { repaired: 5 })
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a failed run that reported nothing keeps summary null", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const batch = yield* fake(Duration.minutes(5), () => new RedisError({ operation: "test", cause: new Error("ERR syntax error") }))
+      const result = yield* guarded(batch)
+      assert.strictEqual(result.outcome, "failed")
+      assert.isNull(result.summary)
+      assert.isNull(yield* finishedSummary(batch.name))
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it("addSummaries: merged lists keep their first SUMMARY_LIST_CAP entries like every summary list", () => {
