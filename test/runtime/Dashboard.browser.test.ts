@@ -110,7 +110,7 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("dashboa
 
         // Readable at 1400 px. The README's screenshot is rewritten only when asked
         // (SWEEPER_UPDATE_SCREENSHOTS=1), so a test run leaves the working tree clean.
-        const screenshotDir = process.env.SWEEPER_UPDATE_SCREENSHOTS === "1" ? join(root, "docs") : tmpdir()
+        const screenshotDir = globalThis.process.env.SWEEPER_UPDATE_SCREENSHOTS === "1" ? join(root, "docs") : tmpdir()
         mkdirSync(screenshotDir, { recursive: true })
         await page.screenshot({ path: join(screenshotDir, "dashboard.png"), fullPage: true })
 
