@@ -117,14 +117,15 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
     fates = []
     for (const fate of due) yield* fate
     for (let i = 0; i < options.rate; i++) {
+      // The first job of a run is one that dies, so a demo shows a failed export on its first run.
       const kind = n++ % 5
       switch (kind) {
-        case 0: {
+        case 1: {
           const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now })
           fates.push(finishExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.healthy.push(job.id)))))
           break
         }
-        case 1: {
+        case 0: {
           const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now })
           fates.push(killExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.stuck.push(job.id)))))
           break
@@ -199,10 +200,13 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
 
   let tickNumber = 0
   const throttled = Effect.fn("Simulator.throttled")(function*(now: number) {
-    // A steady trickle, and every fifth tick a burst over the limit: deferred jobs pile up while
-    // fresh ones keep arriving, so resumed and direct jobs compete for the same slots.
+    // Every fifth tick a burst over the limit, and a few more jobs two ticks later while the
+    // deferred ones are being resumed, so resumed and fresh jobs compete for the same slots. On
+    // average fewer than `limit` a second arrive (what resuming drains at one pass a second), so
+    // the deferred list empties between bursts and resume runs finish.
     for (const [worker, { limit, queue }] of Object.entries(limited)) {
-      const count = tickNumber % 5 === 0 ? options.rate * (limit + 2) : Math.ceil(options.rate / 2)
+      const phase = tickNumber % 5
+      const count = phase === 0 ? options.rate * (limit + 2) : phase === 2 ? options.rate : 0
       for (let i = 0; i < count; i++) {
         const id = ledger.throttled.pushed.length + 1
         ledger.throttled.pushed.push(id)
@@ -241,7 +245,7 @@ export const consume = Effect.fn("Simulator.consume")(function*(options: Simulat
     ledger,
     limited,
     threads: options.threads ?? 8,
-    jobMillis: Duration.toMillis(options.jobDuration ?? Duration.seconds(1))
+    jobMillis: Duration.toMillis(options.jobDuration ?? Duration.millis(500))
   })
 })
 
