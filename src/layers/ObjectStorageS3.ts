@@ -27,10 +27,11 @@ export interface S3Settings {
 }
 
 /** Loaded when the layer is built: the SDK costs seconds of start-up that only S3 users should pay. */
-const loadSdk = Effect.promise(() => import("@aws-sdk/client-s3"))
+export const loadSdk = Effect.promise(() => import("@aws-sdk/client-s3"))
 type Sdk = Effect.Success<typeof loadSdk>
 
-const clientOf = (sdk: Sdk, connection: S3Connection): S3Client =>
+/** The S3 client for a connection (also used by the simulator to write the objects it abandons). */
+export const clientOf = (sdk: Sdk, connection: S3Connection): S3Client =>
   new sdk.S3Client({
     region: connection.region,
     ...Option.match(connection.endpoint, { onNone: () => ({}), onSome: (endpoint) => ({ endpoint }) }),

@@ -14,8 +14,7 @@ import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } fro
 import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { cronVariable } from "../domain/Schedule.ts"
 import { ledgerCounts } from "../simulator/Ledger.ts"
-import { parseScenarios, type SimulateOptions, simulate } from "../simulator/Simulator.ts"
-import { SimulatorStoresLive } from "../simulator/Stores.ts"
+import { parseScenarios, type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -431,7 +430,7 @@ const superviseWithSimulator = (options: SimulateOptions) =>
   Layer.effectDiscard(Effect.gen(function*() {
     const server = yield* HttpServer.HttpServer
     yield* Console.log(`Dashboard: ${HttpServer.formatAddress(server.address)}/`)
-    yield* Effect.forkScoped(simulate(options).pipe(Effect.provide(SimulatorStoresLive)))
+    yield* Effect.forkScoped(simulate(options).pipe(Effect.provide(SimulatorLive)))
   })).pipe(Layer.provide(Supervisor))
 
 const simulationFlags = {
@@ -471,7 +470,7 @@ const simulateCommand = Command.make(
       return yield* Layer.launch(superviseWithSimulator(options))
     }
     yield* Effect.logInfo("Simulating against the configured backends", describeBackends(settings))
-    const ledger = yield* simulate(options).pipe(Effect.provide(SimulatorStoresLive), Effect.provide(AppLayer))
+    const ledger = yield* simulate(options).pipe(Effect.provide(SimulatorLive), Effect.provide(AppLayer))
     yield* Console.log(JSON.stringify(ledgerCounts(ledger)))
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs"))

@@ -10,17 +10,15 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect } from "effect"
-import { mkdir, writeFile } from "node:fs/promises"
-import { dirname, join } from "node:path"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { fieldOf, type Location, PENDING_DIRECT_UPLOADS_KEY } from "../domain/DirectUpload.ts"
 import { ExportJobStatus } from "../domain/ExportJob.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"
 import { makeJob, newJid, queueKey } from "../domain/Sidekiq.ts"
 import { EXPORT_JOB_STATUS_TTL } from "../domain/SidekiqStatus.ts"
-import type { ObjectStorageSettings } from "../layers/ObjectStorageConfig.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
+import { SimulatorObjects } from "./Objects.ts"
 import { SimulatorStores } from "./Stores.ts"
 
 /** `timestamp without time zone` holding UTC, as GitLab stores build times. */
@@ -100,33 +98,21 @@ export const seedBuild = Effect.fn("Seed.build")(function*(options: {
   return Number(row!.id)
 })
 
-/** The local directory a location's objects live in, when the configured store is a local one. */
-export const localRoot = (storage: ObjectStorageSettings, location: Location): string | undefined =>
-  storage._tag === "Local" ? storage.roots[location] : undefined
-
 /**
- * A direct upload that was prepared at `preparedAtMillis` and never finished: its object (when the
- * location's store is a local directory) and its `pending_direct_uploads` field. Returns the field
- * and whether an object was written (S3 and Azure stores get the field only).
+ * A direct upload that was prepared at `preparedAtMillis` and never finished: its object in the
+ * location's store (local directory, S3 bucket or Azure container, when one is configured) and its
+ * `pending_direct_uploads` field. Returns the field and where the object went, if anywhere.
  */
 export const seedPendingUpload = Effect.fn("Seed.pendingUpload")(function*(options: {
   readonly location: Location
   readonly path: string
   readonly preparedAtMillis: number
-  readonly storage: ObjectStorageSettings
 }) {
   const stores = yield* SimulatorStores
-  const root = localRoot(options.storage, options.location)
-  if (root !== undefined) {
-    const file = join(root, options.path)
-    yield* Effect.promise(async () => {
-      await mkdir(dirname(file), { recursive: true })
-      await writeFile(file, `simulated upload ${options.path}\n`)
-    })
-  }
+  const object = yield* (yield* SimulatorObjects).put(options.location, options.path)
   const field = fieldOf(options.location, options.path)
   yield* stores.hset("sharedState", PENDING_DIRECT_UPLOADS_KEY, { [field]: String(Math.floor(options.preparedAtMillis / 1000)) })
-  return { field, object: root === undefined ? undefined : join(root, options.path) }
+  return { field, object }
 })
 
 /** `count` issues of a project with the positions a busy project ends up with: gaps, ties, nulls. */

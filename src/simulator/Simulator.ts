@@ -18,7 +18,7 @@
  * - `throttled`  bursts of jobs of each concurrency-limited worker, which the consumer's throttling
  *                middleware defers once the worker is at its limit.
  */
-import { Clock, Duration, Effect, Schema } from "effect"
+import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import type { PgClient } from "@effect/sql-pg"
 import type { SqlError } from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
@@ -34,7 +34,6 @@ import {
   buildsTable,
   finishExportJob,
   killExportJob,
-  localRoot,
   pushJob,
   seedBuild,
   seedExportJob,
@@ -43,7 +42,8 @@ import {
   seedProject,
   stallRebalance
 } from "./Seed.ts"
-import { SimulatorStores } from "./Stores.ts"
+import { SimulatorObjects, SimulatorObjectsFromConfig } from "./Objects.ts"
+import { SimulatorStores, SimulatorStoresLive } from "./Stores.ts"
 
 export const SCENARIOS = ["exports", "builds", "uploads", "rebalances", "throttled"] as const
 export type Scenario = typeof SCENARIOS[number]
@@ -91,23 +91,25 @@ const limitedWorkers = Effect.fn("Simulator.limitedWorkers")(function*() {
   return { [DEFAULT_THROTTLED_WORKER]: { limit: DEFAULT_THROTTLED_LIMIT, queue: "default" } }
 })
 
-/** The location uploads go to: the first with a local store configured (objects are written there), else `uploads`. */
-const uploadLocation = (settings: SweeperConfig["Service"]): Location =>
-  LOCATIONS.find((location) => localRoot(settings.objectStorage, location) !== undefined) ?? "uploads"
+/** The location uploads go to: the first with a store configured (objects are written there), else `uploads`. */
+const uploadLocation = (objects: SimulatorObjects["Service"]): Location =>
+  LOCATIONS.find((location) => objects.hasStore(location)) ?? "uploads"
+
+/** What the simulator needs beyond Sweeper's own services: the Redis stores and the object writer. */
+export const SimulatorLive = Layer.mergeAll(SimulatorStoresLive, SimulatorObjectsFromConfig)
 
 /**
  * Makes things each tick for `duration` (or until interrupted), then lets the export jobs of the
  * last tick meet their fate. Returns the ledger. Does not run the consumer (see `simulate`).
  */
 export const produce = Effect.fn("Simulator.produce")(function*(options: SimulateOptions, ledger: Ledger) {
-  const settings = yield* SweeperConfig
   const stores = yield* SimulatorStores
   const on = (scenario: Scenario) => options.scenarios.includes(scenario)
   const run = randomUUID().slice(0, 8)
   const home = yield* seedProject(`simulator-${run}`)
   const table = yield* buildsTable()
   const limited = on("throttled") ? yield* limitedWorkers() : {}
-  const location = uploadLocation(settings)
+  const location = uploadLocation(yield* SimulatorObjects)
   let n = 0
   /** Export jobs started last tick, to finish or kill this tick (a worker runs a while first). */
   let fates: Array<Effect.Effect<void, SqlError, PgClient.PgClient | JobStatus>> = []
@@ -167,10 +169,10 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
 
   const uploads = Effect.fn("Simulator.uploads")(function*(now: number) {
     for (let i = 0; i < options.rate; i++) {
-      const stale = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.staleUpload), storage: settings.objectStorage })
+      const stale = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.staleUpload) })
       ledger.uploads.stuck.push(stale.field)
       if (stale.object !== undefined) ledger.uploads.objects.push(stale.object)
-      const fresh = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.freshUpload), storage: settings.objectStorage })
+      const fresh = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.freshUpload) })
       ledger.uploads.healthy.push(fresh.field)
     }
   })

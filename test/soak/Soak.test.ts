@@ -20,8 +20,8 @@ import { cronVariable } from "../../src/domain/Schedule.ts"
 import { RedisBackends } from "../../src/layers/App.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { emptyLedger, ledgerCounts } from "../../src/simulator/Ledger.ts"
-import { consume, produce, SCENARIOS, type SimulateOptions } from "../../src/simulator/Simulator.ts"
-import { SimulatorStores, SimulatorStoresLive } from "../../src/simulator/Stores.ts"
+import { consume, produce, SCENARIOS, type SimulateOptions, SimulatorLive } from "../../src/simulator/Simulator.ts"
+import { SimulatorStores } from "../../src/simulator/Stores.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { startSweeper } from "../support/processes.ts"
 import { freshRedisUrlOn, redisServer } from "../support/redis.ts"
@@ -62,7 +62,7 @@ describe("soak: supervisor + simulator on real servers", () => {
       const ledger = emptyLedger()
       const options: SimulateOptions = { scenarios: SCENARIOS, rate: 2, duration: Duration.seconds(SECONDS), jobDuration: Duration.millis(500) }
       const url = Redacted.make(redisUrl)
-      const simulatorLayer = SimulatorStoresLive.pipe(
+      const simulatorLayer = SimulatorLive.pipe(
         Layer.provideMerge(RedisBackends({ sharedState: url, queues: url, queuesMetadata: url })),
         Layer.provideMerge(SweeperConfig.layerWith({ objectStorage: { _tag: "Local", roots: { uploads: uploadsRoot } }, concurrencyLimits: limits })),
         Layer.orDie
