@@ -215,12 +215,16 @@ export const decodeUtf8 = (bytes: Uint8Array): Option.Option<string> => {
 export const parseDeferred = (raw: string | Uint8Array): Option.Option<DeferredJob> =>
   typeof raw === "string" ? decodeDeferred(raw) : Option.flatMap(decodeUtf8(raw), decodeDeferred)
 
-/** The first line of a move journal: which batch, to which queue. */
+/**
+ * The first line of a move journal: which batch, to which queue, and how many unparsable elements
+ * the move put on the dead list (so a recovery can record them; absent in journals that predate it: 0).
+ */
 export const MoveJournalHeader = Schema.Struct({
   sweeper_move: Schema.Literal(1),
   batch: Schema.String.check(Schema.isPattern(/^[0-9a-f]{24}$/)),
   queue: Schema.String.check(Schema.isMinLength(1)),
-  worker: Schema.String
+  worker: Schema.String,
+  dead: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
 })
 export type MoveJournalHeader = typeof MoveJournalHeader.Type
 

@@ -8,8 +8,8 @@
  *
  * - BEGIN_MOVE (SharedState, slot `{w}`): if no journal is pending and the deferred list still starts
  *   with exactly the bytes we read and decided on, LTRIM them off, RPUSH the unparsable ones to the
- *   dead list (byte for byte: Lua holds the raw elements; its TTL refreshed) and write the journal — header and jobs —
- *   with its TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
+ *   dead list (byte for byte: Lua holds the raw elements; its TTL refreshed) and write the journal — header (with
+ *   the dead count) and jobs; a header alone when all were unparsable, so their record survives a crash — with its TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
  * - RESERVE (QueuesMetadata, one key): INCRBY pending_resumed and reset its TTL.
  * - PUSH (Queues, slot of `queue:<q>`: the marker carries its hash tag): SET marker NX, and only if
  *   it was not there LPUSH the jobs, so a replay never pushes a batch twice.
@@ -40,19 +40,17 @@ for i = 1, n do
   if head[i] ~= ARGV[4 + i] then return 0 end
 end
 redis.call('LTRIM', KEYS[1], n, -1)
-local jobs = 0
+redis.call('RPUSH', KEYS[2], ARGV[2])
 for i = 1, n do
   local payload = ARGV[4 + n + i]
   if payload == '' then
     redis.call('RPUSH', KEYS[3], head[i])
     redis.call('EXPIRE', KEYS[3], ARGV[4])
   else
-    if jobs == 0 then redis.call('RPUSH', KEYS[2], ARGV[2]) end
     redis.call('RPUSH', KEYS[2], payload)
-    jobs = jobs + 1
   end
 end
-if jobs > 0 then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
+redis.call('EXPIRE', KEYS[2], ARGV[1])
 return 1`
 
 // KEYS: pending_resumed. ARGV: count, TTL seconds

@@ -96,13 +96,19 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const events = yield* EventLog
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
-  // Each move's event is appended by the service between the push and the end of the move's
-  // journal (README, Failure handling): a crash before it leaves the journal, whose recovery
-  // appends it; a crash after it, before the end, appends it twice — never not at all. It records
-  // the limit of the pass that writes it (null: a recovered move of a worker with no limit now).
+  // Each move's events are appended by the service between the push and the end of the move's
+  // journal (README, Failure handling): a crash before them leaves the journal, whose recovery
+  // appends them; a crash after them, before the end, appends them twice — never not at all.
+  // Resumed records the limit of the pass that writes it (null: a recovered move of a worker with
+  // no limit now); Dead the unparsable elements the move put on the dead list.
   const limitNow = Option.match(setting, { onNone: () => null, onSome: (found) => found.limit })
   const record: RecordMove<SqlError, never> = (move) =>
-    events.append(new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit: limitNow, jids: move.jids }))
+    events.appendAll([
+      ...(move.jids.length > 0
+        ? [new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit: limitNow, jids: move.jids })]
+        : []),
+      ...(move.dead > 0 ? [new ConcurrencyLimitJobsDead({ worker, count: move.dead })] : [])
+    ])
 
   // A move a dead process left half done is finished first, whatever the limit says now (even for a
   // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
@@ -138,7 +144,6 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
     yield* Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))
   }
   if (!dryRun && dead.length > 0) {
-    yield* events.append(new ConcurrencyLimitJobsDead({ worker, count: dead.length }))
     yield* Effect.logWarning("Moved unparsable deferred jobs to the dead list").pipe(Effect.annotateLogs({
       worker,
       count: dead.length,

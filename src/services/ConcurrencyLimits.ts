@@ -65,11 +65,13 @@ export interface ResumeResult {
   readonly dead: ReadonlyArray<Uint8Array>
 }
 
-/** The jobs of one move, in their queue now (exactly once). */
+/** What one move did: its jobs, in their queue now (exactly once), and its dead elements. */
 export interface MovedJobs {
   readonly queue: string
-  /** The moved jobs, first buffered first. */
+  /** The moved jobs, first buffered first (none if the move took only unparsable elements). */
   readonly jids: ReadonlyArray<string>
+  /** How many unparsable elements the move put on the dead list. */
+  readonly dead: number
 }
 
 /** A move journal left by a process that died mid-move, finished by this one. */
@@ -162,7 +164,8 @@ export interface ConcurrencyLimitStore {
   /**
    * Step 1, atomic: if no journal exists and the deferred list still starts with `expected`, pop
    * those elements, RPUSH the unparsable ones to the dead list, and write the journal (header, then
-   * the jobs) with its TTL. No journal when there are no jobs.
+   * the jobs) with its TTL — also when there are no jobs, so the dead elements' record survives a
+   * crash too.
    */
   beginMove(move: BeginMove): Effect.Effect<BeginOutcome, RedisError>
   /** Last step, atomic: delete the journal only while its header is still `header` (our batch). */
@@ -346,16 +349,19 @@ export const makeConcurrencyLimits = (
     const { queue } = move
     const ttl = Duration.toSeconds(MOVE_JOURNAL_TTL)
     const marker = resumeBatchMarkerKey(queueKey(queue), batch)
-    // Slots first: a crash after this over-counts (fewer resumes for at most the 60 s TTL), never
-    // under-counts (which could let the limit be exceeded). A replay adds them again: same bias.
-    yield* onKey(keys.pendingResumed, store.reserve(keys.pendingResumed, payloads.length, Duration.toSeconds(PENDING_RESUMED_TTL)))
-    yield* onKey(QUEUES_SET, store.registerQueue(queue))
-    yield* onKey(queueKey(queue), store.push(queue, marker, payloads, ttl))
+    // A move of unparsable elements only has nothing to push: its journal is there for the record.
+    if (payloads.length > 0) {
+      // Slots first: a crash after this over-counts (fewer resumes for at most the 60 s TTL), never
+      // under-counts (which could let the limit be exceeded). A replay adds them again: same bias.
+      yield* onKey(keys.pendingResumed, store.reserve(keys.pendingResumed, payloads.length, Duration.toSeconds(PENDING_RESUMED_TTL)))
+      yield* onKey(QUEUES_SET, store.registerQueue(queue))
+      yield* onKey(queueKey(queue), store.push(queue, marker, payloads, ttl))
+    }
     yield* record(move)
     yield* onKey(keys.journal, store.endMove(keys.journal, header))
     // A recovery keeps the marker (until its TTL): the process it recovers for may only be frozen,
     // not dead, and must find "already pushed" if it wakes up and pushes.
-    if (forget) yield* onKey(marker, store.forgetMarker(marker))
+    if (forget && payloads.length > 0) yield* onKey(marker, store.forgetMarker(marker))
   })
 
   const jidOf = (payload: string): string => {
@@ -379,7 +385,7 @@ export const makeConcurrencyLimits = (
     }
     const jobs = payloads.map((payload) => Option.getOrThrow(payload))
     const { batch, queue } = header.value
-    const move: MovedJobs = { queue, jids: jobs.map(jidOf) }
+    const move: MovedJobs = { queue, jids: jobs.map(jidOf), dead: header.value.dead ?? 0 }
     yield* finishMove(keys, journal[0]!, batch, move, jobs, false, record)
     yield* Effect.logWarning("Finished a concurrency limit move left by a process that died mid-move").pipe(
       Effect.annotateLogs({ worker, queue, batch, jobs: jobs.length })
@@ -436,7 +442,7 @@ export const makeConcurrencyLimits = (
       }
       if (dryRun) return { jids, dead } satisfies ResumeResult
       const batch = jidFrom(random)
-      const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker })
+      const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker, dead: dead.length })
       const outcome = yield* onKey(keys.deferred, store.beginMove({
         keys,
         expected,
@@ -447,7 +453,7 @@ export const makeConcurrencyLimits = (
       }))
       if (outcome === "moved") {
         const jobs = payloads.filter((payload) => payload !== null)
-        if (jobs.length > 0) yield* finishMove(keys, new TextEncoder().encode(header), batch, { queue, jids }, jobs, true, record)
+        yield* finishMove(keys, new TextEncoder().encode(header), batch, { queue, jids, dead: dead.length }, jobs, true, record)
         return { jids, dead } satisfies ResumeResult
       }
       if (outcome === "busy") {

@@ -15,7 +15,7 @@ import { Deferred, Effect, Exit, Fiber, Layer, Option, Random } from "effect"
 import { JOURNAL_KEY_PATTERN, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
-import { type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits, type RecordMove } from "../../src/services/ConcurrencyLimits.ts"
+import { type ConcurrencyLimitStore, ConcurrencyLimits, makeConcurrencyLimits, type MovedJobs, type RecordMove } from "../../src/services/ConcurrencyLimits.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
 
 const W = "Releases::CreateEvidenceWorker"
@@ -34,9 +34,9 @@ const seedElements = (): ReadonlyArray<string | Buffer> => [good(0), JUNK[0]!, g
 const STEPS = ["beginMove", "reserve", "registerQueue", "push", "record", "endMove", "forgetMarker"] as const
 type Step = (typeof STEPS)[number]
 
-/** The records made (as the event log would keep them): one list of jids per recorded move. */
-const records: Array<ReadonlyArray<string>> = []
-const record: RecordMove<never, never> = (move) => Effect.sync(() => void records.push(move.jids))
+/** The records made (as the event log would keep them): one per recorded move. */
+const records: Array<MovedJobs> = []
+const record: RecordMove<never, never> = (move) => Effect.sync(() => void records.push(move))
 
 /**
  * The store and the record, killed at their k-th protocol step: interrupted right before the step
@@ -80,7 +80,7 @@ const checkExactlyOnce = Effect.gen(function*() {
     assert.strictEqual(job.concurrency_limit_resume, true)
   }
   assert.strictEqual(new Set(queued.map((job) => job.jid)).size, queued.length, "no duplicate jids")
-  const recorded = new Set(records.flat())
+  const recorded = new Set(records.flatMap((move) => move.jids))
   for (const job of queued) assert.isTrue(recorded.has(job.jid), `job ${job.args[0]} (${job.jid}) is in the queue but was never recorded`)
   assert.isTrue([...recorded].every((jid) => queued.some((job) => job.jid === jid)), "a record names only jobs in the queue")
   assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [], "deferred list empty")
@@ -88,6 +88,8 @@ const checkExactlyOnce = Effect.gen(function*() {
   const dead = yield* raw.list("sharedState", K.dead)
   assert.deepStrictEqual(dead.map((b) => b.toString("hex")), JUNK.map((b) => b.toString("hex")), "junk in the dead list, byte for byte, once")
   assert.isAbove(yield* raw.pttl("sharedState", K.dead), 0, "the dead list (Sweeper's key) has a TTL")
+  // Each move's dead count is recorded at least once (a move recorded twice counts twice).
+  assert.isAtLeast(records.reduce((sum, move) => sum + move.dead, 0), JUNK.length, "every dead element recorded")
   const pending = Number((yield* raw.get("queuesMetadata", K.pendingResumed)) ?? "0")
   assert.isAtLeast(pending, queued.length, "slots reserved for every resumed job not yet started")
   // Markers: whatever is left has a TTL (a recovery leaves its marker to expire).
@@ -169,6 +171,28 @@ const crashSuite = (deployment: Deployment) =>
           yield* checkExactlyOnce
         }
       }).pipe(Random.withSeed("frozen-mover")))
+
+    it.effect("a move of unparsable elements only, killed at each step: they reach the dead list once and are recorded", () =>
+      Effect.gen(function*() {
+        const raw = yield* RawStores
+        // BEGIN, record, END: no reserve, SADD or push for a move without jobs.
+        for (let k = 1; k <= 4; k++) {
+          for (const after of [false, true]) {
+            records.length = 0
+            yield* raw.flush
+            yield* raw.rpush("sharedState", K.deferred, ...JUNK)
+            const killed = killedAt(raw.store, k, after)
+            yield* Effect.exit(fresh(killed.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, killed.record))
+            yield* recoverAndDrain(raw.store)
+            const where = `killed ${after ? "after" : "before"} step ${k}`
+            assert.deepStrictEqual((yield* raw.list("sharedState", K.dead)).map((b) => b.toString("hex")), JUNK.map((b) => b.toString("hex")), where)
+            assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [], where)
+            assert.isFalse(yield* raw.exists("sharedState", K.journal), where)
+            assert.deepStrictEqual(yield* raw.list("queues", queueKey(Q)), [], where)
+            assert.isAtLeast(records.reduce((sum, move) => sum + move.dead, 0), JUNK.length, `${where}: the dead elements were recorded`)
+          }
+        }
+      }).pipe(Random.withSeed("dead-only")))
 
     it.effect("a journal whose worker has nothing deferred any more is still found and finished", () =>
       Effect.gen(function*() {

@@ -36,10 +36,8 @@ export const makeMemoryStore = (redis: MemoryRedisStore): ConcurrencyLimitStore 
           redis.expire(keys.dead, deadTtlSeconds)
         }
       })
-      if (jobs.length > 0) {
-        redis.rpush(keys.journal, header, ...jobs)
-        redis.expire(keys.journal, journalTtlSeconds)
-      }
+      redis.rpush(keys.journal, header, ...jobs)
+      redis.expire(keys.journal, journalTtlSeconds)
       return "moved" as const
     }),
   endMove: (journalKey, header) =>
