@@ -2,18 +2,18 @@
  * The `sweeper` command line. Every command builds the same AppLayer the supervisor uses, so a
  * one-off run is the scheduled run's program under the same run guard.
  */
-import { ConfigProvider, Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Cause, ConfigProvider, Console, DateTime, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir, userInfo } from "node:os"
 import { join } from "node:path"
-import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
+import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable, InvalidConfig } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
 import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { cronVariable } from "../domain/Schedule.ts"
-import { ledgerCounts } from "../simulator/Ledger.ts"
+import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
 import { parseScenarios, type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
@@ -454,6 +454,22 @@ const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { 
   return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
 })
 
+/**
+ * The simulator writes GitLab's tables and consumes its queues: never on a real GitLab's database.
+ * Asked before anything migrates, so a refused run leaves no table behind.
+ */
+const refuseGitLabDatabase = Effect.gen(function*() {
+  const settings = yield* SweeperConfig
+  if (Option.isNone(settings.databaseUrl)) return
+  const { mode } = yield* detectSchemaMode(settings.schema).pipe(Effect.provide(databaseClientLayer(settings)))
+  if (mode === "gitlab") {
+    return yield* new InvalidConfig({
+      variable: "DATABASE_URL",
+      message: "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
+    })
+  }
+})
+
 const simulateCommand = Command.make(
   "simulate",
   {
@@ -464,14 +480,21 @@ const simulateCommand = Command.make(
     const options = yield* simulationOptions(flags)
     const settings = yield* SweeperConfig
     yield* configureBatches(batches)
+    yield* refuseGitLabDatabase
     // The embedded database and Redis live in one process: the simulator must be that process.
     if ((Option.isNone(settings.databaseUrl) && !redisConfigured(settings)) || flags.supervise) {
       yield* Effect.logInfo("Simulating with the supervisor in this process", describeBackends(settings))
       return yield* Layer.launch(superviseWithSimulator(options))
     }
     yield* Effect.logInfo("Simulating against the configured backends", describeBackends(settings))
-    const ledger = yield* simulate(options).pipe(Effect.provide(SimulatorLive), Effect.provide(AppLayer))
-    yield* Console.log(JSON.stringify(ledgerCounts(ledger)))
+    // What was made goes to stdout also when stopped by a signal, not only after --duration.
+    const ledger = emptyLedger()
+    yield* simulate({ ...options, ledger }).pipe(
+      Effect.provide(SimulatorLive),
+      Effect.provide(AppLayer),
+      Effect.onExit((exit) =>
+        Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? Console.log(JSON.stringify(ledgerCounts(ledger))) : Effect.void)
+    )
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs"))
 
@@ -506,6 +529,7 @@ const demo = Command.make(
     return yield* Effect.gen(function*() {
       const settings = yield* SweeperConfig
       yield* configureBatches(batches)
+      yield* refuseGitLabDatabase
       if (Option.isSome(settings.databaseUrl) || redisConfigured(settings)) {
         yield* Effect.logInfo("Demo on the configured backends", describeBackends(settings))
       }

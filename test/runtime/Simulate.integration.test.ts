@@ -5,10 +5,12 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { runCli } from "../support/cli.ts"
-import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
+import { createGitLabSchema } from "../support/gitlabSchema.ts"
+import { freshDatabase, PgTest, TestDatabaseUrl } from "../support/postgres.ts"
+import { layerServer } from "../../src/layers/Postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 
 const Platform = Layer.mergeAll(PgTest, RedisTest)
@@ -70,4 +72,23 @@ layer(Platform, { excludeTestServices: true })("sweeper simulate (real processes
       assert.strictEqual(zero.code, 2, zero.stderr)
       assert.include(zero.stderr, "--rate")
     }), 60_000)
+
+  it.effect("refuses a real GitLab's database (gitlab schema mode) before writing anything", () =>
+    Effect.gen(function*() {
+      const { url } = yield* freshDatabase
+      const tables = Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        return (yield* sql<{ name: string }>`SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`).map((r) => r.name)
+      })
+      const onGitLab = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.scoped(Effect.provide(effect, layerServer(Redacted.make(url))))
+      yield* onGitLab(createGitLabSchema({ partitioned: true }))
+      const before = yield* onGitLab(tables)
+      const result = yield* Effect.promise(() => runCli(["simulate", "--duration", "1s"], { DATABASE_URL: url, REDIS_URL: "redis://127.0.0.1:1/0" }))
+      assert.strictEqual(result.code, 2, result.stderr)
+      const lines = result.stderr.split("\n").filter((l) => l.startsWith("sweeper:"))
+      assert.lengthOf(lines, 1, result.stderr)
+      assert.include(lines[0], "DATABASE_URL")
+      assert.include(lines[0], "gitlab schema mode")
+      assert.deepStrictEqual(yield* onGitLab(tables), before, "no table created")
+    }).pipe(Effect.scoped), 60_000)
 })
