@@ -8,7 +8,7 @@
 export interface Ledger {
   readonly exports: { readonly stuck: Array<number>; readonly healthy: Array<number> }
   readonly builds: { readonly stuck: Array<number>; readonly healthy: Array<number> }
-  /** Pending-upload fields (`<location>:<path>`), with whether an object was written for it. */
+  /** Pending-upload fields (`<location>:<path>`), and where the stale ones' objects were written. */
   readonly uploads: { readonly stuck: Array<string>; readonly healthy: Array<string>; readonly objects: Array<string> }
   /** Running-rebalance members (`<type>/<id>`) left behind by a rebalancer that died. */
   readonly rebalances: { readonly stalled: Array<string>; readonly ran: Record<string, number> }

@@ -1,6 +1,6 @@
 /**
- * Plays the GitLab around Sweeper (`sweeper simulate`, `npm run demo`, the soak test): each second
- * every selected scenario makes `rate` things, some of them stuck the way GitLab's own failures
+ * Plays the GitLab around Sweeper (`sweeper simulate`, `npm run demo`, the soak test): each tick
+ * (one second apart) every selected scenario makes `rate` things, some of them stuck the way GitLab's own failures
  * leave them, some healthy controls beside them that Sweeper must leave alone, and a Sidekiq-style
  * consumer runs what Sweeper enqueues. Everything goes through the platform's own formats (SPEC), on
  * whichever backends the composition root built, and is written down in a `Ledger`.
@@ -11,12 +11,13 @@
  *                after it (back-dated), some are still running (status key alive);
  * - `builds`     builds stuck in `canceling` for two hours (back-dated), beside a build canceling
  *                for ten minutes and one running for two hours;
- * - `uploads`    direct uploads abandoned four hours ago (object written to the configured local
- *                store) beside fresh ones;
+ * - `uploads`    direct uploads abandoned four hours ago (object written to the configured store:
+ *                a local directory, S3 or Azure) beside fresh ones;
  * - `rebalances` issue rebalances whose rebalancer died (project or namespace in the running set,
  *                issues with tied and null positions), at most GitLab's 5 at a time;
- * - `throttled`  bursts of jobs of each concurrency-limited worker, which the consumer's throttling
- *                middleware defers once the worker is at its limit.
+ * - `throttled`  bursts of jobs of each concurrency-limited worker (and a few between bursts),
+ *                which the consumer's throttling middleware defers once the worker is at its limit
+ *                or has jobs deferred already.
  */
 import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import type { PgClient } from "@effect/sql-pg"

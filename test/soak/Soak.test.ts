@@ -136,6 +136,7 @@ describe("soak: supervisor + simulator on real servers", () => {
         const deleted = yield* eventsPerStream("StaleDirectUploadDeleted")
         exactlyOnce("uploads", deleted, ledger.uploads.stuck.map((field) => `direct_upload:${field}`))
         untouched("uploads", [deleted], ledger.uploads.healthy.map((field) => `direct_upload:${field}`))
+        assert.lengthOf(ledger.uploads.objects, ledger.uploads.stuck.length, "every stale upload had its object")
         assert.deepStrictEqual(ledger.uploads.objects.filter(existsSync), [], "stale objects deleted")
         for (const field of ledger.uploads.healthy) {
           assert.isTrue(yield* stores.hexists("sharedState", PENDING_DIRECT_UPLOADS_KEY, field), field)
