@@ -54,7 +54,8 @@ describe("npm run demo", () => {
       child.stderr.on("data", (chunk) => (stderr += chunk))
       const exited = exitOf(child)
       try {
-        const url = await waitFor("the dashboard URL", async () => /Dashboard: (http:\/\/\S+)/.exec(stdout)?.[1], 40_000)
+        // Generous: on a loaded CI machine starting PGlite alone can take most of a minute.
+        const url = await waitFor("the dashboard URL", async () => /Dashboard: (http:\/\/\S+)/.exec(stdout)?.[1], 90_000)
         const listening = Date.now()
         assert.notInclude(url, ":9394", "the demo in a test must not take the default port")
         const seen = new Map<string, number>()
@@ -91,5 +92,5 @@ describe("npm run demo", () => {
         await exited
         rmSync(dataDir, { recursive: true, force: true })
       }
-    }), 120_000)
+    }), 200_000)
 })
