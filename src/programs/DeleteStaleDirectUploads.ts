@@ -18,7 +18,7 @@ import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
 import { type Batch, checkFence, CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
-  isStale,
+  staleAt,
   type Location,
   MAX_EXEC_DURATION,
   parseEntry,
@@ -51,6 +51,8 @@ export interface DeleteStaleDirectUploadsSummary {
   readonly skippedNoStore: number
 }
 
+/** How much larger each step may be than the one before (see `step` in `run`). */
+const STEP_GROWTH = 8
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
 const LOG_SAMPLE_SIZE = 5
 /** Untrusted strings quoted in a log line are cut to this length. */
@@ -120,6 +122,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
   const startedMillis = yield* Clock.currentTimeMillis
   const now = yield* decisionTime
+  const isStale = staleAt(now)
 
   const totalPendingEntries = yield* pending.count
   yield* setGauge(directUploadsPending, totalPendingEntries)
@@ -134,9 +137,11 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   let handled = 0
   /**
    * Entries per step. The budget is checked after each step, so the first step is one entry
-   * (`--budget 0s` handles exactly one) and each next step at most doubles, capped by what the
-   * time per entry so far says still fits the budget: a run overshoots its budget by at most
-   * about one step, as the per-entry loop did by one entry.
+   * (`--budget 0s` handles exactly one) and each next step grows at most eightfold (1, 8, 64, 512,
+   * 4096, a page: five steps to reach full pages, where doubling took thirteen, each costing the
+   * round trips of a whole step), capped by what the time per entry so far says still fits the
+   * budget: a run overshoots its budget by at most about one step, as the per-entry loop did by
+   * one entry.
    */
   let step = 1
 
@@ -147,7 +152,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
       const parsed = parseEntry(raw)
       if (Result.isFailure(parsed)) {
         if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
-      } else if (isStale(parsed.success, now)) {
+      } else if (isStale(parsed.success)) {
         stale.push({ ...parsed.success, value: raw.value })
       }
     }
@@ -172,7 +177,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true
     const fits = elapsed === 0 ? Infinity : Math.floor((budgetMillis - elapsed) / (elapsed / handled))
-    step = Math.max(1, Math.min(step * 2, fits, SCAN_PAGE_SIZE))
+    step = Math.max(1, Math.min(step * STEP_GROWTH, fits, SCAN_PAGE_SIZE))
     return !executionTimeout
   })
 

@@ -130,7 +130,7 @@ describe("kill -9 mid-run, then run to completion", () => {
 
     it.live(`delete-stale-direct-uploads (seed ${seed}): every stale upload deleted, at least one event each, at most one step's extra events per kill`, () =>
       Effect.gen(function*() {
-        const STALE = 1000
+        const STALE = 3000
         const FRESH = 200
         const root = yield* Effect.acquireRelease(
           Effect.promise(() => mkdtemp(join(tmpdir(), "sweeper-fault-objects-"))),
