@@ -70,7 +70,7 @@ describe("connection loss mid-run", () => {
 
   it.live("Redis connections killed mid-run (CLIENT KILL): the run goes on and succeeds, every deletion recorded", () =>
     Effect.gen(function*() {
-      const STALE = 1000
+      const STALE = 3000
       const root = yield* Effect.acquireRelease(
         Effect.promise(() => mkdtemp(join(tmpdir(), "sweeper-fault-objects-"))),
         (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
@@ -104,7 +104,8 @@ describe("connection loss mid-run", () => {
         SWEEPER_OBJECT_STORAGE: JSON.stringify({ artifacts: root })
       })
       let killed = 0
-      for (const after of [0, 100, 200]) {
+      // Step boundaries of the run (steps of 1, 8, 64, 512, then the rest): one kill in each of three steps.
+      for (const after of [0, 10, 100]) {
         yield* untilEvents("StaleDirectUploadDeleted", after)
         killed += yield* killVictims
       }
