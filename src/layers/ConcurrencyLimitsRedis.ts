@@ -28,6 +28,14 @@ import { type BeginMove, type BeginOutcome, type ConcurrencyLimitStore, Concurre
 import { SweeperConfig } from "./Config.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "./Redis.ts"
 
+/**
+ * The scripts push their elements with variadic RPUSH/LPUSH, this many per call (LPUSH k a b c is
+ * LPUSH k a, LPUSH k b, LPUSH k c: the same list), not one redis.call per element (issue 9: the
+ * scripts' server time for 100,000 jobs went from 0.83–0.85 s to 0.57–0.76 s, Redis SLOWLOG). Lua's
+ * unpack takes at most ~8000 values, so larger moves go in chunks.
+ */
+const PUSH_CHUNK = 1000
+
 // KEYS: deferred list, journal, dead list
 // ARGV: journal TTL seconds, journal header, n, dead-list TTL seconds, expected[1..n], payload[1..n] ('' = dead)
 // Returns 1 moved, 0 head changed, -1 a journal is pending.
@@ -40,17 +48,21 @@ for i = 1, n do
   if head[i] ~= ARGV[4 + i] then return 0 end
 end
 redis.call('LTRIM', KEYS[1], n, -1)
-redis.call('RPUSH', KEYS[2], ARGV[2])
+local jobs, dead = { ARGV[2] }, {}
 for i = 1, n do
   local payload = ARGV[4 + n + i]
-  if payload == '' then
-    redis.call('RPUSH', KEYS[3], head[i])
-    redis.call('EXPIRE', KEYS[3], ARGV[4])
-  else
-    redis.call('RPUSH', KEYS[2], payload)
-  end
+  if payload == '' then dead[#dead + 1] = head[i] else jobs[#jobs + 1] = payload end
+end
+for i = 1, #jobs, ${PUSH_CHUNK} do
+  redis.call('RPUSH', KEYS[2], unpack(jobs, i, math.min(i + ${PUSH_CHUNK - 1}, #jobs)))
 end
 redis.call('EXPIRE', KEYS[2], ARGV[1])
+if #dead > 0 then
+  for i = 1, #dead, ${PUSH_CHUNK} do
+    redis.call('RPUSH', KEYS[3], unpack(dead, i, math.min(i + ${PUSH_CHUNK - 1}, #dead)))
+  end
+  redis.call('EXPIRE', KEYS[3], ARGV[4])
+end
 return 1`
 
 // KEYS: pending_resumed. ARGV: count, TTL seconds
@@ -62,8 +74,8 @@ return 1`
 // KEYS: queue:<queue>, batch marker (same slot). ARGV: marker TTL seconds, payload[1..n]
 export const PUSH = `
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-for i = 2, #ARGV do
-  redis.call('LPUSH', KEYS[1], ARGV[i])
+for i = 2, #ARGV, ${PUSH_CHUNK} do
+  redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + ${PUSH_CHUNK - 1}, #ARGV)))
 end
 return 1`
 
