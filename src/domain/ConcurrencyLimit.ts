@@ -195,7 +195,23 @@ export const DeferredJob = Schema.Struct({
 })
 export type DeferredJob = typeof DeferredJob.Type
 
-const decodeDeferred = Schema.decodeUnknownOption(Schema.fromJsonString(DeferredJob))
+const decodeDeferredValue = Schema.decodeUnknownOption(DeferredJob)
+
+/**
+ * JSON text to a DeferredJob: JSON.parse (as Schema.fromJsonString does), then the Schema on the
+ * parsed value. The same elements decode and the same ones fail; going through fromJsonString cost
+ * half again as much CPU per element (measured: 15 vs 10 ms per 5000), and a limit-0 move decodes
+ * 5000 (issue 9).
+ */
+const decodeDeferred = (text: string): Option.Option<DeferredJob> => {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(text)
+  } catch {
+    return Option.none()
+  }
+  return decodeDeferredValue(parsed)
+}
 
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 
