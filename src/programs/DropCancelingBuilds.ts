@@ -100,12 +100,12 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   let dropped = 0
   let doomed = 0
   let batches = 0
-  // Where the current page starts, and the keyset range written and committed but not yet revisited.
+  // Where the current page starts, and where the pages written and committed but not yet
+  // revisited start.
   let pageAfter = Option.none<BuildCursor>()
-  let unvisited = Option.none<{ readonly after: Option.Option<BuildCursor>; readonly upTo: BuildCursor }>()
+  let unvisited = Option.none<Option.Option<BuildCursor>>()
   // Housekeeping for the next run's scan, not part of the repair: its failure fails nothing.
-  const revisit = (range: { readonly after: Option.Option<BuildCursor>; readonly upTo: BuildCursor }) =>
-    builds.revisitWritten({ cutoff, ...range, limit: batchSize }).pipe(Effect.ignore)
+  const revisit = (after: Option.Option<BuildCursor>) => builds.revisitWritten({ cutoff, after }).pipe(Effect.ignore)
   let page = yield* read(Option.none())
   while (page.length > 0) {
     batches++
@@ -126,14 +126,15 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     // rows are strictly after this page in keyset order, so the two never touch the same row; and
     // whatever the read sees of this page's commit or of other writers, each row's guard (status,
     // lock_version as read) is checked again when its page is written. Before it, the same fiber
-    // revisits the previous page's range (committed before this write began, strictly before this
-    // page: disjoint too). If this write fails (LeaseLost, SqlError), the read is interrupted with
-    // it. The embedded database has one connection: the read then simply waits for the write.
-    const ahead = Option.match(unvisited, { onNone: () => next, onSome: (range) => Effect.andThen(revisit(range), next) })
+    // revisits the previous page (committed before this write began; the walk reads nothing and
+    // stops at the first build still stuck, at the latest this page's first). If this write fails
+    // (LeaseLost, SqlError), the read is interrupted with it. The embedded database has one
+    // connection: the read then simply waits for the write.
+    const ahead = Option.match(unvisited, { onNone: () => next, onSome: (after) => Effect.andThen(revisit(after), next) })
     const [written, nextPage] = yield* Effect.all([dropPage(page, now), ahead], { concurrency: 2 })
     dropped += written.dropped
     doomed += written.doomed
-    unvisited = Option.some({ after: pageAfter, upTo })
+    unvisited = Option.some(pageAfter)
     pageAfter = Option.some(upTo)
     page = nextPage
   }

@@ -26,19 +26,17 @@ export class Builds extends Context.Service<Builds, {
    */
   dropMany(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<CancelingBuild>, SqlError | LeaseLost>
   /**
-   * Walks the canceling scan's index over the keyset range (after, upTo] — builds this run has
-   * already failed and committed — and reads nothing back. Why: a failed build leaves a dead entry
-   * in the index the scan uses until VACUUM, and the first scan to meet it pays a heap fetch for
-   * it. Walking a page's range just after its commit, while its heap pages are hot (and dirty
-   * anyway), lets PostgreSQL mark those entries dead in the index, so the next run's scan skips
-   * them instead of fetching 100 k dead rows (measured: BENCHMARKS.md). Backends without such an
-   * index do nothing.
+   * Walks the canceling scan's index from `after` — the start of builds this run has already
+   * failed and committed — to the first build still stuck, and reads nothing back. Why: a failed
+   * build leaves a dead entry in the index the scan uses until VACUUM, and the first scan to meet it
+   * pays a heap fetch for it. Walking a page's entries just after its commit, while its heap pages
+   * are hot (and dirty anyway), lets PostgreSQL mark them dead in the index, so the next run's scan
+   * skips them instead of fetching 100 k dead rows (measured: BENCHMARKS.md). Backends without such
+   * an index do nothing.
    */
-  revisitWritten(range: {
+  revisitWritten(from: {
     readonly cutoff: DateTime.Utc
     readonly after: Option.Option<BuildCursor>
-    readonly upTo: BuildCursor
-    readonly limit: number
   }): Effect.Effect<void, SqlError>
   /** failed / data_integrity_failure, guarded by status = 'canceling' only. */
   doom(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
