@@ -58,33 +58,40 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
 
   const completed = new Set(completedJids)
   const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
-  // Read again: jobs that finished while we looked up their status drop out here.
-  const toFail: Array<EnqueuedExportJob> = []
-  for (const job of yield* exportJobs.findEnqueued(completedIds)) {
-    const decision = decideStuckExport(job, now, completed)
-    if (decision === "skippedParallel") skippedParallel++
-    else if (decision === "skippedRequeued") skippedRequeued++
-    else toFail.push(job)
-  }
+  const slices: Array<ReadonlyArray<number>> = []
+  for (let start = 0; start < completedIds.length; start += FAIL_SLICE) slices.push(completedIds.slice(start, start + FAIL_SLICE))
 
-  // One transaction per slice: a guarded set-based UPDATE and the slice's events.
-  for (let start = 0; start < toFail.length; start += FAIL_SLICE) {
-    const slice = toFail.slice(start, start + FAIL_SLICE)
-    if (dryRun) {
-      failedJids.push(...slice.map((job) => job.jid))
-      for (const job of slice) yield* wouldChange(`export_job:${job.id}`)
-      continue
-    }
-    const failed = yield* exportJobs.failMany(slice, yield* DateTime.now)
-    failedJids.push(...failed)
-    yield* reportProgress({ failed: failed.length, failedJids: capped(failed) })
-    if (failed.length < slice.length) {
-      const changed = slice.filter((job) => !failed.includes(job.jid))
-      yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
-        Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
-      )
-    }
-  }
+  // Per slice of 1000: read again (jobs that finished while we looked up their status drop out
+  // here), decide, then one statement: a guarded set-based UPDATE and the slice's events. Two
+  // slices are in flight at once, on two pooled connections (the job status look-up holds no
+  // lease and the slices share no row), so one slice's re-read and decoding overlap the other's
+  // write and commit; a dry run goes one by one so its listed targets keep their order.
+  const failSlice = (ids: ReadonlyArray<number>) =>
+    Effect.gen(function*() {
+      const toFail: Array<EnqueuedExportJob> = []
+      for (const job of yield* exportJobs.findEnqueued(ids)) {
+        const decision = decideStuckExport(job, now, completed)
+        if (decision === "skippedParallel") skippedParallel++
+        else if (decision === "skippedRequeued") skippedRequeued++
+        else toFail.push(job)
+      }
+      if (toFail.length === 0) return []
+      if (dryRun) {
+        for (const job of toFail) yield* wouldChange(`export_job:${job.id}`)
+        return toFail.map((job) => job.jid)
+      }
+      const failed = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+      yield* reportProgress({ failed: failed.length, failedJids: capped(failed) })
+      if (failed.length < toFail.length) {
+        const changed = toFail.filter((job) => !failed.includes(job.jid))
+        yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
+          Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
+        )
+      }
+      return failed
+    })
+  // In slice order whatever order they finish in.
+  for (const failed of yield* Effect.forEach(slices, failSlice, { concurrency: dryRun ? 1 : 2 })) failedJids.push(...failed)
 
   yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
     Effect.annotateLogs({ jids: capped(failedJids), failed: failedJids.length })
