@@ -100,10 +100,13 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   let dropped = 0
   let doomed = 0
   let batches = 0
-  // Where the current page starts, and where the pages written and committed but not yet
-  // revisited start.
+  // Where the current page starts, and where the last two pages written and committed start: each
+  // committed page is walked twice (once just after its commit, again one page later), because
+  // PostgreSQL marks an entry dead only once no snapshot in the database can still see its row,
+  // and a snapshot held elsewhere (an ANALYZE, a long transaction) can make the first walk mark
+  // nothing; walking entries already marked costs only index pages.
   let pageAfter = Option.none<BuildCursor>()
-  let unvisited = Option.none<Option.Option<BuildCursor>>()
+  let committed: ReadonlyArray<Option.Option<BuildCursor>> = []
   // Housekeeping for the next run's scan, not part of the repair: its failure fails nothing.
   const revisit = (after: Option.Option<BuildCursor>) => builds.revisitWritten({ cutoff, after }).pipe(Effect.ignore)
   let page = yield* read(Option.none())
@@ -126,20 +129,20 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     // rows are strictly after this page in keyset order, so the two never touch the same row; and
     // whatever the read sees of this page's commit or of other writers, each row's guard (status,
     // lock_version as read) is checked again when its page is written. Before it, the same fiber
-    // revisits the previous page (committed before this write began; the walk reads nothing and
+    // revisits the two pages before (committed before this write began; the walk reads nothing and
     // stops at the first build still stuck, at the latest this page's first). If this write fails
     // (LeaseLost, SqlError), the read is interrupted with it. The embedded database has one
     // connection: the read then simply waits for the write.
-    const ahead = Option.match(unvisited, { onNone: () => next, onSome: (after) => Effect.andThen(revisit(after), next) })
+    const ahead = committed.length === 0 ? next : Effect.andThen(revisit(committed[0]!), next)
     const [written, nextPage] = yield* Effect.all([dropPage(page, now), ahead], { concurrency: 2 })
     dropped += written.dropped
     doomed += written.doomed
-    unvisited = Option.some(pageAfter)
+    committed = [...committed, pageAfter].slice(-2)
     pageAfter = Option.some(upTo)
     page = nextPage
   }
-  // The last page written has not been revisited yet.
-  if (Option.isSome(unvisited)) yield* revisit(unvisited.value)
+  // The last pages written have not been walked twice yet.
+  if (committed.length > 0) yield* revisit(committed[0]!)
 
   if (!dryRun) {
     yield* increment(buildsDroppedTotal, dropped)
