@@ -5,7 +5,7 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer, Option } from "effect"
+import { DateTime, Effect, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type BuildCursor, type CancelingBuild, cancelingCutoff, cursorOf } from "../../src/domain/Build.ts"
 import { CurrentRun, type Fence } from "../../src/domain/Batch.ts"
@@ -466,8 +466,17 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         const root = rows[0]!["QUERY PLAN"][0]!.Plan
         return Number(root["Shared Hit Blocks"] ?? 0) + Number(root["Shared Read Blocks"] ?? 0)
       })
+      // A snapshot held by any other backend in this database (an autovacuum ANALYZE of another
+      // table, under a loaded suite) keeps A's rows visible to it, and then no walk can mark them:
+      // wait, at most 20 s, until no other backend here holds one, so the test measures the walk.
+      const noOtherSnapshot = sql<{ n: string }>`SELECT count(*) AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL`.pipe(
+        Effect.flatMap(([row]) => Number(row!.n) === 0 ? Effect.void : Effect.fail("snapshot held")),
+        Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 200 })
+      )
       // A written, then walked past (the walk stops at B's first row, still stuck); then B written.
       yield* builds.dropMany(pageA!, NOW)
+      yield* Effect.orDie(noOtherSnapshot)
       yield* builds.revisitWritten(fromStart)
       yield* builds.dropMany(pageB!, NOW)
       // The first scan from the start fetches B's 2000 dead rows but not A's (marked dead by the
