@@ -31,6 +31,28 @@ const guarded = <S, E, R>(batch: Batch<S, E, R>) =>
     return yield* Fiber.join(fiber)
   })
 
+/** `count` builds canceling for two hours at NOW (ids 1..count), in the memory platform. */
+const seedCanceling = (count: number) =>
+  Effect.gen(function*() {
+    const state = yield* MemoryBuilds
+    const old = DateTime.subtractDuration(NOW, Duration.hours(2))
+    for (let id = 1; id <= count; id++) {
+      state.rows.set(id, {
+        id,
+        projectId: 1,
+        runnerId: 7,
+        type: "Ci::Build",
+        status: "canceling",
+        failureReason: null,
+        lockVersion: 0,
+        createdAt: old,
+        updatedAt: old,
+        finishedAt: null
+      } satisfies BuildRecord)
+    }
+    return state
+  })
+
 describe("summaries of retried runs add up all attempts", () => {
   it.effect("a program that fails transiently once after some work: numbers add, booleans OR, lists concatenate", () =>
     Effect.gen(function*() {
@@ -67,22 +89,7 @@ describe("summaries of retried runs add up all attempts", () => {
   it.effect("drop-canceling-builds: a transient failure after 3 of 5 drops → dropped 5, not 2", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
-      const state = yield* MemoryBuilds
-      const old = DateTime.subtractDuration(NOW, Duration.hours(2))
-      for (let id = 1; id <= 5; id++) {
-        state.rows.set(id, {
-          id,
-          projectId: 1,
-          runnerId: 7,
-          type: "Ci::Build",
-          status: "canceling",
-          failureReason: null,
-          lockVersion: 0,
-          createdAt: old,
-          updatedAt: old,
-          finishedAt: null
-        } satisfies BuildRecord)
-      }
+      const state = yield* seedCanceling(5)
       // The connection drops on the 4th write, once.
       const builds = yield* Builds
       let drops = 0
@@ -102,22 +109,7 @@ describe("summaries of retried runs add up all attempts", () => {
   it.effect("drop-canceling-builds: a permanent failure after 3 of 5 pages → failed, dropped 3 in RunFinished", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
-      const state = yield* MemoryBuilds
-      const old = DateTime.subtractDuration(NOW, Duration.hours(2))
-      for (let id = 1; id <= 5; id++) {
-        state.rows.set(id, {
-          id,
-          projectId: 1,
-          runnerId: 7,
-          type: "Ci::Build",
-          status: "canceling",
-          failureReason: null,
-          lockVersion: 0,
-          createdAt: old,
-          updatedAt: old,
-          finishedAt: null
-        } satisfies BuildRecord)
-      }
+      yield* seedCanceling(5)
       // Pages of one build; the 4th page's write fails for good (not a lost connection: not retried).
       const builds = yield* Builds
       let pages = 0
