@@ -126,14 +126,17 @@ th{font-size:.8rem;color:#5b6677;font-weight:600}td.data code{white-space:pre-wr
 @media (max-width:600px){main{padding:.8rem}dl{grid-template-columns:4.6rem 1fr}.hide-narrow{display:none}}
 `
 
-/** The page script: token once per tab, buttons, local times, live re-render over SSE. */
+/**
+ * The page script: token once per tab, buttons, local times, live re-render over SSE. Times show
+ * seconds only when they have some (a seconds cron's next ticks), so minute crons stay short.
+ */
 const SCRIPT = `
 (function(){
   function token(){var t=sessionStorage.getItem("sweeper-token");if(!t){t=window.prompt("API token (SWEEPER_API_TOKEN)");if(t)sessionStorage.setItem("sweeper-token",t)}return t}
   function flash(text,bad){var f=document.getElementById("flash");if(f){f.textContent=text;f.className=bad?"bad":""}}
   function ago(ms){var s=Math.max(0,Math.round(ms/1000));return s<120?s+"s ago":s<7200?Math.round(s/60)+"m ago":s<172800?Math.round(s/3600)+"h ago":Math.round(s/86400)+"d ago"}
   function localize(root){root.querySelectorAll("time[datetime]").forEach(function(el){var d=new Date(el.getAttribute("datetime"));var m=el.getAttribute("data-mode");
-    if(m==="ago")el.textContent=ago(Date.now()-d.getTime());else if(m==="local")el.textContent=d.toLocaleString([], {dateStyle:"medium",timeStyle:"short"})+" local";else el.textContent=d.toISOString().slice(0,16).replace("T"," ")+" UTC"})}
+    if(m==="ago")el.textContent=ago(Date.now()-d.getTime());else{var s=d.getUTCSeconds()!==0;if(m==="local")el.textContent=d.toLocaleString([], {dateStyle:"medium",timeStyle:s?"medium":"short"})+" local";else el.textContent=d.toISOString().slice(0,s?19:16).replace("T"," ")+" UTC"}})}
   async function act(button){var batch=button.getAttribute("data-batch"),action=button.getAttribute("data-action");var t=token();if(!t){flash("No token given; nothing done.",true);return}
     var path="/api/batches/"+encodeURIComponent(batch)+"/"+(action==="dry-run"?"run":action);var body=action==="dry-run"?JSON.stringify({dryRun:true}):action==="run"?"{}":undefined;
     button.disabled=true;flash((action==="dry-run"?"Dry run of ":action==="run"?"Running ":action==="pause"?"Pausing ":"Resuming ")+batch+"…");
