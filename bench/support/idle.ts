@@ -22,23 +22,32 @@ const statusField = (pid: number, field: string) => {
 
 const root = new URL("../../", import.meta.url).pathname
 
-/** package.json's start script (`exec node <flags> <entry> start`) as node arguments. */
-const startArguments = (): Array<string> => {
+/**
+ * package.json's start script (`[NAME=value …] exec node <flags> <entry> start`) as the
+ * environment it sets and node's arguments.
+ */
+const startCommand = (): { readonly env: Record<string, string>; readonly args: Array<string> } => {
   const script = (JSON.parse(readFileSync(`${root}package.json`, "utf8")) as { scripts: { start: string } }).scripts.start
   const words = script.split(/\s+/).filter((word) => word !== "exec")
+  const env: Record<string, string> = {}
+  while (/^[A-Z_][A-Z0-9_]*=/.test(words[0] ?? "")) {
+    const [name, ...value] = words.shift()!.split("=")
+    env[name!] = value.join("=")
+  }
   if (words[0] !== "node") throw new Error(`unexpected start script: ${script}`)
-  return words.slice(1)
+  return { env, args: words.slice(1) }
 }
 
 export const idleFootprint = Effect.scoped(Effect.gen(function*() {
   const database = yield* benchDatabase(undefined)
   yield* benchRedis
-  const args = startArguments()
+  const { args, env: startEnv } = startCommand()
   yield* Effect.sync(() => execFileSync(process.execPath, [...args.slice(0, -1), "--help"], { cwd: root, stdio: "ignore" }))
   const child = yield* Effect.acquireRelease(
     Effect.sync(() => spawn(process.execPath, args, {
       cwd: root,
       env: {
+        ...startEnv,
         PATH: process.env.PATH ?? "",
         DATABASE_URL: database.url,
         REDIS_URL: redisUrl,
@@ -64,7 +73,7 @@ export const idleFootprint = Effect.scoped(Effect.gen(function*() {
   const rss = statusField(pid, "VmRSS")
   const peak = statusField(pid, "VmHWM")
   const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`
-  console.log(`\nidle supervisor (node ${args.join(" ")}; DATABASE_URL + REDIS_URL, all batches scheduled, ${IDLE_SECONDS} s after start)`)
+  console.log(`\nidle supervisor (${Object.entries(startEnv).map(([k, v]) => `${k}=${v} `).join("")}node ${args.join(" ")}; DATABASE_URL + REDIS_URL, all batches scheduled, ${IDLE_SECONDS} s after start)`)
   console.log(`  RSS ${mb(rss)}, peak ${mb(peak)} (target ≤ 100 MB)`)
   return { rssBytes: rss, peakBytes: peak }
 }))

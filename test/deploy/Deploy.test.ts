@@ -203,10 +203,12 @@ describe("systemd unit", () => {
 
   it.effect("runs the package's node hardened, and its stop timeout covers the default shutdown grace", () =>
     Effect.gen(function*() {
-      // The same process as `npm start`: its V8 flag and its entry point (which enables the compile cache).
+      // The same process as `npm start`: its malloc setting, its V8 flags and its entry point (which
+      // enables the compile cache).
       const startScript = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")).scripts.start as string
-      assert.strictEqual(startScript, "exec node --max-semi-space-size=1 bin/sweeper.mjs start")
-      assert.strictEqual(directive("ExecStart"), "/opt/sweeper/node_modules/node/bin/node --max-semi-space-size=1 /opt/sweeper/bin/sweeper.mjs start")
+      assert.strictEqual(startScript, "MALLOC_ARENA_MAX=2 exec node --max-semi-space-size=1 --heap-growing-percent=30 bin/sweeper.mjs start")
+      assert.strictEqual(directive("ExecStart"), "/opt/sweeper/node_modules/node/bin/node --max-semi-space-size=1 --heap-growing-percent=30 /opt/sweeper/bin/sweeper.mjs start")
+      assert.match(unit, /^Environment=MALLOC_ARENA_MAX=2$/m)
       assert.strictEqual(directive("CacheDirectory"), "sweeper")
       assert.match(unit, /^Environment=NODE_COMPILE_CACHE=\/var\/cache\/sweeper$/m)
       for (const [key, value] of Object.entries({
