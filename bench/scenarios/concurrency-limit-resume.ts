@@ -10,6 +10,7 @@ import { Duration, Effect } from "effect"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
+import { seedDeferredJobs } from "../../src/simulator/Fixtures.ts"
 import type { PhaseContext, Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
 import { runOnce } from "./platform.ts"
@@ -21,30 +22,9 @@ interface Size {
 const WORKER = "Releases::CreateEvidenceWorker"
 const QUEUE = "default"
 const keys = workerKeys(WORKER)
-const PUSH_CHUNK = 1_000
 const RAW_MOVE = 5_000
 
-const element = (i: number, bufferedAt: number) =>
-  JSON.stringify({
-    args: [i, `gid://gitlab/Release/${i}`],
-    context: { "meta.user": "root", "meta.project": `gitlab-org/project-${i % 100}`, "meta.caller_id": "Releases::CreateService" },
-    buffered_at: bufferedAt
-  })
-
-const seed = (size: Size, context: PhaseContext) =>
-  Effect.promise(async () => {
-    const now = Date.now() / 1000
-    for (let start = 0; start < size.jobs; start += PUSH_CHUNK * 10) {
-      const pipeline = context.redis.pipeline()
-      for (let chunk = start; chunk < start + PUSH_CHUNK * 10 && chunk < size.jobs; chunk += PUSH_CHUNK) {
-        const values: Array<string> = []
-        for (let i = chunk; i < chunk + PUSH_CHUNK && i < size.jobs; i++) values.push(element(i, now - 600 + i / 1000))
-        pipeline.rpush(keys.deferred, ...values)
-      }
-      await pipeline.exec()
-    }
-    return size.jobs
-  })
+const seed = (size: Size, context: PhaseContext) => seedDeferredJobs(context.redis, { worker: WORKER, jobs: size.jobs })
 
 const queued = (context: PhaseContext) => Effect.promise(() => context.redis.llen(queueKey(QUEUE)))
 

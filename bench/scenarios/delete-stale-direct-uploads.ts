@@ -9,6 +9,7 @@
 import { Duration, Effect } from "effect"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
+import { seedPendingUploadFields } from "../../src/simulator/Fixtures.ts"
 import type { PhaseContext, Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
 import { runOnce } from "./platform.ts"
@@ -18,28 +19,13 @@ interface Size {
   readonly staleEvery: number
 }
 
-const PIPELINE_CHUNK = 10_000
 /** Real time: the entries' ages are relative to now, and the batch reads the real clock. */
 const nowSeconds = () => Math.floor(Date.now() / 1000)
-const STALE_AGE = 4 * 3600
-const FRESH_AGE = 3600
 const STALE_BEFORE_AGE = 3 * 3600
 
 const hlen = (context: PhaseContext) => Effect.promise(() => context.redis.hlen(PENDING_DIRECT_UPLOADS_KEY))
 
-const seed = (size: Size, context: PhaseContext) =>
-  Effect.promise(async () => {
-    const now = nowSeconds()
-    for (let start = 0; start < size.entries; start += PIPELINE_CHUNK) {
-      const fields: Record<string, string> = {}
-      for (let i = start; i < start + PIPELINE_CHUNK && i < size.entries; i++) {
-        const age = i % size.staleEvery === 0 ? STALE_AGE : FRESH_AGE
-        fields[`uploads:tmp/uploads/${i.toString(36)}-${"x".repeat(40)}`] = String(now - age - (i % 600))
-      }
-      await context.redis.hset(PENDING_DIRECT_UPLOADS_KEY, fields)
-    }
-    return Math.ceil(size.entries / size.staleEvery)
-  })
+const seed = (size: Size, context: PhaseContext) => seedPendingUploadFields(context.redis, size)
 
 /** Fields removed by `phase`, as HLEN before minus after. */
 const removedBy = <E, R>(context: PhaseContext, phase: Effect.Effect<{ readonly seconds?: number }, E, R>) =>

@@ -15,6 +15,7 @@ import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import type { Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
 import { runOnce, succeeded, withSweeper } from "./platform.ts"
+import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 
 interface Size {
   readonly rows: number
@@ -24,49 +25,7 @@ interface Size {
 const NOW = new Date("2026-01-01T05:00:00Z")
 const CUTOFF = new Date(NOW.getTime() - 3_600_000)
 
-const seed = (size: Size) =>
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    yield* sql`
-      INSERT INTO ci_builds (id, project_id, commit_id, name, type, status, failure_reason, runner_id, lock_version,
-        created_at, updated_at, started_at, finished_at)
-      SELECT i,
-        1 + (i * 7919) % 5000,
-        i / 20,
-        'job ' || (i % 40),
-        CASE WHEN i % 5000 = 1 THEN 'Ci::Bridge' ELSE 'Ci::Build' END,
-        CASE
-          WHEN i % ${size.stuckEvery} = 0 THEN 'canceling'
-          WHEN i % 5000 = 1 THEN 'canceling'
-          WHEN i % 997 = 0 THEN 'running'
-          WHEN i % 10 < 7 THEN 'success'
-          WHEN i % 10 < 9 THEN 'failed'
-          ELSE 'canceled'
-        END,
-        CASE WHEN i % 10 IN (7, 8) THEN 1 ELSE NULL END,
-        CASE WHEN i % 13 = 0 THEN NULL ELSE 1 + i % 300 END,
-        i % 3,
-        ts, ts + interval '5 minutes', ts + interval '1 minute',
-        CASE WHEN i % ${size.stuckEvery} = 0 OR i % 997 = 0 THEN NULL ELSE ts + interval '5 minutes' END
-      FROM (
-        SELECT i, ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '2 hours' - ((${size.rows} - i) * (interval '60 days' / ${size.rows})) AS ts
-        FROM generate_series(1::bigint, ${size.rows}::bigint) AS i
-      ) AS s`
-    // The newest canceling builds are younger than the timeout: not stuck.
-    yield* sql`UPDATE ci_builds SET created_at = ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '10 minutes',
-      updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '10 minutes'
-      WHERE id > ${size.rows} - 1000 AND status = 'canceling'`
-    yield* sql`SELECT setval(pg_get_serial_sequence('ci_builds', 'id'), ${size.rows})`
-    return yield* stuckCount
-  })
-
-const stuckCount = Effect.gen(function*() {
-  const sql = yield* PgClient.PgClient
-  const rows = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds
-    WHERE status = 'canceling' AND type = 'Ci::Build' AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
-      AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'`
-  return Number(rows[0]!.n)
-})
+const seed = (size: Size) => seedBuildsWithStuckCanceling({ rows: size.rows, stuckEvery: size.stuckEvery, now: NOW })
 
 const PER_RECORD_PAGE = 100
 

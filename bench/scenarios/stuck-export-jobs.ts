@@ -5,9 +5,10 @@
  *   per-record the Ruby loop: for each job a GET of its status key, and an UPDATE (own commit) if gone
  */
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect } from "effect"
-import { EXPORT_JOB_STATUS_TTL, jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
+import { Effect } from "effect"
+import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
+import { seedExportJobsWithStatuses } from "../../src/simulator/Fixtures.ts"
 import type { PhaseContext, Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
 import { runOnce } from "./platform.ts"
@@ -17,31 +18,9 @@ interface Size {
 }
 
 const NOW = new Date("2026-01-01T05:00:00Z")
-const PIPELINE_CHUNK = 10_000
 const MGET_SLICE = 1_000
 
-const seed = (size: Size) => (context: PhaseContext) =>
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    yield* sql`INSERT INTO namespaces (id) VALUES (1)`
-    yield* sql`INSERT INTO projects (id, namespace_id) SELECT p, 1 FROM generate_series(1, 100) AS p`
-    // Plus as many finished and failed jobs, which the batch never reads.
-    yield* sql`
-      INSERT INTO project_export_jobs (id, project_id, jid, status, created_at, updated_at)
-      SELECT i, 1 + i % 100, 'export-' || i, CASE WHEN i <= ${size.active} THEN i % 2 ELSE 2 + i % 2 END,
-        ${NOW}::timestamptz - interval '1 day', ${NOW}::timestamptz - interval '1 day'
-      FROM generate_series(1, ${size.active * 2}) AS i`
-    // Odd jobs still run: their status key is there.
-    const ttl = Duration.toSeconds(EXPORT_JOB_STATUS_TTL)
-    for (let start = 1; start <= size.active; start += PIPELINE_CHUNK) {
-      const pipeline = context.redis.pipeline()
-      for (let i = start; i < start + PIPELINE_CHUNK && i <= size.active; i++) {
-        if (i % 2 === 1) pipeline.set(jobStatusKey(`export-${i}`), "1", "EX", ttl)
-      }
-      yield* Effect.promise(() => pipeline.exec())
-    }
-    return Math.floor(size.active / 2)
-  })
+const seed = (size: Size) => (context: PhaseContext) => seedExportJobsWithStatuses(context.redis, { active: size.active, now: NOW })
 
 export const scenario: Scenario<Size> = {
   name: "stuck-export-jobs",

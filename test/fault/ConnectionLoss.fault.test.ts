@@ -14,6 +14,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { Redis } from "../../src/layers/Redis.ts"
+import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 import { countEvents, eventsPerStream, startRun, untilEvents } from "./support.ts"
@@ -37,9 +38,7 @@ describe("connection loss mid-run", () => {
     Effect.gen(function*() {
       const STUCK = 1000
       const sql = yield* PgClient.PgClient
-      yield* sql`INSERT INTO ci_builds (project_id, status, runner_id, created_at, updated_at)
-        SELECT g % 50, 'canceling', g % 5, '2026-01-01 00:00:00'::timestamp + g * interval '1 millisecond', '2026-01-01 00:00:00'
-        FROM generate_series(1, ${STUCK}) g`
+      yield* seedStuckCancelingBuilds(STUCK)
 
       const run = startRun("pg-victim", "drop-canceling-builds", yield* env)
       let terminated = 0

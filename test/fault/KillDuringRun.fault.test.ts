@@ -24,6 +24,7 @@ import { FAIL_SLICE } from "../../src/domain/ExportJob.ts"
 import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { workerLeaseName } from "../../src/programs/ConcurrencyLimitResume.ts"
+import { seedDeferredJobs, seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 import { eventsPerStream, killRepeatedly, runToEnd } from "./support.ts"
@@ -49,9 +50,7 @@ describe("kill -9 mid-run, then run to completion", () => {
       Effect.gen(function*() {
         const STUCK = 1000
         const sql = yield* PgClient.PgClient
-        yield* sql`INSERT INTO ci_builds (project_id, status, runner_id, created_at, updated_at)
-          SELECT g % 50, 'canceling', g % 5, '2026-01-01 00:00:00'::timestamp + g * interval '1 millisecond', '2026-01-01 00:00:00'
-          FROM generate_series(1, ${STUCK}) g`
+        yield* seedStuckCancelingBuilds(STUCK)
         // Outside the criteria: canceling but recent, and old but running.
         yield* sql`INSERT INTO ci_builds (project_id, status, created_at, updated_at)
           SELECT 1, 'canceling', now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC' FROM generate_series(1, 100)`
@@ -187,11 +186,7 @@ describe("kill -9 mid-run, then run to completion", () => {
         const WORKER = "Releases::CreateEvidenceWorker"
         const keys = workerKeys(WORKER)
         const redis = yield* Redis
-        const nowSeconds = Date.now() / 1000
-        const elements = Array.from({ length: JOBS }, (_, i) => JSON.stringify({ args: [i], buffered_at: nowSeconds - 60 }))
-        for (let i = 0; i < JOBS; i += 1000) {
-          yield* redis.use("test.rpush", (client) => client.rpush(keys.deferred, ...elements.slice(i, i + 1000)))
-        }
+        yield* seedDeferredJobs(redis.client, { worker: WORKER, jobs: JOBS })
         // Limit 0: unlimited, up to 5000 jobs per pass, passes back to back.
         const env = { ...(yield* baseEnv), SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [WORKER]: { limit: 0 } }) }
         const kills = yield* killRepeatedly({

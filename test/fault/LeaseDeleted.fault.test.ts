@@ -16,6 +16,7 @@ import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { REBALANCING_QUEUE, RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
 import { Redis } from "../../src/layers/Redis.ts"
+import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 import { deleteLease, eventsPerStream, type RunOutput, startRun, untilEvents } from "./support.ts"
@@ -59,9 +60,7 @@ describe("lease deleted under a running batch", () => {
     Effect.gen(function*() {
       const STUCK = 1000
       const sql = yield* PgClient.PgClient
-      yield* sql`INSERT INTO ci_builds (project_id, status, runner_id, created_at, updated_at)
-        SELECT g % 50, 'canceling', g % 5, '2026-01-01 00:00:00'::timestamp + g * interval '1 millisecond', '2026-01-01 00:00:00'
-        FROM generate_series(1, ${STUCK}) g`
+      yield* seedStuckCancelingBuilds(STUCK)
       const first = startRun("holder-1", "drop-canceling-builds", yield* env)
       yield* untilEvents("BuildDropped", 20)
       yield* deleteLease("ci/stuck_builds/drop_canceling_worker")
