@@ -8,6 +8,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Redacted } from "effect"
 import { batchNames } from "../../src/programs/index.ts"
 import { layerServer } from "../../src/layers/Postgres.ts"
+import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { freshDatabase } from "../support/postgres.ts"
 import { startSweeper, type SweeperProcess } from "../support/processes.ts"
 import { freshRedisUrl } from "../support/redis.ts"
@@ -70,9 +71,7 @@ const scenario = (databaseUrl: string) =>
       assert.isAtLeast(nodes.size, 2, "ticks are shared between replicas")
 
       // 2. Kill the replica holding the lease mid-run.
-      yield* sql`INSERT INTO ci_builds (project_id, status, runner_id, created_at, updated_at)
-        SELECT g % 50, 'canceling', g % 5, '2026-01-01 00:00:00'::timestamp + g * interval '1 millisecond', '2026-01-01 00:00:00'
-        FROM generate_series(1, ${STUCK_BUILDS}) g`
+      yield* seedStuckCancelingBuilds(STUCK_BUILDS)
       yield* waitUntil("the first 300 drops", Effect.map(sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'`, (r) => Number(r[0]!.n) >= 300), "60 seconds")
       const holder = yield* sql<{ node: string; run_id: string }>`
         SELECT s.data->>'node' AS node, s.run_id FROM sweeper_events s
