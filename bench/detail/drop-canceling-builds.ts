@@ -18,6 +18,7 @@ import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
+import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { adminUrl, benchDatabase, benchRedis, migratedDatabase, redisUrl, timed } from "../support/harness.ts"
 
@@ -28,43 +29,10 @@ const NOW = new Date("2026-01-01T05:00:00Z")
 /** Each drop commits its own transaction, so commit latency (WAL fsync) dominates; `off` shows the rest. */
 const SYNCHRONOUS_COMMIT = process.env.BENCH_SYNCHRONOUS_COMMIT
 
-const seed = Effect.gen(function*() {
-  const sql = yield* PgClient.PgClient
-  // Finished builds over the 60 days before NOW, a few running/pending, and every 100th build
-  // stuck in canceling for more than an hour. A handful of canceling bridges and fresh canceling
-  // builds must stay untouched.
-  yield* sql`
-    INSERT INTO ci_builds (id, project_id, commit_id, name, type, status, failure_reason, runner_id, lock_version,
-      created_at, updated_at, started_at, finished_at)
-    SELECT i,
-      1 + (i * 7919) % 5000,
-      i / 20,
-      'job ' || (i % 40),
-      CASE WHEN i % 5000 = 1 THEN 'Ci::Bridge' ELSE 'Ci::Build' END,
-      CASE
-        WHEN i % ${STUCK_EVERY} = 0 THEN 'canceling'
-        WHEN i % 5000 = 1 THEN 'canceling'
-        WHEN i % 997 = 0 THEN 'running'
-        WHEN i % 991 = 0 THEN 'pending'
-        WHEN i % 10 < 7 THEN 'success'
-        WHEN i % 10 < 9 THEN 'failed'
-        ELSE 'canceled'
-      END,
-      CASE WHEN i % 10 IN (7, 8) THEN 1 ELSE NULL END,
-      CASE WHEN i % 13 = 0 THEN NULL ELSE 1 + i % 300 END,
-      i % 3,
-      ts, ts + interval '5 minutes', ts + interval '1 minute',
-      CASE WHEN i % ${STUCK_EVERY} = 0 OR i % 997 = 0 OR i % 991 = 0 THEN NULL ELSE ts + interval '5 minutes' END
-    FROM (
-      SELECT i, ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '2 hours' - ((${ROWS} - i) * (interval '60 days' / ${ROWS})) AS ts
-      FROM generate_series(1::bigint, ${ROWS}::bigint) AS i
-    ) AS s`
-  // A few canceling builds younger than the timeout (the newest rows are within the last 2 h).
-  yield* sql`UPDATE ci_builds SET created_at = ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '10 minutes',
-    updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC' - interval '10 minutes'
-    WHERE id > ${ROWS} - 1000 AND status = 'canceling'`
-  yield* sql`SELECT setval(pg_get_serial_sequence('ci_builds', 'id'), ${ROWS})`
-})
+// Finished builds over the 60 days before NOW, a few running, every 100th build stuck in
+// canceling for more than an hour; canceling bridges and fresh canceling builds must stay untouched
+// (the simulator's bulk fixture, the same one the side-by-side scenario seeds).
+const seed = seedBuildsWithStuckCanceling({ rows: ROWS, stuckEvery: STUCK_EVERY, now: NOW })
 
 const counts = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
