@@ -11,19 +11,8 @@ import type { ChildProcess } from "node:child_process"
 import { Redis } from "../../src/layers/Redis.ts"
 import { leaseKey } from "../../src/services/Lease.ts"
 import { runCli } from "../support/cli.ts"
+import { seeded } from "../support/prng.ts"
 import { startSweeper } from "../support/processes.ts"
-
-/** A small seeded PRNG (mulberry32): a failing seed can be replayed exactly. */
-export const seeded = (seed: number) => {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 export interface RunOutput {
   readonly batch: string

@@ -6,6 +6,7 @@
  * little, so `occurred_at` is not always in id order, as in a real cluster.
  */
 import { randomUUID } from "node:crypto"
+import { seeded } from "./prng.ts"
 
 export interface SeedEvent {
   readonly stream: string
@@ -13,18 +14,6 @@ export interface SeedEvent {
   readonly data: Record<string, unknown>
   readonly runId: string | null
   readonly occurredAt: Date
-}
-
-/** mulberry32: a tiny seeded PRNG, so a failing seed can be replayed. */
-export const prng = (seed: number) => {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 const OUTCOMES = ["succeeded", "succeeded", "succeeded", "failed", "failed", "timed_out", "skipped"] as const
@@ -39,7 +28,7 @@ export const randomHistory = (seed: number, options: {
   readonly stepMinutes: number
   readonly batches?: number
 }): ReadonlyArray<SeedEvent> => {
-  const random = prng(seed)
+  const random = seeded(seed)
   const pick = <A>(xs: ReadonlyArray<A>): A => xs[Math.floor(random() * xs.length)]!
   const batches = Array.from({ length: options.batches ?? 3 }, (_, i) => `b${i}`)
   const out: Array<SeedEvent> = []
