@@ -11,6 +11,7 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
 import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../domain/Build.ts"
 import { BuildDoomed, BuildDropped } from "../domain/Events.ts"
+import { retryOrDoom } from "./DropRetry.ts"
 import { Builds } from "../services/Builds.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
@@ -221,6 +222,6 @@ export const BuildsSql = Layer.effect(
     const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped"))
     const doom = Effect.fn("Builds.doom")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed"))
 
-    return Builds.of({ findStuckCanceling, find, drop, dropMany, revisitWritten, doom })
+    return Builds.of({ findStuckCanceling, find, drop, dropMany, revisitWritten, doom, retryOrDoom: retryOrDoom({ find, drop, doom }) })
   })
 )

@@ -1,7 +1,7 @@
 /** `ci_builds` as drop-canceling-builds needs it. Writes append their event in the same transaction. */
 import { Context, type DateTime, type Effect, type Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { BuildCursor, BuildKey, CancelingBuild } from "../domain/Build.ts"
+import type { BuildCursor, BuildKey, CancelingBuild, DropOutcome } from "../domain/Build.ts"
 import type { LeaseLost } from "../domain/Errors.ts"
 
 export class Builds extends Context.Service<Builds, {
@@ -40,4 +40,11 @@ export class Builds extends Context.Service<Builds, {
   }): Effect.Effect<void, SqlError>
   /** failed / data_integrity_failure, guarded by status = 'canceling' only. */
   doom(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
+  /**
+   * A build that lost the race in `dropMany` (attempt 1): re-read, retried on its own with the
+   * re-read row (`drop`), doomed (`doom`) when MAX_DROP_ATTEMPTS run out — so a row that keeps
+   * changing cannot stay stuck forever; "changed_meanwhile" once it is no longer stuck. One rule
+   * for every backend (layers/DropRetry.ts); `now` is the run's decision time.
+   */
+  retryOrDoom(lost: CancelingBuild, now: DateTime.Utc): Effect.Effect<DropOutcome, SqlError | LeaseLost>
 }>()("sweeper/services/Builds") {}

@@ -175,7 +175,7 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         at(DateTime.formatIso(NOW)),
         Effect.provideService(CurrentRun, { runId: null, batch: null, dryRun: true, budget: Option.none(), fence: Option.none() })
       )
-      assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
     }))
 
   it.effect("drop writes failed / 3, finished_at and updated_at = now, lock_version + 1, and a BuildDropped event", () =>

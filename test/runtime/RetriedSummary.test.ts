@@ -100,7 +100,7 @@ describe("summaries of retried runs add up all attempts", () => {
       const batch = { ...DropCancelingBuilds, run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, flaky)) }
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 5, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(result.summary, { dropped: 5, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
       assert.isTrue([...state.rows.values()].every((row) => row.status === "failed"))
       const dropped = (yield* MemoryEvents).filter((e) => e.type === "BuildDropped")
       assert.lengthOf(dropped, 5)

@@ -8,6 +8,7 @@ import { type BuildCursor, type CancelingBuild, FailureReason } from "../../doma
 import { checkFence } from "../../domain/Batch.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import { Builds } from "../../services/Builds.ts"
+import { retryOrDoom } from "../DropRetry.ts"
 import { EventLog } from "../../services/EventLog.ts"
 
 export interface BuildRecord {
@@ -107,6 +108,9 @@ export const BuildsMemory = Layer.effect(
         return dropped
       }))
 
+    const find = ({ id }: { readonly id: number }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild))
+    const drop = (build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped")
+    const doom = (build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed")
     return Builds.of({
       findStuckCanceling: ({ cutoff, after, limit }) =>
         Effect.sync(() => {
@@ -121,12 +125,13 @@ export const BuildsMemory = Layer.effect(
           state.pages.push(found.map((row) => row.id))
           return found.map(toBuild)
         }),
-      find: ({ id }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild)),
-      drop: (build, now) => failBuild(build, now, "dropped"),
+      find,
+      drop,
       dropMany,
       // No index, no dead entries.
       revisitWritten: () => Effect.void,
-      doom: (build, now) => failBuild(build, now, "doomed")
+      doom,
+      retryOrDoom: retryOrDoom({ find, drop, doom })
     })
   })
 ).pipe(Layer.provideMerge(MemoryBuilds.layer))

@@ -1,0 +1,35 @@
+/**
+ * Retry-or-doom for drop-canceling-builds, shared by BuildsSql and BuildsMemory so both back
+ * `Builds.retryOrDoom` with the same rule: a build that lost the race in its page's write
+ * (attempt 1) is re-read and retried on its own with the re-read row; when MAX_DROP_ATTEMPTS run
+ * out it is doomed as data_integrity_failure, so a row that keeps changing under us cannot stay
+ * stuck forever. Rare, so one transaction per attempt is fine.
+ */
+import { DateTime, Effect, Option } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
+import { type CancelingBuild, DROPPING_MESSAGE, droppingFields, type DropOutcome, isStuckCanceling, MAX_DROP_ATTEMPTS } from "../domain/Build.ts"
+import type { LeaseLost } from "../domain/Errors.ts"
+import type { Builds } from "../services/Builds.ts"
+
+type Attempts = Pick<Builds["Service"], "find" | "drop" | "doom">
+
+export const retryOrDoom = (builds: Attempts) =>
+  Effect.fnUntraced(function*(lost: CancelingBuild, now: DateTime.Utc): Effect.fn.Return<DropOutcome, SqlError | LeaseLost> {
+    let current = lost
+    for (let attempt = 2; ; attempt++) {
+      const reread = yield* builds.find(current)
+      if (Option.isNone(reread) || !isStuckCanceling(reread.value, now)) return "changed_meanwhile"
+      current = reread.value
+      if (attempt > MAX_DROP_ATTEMPTS) break
+      yield* Effect.logInfo(DROPPING_MESSAGE, droppingFields(current, attempt))
+      if (yield* builds.drop(current, yield* DateTime.now)) return "dropped"
+    }
+    yield* Effect.logWarning("Dooming build that could not be dropped").pipe(Effect.annotateLogs({
+      build_id: current.id,
+      project_id: current.projectId,
+      runner_id: current.runnerId,
+      failure_reason: "data_integrity_failure",
+      attempts: MAX_DROP_ATTEMPTS
+    }))
+    return (yield* builds.doom(current, yield* DateTime.now)) ? "doomed" : "changed_meanwhile"
+  })

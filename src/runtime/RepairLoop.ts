@@ -1,0 +1,382 @@
+/**
+ * The repair loop (issue 17): the one piece of machinery under every page-, step- and pass-shaped
+ * batch, so that a program is only its seed's flowchart — what a unit reads and decides, what it
+ * writes — and every cross-cutting capability lives here once:
+ *
+ *   source of units (keyset pages with read-ahead, scan steps that grow, passes, a list)
+ *     → before each unit: HealthGate.beforeUnit (a hold; proceed:false stops as if the budget
+ *       were spent), its heldMs/heldBy summed into the summary
+ *     → plan (read and decide; never writes)
+ *     → dry run: each target's `wouldChange`, the unit's dry counts; never a write
+ *     → else the fence (unless the write fences itself in its own statement), then the write,
+ *       whose `commit`s are reported at once (`reportProgress`) and folded into the totals
+ *     → after each unit: budget spent? (cooperative: overshoot ≤ one unit)
+ *     → no progress twice (the same unit changing nothing again) → skipped past, counted, logged
+ *     → passes: cadence from a `Schedule` (1 s for a positive limit, back to back for 0, 1 s
+ *       after a pass that moved nothing)
+ *
+ * Why runtime/ (beside RunGuard) and not layers/: it is no implementation of a service contract and
+ * has no backend to choose; like the run guard it is policy applied to every batch the same way,
+ * reading only CurrentRun, Clock and the HealthGate reference. Programs import it as they import
+ * domain/ and services/: the one runtime module they may use.
+ */
+import { Clock, Duration, Effect, Option, Ref, Schedule, Stream } from "effect"
+import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
+import { addSummaries } from "../domain/Summary.ts"
+import { HealthGate } from "../services/HealthGate.ts"
+
+/** What every batch's summary gains (SPEC §9): time held by the health gate and the signals that held it. */
+export interface Held {
+  readonly heldMs: number
+  readonly heldBy: ReadonlyArray<string>
+}
+
+/** Summary counts: numbers add, booleans OR, lists concatenate (capped), as `addSummaries`. */
+export type Counts = Readonly<Record<string, unknown>>
+
+/** Why a loop ended: its source ran dry, its budget was spent, or the gate held past the deadline. */
+export type Stop = "done" | "budget" | "held"
+
+export interface LoopResult<C extends Counts> extends Held {
+  readonly totals: C
+  /** Units done (a dry run's included). */
+  readonly units: number
+  readonly stop: Stop
+  /** Units that changed nothing twice in a row, skipped past (issue 18's progress guarantee). */
+  readonly skipped: number
+}
+
+/** One unit of work as a program writes it: what it would change, and how to change it. */
+export interface Unit<In, T, C extends Counts, E, R> {
+  /** Reads and decides; never writes. Default: the input is the targets. */
+  readonly plan?: ((input: In) => Effect.Effect<ReadonlyArray<T>, E, R>) | undefined
+  /** A dry run's stream for `wouldChange` (e.g. `build:123`). */
+  readonly target: (t: T) => string
+  /** What a dry run counts for these targets (it writes nothing). */
+  readonly dry: (targets: ReadonlyArray<T>) => C
+  /** The guarded write; `commit` reports counts as they become durable (a retried run keeps them). */
+  readonly write: (targets: ReadonlyArray<T>, commit: (counts: C) => Effect.Effect<void>) => Effect.Effect<void, E, R>
+  /** false when the write checks the fence inside its own statement (a fenced SQL write); default true. */
+  readonly fence?: boolean | undefined
+}
+
+/** The budget: one clock for the run, cooperative (checked after a unit, never inside one). */
+export interface Budget {
+  readonly startedMillis: number
+  readonly deadlineMillis: number
+  /** The budget is spent: stop after the unit that spent it. */
+  readonly spent: Effect.Effect<boolean>
+  /** How many more items, at the rate of `handled` so far, still fit the budget. */
+  readonly fits: (handled: number) => Effect.Effect<number>
+}
+
+/** The run's budget (`--budget` / the guard's), else the batch's own default. */
+export const budget = (fallback: Duration.Duration): Effect.Effect<Budget> =>
+  Effect.gen(function*() {
+    const run = yield* CurrentRun
+    const millis = Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
+    const startedMillis = yield* Clock.currentTimeMillis
+    const deadlineMillis = startedMillis + millis
+    return {
+      startedMillis,
+      deadlineMillis,
+      spent: Effect.map(Clock.currentTimeMillis, (now) => now >= deadlineMillis),
+      fits: (handled) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          const elapsed = now - startedMillis
+          return elapsed === 0 || handled === 0 ? Infinity : Math.floor((deadlineMillis - now) / (elapsed / handled))
+        })
+    }
+  })
+
+/**
+ * One loop's bookkeeping: the gate before each unit, held time, the budget, the no-progress guard
+ * and the totals. Every driver below is this plus how its units are sourced.
+ */
+const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallback: Duration.Duration, initial: C) {
+  const run = yield* CurrentRun
+  const gate = yield* HealthGate
+  const clock = yield* budget(fallback)
+  const held = yield* Ref.make({ heldMs: 0, heldBy: new Set<string>() })
+  let totals: C = initial
+  let units = 0
+  let skipped = 0
+  let stop: Stop = "done"
+  /** The key of the last unit if it changed nothing (the no-progress guard). */
+  let idleKey: unknown = undefined
+
+  /** Before a unit: the health gate. false: stop, writing nothing more. */
+  const before = Effect.gen(function*() {
+    const verdict = yield* gate.beforeUnit({ batch, deadlineMillis: clock.deadlineMillis })
+    if (verdict.heldMs > 0 || verdict.heldBy.length > 0) {
+      yield* Ref.update(held, (h) => ({ heldMs: h.heldMs + verdict.heldMs, heldBy: new Set([...h.heldBy, ...verdict.heldBy]) }))
+    }
+    if (!verdict.proceed) stop = "held"
+    return verdict.proceed
+  })
+
+  /** One unit: plan, dry run or fence + write; its commits folded in order. Returns what it committed. */
+  const unit = <In, T, E, R>(spec: Unit<In, T, C, E, R>, input: In) =>
+    Effect.gen(function*() {
+      const targets = spec.plan === undefined ? input as unknown as ReadonlyArray<T> : yield* spec.plan(input)
+      let committed: Counts = {}
+      if (run.dryRun) {
+        for (const t of targets) yield* wouldChange(spec.target(t))
+        committed = spec.dry(targets)
+      } else if (targets.length > 0) {
+        if (spec.fence !== false) yield* checkFence
+        yield* spec.write(targets, (counts) =>
+          Effect.andThen(reportProgress(counts), Effect.sync(() => {
+            committed = addSummaries(committed, counts) as Counts
+          })))
+      }
+      units++
+      return committed
+    })
+
+  const fold = (committed: Counts) => void (totals = addSummaries(totals, committed) as C)
+  /** After a unit: fold it in; false when the budget is spent. */
+  const after = (committed: Counts) =>
+    Effect.gen(function*() {
+      fold(committed)
+      if (yield* clock.spent) {
+        stop = "budget"
+        return false
+      }
+      return true
+    })
+
+  /**
+   * The progress guarantee: a unit (by its key) that changed nothing, twice in a row, is skipped
+   * past, counted and logged; the caller's source moves on (or ends) instead of spinning.
+   */
+  const stalled = (key: unknown, committed: Counts) =>
+    Effect.gen(function*() {
+      const changed = Object.values(committed).some((v) => typeof v === "number" ? v > 0 : Array.isArray(v) ? v.length > 0 : v === true)
+      const again = !changed && idleKey !== undefined && key === idleKey
+      idleKey = changed ? undefined : key
+      if (!again) return false
+      skipped++
+      idleKey = undefined
+      yield* Effect.logWarning("Skipped a unit of work that made no progress twice").pipe(Effect.annotateLogs({ batch, unit: String(key), skipped }))
+      return true
+    })
+
+  const result = Effect.gen(function*() {
+    const h = yield* Ref.get(held)
+    return { totals, units, stop, skipped, heldMs: h.heldMs, heldBy: [...h.heldBy].sort() } satisfies LoopResult<C>
+  })
+  return { run, clock, before, unit, after, fold, stalled, result, setStop: (s: Stop) => void (stop = s) }
+})
+
+/**
+ * Keyset pages with read-ahead: the next page is read (on another pooled connection) while the
+ * current one is written; a short page is the last. `revisit` is housekeeping after commit, walked
+ * one page behind (see DropCancelingBuilds): each committed page start is walked twice, and the
+ * walk's failure fails nothing.
+ */
+export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  readonly size: number
+  readonly read: (after: Option.Option<Cur>) => Effect.Effect<ReadonlyArray<A>, E2, R2>
+  readonly cursor: (a: A) => Cur
+  readonly revisit?: ((after: Option.Option<Cur>) => Effect.Effect<void, unknown, R2>) | undefined
+  readonly unit: Unit<ReadonlyArray<A>, A, C, E, R>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* make(options.batch, options.budget, options.initial)
+    const revisit = (after: Option.Option<Cur>) =>
+      options.revisit === undefined ? Effect.void : options.revisit(after).pipe(Effect.ignore)
+    let pageAfter = Option.none<Cur>()
+    let committed: ReadonlyArray<Option.Option<Cur>> = []
+    let page = yield* options.read(Option.none())
+    while (page.length > 0 && (yield* loop.before)) {
+      const upTo = options.cursor(page[page.length - 1]!)
+      const next = page.length < options.size ? Effect.succeed<ReadonlyArray<A>>([]) : options.read(Option.some(upTo))
+      // The read writes nothing (no fence needed), its rows are strictly after this page in keyset
+      // order, and each row's guard is checked again when its own page is written. Before it, the
+      // same fiber revisits the page two before (committed before this write began). If the write
+      // fails, the read is interrupted with it.
+      const ahead = loop.run.dryRun || committed.length === 0 ? next : Effect.andThen(revisit(committed[0]!), next)
+      const [done, nextPage] = yield* Effect.all([loop.unit(options.unit, page), ahead], { concurrency: loop.run.dryRun ? 1 : 2 })
+      if (!loop.run.dryRun) {
+        committed = [...committed, pageAfter].slice(-2)
+        pageAfter = Option.some(upTo)
+      }
+      page = nextPage
+      // The keyset cursor moves past every page, so a page that changed nothing is already skipped past.
+      yield* loop.stalled(upTo, done)
+      if (!(yield* loop.after(done))) break
+    }
+    // The last pages written have not been walked twice yet.
+    if (committed.length > 0) yield* revisit(committed[0]!)
+    return yield* loop.result
+  })
+
+/**
+ * Units from a repeated write until it reports that nothing is left (`more`), e.g. a page deleted
+ * by one statement with no cursor of its own. A unit that changed nothing twice ends it.
+ */
+export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  /** One unit: write and commit; true while more may be left. */
+  readonly write: (commit: (counts: C) => Effect.Effect<void>) => Effect.Effect<boolean, E, R>
+  /** A dry run's one unit: what the writes would count, without writing. */
+  readonly dry: Effect.Effect<C, E2, R2>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* make(options.batch, options.budget, options.initial)
+    if (loop.run.dryRun) {
+      if (yield* loop.before) loop.fold(yield* options.dry)
+      return yield* loop.result
+    }
+    let more = true
+    const unit: Unit<ReadonlyArray<null>, null, C, E, R> = {
+      target: () => "",
+      dry: () => options.initial,
+      write: (_, commit) => Effect.map(options.write(commit), (m) => void (more = m))
+    }
+    while (more && (yield* loop.before)) {
+      const done = yield* loop.unit(unit, [null])
+      if (yield* loop.stalled("repeat", done)) break
+      if (!more) loop.fold(done)
+      else if (!(yield* loop.after(done))) break
+    }
+    return yield* loop.result
+  })
+
+/** What `growingSteps` grows by: the first step, the factor, the cap (a page). */
+export interface Growth {
+  readonly first: number
+  readonly factor: number
+  readonly max: number
+}
+
+/**
+ * A scan's pages cut into steps that grow (first, ×factor, … capped by `max` and by what the time
+ * per item so far says still fits the budget), the budget checked after each: `--budget 0s`
+ * handles exactly `first` items, and a run overshoots by at most about one step.
+ */
+export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  readonly source: Stream.Stream<In, E2, R2>
+  readonly growth: Growth
+  readonly unit: Unit<ReadonlyArray<In>, T, C, E, R>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* make(options.batch, options.budget, options.initial)
+    let step = options.growth.first
+    let handled = 0
+    const handlePage = (page: ReadonlyArray<In>) =>
+      Effect.gen(function*() {
+        for (let offset = 0; offset < page.length;) {
+          if (!(yield* loop.before)) return false
+          const slice = page.slice(offset, offset + step)
+          offset += slice.length
+          const done = yield* loop.unit(options.unit, slice)
+          handled += slice.length
+          if (!(yield* loop.after(done))) return false
+          step = Math.max(1, Math.min(step * options.growth.factor, yield* loop.clock.fits(handled), options.growth.max))
+        }
+        return true
+      })
+    yield* Stream.runForEachWhile(Stream.chunks(options.source), handlePage)
+    return yield* loop.result
+  })
+
+/**
+ * A list of units (slices of ids, pushes of one kind), `concurrency` at a time; totals fold in
+ * list order whatever order they finish in. Once one unit finds the gate shut or the budget spent,
+ * the units not yet started are not started.
+ */
+export const each = <In, T, C extends Counts, E, R>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  readonly inputs: ReadonlyArray<In>
+  readonly concurrency?: number | undefined
+  readonly unit: Unit<In, T, C, E, R>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* make(options.batch, options.budget, options.initial)
+    let stopped = false
+    const done = yield* Effect.forEach(options.inputs, (input) =>
+      Effect.gen(function*() {
+        if (stopped || !(yield* loop.before)) {
+          stopped = true
+          return Option.none<Counts>()
+        }
+        const committed = yield* loop.unit(options.unit, input)
+        if (yield* loop.clock.spent) stopped = true
+        return Option.some(committed)
+      }), { concurrency: loop.run.dryRun ? 1 : (options.concurrency ?? 1) })
+    for (const committed of done) if (Option.isSome(committed)) loop.fold(committed.value)
+    if (stopped && loop.run.dryRun === false && (yield* loop.clock.spent)) loop.setStop("budget")
+    return yield* loop.result
+  })
+
+/** What a pass tells the cadence: how to go on. */
+export type Next = "now" | "wait" | "stop"
+
+/**
+ * Passes over one thing (a worker's deferred list), repeated while `next` says so: "now" back to
+ * back, "wait" one `delay` later (a `Schedule.spaced`), "stop" to end, until the budget: a pass is
+ * started only if it can start before the deadline. The gate is asked before every pass.
+ */
+export const passes = <P, E, R>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly delay: Duration.Duration
+  readonly pass: (first: boolean) => Effect.Effect<Option.Option<P>, E, R>
+  readonly next: (result: P) => Next
+  /** Between passes (after the wait, before the gate): false ends the passes (e.g. a lease lost). */
+  readonly between?: Effect.Effect<boolean, E, R> | undefined
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* make(options.batch, options.budget, {})
+    const results: Array<P> = []
+    const delayMillis = Duration.toMillis(options.delay)
+    const step = (first: boolean): Effect.Effect<Next, E, R> =>
+      Effect.gen(function*() {
+        if (!first && options.between !== undefined && !(yield* options.between)) return "stop"
+        if (!(yield* loop.before)) return "stop"
+        const result = yield* options.pass(first)
+        if (Option.isNone(result)) return "stop"
+        results.push(result.value)
+        const next = options.next(result.value)
+        if (next === "stop") return "stop"
+        // A pass starts only if it can start before the deadline (after its wait, if any).
+        const now = yield* Clock.currentTimeMillis
+        if (next === "now" ? now >= loop.clock.deadlineMillis : now + delayMillis >= loop.clock.deadlineMillis) {
+          loop.setStop("budget")
+          return "stop"
+        }
+        return next
+      })
+    // The cadence, in one place: the pass after a "wait" one delay later, after a "now" at once.
+    const cadence = Schedule.forever.pipe(
+      Schedule.setInputType<Next>(),
+      Schedule.addDelay(({ input }) => Effect.succeed(input === "wait" ? options.delay : Duration.zero))
+    )
+    let first = true
+    yield* Effect.suspend(() => step(first)).pipe(
+      Effect.tap(() => Effect.sync(() => void (first = false))),
+      Effect.repeat({ schedule: cadence, while: (next) => next !== "stop" })
+    )
+    return { results, ...(yield* loop.result) }
+  })
+
+/** The held fields of several loops (a batch that runs more than one), summed. */
+export const sumHeld = (loops: ReadonlyArray<Held>): Held => ({
+  heldMs: loops.reduce((sum, h) => sum + h.heldMs, 0),
+  heldBy: [...new Set(loops.flatMap((h) => h.heldBy))].sort()
+})
+
+/** A batch that does no unit of work still reports that nothing held it. */
+export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
