@@ -10,10 +10,11 @@
  * `sweeper events prune --before T` is this batch run once with its decision time set to
  * T + retention, so the cutoff is exactly T; the CLI refuses a T inside the retention period.
  */
-import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime, reportProgress } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
+import { repeatUntilDone } from "../runtime/RepairLoop.ts"
 import { EventRetention } from "../services/EventRetention.ts"
 import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
 
@@ -25,54 +26,52 @@ export interface PruneEventsSummary {
   /** Events older than the cutoff kept because batch state is folded from them. */
   readonly keptForState: number
   readonly pages: number
-  /** The budget ran out with events still to prune; the next run carries on. */
+  /** The budget ran out (or the health gate held past it) with events still to prune; the next run carries on. */
   readonly executionTimeout: boolean
+  readonly heldMs: number
+  readonly heldBy: ReadonlyArray<string>
 }
 
 /** The run's default budget: a daily batch has all night, but never holds its lease for long. */
 export const PRUNE_BUDGET = Duration.minutes(10)
 
+const NAME = "prune-events"
+
 const run = Effect.fn("PruneEvents.run")(function*() {
   const retention = yield* EventRetention
-  const { dryRun, budget } = yield* CurrentRun
+  const { dryRun } = yield* CurrentRun
   const period = yield* EventRetentionPeriod
   const pageSize = yield* PrunePageSize
   const cutoff = pruneCutoff(yield* decisionTime, yield* DateTime.now, period)
   const before = cutoff.toISOString()
   const kept = yield* retention.kept(cutoff)
 
-  if (dryRun) {
-    const pruned = yield* retention.countPrunable(cutoff, kept)
-    yield* Effect.logInfo("Would prune events").pipe(Effect.annotateLogs({ before, pruned, kept_for_state: kept.length }))
-    return { before, pruned, keptForState: kept.length, pages: 0, executionTimeout: false } satisfies PruneEventsSummary
-  }
-
-  const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => PRUNE_BUDGET))
-  const startedMillis = yield* Clock.currentTimeMillis
-  let pruned = 0
-  let pages = 0
-  let executionTimeout = false
-  while (true) {
-    const count = yield* retention.prunePage(cutoff, kept, pageSize)
-    if (count === 0) break
-    pruned += count
-    pages++
-    // Committed: a run the guard retries after a transient error still counts this page.
-    yield* reportProgress({ pruned: count, pages: 1 })
-    yield* increment(eventsPrunedTotal, count)
-    if (count < pageSize) break
-    // Cooperative: a page is a second or so, so the run ends within a page of its budget.
-    if ((yield* Clock.currentTimeMillis) - startedMillis >= budgetMillis) {
-      executionTimeout = true
-      break
-    }
-  }
-  yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: kept.length, execution_timeout: executionTimeout }))
-  return { before, pruned, keptForState: kept.length, pages, executionTimeout } satisfies PruneEventsSummary
+  // A page at a time, each its own fenced transaction, until a short page or the budget (a page is
+  // a second or so, so the run ends within a page of its budget; the next daily run carries on).
+  const { totals: { pruned, pages }, stop, heldMs, heldBy } = yield* repeatUntilDone({
+    batch: NAME,
+    budget: PRUNE_BUDGET,
+    initial: { pruned: 0, pages: 0 },
+    fence: false,
+    dry: Effect.map(retention.countPrunable(cutoff, kept), (pruned) => ({ pruned, pages: 0 })),
+    write: (commit) =>
+      Effect.gen(function*() {
+        const count = yield* retention.prunePage(cutoff, kept, pageSize)
+        if (count === 0) return false
+        yield* commit({ pruned: count, pages: 1 })
+        yield* increment(eventsPrunedTotal, count)
+        return count === pageSize
+      })
+  })
+  const keptForState = kept.length
+  const executionTimeout = stop !== "done"
+  if (dryRun) yield* Effect.logInfo("Would prune events").pipe(Effect.annotateLogs({ before, pruned, kept_for_state: keptForState }))
+  else yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: keptForState, execution_timeout: executionTimeout }))
+  return { before, pruned, keptForState, pages, executionTimeout, heldMs, heldBy } satisfies PruneEventsSummary
 })
 
 export const PruneEvents = {
-  name: "prune-events",
+  name: NAME,
   worker: "Sweeper (own batch)",
   description: "Deletes events older than SWEEPER_EVENT_RETENTION (90 days), keeping those batch state is folded from",
   // Daily at 03:17: a quiet hour, off the minutes the other batches tick on (:00, :30, :45, */6, */15).

@@ -227,6 +227,8 @@ export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
   readonly write: (commit: (counts: C) => Effect.Effect<void>) => Effect.Effect<boolean, E, R>
   /** A dry run's one unit: what the writes would count, without writing. */
   readonly dry: Effect.Effect<C, E2, R2>
+  /** false when the write checks the fence in its own transaction; default true. */
+  readonly fence?: boolean | undefined
 }) =>
   Effect.gen(function*() {
     const loop = yield* make(options.batch, options.budget, options.initial)
@@ -238,7 +240,8 @@ export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
     const unit: Unit<ReadonlyArray<null>, null, C, E, R> = {
       target: () => "",
       dry: () => options.initial,
-      write: (_, commit) => Effect.map(options.write(commit), (m) => void (more = m))
+      write: (_, commit) => Effect.map(options.write(commit), (m) => void (more = m)),
+      fence: options.fence
     }
     while (more && (yield* loop.before)) {
       const done = yield* loop.unit(unit, [null])
