@@ -13,9 +13,10 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
+import { each, NOT_HELD } from "../runtime/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
@@ -33,7 +34,12 @@ export interface StuckExportJobsSummary {
   readonly skippedRequeued: number
   /** The first 100 failed jids (`failed` counts them all; each has its ExportJobFailed event). */
   readonly failedJids: ReadonlyArray<string>
+  readonly heldMs: number
+  readonly heldBy: ReadonlyArray<string>
 }
+
+const NAME = "stuck-export-jobs"
+const BUDGET = Duration.minutes(10)
 
 const run = Effect.fn("StuckExportJobs.run")(function*() {
   const exportJobs = yield* ExportJobs
@@ -43,69 +49,58 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
 
   const enqueued = yield* exportJobs.listEnqueued
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
-  let skippedParallel = 0
-  let skippedRequeued = 0
-  const failedJids: Array<string> = []
-  const summary = () => ({
-    checked: enqueued.length,
-    completed: completedJids.length,
-    failed: failedJids.length,
-    skippedParallel,
-    skippedRequeued,
-    failedJids: capped(failedJids)
-  } satisfies StuckExportJobsSummary)
-  if (completedJids.length === 0) return summary()
-
+  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0 }
+  if (completedJids.length === 0) return { ...counts, failed: 0, failedJids: [], ...NOT_HELD } satisfies StuckExportJobsSummary
   const completed = new Set(completedJids)
   const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
-  const slices: Array<ReadonlyArray<number>> = []
-  for (let start = 0; start < completedIds.length; start += FAIL_SLICE) slices.push(completedIds.slice(start, start + FAIL_SLICE))
 
   // Per slice of 1000: read again (jobs that finished while we looked up their status drop out
   // here), decide, then one statement: a guarded set-based UPDATE and the slice's events. Two
-  // slices are in flight at once, on two pooled connections (the job status look-up holds no
-  // lease and the slices share no row), so one slice's re-read and decoding overlap the other's
-  // write and commit; a dry run goes one by one so its listed targets keep their order.
-  const failSlice = (ids: ReadonlyArray<number>) =>
-    Effect.gen(function*() {
-      const toFail: Array<EnqueuedExportJob> = []
-      for (const job of yield* exportJobs.findEnqueued(ids)) {
-        const decision = decideStuckExport(job, now, completed)
-        if (decision === "skippedParallel") skippedParallel++
-        else if (decision === "skippedRequeued") skippedRequeued++
-        else toFail.push(job)
-      }
-      if (toFail.length === 0) return []
-      if (dryRun) {
-        for (const job of toFail) yield* wouldChange(`export_job:${job.id}`)
-        return toFail.map((job) => job.jid)
-      }
-      const failed = yield* exportJobs.failMany(toFail, yield* DateTime.now)
-      yield* reportProgress({ failed: failed.length, failedJids: capped(failed) })
-      if (failed.length < toFail.length) {
-        const changed = toFail.filter((job) => !failed.includes(job.jid))
-        yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
-          Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
-        )
-      }
-      return failed
-    })
-  // In slice order whatever order they finish in.
-  for (const failed of yield* Effect.forEach(slices, failSlice, { concurrency: dryRun ? 1 : 2 })) failedJids.push(...failed)
+  // slices are in flight at once, on two pooled connections (they share no row), so one slice's
+  // re-read overlaps the other's write; totals in slice order whatever order they finish in.
+  const { totals: { failed, failedJids }, heldMs, heldBy } = yield* each({
+    batch: NAME,
+    budget: BUDGET,
+    initial: { failed: 0, failedJids: [] as ReadonlyArray<string> },
+    inputs: Array.from({ length: Math.ceil(completedIds.length / FAIL_SLICE) }, (_, i) => completedIds.slice(i * FAIL_SLICE, (i + 1) * FAIL_SLICE)),
+    concurrency: 2,
+    unit: {
+      plan: (ids: ReadonlyArray<number>) =>
+        Effect.map(exportJobs.findEnqueued(ids), (jobs) =>
+          jobs.filter((job) => {
+            const decision = decideStuckExport(job, now, completed)
+            if (decision !== "fail") counts[decision]++
+            return decision === "fail"
+          })),
+      target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
+      dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid) }),
+      fence: false,
+      write: (toFail, commit) =>
+        Effect.gen(function*() {
+          const done = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+          yield* commit({ failed: done.length, failedJids: capped(done) })
+          const changed = toFail.filter((job) => !done.includes(job.jid))
+          if (changed.length === 0) return
+          yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
+            Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
+          )
+        })
+    }
+  })
 
   yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
-    Effect.annotateLogs({ jids: capped(failedJids), failed: failedJids.length })
+    Effect.annotateLogs({ jids: failedJids, failed })
   )
-  if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failedJids.length)
-  return summary()
+  if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failed)
+  return { ...counts, failed, failedJids, heldMs, heldBy } satisfies StuckExportJobsSummary
 })
 
 export const StuckExportJobs = {
-  name: "stuck-export-jobs",
+  name: NAME,
   worker: "StuckExportJobsWorker",
   description: "Fails project export jobs left queued/started after their Sidekiq job completed",
   cron: "30 * * * *",
-  budget: Duration.minutes(10),
+  budget: BUDGET,
   lease: Option.none(),
   run: run()
 } satisfies Batch<StuckExportJobsSummary, unknown, unknown>

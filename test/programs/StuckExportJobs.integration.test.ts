@@ -95,6 +95,8 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         failed: 3,
         skippedParallel: 1,
         skippedRequeued: 0,
+        heldMs: 0,
+        heldBy: [],
         failedJids: [stuckQueued.jid, stuckStarted.jid, parallelExpired.jid]
       })
 
@@ -132,6 +134,8 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         failed: 0,
         skippedParallel: 1,
         skippedRequeued: 0,
+        heldMs: 0,
+        heldBy: [],
         failedJids: []
       })
     }).pipe(Effect.provide(Platform(topology))), 180_000)
@@ -148,6 +152,8 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         failed: 1,
         skippedParallel: 0,
         skippedRequeued: 0,
+        heldMs: 0,
+        heldBy: [],
         failedJids: [stuck.jid]
       })
       assert.strictEqual((yield* statuses)[1]!.status, 1)

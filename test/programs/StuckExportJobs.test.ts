@@ -57,7 +57,7 @@ const runProgram = Effect.gen(function*() {
   return yield* StuckExportJobs.run
 })
 
-const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, failedJids: [] }
+const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, failedJids: [], heldMs: 0, heldBy: [] }
 
 describe("stuck-export-jobs", () => {
   it.effect("a large backlog fails in slices of 1000, every job with its event; the summary lists only the first 100 jids", () =>
@@ -114,6 +114,8 @@ describe("stuck-export-jobs", () => {
         failed: 2,
         skippedParallel: 0,
         skippedRequeued: 0,
+        heldMs: 0,
+        heldBy: [],
         failedJids: [stuckQueued.jid, stuckStarted.jid]
       })
       for (const stuck of [stuckQueued, stuckStarted]) {
@@ -180,6 +182,8 @@ describe("stuck-export-jobs", () => {
         failed: 1,
         skippedParallel: 0,
         skippedRequeued: 1,
+        heldMs: 0,
+        heldBy: [],
         failedJids: [stuck.jid]
       })
       const row = yield* rowOf(requeued.id)
@@ -261,6 +265,8 @@ describe("stuck-export-jobs under the run guard", () => {
         failed: 1,
         skippedParallel: 0,
         skippedRequeued: 0,
+        heldMs: 0,
+        heldBy: [],
         failedJids: [stuck.jid]
       })
       const events = yield* MemoryEvents
@@ -284,6 +290,8 @@ describe("stuck-export-jobs under the run guard", () => {
         failed: 1,
         skippedParallel: 1,
         skippedRequeued: 0,
+        heldMs: 0,
+        heldBy: [],
         failedJids: [stuck.jid]
       })
       const row = yield* rowOf(stuck.id)
