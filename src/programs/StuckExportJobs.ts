@@ -11,17 +11,16 @@
  * instant is never overwritten. Parallel exports (with relation exports) keep running in other
  * workers after the main worker completes, so they get EXPORT_JOBS_EXPIRATION (6 h) first.
  */
-import { DateTime, Duration, Effect, Option } from "effect"
-import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime } from "../domain/Batch.ts"
-import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE } from "../domain/ExportJob.ts"
+import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
+import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
+import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
-import { each, NOT_HELD } from "../runtime/RepairLoop.ts"
+import { each, type Held, NOT_HELD } from "../runtime/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
 
-export interface StuckExportJobsSummary {
+export interface StuckExportJobsSummary extends Held {
   /** Queued/started jobs whose Sidekiq status was looked up. */
   readonly checked: number
   /** Of those, the ones whose Sidekiq job has completed. */
@@ -34,8 +33,6 @@ export interface StuckExportJobsSummary {
   readonly skippedRequeued: number
   /** The first 100 failed jids (`failed` counts them all; each has its ExportJobFailed event). */
   readonly failedJids: ReadonlyArray<string>
-  readonly heldMs: number
-  readonly heldBy: ReadonlyArray<string>
 }
 
 const NAME = "stuck-export-jobs"
@@ -53,44 +50,31 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   if (completedJids.length === 0) return { ...counts, failed: 0, failedJids: [], ...NOT_HELD } satisfies StuckExportJobsSummary
   const completed = new Set(completedJids)
   const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
+  const toFail = (decision: StuckExportDecision) => { if (decision !== "fail") counts[decision]++; return decision === "fail" }
 
   // Per slice of 1000: read again (jobs that finished while we looked up their status drop out
   // here), decide, then one statement: a guarded set-based UPDATE and the slice's events. Two
   // slices are in flight at once, on two pooled connections (they share no row), so one slice's
   // re-read overlaps the other's write; totals in slice order whatever order they finish in.
   const { totals: { failed, failedJids }, heldMs, heldBy } = yield* each({
-    batch: NAME,
-    budget: BUDGET,
-    initial: { failed: 0, failedJids: [] as ReadonlyArray<string> },
-    inputs: Array.from({ length: Math.ceil(completedIds.length / FAIL_SLICE) }, (_, i) => completedIds.slice(i * FAIL_SLICE, (i + 1) * FAIL_SLICE)),
-    concurrency: 2,
+    batch: NAME, budget: BUDGET, concurrency: 2,
+    initial: { failed: 0, failedJids: [] as ReadonlyArray<string> }, inputs: Arr.chunksOf(completedIds, FAIL_SLICE),
     unit: {
-      plan: (ids: ReadonlyArray<number>) =>
-        Effect.map(exportJobs.findEnqueued(ids), (jobs) =>
-          jobs.filter((job) => {
-            const decision = decideStuckExport(job, now, completed)
-            if (decision !== "fail") counts[decision]++
-            return decision === "fail"
-          })),
+      plan: (ids: ReadonlyArray<number>) => Effect.map(exportJobs.findEnqueued(ids), (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))),
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
       dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid) }),
-      fence: false,
+      fence: false, // failMany fences its own statement
       write: (toFail, commit) =>
         Effect.gen(function*() {
           const done = yield* exportJobs.failMany(toFail, yield* DateTime.now)
           yield* commit({ failed: done.length, failedJids: capped(done) })
-          const changed = toFail.filter((job) => !done.includes(job.jid))
-          if (changed.length === 0) return
-          yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
-            Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
-          )
+          const changed = toFail.filter((job) => !done.includes(job.jid)).map((job) => job.id)
+          if (changed.length > 0) yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(Effect.annotateLogs({ export_job_ids: capped(changed), count: changed.length }))
         })
     }
   })
 
-  yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
-    Effect.annotateLogs({ jids: failedJids, failed })
-  )
+  yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(Effect.annotateLogs({ jids: failedJids, failed }))
   if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failed)
   return { ...counts, failed, failedJids, heldMs, heldBy } satisfies StuckExportJobsSummary
 })
