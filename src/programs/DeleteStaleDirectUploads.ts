@@ -14,8 +14,8 @@
  * object store (SPEC §8.4) has its entry removed, as GitLab does, but is counted as `skippedNoStore`,
  * never as a deleted object.
  */
-import { Clock, Duration, Effect, Option, Result, Stream } from "effect"
-import { type Batch, checkFence, CurrentRun, decisionTime, reportProgress, wouldChange } from "../domain/Batch.ts"
+import { Duration, Effect, Option, Result } from "effect"
+import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import {
   type InvalidPendingEntry,
   staleAt,
@@ -28,6 +28,7 @@ import {
 } from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
 import { StaleDirectUploadDeleted } from "../domain/Events.ts"
+import { growingSteps, type Held } from "../runtime/RepairLoop.ts"
 import { EventLog } from "../services/EventLog.ts"
 import {
   directUploadsDeletedTotal,
@@ -41,7 +42,7 @@ import {
 import { type DeleteOutcome, ObjectStorage } from "../services/ObjectStorage.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 
-export interface DeleteStaleDirectUploadsSummary {
+export interface DeleteStaleDirectUploadsSummary extends Held {
   readonly totalPendingEntries: number
   readonly totalDeletedStaleEntries: number
   readonly executionTimeout: boolean
@@ -83,8 +84,6 @@ const repairAll = Effect.fnUntraced(function*(uploads: ReadonlyArray<PendingDire
   const events = yield* EventLog
   const results: Array<Repaired> = new Array(uploads.length)
   if (uploads.length === 0) return results
-  yield* checkFence
-
   const byLocation = new Map<Location, Array<number>>()
   uploads.forEach((upload, i) => {
     const indexes = byLocation.get(upload.location) ?? []
@@ -115,105 +114,50 @@ const repairAll = Effect.fnUntraced(function*(uploads: ReadonlyArray<PendingDire
   return results
 })
 
+const NAME = "delete-stale-direct-uploads"
+
 const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const pending = yield* PendingDirectUploads
   const storage = yield* ObjectStorage
-  const { dryRun, budget } = yield* CurrentRun
-  const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => MAX_EXEC_DURATION))
-  const startedMillis = yield* Clock.currentTimeMillis
-  const now = yield* decisionTime
-  const isStale = staleAt(now)
-
+  const { dryRun } = yield* CurrentRun
+  const isStale = staleAt(yield* decisionTime)
   const totalPendingEntries = yield* pending.count
   yield* setGauge(directUploadsPending, totalPendingEntries)
-
-  let totalDeletedStaleEntries = 0
-  let executionTimeout = false
   const invalid: Array<InvalidPendingEntry> = []
-  let invalidEntries = 0
   const failures: Array<ObjectStorageError> = []
-  let failedDeletes = 0
-  let skippedNoStore = 0
-  let handled = 0
-  /**
-   * Entries per step. The budget is checked after each step, so the first step is one entry
-   * (`--budget 0s` handles exactly one) and each next step grows at most eightfold (1, 8, 64, 512,
-   * 4096, a page: five steps to reach full pages, where doubling took thirteen, each costing the
-   * round trips of a whole step), capped by what the time per entry so far says still fits the
-   * budget: a run overshoots its budget by at most about one step, as the per-entry loop did by
-   * one entry.
-   */
-  let step = 1
+  const counts = { invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0 }
 
-  /** Handles a slice of a page; false once the budget is spent (checked after the slice). */
-  const handleSlice = Effect.fnUntraced(function*(slice: ReadonlyArray<RawPendingEntry>) {
-    const stale: Array<PendingDirectUpload & { readonly value: Uint8Array }> = []
-    for (const raw of slice) {
-      const parsed = parseEntry(raw)
-      if (Result.isFailure(parsed)) {
-        if (invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
-      } else if (isStale(parsed.success)) {
-        stale.push({ ...parsed.success, value: raw.value })
-      }
+  // Walks the hash in steps that grow (1, 8, 64, 512, 4096, a page: see `growingSteps`).
+  const { totals: { totalDeletedStaleEntries }, stop, heldMs, heldBy } = yield* growingSteps({
+    batch: NAME, budget: MAX_EXEC_DURATION, source: pending.scan(), growth: { first: 1, factor: STEP_GROWTH, max: SCAN_PAGE_SIZE },
+    initial: { totalDeletedStaleEntries: 0 },
+    unit: {
+      plan: (slice: ReadonlyArray<RawPendingEntry>) => Effect.succeed(slice.flatMap((raw) => {
+        const parsed = parseEntry(raw)
+        if (Result.isFailure(parsed) && counts.invalidEntries++ < LOG_SAMPLE_SIZE) invalid.push(parsed.failure)
+        return Result.isSuccess(parsed) && isStale(parsed.success) ? [{ ...parsed.success, value: raw.value }] : []
+      })),
+      // The entry's field goes in either case, so a dry run reports it as a change.
+      target: (upload) => `direct_upload:${upload.location}:${upload.path}`,
+      dry: (stale) => ({ totalDeletedStaleEntries: stale.filter((upload) => storage.hasStore(upload.location) || void counts.skippedNoStore++).length }),
+      write: (stale, commit) => Effect.gen(function*() {
+        let deleted = 0
+        for (const outcome of yield* repairAll(stale)) {
+          // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+          if (outcome === "deleted" || outcome === "missing") deleted++
+          else if (outcome === "unconfigured") counts.skippedNoStore++
+          else if (typeof outcome === "object" && counts.failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(outcome.failed)
+        }
+        // The step is done (its fields are gone): a retried attempt will not see these entries again.
+        if (deleted > 0) yield* commit({ totalDeletedStaleEntries: deleted })
+      })
     }
-    const outcomes: ReadonlyArray<Repaired> = dryRun
-      ? yield* Effect.forEach(stale, (upload) =>
-        // The entry's field goes in either case, so a dry run reports it as a change.
-        wouldChange(`direct_upload:${upload.location}:${upload.path}`).pipe(
-          Effect.as(storage.hasStore(upload.location) ? "deleted" as const : "unconfigured" as const)
-        ))
-      : yield* repairAll(stale)
-    let deletedInSlice = 0
-    for (const outcome of outcomes) {
-      // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
-      if (outcome === "deleted" || outcome === "missing") deletedInSlice++
-      else if (outcome === "unconfigured") skippedNoStore++
-      else if (typeof outcome === "object" && failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(outcome.failed)
-    }
-    totalDeletedStaleEntries += deletedInSlice
-    // The step is done (its fields are gone): a retried attempt will not see these entries again.
-    if (!dryRun && deletedInSlice > 0) yield* reportProgress({ totalDeletedStaleEntries: deletedInSlice })
-    handled += slice.length
-    const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
-    if (elapsed >= budgetMillis) executionTimeout = true
-    const fits = elapsed === 0 ? Infinity : Math.floor((budgetMillis - elapsed) / (elapsed / handled))
-    step = Math.max(1, Math.min(step * STEP_GROWTH, fits, SCAN_PAGE_SIZE))
-    return !executionTimeout
   })
 
-  /** A page, in steps of `step` entries; false once the budget is spent. */
-  const handlePage = Effect.fnUntraced(function*(page: ReadonlyArray<RawPendingEntry>) {
-    for (let offset = 0; offset < page.length;) {
-      const slice = page.slice(offset, offset + step)
-      offset += slice.length
-      if (!(yield* handleSlice(slice))) return false
-    }
-    return true
-  })
-
-  yield* Stream.runForEachWhile(Stream.chunks(pending.scan()), handlePage)
-
-  if (invalidEntries > 0) {
-    yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(Effect.annotateLogs({
-      invalid_entries: invalidEntries,
-      sample: invalid.map(({ field, value, reason }) => ({ field: clip(field), value: clip(value), reason }))
-    }))
-  }
-  if (failedDeletes > 0) {
-    yield* Effect.logWarning("Could not delete stale direct upload objects; their entries are kept").pipe(Effect.annotateLogs({
-      failed_deletes: failedDeletes,
-      sample: failures.map(({ location, path, message }) => ({ location, path, message }))
-    }))
-  }
-
-  const summary: DeleteStaleDirectUploadsSummary = {
-    totalPendingEntries,
-    totalDeletedStaleEntries,
-    executionTimeout,
-    invalidEntries,
-    failedDeletes,
-    skippedNoStore
-  }
+  const { invalidEntries, failedDeletes, skippedNoStore } = counts
+  if (invalidEntries > 0) yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(Effect.annotateLogs({ invalid_entries: invalidEntries, sample: invalid.map(({ field, value, reason }) => ({ field: clip(field), value: clip(value), reason })) }))
+  if (failedDeletes > 0) yield* Effect.logWarning("Could not delete stale direct upload objects; their entries are kept").pipe(Effect.annotateLogs({ failed_deletes: failedDeletes, sample: failures.map(({ location, path, message }) => ({ location, path, message })) }))
+  const executionTimeout = stop !== "done"
   if (!dryRun) {
     yield* increment(directUploadsDeletedTotal, totalDeletedStaleEntries)
     yield* increment(directUploadsInvalidEntriesTotal, invalidEntries)
@@ -221,19 +165,14 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     yield* increment(directUploadsSkippedNoStoreTotal, skippedNoStore)
   }
   yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
-    total_pending_entries: totalPendingEntries,
-    total_deleted_stale_entries: totalDeletedStaleEntries,
-    execution_timeout: executionTimeout,
-    invalid_entries: invalidEntries,
-    failed_deletes: failedDeletes,
-    skipped_no_store: skippedNoStore,
-    dry_run: dryRun
+    total_pending_entries: totalPendingEntries, total_deleted_stale_entries: totalDeletedStaleEntries, execution_timeout: executionTimeout,
+    invalid_entries: invalidEntries, failed_deletes: failedDeletes, skipped_no_store: skippedNoStore, dry_run: dryRun
   }))
-  return summary
+  return { totalPendingEntries, totalDeletedStaleEntries, executionTimeout, ...counts, heldMs, heldBy } satisfies DeleteStaleDirectUploadsSummary
 })
 
 export const DeleteStaleDirectUploads = {
-  name: "delete-stale-direct-uploads",
+  name: NAME,
   worker: "ObjectStorage::DeleteStaleDirectUploadsWorker",
   description: "Deletes objects and pending_direct_uploads entries of direct uploads abandoned for over 3 hours",
   cron: "*/6 * * * *",

@@ -37,7 +37,7 @@ const runProgram = (run: Partial<RunInfo> = {}) =>
     return yield* DeleteStaleDirectUploads.run.pipe(Effect.provideService(CurrentRun, { ...defaults, ...run }))
   })
 
-const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0 }
+const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0, heldMs: 0, heldBy: [] }
 
 describe("delete-stale-direct-uploads", () => {
   it.effect("nothing to do: an empty hash", () =>
