@@ -24,7 +24,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
-import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
+import { CurrentRun } from "../domain/Batch.ts"
 import { RebalanceRescheduled } from "../domain/Events.ts"
 import {
   parseRunningRebalances,
@@ -35,6 +35,7 @@ import {
   rebalanceTypeName,
   rebalancingWorkerArgs
 } from "../domain/Rebalancing.ts"
+import { each, type Held, NOT_HELD } from "../runtime/RepairLoop.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { JobQueue } from "../services/JobQueue.ts"
 import {
@@ -46,7 +47,7 @@ import {
 import { PlatformRecords } from "../services/PlatformRecords.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
 
-export interface RescheduleStuckIssueRebalancesSummary {
+export interface RescheduleStuckIssueRebalancesSummary extends Held {
   readonly namespaceIds: ReadonlyArray<number>
   readonly projectIds: ReadonlyArray<number>
   readonly enqueuedNamespaces: number
@@ -65,8 +66,6 @@ export interface RescheduleStuckIssueRebalancesSummary {
  * (README, Failure handling).
  */
 const reschedule = Effect.fnUntraced(function*(type: RebalanceType, ids: ReadonlyArray<number>) {
-  if (ids.length === 0) return { enqueued: 0, duplicates: 0 }
-  yield* checkFence
   const jobQueue = yield* JobQueue
   const events = yield* EventLog
   // Slices arrive in order: `recorded` is where the next slice starts in `ids`.
@@ -95,6 +94,11 @@ const reschedule = Effect.fnUntraced(function*(type: RebalanceType, ids: Readonl
   return { enqueued, duplicates }
 })
 
+const NAME = "reschedule-stuck-issue-rebalances"
+// A read of a small set, two primary-key look-ups and two pushes: minutes would mean trouble.
+const BUDGET = Duration.minutes(5)
+const enqueuedKey = (type: RebalanceType) => type === RebalanceContainer.namespace ? "enqueuedNamespaces" : "enqueuedProjects"
+
 const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   const state = yield* RebalancingState
   const records = yield* PlatformRecords
@@ -103,65 +107,49 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   const running = parseRunningRebalances(yield* state.runningMembers)
   const { namespaceIds, projectIds, invalidMembers } = running
   if (invalidMembers > 0) {
-    yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(Effect.annotateLogs({
-      invalid_members: invalidMembers,
-      sample: running.invalidSample
-    }))
+    yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(Effect.annotateLogs({ invalid_members: invalidMembers, sample: running.invalidSample }))
     if (!dryRun) yield* increment(issueRebalancesInvalidMembersTotal, invalidMembers)
   }
-  const summary = (enqueuedNamespaces: number, enqueuedProjects: number, duplicates: number) =>
-    ({ namespaceIds, projectIds, enqueuedNamespaces, enqueuedProjects, duplicates, invalidMembers }) satisfies
-      RescheduleStuckIssueRebalancesSummary
-
+  const found = { namespaceIds, projectIds, invalidMembers }
   if (namespaceIds.length === 0 && projectIds.length === 0) {
     yield* Effect.logDebug("No issue rebalances running")
-    return summary(0, 0, 0)
+    return { ...found, enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, ...NOT_HELD } satisfies RescheduleStuckIssueRebalancesSummary
   }
 
   const namespaces = yield* records.existingNamespaceIds(namespaceIds)
   const projects = yield* records.existingProjectIds(projectIds)
-  const gone = {
-    namespace_ids: namespaceIds.filter((id) => !namespaces.includes(id)),
-    project_ids: projectIds.filter((id) => !projects.includes(id))
-  }
-  if (gone.namespace_ids.length > 0 || gone.project_ids.length > 0) {
-    yield* Effect.logInfo("Not rescheduling rebalances of deleted containers").pipe(Effect.annotateLogs(gone))
-  }
+  const gone = { namespace_ids: namespaceIds.filter((id) => !namespaces.includes(id)), project_ids: projectIds.filter((id) => !projects.includes(id)) }
+  if (gone.namespace_ids.length > 0 || gone.project_ids.length > 0) yield* Effect.logInfo("Not rescheduling rebalances of deleted containers").pipe(Effect.annotateLogs(gone))
 
-  if (dryRun) {
-    for (const id of namespaces) yield* wouldChange(`rebalance:1/${id}`)
-    for (const id of projects) yield* wouldChange(`rebalance:2/${id}`)
-    yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs({
-      namespace_ids: namespaces,
-      project_ids: projects,
-      invalid_members: invalidMembers
-    }))
-    return summary(namespaces.length, projects.length, 0)
-  }
-
-  const namespaceJobs = yield* reschedule(RebalanceContainer.namespace, namespaces)
-  yield* reportProgress({ enqueuedNamespaces: namespaceJobs.enqueued })
-  const projectJobs = yield* reschedule(RebalanceContainer.project, projects)
-  yield* reportProgress({ enqueuedProjects: projectJobs.enqueued })
-  const result = summary(namespaceJobs.enqueued, projectJobs.enqueued, namespaceJobs.duplicates + projectJobs.duplicates)
-  yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({
-    namespace_ids: namespaces,
-    project_ids: projects,
-    enqueued_namespaces: result.enqueuedNamespaces,
-    enqueued_projects: result.enqueuedProjects,
-    duplicates: result.duplicates,
-    invalid_members: invalidMembers
-  }))
+  // Two units, namespaces then projects, each one bulk push behind the fence.
+  let duplicates = 0
+  const { totals: { enqueuedNamespaces, enqueuedProjects }, heldMs, heldBy } = yield* each({
+    batch: NAME, budget: BUDGET, initial: { enqueuedNamespaces: 0, enqueuedProjects: 0 },
+    inputs: [{ type: RebalanceContainer.namespace, ids: namespaces }, { type: RebalanceContainer.project, ids: projects }],
+    unit: {
+      plan: ({ type, ids }) => Effect.succeed(ids.map((id) => ({ type, id }))),
+      target: ({ type, id }) => `rebalance:${type}/${id}`,
+      dry: (targets) => ({ enqueuedNamespaces: 0, enqueuedProjects: 0, [enqueuedKey(targets[0]!.type)]: targets.length }),
+      write: (targets, commit) => Effect.gen(function*() {
+        const jobs = yield* reschedule(targets[0]!.type, targets.map(({ id }) => id))
+        duplicates += jobs.duplicates
+        yield* commit({ enqueuedNamespaces: 0, enqueuedProjects: 0, [enqueuedKey(targets[0]!.type)]: jobs.enqueued })
+      })
+    }
+  })
+  const result = { ...found, enqueuedNamespaces, enqueuedProjects, duplicates, heldMs, heldBy } satisfies RescheduleStuckIssueRebalancesSummary
+  const fields = { namespace_ids: namespaces, project_ids: projects }
+  if (dryRun) yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs({ ...fields, invalid_members: invalidMembers }))
+  else yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({ ...fields, enqueued_namespaces: enqueuedNamespaces, enqueued_projects: enqueuedProjects, duplicates, invalid_members: invalidMembers }))
   return result
 })
 
 export const RescheduleStuckIssueRebalances = {
-  name: "reschedule-stuck-issue-rebalances",
+  name: NAME,
   worker: "Issues::RescheduleStuckIssueRebalancesWorker",
   description: "Re-enqueues Issues::RebalancingWorker for issue rebalances still marked running in Redis",
   cron: "*/15 * * * *",
-  // A read of a small set, two primary-key look-ups and two pushes: minutes would mean trouble.
-  budget: Duration.minutes(5),
+  budget: BUDGET,
   // No overlapping runs, including scheduled ones (SPEC §4).
   lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
   run: run()

@@ -96,7 +96,9 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
         enqueuedNamespaces: 1,
         enqueuedProjects: 1,
         duplicates: 1,
-        invalidMembers: 3
+        invalidMembers: 3,
+        heldMs: 0,
+        heldBy: []
       }
       assert.deepStrictEqual({ batch: output.batch, outcome: output.outcome, summary: output.summary }, {
         batch: BATCH,
@@ -151,7 +153,7 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
       const output = yield* sweeper()
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
-        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0
+        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
       })
       assert.strictEqual(yield* existing(queues, QUEUE_KEY, "queues"), 0)
       assert.deepStrictEqual((yield* events).map((e) => e.type), ["RunStarted", "RunFinished"])
@@ -164,7 +166,7 @@ describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () =>
       const output = yield* sweeper("--dry-run")
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
-        namespaceIds: [12], projectIds: [21], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0
+        namespaceIds: [12], projectIds: [21], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
       })
       assert.strictEqual(yield* existing(queues, QUEUE_KEY, "queues"), 0)
       assert.deepStrictEqual(yield* metadata((c) => scanKeys(c, "resque:gitlab:duplicate:*")), [])

@@ -58,7 +58,7 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: [], namespaces: [1], projects: [2] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0
+        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
       })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(queueKey(QUEUE)))
@@ -72,7 +72,7 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["2/20", "1/11", "1/10"], namespaces: [10, 11], projects: [20] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [10, 11], projectIds: [20], enqueuedNamespaces: 2, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0
+        namespaceIds: [10, 11], projectIds: [20], enqueuedNamespaces: 2, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
       })
       const jobs = yield* queuedJobs
       assert.deepStrictEqual(jobs.map((job) => [job.class, job.queue, job.args]), [
@@ -113,7 +113,7 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["1/10", "1/99", "2/20", "2/98"], namespaces: [10], projects: [20] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [10, 99], projectIds: [20, 98], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0
+        namespaceIds: [10, 99], projectIds: [20, 98], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
       })
       assert.deepStrictEqual((yield* queuedJobs).map((job) => job.args), [[null, null, 10], [null, 20, null]])
       assert.deepStrictEqual((yield* rescheduledEvents).map(([stream]) => stream), ["rebalance:1/10", "rebalance:2/20"])
@@ -135,7 +135,7 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["3/5", "2/abc", "junk", "", "1/10"], namespaces: [10, 5] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [10], projectIds: [], enqueuedNamespaces: 1, enqueuedProjects: 0, duplicates: 0, invalidMembers: 4
+        namespaceIds: [10], projectIds: [], enqueuedNamespaces: 1, enqueuedProjects: 0, duplicates: 0, invalidMembers: 4, heldMs: 0, heldBy: []
       })
       assert.deepStrictEqual((yield* queuedJobs).map((job) => job.args), [[null, null, 10]])
     }).pipe(Effect.provide(MemoryPlatform())))
@@ -145,7 +145,7 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["3/5", "junk"], namespaces: [5] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 2
+        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 2, heldMs: 0, heldBy: []
       })
       assert.deepStrictEqual((yield* MemoryPlatformRecords).lookups, [])
       assert.isFalse((yield* MemoryRedis).exists(queueKey(QUEUE)))
@@ -161,7 +161,7 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* TestClock.adjust("599 seconds")
       const again = yield* program
       assert.deepStrictEqual(again, {
-        namespaceIds: [10], projectIds: [20], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 2, invalidMembers: 0
+        namespaceIds: [10], projectIds: [20], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 2, invalidMembers: 0, heldMs: 0, heldBy: []
       })
       assert.lengthOf(yield* queuedJobs, 2)
       assert.deepStrictEqual((yield* rescheduledEvents).slice(2), [
@@ -225,7 +225,7 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "succeeded")
       const summary = {
-        namespaceIds: [10], projectIds: [20], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 1
+        namespaceIds: [10], projectIds: [20], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 1, heldMs: 0, heldBy: []
       }
       assert.deepStrictEqual(result.summary, summary)
       const events = yield* MemoryEvents
@@ -242,7 +242,7 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, {
-        namespaceIds: [10, 99], projectIds: [20], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 1
+        namespaceIds: [10, 99], projectIds: [20], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 1, heldMs: 0, heldBy: []
       })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(queueKey(QUEUE)))
