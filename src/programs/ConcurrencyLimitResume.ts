@@ -17,7 +17,7 @@
  * one run, each under its own short exclusive lease, so at most one pass per worker runs
  * cluster-wide. `resumeWorker` is exported for a runtime that schedules workers itself.
  */
-import { Cause, Clock, Duration, Effect, Exit, Option, Predicate } from "effect"
+import { Cause, Duration, Effect, Exit, Option, Predicate } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import { CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { Batch } from "../domain/Batch.ts"
@@ -30,7 +30,9 @@ import {
 } from "../domain/ConcurrencyLimit.ts"
 import type { WrongTypeKey } from "../domain/Errors.ts"
 import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "../domain/Events.ts"
+import { HealthGate } from "../services/HealthGate.ts"
 import { ConcurrencyLimits, type RecordMove } from "../services/ConcurrencyLimits.ts"
+import { passes, type Held, sumHeld } from "../runtime/RepairLoop.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
 import {
@@ -52,6 +54,8 @@ export interface WorkerResumeSummary {
   readonly current: number
   /** Jobs resumed over all passes of this run. */
   readonly resumed: number
+  /** The limit the first pass used: `limit`, unless the health gate throttled it (SPEC §9). */
+  readonly effectiveLimit: number
 }
 
 /** A worker whose pass hit a key of the wrong type: skipped, reported, never retried. */
@@ -61,7 +65,7 @@ export interface WorkerKeyFailure {
   readonly error: string
 }
 
-export interface ConcurrencyLimitResumeSummary {
+export interface ConcurrencyLimitResumeSummary extends Held {
   readonly workers: ReadonlyArray<WorkerResumeSummary>
   readonly resumedJobs: number
   /** Workers skipped because one of their keys holds the wrong type (the others ran normally). */
@@ -69,11 +73,15 @@ export interface ConcurrencyLimitResumeSummary {
 }
 
 export type WorkerOutcome =
-  | { readonly _tag: "Processed"; readonly summary: WorkerResumeSummary }
+  | { readonly _tag: "Processed"; readonly summary: WorkerResumeSummary; readonly held: Held }
   /** No configured limit and no Redis override: nothing is known about the worker, nothing moved. */
   | { readonly _tag: "UnknownWorker"; readonly worker: string }
   /** Another process is running this worker's pass. */
   | { readonly _tag: "LeaseHeld"; readonly worker: string }
+  /** The health gate held the worker past the run's budget before its first pass. */
+  | { readonly _tag: "Held"; readonly worker: string; readonly held: Held }
+
+const NAME = "concurrency-limit-resume"
 
 /** One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for limit 0), so a short TTL suffices. */
 export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
@@ -83,6 +91,7 @@ export const MAX_CONCURRENT_WORKER_PASSES = 16
 
 interface PassResult {
   readonly limit: number
+  readonly effectiveLimit: number
   readonly queueSize: number
   readonly current: number
   readonly resumed: number
@@ -128,13 +137,15 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   yield* setGauge(concurrencyLimitQueueJobs, queueSize, attributes)
   yield* setGauge(concurrencyLimitMaxConcurrentJobs, limit, attributes)
   yield* setGauge(concurrencyLimitCurrentConcurrentJobs, current, attributes)
-  const stats = { limit, queueSize, current }
+  const stats = { limit, queueSize, current, effectiveLimit: limit }
   if (queueSize === 0 || limit < 0) return Option.some<PassResult>({ ...stats, resumed: recoveredJobs, remaining: queueSize })
 
-  const toResume = resumableCount(limit, current)
+  // The health gate may throttle a positive limit for this pass (SPEC §9 throttleLimits).
+  const effectiveLimit = limit > 0 ? yield* (yield* HealthGate).effectiveLimit({ batch: NAME, worker, limit }) : limit
+  const toResume = resumableCount(effectiveLimit, current)
   const log = first || toResume > 0 ? Effect.logInfo : Effect.logDebug
   yield* log("Concurrency limit worker stats").pipe(Effect.annotateLogs({ worker, limit, queue_size: queueSize, current }))
-  if (toResume <= 0) return Option.some<PassResult>({ ...stats, resumed: recoveredJobs, remaining: queueSize })
+  if (toResume <= 0) return Option.some<PassResult>({ ...stats, effectiveLimit, resumed: recoveredJobs, remaining: queueSize })
 
   const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun }, record)
   if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
@@ -153,7 +164,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
     }))
   }
   const remaining = dryRun ? queueSize - jids.length - dead.length : yield* limits.queueSize(worker)
-  return Option.some<PassResult>({ ...stats, resumed: recoveredJobs + jids.length, remaining })
+  return Option.some<PassResult>({ ...stats, effectiveLimit, resumed: recoveredJobs + jids.length, remaining })
 })
 
 /**
@@ -164,8 +175,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
  */
 export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
   const lease = yield* Lease
-  const { dryRun, budget } = yield* CurrentRun
-  const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(Option.getOrElse(budget, () => RUN_BUDGET))
+  const { dryRun } = yield* CurrentRun
 
   return yield* Effect.scoped(Effect.gen(function*() {
     const handle = dryRun ? Option.none() : yield* Effect.acquireRelease(
@@ -179,38 +189,39 @@ export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(fun
       return { _tag: "LeaseHeld", worker } satisfies WorkerOutcome
     }
 
-    const first = yield* pass(worker, true)
-    if (Option.isNone(first)) {
+    // The passes and their cadence are the repair loop's: every RESCHEDULE_DELAY for a positive
+    // limit (capacity frees as jobs finish, not with time), back to back for limit 0 while the last
+    // pass made progress; a pass that moved nothing (the head changed under it) waits like a limited
+    // one, so a contended list never turns into a busy loop. The lease is renewed before every pass
+    // (a back-to-back pass of 5000 takes about 0.5 s, far inside the TTL).
+    const { results, stop, heldMs, heldBy } = yield* passes({
+      batch: NAME,
+      budget: RUN_BUDGET,
+      delay: RESCHEDULE_DELAY,
+      pass: (first) => pass(worker, first),
+      next: (last) =>
+        dryRun || last.remaining === 0 || last.limit < 0
+          ? "stop"
+          : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize) ? "now" : "wait",
+      between: Effect.gen(function*() {
+        if (Option.isNone(handle) || (yield* lease.renew(handle.value))) return true
+        yield* Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(
+          Effect.annotateLogs({ worker, lease: workerLeaseName(worker) })
+        )
+        return false
+      })
+    })
+    const first = results[0]
+    if (first === undefined && stop === "held") return { _tag: "Held", worker, held: { heldMs, heldBy } } satisfies WorkerOutcome
+    if (first === undefined) {
       yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(
         Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) })
       )
       return { _tag: "UnknownWorker", worker } satisfies WorkerOutcome
     }
-    let resumed = first.value.resumed
-    let last = first.value
-    while (!dryRun && last.remaining > 0 && last.limit >= 0) {
-      // Limit 0 (unlimited) has no capacity to wait for: the next move starts at once, while the
-      // last one made progress. A pass that moved nothing (the head changed under it) waits like a
-      // limited one, so a contended list never turns into a busy loop.
-      const backToBack = last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize)
-      const delay = backToBack ? 0 : Duration.toMillis(RESCHEDULE_DELAY)
-      const now = yield* Clock.currentTimeMillis
-      if (backToBack ? now >= deadline : now + delay >= deadline) break
-      if (!backToBack) yield* Effect.sleep(RESCHEDULE_DELAY)
-      // Renewed before every pass: a back-to-back pass of 5000 takes about 0.5 s, far inside the TTL.
-      if (Option.isSome(handle) && !(yield* lease.renew(handle.value))) {
-        yield* Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(
-          Effect.annotateLogs({ worker, lease: workerLeaseName(worker) })
-        )
-        break
-      }
-      const next = yield* pass(worker, false)
-      if (Option.isNone(next)) break
-      resumed += next.value.resumed
-      last = next.value
-    }
-    const { limit, queueSize, current } = first.value
-    return { _tag: "Processed", summary: { worker, limit, queueSize, current, resumed } } satisfies WorkerOutcome
+    const resumed = results.reduce((sum, result) => sum + result.resumed, 0)
+    const { limit, queueSize, current, effectiveLimit } = first
+    return { _tag: "Processed", summary: { worker, limit, queueSize, current, resumed, effectiveLimit }, held: { heldMs, heldBy } } satisfies WorkerOutcome
   }))
 })
 
@@ -223,6 +234,7 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
   // and retries it).
   const exits = yield* Effect.forEach(workers, (worker) => Effect.exit(resumeWorker(worker)), { concurrency: MAX_CONCURRENT_WORKER_PASSES })
   const summaries: Array<WorkerResumeSummary> = []
+  const held: Array<Held> = []
   const failedWorkers: Array<WorkerKeyFailure> = []
   let failed: Cause.Cause<unknown> | undefined
   for (const [i, exit] of exits.entries()) {
@@ -242,6 +254,7 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
       continue
     }
     if (exit.value._tag === "Processed") summaries.push(exit.value.summary)
+    if (exit.value._tag === "Processed" || exit.value._tag === "Held") held.push(exit.value.held)
   }
   if (failed !== undefined) return yield* Effect.failCause(failed)
   const resumedJobs = summaries.reduce((sum, worker) => sum + worker.resumed, 0)
@@ -251,11 +264,11 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
     failed_workers: failedWorkers.length,
     resumed_jobs: resumedJobs
   }))
-  return { workers: summaries, resumedJobs, failedWorkers } satisfies ConcurrencyLimitResumeSummary
+  return { workers: summaries, resumedJobs, failedWorkers, ...sumHeld(held) } satisfies ConcurrencyLimitResumeSummary
 })
 
 export const ConcurrencyLimitResume = {
-  name: "concurrency-limit-resume",
+  name: NAME,
   worker: "ConcurrencyLimit::ResumeWorker",
   description: "Moves jobs deferred by the Sidekiq concurrency limit back to their queue as capacity frees",
   cron: "* * * * *",

@@ -79,12 +79,14 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
         workers: [
-          { worker: EVIDENCE, limit: 3, queueSize: 5, current: 1, resumed: 2 },
-          { worker: SYNC, limit: 0, queueSize: 2, current: 0, resumed: 2 },
-          { worker: BROKEN, limit: -1, queueSize: 2, current: 0, resumed: 0 }
+          { worker: EVIDENCE, limit: 3, queueSize: 5, current: 1, resumed: 2, effectiveLimit: 3 },
+          { worker: SYNC, limit: 0, queueSize: 2, current: 0, resumed: 2, effectiveLimit: 0 },
+          { worker: BROKEN, limit: -1, queueSize: 2, current: 0, resumed: 0, effectiveLimit: -1 }
         ],
         resumedJobs: 4,
-        failedWorkers: []
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
       })
       // The budget was 3 s: passes at 0, 1 and 2 s, then the run ended (the next tick carries on).
       assert.isAtLeast(Date.now() - started, 2_000)
@@ -146,9 +148,11 @@ describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
       const output = yield* sweeper("--dry-run")
       assert.strictEqual(output.outcome, "succeeded")
       assert.deepStrictEqual(output.summary, {
-        workers: [{ worker: EVIDENCE, limit: 3, queueSize: 2, current: 0, resumed: 2 }],
+        workers: [{ worker: EVIDENCE, limit: 3, queueSize: 2, current: 0, resumed: 2, effectiveLimit: 3 }],
         resumedJobs: 2,
-        failedWorkers: []
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
       })
       assert.strictEqual(yield* shared((c) => c.llen(evidence.deferred)), 2)
       assert.strictEqual(yield* queues((c) => c.exists("queue:default")), 0)

@@ -94,7 +94,7 @@ describe("concurrency-limit-resume", () => {
     Effect.gen(function*() {
       yield* seed(W, [])
       const summary = yield* run
-      assert.deepStrictEqual(summary, { workers: [], resumedJobs: 0, failedWorkers: [] })
+      assert.deepStrictEqual(summary, { workers: [], resumedJobs: 0, failedWorkers: [], heldMs: 0, heldBy: [] })
       const redis = yield* MemoryRedis
       assert.deepStrictEqual(redis.keys("*"), [])
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -112,9 +112,11 @@ describe("concurrency-limit-resume", () => {
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
       assert.deepStrictEqual(summary, {
-        workers: [{ worker: W, limit: 5, queueSize: 10, current: 2, resumed: 3 }],
+        workers: [{ worker: W, limit: 5, queueSize: 10, current: 2, resumed: 3, effectiveLimit: 5 }],
         resumedJobs: 3,
-        failedWorkers: []
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
       })
       const jobs = yield* consumed()
       assert.deepStrictEqual(jobs.map((job) => job.args), [[0, "project/0"], [1, "project/1"], [2, "project/2"]])
@@ -163,7 +165,7 @@ describe("concurrency-limit-resume", () => {
       assert.strictEqual(redis.pttl(K.pendingResumed), 60_000) // the move refreshed the TTL
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 2 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 2, effectiveLimit: 5 }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("limit 0 is unlimited: moves of up to 5000, back to back with no sleep, until the list is empty", () =>
@@ -178,7 +180,7 @@ describe("concurrency-limit-resume", () => {
       assert.isDefined(fiber.pollUnsafe())
       assert.strictEqual(yield* Clock.currentTimeMillis, DateTime.toEpochMillis(NOW))
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 0, queueSize: 10_001, current: 50, resumed: 10_001 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 0, queueSize: 10_001, current: 50, resumed: 10_001, effectiveLimit: 0 }])
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[5000, 0], [5000, 0], [1, 0]])
       const jobs = yield* consumed()
@@ -206,7 +208,7 @@ describe("concurrency-limit-resume", () => {
       redis.del(K.pendingResumed)
       yield* TestClock.adjust("1 second")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 12, current: 0, resumed: 12 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 12, current: 0, resumed: 12, effectiveLimit: 5 }])
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[5, 0], [5, 1000], [2, 2000]])
       assert.deepStrictEqual(renewals, [1000, 2000])
@@ -220,7 +222,7 @@ describe("concurrency-limit-resume", () => {
       const exit = fiber.pollUnsafe()
       assert.isDefined(exit)
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: -1, queueSize: 3, current: 0, resumed: 0 }], resumedJobs: 0, failedWorkers: [] })
+      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: -1, queueSize: 3, current: 0, resumed: 0, effectiveLimit: -1 }], resumedJobs: 0, failedWorkers: [], heldMs: 0, heldBy: [] })
       assert.lengthOf(yield* consumed(), 0)
       assert.lengthOf((yield* MemoryRedis).lrange(K.deferred, 0, -1), 3)
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -236,7 +238,7 @@ describe("concurrency-limit-resume", () => {
       yield* TestClock.adjust("1 second")
       assert.isDefined(fiber.pollUnsafe())
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 10, current: 0, resumed: 2 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 10, current: 0, resumed: 2, effectiveLimit: 2 }])
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 8)
     }).pipe(Effect.provide(platform({ [W]: 2 }))))
 
@@ -246,7 +248,7 @@ describe("concurrency-limit-resume", () => {
       const redis = yield* MemoryRedis
       redis.set(K.currentLimit, "1")
       const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 1, queueSize: 10, current: 0, resumed: 1 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 1, queueSize: 10, current: 0, resumed: 1, effectiveLimit: 1 }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("a worker found only by SCAN with a Redis limit is resumed to the default queue; an unparsable override is ignored", () =>
@@ -259,8 +261,8 @@ describe("concurrency-limit-resume", () => {
       redis.set(K.currentLimit, "lots")
       const summary = yield* run
       assert.deepStrictEqual(summary.workers, [
-        { worker: W, limit: 1, queueSize: 5, current: 0, resumed: 1 },
-        { worker: other, limit: 2, queueSize: 5, current: 0, resumed: 2 }
+        { worker: W, limit: 1, queueSize: 5, current: 0, resumed: 1, effectiveLimit: 1 },
+        { worker: other, limit: 2, queueSize: 5, current: 0, resumed: 2, effectiveLimit: 2 }
       ])
       assert.deepStrictEqual((yield* consumed()).map((job) => job.class).sort(), [other, other, W])
     }).pipe(Effect.provide(platform({ [W]: 1 }))))
@@ -271,7 +273,7 @@ describe("concurrency-limit-resume", () => {
       yield* seed(unknown, elements(0, 4))
       yield* seed(W, elements(0, 1))
       const summary = yield* run
-      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: 5, queueSize: 1, current: 0, resumed: 1 }], resumedJobs: 1, failedWorkers: [] })
+      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: 5, queueSize: 1, current: 0, resumed: 1, effectiveLimit: 5 }], resumedJobs: 1, failedWorkers: [], heldMs: 0, heldBy: [] })
       const redis = yield* MemoryRedis
       assert.deepStrictEqual(redis.lrange(workerKeys(unknown).deferred, 0, -1), elements(0, 4))
       assert.isTrue((yield* consumed()).every((job) => job.class === W))
@@ -304,7 +306,7 @@ describe("concurrency-limit-resume", () => {
       assert.lengthOf(yield* consumed(), 3)
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 3 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 3, effectiveLimit: 5 }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("repeats every second while jobs remain, resuming as capacity frees", () =>
@@ -326,7 +328,7 @@ describe("concurrency-limit-resume", () => {
       assert.isUndefined(fiber.pollUnsafe())
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 10, current: 2, resumed: 3 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 10, current: 2, resumed: 3, effectiveLimit: 2 }])
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[1, 1000], [2, 3000]])
       assert.deepStrictEqual((yield* consumed()).map((job) => job.args[0]), [0, 1, 2])
@@ -343,7 +345,7 @@ describe("concurrency-limit-resume", () => {
       }
       const summary = yield* Fiber.join(fiber)
       // Passes at t = 0, 1, 2, 3, 4; the pass due at t = 5 would start at the budget.
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 1, queueSize: 100, current: 0, resumed: 5 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 1, queueSize: 100, current: 0, resumed: 5, effectiveLimit: 1 }])
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 95)
     }).pipe(Effect.provide(platform({ [W]: 1 }))))
 
@@ -366,7 +368,7 @@ describe("concurrency-limit-resume", () => {
       const bad2 = JSON.stringify({ args: "not-an-array" })
       yield* seed(W, [element(0), bad1, element(1), bad2, element(2)])
       const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 5, current: 0, resumed: 2 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 5, current: 0, resumed: 2, effectiveLimit: 2 }])
       const redis = yield* MemoryRedis
       assert.deepStrictEqual((yield* consumed()).map((job) => job.args[0]), [0, 1])
       assert.deepStrictEqual(redis.lrange(K.dead, 0, -1), [bad1])
@@ -401,9 +403,11 @@ describe("concurrency-limit-resume under the run guard", () => {
       const result = yield* toCompletion(runBatch(ConcurrencyLimitResume, { trigger: "manual" }))
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, {
-        workers: [{ worker: OTHER, limit: 0, queueSize: 3, current: 0, resumed: 3 }],
+        workers: [{ worker: OTHER, limit: 0, queueSize: 3, current: 0, resumed: 3, effectiveLimit: 0 }],
         resumedJobs: 3,
-        failedWorkers: []
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
       })
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 3)
       // Our own lease was released, the other holder's is untouched.
@@ -449,9 +453,11 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.strictEqual(result.outcome, "succeeded")
       // The stale tracker is not cleaned in a dry run, so it still counts.
       assert.deepStrictEqual(result.summary, {
-        workers: [{ worker: W, limit: 5, queueSize: 11, current: 3, resumed: 2 }],
+        workers: [{ worker: W, limit: 5, queueSize: 11, current: 3, resumed: 2, effectiveLimit: 5 }],
         resumedJobs: 2,
-        failedWorkers: []
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
       })
       assert.deepStrictEqual(redis.lrange(K.deferred, 0, -1), [element(0), "junk", ...elements(1, 10)])
       assert.isFalse(redis.exists(queueKey("default")))
@@ -478,7 +484,7 @@ describe("concurrency-limit-resume under the run guard", () => {
       redis.expire(workerKeys(GONE).journal, 3600)
 
       const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 1, current: 1, resumed: 2 }])
+      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 1, current: 1, resumed: 2, effectiveLimit: 5 }])
       const jobs = yield* consumed()
       assert.deepStrictEqual(jobs.map((j) => j.class).toSorted(), [GONE, W, W])
       assert.deepStrictEqual(jobs.map((j) => j.args[0]).toSorted(), [0, 100, 200])
@@ -499,6 +505,6 @@ describe("concurrency-limit-resume under the run guard", () => {
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "ConcurrencyLimitJobsResumed", "RunFinished"])
       assert.deepStrictEqual(events[2]!.data.summary, result.summary)
-      assert.deepStrictEqual(result.summary, { workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2 }], resumedJobs: 2, failedWorkers: [] })
+      assert.deepStrictEqual(result.summary, { workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2, effectiveLimit: 5 }], resumedJobs: 2, failedWorkers: [], heldMs: 0, heldBy: [] })
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 })
