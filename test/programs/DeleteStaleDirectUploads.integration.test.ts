@@ -156,7 +156,9 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         executionTimeout: true,
         invalidEntries: 0,
         failedDeletes: 0,
-        skippedNoStore: 0
+        skippedNoStore: 0,
+        heldMs: 0,
+        heldBy: []
       })
       const left = Object.keys(yield* hgetall)
       assert.lengthOf(left, 2)
@@ -179,7 +181,9 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         executionTimeout: false,
         invalidEntries: 1,
         failedDeletes: 0,
-        skippedNoStore: 0
+        skippedNoStore: 0,
+        heldMs: 0,
+        heldBy: []
       })
       assert.deepStrictEqual(yield* hgetall, entries)
       assert.isTrue(existsSync(join(roots.artifacts, "tmp/uploads/a")))
