@@ -8,6 +8,7 @@ import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { ConcurrencyLimitResume, resumeWorker, workerLeaseName } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
 import { Lease, leaseKey } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -507,4 +508,31 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.deepStrictEqual(events[2]!.data.summary, result.summary)
       assert.deepStrictEqual(result.summary, { workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2, effectiveLimit: 5 }], resumedJobs: 2, failedWorkers: [], heldMs: 0, heldBy: [] })
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
+  it.effect("health gate: a throttled limit (HealthGate.effectiveLimit) resumes fewer, and is in the worker's summary", () =>
+    Effect.gen(function*() {
+      yield* seed(W, elements(0, 10))
+      const asked: Array<string> = []
+      const gate = {
+        ...openGate,
+        effectiveLimit: ({ batch, worker, limit }: { batch: string; worker: string; limit: number }) =>
+          Effect.sync(() => (asked.push(`${batch} ${worker} ${limit}`), Math.floor(limit * 0.5)))
+      }
+      const fiber = yield* start(ConcurrencyLimitResume.run.pipe(Effect.provideService(HealthGate, gate)))
+      // Half of 4: two moved (unthrottled, four), their slots reserved until they start.
+      const redis = yield* MemoryRedis
+      assert.lengthOf(redis.lrange(K.deferred, 0, -1), 8)
+      yield* TestClock.adjust("2 minutes")
+      const summary = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(summary.workers.map(({ limit, effectiveLimit }) => ({ limit, effectiveLimit })), [{ limit: 4, effectiveLimit: 2 }])
+      assert.strictEqual(asked[0], `concurrency-limit-resume ${W} 4`)
+    }).pipe(Effect.provide(platform({ [W]: 4 }))))
+
+  it.effect("health gate: held past the deadline before the first pass → nothing moved, the hold in the summary", () =>
+    Effect.gen(function*() {
+      yield* seed(W, elements(0, 3))
+      const gate = { ...openGate, beforeUnit: () => Effect.succeed({ proceed: false, heldMs: 55_000, heldBy: ["queueLatency"] }) }
+      const summary = yield* ConcurrencyLimitResume.run.pipe(Effect.provideService(HealthGate, gate))
+      assert.deepStrictEqual(summary, { workers: [], resumedJobs: 0, failedWorkers: [], heldMs: 55_000, heldBy: ["queueLatency"] })
+      assert.lengthOf((yield* MemoryRedis).lrange(K.deferred, 0, -1), 3)
+    }).pipe(Effect.provide(platform({ [W]: 4 }))))
 })
