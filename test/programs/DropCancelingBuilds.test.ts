@@ -6,6 +6,7 @@ import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
 import { Lease, leaseKey } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -232,6 +233,24 @@ describe("drop-canceling-builds under the run guard", () => {
       yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
       return yield* runBatch(DropCancelingBuilds, { trigger: "manual", ...options })
     })
+
+  it.effect("health gate: asked before every page; held past the deadline → stops, the pages before it dropped, the hold in the summary", () =>
+    Effect.gen(function*() {
+      const rows = Array.from({ length: 250 }, () => build())
+      yield* seed(...rows)
+      let asked = 0
+      const gate = {
+        ...openGate,
+        beforeUnit: ({ batch }: { batch: string }) =>
+          Effect.succeed(batch === "drop-canceling-builds" && ++asked <= 2
+            ? { proceed: true, heldMs: 700, heldBy: ["replicationLag"] }
+            : { proceed: false, heldMs: 1000, heldBy: ["walRate"] })
+      }
+      const summary = yield* runProgram.pipe(Effect.provideService(HealthGate, gate))
+      assert.deepStrictEqual(summary, { dropped: 200, doomed: 0, batches: 2, heldMs: 2400, heldBy: ["replicationLag", "walRate"] })
+      assert.strictEqual(asked, 3)
+      assert.lengthOf([...(yield* MemoryBuilds).rows.values()].filter((row) => row.status === "canceling"), 50)
+    }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("lease held elsewhere → skipped, nothing changed", () =>
     Effect.gen(function*() {
