@@ -16,16 +16,14 @@ import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
 import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { cancelingCutoff, type CancelingBuild, cursorOf, DropBatchSize, DROPPING_MESSAGE, droppingFields } from "../domain/Build.ts"
-import { keysetPages } from "../runtime/RepairLoop.ts"
+import { type Held, keysetPages } from "../runtime/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
-export interface DropCancelingBuildsSummary {
+export interface DropCancelingBuildsSummary extends Held {
   readonly dropped: number
   readonly doomed: number
   readonly batches: number
-  readonly heldMs: number
-  readonly heldBy: ReadonlyArray<string>
 }
 
 const NAME = "drop-canceling-builds"

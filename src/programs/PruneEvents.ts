@@ -14,11 +14,11 @@ import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
 import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
-import { repeatUntilDone } from "../runtime/RepairLoop.ts"
+import { type Held, repeatUntilDone } from "../runtime/RepairLoop.ts"
 import { EventRetention } from "../services/EventRetention.ts"
 import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
 
-export interface PruneEventsSummary {
+export interface PruneEventsSummary extends Held {
   /** The cutoff: events strictly older than this instant were pruned (or would be, in a dry run). */
   readonly before: string
   /** Events deleted (a dry run: that would be deleted). */
@@ -28,8 +28,6 @@ export interface PruneEventsSummary {
   readonly pages: number
   /** The budget ran out (or the health gate held past it) with events still to prune; the next run carries on. */
   readonly executionTimeout: boolean
-  readonly heldMs: number
-  readonly heldBy: ReadonlyArray<string>
 }
 
 /** The run's default budget: a daily batch has all night, but never holds its lease for long. */
