@@ -139,7 +139,11 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
       })),
       // The entry's field goes in either case, so a dry run reports it as a change.
       target: (upload) => `direct_upload:${upload.location}:${upload.path}`,
-      dry: (stale) => ({ totalDeletedStaleEntries: stale.filter((upload) => storage.hasStore(upload.location) || void counts.skippedNoStore++).length }),
+      dry: (stale) => {
+        const noStore = stale.filter((upload) => !storage.hasStore(upload.location)).length
+        counts.skippedNoStore += noStore
+        return { totalDeletedStaleEntries: stale.length - noStore }
+      },
       write: (stale, commit) => Effect.gen(function*() {
         let deleted = 0
         for (const outcome of yield* repairAll(stale)) {
