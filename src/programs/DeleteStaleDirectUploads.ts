@@ -4,8 +4,9 @@
  * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
  * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
  * Such objects are deleted, then their events recorded, then their entries removed, in page-sized
- * steps (see `repairAll`). Walking the hash is cooperative: after every step the run stops once its
- * budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six minutes later, carries on.
+ * steps (see `repairAll`). Walking the hash is cooperative (the repair loop's `growingSteps`): after
+ * every step the run stops once its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the
+ * next run, six minutes later, carries on.
  *
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
  * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
@@ -52,7 +53,7 @@ export interface DeleteStaleDirectUploadsSummary extends Held {
   readonly skippedNoStore: number
 }
 
-/** How much larger each step may be than the one before (see `step` in `run`). */
+/** How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a page: five steps to full pages where doubling took thirteen). */
 const STEP_GROWTH = 8
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
 const LOG_SAMPLE_SIZE = 5
@@ -70,7 +71,8 @@ type Repaired = DeleteOutcome | "vanished" | { readonly failed: ObjectStorageErr
  * entries. A crash after the INSERT and before the compare-and-delete does the same and writes those
  * events a second time. So each deletion has at least one StaleDirectUploadDeleted, never none.
  *
- * 1. the fence, once: a runner whose exclusive lease was taken from it deletes nothing more;
+ * 1. the fence, once (checked by the repair loop before the write): a runner whose exclusive lease
+ *    was taken from it deletes nothing more;
  * 2. the objects, per location in bulk (`deleteMany`: S3 DeleteObjects, 1,000 keys a request); an
  *    object that cannot be deleted keeps its entry and gets no event, the rest go on;
  * 3. HMGET of the fields: one gone (the upload completed, or HSCAN returned it twice) or changed
