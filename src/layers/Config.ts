@@ -6,17 +6,13 @@
 import { Config, ConfigProvider, Context, type Cron, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaTransformation } from "effect"
 import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
+import type { ConcurrencyLimitSetting } from "../domain/ConcurrencyLimit.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
 import { parseRedisUrl } from "./Redis.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
-
-export interface ConcurrencyLimitSetting {
-  readonly limit: number
-  readonly queue: string
-}
 
 export interface SweeperSettings {
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>

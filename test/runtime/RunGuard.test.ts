@@ -13,7 +13,7 @@ import { RedisError } from "../../src/domain/Errors.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { runBatch, type RunOptions, type RunResult } from "../../src/runtime/RunGuard.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const START = Date.parse("2026-01-01T00:00:00Z")

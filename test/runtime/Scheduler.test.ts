@@ -9,7 +9,8 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import type { RegisteredBatch } from "../../src/programs/index.ts"
 import { Scheduler, schedulerLayer, supervise } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { Lease, leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
+import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const T0 = Date.parse("2026-05-01T00:01:00Z")
