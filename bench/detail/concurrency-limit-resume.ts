@@ -45,6 +45,7 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const JOBS = envInt("BENCH_JOBS", 50_000)
 const WORKER = "Releases::CreateEvidenceWorker"
@@ -154,7 +155,7 @@ const program = Effect.gen(function*() {
   const redis = yield* benchRedis
   console.log(`database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${fmt(JOBS)} deferred jobs of ${WORKER} (limit 0)\n`)
 
-  const Platform = Layer.mergeAll(InstrumentedLimits, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedLimits, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),

@@ -57,6 +57,7 @@ import {
   timed
 } from "../support/harness.ts"
 import type { SeedCounts, SeedOptions } from "../support/seed-pending-direct-uploads.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const ENTRIES = envInt("BENCH_ENTRIES", 1_000_000)
 /** Every STALE_EVERY-th entry is stale (20%). */
@@ -156,7 +157,7 @@ const program = Effect.gen(function*() {
     ? `object storage: ${LOCATIONS_USED.join(", ")} under ${dir} (${fmt(PRESENT_OBJECTS)} stale objects exist, the rest are missing)\n`
     : "object storage: none configured (only the Redis fields of stale entries are removed)\n")
 
-  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(InstrumentedEventLog),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),

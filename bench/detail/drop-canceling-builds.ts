@@ -21,6 +21,7 @@ import { startingAt } from "../../src/runtime/Clocks.ts"
 import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { adminUrl, benchDatabase, benchRedis, migratedDatabase, redisUrl, timed } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 /** Every STUCK_EVERY-th row is a stuck canceling build. */
@@ -61,7 +62,7 @@ const program = Effect.gen(function*() {
 
   const Database = migratedDatabase(url)
   // Exactly the production layers drop-canceling-builds runs on (see layers/App.ts).
-  const Platform = Layer.mergeAll(BuildsSql, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(BuildsSql, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(Database, Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({ node: "bench" })))
   )

@@ -44,6 +44,7 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 /** Queued/started jobs: ids 1..JOBS, odd ids have completed (no status key), even ids still run. */
 const JOBS = envInt("BENCH_JOBS", 100_000)
@@ -132,7 +133,7 @@ const program = Effect.gen(function*() {
     `${fmt(JOBS)} queued/started jobs + ${fmt(HISTORY)} finished/failed` +
     `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`)
 
-  const Platform = Layer.mergeAll(InstrumentedExportJobs, InstrumentedJobStatus, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedExportJobs, InstrumentedJobStatus, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),

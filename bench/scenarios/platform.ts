@@ -7,6 +7,7 @@ import { performance } from "node:perf_hooks"
 import type { Batch } from "../../src/domain/Batch.ts"
 import { RedisBackends, SqlBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
 import { runBatch, type RunResult } from "../../src/runtime/RunGuard.ts"
@@ -17,7 +18,7 @@ export const sweeperPlatform = (context: PhaseContext, settings: Partial<Sweeper
   const config = SweeperConfig.layerWith({ node: "bench", ...settings })
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
-  return Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig).pipe(
+  return Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig, MetricsPrometheus).pipe(
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )

@@ -17,6 +17,7 @@ import type { ExportJobs } from "../services/ExportJobs.ts"
 import type { JobQueue } from "../services/JobQueue.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
 import type { Lease } from "../services/Lease.ts"
+import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
 import type { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import type { PlatformRecords } from "../services/PlatformRecords.ts"
@@ -38,6 +39,7 @@ import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
 import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
+import { MetricsPrometheus } from "./MetricsPrometheus.ts"
 import { migrateWith, pendingMigrations } from "./Migrations.ts"
 import { ObjectStorageAzure } from "./ObjectStorageAzure.ts"
 import { describeObjectStorage, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
@@ -50,7 +52,7 @@ import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
 import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
+export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
@@ -173,7 +175,7 @@ export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
-    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig, MetricsPrometheus).pipe(Layer.provideMerge(databaseLayer(settings, access)))
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */

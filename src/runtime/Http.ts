@@ -17,25 +17,17 @@ import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, 
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
-import { monitorEventLoopDelay } from "node:perf_hooks"
 import { describeError } from "../domain/Errors.ts"
 import { currentPeriod } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { RedisStores } from "../layers/Redis.ts"
 import { EventLog } from "../services/EventLog.ts"
 import {
-  activeHandles,
   batchBreakerOpen,
   batchDisabled,
   batchPaused,
   batchPeriodSeconds,
   buildInfo,
-  eventLoopLagSeconds,
-  processCpuSecondsTotal,
-  processHeapTotalBytes,
-  processHeapUsedBytes,
-  processResidentMemoryBytes,
-  processStartTimeSeconds,
   prometheusText,
   setGauge
 } from "../services/Metrics.ts"
@@ -190,11 +182,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       { status: ready ? 200 : 503 }
     )
   }))
-  const loopDelay = monitorEventLoopDelay({ resolution: 20 })
-  loopDelay.enable()
-  yield* Effect.addFinalizer(() => Effect.sync(() => loopDelay.disable()))
   yield* setGauge(buildInfo, 1, { version: VERSION, node_version: process.version, node: settings.node })
-  yield* setGauge(processStartTimeSeconds, Math.round((Date.now() - process.uptime() * 1000) / 1000))
 
   yield* router.add("GET", "/metrics", Effect.gen(function*() {
     const scrapedAt = yield* nowDate
@@ -207,16 +195,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       yield* setGauge(batchBreakerOpen, view.breaker.open ? 1 : 0, { batch: view.name })
       yield* setGauge(batchPeriodSeconds, Duration.toSeconds(currentPeriod(snapshot.cronSchedule, scrapedAt)), { batch: view.name })
     }
-    // Process and runtime figures, read at scrape time.
-    const memory = process.memoryUsage()
-    const cpu = process.cpuUsage()
-    yield* setGauge(processResidentMemoryBytes, memory.rss)
-    yield* setGauge(processHeapUsedBytes, memory.heapUsed)
-    yield* setGauge(processHeapTotalBytes, memory.heapTotal)
-    yield* setGauge(processCpuSecondsTotal, (cpu.user + cpu.system) / 1e6)
-    yield* setGauge(activeHandles, process.getActiveResourcesInfo().length)
-    yield* setGauge(eventLoopLagSeconds, Number.isFinite(loopDelay.percentile(99)) ? loopDelay.percentile(99) / 1e9 : 0)
-    loopDelay.reset()
+    // The process and runtime figures are read by the Metrics layer as it renders.
     return HttpServerResponse.text(yield* prometheusText, { contentType: "text/plain; version=0.0.4; charset=utf-8" })
   }))
 

@@ -7,7 +7,7 @@
  *
  * It never fails: whatever happens is an outcome in the returned RunResult.
  */
-import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
+import { Cause, DateTime, Duration, Effect, Exit, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
 import type { LastRun } from "../domain/BatchState.ts"
@@ -17,7 +17,7 @@ import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
-import { increment, lastSuccessTimestamp, leaseSkipsTotal, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
+import { increment, lastSuccessTimestamp, leaseSkipsTotal, type Metrics, observe, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 
 export type Trigger = "schedule" | "manual" | "startup"
@@ -134,7 +134,7 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
 })
 
 export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
-  Effect.gen(function*(): Effect.fn.Return<RunResult, never, R | SweeperConfig | Lease | EventLog> {
+  Effect.gen(function*(): Effect.fn.Return<RunResult, never, R | SweeperConfig | Lease | EventLog | Metrics> {
     const config = yield* SweeperConfig
     const lease = yield* Lease
     const events = yield* EventLog
@@ -194,7 +194,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
       )
       yield* increment(runsTotal, 1, { batch: batch.name, outcome })
-      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name, outcome }), durationMs / 1000)
+      yield* observe(runDurationSeconds, durationMs / 1000, { batch: batch.name, outcome })
       if (outcome === "succeeded" && !dryRun) {
         yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
       }

@@ -17,8 +17,9 @@ import { EventLog } from "../../src/services/EventLog.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { at } from "../support/clock.ts"
 import { PgTest } from "../support/postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
-const Sql = BuildsSql.pipe(Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
+const Sql = Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
 
 const NOW = DateTime.makeUnsafe("2026-01-01T05:00:00Z")
 const CUTOFF = cancelingCutoff(NOW) // 04:00:00

@@ -19,6 +19,7 @@ import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { randomHistory, type SeedEvent } from "../support/eventHistory.ts"
 import { PgTest } from "../support/postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 // The real clock (the pool and the run guard's lease renewal need it): runs judge at NOW via asOf,
 // which is in the past by then, so the cutoff is exactly NOW − 90 days.
@@ -26,7 +27,7 @@ const NOW_MS = Date.now()
 const DAY = 86_400_000
 const CUTOFF = NOW_MS - 90 * DAY
 
-const Platform = Layer.mergeAll(EventRetentionSql, MemoryBackends, TuningFromConfig).pipe(
+const Platform = Layer.mergeAll(EventRetentionSql, MemoryBackends, TuningFromConfig, MetricsPrometheus).pipe(
   Layer.provideMerge(EventLogSql),
   Layer.provideMerge(SweeperConfig.layerWith({})),
   Layer.provideMerge(PgTest)

@@ -22,6 +22,7 @@ import { Builds } from "../../src/services/Builds.ts"
 import { at } from "../support/clock.ts"
 import { allIndexes, createGitLabSchema, type GitLabLayout, gitlabColumns } from "../support/gitlabSchema.ts"
 import { freshDatabase } from "../support/postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const NOW = "2026-01-01T05:00:00Z"
 
@@ -121,7 +122,7 @@ describe("Beside GitLab's schema", () => {
       assert.strictEqual(Number((yield* sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'`)[0]!.n), 260)
       // A second run finds nothing.
       assert.deepStrictEqual(yield* DropCancelingBuilds.run.pipe(at(NOW), run), { dropped: 0, doomed: 0, batches: 0 })
-    }).pipe(Effect.provide(BuildsSql.pipe(Layer.provideMerge(EventLogSql))))))
+    }).pipe(Effect.provide(Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql))))))
 
   it.live("a page crossing partitions is one transaction; the row that lost the race in partition 101 is retried on its own", () =>
     onGitLab({ partitioned: true }, Effect.gen(function*() {
@@ -155,7 +156,7 @@ describe("Beside GitLab's schema", () => {
       const perBuild = yield* sql<{ key: string; n: string }>`
         SELECT (data->>'id') || ':' || (data->>'partition_id') AS key, count(*) AS n FROM sweeper_events GROUP BY 1 ORDER BY 1`
       assert.deepStrictEqual(perBuild.map((r) => [r.key, Number(r.n)]), [["7:100", 1], ["7:101", 1], ["8:100", 1], ["9:101", 1]])
-    }).pipe(Effect.provide(BuildsSql.pipe(Layer.provideMerge(EventLogSql))))))
+    }).pipe(Effect.provide(Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql))))))
 
   it.live("a missing or wrongly typed column stops start-up naming table and column", () =>
     onGitLab({ partitioned: true }, Effect.gen(function*() {
