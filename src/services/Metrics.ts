@@ -54,6 +54,11 @@ export const directUploadsSkippedNoStoreTotal = Metric.counter("sweeper_direct_u
   incremental: true
 })
 
+export const directUploadsVanishedTotal = Metric.counter("sweeper_direct_uploads_vanished_total", {
+  description: "Stale direct uploads whose entry vanished or changed value before the repair recorded it (neither removed nor recorded)",
+  incremental: true
+})
+
 export const directUploadsPending = Metric.gauge("sweeper_direct_uploads_pending_entries", {
   description: "Entries in pending_direct_uploads when delete-stale-direct-uploads last started"
 })
@@ -159,11 +164,15 @@ export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "brea
 
 /**
  * Every run and missed-tick series of every batch, present from start-up at 0; and the pruned-events
- * counter, so "nothing pruned for days while the table grows" is an expression over a series that exists.
+ * counter, so "nothing pruned for days while the table grows" is an expression over a series that
+ * exists; and the vanished-uploads counter, so a rate of races is one too.
  */
 export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void> =>
   Effect.forEach(batches, (batch) =>
     Effect.all([
       Effect.forEach(OUTCOMES, (outcome) => Metric.update(Metric.withAttributes(runsTotal, { batch, outcome }), 0)),
       Effect.forEach(MISSED_REASONS, (reason) => Metric.update(Metric.withAttributes(ticksMissedTotal, { batch, reason }), 0))
-    ]), { discard: true }).pipe(Effect.andThen(Metric.update(eventsPrunedTotal, 0)))
+    ]), { discard: true }).pipe(
+      Effect.andThen(Metric.update(eventsPrunedTotal, 0)),
+      Effect.andThen(Metric.update(directUploadsVanishedTotal, 0))
+    )
