@@ -2,8 +2,10 @@
  * A loopback TCP proxy that cuts its server off at an exact point of a client's conversation: the
  * n-th time a client sends `pattern` (e.g. one Redis command in RESP form), that chunk is dropped,
  * every connection is destroyed and the proxy stops listening, so every reconnect is refused
- * (ECONNREFUSED, as from a server that is down) until `restore`. Cutting at a command rather than after some milliseconds puts the outage
- * at the same point of a run on an idle and on a loaded machine.
+ * (ECONNREFUSED, as from a server that is down) until `restore`. Cutting at a command rather than
+ * after some milliseconds puts the outage at the same point of a run on an idle and on a loaded
+ * machine. (Accepting and closing each reconnect instead would not do: ioredis counts a connect
+ * that succeeds as a recovery and would wait forever instead of failing the command.)
  *
  * Counting assumes `pattern` does not straddle two TCP chunks, which holds for short commands a
  * client writes in one `write` (ioredis writes each command whole).
