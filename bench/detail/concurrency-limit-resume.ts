@@ -12,7 +12,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Redacted, References } from "effect"
+import { Duration, Effect, Layer, Redacted } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { performance } from "node:perf_hooks"
 import { MAX_RESUME_UNLIMITED, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
@@ -46,6 +46,7 @@ import {
   timed
 } from "../support/harness.ts"
 import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { BenchLogging } from "../support/logging.ts"
 
 const JOBS = envInt("BENCH_JOBS", 50_000)
 const WORKER = "Releases::CreateEvidenceWorker"
@@ -220,8 +221,8 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.scoped,
-  // Each pass logs its stats and its move at info; keep the figures readable.
-  Effect.provideService(References.MinimumLogLevel, "Warn"),
+  // Sweeper logs as in production (Info, JSON lines into a scratch file: support/logging.ts).
+  Effect.provide(BenchLogging),
   Effect.timeout(Duration.minutes(30)),
   NodeRuntime.runMain
 )

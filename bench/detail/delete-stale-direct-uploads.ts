@@ -18,7 +18,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Redacted, References, Stream } from "effect"
+import { Duration, Effect, Layer, Redacted, Stream } from "effect"
 import { execFile } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -56,6 +56,7 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
+import { BenchLogging } from "../support/logging.ts"
 import type { SeedCounts, SeedOptions } from "../support/seed-pending-direct-uploads.ts"
 import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
@@ -232,8 +233,8 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.scoped,
-  // The batch logs per run, not per entry, but keep the figures readable.
-  Effect.provideService(References.MinimumLogLevel, "Warn"),
+  // Sweeper logs as in production (Info, JSON lines into a scratch file: support/logging.ts).
+  Effect.provide(BenchLogging),
   Effect.timeout(Duration.minutes(90)),
   NodeRuntime.runMain
 )

@@ -14,6 +14,7 @@ import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, totalmem } from "node:os"
 import { performance } from "node:perf_hooks"
 import { adminUrl, benchDatabase, benchRedis, fmt, migratedDatabase, redisUrl } from "./harness.ts"
+import { benchLogLevel, describeLogging, loggedBytes } from "./logging.ts"
 
 export type Scale = "small" | "full"
 
@@ -89,8 +90,11 @@ const withFreshData = <A>(
 const timePhase = (name: string, phase: Phase, context: PhaseContext, stuck: number) =>
   Effect.gen(function*() {
     const start = performance.now()
+    const logged = loggedBytes()
     const result = yield* phase(context)
     const seconds = result.seconds ?? (performance.now() - start) / 1000
+    // Sweeper logs as in production (support/logging.ts): say at which level, and how much.
+    const notes = name === "sweeper" ? { ...result.notes, log: describeLogging(loggedBytes() - logged) } : result.notes ?? {}
     if (result.repaired !== stuck) {
       console.log(`  !! ${name} repaired ${fmt(result.repaired)} of ${fmt(stuck)} stuck records`)
     }
@@ -99,7 +103,7 @@ const timePhase = (name: string, phase: Phase, context: PhaseContext, stuck: num
       repaired: result.repaired,
       seconds,
       perSecond: result.repaired / seconds,
-      notes: result.notes ?? {}
+      notes
     }
     console.log(`  ${name.padEnd(11)} ${fmt(result.repaired).padStart(10)} in ${seconds.toFixed(2).padStart(8)} s  ` +
       `${fmt(figures.perSecond).padStart(10)}/s  ${Object.entries(figures.notes).map(([k, v]) => `${k}=${v}`).join(" ")}`)
@@ -151,6 +155,7 @@ export const machine = () => ({
   cpus: `${cpus().length} × ${cpus()[0]?.model ?? "unknown"}`,
   memory: `${Math.round(totalmem() / 2 ** 30)} GiB`,
   node: process.version,
+  logLevel: benchLogLevel,
   postgres: new URL(adminUrl).host,
   redis: new URL(redisUrl).host
 })

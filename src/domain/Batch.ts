@@ -3,7 +3,7 @@
  * about a batch, as plain data plus the program itself.
  */
 import { Context, DateTime, Duration, Effect, Option } from "effect"
-import type { LeaseLost } from "./Errors.ts"
+import type { FenceError } from "./Errors.ts"
 import type { MissedRunPolicy } from "./Schedule.ts"
 
 export interface ExclusiveLeaseSpec {
@@ -41,8 +41,11 @@ export const HARD_TIMEOUT_GRACE = Duration.seconds(30)
 export interface Fence {
   readonly lease: string
   readonly epoch: number
-  /** Fails with LeaseLost when the lease is no longer ours (renewal failed or another holder). */
-  readonly check: Effect.Effect<void, LeaseLost>
+  /**
+   * Fails with LeaseLost when the lease is no longer ours (renewal failed or another holder), and
+   * with the RedisError when the lease could not be read: a write on an unknown lease never happens.
+   */
+  readonly check: Effect.Effect<void, FenceError>
 }
 
 /**
@@ -97,8 +100,8 @@ export const wouldChange = (stream: string): Effect.Effect<void> =>
     if (run.wouldChange !== undefined) yield* run.wouldChange(stream)
   })
 
-/** A safe point: stop here, writing nothing more, if the run's lease was lost. */
-export const checkFence: Effect.Effect<void, LeaseLost> = Effect.gen(function*() {
+/** A safe point: stop here, writing nothing more, if the run's lease was lost or cannot be read. */
+export const checkFence: Effect.Effect<void, FenceError> = Effect.gen(function*() {
   const run = yield* CurrentRun
   if (Option.isSome(run.fence)) yield* run.fence.value.check
 })

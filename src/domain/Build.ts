@@ -15,8 +15,14 @@ export const DROP_BATCH_SIZE_MAX = 10_000
 export const DropBatchSize = Context.Reference<number>("sweeper/domain/Build/DropBatchSize", {
   defaultValue: () => DROP_BATCH_SIZE
 })
-/** Optimistic-lock attempts before a build is doomed instead of dropped. */
-export const MAX_DROP_ATTEMPTS = 3
+/**
+ * Optimistic-lock retries after a build's first drop attempt lost its race: GitLab drops with
+ * `Gitlab::OptimisticLocking.retry_lock(build, 3)`, which re-reads and retries while
+ * `retry_attempts < max_retries`, i.e. one attempt plus three retries (SPEC §2).
+ */
+export const DROP_LOCK_RETRIES = 3
+/** Drop attempts in all (the first plus `DROP_LOCK_RETRIES`) before a build is doomed instead. */
+export const MAX_DROP_ATTEMPTS = 1 + DROP_LOCK_RETRIES
 
 export const FailureReason = {
   stuck_or_timeout_failure: 3,

@@ -77,6 +77,13 @@ export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
   epoch: Schema.Number
 }) {}
 
+/**
+ * Why a fenced write may not happen: the lease is no longer ours (LeaseLost: stop for good), or its
+ * store could not be read (RedisError: the lease is unknown, so nothing is written; transient, so
+ * the run guard retries the run, which checks again).
+ */
+export type FenceError = LeaseLost | RedisError
+
 /** Configuration (environment) that cannot be used; names the variable. */
 export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
   variable: Schema.String,

@@ -8,7 +8,7 @@
 import { Effect, Layer, Metric } from "effect"
 import { PrometheusMetrics } from "effect/observability"
 import { monitorEventLoopDelay } from "node:perf_hooks"
-import { eventsPrunedTotal, Metrics, MISSED_REASONS, OUTCOMES, runsTotal, ticksMissedTotal } from "../services/Metrics.ts"
+import { directUploadsVanishedTotal, eventsPrunedTotal, Metrics, MISSED_REASONS, OUTCOMES, runsTotal, ticksMissedTotal } from "../services/Metrics.ts"
 
 const processResidentMemoryBytes = Metric.gauge("process_resident_memory_bytes", { description: "Resident set size in bytes" })
 const processHeapUsedBytes = Metric.gauge("nodejs_heap_used_bytes", { description: "V8 heap in use, bytes" })
@@ -51,7 +51,10 @@ export const MetricsPrometheus = Layer.effect(Metrics, Effect.gen(function*() {
         Effect.all([
           Effect.forEach(OUTCOMES, (outcome) => update(runsTotal, 0, { batch, outcome })),
           Effect.forEach(MISSED_REASONS, (reason) => update(ticksMissedTotal, 0, { batch, reason }))
-        ]), { discard: true }).pipe(Effect.andThen(update(eventsPrunedTotal, 0))),
+        ]), { discard: true }).pipe(
+          Effect.andThen(update(eventsPrunedTotal, 0)),
+          Effect.andThen(update(directUploadsVanishedTotal, 0))
+        ),
     prometheusText: Effect.andThen(sampleProcess, PrometheusMetrics.format())
   })
 }))

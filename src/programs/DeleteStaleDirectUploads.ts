@@ -24,7 +24,9 @@ import {
   parseEntry,
   type PendingDirectUpload,
   type RawPendingEntry,
-  SCAN_PAGE_SIZE
+  SCAN_PAGE_SIZE,
+  type StaleUploadOutcome,
+  tallyOutcomes
 } from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
 import { StaleDirectUploadDeleted } from "../domain/Events.ts"
@@ -35,10 +37,11 @@ import {
   directUploadsInvalidEntriesTotal,
   directUploadsPending,
   directUploadsSkippedNoStoreTotal,
+  directUploadsVanishedTotal,
   increment,
   setGauge
 } from "../services/Metrics.ts"
-import { type DeleteOutcome, ObjectStorage } from "../services/ObjectStorage.ts"
+import { ObjectStorage } from "../services/ObjectStorage.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 
 export interface DeleteStaleDirectUploadsSummary {
@@ -49,6 +52,8 @@ export interface DeleteStaleDirectUploadsSummary {
   readonly failedDeletes: number
   /** Stale entries of a location with no object store configured: field removed, no object deleted. */
   readonly skippedNoStore: number
+  /** Stale entries gone or re-registered between the read and the repair: neither removed nor recorded. */
+  readonly vanished: number
 }
 
 /** How much larger each step may be than the one before (see `step` in `run`). */
@@ -59,7 +64,7 @@ const LOG_SAMPLE_SIZE = 5
 const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
 
 /** What became of one stale upload in a page's repair. */
-type Repaired = DeleteOutcome | "vanished" | { readonly failed: ObjectStorageError }
+type Repaired = StaleUploadOutcome<ObjectStorageError>
 
 /**
  * Repairs a slice of stale uploads in page-sized steps, in the order that loses nothing:
@@ -134,6 +139,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const failures: Array<ObjectStorageError> = []
   let failedDeletes = 0
   let skippedNoStore = 0
+  let vanished = 0
   let handled = 0
   /**
    * Entries per step. The budget is checked after each step, so the first step is one entry
@@ -163,16 +169,16 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
           Effect.as(storage.hasStore(upload.location) ? "deleted" as const : "unconfigured" as const)
         ))
       : yield* repairAll(stale)
-    let deletedInSlice = 0
-    for (const outcome of outcomes) {
-      // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
-      if (outcome === "deleted" || outcome === "missing") deletedInSlice++
-      else if (outcome === "unconfigured") skippedNoStore++
-      else if (typeof outcome === "object" && failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(outcome.failed)
+    // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+    const tally = tallyOutcomes(outcomes)
+    skippedNoStore += tally.skippedNoStore
+    vanished += tally.vanished
+    for (const failure of tally.failed) if (failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(failure)
+    totalDeletedStaleEntries += tally.deleted
+    // The step is done (its fields are gone or not ours): a retried attempt will not see these again.
+    if (!dryRun && tally.deleted + tally.vanished > 0) {
+      yield* reportProgress({ totalDeletedStaleEntries: tally.deleted, vanished: tally.vanished })
     }
-    totalDeletedStaleEntries += deletedInSlice
-    // The step is done (its fields are gone): a retried attempt will not see these entries again.
-    if (!dryRun && deletedInSlice > 0) yield* reportProgress({ totalDeletedStaleEntries: deletedInSlice })
     handled += slice.length
     const elapsed = (yield* Clock.currentTimeMillis) - startedMillis
     if (elapsed >= budgetMillis) executionTimeout = true
@@ -212,13 +218,15 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     executionTimeout,
     invalidEntries,
     failedDeletes,
-    skippedNoStore
+    skippedNoStore,
+    vanished
   }
   if (!dryRun) {
     yield* increment(directUploadsDeletedTotal, totalDeletedStaleEntries)
     yield* increment(directUploadsInvalidEntriesTotal, invalidEntries)
     yield* increment(directUploadsFailedDeletesTotal, failedDeletes)
     yield* increment(directUploadsSkippedNoStoreTotal, skippedNoStore)
+    yield* increment(directUploadsVanishedTotal, vanished)
   }
   yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
     total_pending_entries: totalPendingEntries,
@@ -227,6 +235,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     invalid_entries: invalidEntries,
     failed_deletes: failedDeletes,
     skipped_no_store: skippedNoStore,
+    vanished,
     dry_run: dryRun
   }))
   return summary

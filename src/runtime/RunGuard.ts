@@ -97,7 +97,8 @@ export const describe = (cause: Cause.Cause<unknown>): string => describeError(C
 
 /**
  * Holds the batch's exclusive lease for the scope: renewed every TTL/3; a failed renewal marks it
- * lost so the next safe point (`Fence.check`) stops the run. Released when the scope closes.
+ * lost so the next safe point (`Fence.check`) stops the run. Each check reads the lease; a read
+ * that fails fails the check (the run, as transient). Released when the scope closes.
  */
 const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
   const lease = yield* Lease
@@ -123,7 +124,14 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
     epoch: handle.epoch,
     check: Effect.gen(function*() {
       if (yield* Ref.get(lost)) return yield* fail
-      const held = yield* lease.isHeld(handle).pipe(Effect.orElseSucceed(() => true))
+      // A read that fails says nothing about who holds the lease: no write on an unknown lease.
+      // The RedisError is transient, so the guard retries the run, whose first write checks again.
+      const held = yield* lease.isHeld(handle).pipe(
+        Effect.tapError((error) =>
+          Effect.logWarning("Lease check failed; writing nothing until the lease can be read", describeError(error)).pipe(
+            Effect.annotateLogs({ lease: handle.name })
+          ))
+      )
       if (!held) {
         yield* Ref.set(lost, true)
         return yield* fail

@@ -2,7 +2,7 @@
 import { Context, type DateTime, type Effect, type Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, BuildKey, CancelingBuild } from "../domain/Build.ts"
-import type { LeaseLost } from "../domain/Errors.ts"
+import type { FenceError } from "../domain/Errors.ts"
 
 export class Builds extends Context.Service<Builds, {
   /** Canceling `Ci::Build`s with created_at and updated_at both < cutoff, keyset after `after`. */
@@ -17,14 +17,14 @@ export class Builds extends Context.Service<Builds, {
    * failed / stuck_or_timeout_failure, guarded by status = 'canceling' AND the lock_version read.
    * False on a lock conflict (the row changed since it was read), nothing written.
    */
-  drop(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
+  drop(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | FenceError>
   /**
    * `drop` for a whole page in one fenced transaction: one guarded UPDATE (each row's own
    * status = 'canceling' AND lock_version as read), one INSERT of the dropped rows' events (on
    * PostgreSQL all of it one statement).
    * Returns the builds it dropped, as given; the others lost a race and were left unchanged.
    */
-  dropMany(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<CancelingBuild>, SqlError | LeaseLost>
+  dropMany(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<CancelingBuild>, SqlError | FenceError>
   /**
    * Walks the canceling scan's index from `after` — the start of builds this run has already
    * failed and committed — to the first build still stuck, and reads nothing back. Why: a failed
@@ -39,5 +39,5 @@ export class Builds extends Context.Service<Builds, {
     readonly after: Option.Option<BuildCursor>
   }): Effect.Effect<void, SqlError>
   /** failed / data_integrity_failure, guarded by status = 'canceling' only. */
-  doom(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | LeaseLost>
+  doom(build: CancelingBuild, now: DateTime.Utc): Effect.Effect<boolean, SqlError | FenceError>
 }>()("sweeper/services/Builds") {}

@@ -4,7 +4,7 @@
  */
 import { Context, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { LeaseLost } from "../domain/Errors.ts"
+import type { FenceError } from "../domain/Errors.ts"
 
 export class EventRetention extends Context.Service<EventRetention, {
   /**
@@ -19,5 +19,5 @@ export class EventRetention extends Context.Service<EventRetention, {
    * Deletes up to `limit` of the oldest prunable events and appends `EventsPruned{before, count}`,
    * in one short transaction that checks the run's lease fence first. Returns the count (0: done).
    */
-  prunePage(before: Date, kept: ReadonlyArray<number>, limit: number): Effect.Effect<number, SqlError | LeaseLost>
+  prunePage(before: Date, kept: ReadonlyArray<number>, limit: number): Effect.Effect<number, SqlError | FenceError>
 }>()("sweeper/services/EventRetention") {}

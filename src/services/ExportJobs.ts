@@ -1,7 +1,7 @@
 /** `project_export_jobs` as stuck-export-jobs needs it. The fail write appends its event in the same transaction. */
 import { Context, type DateTime, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { LeaseLost } from "../domain/Errors.ts"
+import type { FenceError } from "../domain/Errors.ts"
 import type { EnqueuedExportJob, ExportJobRef } from "../domain/ExportJob.ts"
 
 export class ExportJobs extends Context.Service<ExportJobs, {
@@ -15,5 +15,5 @@ export class ExportJobs extends Context.Service<ExportJobs, {
    * ExportJobFailed events. Returns the jids actually failed, by id; a row that changed meanwhile is
    * left out and nothing is written for it.
    */
-  failMany(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<string>, SqlError | LeaseLost>
+  failMany(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<string>, SqlError | FenceError>
 }>()("sweeper/services/ExportJobs") {}

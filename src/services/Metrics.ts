@@ -56,6 +56,11 @@ export const directUploadsSkippedNoStoreTotal = Metric.counter("sweeper_direct_u
   incremental: true
 })
 
+export const directUploadsVanishedTotal = Metric.counter("sweeper_direct_uploads_vanished_total", {
+  description: "Stale direct uploads whose entry vanished or changed value before the repair recorded it (neither removed nor recorded)",
+  incremental: true
+})
+
 export const directUploadsPending = Metric.gauge("sweeper_direct_uploads_pending_entries", {
   description: "Entries in pending_direct_uploads when delete-stale-direct-uploads last started"
 })

@@ -104,7 +104,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
       assert.strictEqual(result.batch, "delete-stale-direct-uploads")
       assert.strictEqual(result.outcome, "succeeded")
       assert.match(result.runId, /^[0-9a-f-]{36}$/)
-      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 3, executionTimeout: false, invalidEntries: 3, failedDeletes: 2, skippedNoStore: 1 }
+      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 3, executionTimeout: false, invalidEntries: 3, failedDeletes: 2, skippedNoStore: 1, vanished: 0 }
       assert.deepStrictEqual(result.summary, summary)
 
       assert.deepStrictEqual(yield* hgetall, kept)
@@ -156,7 +156,8 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         executionTimeout: true,
         invalidEntries: 0,
         failedDeletes: 0,
-        skippedNoStore: 0
+        skippedNoStore: 0,
+        vanished: 0
       })
       const left = Object.keys(yield* hgetall)
       assert.lengthOf(left, 2)
@@ -179,7 +180,8 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         executionTimeout: false,
         invalidEntries: 1,
         failedDeletes: 0,
-        skippedNoStore: 0
+        skippedNoStore: 0,
+        vanished: 0
       })
       assert.deepStrictEqual(yield* hgetall, entries)
       assert.isTrue(existsSync(join(roots.artifacts, "tmp/uploads/a")))

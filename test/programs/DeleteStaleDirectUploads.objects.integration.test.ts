@@ -118,7 +118,8 @@ const scenario = (name: string, store: Effect.Effect<Store, never, Scope.Scope>)
           executionTimeout: false,
           invalidEntries: 0,
           failedDeletes: 1,
-          skippedNoStore: 1
+          skippedNoStore: 1,
+          vanished: 0
         })
         assert.deepStrictEqual(yield* hgetall, kept)
         assert.deepStrictEqual(yield* s.list("artifacts"), ["tmp/fresh"])
@@ -147,7 +148,8 @@ const scenario = (name: string, store: Effect.Effect<Store, never, Scope.Scope>)
           executionTimeout: false,
           invalidEntries: 0,
           failedDeletes: 2,
-          skippedNoStore: 0
+          skippedNoStore: 0,
+          vanished: 0
         })
         assert.deepStrictEqual(yield* hgetall, entries)
         assert.deepStrictEqual(yield* s.list("artifacts"), ["tmp/stale"])

@@ -299,7 +299,8 @@ describe("delete-stale-direct-uploads over arbitrary bytes", () => {
           executionTimeout: false,
           invalidEntries: 1,
           failedDeletes: 0,
-          skippedNoStore: 0
+          skippedNoStore: 0,
+          vanished: 0
         })
         assert.deepStrictEqual([...(yield* hash.all)], [[field.toString("hex"), Buffer.from(STALE).toString("hex")]])
         assert.deepStrictEqual(listFiles(base).sort(), [prefix, lookalike].sort())

@@ -118,12 +118,26 @@ describe("drop-canceling-builds", () => {
       assert.strictEqual(row.lockVersion, 3) // two concurrent bumps, then ours
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("a build that conflicts on every attempt is doomed with data_integrity_failure", () =>
+  it.effect("three lock conflicts are three retries: the fourth attempt drops it (GitLab's retry_lock(build, 3))", () =>
+    Effect.gen(function*() {
+      const contended = build()
+      yield* seed(contended)
+      const state = yield* MemoryBuilds
+      state.conflicts.set(contended.id, 3)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1 })
+      const row = yield* statusOf(contended.id)
+      assert.strictEqual(row.failureReason, 3)
+      assert.strictEqual(row.lockVersion, 4) // three concurrent bumps, then ours
+      assert.strictEqual(state.transactions, 4) // the page, then one per retry
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a build that conflicts on every attempt (one plus three retries) is doomed with data_integrity_failure", () =>
     Effect.gen(function*() {
       const hopeless = build()
       yield* seed(hopeless)
       const state = yield* MemoryBuilds
-      state.conflicts.set(hopeless.id, 3)
+      state.conflicts.set(hopeless.id, 4)
       const summary = yield* runProgram
       assert.deepStrictEqual(summary, { dropped: 0, doomed: 1, batches: 1 })
       const row = yield* statusOf(hopeless.id)
@@ -173,15 +187,15 @@ describe("drop-canceling-builds", () => {
       yield* seed(plain[0]!, retried, plain[1]!, hopeless, finished, plain[2]!)
       const state = yield* MemoryBuilds
       state.conflicts.set(retried.id, 1)
-      state.conflicts.set(hopeless.id, 3)
+      state.conflicts.set(hopeless.id, 4)
       const original = state.rows.get(finished.id)!
       state.rows.set(finished.id, new Proxy(original, {
         get: (target, key) => key === "status" && state.pages.length > 0 ? "canceled" : Reflect.get(target, key)
       }))
       const summary = yield* runProgram
       assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1 })
-      // The page (1) + retried's second attempt (1) + hopeless's attempts 2 and 3 (2) + its doom (1).
-      assert.strictEqual(state.transactions, 5)
+      // The page (1) + retried's second attempt (1) + hopeless's attempts 2 to 4 (3) + its doom (1).
+      assert.strictEqual(state.transactions, 6)
       for (const row of plain) assert.strictEqual((yield* statusOf(row.id)).lockVersion, 1)
       assert.strictEqual((yield* statusOf(retried.id)).failureReason, 3)
       assert.strictEqual((yield* statusOf(retried.id)).lockVersion, 2) // the concurrent bump, then ours
