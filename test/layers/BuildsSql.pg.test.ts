@@ -175,7 +175,7 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         at(DateTime.formatIso(NOW)),
         Effect.provideService(CurrentRun, { runId: null, batch: null, dryRun: true, budget: Option.none(), fence: Option.none() })
       )
-      assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1, skippedLocked: 0 })
     }))
 
   it.effect("drop writes failed / 3, finished_at and updated_at = now, lock_version + 1, and a BuildDropped event", () =>
@@ -277,8 +277,8 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
           fence: Option.some({ lease: "ci/stuck_builds/drop_canceling_worker", epoch: 1, check: Effect.void })
         })
       )
-      // The builds as given, in page order.
-      assert.deepStrictEqual(dropped, [page[0]!, page[2]!, page[4]!])
+      // The builds as given, in page order; the two that changed lost a race, none was locked.
+      assert.deepStrictEqual(dropped, { dropped: [page[0]!, page[2]!, page[4]!], locked: [] })
       for (const [id, lockVersion] of [[1, 5], [3, 1], [5, 8]] as const) {
         assert.deepStrictEqual(yield* rowOf(id), {
           id: String(id),
@@ -311,7 +311,7 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.deepStrictEqual(yield* rowOf(2), before2)
       assert.lengthOf(yield* allEvents, 3)
       // An empty page writes nothing, not even the fence.
-      assert.deepStrictEqual(yield* builds.dropMany([], NOW).pipe(withFence(1)), [])
+      assert.deepStrictEqual(yield* builds.dropMany([], NOW).pipe(withFence(1)), { dropped: [], locked: [] })
     }))
 
   it.effect("dropMany: the page's events and rows are one transaction (a failing event insert leaves every row untouched)", () =>

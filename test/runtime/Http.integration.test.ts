@@ -99,7 +99,7 @@ describe("HTTP", () => {
       assert.strictEqual(ran.status, 200)
       const result = JSON.parse(ran.body)
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0 })
+      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0 })
       const unknown = yield* post("/api/batches/nope/run", TOKEN)
       assert.strictEqual(unknown.status, 404)
       assert.deepInclude(JSON.parse(unknown.body).error, { code: "unknown_batch" })
