@@ -98,8 +98,9 @@ const dropPage = Effect.fnUntraced(function*(page: ReadonlyArray<CancelingBuild>
     if (result === "locked") skipped.add(build)
     yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0, skippedLocked: result === "locked" ? 1 : 0 })
   }
+  // Info, not Warn: the logger keeps one warning per message per run, and every page says its own.
   if (skipped.size > 0) {
-    yield* Effect.logWarning("Skipped builds locked by another transaction", {
+    yield* Effect.logInfo("Skipped builds locked by another transaction", {
       build_ids: [...skipped].map((build) => build.id),
       count: skipped.size
     })

@@ -7,17 +7,16 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Context, DateTime, Deferred, Duration, Effect, Fiber, Layer, Option, Redacted } from "effect"
+import { Context, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { type CancelingBuild, cancelingCutoff } from "../../src/domain/Build.ts"
 import { RowLocked } from "../../src/domain/Errors.ts"
 import { BuildsSql } from "../../src/layers/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { BuildsMemory, MemoryBuilds } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
-import { layerServer } from "../../src/layers/Postgres.ts"
 import { Builds } from "../../src/services/Builds.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
+import { holdLocks, PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 
 const NOW = DateTime.makeUnsafe("2026-01-01T05:00:00Z")
 const CUTOFF = cancelingCutoff(NOW)
@@ -65,22 +64,9 @@ const postgres = Layer.effect(Rows, Effect.gen(function*() {
       sql<{ status: string; lock_version: number }>`SELECT status, lock_version FROM ci_builds WHERE id = ${id}`,
       (rows) => ({ status: rows[0]!.status, lockVersion: rows[0]!.lock_version })
     )),
-    // A second connection of its own (not the service's pool): BEGIN; SELECT … FOR UPDATE; then
-    // the transaction stays open until released, as a GitLab request or a psql session would.
-    hold: (ids) => Effect.gen(function*() {
-      const locked = yield* Deferred.make<void>()
-      const release = yield* Deferred.make<void>()
-      const holder = yield* Effect.gen(function*() {
-        const other = yield* PgClient.PgClient
-        yield* other.withTransaction(Effect.gen(function*() {
-          yield* other`SELECT 1 FROM ci_builds WHERE id = ANY(${ids}::bigint[]) FOR UPDATE`
-          yield* Deferred.succeed(locked, undefined)
-          yield* Deferred.await(release)
-        }))
-      }).pipe(Effect.provide(layerServer(Redacted.make(url))), Effect.orDie, Effect.forkDetach)
-      yield* Deferred.await(locked)
-      return Deferred.succeed(release, undefined).pipe(Effect.andThen(Fiber.join(holder)))
-    })
+    hold: (ids) => holdLocks((other) => other`SELECT 1 FROM ci_builds WHERE id = ANY(${ids}::bigint[]) FOR UPDATE`).pipe(
+      Effect.provideService(TestDatabaseUrl, url)
+    )
   })
 })).pipe(Layer.provideMerge(BuildsSql), Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
 

@@ -195,6 +195,31 @@ describe("drop-canceling-builds", () => {
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
+  it.effect("a build another transaction holds is skipped and counted, never waited for nor doomed; the next run drops it", () =>
+    Effect.gen(function*() {
+      const free = [build(), build()]
+      const held = build({ runnerId: 21 }) // held when the page is written
+      const heldOnRetry = build({ runnerId: 22 }) // lost the page's race, then held when retried
+      yield* seed(free[0]!, held, heldOnRetry, free[1]!)
+      const state = yield* MemoryBuilds
+      state.locked.add(held.id)
+      state.locked.add(heldOnRetry.id)
+      state.conflicts.set(heldOnRetry.id, 1)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 2 })
+      // The page, then heldOnRetry's one retry, which found it held: no further attempt, no doom.
+      assert.strictEqual(state.transactions, 2)
+      assert.strictEqual((yield* statusOf(held.id)).status, "canceling")
+      assert.strictEqual((yield* statusOf(heldOnRetry.id)).status, "canceling")
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.id), [free[0]!.id, free[1]!.id])
+      // The lock is gone: the next run drops both, each once.
+      state.locked.clear()
+      assert.deepStrictEqual(yield* runProgram, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 0 })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => [e.type, e.data.id]), [
+        ["BuildDropped", free[0]!.id], ["BuildDropped", free[1]!.id], ["BuildDropped", held.id], ["BuildDropped", heldOnRetry.id]
+      ])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("SWEEPER_DROP_BATCH_SIZE: pages of that size, one write transaction per page", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 20 }, (_, i) => build({ projectId: i })))
