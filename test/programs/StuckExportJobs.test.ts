@@ -57,7 +57,7 @@ const runProgram = Effect.gen(function*() {
   return yield* StuckExportJobs.run
 })
 
-const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, failedJids: [] }
+const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0, failedJids: [] }
 
 describe("stuck-export-jobs", () => {
   it.effect("a large backlog fails in slices of 1000, every job with its event; the summary lists only the first 100 jids", () =>
@@ -113,7 +113,7 @@ describe("stuck-export-jobs", () => {
         completed: 2,
         failed: 2,
         skippedParallel: 0,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         failedJids: [stuckQueued.jid, stuckStarted.jid]
       })
       for (const stuck of [stuckQueued, stuckStarted]) {
@@ -179,7 +179,7 @@ describe("stuck-export-jobs", () => {
         completed: 2,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 1,
+        skippedRequeued: 1, skippedLocked: 0,
         failedJids: [stuck.jid]
       })
       const row = yield* rowOf(requeued.id)
@@ -260,7 +260,7 @@ describe("stuck-export-jobs under the run guard", () => {
         completed: 1,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         failedJids: [stuck.jid]
       })
       const events = yield* MemoryEvents
@@ -283,7 +283,7 @@ describe("stuck-export-jobs under the run guard", () => {
         completed: 2,
         failed: 1,
         skippedParallel: 1,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         failedJids: [stuck.jid]
       })
       const row = yield* rowOf(stuck.id)
