@@ -223,6 +223,22 @@ describe("stuck-export-jobs", () => {
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), [`export_job:${stuck.id}`])
     }).pipe(Effect.provide(MemoryPlatform())))
 
+  it.effect("a job another transaction holds is skipped and counted, not reported as changed; the next run fails it", () =>
+    Effect.gen(function*() {
+      const held = job()
+      const stuck = job()
+      yield* seed(held, stuck)
+      const state = yield* MemoryExportJobs
+      state.locked.add(held.id)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { ...empty, checked: 2, completed: 2, failed: 1, skippedLocked: 1, failedJids: [stuck.jid] })
+      assert.strictEqual((yield* rowOf(held.id)).status, 1)
+      state.locked.clear()
+      const next = yield* runProgram
+      assert.deepStrictEqual(next, { ...empty, checked: 1, completed: 1, failed: 1, failedJids: [held.jid] })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), [`export_job:${stuck.id}`, `export_job:${held.id}`])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("an expired status key counts as completed (the worker died without cleaning up)", () =>
     Effect.gen(function*() {
       const crashed = job({ createdAt: ago("2 hours") })
