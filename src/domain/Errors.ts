@@ -84,6 +84,20 @@ export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
  */
 export type FenceError = LeaseLost | RedisError
 
+/**
+ * The row a single-row repair would write is locked by another open transaction (issue 18's
+ * progress guarantee): the write skipped it instead of waiting (`SKIP LOCKED`), nothing was
+ * written. Not transient for the run guard: the program counts it as skipped and goes on; the next
+ * run finds the row again once the lock is gone. `key` names the row (`build:123`).
+ */
+export class RowLocked extends Schema.TaggedError<RowLocked>()("RowLocked", {
+  key: Schema.String
+}) {
+  override get message() {
+    return `${this.key} is locked by another transaction; skipped, the next run retries it`
+  }
+}
+
 /** Configuration (environment) that cannot be used; names the variable. */
 export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
   variable: Schema.String,

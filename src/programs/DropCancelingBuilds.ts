@@ -4,7 +4,9 @@
  * and updated_at both) are failed with stuck_or_timeout_failure, a keyset page (100 by default,
  * `SWEEPER_DROP_BATCH_SIZE`) at a time, each page in one fenced transaction. A build whose row
  * keeps changing under us (optimistic lock conflicts) is retried on its own, then doomed as
- * data_integrity_failure so it cannot stay stuck forever.
+ * data_integrity_failure so it cannot stay stuck forever. A build whose row another open transaction
+ * holds is skipped, never waited for (issue 18: a page must not stall on it): counted in
+ * `skippedLocked`, logged once per page with its ids, and found again by the next run.
  *
  * GitLab's parent StuckCiJobsWorker runs at :00 and schedules this worker 45 minutes later; Sweeper
  * uses :45 as its own cron so that a restart between :00 and :45 cannot lose the run.
@@ -28,9 +30,11 @@ export interface DropCancelingBuildsSummary {
   readonly dropped: number
   readonly doomed: number
   readonly batches: number
+  /** Builds passed over because another open transaction held their row; the next run retries them. */
+  readonly skippedLocked: number
 }
 
-type DropResult = "dropped" | "doomed" | "changed_meanwhile"
+type DropResult = "dropped" | "doomed" | "changed_meanwhile" | "locked"
 
 // The fields as the message's structured value, not as annotations: the JSON line is the same
 // (runtime/Logging.ts flattens both), and a page of 1000 logs in ≈ 2 ms instead of ≈ 10–25 ms
@@ -48,7 +52,10 @@ const logDropping = (build: CancelingBuild, attempt: number) =>
  * A build that lost the race in its page's write (attempt 1): re-read, retry on its own with the
  * re-read row, doom when the attempts run out. Rare, so one transaction per attempt is fine.
  */
-const retryOrDoom = Effect.fnUntraced(function*(lost: CancelingBuild, now: DateTime.Utc) {
+const retryOrDoom = (lost: CancelingBuild, now: DateTime.Utc) =>
+  retryOrDoomLocked(lost, now).pipe(Effect.catchTag("RowLocked", () => Effect.succeed("locked" satisfies DropResult)))
+
+const retryOrDoomLocked = Effect.fnUntraced(function*(lost: CancelingBuild, now: DateTime.Utc) {
   const builds = yield* Builds
   let current = lost
   for (let attempt = 2; ; attempt++) {
@@ -69,23 +76,36 @@ const retryOrDoom = Effect.fnUntraced(function*(lost: CancelingBuild, now: DateT
   return (yield* builds.doom(current, yield* DateTime.now)) ? "doomed" as const : "changed_meanwhile" as const
 })
 
-/** Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. */
+/**
+ * Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. Rows
+ * another transaction holds (in the page write or in a retry) are skipped and logged once.
+ */
 const dropPage = Effect.fnUntraced(function*(page: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
   const builds = yield* Builds
   for (const build of page) yield* logDropping(build, 1)
-  const won = new Set(yield* builds.dropMany(page, yield* DateTime.now))
+  const written = yield* builds.dropMany(page, yield* DateTime.now)
+  const won = new Set(written.dropped)
+  const skipped = new Set(written.locked)
   // Committed: a retried run (transient error) counts these even if a later step fails.
-  yield* reportProgress({ dropped: won.size, doomed: 0 })
+  yield* reportProgress({ dropped: won.size, doomed: 0, skippedLocked: skipped.size })
   let dropped = won.size
   let doomed = 0
   for (const build of page) {
-    if (won.has(build)) continue
+    if (won.has(build) || skipped.has(build)) continue
     const result = yield* retryOrDoom(build, now)
     if (result === "dropped") dropped++
     if (result === "doomed") doomed++
-    yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0 })
+    if (result === "locked") skipped.add(build)
+    yield* reportProgress({ dropped: result === "dropped" ? 1 : 0, doomed: result === "doomed" ? 1 : 0, skippedLocked: result === "locked" ? 1 : 0 })
   }
-  return { dropped, doomed }
+  // Info, not Warn: the logger keeps one warning per message per run, and every page says its own.
+  if (skipped.size > 0) {
+    yield* Effect.logInfo("Skipped builds locked by another transaction", {
+      build_ids: [...skipped].map((build) => build.id),
+      count: skipped.size
+    })
+  }
+  return { dropped, doomed, skippedLocked: skipped.size }
 })
 
 const run = Effect.fn("DropCancelingBuilds.run")(function*() {
@@ -100,6 +120,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   let dropped = 0
   let doomed = 0
   let batches = 0
+  let skippedLocked = 0
   // Where the current page starts, and where the last two pages written and committed start: each
   // committed page is walked twice (once just after its commit, again one page later), because
   // PostgreSQL marks an entry dead only once no snapshot in the database can still see its row,
@@ -137,6 +158,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     const [written, nextPage] = yield* Effect.all([dropPage(page, now), ahead], { concurrency: 2 })
     dropped += written.dropped
     doomed += written.doomed
+    skippedLocked += written.skippedLocked
     committed = [...committed, pageAfter].slice(-2)
     pageAfter = Option.some(upTo)
     page = nextPage
@@ -148,7 +170,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     yield* increment(buildsDroppedTotal, dropped)
     yield* increment(buildsDoomedTotal, doomed)
   }
-  return { dropped, doomed, batches } satisfies DropCancelingBuildsSummary
+  return { dropped, doomed, batches, skippedLocked } satisfies DropCancelingBuildsSummary
 })
 
 export const DropCancelingBuilds = {

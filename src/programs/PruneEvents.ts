@@ -27,6 +27,8 @@ export interface PruneEventsSummary {
   readonly pages: number
   /** The budget ran out with events still to prune; the next run carries on. */
   readonly executionTimeout: boolean
+  /** Prunable events passed over because another open transaction held their row; the next run retries them. */
+  readonly skippedLocked: number
 }
 
 /** The run's default budget: a daily batch has all night, but never holds its lease for long. */
@@ -44,7 +46,7 @@ const run = Effect.fn("PruneEvents.run")(function*() {
   if (dryRun) {
     const pruned = yield* retention.countPrunable(cutoff, kept)
     yield* Effect.logInfo("Would prune events").pipe(Effect.annotateLogs({ before, pruned, kept_for_state: kept.length }))
-    return { before, pruned, keptForState: kept.length, pages: 0, executionTimeout: false } satisfies PruneEventsSummary
+    return { before, pruned, keptForState: kept.length, pages: 0, executionTimeout: false, skippedLocked: 0 } satisfies PruneEventsSummary
   }
 
   const budgetMillis = Duration.toMillis(Option.getOrElse(budget, () => PRUNE_BUDGET))
@@ -52,8 +54,15 @@ const run = Effect.fn("PruneEvents.run")(function*() {
   let pruned = 0
   let pages = 0
   let executionTimeout = false
+  // Held rows are met again by every later page (they are the oldest): counted once each.
+  const held = new Set<number>()
   while (true) {
-    const count = yield* retention.prunePage(cutoff, kept, pageSize)
+    const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)
+    const newlyHeld = locked.filter((id) => !held.has(id))
+    if (newlyHeld.length > 0) {
+      newlyHeld.forEach((id) => held.add(id))
+      yield* Effect.logInfo("Skipped events locked by another transaction", { event_ids: newlyHeld, count: newlyHeld.length })
+    }
     if (count === 0) break
     pruned += count
     pages++
@@ -67,8 +76,10 @@ const run = Effect.fn("PruneEvents.run")(function*() {
       break
     }
   }
-  yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: kept.length, execution_timeout: executionTimeout }))
-  return { before, pruned, keptForState: kept.length, pages, executionTimeout } satisfies PruneEventsSummary
+  yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({
+    before, pruned, pages, kept_for_state: kept.length, execution_timeout: executionTimeout, skipped_locked: held.size
+  }))
+  return { before, pruned, keptForState: kept.length, pages, executionTimeout, skippedLocked: held.size } satisfies PruneEventsSummary
 })
 
 export const PruneEvents = {

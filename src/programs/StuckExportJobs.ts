@@ -10,6 +10,8 @@
  * is guarded by status and jid as well, so a job that finishes or is re-enqueued in the last
  * instant is never overwritten. Parallel exports (with relation exports) keep running in other
  * workers after the main worker completes, so they get EXPORT_JOBS_EXPIRATION (6 h) first.
+ * A job whose row another open transaction holds is skipped rather than waited for (issue 18):
+ * counted in `skippedLocked`, logged with its id, found again by the next run.
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import type { Batch } from "../domain/Batch.ts"
@@ -31,6 +33,8 @@ export interface StuckExportJobsSummary {
   readonly skippedParallel: number
   /** Re-enqueued with a new jid since the look-up, left alone. */
   readonly skippedRequeued: number
+  /** Passed over because another open transaction held their row; the next run retries them. */
+  readonly skippedLocked: number
   /** The first 100 failed jids (`failed` counts them all; each has its ExportJobFailed event). */
   readonly failedJids: ReadonlyArray<string>
 }
@@ -45,6 +49,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
   let skippedParallel = 0
   let skippedRequeued = 0
+  let skippedLocked = 0
   const failedJids: Array<string> = []
   const summary = () => ({
     checked: enqueued.length,
@@ -52,6 +57,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     failed: failedJids.length,
     skippedParallel,
     skippedRequeued,
+    skippedLocked,
     failedJids: capped(failedJids)
   } satisfies StuckExportJobsSummary)
   if (completedJids.length === 0) return summary()
@@ -80,10 +86,17 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
         for (const job of toFail) yield* wouldChange(`export_job:${job.id}`)
         return toFail.map((job) => job.jid)
       }
-      const failed = yield* exportJobs.failMany(toFail, yield* DateTime.now)
-      yield* reportProgress({ failed: failed.length, failedJids: capped(failed) })
-      if (failed.length < toFail.length) {
-        const changed = toFail.filter((job) => !failed.includes(job.jid))
+      const { failed, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+      skippedLocked += locked.length
+      yield* reportProgress({ failed: failed.length, failedJids: capped(failed), skippedLocked: locked.length })
+      if (locked.length > 0) {
+        yield* Effect.logInfo("Export jobs locked by another transaction, skipped").pipe(
+          Effect.annotateLogs({ export_job_ids: capped(locked), count: locked.length })
+        )
+      }
+      if (failed.length + locked.length < toFail.length) {
+        const held = new Set(locked)
+        const changed = toFail.filter((job) => !failed.includes(job.jid) && !held.has(job.id))
         yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(
           Effect.annotateLogs({ export_job_ids: capped(changed.map((job) => job.id)), count: changed.length })
         )

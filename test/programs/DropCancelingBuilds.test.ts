@@ -47,7 +47,7 @@ describe("drop-canceling-builds", () => {
     Effect.gen(function*() {
       yield* seed(build({ status: "running" }))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 0 })
+      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0 })
       assert.lengthOf(yield* MemoryEvents, 0)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -56,7 +56,7 @@ describe("drop-canceling-builds", () => {
       const stuck = build({ runnerId: 42, lockVersion: 3 })
       yield* seed(stuck)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0 })
       const row = yield* statusOf(stuck.id)
       assert.strictEqual(row.status, "failed")
       assert.strictEqual(row.failureReason, 3)
@@ -112,7 +112,7 @@ describe("drop-canceling-builds", () => {
       const state = yield* MemoryBuilds
       state.conflicts.set(contended.id, 2)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0 })
       const row = yield* statusOf(contended.id)
       assert.strictEqual(row.failureReason, 3)
       assert.strictEqual(row.lockVersion, 3) // two concurrent bumps, then ours
@@ -125,7 +125,7 @@ describe("drop-canceling-builds", () => {
       const state = yield* MemoryBuilds
       state.conflicts.set(contended.id, 3)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0 })
       const row = yield* statusOf(contended.id)
       assert.strictEqual(row.failureReason, 3)
       assert.strictEqual(row.lockVersion, 4) // three concurrent bumps, then ours
@@ -139,7 +139,7 @@ describe("drop-canceling-builds", () => {
       const state = yield* MemoryBuilds
       state.conflicts.set(hopeless.id, 4)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 0, doomed: 1, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 0, doomed: 1, batches: 1, skippedLocked: 0 })
       const row = yield* statusOf(hopeless.id)
       assert.strictEqual(row.status, "failed")
       assert.strictEqual(row.failureReason, 12)
@@ -159,7 +159,7 @@ describe("drop-canceling-builds", () => {
         get: (target, key) => key === "status" && target.lockVersion > 0 ? "canceled" : Reflect.get(target, key)
       }))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 1, skippedLocked: 0 })
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("250 stuck builds: three keyset batches of at most 100, each build exactly once", () =>
@@ -168,7 +168,7 @@ describe("drop-canceling-builds", () => {
         build({ projectId: i % 7, createdAt: ago(`${7200 + (i % 13)} seconds`) }))
       yield* seed(...rows)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 250, doomed: 0, batches: 3 })
+      assert.deepStrictEqual(summary, { dropped: 250, doomed: 0, batches: 3, skippedLocked: 0 })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [100, 100, 50])
       assert.strictEqual(state.transactions, 3) // one per page at the default 100
@@ -193,7 +193,7 @@ describe("drop-canceling-builds", () => {
         get: (target, key) => key === "status" && state.pages.length > 0 ? "canceled" : Reflect.get(target, key)
       }))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1 })
+      assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1, skippedLocked: 0 })
       // The page (1) + retried's second attempt (1) + hopeless's attempts 2 to 4 (3) + its doom (1).
       assert.strictEqual(state.transactions, 6)
       for (const row of plain) assert.strictEqual((yield* statusOf(row.id)).lockVersion, 1)
@@ -210,11 +210,36 @@ describe("drop-canceling-builds", () => {
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
+  it.effect("a build another transaction holds is skipped and counted, never waited for nor doomed; the next run drops it", () =>
+    Effect.gen(function*() {
+      const free = [build(), build()]
+      const held = build({ runnerId: 21 }) // held when the page is written
+      const heldOnRetry = build({ runnerId: 22 }) // lost the page's race, then held when retried
+      yield* seed(free[0]!, held, heldOnRetry, free[1]!)
+      const state = yield* MemoryBuilds
+      state.locked.add(held.id)
+      state.locked.add(heldOnRetry.id)
+      state.conflicts.set(heldOnRetry.id, 1)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 2 })
+      // The page, then heldOnRetry's one retry, which found it held: no further attempt, no doom.
+      assert.strictEqual(state.transactions, 2)
+      assert.strictEqual((yield* statusOf(held.id)).status, "canceling")
+      assert.strictEqual((yield* statusOf(heldOnRetry.id)).status, "canceling")
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.id), [free[0]!.id, free[1]!.id])
+      // The lock is gone: the next run drops both, each once.
+      state.locked.clear()
+      assert.deepStrictEqual(yield* runProgram, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 0 })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => [e.type, e.data.id]), [
+        ["BuildDropped", free[0]!.id], ["BuildDropped", free[1]!.id], ["BuildDropped", held.id], ["BuildDropped", heldOnRetry.id]
+      ])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("SWEEPER_DROP_BATCH_SIZE: pages of that size, one write transaction per page", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 20 }, (_, i) => build({ projectId: i })))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 20, doomed: 0, batches: 3 })
+      assert.deepStrictEqual(summary, { dropped: 20, doomed: 0, batches: 3, skippedLocked: 0 })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 6])
       assert.strictEqual(state.transactions, 3)
@@ -224,7 +249,7 @@ describe("drop-canceling-builds", () => {
   it.effect("a page exactly the batch size ends with one empty read, no extra transaction", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 14 }, () => build()))
-      assert.deepStrictEqual(yield* runProgram, { dropped: 14, doomed: 0, batches: 2 })
+      assert.deepStrictEqual(yield* runProgram, { dropped: 14, doomed: 0, batches: 2, skippedLocked: 0 })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 0])
       assert.strictEqual(state.transactions, 2)
@@ -268,7 +293,7 @@ describe("drop-canceling-builds under the run guard", () => {
       yield* seed(build())
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0 })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(leaseKey("ci/stuck_builds/drop_canceling_worker")))
       const events = yield* MemoryEvents
@@ -284,7 +309,7 @@ describe("drop-canceling-builds under the run guard", () => {
       redis.set(leaseKey("ci/stuck_builds/drop_canceling_worker"), "someone-else", { exSeconds: 1800 })
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1 })
+      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0 })
       assert.strictEqual((yield* statusOf(stuck.id)).status, "canceling")
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.type, e.data.dryRun]), [["RunStarted", true], ["RunFinished", true]])

@@ -94,7 +94,7 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         completed: 4,
         failed: 3,
         skippedParallel: 1,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         failedJids: [stuckQueued.jid, stuckStarted.jid, parallelExpired.jid]
       })
 
@@ -131,7 +131,7 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         completed: 1,
         failed: 0,
         skippedParallel: 1,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         failedJids: []
       })
     }).pipe(Effect.provide(Platform(topology))), 180_000)
@@ -147,7 +147,7 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         completed: 1,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         failedJids: [stuck.jid]
       })
       assert.strictEqual((yield* statuses)[1]!.status, 1)

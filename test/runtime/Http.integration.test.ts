@@ -101,7 +101,7 @@ describe("HTTP", () => {
       assert.strictEqual(ran.status, 200)
       const result = JSON.parse(ran.body)
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0 })
+      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0 })
       // delete-stale-direct-uploads counts the entries that vanished under it; its card shows the count.
       const uploads = yield* post("/api/batches/delete-stale-direct-uploads/run", TOKEN)
       assert.strictEqual(uploads.status, 200, uploads.body)
