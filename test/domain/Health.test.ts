@@ -247,8 +247,7 @@ describe("throttled concurrency limits (GitLab's numbers)", () => {
   it("0 (unlimited) and negative (breaker open) are never throttled; a lowered limit caps at once", () => {
     assert.deepStrictEqual(walk(0, [true, true, true, true]), [0, 0, 0, 0])
     assert.deepStrictEqual(walk(-1, [true, false]), [-1, -1])
-    let state = Option.some<ThrottleState>({ effective: 50, unhealthyPasses: 0 })
-    state = Option.some(throttleStep(20, state, false))
-    assert.strictEqual(state.value.effective, 20)
+    const lowered = throttleStep(20, Option.some<ThrottleState>({ effective: 50, unhealthyPasses: 0 }), false)
+    assert.strictEqual(lowered.effective, 20)
   })
 })
