@@ -161,7 +161,7 @@ layer(PairLive, { excludeTestServices: true, timeout: "60 seconds" })("PostgreSQ
       const watcher = pair.primaryUrl.replace("postgres://postgres@", "postgres://watcher@")
       const privileges = yield* readWith(watcher, (s) => s.privileges)
       assert.deepStrictEqual(privileges, { role: "watcher", superuser: false, readAllStats: false, inRecovery: false })
-      for (const read of [(s: HealthSignals["Service"]) => s.replicationLag, (s: HealthSignals["Service"]) => s.oldestTransaction, (s: HealthSignals["Service"]) => s.vacuuming(["busy"])]) {
+      for (const read of [(s: HealthSignals["Service"]) => Effect.asVoid(s.replicationLag), (s: HealthSignals["Service"]) => Effect.asVoid(s.oldestTransaction), (s: HealthSignals["Service"]) => Effect.asVoid(s.vacuuming(["busy"]))]) {
         const error = yield* Effect.flip(readWith(watcher, read))
         assert.instanceOf(error, SignalUnreadable)
         assert.include(error.message, "pg_monitor")
