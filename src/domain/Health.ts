@@ -402,7 +402,10 @@ export const worstOf = (rule: SignalRule, readings: ReadonlyArray<Reading>, base
 export const throttlesInsteadOfHolding = (rule: SignalRule): boolean =>
   rule.source._tag !== "QueueLatency" && rule.source._tag !== "RedisMemory"
 
-/** What a batch writes, as far as the gate cares: which rules apply to it and on which subjects. */
+/**
+ * What a batch writes, as far as the gate cares: which rules apply to it and on which subjects.
+ * Autovacuum is read per table (1 while a vacuum works on it, else 0).
+ */
 export interface WriteSet {
   readonly tables: ReadonlyArray<string>
   readonly redisStores: ReadonlyArray<RedisStoreName>
@@ -417,7 +420,7 @@ export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<s
     case "LongTransactions":
       return writes.tables.length > 0 ? [""] : []
     case "Autovacuum":
-      return writes.tables.length > 0 ? [writes.tables.join(",")] : []
+      return writes.tables
     case "RedisMemory":
       return writes.redisStores
     case "QueueLatency":
@@ -431,13 +434,13 @@ export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<s
 export const formatValue = (unit: Unit, v: number): string => {
   switch (unit) {
     case "bytes":
-      return ByteSize.format(ByteSize.bytes(Math.max(0, Math.round(v))))
+      return ByteSize.format(ByteSize.bytes(Math.max(0, Math.round(v))), { system: "decimal", precision: 3 })
     case "bytes/s":
-      return `${ByteSize.format(ByteSize.bytes(Math.max(0, Math.round(v))))}/s`
+      return `${ByteSize.format(ByteSize.bytes(Math.max(0, Math.round(v))), { system: "decimal", precision: 3 })}/s`
     case "seconds":
       return v >= 120 ? `${Math.round(v / 60)} min` : `${Math.round(v * 10) / 10} s`
     case "tables":
-      return `${v} table${v === 1 ? "" : "s"} under vacuum`
+      return v > 0 ? "vacuum running" : "no vacuum"
     case "ratio":
     case "value":
       return `${Math.round(v * 10000) / 10000}`
