@@ -127,6 +127,8 @@ export class RepairHeld extends Schema.TaggedClass<RepairHeld>()("RepairHeld", {
   threshold: Schema.NullOr(Schema.Number),
   /** The threshold as configured (`"8MB"`, `"3x"`, `"< 0.99"`). */
   stop: Schema.optionalKey(Schema.String),
+  /** The unit of value and threshold (bytes, seconds, bytes/s, ratio, tables, value). */
+  unit: Schema.optionalKey(Schema.String),
   /** Why the reading was unknown, when that is what held. */
   unknown: Schema.optionalKey(Schema.String)
 }) {}

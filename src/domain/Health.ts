@@ -460,6 +460,67 @@ export const formatThreshold = (rule: SignalRule, threshold: Threshold, baseline
   return formatValue(rule.unit, threshold.bound.value)
 }
 
+/** `06:45:10` (UTC), as the dashboard and `sweeper status` write a hold's start. */
+export const clockTime = (millis: number) => new Date(millis).toISOString().slice(11, 19)
+
+/** One line: `drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10`. */
+export const holdText = (hold: {
+  readonly batch: string
+  readonly signal: string
+  readonly display: string
+  readonly threshold: string
+  /** A Prometheus rule's threshold carries its own comparison (`< 0.99`). */
+  readonly prometheus: boolean
+  readonly since: number
+}) => `${hold.batch} held by ${hold.signal}: ${hold.display} ${hold.prometheus ? "" : "> "}${hold.threshold} since ${clockTime(hold.since)}`
+
+/** A hold as the event log shows it (any process's), for `sweeper status`. */
+export interface OpenHold {
+  readonly batch: string
+  readonly signal: string
+  readonly since: Date
+  readonly text: string
+}
+
+/**
+ * The holds still open in a batch's stream (oldest event first): a RepairHeld with no
+ * RepairReleased after it for the same signal, whose run has not finished (a run killed while
+ * held leaves no RepairReleased; its RunFinished — even `abandoned` — closes the hold).
+ */
+export const openHolds = (events: ReadonlyArray<{
+  readonly type: string
+  readonly data: Record<string, unknown>
+  readonly runId: string | null
+  readonly occurredAt: Date
+}>): ReadonlyArray<OpenHold> => {
+  const open = new Map<string, OpenHold & { readonly runId: string | null }>()
+  for (const event of events) {
+    const signal = typeof event.data.signal === "string" ? event.data.signal : ""
+    const batch = typeof event.data.batch === "string" ? event.data.batch : ""
+    if (event.type === "RepairHeld") {
+      const unit = (typeof event.data.unit === "string" ? event.data.unit : "value") as Unit
+      const v = typeof event.data.value === "number" ? event.data.value : null
+      const t = typeof event.data.threshold === "number" ? event.data.threshold : null
+      const stop = typeof event.data.stop === "string" ? event.data.stop : ""
+      const prometheus = /^\s*[<>]/.test(stop)
+      const display = v === null ? `unknown (${String(event.data.unknown ?? "")})` : formatValue(unit, v)
+      const threshold = prometheus || t === null ? stop : formatValue(unit, t)
+      open.set(signal, {
+        batch,
+        signal,
+        since: event.occurredAt,
+        runId: event.runId,
+        text: holdText({ batch, signal, display, threshold, prometheus, since: event.occurredAt.getTime() })
+      })
+    } else if (event.type === "RepairReleased") {
+      open.delete(signal)
+    } else if (event.type === "RunFinished") {
+      for (const [key, hold] of open) if (hold.runId === event.runId) open.delete(key)
+    }
+  }
+  return [...open.values()].map(({ runId: _, ...hold }) => hold)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Throttled concurrency limits (GitLab's numbers)
 // ---------------------------------------------------------------------------------------------

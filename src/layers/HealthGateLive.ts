@@ -11,7 +11,7 @@
  * A signal that cannot be read is `unknown`: logged when it becomes unknown (and when it recovers),
  * counted every sample, and healthy unless its rule says `onUnknown: "hold"`.
  */
-import { Clock, Context, DateTime, Deferred, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Layer, Option, Schedule } from "effect"
 import type { BatchWrites } from "../domain/Batch.ts"
 import { RepairHeld, RepairReleased } from "../domain/Events.ts"
 import {
@@ -19,6 +19,7 @@ import {
   formatThreshold,
   formatValue,
   type HealthConfig,
+  holdText,
   median,
   nextHeld,
   type Reading,
@@ -86,8 +87,6 @@ const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
 
 const isRelative = (rule: SignalRule) => rule.stop.bound._tag === "Relative" || rule.resume.bound._tag === "Relative"
 
-/** `06:45:10` (UTC), as the dashboard and `sweeper status` write a hold's start. */
-const clockTime = (millis: number) => DateTime.formatIso(DateTime.makeUnsafe(millis)).slice(11, 19)
 
 export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>): WriteSet => ({
   tables: batch.writes?.tables ?? [],
@@ -244,6 +243,7 @@ export const makeHealthGate = (options: GateOptions) =>
         value: v,
         threshold,
         stop: rule.stop.text,
+        unit: rule.unit,
         ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {})
       }))
       yield* Effect.logWarning("Repair held", { batch, signal: rule.signal, value: display, threshold: thresholdText })
@@ -371,7 +371,6 @@ export const makeHealthGate = (options: GateOptions) =>
       for (const [batch, held] of holds) {
         for (const [signal, hold] of held) {
           const rule = config.rules.find((r) => r.signal === signal)
-          const op = rule === undefined || rule.source._tag === "Prometheus" ? "" : "> "
           holdReports.push({
             batch,
             signal,
@@ -379,7 +378,7 @@ export const makeHealthGate = (options: GateOptions) =>
             display: hold.display,
             threshold: hold.threshold,
             since: new Date(hold.since).toISOString(),
-            text: `${batch} held by ${signal}: ${hold.display} ${op}${hold.threshold} since ${clockTime(hold.since)}`
+            text: holdText({ batch, signal, display: hold.display, threshold: hold.threshold, prometheus: rule?.source._tag === "Prometheus", since: hold.since })
           })
         }
       }

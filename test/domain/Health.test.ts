@@ -14,6 +14,7 @@ import {
   HealthJson,
   median,
   nextHeld,
+  openHolds,
   RawHealth,
   type Sample,
   type SignalRule,
@@ -249,5 +250,33 @@ describe("throttled concurrency limits (GitLab's numbers)", () => {
     assert.deepStrictEqual(walk(-1, [true, false]), [-1, -1])
     const lowered = throttleStep(20, Option.some<ThrottleState>({ effective: 50, unhealthyPasses: 0 }), false)
     assert.strictEqual(lowered.effective, 20)
+  })
+})
+
+describe("open holds from a batch's stream (sweeper status)", () => {
+  const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 6, 45, s))
+  const held = (signal: string, runId: string, s: number, data: Record<string, unknown> = {}) => ({
+    type: "RepairHeld",
+    data: { batch: "drop-canceling-builds", signal, value: 38_000_000, threshold: 8_000_000, stop: "8MB", unit: "bytes", ...data },
+    runId,
+    occurredAt: at(s)
+  })
+  const released = (signal: string, runId: string, s: number) => ({ type: "RepairReleased", data: { batch: "drop-canceling-builds", signal, heldMs: 1000 }, runId, occurredAt: at(s) })
+  const finished = (runId: string, s: number) => ({ type: "RunFinished", data: { batch: "drop-canceling-builds", outcome: "abandoned" }, runId, occurredAt: at(s) })
+
+  it("a RepairHeld without its RepairReleased, in a run not finished, is open; the line says value, threshold and since", () => {
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10)]).map((h) => h.text), [
+      "drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10"
+    ])
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), released("replicationLag", "r1", 12)]), [])
+    // A run killed while held: its RunFinished (abandoned) closes the hold.
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), finished("r1", 50)]), [])
+    // Prometheus rules carry their comparison; unknown readings say why.
+    const apdex = held("patroniApdex", "r2", 20, { value: 0.95, threshold: 0.99, stop: "< 0.99", unit: "value" })
+    const unknownLag = held("replicationLag", "r2", 21, { value: null, unknown: "pg_stat_replication: needs pg_read_all_stats" })
+    assert.deepStrictEqual(openHolds([apdex, unknownLag]).map((h) => h.text), [
+      "drop-canceling-builds held by patroniApdex: 0.95 < 0.99 since 06:45:20",
+      "drop-canceling-builds held by replicationLag: unknown (pg_stat_replication: needs pg_read_all_stats) > 8 MB since 06:45:21"
+    ])
   })
 })
