@@ -162,4 +162,39 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })("health 
         yield* Effect.promise(() => supervisor.exited)
       }
     }))
+
+  it.effect("sweeper doctor says which signals this database lets Sweeper read, and what each reads now", () =>
+    Effect.gen(function*() {
+      const { pair, redisUrl } = yield* Setup
+      const database = `${DATABASE}_doctor`
+      const asPostgres = { DATABASE_URL: pair.urlOf(database), REDIS_URL: redisUrl }
+      yield* Effect.promise(() => pair.primary(`CREATE DATABASE ${database}`))
+      assert.strictEqual((yield* Effect.promise(() => runCli(["migrate"], asPostgres))).code, 0)
+      const superuser = yield* Effect.promise(() => runCli(["doctor"], asPostgres))
+      assert.match(superuser.stdout, /Health signals \(SPEC §9\) as role postgres: superuser/)
+      assert.match(superuser.stdout, /replicationLag\s+readable\s+1 standby; largest replay lag/)
+      assert.match(superuser.stdout, /longTransactions\s+readable/)
+      // The shared test Redis has no maxmemory: unreadable, but not configured, so not a problem.
+      assert.match(superuser.stdout, /redisMemory\s+UNREADABLE\s+sharedState: INFO memory on sharedState: maxmemory is 0/)
+      assert.strictEqual(superuser.code, 0, superuser.stdout)
+
+      // A role that may read the tables but not other backends' statistics.
+      yield* Effect.promise(() => pair.primary(`DROP ROLE IF EXISTS sweeper_doctor; CREATE ROLE sweeper_doctor LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO sweeper_doctor`, database))
+      const asRole = { ...asPostgres, DATABASE_URL: pair.urlOf(database).replace("postgres://postgres@", "postgres://sweeper_doctor@"), SWEEPER_HEALTH: HEALTH }
+      const limited = yield* Effect.promise(() => runCli(["doctor", "--json"], asRole))
+      const report = JSON.parse(limited.stdout) as { ok: boolean; problems: ReadonlyArray<string>; health: { readAllStats: boolean; signals: ReadonlyArray<{ signal: string; readable: boolean; configured: boolean; reading: string }> } }
+      assert.isFalse(report.health.readAllStats)
+      const lag = report.health.signals.find((s) => s.signal === "replicationLag")!
+      assert.deepStrictEqual([lag.configured, lag.readable], [true, false])
+      assert.include(lag.reading, "pg_monitor")
+      assert.isFalse(report.ok, "a configured signal that cannot be read is a problem")
+      assert.include(report.problems.join("\n"), "SWEEPER_HEALTH replicationLag cannot be read")
+      assert.strictEqual(limited.code, 1)
+
+      yield* Effect.promise(() => pair.primary("GRANT pg_monitor TO sweeper_doctor", database))
+      const granted = JSON.parse((yield* Effect.promise(() => runCli(["doctor", "--json"], asRole))).stdout) as typeof report
+      assert.isTrue(granted.health.readAllStats)
+      assert.isTrue(granted.health.signals.find((s) => s.signal === "replicationLag")!.readable)
+      assert.isTrue(granted.ok, granted.problems.join("\n"))
+    }))
 })
