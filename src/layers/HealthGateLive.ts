@@ -11,7 +11,7 @@
  * A signal that cannot be read is `unknown`: logged when it becomes unknown (and when it recovers),
  * counted every sample, and healthy unless its rule says `onUnknown: "hold"`.
  */
-import { Clock, Context, Deferred, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Layer, Metric, Option, Schedule } from "effect"
 import type { BatchWrites } from "../domain/Batch.ts"
 import { RepairHeld, RepairReleased } from "../domain/Events.ts"
 import {
@@ -338,7 +338,8 @@ export const makeHealthGate = (options: GateOptions) =>
     for (const batch of writeSets.keys()) {
       for (const rule of holdingRules(batch)) {
         yield* setGauge(repairHeld, 0, { batch, signal: rule.signal })
-        yield* increment(repairHeldSecondsTotal, 0, { batch, signal: rule.signal })
+        // `increment` skips 0; the series must exist at 0 so rate() and the dashboard see the first hold.
+        yield* Metric.update(Metric.withAttributes(repairHeldSecondsTotal, { batch, signal: rule.signal }), 0)
       }
     }
     for (const rule of config.rules) yield* setGauge(healthSignalUnknown, 0, { signal: rule.signal })
