@@ -177,7 +177,7 @@ export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> =
  * batch in the registry, its signals read on the database and Redis stores configured here.
  * Absent, both references keep their defaults (a gate that never holds, a report saying so).
  */
-export const healthLayer = (settings: SweeperSettings) =>
+export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
   Option.match(settings.health, {
     onNone: () => Layer.empty,
     onSome: (config) =>
