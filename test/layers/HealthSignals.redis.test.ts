@@ -14,7 +14,8 @@ import { QueuesRedis, SharedStateRedis } from "../../src/layers/Redis.ts"
 import { HealthSignals, SignalUnreadable } from "../../src/services/HealthSignals.ts"
 import { adminUrl } from "../support/postgres.ts"
 import { testPrometheus, type TestPrometheus } from "../support/prometheus.ts"
-import { RedisTopologyTest } from "../support/redisTopology.ts"
+import { RedisTopologyTest, startCluster } from "../support/redisTopology.ts"
+import { Redis as IORedis } from "ioredis"
 
 // The PostgreSQL readers are not exercised here; the layer still wants a client (the shared test server).
 const Pg = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
@@ -73,6 +74,34 @@ layer(Signals, { excludeTestServices: true, timeout: "60 seconds" })("Redis and 
       yield* queues.use("RPUSH", (c) => c.rpush("queue:broken", "not json"))
       const error = yield* Effect.flip(signals.queueLatency("broken"))
       assert.include(error.message, "queue:broken")
+    }))
+})
+
+const ClusterSignals = HealthSignalsLive.pipe(Layer.provideMerge(RedisTopologyTest("cluster")), Layer.provideMerge(Pg))
+
+layer(ClusterSignals, { excludeTestServices: true, timeout: "60 seconds" })("redisMemory on a Redis Cluster", (it) => {
+  it.effect("every master is read: the fullest one is the store's reading", () =>
+    Effect.gen(function*() {
+      const signals = yield* HealthSignals
+      const { ports } = yield* Effect.promise(() => startCluster())
+      const onNode = <A>(port: number, f: (client: IORedis) => Promise<A>) =>
+        Effect.promise(async () => {
+          const client = new IORedis(port, "127.0.0.1", { lazyConnect: true })
+          await client.connect()
+          try {
+            return await f(client)
+          } finally {
+            await client.quit()
+          }
+        })
+      const used = yield* Effect.forEach(ports, (port) => onNode(port, async (c) => infoField(await c.info("memory"), "used_memory")))
+      // The first master is nearly full, the others at about a tenth.
+      yield* Effect.forEach(ports, (port, i) => onNode(port, (c) => c.config("SET", "maxmemory", String(Math.round(used[i]! / (i === 0 ? 0.9 : 0.1))))))
+      try {
+        assert.approximately(yield* signals.redisMemory("sharedState"), 0.9, 0.05)
+      } finally {
+        yield* Effect.forEach(ports, (port) => onNode(port, (c) => c.config("SET", "maxmemory", "0")))
+      }
     }))
 })
 
