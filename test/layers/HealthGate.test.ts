@@ -66,7 +66,7 @@ describe("HealthGate layer", () => {
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
       yield* Effect.yieldNow
-      assert.deepStrictEqual(yield* gateEvents, [{ type: "RepairHeld", batch: DROP.name, signal: "replicationLag", value: 38_000_000, threshold: 8_000_000, stop: "8MB" }])
+      assert.deepStrictEqual(yield* gateEvents, [{ type: "RepairHeld", batch: DROP.name, signal: "replicationLag", value: 38_000_000, threshold: 8_000_000, stop: "8MB", unit: "bytes" }])
       const report = yield* (yield* HealthReport).snapshot
       assert.deepStrictEqual(report.holds.map((h) => h.text), ["drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 00:00:01"])
       assert.include(yield* prometheusText, `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 1`)
