@@ -193,7 +193,9 @@ export const makeHealthGate = (options: GateOptions) =>
       for (const rule of config.rules) {
         const readings = slotsOf(rule).flatMap((slot) => Option.toArray(slot.reading))
         if (readings.length === 0) continue
-        const worst = worstOf(rule, readings.filter((r) => r._tag === "Value"))
+        const known = readings.filter((r) => r._tag === "Value")
+        // Nothing readable: NaN, not a reassuring 0 (sweeper_health_signal_unknown says why).
+        const worst = known.length === 0 ? value(Number.NaN) : worstOf(rule, known)
         yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, { signal: rule.signal })
         yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, { signal: rule.signal })
       }

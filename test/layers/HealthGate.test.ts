@@ -152,6 +152,7 @@ describe("HealthGate layer", () => {
       assert.deepStrictEqual(events.map((e) => [e.signal, e.value, e.unknown]), [["longTransactions", null, "pg_stat_activity: connection refused"]])
       const text = yield* prometheusText
       assert.include(text, `sweeper_health_signal_unknown{signal="replicationLag"} 1`)
+      assert.include(text, `sweeper_health_signal{signal="replicationLag"} NaN`, "unreadable is no reading, not 0")
       assert.match(text, /sweeper_health_signal_unknown_total\{signal="replicationLag"\} [1-9]/)
       values.oldestTransaction = 30
       yield* second
