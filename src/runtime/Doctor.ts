@@ -95,7 +95,8 @@ const healthCheck = Effect.gen(function*() {
   const queues = [...new Set(writes.flatMap((w) => w.queues))]
   const check = <A>(signal: string, subject: string, read: Effect.Effect<A, { readonly message: string }>, show: (a: A) => string) =>
     read.pipe(Effect.match({
-      onFailure: (error): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: false, reading: error.message }),
+      // The reason alone: the line already names the signal and its subject.
+      onFailure: (error): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: false, reading: "reason" in error && typeof error.reason === "string" ? error.reason : error.message }),
       onSuccess: (a): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: true, reading: show(a) })
     }))
   const privileges = yield* signals.privileges.pipe(Effect.orElseSucceed(() => ({ role: "?", superuser: false, readAllStats: false, inRecovery: false })))

@@ -175,7 +175,7 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })("health 
       assert.match(superuser.stdout, /replicationLag\s+readable\s+1 standby; largest replay lag/)
       assert.match(superuser.stdout, /longTransactions\s+readable/)
       // The shared test Redis has no maxmemory: unreadable, but not configured, so not a problem.
-      assert.match(superuser.stdout, /redisMemory\s+UNREADABLE\s+sharedState: INFO memory on sharedState: maxmemory is 0/)
+      assert.match(superuser.stdout, /redisMemory\s+UNREADABLE\s+sharedState: maxmemory is 0/)
       assert.strictEqual(superuser.code, 0, superuser.stdout)
 
       // A role that may read the tables but not other backends' statistics.
