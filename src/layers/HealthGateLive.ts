@@ -23,6 +23,7 @@ import {
   median,
   nextHeld,
   type Reading,
+  type RedisStoreName,
   RECHECK_INTERVAL,
   satisfies,
   type Sample,
@@ -160,7 +161,7 @@ export const makeHealthGate = (options: GateOptions) =>
           case "LongTransactions":
             return Effect.map(asReading(signals.oldestTransaction), Option.some)
           case "RedisMemory":
-            return Effect.map(asReading(signals.redisMemory(slot.subject as never)), Option.some)
+            return Effect.map(asReading(signals.redisMemory(slot.subject as RedisStoreName)), Option.some)
           case "QueueLatency":
             return Effect.map(asReading(signals.queueLatency(slot.subject)), Option.some)
           case "Prometheus":
