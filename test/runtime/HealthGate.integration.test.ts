@@ -197,4 +197,24 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })("health 
       assert.isTrue(granted.health.signals.find((s) => s.signal === "replicationLag")!.readable)
       assert.isTrue(granted.ok, granted.problems.join("\n"))
     }))
+
+  it.effect("a budget that ends while held: the run ends succeeded with nothing dropped, the hold closed with reason budget", () =>
+    Effect.gen(function*() {
+      const { pair, redisUrl } = yield* Setup
+      const database = `${DATABASE}_budget`
+      const env = { DATABASE_URL: pair.urlOf(database), REDIS_URL: redisUrl, SWEEPER_HEALTH: HEALTH }
+      yield* prepare(pair, database, env)
+      try {
+        const result = yield* Effect.promise(() => runCli(["run", "drop-canceling-builds", "--json", "--budget", "3s"], env))
+        assert.strictEqual(result.code, 0, result.stderr)
+        const finished = JSON.parse(result.stdout.trim().split("\n").at(-1)!) as { outcome: string; summary: { dropped: number } }
+        assert.strictEqual(finished.outcome, "succeeded", "held to the end of its budget is not a failure: the next tick carries on")
+        assert.strictEqual(finished.summary.dropped, 0)
+        const rows = yield* Effect.promise(() =>
+          pair.primary("SELECT type, data->>'reason' FROM sweeper_events WHERE type IN ('RepairHeld', 'RepairReleased') ORDER BY id", database))
+        assert.deepStrictEqual(rows, [["RepairHeld", ""], ["RepairReleased", "budget"]])
+      } finally {
+        yield* Effect.promise(() => pair.resumeReplay())
+      }
+    }))
 })
