@@ -2,10 +2,10 @@
  * The production layers a Sweeper phase runs on (layers/App.ts's SQL and Redis backends over the
  * phase's fresh database and Redis db), and running one batch through the run guard on them.
  */
-import { type Duration, Effect, Layer, Redacted } from "effect"
+import { type Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
 import type { Batch } from "../../src/domain/Batch.ts"
-import { RedisBackends, SqlBackends } from "../../src/layers/App.ts"
+import { healthLayer, RedisBackends, SqlBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
@@ -16,10 +16,14 @@ import type { PhaseContext } from "../support/compare.ts"
 import { BenchLogging } from "../support/logging.ts"
 
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
-  const config = SweeperConfig.layerWith({ node: "bench", ...settings })
+  // The sweeper+gate phase: the health gate as the composition root provides it (App.ts).
+  const all = { node: "bench", ...settings, ...(context.health === undefined ? {} : { health: Option.some(context.health) }) }
+  const config = SweeperConfig.layerWith(all)
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
-  return Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig, MetricsPrometheus).pipe(
+  const gate = healthLayer({ health: all.health ?? Option.none(), concurrencyLimits: all.concurrencyLimits ?? {} })
+  return gate.pipe(
+    Layer.provideMerge(Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig, MetricsPrometheus)),
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )

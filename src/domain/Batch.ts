@@ -4,6 +4,7 @@
  */
 import { Context, DateTime, Duration, Effect, Option } from "effect"
 import type { FenceError } from "./Errors.ts"
+import type { RedisStoreName } from "./Health.ts"
 import type { MissedRunPolicy } from "./Schedule.ts"
 
 export interface ExclusiveLeaseSpec {
@@ -26,6 +27,30 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
   readonly run: Effect.Effect<Summary, E, R>
   /** What the scheduler does about ticks missed while no process was running (default run-latest-if-recent). */
   readonly missedRuns?: MissedRunPolicy
+  /**
+   * What the batch writes, for the health gate (SPEC §9): which signals can hold it and on what.
+   * Absent: it writes nothing the gate watches, so nothing holds it.
+   */
+  readonly writes?: BatchWrites
+}
+
+export interface BatchWrites {
+  /**
+   * PostgreSQL tables written (a partitioned table covers its partitions): autovacuum on any of
+   * them holds the batch; writing any table at all subjects it to the database-wide signals
+   * (replication lag, WAL rate, long transactions).
+   */
+  readonly tables?: ReadonlyArray<string>
+  /** GitLab Redis stores written (SPEC §8.2): each one's used/max memory. */
+  readonly redisStores?: ReadonlyArray<RedisStoreName>
+  /** Sidekiq queues pushed to: each one's latency. */
+  readonly queues?: ReadonlyArray<string>
+  /**
+   * Also pushes to the queues SWEEPER_CONCURRENCY_LIMITS names (concurrency-limit-resume), and asks
+   * the gate for its workers' effective limits: with `throttleLimits`, PostgreSQL and Prometheus
+   * signals throttle those limits instead of holding it.
+   */
+  readonly concurrencyLimitQueues?: boolean
 }
 
 /**

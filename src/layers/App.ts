@@ -27,6 +27,8 @@ import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "./Config.ts"
 import { EventLogSql } from "./EventLogSql.ts"
 import { EventRetentionSql } from "./EventRetentionSql.ts"
+import { HealthGateLive } from "./HealthGateLive.ts"
+import { HealthSignalsLive } from "./HealthSignalsLive.ts"
 import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { JobQueueRedis } from "./JobQueueRedis.ts"
 import { JobStatusRedis } from "./JobStatusRedis.ts"
@@ -50,6 +52,8 @@ import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
 import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
 import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
+// The registry imports only a type from this file, so the composition root may read it.
+import { batches } from "../programs/index.ts"
 
 /** Every service a registered batch may need. */
 export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics
@@ -170,12 +174,27 @@ export const describeBackends = (settings: SweeperSettings) => ({
 /** The three store URLs when Redis is configured (Config has checked each resolves). */
 export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> => Option.all(resolveStoreUrls(settings))
 
+/**
+ * The health gate (SPEC §9) when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
+ * batch in the registry, its signals read on the database and Redis stores configured here.
+ * Absent, both references keep their defaults (a gate that never holds, a report saying so).
+ */
+export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
+  Option.match(settings.health, {
+    onNone: () => Layer.empty,
+    onSome: (config) =>
+      HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(Layer.provide(HealthSignalsLive))
+  })
+
 /** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
 export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
-    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig, MetricsPrometheus).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+    return healthLayer(settings).pipe(
+      Layer.provideMerge(Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig, MetricsPrometheus)),
+      Layer.provideMerge(databaseLayer(settings, access))
+    )
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */

@@ -250,5 +250,6 @@ export const DeleteStaleDirectUploads = {
   // GitLab relies on deduplicate :until_executed; the scheduler's single flight covers overlap.
   // Single flight cluster-wide (SPEC §3): a run past its 6 min tick must not overlap the next one.
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
+  writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
   run: run()
 } satisfies Batch<DeleteStaleDirectUploadsSummary, unknown, unknown>

@@ -90,5 +90,7 @@ export const PruneEvents = {
   cron: "17 3 * * *",
   budget: PRUNE_BUDGET,
   lease: Option.some({ name: "sweeper/prune_events", ttl: Duration.minutes(15) }),
+  // A large prune is a WAL burst too.
+  writes: { tables: ["sweeper_events"] },
   run: run()
 } satisfies Batch<PruneEventsSummary, unknown, unknown>

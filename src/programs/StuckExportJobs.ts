@@ -120,5 +120,6 @@ export const StuckExportJobs = {
   cron: "30 * * * *",
   budget: Duration.minutes(10),
   lease: Option.none(),
+  writes: { tables: ["project_export_jobs", "sweeper_events"] },
   run: run()
 } satisfies Batch<StuckExportJobsSummary, unknown, unknown>

@@ -21,6 +21,8 @@ import { doctorCommand } from "./Doctor.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
 import { EventLog } from "../services/EventLog.ts"
+import type { HealthSnapshot } from "../services/HealthReport.ts"
+import { openHolds } from "../domain/Health.ts"
 import { batchView, type BatchView } from "./BatchView.ts"
 import { HttpLive } from "./Http.ts"
 import { findSupervisor, publishAddress, type SupervisorEndpoint } from "./SupervisorAddress.ts"
@@ -283,9 +285,14 @@ const eventsPrune = Command.make(
 /** Every batch's view, computed here from the database (no supervisor involved). */
 const localViews = Effect.gen(function*() {
   const settings = yield* SweeperConfig
+  const events = yield* EventLog
   const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
   const views: Array<BatchView> = []
+  const holds: Array<string> = []
   for (const { batch, cronText, cron, disabled } of yield* configureBatches(batches)) {
+    // What holds it now, from its stream (whichever process holds it): SPEC §9.
+    const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
+    holds.push(...openHolds([...recent].reverse()).map((hold) => hold.text))
     views.push(batchView({
       batch,
       cronText,
@@ -296,7 +303,7 @@ const localViews = Effect.gen(function*() {
       history: yield* loadHistory(batch.name)
     }, now))
   }
-  return views
+  return { views, holds }
 }).pipe(Effect.provide(ReadOnlyAppLayer))
 
 const ago = (iso: string | null, now: number) => {
@@ -324,10 +331,14 @@ const status = Command.make(
   { json },
   Effect.fn("Cli.status")(function*({ json }) {
     const remote = yield* remoteSupervisor
-    const views = Option.isSome(remote)
-      ? (yield* callSupervisor(remote.value, "GET", "/api/batches")) as ReadonlyArray<BatchView>
+    const { views, holds } = Option.isSome(remote)
+      ? {
+        views: (yield* callSupervisor(remote.value, "GET", "/api/batches")) as ReadonlyArray<BatchView>,
+        holds: ((yield* callSupervisor(remote.value, "GET", "/api/health")) as HealthSnapshot).holds.map((hold) => hold.text)
+      }
       : yield* localViews
-    if (json) return yield* Console.log(JSON.stringify(views))
+    // Each view gains `holds`: what the health gate holds it on now (one line each).
+    if (json) return yield* Console.log(JSON.stringify(views.map((v) => ({ ...v, holds: holds.filter((h) => h.startsWith(`${v.name} held by `)) }))))
     const now = DateTime.toEpochMillis(yield* DateTime.now)
     const rows = [
       ["BATCH", "STATE", "SCHEDULE", "NEXT TICK", "LAST RUN", "OUTCOME", "FAILURES"],
@@ -350,6 +361,7 @@ const status = Command.make(
         yield* Console.log(`${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${v.openRun.overdue ? "never finished: killed; the next run closes it as abandoned" : "has not finished: running, or killed"}`)
       }
     }
+    for (const hold of holds) yield* Console.log(hold)
   })
 ).pipe(Command.withDescription("Each batch's state, schedule, next tick and last run"))
 

@@ -159,10 +159,17 @@ const layout = (title: string, body: string) => `<!doctype html>
 <div class="top"><h1><a href="/">Sweeper</a></h1><nav><a href="/api/batches">API</a><a href="/metrics">metrics</a><a href="/readyz">readiness</a></nav></div>
 <main>${body}</main><script>${SCRIPT}</script></body></html>`
 
-export const dashboardPage = (views: ReadonlyArray<BatchView>, search: { readonly stream: string; readonly events: ReadonlyArray<StoredEvent> } = { stream: "", events: [] }) =>
+export const dashboardPage = (
+  views: ReadonlyArray<BatchView>,
+  search: { readonly stream: string; readonly events: ReadonlyArray<StoredEvent>; readonly holds?: ReadonlyArray<string> } = { stream: "", events: [] }
+) =>
   layout("Sweeper", `${searchForm(search.stream)}<div id="flash" role="status"></div>
-<div data-live><div class="grid">${views.map(card).join("\n")}</div>
+<div data-live>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
 ${searchResults(search.stream, search.events)}</div>`)
+
+/** The health gate's holds (SPEC §9), one line each: what holds which batch, since when. */
+const holdsBanner = (holds: ReadonlyArray<string>) =>
+  holds.length === 0 ? "" : `<section class="card holds" id="holds" role="status"><h2>Held by the health gate</h2><ul>${holds.map((h) => `<li>${e(h)}</li>`).join("")}</ul></section>`
 
 const runRow = (run: RunRecord) =>
   `<tr data-run="${e(run.runId)}"><td>${time(run.startedAt ?? run.finishedAt, "local")}</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${duration(run.durationMs)}</td>

@@ -2,6 +2,7 @@
  * The operator's HTTP surface (127.0.0.1 by default):
  *
  *   GET  /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text)
+ *   GET  /api/health (the health gate: each signal's reading, thresholds and state; what holds which batch)
  *   GET  /api/batches, /api/batches/:name (with its last runs), /api/runs?batch=&limit=,
  *        /api/events?stream=&type=&run=&since=&limit=, /api/stream (SSE: batches as they change)
  *   POST /api/batches/:name/run ({"dryRun": true, "force": true}), …/pause, …/resume
@@ -22,6 +23,7 @@ import { currentPeriod } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { RedisStores } from "../layers/Redis.ts"
 import { EventLog } from "../services/EventLog.ts"
+import { HealthReport } from "../services/HealthReport.ts"
 import {
   batchBreakerOpen,
   batchDisabled,
@@ -115,6 +117,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const sql = yield* PgClient.PgClient
   const events = yield* EventLog
   const stores = yield* Effect.serviceOption(RedisStores)
+  const health = yield* HealthReport
 
   const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
   const views = Effect.gen(function*() {
@@ -199,6 +202,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
     return HttpServerResponse.text(yield* prometheusText, { contentType: "text/plain; version=0.0.4; charset=utf-8" })
   }))
 
+  yield* router.add("GET", "/api/health", Effect.map(health.snapshot, (snapshot) => HttpServerResponse.jsonUnsafe(snapshot)))
   yield* router.add("GET", "/api/batches", Effect.map(views, (all) => HttpServerResponse.jsonUnsafe(all)))
   yield* router.add("GET", "/api/batches/:name", handled(Effect.gen(function*() {
     const { name } = yield* HttpRouter.params
@@ -235,14 +239,15 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   yield* router.add("GET", "/api/stream", Effect.sync(() => {
     let last = ""
     const encoder = new TextEncoder()
-    const changes = Stream.fromEffectSchedule(views, Schedule.spaced("1 second")).pipe(
-      Stream.map((all) => JSON.stringify(all)),
-      Stream.filter((json) => {
-        const changed = json !== last
-        last = json
+    // A hold starting or ending is a change too (the dashboard shows it), though the views are the same.
+    const changes = Stream.fromEffectSchedule(Effect.zip(views, health.snapshot), Schedule.spaced("1 second")).pipe(
+      Stream.map(([all, snapshot]) => ({ json: JSON.stringify(all), key: JSON.stringify(all) + JSON.stringify(snapshot.holds.map((h) => h.text)) })),
+      Stream.filter(({ key }) => {
+        const changed = key !== last
+        last = key
         return changed
       }),
-      Stream.map((json) => encoder.encode(`event: batches\ndata: ${json}\n\n`))
+      Stream.map(({ json }) => encoder.encode(`event: batches\ndata: ${json}\n\n`))
     )
     return HttpServerResponse.stream(changes, {
       contentType: "text/event-stream",
@@ -285,7 +290,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   yield* router.add("GET", "/", handled(Effect.gen(function*() {
     const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
     const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
-    const page = dashboardPage(yield* views, { stream, events: found })
+    const page = dashboardPage(yield* views, { stream, events: found, holds: (yield* health.snapshot).holds.map((h) => h.text) })
     return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
   })))
   yield* router.add("GET", "/batches/:name", handled(Effect.gen(function*() {

@@ -107,6 +107,33 @@ export const eventsPrunedTotal = Metric.counter("sweeper_events_pruned_total", {
   incremental: true
 })
 
+/** Health gate (SPEC §9): 1 while `signal` holds `batch`. */
+export const repairHeld = Metric.gauge("sweeper_repair_held", {
+  description: "1 while the health gate holds the batch on the signal, else 0"
+})
+
+export const repairHeldSecondsTotal = Metric.counter("sweeper_repair_held_seconds_total", {
+  description: "Seconds the health gate has held the batch on the signal",
+  incremental: true
+})
+
+export const healthSignal = Metric.gauge("sweeper_health_signal", {
+  description: "The health signal's last reading in its unit (bytes, seconds, bytes/s, used/max ratio, tables under vacuum, a rule's value); the worst over its stores, queues or tables"
+})
+
+export const healthSignalUnknown = Metric.gauge("sweeper_health_signal_unknown", {
+  description: "1 while the health signal cannot be read (no privilege, server down, bad answer), else 0"
+})
+
+export const healthSignalUnknownTotal = Metric.counter("sweeper_health_signal_unknown_total", {
+  description: "Samples of the health signal that could not be read",
+  incremental: true
+})
+
+export const concurrencyLimitEffectiveLimit = Metric.gauge("sidekiq_concurrency_limit_effective_limit", {
+  description: "The concurrency limit in force per worker: the configured one, or lower while the health gate throttles it"
+})
+
 export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
   description: "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, …)",
   incremental: true

@@ -406,7 +406,9 @@ describe("Grafana dashboard and rules against /metrics", () => {
           SWEEPER_CRON_RESCHEDULE_STUCK_ISSUE_REBALANCES: "*/2 * * * * *",
           SWEEPER_CRON_CONCURRENCY_LIMIT_RESUME: "* * * * * *",
           // A negative limit is GitLab's breaker: the deferred job stays where it is.
-          SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [worker]: { limit: -1 } })
+          SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [worker]: { limit: -1 } }),
+          // The health gate's series (held, unknown) exist from start-up once it is configured.
+          SWEEPER_HEALTH: JSON.stringify({ longTransactions: { stop: "6h" } })
         })),
         (p) => Effect.promise(async () => {
           p.child.kill("SIGKILL")
