@@ -187,21 +187,25 @@ const withTimer = <E, R>(make: Effect.Effect<Backlog["Service"], E, R>) =>
     })
   )
 
-const redisHead = Effect.gen(function*() {
-  const redis = yield* SharedStateRedis
-  return ((worker) =>
-    redis.use("LINDEX deferred 0", (client) => client.lindexBuffer(workerKeys(worker).deferred, 0))) satisfies DeferredHead
+/**
+ * The head of a deferred list, read from the SharedState Redis when there is one, else from the
+ * embedded in-memory Redis: the one read the ConcurrencyLimits contract has no method for.
+ */
+const deferredHead = Effect.gen(function*() {
+  const shared = yield* Effect.serviceOption(SharedStateRedis)
+  if (Option.isSome(shared)) {
+    return ((worker) =>
+      shared.value.use("LINDEX deferred 0", (client) => client.lindexBuffer(workerKeys(worker).deferred, 0))) satisfies DeferredHead
+  }
+  const memory = yield* Effect.serviceOption(MemoryRedis)
+  if (Option.isSome(memory)) {
+    return ((worker) => Effect.sync(() => memory.value.lrangeBuffer(workerKeys(worker).deferred, 0, 0)[0] ?? null)) satisfies DeferredHead
+  }
+  return ((_worker) => Effect.succeed(null)) satisfies DeferredHead
 })
 
-const memoryHead = Effect.gen(function*() {
-  const redis = yield* MemoryRedis
-  return ((worker) => Effect.sync(() => redis.lrangeBuffer(workerKeys(worker).deferred, 0, 0)[0] ?? null)) satisfies DeferredHead
-})
-
-/** On PostgreSQL and real Redis (SharedState store). */
-export const BacklogRedis = withTimer(Effect.flatMap(redisHead, makeBacklog))
-/** On PostgreSQL and the in-memory Redis (the embedded default). */
-export const BacklogMemoryRedis = withTimer(Effect.flatMap(memoryHead, makeBacklog))
+/** On PostgreSQL and the Redis in use (real stores or the embedded in-memory one). */
+export const BacklogLive = withTimer(Effect.flatMap(deferredHead, makeBacklog))
 
 /** Fixed readings, for specs of what shows the backlog: `BacklogMemory.layer(snapshot)`. */
 export const BacklogMemory = {

@@ -202,7 +202,7 @@ BEGIN
     min(occurred_at) FILTER (WHERE type = 'RunStarted'),
     max(occurred_at) FILTER (WHERE type = 'RunFinished'),
     max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
-    max((data->>'duration_ms')::numeric)::bigint FILTER (WHERE type = 'RunFinished'),
+    (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
     count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
   FROM sweeper_new_events WHERE run_id IS NOT NULL GROUP BY run_id
   ON CONFLICT (run_id) DO UPDATE SET
@@ -224,7 +224,7 @@ $fn$`)
       min(occurred_at) FILTER (WHERE type = 'RunStarted'),
       max(occurred_at) FILTER (WHERE type = 'RunFinished'),
       max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
-      max((data->>'duration_ms')::numeric)::bigint FILTER (WHERE type = 'RunFinished'),
+      (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
       count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
     FROM sweeper_events WHERE run_id IS NOT NULL GROUP BY run_id
     ON CONFLICT (run_id) DO NOTHING`
