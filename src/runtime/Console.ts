@@ -21,7 +21,7 @@ import { EventLog } from "../services/EventLog.ts"
 import { RunHistory } from "../services/RunHistory.ts"
 import { batchView } from "./BatchView.ts"
 import { isWindow } from "./Charts.ts"
-import { ConsoleApiRoutes, readHistory, readRun } from "./ConsoleApi.ts"
+import { ConsoleApiRoutes, positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
 import { batchPage, type CardView, dashboardPage, FAVICON, runPage } from "./Dashboard.ts"
 import { liveRun } from "./LiveProgress.ts"
 import { recentRuns } from "./Runs.ts"
@@ -56,7 +56,6 @@ export const consoleViews = Effect.gen(function*() {
 
 const html = (page: string, status = 200) => HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8", status })
 
-const positiveInt = (text: string | null) => text !== null && /^\d{1,15}$/.test(text) ? Number(text) : undefined
 
 export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   const scheduler = yield* Scheduler
@@ -99,7 +98,7 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     const { id } = yield* HttpRouter.params
     const params = yield* query
     const type = params.get("type") || undefined
-    const after = positiveInt(params.get("after"))
+    const after = positiveInteger(params.get("after")) ?? undefined
     const found = yield* readRun(id ?? "", { type, after })
     if (found === null) return html(`<!doctype html><title>No such run</title><p>no run ${(id ?? "").replace(/</g, "&lt;")}</p>`, 404)
     return html(runPage(found.run, found.page, { type: found.type, after }))

@@ -14,11 +14,12 @@ import type { StoredEvent } from "../domain/Events.ts"
 import { batchNames } from "../programs/index.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { REPAIRS_PAGE, REPAIRS_PAGE_MAX, RunHistory, type RunPoint } from "../services/RunHistory.ts"
-import { WINDOWS } from "./Charts.ts"
+import { isWindow, WINDOWS } from "./Charts.ts"
 
 const ApiErrorBody = (status: number) =>
   Schema.Struct({ error: Schema.Struct({ code: Schema.String, message: Schema.String }) }).pipe(HttpApiSchema.status(status))
 export const NotFound = ApiErrorBody(404)
+export const BadRequest = ApiErrorBody(400)
 
 const EventJson = Schema.Struct({
   id: Schema.Number,
@@ -90,19 +91,20 @@ export const BacklogResponse = Schema.Struct({
 export class ConsoleApi extends HttpApiGroup.make("console").add(
   HttpApiEndpoint.get("run", "/api/runs/:id", {
     params: { id: Schema.String },
+    // Strings checked by the handler, so a bad value answers in the API's one error shape.
     query: {
-      after: Schema.optional(Schema.Int),
+      after: Schema.optional(Schema.String),
       type: Schema.optional(Schema.String),
-      limit: Schema.optional(Schema.Int)
+      limit: Schema.optional(Schema.String)
     },
     success: RunResponse,
-    error: NotFound
+    error: [NotFound, BadRequest]
   }),
   HttpApiEndpoint.get("history", "/api/batches/:name/history", {
     params: { name: Schema.String },
-    query: { window: Schema.optional(Window) },
+    query: { window: Schema.optional(Schema.String) },
     success: HistoryResponse,
-    error: NotFound
+    error: [NotFound, BadRequest]
   }),
   HttpApiEndpoint.get("backlog", "/api/backlog", { success: BacklogResponse })
 ) {}
@@ -127,6 +129,11 @@ export const backlogJson = (snapshot: BacklogSnapshot, now: Date) => ({
 })
 
 const notFound = (code: string, message: string) => Effect.fail({ error: { code, message } })
+const badRequest = (message: string) => Effect.fail({ error: { code: "bad_request", message } })
+
+/** A query's positive integer: undefined when absent, null when malformed. */
+export const positiveInteger = (text: string | null | undefined): number | undefined | null =>
+  text === undefined || text === null || text === "" ? undefined : /^\d{1,15}$/.test(text) ? Number(text) : null
 
 const nowDate = Effect.map(DateTime.now, DateTime.toDateUtc)
 
@@ -157,7 +164,11 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
   return handlers
     .handle("run", ({ params, query }) =>
       withServices(Effect.gen(function*() {
-        const found = yield* readRun(params.id, query).pipe(Effect.orDie)
+        const after = positiveInteger(query.after)
+        if (after === null) return yield* badRequest("after: expected an event id")
+        const limit = positiveInteger(query.limit)
+        if (limit === null) return yield* badRequest("limit: expected a positive integer")
+        const found = yield* readRun(params.id, { after, limit, type: query.type || undefined }).pipe(Effect.orDie)
         if (found === null) return yield* notFound("not_found", `no run ${params.id}`)
         const { page, run, type } = found
         return {
@@ -168,7 +179,9 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
     .handle("history", ({ params, query }) =>
       withServices(Effect.gen(function*() {
         if (!batchNames.includes(params.name)) return yield* notFound("unknown_batch", `unknown batch "${params.name}"`)
-        const found = yield* readHistory(params.name, query.window ?? "24h").pipe(Effect.orDie)
+        const window = query.window ?? "24h"
+        if (!isWindow(window)) return yield* badRequest("window: expected 24h, 7d or 30d")
+        const found = yield* readHistory(params.name, window).pipe(Effect.orDie)
         return { ...found, since: found.since.toISOString(), until: found.until.toISOString(), runs: found.runs.map(pointJson) }
       })))
     .handle("backlog", () =>
