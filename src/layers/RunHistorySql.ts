@@ -55,6 +55,32 @@ export const runDetailOf = (
   }
 }
 
+/** RunStarted (first event) and RunFinished (last) of a run: one step from each end of (run_id, id). */
+export const runEndsQuery = (sql: PgClient.PgClient, runId: string) =>
+  sql<EventRow>`
+    (SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
+      WHERE run_id = ${runId} AND type = 'RunStarted' ORDER BY id LIMIT 1)
+    UNION ALL
+    (SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
+      WHERE run_id = ${runId} AND type = 'RunFinished' ORDER BY id DESC LIMIT 1)`
+
+/** One keyset page of a run's repairs (every stream but `batch:…`), one row more than `limit`. */
+export const repairsQuery = (sql: PgClient.PgClient, runId: string, options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }) =>
+  sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
+    WHERE run_id = ${runId} AND stream NOT LIKE 'batch:%'
+      ${options.after === undefined ? sql`` : sql`AND id > ${options.after}`}
+      ${options.type === undefined ? sql`` : sql`AND type = ${options.type}`}
+    ORDER BY id LIMIT ${options.limit + 1}`
+
+/** A batch's newest HISTORY_MAX_RUNS runs finished since `since`, oldest first, from the rollup. */
+export const historyQuery = (sql: PgClient.PgClient, batch: string, since: Date) =>
+  sql<{ run_id: string; started_at: Date | null; finished_at: Date; duration_ms: string | number | null; outcome: string | null; repairs: string | number }>`
+    SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM (
+      SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM sweeper_runs
+      WHERE batch = ${batch} AND finished_at >= ${since}
+      ORDER BY finished_at DESC LIMIT ${HISTORY_MAX_RUNS}
+    ) newest ORDER BY finished_at`
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export const RunHistorySql = Layer.effect(
@@ -64,14 +90,7 @@ export const RunHistorySql = Layer.effect(
 
     const run = Effect.fn("RunHistory.run")(function*(runId: string) {
       if (!UUID.test(runId)) return null
-      // RunStarted is the run's first event and RunFinished its last: each is one step from an
-      // end of the (run_id, id) index, whatever the number of repairs in between.
-      const ends = yield* sql<EventRow>`
-        (SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
-          WHERE run_id = ${runId} AND type = 'RunStarted' ORDER BY id LIMIT 1)
-        UNION ALL
-        (SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
-          WHERE run_id = ${runId} AND type = 'RunFinished' ORDER BY id DESC LIMIT 1)`
+      const ends = yield* runEndsQuery(sql, runId)
       const started = ends.map(stored).find((e) => e.type === "RunStarted")
       const finished = ends.map(stored).find((e) => e.type === "RunFinished")
       if (started === undefined && finished === undefined) return null
@@ -83,22 +102,13 @@ export const RunHistorySql = Layer.effect(
 
     const repairs = Effect.fn("RunHistory.repairs")(function*(runId: string, options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }) {
       if (!UUID.test(runId)) return { events: [], next: null }
-      const rows = yield* sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
-        WHERE run_id = ${runId} AND stream NOT LIKE 'batch:%'
-          ${options.after === undefined ? sql`` : sql`AND id > ${options.after}`}
-          ${options.type === undefined ? sql`` : sql`AND type = ${options.type}`}
-        ORDER BY id LIMIT ${options.limit + 1}`
+      const rows = yield* repairsQuery(sql, runId, options)
       const events = rows.slice(0, options.limit).map(stored)
       return { events, next: rows.length > options.limit ? events.at(-1)!.id : null }
     })
 
     const history = Effect.fn("RunHistory.history")(function*(batch: string, since: Date) {
-      const rows = yield* sql<{ run_id: string; started_at: Date | null; finished_at: Date; duration_ms: string | number | null; outcome: string | null; repairs: string | number }>`
-        SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM (
-          SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM sweeper_runs
-          WHERE batch = ${batch} AND finished_at >= ${since}
-          ORDER BY finished_at DESC LIMIT ${HISTORY_MAX_RUNS}
-        ) newest ORDER BY finished_at`
+      const rows = yield* historyQuery(sql, batch, since)
       return rows.map((row): RunPoint => ({
         runId: row.run_id,
         startedAt: row.started_at,

@@ -74,7 +74,7 @@ describe("console reads on PostgreSQL", () => {
       let after: number | undefined = undefined
       let pages = 0
       for (;;) {
-        const found = yield* readRun(big, { after, limit: 1000 })
+        const found: Effect.Success<ReturnType<typeof readRun>> = yield* readRun(big, { after, limit: 1000 })
         pages++
         for (const event of found!.page.events) {
           assert.strictEqual(event.runId, big)
@@ -82,8 +82,9 @@ describe("console reads on PostgreSQL", () => {
           if (after !== undefined) assert.isAbove(event.id, after)
           seen.add(event.id)
         }
-        if (found!.page.next === null) break
-        after = found!.page.next
+        const next: number | null = found!.page.next
+        if (next === null) break
+        after = next
       }
       assert.strictEqual(seen.size, 10_000)
       assert.strictEqual(pages, 10)
