@@ -11,8 +11,8 @@ export type HistoryWindow = keyof typeof WINDOWS
 export const isWindow = (value: string): value is HistoryWindow => Object.hasOwn(WINDOWS, value)
 
 const WIDTH = 640
-const HEIGHT = 120
-const LEFT = 44
+const HEIGHT = 150
+const LEFT = 58
 const BOTTOM = 18
 const TOP = 8
 
@@ -49,7 +49,7 @@ interface ChartInput {
 
 const frame = (kind: string, title: string, yMax: string, body: string, input: ChartInput) =>
   `<figure class="chart" data-chart="${kind}"><figcaption>${esc(title)}</figcaption>
-<svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="${esc(`${title}: ${input.runs.length} runs`)}" preserveAspectRatio="none">
+<svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="${esc(`${title}: ${input.runs.length} runs`)}">
 <line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
 <line class="axis" x1="${LEFT}" y1="${TOP}" x2="${LEFT}" y2="${HEIGHT - BOTTOM}"/>
 <text class="tick" x="${LEFT - 4}" y="${TOP + 8}" text-anchor="end">${esc(yMax)}</text>
@@ -91,7 +91,7 @@ const outcomes = (input: ChartInput) => {
     `<circle class="mark" data-run="${esc(run.runId)}" cx="${x(run.finishedAt).toFixed(1)}" cy="${laneY(run.outcome).toFixed(1)}" r="3.5" fill="${colour(run.outcome)}"><title>${esc(label(run))}</title></circle>`
   ).join("")
   return `<figure class="chart" data-chart="outcomes"><figcaption>Outcomes</figcaption>
-<svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="Outcomes: ${input.runs.length} runs" preserveAspectRatio="none">
+<svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="Outcomes: ${input.runs.length} runs">
 <line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
 ${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(input.since.toISOString().slice(0, 16).replace("T", " "))}</text>
 <text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(input.until.toISOString().slice(0, 16).replace("T", " "))} UTC</text>

@@ -11,7 +11,7 @@
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
-import { DateTime, Effect, Layer, Option } from "effect"
+import { DateTime, Effect, Layer, Option, Schedule } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { describeError } from "../domain/Errors.ts"
 import { BacklogLive } from "../layers/Backlog.ts"
@@ -42,7 +42,10 @@ export const cardView = (snapshot: BatchSnapshot, now: Date, backlog: BacklogSna
     history: snapshot.history
   }, now),
   live: snapshot.status === "running" ? liveRun(snapshot.name) : null,
-  backlog: backlog?.batches.find((b) => b.batch === snapshot.name)
+  backlog: (() => {
+    const mine = backlog?.batches.find((b) => b.batch === snapshot.name)
+    return mine === undefined ? undefined : { ...mine, sampledAt: backlog!.sampledAt }
+  })()
 })
 
 /** Every batch's card view now (what `/api/batches` and `/api/stream` send, and the pages draw). */
@@ -107,5 +110,22 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
 
 export const ConsoleServices = Layer.mergeAll(RunHistorySql, BacklogLive)
 
+/**
+ * A run changes what waits: the backlog is sampled again as soon as any batch's last run changes
+ * (checked each second, from the scheduler's memory), so a card never shows the builds its run just
+ * dropped for the rest of the 30 s period. Still a timer, never a read per request.
+ */
+export const BacklogAfterRuns = Layer.effectDiscard(Effect.gen(function*() {
+  const scheduler = yield* Scheduler
+  const backlog = yield* Backlog
+  let last = ""
+  const check = Effect.gen(function*() {
+    const runs = (yield* scheduler.snapshots).map((s) => s.history.lastRun?.runId ?? "").join(",")
+    if (last !== "" && runs !== last) yield* backlog.refresh
+    last = runs
+  })
+  yield* Effect.forkScoped(Effect.repeat(check, Schedule.spaced("1 second")))
+}))
+
 /** Pages and JSON group, for `HttpRouter.serve` (given ConsoleServices). */
-export const ConsoleRoutes = Layer.mergeAll(ConsolePages, ConsoleApiRoutes)
+export const ConsoleRoutes = Layer.mergeAll(ConsolePages, ConsoleApiRoutes, BacklogAfterRuns)

@@ -18,7 +18,7 @@ import type { RunRecord } from "./Runs.ts"
 
 /** A card's batch with what the console adds: its backlog (last sample) and its live run. */
 export type CardView = BatchView & {
-  readonly backlog?: BatchBacklog | undefined
+  readonly backlog?: (BatchBacklog & { readonly sampledAt: Date | null }) | undefined
   readonly live?: LiveRun | null | undefined
 }
 
@@ -76,14 +76,14 @@ const buttons = (view: BatchView) =>
     : `<button data-action="pause" data-batch="${e(view.name)}"${view.disabled ? " disabled" : ""}>Pause</button>`}
 </div>`
 
-const backlogLine = (backlog: BatchBacklog | undefined) =>
+const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null }) | undefined) =>
   backlog === undefined
     ? ""
     : `<dt>Backlog</dt><dd class="backlog" data-backlog="${backlog.count}">${backlog.error !== null
       ? `<span class="error">unreadable: ${e(backlog.error)}</span>`
       : backlog.count === 0
       ? `<span class="muted">nothing waits</span>`
-      : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${e(backlog.what)}</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`}</dd>`
+      : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${e(backlog.what)}</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`}${backlog.sampledAt === null ? "" : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`}</dd>`
 
 const progressLine = (live: LiveRun | null | undefined) =>
   live === null || live === undefined
@@ -150,9 +150,9 @@ th{font-size:.8rem;color:#5b6677;font-weight:600}td.data code{white-space:pre-wr
 .history,.config,.runs{margin-top:1.4rem}.history h2,.runs h2,.config h2{font-size:1.05rem}
 #flash{min-height:1.2em;margin:.2rem 0 .8rem}#flash.bad{color:#9b1c1c}
 a:focus-visible,button:focus-visible,input:focus-visible,select:focus-visible,summary:focus-visible{outline:3px solid #f0a000;outline-offset:2px;border-radius:3px}
-.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,420px),1fr));gap:1rem}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,560px),1fr));gap:1rem}
 .chart{margin:0;background:#fff;border:1px solid #dde3ea;border-radius:10px;padding:.6rem .8rem}.chart figcaption{font-weight:600;font-size:.9rem;margin-bottom:.3rem}
-.chart svg{width:100%;height:130px;display:block}.chart .axis{stroke:#b8c2d0;stroke-width:1}.chart .tick{font-size:9px;fill:#5b6677}.chart .mark:hover{opacity:.7}
+.chart svg{width:100%;height:auto;display:block}.chart .axis{stroke:#b8c2d0;stroke-width:1}.chart .tick{font-size:12px;fill:#5b6677}.chart .mark:hover{opacity:.7}
 .windows{display:flex;gap:.4rem;flex-wrap:wrap;margin:.4rem 0 .8rem}.windows a{padding:.2rem .7rem;border:1px solid #b8c2d0;border-radius:999px;background:#fff}.windows a[aria-current=page]{background:#1d2430;color:#fff;border-color:#1d2430}
 .filter{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.6rem 0}.filter select{font:inherit;padding:.3rem}
 .pager{display:flex;gap:1rem;margin:.6rem 0}.runinfo dl{grid-template-columns:7rem 1fr}
