@@ -7,18 +7,18 @@
  * control is reachable by keyboard with a visible focus and has an accessible name.
  * With SWEEPER_UPDATE_SCREENSHOTS=1 it rewrites docs/console-batch.png and docs/console-run.png.
  */
-import { assert, layer } from "@effect/vitest"
+import { assert, describe, it as plain, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { randomUUID } from "node:crypto"
-import { existsSync, mkdirSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { type Page, chromium } from "playwright-core"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
-import { startSweeper } from "../support/processes.ts"
+import { startSweeper, waitFor } from "../support/processes.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 
 const TOKEN = "console-token"
@@ -211,6 +211,69 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("console
         const icon = await page.request.get(`${base}/favicon.ico`)
         assert.strictEqual(icon.status(), 200)
 
+        assert.deepStrictEqual(errors, [])
+        await page.close()
+      })
+    }).pipe(Effect.scoped), 240_000)
+})
+
+describe("console in a browser, on `npm run demo`", () => {
+  plain.live("a newcomer goes from the batch to one of its runs to the builds it dropped; charts and backlog; no console error", () =>
+    Effect.gen(function*() {
+      const dataDir = mkdtempSync(join(tmpdir(), "sweeper-console-demo-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dataDir, { recursive: true, force: true })))
+      const demo = yield* Effect.acquireRelease(
+        Effect.sync(() => startSweeper("console-demo", { SWEEPER_DATA_DIR: dataDir }, ["demo"])),
+        (p) => Effect.promise(async () => {
+          p.child.kill("SIGKILL")
+          await p.exited
+        })
+      )
+      const base = yield* Effect.promise(() => demo.listening)
+      const instance = yield* browser
+      yield* Effect.promise(async () => {
+        // The simulated GitLab leaves builds stuck in canceling: wait for a run that dropped some.
+        const dropped = await waitFor("a BuildDropped event", async () => {
+          const events = await (await fetch(`${base}/api/events?type=BuildDropped&limit=1`)).json() as ReadonlyArray<{ runId: string }>
+          return events[0]
+        }, 90_000, 500)
+        const runId = dropped.runId
+        const run = await (await fetch(`${base}/api/runs/${runId}?limit=1000`)).json() as {
+          run: { batch: string; repairs: number }
+          repairs: { events: ReadonlyArray<{ stream: string; type: string }>; next: number | null }
+        }
+        assert.strictEqual(run.run.batch, "drop-canceling-builds")
+        // The run has finished (its RunFinished is in) once its row is on the batch page.
+        await waitFor("the run's RunFinished", async () => {
+          const body = await (await fetch(`${base}/api/runs/${runId}`)).json() as { run: { outcome: string | null } }
+          return body.run.outcome ?? undefined
+        }, 30_000)
+
+        const page = await instance.newPage({ viewport: { width: 1400, height: 1000 } })
+        const errors = watchErrors(page)
+        await page.goto(base)
+        // Every card says what waits (or that nothing does).
+        assert.strictEqual(await page.locator("section.card .backlog").count(), 6)
+
+        await page.locator("section.card[data-batch=drop-canceling-builds] h2 a").click()
+        await page.waitForURL(/\/batches\/drop-canceling-builds$/)
+        const history = await (await fetch(`${base}/api/batches/drop-canceling-builds/history?window=24h`)).json() as { runs: ReadonlyArray<unknown> }
+        const marks = await page.locator("figure[data-chart=repairs] .mark").count()
+        // A run may finish between the page and the API read: the page has the runs of its moment.
+        assert.isAtLeast(marks, 1)
+        assert.isAtMost(Math.abs(marks - history.runs.length), 1)
+        assert.strictEqual(await page.locator("figure[data-chart=outcomes] .mark").count(), marks)
+
+        await page.locator(`.runs tr[data-run="${runId}"] a.run-link`).click()
+        await page.waitForURL(new RegExp(`/runs/${runId}$`))
+        const builds = (await page.locator("#repairs tbody a.entity").allTextContents()).filter((s) => s.startsWith("build:"))
+        const expected = run.repairs.events.filter((e) => e.type === "BuildDropped").map((e) => e.stream).slice(0, 100)
+        assert.isAbove(builds.length, 0)
+        assert.deepStrictEqual(builds.slice(0, expected.length), expected)
+
+        await page.locator("#repairs tbody a.entity").first().click()
+        await page.locator("#history").waitFor()
+        assert.include(await page.locator("#history").textContent(), "BuildDropped")
         assert.deepStrictEqual(errors, [])
         await page.close()
       })
