@@ -5,7 +5,7 @@
  *   GET  /api/batches, /api/batches/:name (with its last runs), /api/runs?batch=&limit=,
  *        /api/events?stream=&type=&run=&since=&limit=, /api/stream (SSE: batches as they change)
  *   POST /api/batches/:name/run ({"dryRun": true, "force": true}), …/pause, …/resume
- *   GET  / (dashboard), /batches/:name (a batch's page)
+ *   GET  / (dashboard), /batches/:name, /runs/:id and the console's JSON group: Console.ts
  *
  * POSTs need `Authorization: Bearer <SWEEPER_API_TOKEN>` (or the local token the supervisor
  * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of

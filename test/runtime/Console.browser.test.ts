@@ -211,6 +211,13 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("console
         const icon = await page.request.get(`${base}/favicon.ico`)
         assert.strictEqual(icon.status(), 200)
 
+        // Narrow screens: the batch and run pages scroll down, never sideways.
+        await page.setViewportSize({ width: 400, height: 900 })
+        for (const path of ["/batches/drop-canceling-builds?window=7d", `/runs/${past[0]!.runId}`]) {
+          await page.goto(`${base}${path}`)
+          assert.isAtMost(await page.evaluate("document.documentElement.scrollWidth") as number, 400, path)
+        }
+
         assert.deepStrictEqual(errors, [])
         await page.close()
       })
