@@ -261,6 +261,11 @@ describe("console in a browser, on `npm run demo`", () => {
         await page.goto(base)
         // Every card says what waits (or that nothing does).
         assert.strictEqual(await page.locator("section.card .backlog").count(), 6)
+        // Without a reload, some batch is caught running with its progress line (units done so far;
+        // that the units and repairs count up is LiveProgress.test.ts).
+        const progress = page.locator("section.card .progress")
+        await progress.first().waitFor({ timeout: 60_000 })
+        console.log(`demo: caught running: ${await progress.first().textContent()}`)
 
         await page.locator("section.card[data-batch=drop-canceling-builds] h2 a").click()
         await page.waitForURL(/\/batches\/drop-canceling-builds$/)
