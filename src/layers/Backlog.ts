@@ -88,23 +88,30 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
   const limits = yield* ConcurrencyLimits
   const builds = yield* detectBuildsTable.pipe(Effect.provideService(PgClient.PgClient, sql), Effect.orDie)
   const nowMs = Effect.map(DateTime.now, DateTime.toEpochMillis)
+  /**
+   * A read on GitLab's tables that PostgreSQL itself stops after 2 s: on a database without the
+   * index the batch's scan wants (`sweeper doctor` recommends it), a backlog read must not become a
+   * scan of the table every 30 s; the card then says it timed out.
+   */
+  const bounded = <A, E>(read: Effect.Effect<A, E>) =>
+    sql.withTransaction(Effect.andThen(sql`SET LOCAL statement_timeout = '2s'`, read))
 
   const readers: Record<string, Effect.Effect<ReadonlyArray<BacklogPart>, unknown, never>> = {
     "drop-canceling-builds": Effect.gen(function*() {
       const cutoff = new Date((yield* nowMs) - Duration.toMillis(CANCELING_TIMEOUT))
-      const rows = yield* sql<{ n: string; oldest: number | null }>`
+      const rows = yield* bounded(sql<{ n: string; oldest: number | null }>`
         SELECT count(*) AS n, extract(epoch FROM min(greatest(created_at, updated_at)))::float8 AS oldest FROM (
           SELECT created_at, updated_at FROM ${sql(builds.name)}
           WHERE status = 'canceling' AND type = 'Ci::Build' AND created_at < ${cutoff} AND updated_at < ${cutoff}
-          ORDER BY created_at LIMIT ${BACKLOG_CAP + 1}) first`
+          ORDER BY created_at LIMIT ${BACKLOG_CAP + 1}) first`)
       const n = Number(rows[0]?.n ?? 0)
       const oldest = rows[0]?.oldest ?? null
       return [part("canceling builds", Math.min(n, BACKLOG_CAP), n > BACKLOG_CAP, oldest === null ? null : oldest * 1000 + Duration.toMillis(CANCELING_TIMEOUT))]
     }),
     "stuck-export-jobs": Effect.gen(function*() {
-      const rows = yield* sql<{ jid: string; updated: number }>`
+      const rows = yield* bounded(sql<{ jid: string; updated: number }>`
         SELECT jid, extract(epoch FROM updated_at)::float8 AS updated FROM project_export_jobs
-        WHERE status IN (0, 1) ORDER BY id LIMIT ${BACKLOG_CAP + 1}`
+        WHERE status IN (0, 1) ORDER BY id LIMIT ${BACKLOG_CAP + 1}`)
       const sample = rows.slice(0, BACKLOG_CAP)
       const completed = new Set(yield* jobStatus.completedJids(sample.map((r) => r.jid)))
       const stuck = sample.filter((r) => completed.has(r.jid))
