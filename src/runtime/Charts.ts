@@ -12,7 +12,7 @@ export const isWindow = (value: string): value is HistoryWindow => Object.hasOwn
 
 const WIDTH = 640
 const HEIGHT = 150
-const LEFT = 58
+const LEFT = 80
 const BOTTOM = 18
 const TOP = 8
 
