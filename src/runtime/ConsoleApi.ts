@@ -10,16 +10,22 @@
  */
 import { DateTime, Effect, Layer, Schema } from "effect"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import { describeError } from "../domain/Errors.ts"
 import type { StoredEvent } from "../domain/Events.ts"
 import { batchNames } from "../programs/index.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { REPAIRS_PAGE, REPAIRS_PAGE_MAX, RunHistory, type RunPoint } from "../services/RunHistory.ts"
 import { isWindow, WINDOWS } from "./Charts.ts"
 
-const ApiErrorBody = (status: number) =>
-  Schema.Struct({ error: Schema.Struct({ code: Schema.String, message: Schema.String }) }).pipe(HttpApiSchema.status(status))
-export const NotFound = ApiErrorBody(404)
-export const BadRequest = ApiErrorBody(400)
+/**
+ * The API's one error shape, one schema per status. The codes differ per schema, so the encoder
+ * picks the right status for a failure (the shapes are otherwise the same).
+ */
+const ApiErrorBody = <const Codes extends ReadonlyArray<string>>(status: number, codes: Codes) =>
+  Schema.Struct({ error: Schema.Struct({ code: Schema.Literals(codes), message: Schema.String }) }).pipe(HttpApiSchema.status(status))
+export const NotFound = ApiErrorBody(404, ["not_found", "unknown_batch"])
+export const BadRequest = ApiErrorBody(400, ["bad_request"])
+export const Internal = ApiErrorBody(500, ["internal"])
 
 const EventJson = Schema.Struct({
   id: Schema.Number,
@@ -98,13 +104,13 @@ export class ConsoleApi extends HttpApiGroup.make("console").add(
       limit: Schema.optional(Schema.String)
     },
     success: RunResponse,
-    error: [NotFound, BadRequest]
+    error: [NotFound, BadRequest, Internal]
   }),
   HttpApiEndpoint.get("history", "/api/batches/:name/history", {
     params: { name: Schema.String },
     query: { window: Schema.optional(Schema.String) },
     success: HistoryResponse,
-    error: [NotFound, BadRequest]
+    error: [NotFound, BadRequest, Internal]
   }),
   HttpApiEndpoint.get("backlog", "/api/backlog", { success: BacklogResponse })
 ) {}
@@ -128,8 +134,10 @@ export const backlogJson = (snapshot: BacklogSnapshot, now: Date) => ({
   }))
 })
 
-const notFound = (code: string, message: string) => Effect.fail({ error: { code, message } })
-const badRequest = (message: string) => Effect.fail({ error: { code: "bad_request", message } })
+const notFound = (code: "not_found" | "unknown_batch", message: string) => Effect.fail({ error: { code, message } })
+const badRequest = (message: string) => Effect.fail({ error: { code: "bad_request" as const, message } })
+/** A store error: `internal` with its cause chain, in the one shape (never a bare 500). */
+const internal = Effect.mapError((error: unknown) => ({ error: { code: "internal" as const, message: describeError(error) } }))
 
 /** A query's positive integer: undefined when absent, null when malformed. */
 export const positiveInteger = (text: string | null | undefined): number | undefined | null =>
@@ -168,7 +176,7 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
         if (after === null) return yield* badRequest("after: expected an event id")
         const limit = positiveInteger(query.limit)
         if (limit === null) return yield* badRequest("limit: expected a positive integer")
-        const found = yield* readRun(params.id, { after, limit, type: query.type || undefined }).pipe(Effect.orDie)
+        const found = yield* readRun(params.id, { after, limit, type: query.type || undefined }).pipe(internal)
         if (found === null) return yield* notFound("not_found", `no run ${params.id}`)
         const { page, run, type } = found
         return {
@@ -181,7 +189,7 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
         if (!batchNames.includes(params.name)) return yield* notFound("unknown_batch", `unknown batch "${params.name}"`)
         const window = query.window ?? "24h"
         if (!isWindow(window)) return yield* badRequest("window: expected 24h, 7d or 30d")
-        const found = yield* readHistory(params.name, window).pipe(Effect.orDie)
+        const found = yield* readHistory(params.name, window).pipe(internal)
         return { ...found, since: found.since.toISOString(), until: found.until.toISOString(), runs: found.runs.map(pointJson) }
       })))
     .handle("backlog", () =>

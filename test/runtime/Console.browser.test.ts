@@ -209,6 +209,27 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("console
         assert.strictEqual(second[0], "build:100101")
         assert.lengthOf(second, 100)
 
+        // The same through the JSON API, errors in the API's one shape.
+        const json = async (path: string) => {
+          const response = await page.request.get(`${base}${path}`)
+          return { status: response.status(), body: await response.json() as Record<string, any> }
+        }
+        const apiRun = await json(`/api/runs/${past[0]!.runId}?limit=1000`)
+        assert.strictEqual(apiRun.status, 200)
+        assert.strictEqual(apiRun.body.run.repairs, 10_000)
+        assert.lengthOf(apiRun.body.repairs.events, 1000)
+        const nextPage = await json(`/api/runs/${past[0]!.runId}?limit=1000&after=${apiRun.body.repairs.next}`)
+        assert.strictEqual(nextPage.body.repairs.events[0].stream, "build:101001")
+        const missing = randomUUID()
+        assert.deepStrictEqual(await json(`/api/runs/${missing}`), { status: 404, body: { error: { code: "not_found", message: `no run ${missing}` } } })
+        assert.deepInclude((await json(`/api/runs/${past[0]!.runId}?after=x`)).body.error, { code: "bad_request" })
+        assert.deepStrictEqual((await json("/api/batches/drop-canceling-builds/history?window=2d")).status, 400)
+        assert.deepInclude((await json("/api/batches/no-such/history")).body.error, { code: "unknown_batch" })
+        const week = await json("/api/batches/drop-canceling-builds/history?window=7d")
+        assert.lengthOf(week.body.runs, 6)
+        const backlog = await json("/api/backlog")
+        assert.strictEqual(backlog.body.batches.find((b: { batch: string }) => b.batch === "delete-stale-direct-uploads").count, 1)
+
         // The favicon is served (the browser asks for it on every page).
         const icon = await page.request.get(`${base}/favicon.ico`)
         assert.strictEqual(icon.status(), 200)
