@@ -6,7 +6,7 @@
  *   GET  /api/batches, /api/batches/:name (with its last runs), /api/runs?batch=&limit=,
  *        /api/events?stream=&type=&run=&since=&limit=, /api/stream (SSE: batches as they change)
  *   POST /api/batches/:name/run ({"dryRun": true, "force": true}), …/pause, …/resume
- *   GET  / (dashboard), /batches/:name (a batch's page)
+ *   GET  / (dashboard), /batches/:name, /runs/:id and the console's JSON group: Console.ts
  *
  * POSTs need `Authorization: Bearer <SWEEPER_API_TOKEN>` (or the local token the supervisor
  * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of
@@ -33,7 +33,8 @@ import {
   prometheusText,
   setGauge
 } from "../services/Metrics.ts"
-import { batchPage, dashboardPage } from "./Dashboard.ts"
+import { Backlog } from "../services/Backlog.ts"
+import { ConsoleRoutes, ConsoleServices, consoleViews } from "./Console.ts"
 import { batchView, type BatchView } from "./BatchView.ts"
 import { recentRuns } from "./Runs.ts"
 import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
@@ -120,10 +121,8 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const health = yield* HealthReport
 
   const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
-  const views = Effect.gen(function*() {
-    const now = yield* nowDate
-    return (yield* scheduler.snapshots).map((s) => snapshotView(s, now))
-  })
+  // Each batch's view with its live run and backlog (Console.ts), for /api/batches and /api/stream.
+  const views = consoleViews.pipe(Effect.provideContext(yield* Effect.context<Backlog | Scheduler>()))
 
   const check = <E>(probe: Effect.Effect<unknown, E>) =>
     probe.pipe(
@@ -287,19 +286,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       Effect.catchTag("UnknownBatch", unknownBatch)
     )))
 
-  yield* router.add("GET", "/", handled(Effect.gen(function*() {
-    const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
-    const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
-    const page = dashboardPage(yield* views, { stream, events: found, holds: (yield* health.snapshot).holds.map((h) => h.text) })
-    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
-  })))
-  yield* router.add("GET", "/batches/:name", handled(Effect.gen(function*() {
-    const { name } = yield* HttpRouter.params
-    const view = (yield* views).find((v) => v.name === name)
-    if (view === undefined) return HttpServerResponse.text(`unknown batch ${name ?? ""}\n`, { status: 404 })
-    const page = batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }))
-    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
-  }).pipe(Effect.provideService(EventLog, events))))
+  // The pages (/, /batches/:name, /runs/:id) and the console's JSON group: ConsoleRoutes (Console.ts).
 }))
 
 /** Who paused: the `X-Sweeper-Actor` header (the CLI and dashboard send one), else "http". */
@@ -311,7 +298,7 @@ const byOf = (request: HttpServerRequest.HttpServerRequest) => {
 /** The HTTP server on SWEEPER_HTTP_HOST:SWEEPER_HTTP_PORT (port 0 picks a free port). */
 export const HttpLive = Layer.unwrap(Effect.gen(function*() {
   const settings = yield* SweeperConfig
-  return HttpRouter.serve(Routes, { disableListenLog: true, disableLogger: true }).pipe(
+  return HttpRouter.serve(Layer.mergeAll(Routes, ConsoleRoutes).pipe(Layer.provide(ConsoleServices)), { disableListenLog: true, disableLogger: true }).pipe(
     Layer.provideMerge(NodeHttpServer.layer(createServer, { port: settings.httpPort, host: settings.httpHost }))
   )
 }))

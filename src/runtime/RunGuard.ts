@@ -13,6 +13,7 @@ import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } 
 import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
 import { RunProgress } from "../domain/Summary.ts"
+import { trackRun } from "./LiveProgress.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -249,6 +250,9 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
 
       // Each attempt's reports count; a retried run's summary adds its failed attempts' work.
       const progress = new RunProgress()
+      // The dashboard's live view of this run (units and repairs so far), for as long as it runs.
+      const live = trackRun(batch.name, runId, new Date(startedMs), progress)
+      yield* Effect.addFinalizer(() => Effect.sync(live.done))
       const program = Effect.suspend(() => {
         progress.newAttempt()
         return batch.run
@@ -256,7 +260,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         transientDefectsAsFailures,
         Effect.retry(transientRetry),
         Effect.map((summary) => progress.summarize(summary)),
-        Effect.provideService(CurrentRun, { ...runInfo(fence), progress }),
+        Effect.provideService(CurrentRun, { ...runInfo(fence), progress: live }),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
       // A run that ends without the program's summary (failed, timed out, interrupted) still made
