@@ -6,7 +6,7 @@ import { Cause, ConfigProvider, Console, DateTime, Duration, Effect, Exit, Layer
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir, userInfo } from "node:os"
 import { join } from "node:path"
-import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable, InvalidConfig } from "../domain/Errors.ts"
+import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable, InvalidConfig, PauseNotRecorded } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts"
 import { HttpServer } from "effect/http"
 import { Argument, Command, Flag } from "effect/cli"
@@ -367,7 +367,9 @@ const pauseOrResume = (action: "pause" | "resume") =>
         // The event is the state: every supervisor folds it (a running one on its next start).
         yield* Effect.gen(function*() {
           const log = yield* EventLog
-          yield* log.append(action === "pause" ? new BatchPaused({ batch: batch.name, by }) : new BatchResumed({ batch: batch.name, by }))
+          yield* log.append(action === "pause" ? new BatchPaused({ batch: batch.name, by }) : new BatchResumed({ batch: batch.name, by })).pipe(
+            Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch: batch.name, action, detail: describeError(Cause.squash(cause)) })))
+          )
         }).pipe(Effect.provide(AppLayer))
       }
       yield* Console.log(`${batch.name} ${action === "pause" ? "paused" : "resumed"}`)

@@ -64,6 +64,7 @@ export type ErrorCode =
   | "bad_request"
   | "not_found"
   | "internal"
+  | "unavailable"
 
 const STATUS: Record<ErrorCode, number> = {
   unauthorized: 401,
@@ -72,7 +73,9 @@ const STATUS: Record<ErrorCode, number> = {
   batch_disabled: 409,
   bad_request: 400,
   not_found: 404,
-  internal: 500
+  internal: 500,
+  /** A store this action must write to refused (a pause that could not be recorded): nothing changed. */
+  unavailable: 503
 }
 
 /** The one error shape every endpoint answers with. */
@@ -295,12 +298,12 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   yield* router.add("POST", "/api/batches/:name/pause", authorized((name, request) =>
     scheduler.pause(name, byOf(request)).pipe(
       Effect.as(HttpServerResponse.jsonUnsafe({ paused: name })),
-      Effect.catchTag("UnknownBatch", unknownBatch)
+      Effect.catchTags({ UnknownBatch: unknownBatch, PauseNotRecorded: (error) => Effect.succeed(apiError("unavailable", error.message)) })
     )))
   yield* router.add("POST", "/api/batches/:name/resume", authorized((name, request) =>
     scheduler.resume(name, byOf(request)).pipe(
       Effect.as(HttpServerResponse.jsonUnsafe({ resumed: name })),
-      Effect.catchTag("UnknownBatch", unknownBatch)
+      Effect.catchTags({ UnknownBatch: unknownBatch, PauseNotRecorded: (error) => Effect.succeed(apiError("unavailable", error.message)) })
     )))
 
   yield* router.add("GET", "/", handled(Effect.gen(function*() {

@@ -1,6 +1,7 @@
 /**
- * The supervisor: one actor per batch, each a fiber with a mailbox (Tick | RunNow | Pause | Resume),
- * supervised in a FiberMap inside this scoped layer.
+ * The supervisor: one actor per batch, each a fiber with a mailbox (Tick | RunNow), supervised in a
+ * FiberMap inside this scoped layer. Pause and resume do not wait in the mailbox (a run may hold it
+ * for its whole budget): they write their event first and change the state only once it is written.
  *
  * - One run at a time per batch. Ticks that arrive during a run coalesce into one pending run; the
  *   others are recorded as TickMissed{overlap}.
@@ -12,9 +13,9 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref } from "effect"
+import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Semaphore } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { BatchDisabled, UnknownBatch } from "../domain/Errors.ts"
+import { BatchDisabled, describeError, PauseNotRecorded, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
 import { DEFAULT_MISSED_RUN_POLICY, nextTick, periodAt, planStartup } from "../domain/Schedule.ts"
 import { configureBatches, SweeperConfig } from "../layers/Config.ts"
@@ -28,8 +29,6 @@ import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseNa
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
   | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly asOf?: Date | undefined; readonly reply: Deferred.Deferred<RunResult> }
-  | { readonly _tag: "Pause"; readonly by: string }
-  | { readonly _tag: "Resume"; readonly by: string }
 
 export interface RunNowOptions {
   readonly dryRun?: boolean | undefined
@@ -70,6 +69,12 @@ interface Actor {
   readonly state: Ref.Ref<ActorState>
   /** TickMissed events that could not be written (database down), oldest first; flushed later. */
   readonly unrecorded: Ref.Ref<ReadonlyArray<TickMissed>>
+  /**
+   * One pause-state change at a time: a pause (write, then apply) and the refresh from the event
+   * log (read, then apply) must not interleave, or a refresh that read before the pause was written
+   * would apply the old state after it.
+   */
+  readonly pauseLock: Semaphore.Semaphore
 }
 
 /** Per batch, at most this many unwritten TickMissed events wait for the database (the oldest go). */
@@ -78,8 +83,9 @@ export const MAX_UNRECORDED_MISSED_TICKS = 1000
 export class Scheduler extends Context.Service<Scheduler, {
   readonly snapshots: Effect.Effect<ReadonlyArray<BatchSnapshot>>
   runNow(name: string, options?: RunNowOptions): Effect.Effect<RunResult, UnknownBatch | BatchDisabled>
-  pause(name: string, by: string): Effect.Effect<void, UnknownBatch>
-  resume(name: string, by: string): Effect.Effect<void, UnknownBatch>
+  /** Succeeds only once BatchPaused is written: durable, and seen by every replica's next tick. */
+  pause(name: string, by: string): Effect.Effect<void, UnknownBatch | PauseNotRecorded>
+  resume(name: string, by: string): Effect.Effect<void, UnknownBatch | PauseNotRecorded>
 }>()("sweeper/runtime/Scheduler") {}
 
 const HISTORY_EVENTS = 1000
@@ -149,6 +155,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         cron,
         mailbox: yield* Queue.unbounded<Message>(),
         unrecorded: yield* Ref.make<ReadonlyArray<TickMissed>>([]),
+        pauseLock: yield* Semaphore.make(1),
         state: yield* Ref.make<ActorState>({
           status: disabled ? "disabled" : history.paused ? "paused" : "idle",
           nextTick: undefined,
@@ -220,7 +227,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
      * batch everywhere from its next tick. Unreadable events keep the state this process knows.
      */
     const refreshPaused = (actor: Actor) =>
-      Effect.gen(function*() {
+      actor.pauseLock.withPermits(1)(Effect.gen(function*() {
         const stream = `batch:${actor.batch.name}`
         const [paused, resumed] = yield* Effect.all([
           events.query({ stream, type: "BatchPaused", newestFirst: true, limit: 1 }),
@@ -235,7 +242,29 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
             ? { ...s, status, history: { ...s.history, paused: true, pausedBy: String(lastPause!.data.by ?? "unknown"), pausedAt: lastPause!.occurredAt } }
             : { ...s, status, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
         })
-      }).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+      })).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+
+    /**
+     * Pause or resume: the event first, then the state. An event that cannot be written fails the
+     * call with PauseNotRecorded and changes nothing (issue 16): the event log is the truth every
+     * replica and the refresh above fold, so a state it does not hold would be undone at the next
+     * tick. A running batch keeps running; its status follows the pause when the run ends.
+     */
+    const setPaused = (actor: Actor, action: "pause" | "resume", by: string) =>
+      actor.pauseLock.withPermits(1)(Effect.gen(function*() {
+        const batch = actor.batch.name
+        yield* events.append(action === "pause" ? new BatchPaused({ batch, by }) : new BatchResumed({ batch, by })).pipe(
+          Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) })))
+        )
+        const at = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+        yield* Ref.update(actor.state, (s) => {
+          const keep = s.status === "disabled" || s.status === "running"
+          return action === "pause"
+            ? { ...s, status: keep ? s.status : "paused" as const, history: { ...s.history, paused: true, pausedBy: by, pausedAt: at } }
+            : { ...s, status: keep ? s.status : "idle" as const, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
+        })
+        yield* Effect.logInfo(action === "pause" ? "Batch paused" : "Batch resumed", { by })
+      }).pipe(Effect.annotateLogs({ batch: actor.batch.name })))
 
     const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean; asOf?: Date | undefined }) =>
       Effect.gen(function*() {
@@ -253,7 +282,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const finishedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
         yield* Ref.update(actor.state, (s) => ({
           ...s,
-          status: s.status === "running" ? "idle" as const : s.status,
+          // Paused or resumed while it ran: the status follows the pause now.
+          status: s.status === "running" ? (s.history.paused ? "paused" as const : "idle" as const) : s.status,
           // A dry run changes nothing, the batch's history included (as in the event fold).
           history: result.dryRun ? s.history : afterRun(s.history, result, finishedAt)
         }))
@@ -274,24 +304,6 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const ticks = messages.filter((m): m is Extract<Message, { _tag: "Tick" }> => m._tag === "Tick")
         for (const message of messages) {
           switch (message._tag) {
-            case "Pause": {
-              const pausedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
-              yield* events.append(new BatchPaused({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({
-                ...s,
-                status: s.status === "disabled" ? s.status : "paused" as const,
-                history: { ...s.history, paused: true, pausedBy: message.by, pausedAt }
-              }))
-              break
-            }
-            case "Resume":
-              yield* events.append(new BatchResumed({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({
-                ...s,
-                status: s.status === "disabled" ? s.status : "idle" as const,
-                history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined }
-              }))
-              break
             case "RunNow": {
               if (yield* Ref.get(shuttingDown)) {
                 yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0, dryRun: message.dryRun })
@@ -411,8 +423,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, asOf: options.asOf, reply })
           return yield* Deferred.await(reply)
         }),
-      pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Pause", by })).pipe(Effect.asVoid),
-      resume: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Resume", by })).pipe(Effect.asVoid)
+      pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "pause", by)),
+      resume: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "resume", by))
     })
   })
 
