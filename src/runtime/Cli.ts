@@ -17,6 +17,8 @@ import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
 import { parseScenarios, type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
+import { refusesLookAhead } from "../domain/Batch.ts"
+import { attachDashedValues, durationFlag, instantFlag, intFlag } from "./CliFlags.ts"
 import { doctorCommand } from "./Doctor.ts"
 import { batches, batchNames, findBatch } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
@@ -30,32 +32,15 @@ import { loadHistory, Scheduler, schedulerLayer } from "./Scheduler.ts"
 /** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
 export const supervisor = { started: false }
 
+/** The API's own cap on one page of events (Http.ts): the CLI asks for no more, on either road. */
+const MAX_EVENTS = 1000
+/** The simulator's rate per scenario beyond which a laptop only measures its own queueing. */
+const MAX_RATE = 10_000
+
 export class InvalidFlag extends Schema.TaggedError<InvalidFlag>()("InvalidFlag", {
   flag: Schema.String,
   message: Schema.String
 }) {}
-
-const UNITS: Record<string, (n: number) => Duration.Duration> = {
-  ms: Duration.millis, milli: Duration.millis, millis: Duration.millis, millisecond: Duration.millis, milliseconds: Duration.millis,
-  s: Duration.seconds, sec: Duration.seconds, secs: Duration.seconds, second: Duration.seconds, seconds: Duration.seconds,
-  m: Duration.minutes, min: Duration.minutes, mins: Duration.minutes, minute: Duration.minutes, minutes: Duration.minutes,
-  h: Duration.hours, hour: Duration.hours, hours: Duration.hours
-}
-const DURATION = /^(\d+(?:\.\d+)?)\s*([a-z]+)$/
-
-/** `30s`, `250ms`, `5m`, `1h` and the spelling the env vars use: `30 seconds`, `5 minutes`. */
-export const parseDuration = (input: string): Option.Option<Duration.Duration> => {
-  const match = DURATION.exec(input.trim().toLowerCase())
-  const unit = match?.[2] === undefined ? undefined : UNITS[match[2]]
-  return match === null || unit === undefined ? Option.none() : Option.some(unit(Number(match[1])))
-}
-
-const parseInstant = (flag: string, input: string) => {
-  const date = new Date(input)
-  return Number.isNaN(date.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(input)
-    ? Effect.fail(new InvalidFlag({ flag, message: `expected an ISO-8601 instant, got "${input}"` }))
-    : Effect.succeed(date)
-}
 
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON on stdout"), Flag.withDefault(false))
 const batchArgument = Argument.String("batch").pipe(Argument.withDescription(`One of: ${batchNames.join(", ")}`))
@@ -128,8 +113,8 @@ const run = Command.make(
     batch: batchArgument,
     dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"), Flag.withDefault(false)),
     json,
-    now: Flag.String("now").pipe(Flag.withDescription("Judge thresholds at this ISO-8601 instant (a future one only with --dry-run)"), Flag.optional),
-    budget: Flag.String("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
+    now: instantFlag("now").pipe(Flag.withDescription("Judge thresholds at this instant: ISO-8601, or a duration ago (1h); a future one only with --dry-run"), Flag.optional),
+    budget: durationFlag("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
     force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
   },
   Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget, force }) {
@@ -137,16 +122,10 @@ const run = Command.make(
     // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
     const configured = yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
     const batch = configured.find((c) => c.batch.name === name)!.batch
-    const budgetOverride = Option.isSome(budget)
-      ? yield* Option.match(parseDuration(budget.value), {
-        onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s or "30 seconds", got "${budget.value}"` })),
-        onSome: Effect.succeed
-      })
-      : undefined
-    const asOf = Option.isSome(now) ? yield* parseInstant("--now", now.value) : undefined
-    // A real run at a future instant would repair things that are not stuck yet.
-    if (asOf !== undefined && !dryRun && asOf.getTime() > DateTime.toEpochMillis(yield* DateTime.now)) {
-      return yield* new InvalidFlag({ flag: "--now", message: `${now.pipe(Option.getOrElse(() => ""))} is in the future; only a --dry-run may look ahead` })
+    const budgetOverride = Option.getOrUndefined(budget)
+    const asOf = Option.getOrUndefined(now)
+    if (refusesLookAhead(asOf, new Date(DateTime.toEpochMillis(yield* DateTime.now)), dryRun)) {
+      return yield* new InvalidFlag({ flag: "--now", message: `${asOf!.toISOString()} is in the future; only a --dry-run may look ahead` })
     }
 
     const remote = yield* remoteSupervisor
@@ -208,17 +187,20 @@ const events = Command.make(
     stream: Flag.String("stream").pipe(Flag.withDescription("Exact stream, e.g. build:123"), Flag.optional),
     type: Flag.String("type").pipe(Flag.withDescription("Event type, e.g. BuildDropped"), Flag.optional),
     run: Flag.String("run").pipe(Flag.withDescription("Run id"), Flag.optional),
-    since: Flag.String("since").pipe(Flag.withDescription("ISO-8601 instant"), Flag.optional),
-    limit: Flag.Int("limit").pipe(Flag.withDefault(50)),
+    since: instantFlag("since").pipe(Flag.withDescription("From this instant on: ISO-8601, or a duration ago (1h, 30m, 7d)"), Flag.optional),
+    until: instantFlag("until").pipe(Flag.withDescription("Before this instant: ISO-8601, or a duration ago (1h, 30m, 7d)"), Flag.optional),
+    limit: intFlag("limit", 1, MAX_EVENTS).pipe(Flag.withDescription(`At most this many, the newest (1 to ${MAX_EVENTS})`), Flag.withDefault(50)),
     json
   },
-  Effect.fn("Cli.events")(function*({ stream, type, run, since, limit, json }) {
-    const sinceDate = Option.isSome(since) ? yield* parseInstant("--since", since.value) : undefined
+  Effect.fn("Cli.events")(function*({ stream, type, run, since, until, limit, json }) {
+    const sinceDate = Option.getOrUndefined(since)
+    const untilDate = Option.getOrUndefined(until)
     const filter = {
       stream: Option.getOrUndefined(stream),
       type: Option.getOrUndefined(type),
       runId: Option.getOrUndefined(run),
       since: sinceDate,
+      until: untilDate,
       newestFirst: true,
       limit
     }
@@ -229,6 +211,7 @@ const events = Command.make(
         ...(filter.type === undefined ? {} : { type: filter.type }),
         ...(filter.runId === undefined ? {} : { run: filter.runId }),
         ...(sinceDate === undefined ? {} : { since: sinceDate.toISOString() }),
+        ...(untilDate === undefined ? {} : { until: untilDate.toISOString() }),
         limit: String(limit)
       })}`)) as Array<StoredEvent & { occurredAt: string }>).map((e) => ({ ...e, occurredAt: new Date(e.occurredAt) }))
       : yield* Effect.gen(function*() {
@@ -249,12 +232,12 @@ const events = Command.make(
 const eventsPrune = Command.make(
   "prune",
   {
-    before: Flag.String("before").pipe(Flag.withDescription("Prune events strictly older than this ISO-8601 instant (at least SWEEPER_EVENT_RETENTION ago)")),
+    before: instantFlag("before").pipe(Flag.withDescription("Prune events strictly older than this instant: ISO-8601, or a duration ago (90d); at least SWEEPER_EVENT_RETENTION ago")),
     dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report how many events would be pruned; delete nothing"), Flag.withDefault(false)),
     json
   },
   Effect.fn("Cli.eventsPrune")(function*({ before, dryRun, json }) {
-    const cutoff = yield* parseInstant("--before", before)
+    const cutoff = before
     const settings = yield* SweeperConfig
     const configured = yield* configureBatches(batches)
     const batch = configured.find((c) => c.batch.name === PruneEvents.name)!.batch
@@ -263,7 +246,7 @@ const eventsPrune = Command.make(
     if (cutoff.getTime() > newestAllowed) {
       return yield* new InvalidFlag({
         flag: "--before",
-        message: `${before} is within the retention period (SWEEPER_EVENT_RETENTION ${Duration.format(settings.eventRetention)}): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
+        message: `${before.toISOString()} is within the retention period (SWEEPER_EVENT_RETENTION ${Duration.format(settings.eventRetention)}): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
       })
     }
     const asOf = new Date(cutoff.getTime() + retentionMs)
@@ -436,23 +419,17 @@ const superviseWithSimulator = (options: SimulateOptions) =>
   })).pipe(Layer.provide(Supervisor))
 
 const simulationFlags = {
-  rate: Flag.Int("rate").pipe(Flag.withDescription("Things each scenario makes per second (≥ 1)"), Flag.withDefault(1)),
+  rate: intFlag("rate", 1, MAX_RATE).pipe(Flag.withDescription(`Things each scenario makes per second (1 to ${MAX_RATE})`), Flag.withDefault(1)),
   scenario: Flag.String("scenario").pipe(
     Flag.withDescription("all, or a comma list of: exports, builds, uploads, rebalances, throttled"),
     Flag.withDefault("all")
   ),
-  duration: Flag.String("duration").pipe(Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"), Flag.optional)
+  duration: durationFlag("duration").pipe(Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"), Flag.optional)
 }
 
-const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { rate: number; scenario: string; duration: Option.Option<string> }) {
-  if (flags.rate < 1) return yield* new InvalidFlag({ flag: "--rate", message: `expected a whole number ≥ 1, got ${flags.rate}` })
+const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { rate: number; scenario: string; duration: Option.Option<Duration.Duration> }) {
   const scenarios = yield* parseScenarios(flags.scenario).pipe(Effect.mapError((e) => new InvalidFlag({ flag: "--scenario", message: e.message })))
-  const duration = Option.isSome(flags.duration)
-    ? yield* Option.match(parseDuration(flags.duration.value), {
-      onNone: () => Effect.fail(new InvalidFlag({ flag: "--duration", message: `expected a duration like 30s or 5m, got "${flags.duration.pipe(Option.getOrElse(() => ""))}"` })),
-      onSome: Effect.succeed
-    })
-    : undefined
+  const duration = Option.getOrUndefined(flags.duration)
   return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
 })
 
@@ -551,4 +528,4 @@ export const sweeper = Command.make("sweeper").pipe(
   Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events.pipe(Command.withSubcommands([eventsPrune])), doctorCommand, simulateCommand, demo])
 )
 
-export const cli = Command.run(sweeper, { version: "0.1.0" })
+export const cli = Effect.suspend(() => Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(process.argv.slice(2))))

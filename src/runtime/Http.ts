@@ -18,6 +18,7 @@ import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
 import { monitorEventLoopDelay } from "node:perf_hooks"
+import { refusesLookAhead } from "../domain/Batch.ts"
 import { describeError } from "../domain/Errors.ts"
 import { currentPeriod } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
@@ -243,6 +244,8 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
     const params = yield* query
     const since = instant(params.get("since"))
     if (Option.isNone(since)) return apiError("bad_request", "since: expected an ISO-8601 instant")
+    const until = instant(params.get("until"))
+    if (Option.isNone(until)) return apiError("bad_request", "until: expected an ISO-8601 instant")
     const limit = integer(params.get("limit"), DEFAULT_EVENTS, MAX_EVENTS)
     if (Option.isNone(limit)) return apiError("bad_request", "limit: expected a positive integer")
     const found = yield* events.query({
@@ -250,6 +253,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       type: params.get("type") || undefined,
       runId: params.get("run") || undefined,
       since: since.value,
+      until: until.value,
       newestFirst: true,
       limit: limit.value
     })
@@ -284,7 +288,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       const asOf = instant(body.value.now ?? null)
       if (Option.isNone(asOf)) return apiError("bad_request", "now: expected an ISO-8601 instant")
       // As the CLI's `run --now`: a real run never judges at a future instant (it would repair too early).
-      if (asOf.value !== undefined && body.value.dryRun !== true && asOf.value.getTime() > DateTime.toEpochMillis(yield* DateTime.now)) {
+      if (refusesLookAhead(asOf.value, new Date(DateTime.toEpochMillis(yield* DateTime.now)), body.value.dryRun === true)) {
         return apiError("bad_request", "now: in the future; only a dry run may look ahead")
       }
       return yield* scheduler.runNow(name, { dryRun: body.value.dryRun, force: body.value.force, asOf: asOf.value }).pipe(
