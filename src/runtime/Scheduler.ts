@@ -97,6 +97,17 @@ export const loadHistory = Effect.fnUntraced(function*(batch: string) {
   return foldHistory([...stored].reverse())
 })
 
+/**
+ * The one road of a pause or resume: its event, written or refused as PauseNotRecorded. The
+ * supervisor (through the API) and the CLI without one (straight to the database) both take it;
+ * every supervisor folds the event before its next tick.
+ */
+export const recordPause = (batch: string, action: "pause" | "resume", by: string) =>
+  Effect.flatMap(EventLog, (events) =>
+    events.append(action === "pause" ? new BatchPaused({ batch, by }) : new BatchResumed({ batch, by })).pipe(
+      Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) })))
+    ))
+
 /** Runs `body` forever: a crash is logged and `body` restarted after a capped exponential backoff. */
 export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown, R>) =>
   Effect.gen(function*() {
@@ -252,10 +263,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
      */
     const setPaused = (actor: Actor, action: "pause" | "resume", by: string) =>
       actor.pauseLock.withPermits(1)(Effect.gen(function*() {
-        const batch = actor.batch.name
-        yield* events.append(action === "pause" ? new BatchPaused({ batch, by }) : new BatchResumed({ batch, by })).pipe(
-          Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) })))
-        )
+        yield* recordPause(actor.batch.name, action, by).pipe(Effect.provideService(EventLog, events))
         const at = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
         yield* Ref.update(actor.state, (s) => {
           const keep = s.status === "disabled" || s.status === "running"
