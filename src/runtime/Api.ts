@@ -34,7 +34,8 @@ export const Internal = apiError("internal", 500)
 /** A store this action must write to refused (a pause that could not be recorded): nothing changed. */
 export const Unavailable = apiError("unavailable", 503)
 
-export type ApiErrorBody = { readonly error: { readonly code: string; readonly message: string; readonly known?: ReadonlyArray<string> } }
+/** Any of the above, as a client reads it back. */
+export const AnyApiError = Schema.Struct({ error: Schema.Struct({ code: Schema.String, message: Schema.String }) })
 
 /** Request decoding failures (a bad query or body) answer bad_request in the one shape. */
 export class ErrorShape extends HttpApiMiddleware.Service<ErrorShape>()("sweeper/runtime/Api/ErrorShape", {
