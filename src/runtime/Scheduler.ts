@@ -13,7 +13,7 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Semaphore } from "effect"
+import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Schedule, Semaphore } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
 import { BatchDisabled, describeError, PauseNotRecorded, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
@@ -108,20 +108,44 @@ export const recordPause = (batch: string, action: "pause" | "resume", by: strin
       Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) })))
     ))
 
-/** Runs `body` forever: a crash is logged and `body` restarted after a capped exponential backoff. */
+/** A crashed actor or ticker restarts after 1 s, 2 s, 4 s … at most 60 s apart. */
+export const ACTOR_RESTARTS = Schedule.min([Schedule.exponential("1 second"), Schedule.spaced("60 seconds")])
+
+/**
+ * Runs `body` forever: a crash (or a return) is logged and `body` restarted on ACTOR_RESTARTS;
+ * only an interruption ends it.
+ */
 export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown, R>) =>
-  Effect.gen(function*() {
+  Effect.suspend(() => {
     let restarts = 0
-    while (true) {
-      const exit = yield* Effect.exit(body)
-      if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return
+    const once = Effect.flatMap(Effect.exit(body), (exit) => {
+      if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return Effect.void
       restarts++
-      yield* Effect.logError(`${name} stopped; restarting (${restarts})`, Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned")
-      yield* Effect.sleep(ACTOR_RESTART_BACKOFF(restarts))
-    }
+      return Effect.logError(`${name} stopped; restarting (${restarts})`, Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned").pipe(
+        Effect.andThen(Effect.fail(exit))
+      )
+    })
+    return Effect.retry(once, ACTOR_RESTARTS).pipe(Effect.ignore)
   })
 
-const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
+/**
+ * One cron tick of a batch: sleep until its next fire time (by the Clock, so TestClock drives it),
+ * then post the Tick to the actor's mailbox — marked pending if a run is under way, where it will
+ * coalesce. The ticker is this, forever.
+ */
+const nextTickOf = (actor: Actor) =>
+  Effect.gen(function*() {
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    let next = nextTick(actor.cron, new Date(now))
+    if (next.getTime() <= now) next = nextTick(actor.cron, new Date(now + 1))
+    yield* Ref.update(actor.state, (s) => ({ ...s, nextTick: next }))
+    yield* Effect.sleep(Duration.millis(next.getTime() - now))
+    const state = yield* Ref.get(actor.state)
+    if (state.status === "running") yield* Ref.update(actor.state, (s) => ({ ...s, pendingTick: next }))
+    yield* Queue.offer(actor.mailbox, { _tag: "Tick", scheduledAt: next, trigger: "schedule" })
+  })
+
+const ticker = (actor: Actor) => Effect.forever(nextTickOf(actor))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
   const closed = (result.closed ?? []).reduce(withRun, history)
@@ -349,20 +373,6 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           // Ticks that queued while we were busy with `first` coalesce with it.
           yield* Ref.update(actor.state, (s) => ({ ...s, pendingTick: undefined }))
           yield* handle(actor, [first, ...rest])
-        }
-      })
-
-    const ticker = (actor: Actor) =>
-      Effect.gen(function*() {
-        while (true) {
-          const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-          let next = nextTick(actor.cron, new Date(now))
-          if (next.getTime() <= now) next = nextTick(actor.cron, new Date(now + 1))
-          yield* Ref.update(actor.state, (s) => ({ ...s, nextTick: next }))
-          yield* Effect.sleep(Duration.millis(next.getTime() - now))
-          const state = yield* Ref.get(actor.state)
-          if (state.status === "running") yield* Ref.update(actor.state, (s) => ({ ...s, pendingTick: next }))
-          yield* Queue.offer(actor.mailbox, { _tag: "Tick", scheduledAt: next, trigger: "schedule" })
         }
       })
 
