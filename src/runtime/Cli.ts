@@ -13,7 +13,7 @@ import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
 import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
-import { attachDashedValues, durationFlag, instantFlag, intFlag } from "./CliFlags.ts"
+import { attachDashedValues, budgetFlag, instantFlag, intFlag } from "./CliFlags.ts"
 import { printEvent, printRun, printStatus } from "./CliPrint.ts"
 import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -38,7 +38,7 @@ const run = Command.make(
     dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"), Flag.withDefault(false)),
     json,
     now: instantFlag("now").pipe(Flag.withDescription("Judge thresholds at this instant: ISO-8601, or a duration ago (1h); a future one only with --dry-run"), Flag.optional),
-    budget: durationFlag("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
+    budget: budgetFlag("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
     force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
   },
   Effect.fn("Cli.run")(function*({ batch, dryRun, json, now, budget, force }) {

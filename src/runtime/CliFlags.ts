@@ -28,23 +28,31 @@ export const parseDuration = (input: string): Option.Option<Duration.Duration> =
 
 const issue = (input: string, message: string) => new SchemaIssue.InvalidValue({ message }, input)
 
-/** A positive duration of at most MAX_DURATION, written `30s`, `5m`, `1h`, `7d` or `30 seconds`. */
-export const DurationText = Schema.String.pipe(Schema.decodeTo(
-  Schema.Duration,
-  SchemaTransformation.transformEffect({
-    decode: (input) =>
-      Option.match(parseDuration(input), {
-        onNone: () => Effect.fail(issue(input, `expected a duration like 30s, 5m, 1h, 7d or "30 seconds", got "${input}"`)),
-        onSome: (duration) =>
-          Duration.toMillis(duration) <= 0
-            ? Effect.fail(issue(input, `expected a positive duration, got "${input}"`))
-            : Duration.isGreaterThan(duration, MAX_DURATION)
-            ? Effect.fail(issue(input, `expected at most ${Duration.format(MAX_DURATION)}, got "${input}"`))
-            : Effect.succeed(duration)
-      }),
-    encode: (duration) => Effect.succeed(`${Duration.toMillis(duration)}ms`)
-  })
-))
+/**
+ * A duration of at most MAX_DURATION, written `30s`, `5m`, `1h`, `7d` or `30 seconds`: positive,
+ * or also zero where zero means something (`--budget 0s`: exactly one unit of work).
+ */
+const durationText = (options: { readonly allowZero: boolean }) =>
+  Schema.String.pipe(Schema.decodeTo(
+    Schema.Duration,
+    SchemaTransformation.transformEffect({
+      decode: (input) =>
+        Option.match(parseDuration(input), {
+          onNone: () => Effect.fail(issue(input, `expected a duration like 30s, 5m, 1h, 7d or "30 seconds", got "${input}"`)),
+          onSome: (duration) =>
+            Duration.toMillis(duration) < 0 || (!options.allowZero && Duration.toMillis(duration) === 0)
+              ? Effect.fail(issue(input, `expected a ${options.allowZero ? "non-negative" : "positive"} duration, got "${input}"`))
+              : Duration.isGreaterThan(duration, MAX_DURATION)
+              ? Effect.fail(issue(input, `expected at most ${Duration.format(MAX_DURATION)}, got "${input}"`))
+              : Effect.succeed(duration)
+        }),
+      encode: (duration) => Effect.succeed(`${Duration.toMillis(duration)}ms`)
+    })
+  ))
+
+export const DurationText = durationText({ allowZero: false })
+/** A run's budget: `0s` is a budget too (the run does one unit of work and stops). */
+export const BudgetText = durationText({ allowZero: true })
 
 const ISO = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/
 
@@ -78,6 +86,7 @@ export const intFlag = (name: string, min: number, max: number) =>
   Flag.Int(name).pipe(Flag.filter((n) => Number.isSafeInteger(n) && n >= min && n <= max, (n) => `expected a whole number from ${min} to ${max}, got ${n}`))
 
 export const durationFlag = (name: string) => Flag.String(name).pipe(Flag.withSchema(DurationText))
+export const budgetFlag = (name: string) => Flag.String(name).pipe(Flag.withSchema(BudgetText))
 export const instantFlag = (name: string) => Flag.String(name).pipe(Flag.withSchema(InstantText))
 
 /** The flags that take a value which may be written with a leading minus sign. */

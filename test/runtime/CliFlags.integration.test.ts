@@ -7,10 +7,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import { attachDashedValues, DurationText, InstantText } from "../../src/runtime/CliFlags.ts"
+import { attachDashedValues, BudgetText, DurationText, InstantText } from "../../src/runtime/CliFlags.ts"
 import { runCli } from "../support/cli.ts"
 
-type Kind = "count" | "duration" | "instant"
+type Kind = "count" | "duration" | "budget" | "instant"
 
 /** Every command × value flag, with the arguments the command needs besides it. */
 const FLAGS: ReadonlyArray<{ readonly command: ReadonlyArray<string>; readonly flag: string; readonly kind: Kind }> = [
@@ -18,7 +18,7 @@ const FLAGS: ReadonlyArray<{ readonly command: ReadonlyArray<string>; readonly f
   { command: ["events"], flag: "--since", kind: "instant" },
   { command: ["events"], flag: "--until", kind: "instant" },
   { command: ["events", "prune"], flag: "--before", kind: "instant" },
-  { command: ["run", "drop-canceling-builds"], flag: "--budget", kind: "duration" },
+  { command: ["run", "drop-canceling-builds"], flag: "--budget", kind: "budget" },
   { command: ["run", "drop-canceling-builds", "--dry-run"], flag: "--now", kind: "instant" },
   { command: ["simulate"], flag: "--rate", kind: "count" },
   { command: ["simulate"], flag: "--duration", kind: "duration" },
@@ -27,6 +27,8 @@ const FLAGS: ReadonlyArray<{ readonly command: ReadonlyArray<string>; readonly f
 
 const BAD: Record<Kind, ReadonlyArray<readonly [label: string, value: string]>> = {
   count: [["negative", "-3"], ["zero", "0"], ["float", "1.5"], ["huge", "99999999999999999999"], ["empty", ""], ["garbage", "many"]],
+  // A zero budget means something (one unit of work, then stop): its "zero" case is a bare 0.
+  budget: [["negative", "-5s"], ["zero without a unit", "0"], ["float", "1.5"], ["huge", "99999999d"], ["empty", ""], ["garbage", "soon"]],
   duration: [["negative", "-5s"], ["zero", "0s"], ["float", "1.5"], ["huge", "99999999d"], ["empty", ""], ["garbage", "soon"]],
   instant: [["negative", "-1h"], ["zero", "0s"], ["float", "1.5"], ["huge", "99999999d"], ["empty", ""], ["garbage", "yesterday"]]
 }
@@ -67,6 +69,9 @@ describe("bad flag values", () => {
       for (const text of ["0s", "-1s", "1.5", "soon", "", "99999999d"]) {
         assert.strictEqual((yield* Effect.flip(decode(text)))._tag, "SchemaError", text)
       }
+      // A budget may be zero: exactly one unit of work.
+      assert.strictEqual(Duration.toMillis(yield* Schema.decodeUnknownEffect(BudgetText)("0s")), 0)
+      assert.strictEqual((yield* Effect.flip(Schema.decodeUnknownEffect(BudgetText)("-1s")))._tag, "SchemaError")
     }))
 
   it.effect("instants: ISO-8601, or a duration ago read from the Clock", () =>
