@@ -42,6 +42,8 @@ const run = Command.make(
     force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
   },
   Effect.fn("Cli.run")(function*({ batch, dryRun, json, now, budget, force }) {
+    // Every batch's variables are checked before anything opens: bad configuration is refused at the edge.
+    yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
     const asOf = Option.getOrUndefined(now)
     if (refusesLookAhead(asOf, new Date(DateTime.toEpochMillis(yield* DateTime.now)), dryRun)) {
       return yield* new InvalidFlag({ flag: "--now", message: `${asOf!.toISOString()} is in the future; only a --dry-run may look ahead` })
