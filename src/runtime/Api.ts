@@ -7,8 +7,9 @@
  *        /api/events?stream=&type=&run=&since=&until=&limit=
  *   POST /api/batches/:name/run ({"dryRun"?, "force"?, "now"?}), …/pause, …/resume (bearer token)
  *
- * A new group is one `.add(Group)` on `SweeperApi` below, plus its `HttpApiBuilder.group` layer in
- * Http.ts. Plain routes (/healthz, /readyz, /metrics, the dashboard, the SSE stream) stay router
+ * A new group (e.g. ConsoleApi.ts's) is one `.add(Group)` line on `SweeperApi` below — before its
+ * `.middleware(ErrorShape)`, which applies only to the groups added before it — plus its
+ * `HttpApiBuilder.group` layer in the `Layer.provide([...])` list of Http.ts's `ApiLive`. Plain routes (/healthz, /readyz, /metrics, the dashboard, the SSE stream) stay router
  * routes in Http.ts: they are not JSON.
  */
 import { Schema } from "effect"
@@ -186,4 +187,5 @@ export const ActionsGroup = HttpApiGroup.make("actions")
 export const SweeperApi = HttpApi.make("sweeper")
   .add(BatchesGroup)
   .add(ActionsGroup)
+  // New groups go here: the middleware below covers the groups added above it.
   .middleware(ErrorShape)
