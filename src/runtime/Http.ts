@@ -1,11 +1,10 @@
 /**
  * The operator's HTTP surface (127.0.0.1 by default):
  *
- *   GET  /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text)
- *   GET  /api/batches, /api/batches/:name (with its last runs), /api/runs?batch=&limit=,
- *        /api/events?stream=&type=&run=&since=&limit=, /api/stream (SSE: batches as they change)
- *   POST /api/batches/:name/run ({"dryRun": true, "force": true}), …/pause, …/resume
- *   GET  / (dashboard), /batches/:name (a batch's page)
+ *   the JSON API (Api.ts's SweeperApi): /api/batches, /api/batches/:name, /api/runs, /api/events,
+ *     POST /api/batches/:name/run, …/pause, …/resume — implemented below as HttpApiBuilder groups
+ *   plain routes: /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text),
+ *     /api/stream (SSE: batches as they change), / (dashboard), /batches/:name (a batch's page)
  *
  * POSTs need `Authorization: Bearer <SWEEPER_API_TOKEN>` (or the local token the supervisor
  * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of
