@@ -130,3 +130,10 @@ export const checkFence: Effect.Effect<void, FenceError> = Effect.gen(function*(
   const run = yield* CurrentRun
   if (Option.isSome(run.fence)) yield* run.fence.value.check
 })
+
+/**
+ * The `--now` rule (CLI `run --now`, the API's `now`): a real run never judges thresholds at a
+ * future instant — it would repair things that are not stuck yet; only a dry run may look ahead.
+ */
+export const refusesLookAhead = (asOf: Date | undefined, now: Date, dryRun: boolean): boolean =>
+  asOf !== undefined && !dryRun && asOf.getTime() > now.getTime()

@@ -110,6 +110,21 @@ export class UnknownBatch extends Schema.TaggedError<UnknownBatch>()("UnknownBat
   known: Schema.Array(Schema.String)
 }) {}
 
+/**
+ * A pause or resume whose BatchPaused / BatchResumed could not be written (the database refused).
+ * The event is the state every replica folds, so nothing was changed: answering success would be
+ * undone by the next refresh from the event log and never seen by the other replicas (issue 16).
+ */
+export class PauseNotRecorded extends Schema.TaggedError<PauseNotRecorded>()("PauseNotRecorded", {
+  batch: Schema.String,
+  action: Schema.Literals(["pause", "resume"]),
+  detail: Schema.String
+}) {
+  override get message() {
+    return `${this.action} of ${this.batch} could not be recorded, nothing changed: ${this.detail}`
+  }
+}
+
 /** A batch listed in SWEEPER_DISABLED_BATCHES, asked to run without `--force`. */
 export class BatchDisabled extends Schema.TaggedError<BatchDisabled>()("BatchDisabled", {
   name: Schema.String

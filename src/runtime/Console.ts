@@ -21,7 +21,7 @@ import { EventLog } from "../services/EventLog.ts"
 import { RunHistory } from "../services/RunHistory.ts"
 import { batchView } from "./BatchView.ts"
 import { isWindow } from "./Charts.ts"
-import { ConsoleApiRoutes, positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
+import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
 import { HealthReport } from "../services/HealthReport.ts"
 import { batchPage, type CardView, dashboardPage, FAVICON, runPage } from "./Dashboard.ts"
 import { liveRun } from "./LiveProgress.ts"
@@ -129,5 +129,5 @@ export const BacklogAfterRuns = Layer.effectDiscard(Effect.gen(function*() {
   yield* Effect.forkScoped(Effect.repeat(check, Schedule.spaced("1 second")))
 }))
 
-/** Pages and JSON group, for `HttpRouter.serve` (given ConsoleServices). */
-export const ConsoleRoutes = Layer.mergeAll(ConsolePages, ConsoleApiRoutes, BacklogAfterRuns)
+/** The pages, for `HttpRouter.serve` (given ConsoleServices); the JSON group is in SweeperApi (Api.ts). */
+export const ConsoleRoutes = Layer.mergeAll(ConsolePages, BacklogAfterRuns)

@@ -8,8 +8,8 @@
  *
  * Errors have the API's one shape, `{"error": {"code", "message"}}`.
  */
-import { DateTime, Effect, Layer, Schema } from "effect"
-import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import { DateTime, Effect, Schema } from "effect"
+import { type HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { describeError } from "../domain/Errors.ts"
 import type { StoredEvent } from "../domain/Events.ts"
 import { batchNames } from "../programs/index.ts"
@@ -115,9 +115,6 @@ export class ConsoleApi extends HttpApiGroup.make("console").add(
   HttpApiEndpoint.get("backlog", "/api/backlog", { success: BacklogResponse })
 ) {}
 
-/** The console group alone, served beside the hand-written routes until it joins the main API. */
-export class ConsoleHttpApi extends HttpApi.make("sweeper-console").add(ConsoleApi) {}
-
 const iso = (date: Date | null) => date?.toISOString() ?? null
 
 export const eventJson = (event: StoredEvent) => ({ ...event, occurredAt: event.occurredAt.toISOString() })
@@ -198,8 +195,3 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
         return backlogJson(snapshot, yield* nowDate)
       })))
 })
-
-export const ConsoleApiHandlers = HttpApiBuilder.group(ConsoleHttpApi, "console", consoleHandlers)
-
-/** The group served on the router (needs RunHistory and Backlog). */
-export const ConsoleApiRoutes = HttpApiBuilder.layer(ConsoleHttpApi).pipe(Layer.provide(ConsoleApiHandlers))
