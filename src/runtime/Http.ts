@@ -209,6 +209,8 @@ const badRequest = (message: string) => Effect.fail({ error: { code: "bad_reques
 
 const notRecorded = (error: PauseNotRecorded) => Effect.fail({ error: { code: "unavailable" as const, message: error.message } })
 
+const asJson = (value: unknown): unknown => value === undefined ? undefined : JSON.parse(JSON.stringify(value))
+
 const BatchesLive = HttpApiBuilder.group(SweeperApi, "batches", Effect.fnUntraced(function*(handlers) {
   const scheduler = yield* Scheduler
   const events = yield* EventLog
@@ -219,6 +221,9 @@ const BatchesLive = HttpApiBuilder.group(SweeperApi, "batches", Effect.fnUntrace
     const holds = (yield* health.snapshot).holds
     return (yield* consoleViews).map((view) => ({
       ...view,
+      // As JSON has them (dates as ISO strings), which is what the schema's Unknown accepts.
+      live: asJson(view.live),
+      backlog: asJson(view.backlog),
       holds: holds.filter((hold) => hold.batch === view.name).map((hold) => hold.text)
     }))
   }).pipe(Effect.provideContext(context))
