@@ -181,6 +181,16 @@ const retentionIndexes = Effect.gen(function*() {
  *   pages already insert their events in one statement, so it runs once per page, not per event.
  *   Backfilled from the events already there. Pruned events leave their run's row (a few bytes).
  */
+/** Each run's row of sweeper_runs from a set of events: the trigger's new rows, or the whole ledger (backfill). */
+const runsRollupOf = (events: "sweeper_new_events" | "sweeper_events") => `SELECT run_id,
+    max(substr(stream, 7)) FILTER (WHERE type IN ('RunStarted', 'RunFinished')),
+    min(occurred_at) FILTER (WHERE type = 'RunStarted'),
+    max(occurred_at) FILTER (WHERE type = 'RunFinished'),
+    max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
+    (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
+    count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
+  FROM ${events} WHERE run_id IS NOT NULL GROUP BY run_id`
+
 const consoleRollup = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_run_id_and_id ON sweeper_events (run_id, id) WHERE run_id IS NOT NULL`
@@ -197,14 +207,7 @@ const consoleRollup = Effect.gen(function*() {
   yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sweeper_runs_rollup() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
   INSERT INTO sweeper_runs AS r (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
-  SELECT run_id,
-    max(substr(stream, 7)) FILTER (WHERE type IN ('RunStarted', 'RunFinished')),
-    min(occurred_at) FILTER (WHERE type = 'RunStarted'),
-    max(occurred_at) FILTER (WHERE type = 'RunFinished'),
-    max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
-    (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
-    count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
-  FROM sweeper_new_events WHERE run_id IS NOT NULL GROUP BY run_id
+  ${runsRollupOf("sweeper_new_events")}
   ON CONFLICT (run_id) DO UPDATE SET
     batch = coalesce(r.batch, excluded.batch),
     started_at = coalesce(r.started_at, excluded.started_at),
@@ -218,16 +221,9 @@ $fn$`)
   yield* sql`DROP TRIGGER IF EXISTS sweeper_runs_rollup ON sweeper_events`
   yield* sql.unsafe(`CREATE TRIGGER sweeper_runs_rollup AFTER INSERT ON sweeper_events
     REFERENCING NEW TABLE AS sweeper_new_events FOR EACH STATEMENT EXECUTE FUNCTION sweeper_runs_rollup()`)
-  yield* sql`INSERT INTO sweeper_runs (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
-    SELECT run_id,
-      max(substr(stream, 7)) FILTER (WHERE type IN ('RunStarted', 'RunFinished')),
-      min(occurred_at) FILTER (WHERE type = 'RunStarted'),
-      max(occurred_at) FILTER (WHERE type = 'RunFinished'),
-      max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
-      (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
-      count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
-    FROM sweeper_events WHERE run_id IS NOT NULL GROUP BY run_id
-    ON CONFLICT (run_id) DO NOTHING`
+  yield* sql.unsafe(`INSERT INTO sweeper_runs (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
+    ${runsRollupOf("sweeper_events")}
+    ON CONFLICT (run_id) DO NOTHING`)
 })
 
 const ALL = {

@@ -5,25 +5,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import type { StoredEvent } from "../domain/Events.ts"
+import { type EventRow, storedEvent as stored } from "./EventLogSql.ts"
 import { HISTORY_MAX_RUNS, type RunDetail, RunHistory, type RunPoint } from "../services/RunHistory.ts"
-
-interface EventRow {
-  readonly id: string | number
-  readonly stream: string
-  readonly type: string
-  readonly data: Record<string, unknown>
-  readonly run_id: string | null
-  readonly occurred_at: Date
-}
-
-const stored = (row: EventRow): StoredEvent => ({
-  id: Number(row.id),
-  stream: row.stream,
-  type: row.type,
-  data: row.data,
-  runId: row.run_id,
-  occurredAt: row.occurred_at
-})
 
 const text = (value: unknown) => typeof value === "string" ? value : null
 

@@ -19,7 +19,7 @@ import { RunHistorySql } from "../layers/RunHistorySql.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { RunHistory } from "../services/RunHistory.ts"
-import { batchView } from "./BatchView.ts"
+import { snapshotView } from "./BatchView.ts"
 import { isWindow } from "./Charts.ts"
 import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
 import { HealthReport } from "../services/HealthReport.ts"
@@ -33,15 +33,7 @@ const BATCH_PAGE_RUNS = 50
 
 /** A batch as the console shows it: the shared view, its live run and its last backlog sample. */
 export const cardView = (snapshot: BatchSnapshot, now: Date, backlog: BacklogSnapshot | undefined): CardView => ({
-  ...batchView({
-    batch: snapshot.batch,
-    cronText: snapshot.cron,
-    cron: snapshot.cronSchedule,
-    timezone: snapshot.timezone,
-    running: snapshot.status === "running",
-    disabled: snapshot.status === "disabled",
-    history: snapshot.history
-  }, now),
+  ...snapshotView(snapshot, now),
   live: snapshot.status === "running" ? liveRun(snapshot.name) : null,
   backlog: (() => {
     const mine = backlog?.batches.find((b) => b.batch === snapshot.name)

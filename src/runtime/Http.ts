@@ -39,9 +39,9 @@ import {
 import { Backlog } from "../services/Backlog.ts"
 import { ConsoleRoutes, ConsoleServices, consoleViews } from "./Console.ts"
 import { consoleHandlers } from "./ConsoleApi.ts"
-import { batchView, type BatchView } from "./BatchView.ts"
+import { snapshotView } from "./BatchView.ts"
 import { recentRuns } from "./Runs.ts"
-import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
+import { Scheduler } from "./Scheduler.ts"
 import { localToken } from "./SupervisorAddress.ts"
 
 export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seconds", {
@@ -88,17 +88,6 @@ const digest = (text: string) => createHash("sha256").update(text, "utf8").diges
  * comparison nor a length mismatch tells an attacker how much of a guess was right.
  */
 export const tokenMatches = (presented: string, expected: string): boolean => timingSafeEqual(digest(presented), digest(expected))
-
-export const snapshotView = (snapshot: BatchSnapshot, now: Date): BatchView =>
-  batchView({
-    batch: snapshot.batch,
-    cronText: snapshot.cron,
-    cron: snapshot.cronSchedule,
-    timezone: snapshot.timezone,
-    running: snapshot.status === "running",
-    disabled: snapshot.status === "disabled",
-    history: snapshot.history
-  }, now)
 
 const instant = (value: string | null) => {
   if (value === null || value === "") return Option.none<Date | undefined>().pipe(Option.orElse(() => Option.some(undefined)))
