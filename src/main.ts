@@ -62,6 +62,7 @@ cli.pipe(
     // Already reported in one line by the presenter above.
     ShowHelp: () => Effect.sync(() => { process.exitCode = 2 }),
     InfrastructureUnavailable: (error) => fail(3, error.message),
+    PauseNotRecorded: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),
     MissingColumn: (error) => usageError(error.message)

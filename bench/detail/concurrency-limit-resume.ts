@@ -12,7 +12,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Redacted, References } from "effect"
+import { Duration, Effect, Layer, Redacted } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { performance } from "node:perf_hooks"
 import { MAX_RESUME_UNLIMITED, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
@@ -45,6 +45,8 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { BenchLogging } from "../support/logging.ts"
 
 const JOBS = envInt("BENCH_JOBS", 50_000)
 const WORKER = "Releases::CreateEvidenceWorker"
@@ -154,7 +156,7 @@ const program = Effect.gen(function*() {
   const redis = yield* benchRedis
   console.log(`database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${fmt(JOBS)} deferred jobs of ${WORKER} (limit 0)\n`)
 
-  const Platform = Layer.mergeAll(InstrumentedLimits, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedLimits, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),
@@ -219,8 +221,8 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.scoped,
-  // Each pass logs its stats and its move at info; keep the figures readable.
-  Effect.provideService(References.MinimumLogLevel, "Warn"),
+  // Sweeper logs as in production (Info, JSON lines into a scratch file: support/logging.ts).
+  Effect.provide(BenchLogging),
   Effect.timeout(Duration.minutes(30)),
   NodeRuntime.runMain
 )

@@ -18,7 +18,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Redacted, References, Stream } from "effect"
+import { Duration, Effect, Layer, Redacted, Stream } from "effect"
 import { execFile } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -56,7 +56,9 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
+import { BenchLogging } from "../support/logging.ts"
 import type { SeedCounts, SeedOptions } from "../support/seed-pending-direct-uploads.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const ENTRIES = envInt("BENCH_ENTRIES", 1_000_000)
 /** Every STALE_EVERY-th entry is stale (20%). */
@@ -156,7 +158,7 @@ const program = Effect.gen(function*() {
     ? `object storage: ${LOCATIONS_USED.join(", ")} under ${dir} (${fmt(PRESENT_OBJECTS)} stale objects exist, the rest are missing)\n`
     : "object storage: none configured (only the Redis fields of stale entries are removed)\n")
 
-  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(InstrumentedEventLog),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),
@@ -231,8 +233,8 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.scoped,
-  // The batch logs per run, not per entry, but keep the figures readable.
-  Effect.provideService(References.MinimumLogLevel, "Warn"),
+  // Sweeper logs as in production (Info, JSON lines into a scratch file: support/logging.ts).
+  Effect.provide(BenchLogging),
   Effect.timeout(Duration.minutes(90)),
   NodeRuntime.runMain
 )

@@ -8,7 +8,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Duration, Effect, Layer, Option, Redacted, References } from "effect"
+import { DateTime, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../../src/domain/Build.ts"
 import { BuildsSql, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
@@ -21,6 +21,8 @@ import { startingAt } from "../../src/runtime/Clocks.ts"
 import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { adminUrl, benchDatabase, benchRedis, migratedDatabase, redisUrl, timed } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { BenchLogging } from "../support/logging.ts"
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 /** Every STUCK_EVERY-th row is a stuck canceling build. */
@@ -61,7 +63,7 @@ const program = Effect.gen(function*() {
 
   const Database = migratedDatabase(url)
   // Exactly the production layers drop-canceling-builds runs on (see layers/App.ts).
-  const Platform = Layer.mergeAll(BuildsSql, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(BuildsSql, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(Database, Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({ node: "bench" })))
   )
@@ -118,8 +120,8 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.scoped,
-  // The batch logs a line per build; keep the figures readable.
-  Effect.provideService(References.MinimumLogLevel, "Warn"),
+  // Sweeper logs as in production (Info, JSON lines into a scratch file: support/logging.ts).
+  Effect.provide(BenchLogging),
   Effect.timeout(Duration.minutes(30)),
   NodeRuntime.runMain
 )

@@ -21,6 +21,7 @@ import { PruneEvents, type PruneEventsSummary } from "../../src/programs/PruneEv
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventRetention } from "../../src/services/EventRetention.ts"
 import { benchDatabase, envInt, fmt, line, migratedDatabase, timed } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const EVENTS = envInt("BENCH_EVENTS", 1_000_000)
 const BATCH_EVENTS = envInt("BENCH_BATCH_EVENTS", 100_000)
@@ -74,7 +75,7 @@ const seed = (now: Date) =>
 
 const program = Effect.gen(function*() {
   const database = yield* benchDatabase(undefined)
-  const Platform = Layer.mergeAll(Timed, MemoryBackends, TuningFromConfig).pipe(
+  const Platform = Layer.mergeAll(Timed, MemoryBackends, TuningFromConfig, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(SweeperConfig.layerWith({})),
     Layer.provideMerge(migratedDatabase(database.url))

@@ -11,7 +11,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Redacted, References } from "effect"
+import { Duration, Effect, Layer, Redacted } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { performance } from "node:perf_hooks"
 import { EXPORT_JOB_STATUS_TTL, JOB_STATUS_LOOKUP_SLICE, jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
@@ -44,6 +44,8 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { BenchLogging } from "../support/logging.ts"
 
 /** Queued/started jobs: ids 1..JOBS, odd ids have completed (no status key), even ids still run. */
 const JOBS = envInt("BENCH_JOBS", 100_000)
@@ -132,7 +134,7 @@ const program = Effect.gen(function*() {
     `${fmt(JOBS)} queued/started jobs + ${fmt(HISTORY)} finished/failed` +
     `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`)
 
-  const Platform = Layer.mergeAll(InstrumentedExportJobs, InstrumentedJobStatus, LeaseRedis).pipe(
+  const Platform = Layer.mergeAll(InstrumentedExportJobs, InstrumentedJobStatus, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),
@@ -202,8 +204,8 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.scoped,
-  // The batch's one info line quotes every failed jid; keep the figures readable.
-  Effect.provideService(References.MinimumLogLevel, "Warn"),
+  // Sweeper logs as in production (Info, JSON lines into a scratch file: support/logging.ts).
+  Effect.provide(BenchLogging),
   Effect.timeout(Duration.minutes(60)),
   NodeRuntime.runMain
 )

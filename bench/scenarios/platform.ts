@@ -2,22 +2,28 @@
  * The production layers a Sweeper phase runs on (layers/App.ts's SQL and Redis backends over the
  * phase's fresh database and Redis db), and running one batch through the run guard on them.
  */
-import { type Duration, Effect, Layer, Redacted, References } from "effect"
+import { type Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
 import type { Batch } from "../../src/domain/Batch.ts"
-import { RedisBackends, SqlBackends } from "../../src/layers/App.ts"
+import { healthLayer, RedisBackends, SqlBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
 import { runBatch, type RunResult } from "../../src/runtime/RunGuard.ts"
 import { migratedDatabase } from "../support/harness.ts"
 import type { PhaseContext } from "../support/compare.ts"
+import { BenchLogging } from "../support/logging.ts"
 
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
-  const config = SweeperConfig.layerWith({ node: "bench", ...settings })
+  // The sweeper+gate phase: the health gate as the composition root provides it (App.ts).
+  const all = { node: "bench", ...settings, ...(context.health === undefined ? {} : { health: Option.some(context.health) }) }
+  const config = SweeperConfig.layerWith(all)
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
-  return Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig).pipe(
+  const gate = healthLayer({ health: all.health ?? Option.none(), concurrencyLimits: all.concurrencyLimits ?? {} })
+  return gate.pipe(
+    Layer.provideMerge(Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig, MetricsPrometheus)),
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )
@@ -31,7 +37,8 @@ export interface RunOnceOptions {
 
 /**
  * Manual runs of batches (no dry run) on the production layers, built once for all of them, each
- * timed without the layers' set-up; the clock at `now` when given; logs above Warn only.
+ * timed without the layers' set-up; the clock at `now` when given; logging as in production (Info,
+ * JSON lines: support/logging.ts).
  */
 export const withSweeper = <A, E>(
   context: PhaseContext,
@@ -46,7 +53,7 @@ export const withSweeper = <A, E>(
         const guarded = runBatch(batch, { trigger: "manual", budget: options.budget })
         const result = yield* (options.now === undefined ? guarded : guarded.pipe(startingAt(options.now)))
         return { result, seconds: (performance.now() - start) / 1000 }
-      }).pipe(Effect.provide(services), Effect.provideService(References.MinimumLogLevel, "Warn")) as Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>
+      }).pipe(Effect.provide(services), Effect.provide(BenchLogging)) as Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>
     return yield* use(run)
   }).pipe(Effect.scoped)
 

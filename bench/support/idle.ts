@@ -12,6 +12,7 @@ import { mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { benchDatabase, benchRedis, redisUrl } from "./harness.ts"
+import { benchLogLevel } from "./logging.ts"
 
 const IDLE_SECONDS = 15
 
@@ -53,7 +54,8 @@ export const idleFootprint = Effect.scoped(Effect.gen(function*() {
         REDIS_URL: redisUrl,
         SWEEPER_HTTP_PORT: "0",
         SWEEPER_DATA_DIR: mkdtempSync(join(tmpdir(), "sweeper-idle-")),
-        SWEEPER_LOG_LEVEL: "Warn"
+        // Production's default, Info, unless BENCH_LOG_LEVEL asks for another (support/logging.ts).
+        SWEEPER_LOG_LEVEL: benchLogLevel
       },
       stdio: ["ignore", "pipe", "pipe"]
     })),

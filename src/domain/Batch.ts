@@ -3,7 +3,8 @@
  * about a batch, as plain data plus the program itself.
  */
 import { Context, DateTime, Duration, Effect, Option } from "effect"
-import type { LeaseLost } from "./Errors.ts"
+import type { FenceError } from "./Errors.ts"
+import type { RedisStoreName } from "./Health.ts"
 import type { MissedRunPolicy } from "./Schedule.ts"
 
 export interface ExclusiveLeaseSpec {
@@ -26,6 +27,30 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
   readonly run: Effect.Effect<Summary, E, R>
   /** What the scheduler does about ticks missed while no process was running (default run-latest-if-recent). */
   readonly missedRuns?: MissedRunPolicy
+  /**
+   * What the batch writes, for the health gate (SPEC §9): which signals can hold it and on what.
+   * Absent: it writes nothing the gate watches, so nothing holds it.
+   */
+  readonly writes?: BatchWrites
+}
+
+export interface BatchWrites {
+  /**
+   * PostgreSQL tables written (a partitioned table covers its partitions): autovacuum on any of
+   * them holds the batch; writing any table at all subjects it to the database-wide signals
+   * (replication lag, WAL rate, long transactions).
+   */
+  readonly tables?: ReadonlyArray<string>
+  /** GitLab Redis stores written (SPEC §8.2): each one's used/max memory. */
+  readonly redisStores?: ReadonlyArray<RedisStoreName>
+  /** Sidekiq queues pushed to: each one's latency. */
+  readonly queues?: ReadonlyArray<string>
+  /**
+   * Also pushes to the queues SWEEPER_CONCURRENCY_LIMITS names (concurrency-limit-resume), and asks
+   * the gate for its workers' effective limits: with `throttleLimits`, PostgreSQL and Prometheus
+   * signals throttle those limits instead of holding it.
+   */
+  readonly concurrencyLimitQueues?: boolean
 }
 
 /**
@@ -41,8 +66,11 @@ export const HARD_TIMEOUT_GRACE = Duration.seconds(30)
 export interface Fence {
   readonly lease: string
   readonly epoch: number
-  /** Fails with LeaseLost when the lease is no longer ours (renewal failed or another holder). */
-  readonly check: Effect.Effect<void, LeaseLost>
+  /**
+   * Fails with LeaseLost when the lease is no longer ours (renewal failed or another holder), and
+   * with the RedisError when the lease could not be read: a write on an unknown lease never happens.
+   */
+  readonly check: Effect.Effect<void, FenceError>
 }
 
 /**
@@ -97,8 +125,15 @@ export const wouldChange = (stream: string): Effect.Effect<void> =>
     if (run.wouldChange !== undefined) yield* run.wouldChange(stream)
   })
 
-/** A safe point: stop here, writing nothing more, if the run's lease was lost. */
-export const checkFence: Effect.Effect<void, LeaseLost> = Effect.gen(function*() {
+/** A safe point: stop here, writing nothing more, if the run's lease was lost or cannot be read. */
+export const checkFence: Effect.Effect<void, FenceError> = Effect.gen(function*() {
   const run = yield* CurrentRun
   if (Option.isSome(run.fence)) yield* run.fence.value.check
 })
+
+/**
+ * The `--now` rule (CLI `run --now`, the API's `now`): a real run never judges thresholds at a
+ * future instant — it would repair things that are not stuck yet; only a dry run may look ahead.
+ */
+export const refusesLookAhead = (asOf: Date | undefined, now: Date, dryRun: boolean): boolean =>
+  asOf !== undefined && !dryRun && asOf.getTime() > now.getTime()

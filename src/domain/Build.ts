@@ -15,11 +15,20 @@ export const DROP_BATCH_SIZE_MAX = 10_000
 export const DropBatchSize = Context.Reference<number>("sweeper/domain/Build/DropBatchSize", {
   defaultValue: () => DROP_BATCH_SIZE
 })
-/** Optimistic-lock attempts before a build is doomed instead of dropped. */
-export const MAX_DROP_ATTEMPTS = 3
+/**
+ * Optimistic-lock retries after a build's first drop attempt lost its race: GitLab drops with
+ * `Gitlab::OptimisticLocking.retry_lock(build, 3)`, which re-reads and retries while
+ * `retry_attempts < max_retries`, i.e. one attempt plus three retries (SPEC §2).
+ */
+export const DROP_LOCK_RETRIES = 3
+/** Drop attempts in all (the first plus `DROP_LOCK_RETRIES`) before a build is doomed instead. */
+export const MAX_DROP_ATTEMPTS = 1 + DROP_LOCK_RETRIES
 
-/** What became of a build that lost the race in its page's write (`Builds.retryOrDoom`). */
-export type DropOutcome = "dropped" | "doomed" | "changed_meanwhile"
+/**
+ * What became of a build that lost the race in its page's write (`Builds.retryOrDoom`); "locked":
+ * another open transaction held its row, so it was skipped, not waited for and never doomed.
+ */
+export type DropOutcome = "dropped" | "doomed" | "changed_meanwhile" | "locked"
 
 /**
  * The seed's "Dropping outdated build" line, as the message's structured value rather than

@@ -6,7 +6,9 @@
  * `<pid>:work` hash) — all untrusted, so all decoded, never hand-parsed.
  */
 import { Duration, Option, Schema } from "effect"
-import type { SidekiqJob } from "./Sidekiq.ts"
+import { decodeUtf8 } from "./Bytes.ts"
+import { hashTagOf } from "./RedisKey.ts"
+import { sidekiqJob, type SidekiqJob } from "./Sidekiq.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Rails inflections (ActiveSupport::Inflector#underscore / #camelize)
@@ -86,17 +88,6 @@ export const workerKeys = (worker: string): WorkerKeys => {
     dead: `${PREFIX}:dead:{${w}}`,
     journal: `${PREFIX}:{${w}}:sweeper_moving`
   }
-}
-
-/**
- * The part of a key Redis Cluster hashes (its hash tag): the text between the first `{` and the next
- * `}` when that is non-empty, else the whole key.
- */
-export const hashTagOf = (key: string): string => {
-  const open = key.indexOf("{")
-  if (open < 0) return key
-  const close = key.indexOf("}", open + 1)
-  return close <= open + 1 ? key : key.slice(open + 1, close)
 }
 
 /**
@@ -213,20 +204,11 @@ const decodeDeferred = (text: string): Option.Option<DeferredJob> => {
   return decodeDeferredValue(parsed)
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true })
-
-/** Bytes as UTF-8 text; None when they are not valid UTF-8 (never a lossy U+FFFD copy). */
-export const decodeUtf8 = (bytes: Uint8Array): Option.Option<string> => {
-  try {
-    return Option.some(utf8.decode(bytes))
-  } catch {
-    return Option.none()
-  }
-}
-
 /**
  * A raw list element, decoded; None when it is not a deferred job (it goes to the dead list). Bytes
- * that are not valid UTF-8 are not a deferred job either: GitLab writes JSON.
+ * that are not valid UTF-8 are not a deferred job either: GitLab writes JSON. Nor is an element that
+ * starts with a byte-order mark: JSON has none (RFC 8259 §8.1) and GitLab's `JSON.parse` (Ruby) fails
+ * on one, so Sweeper must not resume what GitLab itself could not (`decodeUtf8` keeps the BOM).
  */
 export const parseDeferred = (raw: string | Uint8Array): Option.Option<DeferredJob> =>
   typeof raw === "string" ? decodeDeferred(raw) : Option.flatMap(decodeUtf8(raw), decodeDeferred)
@@ -276,18 +258,18 @@ export const resumedJob = (options: {
   readonly nowMillis: number
 }): SidekiqJob => {
   const context = Object.entries(options.deferred.context ?? {}).filter(([key]) => !RESERVED_JOB_KEYS.has(key))
-  return {
-    class: options.worker,
+  return sidekiqJob({
+    workerClass: options.worker,
     args: options.deferred.args,
-    jid: options.jid,
     queue: options.queue,
-    retry: true,
-    created_at: options.nowMillis / 1000,
-    enqueued_at: options.nowMillis / 1000,
-    ...Object.fromEntries(context),
-    concurrency_limit_resume: true,
-    concurrency_limit_buffered_at: options.deferred.buffered_at ?? null
-  }
+    jid: options.jid,
+    nowMillis: options.nowMillis,
+    extra: {
+      ...Object.fromEntries(context),
+      concurrency_limit_resume: true,
+      concurrency_limit_buffered_at: options.deferred.buffered_at ?? null
+    }
+  })
 }
 
 /** Executing-tracker field `<pid>:tid:<tid>`; the pid is Sidekiq's process identity (may hold `:`). */
@@ -320,6 +302,12 @@ export const ProcessWork = Schema.fromJsonString(Schema.Struct({
 /** The class of the job a Sidekiq thread is running, from its work hash value. */
 export const runningJobClass = (workValue: string): Option.Option<string> =>
   Option.map(Schema.decodeUnknownOption(ProcessWork)(workValue), (work) => work.payload.class)
+
+/** A worker's configured limit and queue (`SWEEPER_CONCURRENCY_LIMITS`). */
+export interface ConcurrencyLimitSetting {
+  readonly limit: number
+  readonly queue: string
+}
 
 /** Limit and queue of a worker, with where the limit came from. */
 export interface WorkerLimit {

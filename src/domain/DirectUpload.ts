@@ -124,3 +124,33 @@ export const staleAt = (now: DateTime.Utc): (upload: Pick<PendingDirectUpload, "
 
 /** `preparedAt < now − 3 h` (strict: exactly 3 h old is not stale yet). */
 export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: DateTime.Utc): boolean => staleAt(now)(upload)
+
+/**
+ * What became of one stale upload in a repair step (SPEC §3): its object `deleted` or already
+ * `missing` (both count as deleted), its location `unconfigured` (no store: only the field goes),
+ * `vanished` (the field was gone or held another value by the time the step came to record it: not
+ * ours to record or remove), or its object could not be deleted (`failed`, the storage's error).
+ */
+export type StaleUploadOutcome<F> = "deleted" | "missing" | "unconfigured" | "vanished" | { readonly failed: F }
+
+/** A step's outcomes as the run's summary counts them. */
+export interface StepTally<F> {
+  readonly deleted: number
+  readonly skippedNoStore: number
+  readonly vanished: number
+  readonly failed: ReadonlyArray<F>
+}
+
+export const tallyOutcomes = <F>(outcomes: ReadonlyArray<StaleUploadOutcome<F>>): StepTally<F> => {
+  let deleted = 0
+  let skippedNoStore = 0
+  let vanished = 0
+  const failed: Array<F> = []
+  for (const outcome of outcomes) {
+    if (outcome === "deleted" || outcome === "missing") deleted++
+    else if (outcome === "unconfigured") skippedNoStore++
+    else if (outcome === "vanished") vanished++
+    else failed.push(outcome.failed)
+  }
+  return { deleted, skippedNoStore, vanished, failed }
+}

@@ -77,6 +77,27 @@ export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
   epoch: Schema.Number
 }) {}
 
+/**
+ * Why a fenced write may not happen: the lease is no longer ours (LeaseLost: stop for good), or its
+ * store could not be read (RedisError: the lease is unknown, so nothing is written; transient, so
+ * the run guard retries the run, which checks again).
+ */
+export type FenceError = LeaseLost | RedisError
+
+/**
+ * The row a single-row repair would write is locked by another open transaction (issue 18's
+ * progress guarantee): the write skipped it instead of waiting (`SKIP LOCKED`), nothing was
+ * written. Not transient for the run guard: the program counts it as skipped and goes on; the next
+ * run finds the row again once the lock is gone. `key` names the row (`build:123`).
+ */
+export class RowLocked extends Schema.TaggedError<RowLocked>()("RowLocked", {
+  key: Schema.String
+}) {
+  override get message() {
+    return `${this.key} is locked by another transaction; skipped, the next run retries it`
+  }
+}
+
 /** Configuration (environment) that cannot be used; names the variable. */
 export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
   variable: Schema.String,
@@ -88,6 +109,21 @@ export class UnknownBatch extends Schema.TaggedError<UnknownBatch>()("UnknownBat
   name: Schema.String,
   known: Schema.Array(Schema.String)
 }) {}
+
+/**
+ * A pause or resume whose BatchPaused / BatchResumed could not be written (the database refused).
+ * The event is the state every replica folds, so nothing was changed: answering success would be
+ * undone by the next refresh from the event log and never seen by the other replicas (issue 16).
+ */
+export class PauseNotRecorded extends Schema.TaggedError<PauseNotRecorded>()("PauseNotRecorded", {
+  batch: Schema.String,
+  action: Schema.Literals(["pause", "resume"]),
+  detail: Schema.String
+}) {
+  override get message() {
+    return `${this.action} of ${this.batch} could not be recorded, nothing changed: ${this.detail}`
+  }
+}
 
 /** A batch listed in SWEEPER_DISABLED_BATCHES, asked to run without `--force`. */
 export class BatchDisabled extends Schema.TaggedError<BatchDisabled>()("BatchDisabled", {

@@ -115,12 +115,40 @@ export class EventsPruned extends Schema.TaggedClass<EventsPruned>()("EventsPrun
   count: Schema.Number
 }) {}
 
+/**
+ * The health gate held the batch (SPEC §9): `signal` (a configuration key, or a Prometheus rule's
+ * name) read `value` (in its unit; null when unreadable and configured `onUnknown: "hold"`) past
+ * its stop `threshold`. One pair per hold, not per check.
+ */
+export class RepairHeld extends Schema.TaggedClass<RepairHeld>()("RepairHeld", {
+  batch: Schema.String,
+  signal: Schema.String,
+  value: Schema.NullOr(Schema.Number),
+  threshold: Schema.NullOr(Schema.Number),
+  /** The threshold as configured (`"8MB"`, `"3x"`, `"< 0.99"`). */
+  stop: Schema.optionalKey(Schema.String),
+  /** The unit of value and threshold (bytes, seconds, bytes/s, ratio, tables, value). */
+  unit: Schema.optionalKey(Schema.String),
+  /** Why the reading was unknown, when that is what held. */
+  unknown: Schema.optionalKey(Schema.String)
+}) {}
+
+/** The hold ended: the signal is at or under its resume threshold (or the run's budget ran out while held). */
+export class RepairReleased extends Schema.TaggedClass<RepairReleased>()("RepairReleased", {
+  batch: Schema.String,
+  signal: Schema.String,
+  heldMs: Schema.Number,
+  /** `budget`: the run's budget ended while held (the next tick carries on); absent: the signal recovered. */
+  reason: Schema.optionalKey(Schema.Literals(["budget"]))
+}) {}
+
 /** The stream of EventsPruned: the event log's own history. */
 export const RETENTION_STREAM = "retention:sweeper_events"
 
 export const DomainEvent = Schema.Union([
   RunStarted, RunFinished, TickMissed, BatchPaused, BatchResumed, LeaseLostEvent, BuildDropped, BuildDoomed, ExportJobFailed,
-  StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead, EventsPruned
+  StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead, EventsPruned,
+  RepairHeld, RepairReleased
 ])
 export type DomainEvent = typeof DomainEvent.Type
 export type EventType = DomainEvent["_tag"]
@@ -134,6 +162,8 @@ export const streamOf = (event: DomainEvent): string => {
     case "BatchPaused":
     case "BatchResumed":
     case "LeaseLost":
+    case "RepairHeld":
+    case "RepairReleased":
       return `batch:${event.batch}`
     case "BuildDropped":
     case "BuildDoomed":

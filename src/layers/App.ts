@@ -17,6 +17,7 @@ import type { ExportJobs } from "../services/ExportJobs.ts"
 import type { JobQueue } from "../services/JobQueue.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
 import type { Lease } from "../services/Lease.ts"
+import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
 import type { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import type { PlatformRecords } from "../services/PlatformRecords.ts"
@@ -26,6 +27,8 @@ import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "./Config.ts"
 import { EventLogSql } from "./EventLogSql.ts"
 import { EventRetentionSql } from "./EventRetentionSql.ts"
+import { HealthGateLive } from "./HealthGateLive.ts"
+import { HealthSignalsLive } from "./HealthSignalsLive.ts"
 import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { JobQueueRedis } from "./JobQueueRedis.ts"
 import { JobStatusRedis } from "./JobStatusRedis.ts"
@@ -38,6 +41,7 @@ import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
 import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
+import { MetricsPrometheus } from "./MetricsPrometheus.ts"
 import { migrateWith, pendingMigrations } from "./Migrations.ts"
 import { ObjectStorageAzure } from "./ObjectStorageAzure.ts"
 import { describeObjectStorage, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
@@ -48,9 +52,11 @@ import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
 import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
 import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
+// The registry imports only a type from this file, so the composition root may read it.
+import { batches } from "../programs/index.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits
+export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
@@ -168,12 +174,27 @@ export const describeBackends = (settings: SweeperSettings) => ({
 /** The three store URLs when Redis is configured (Config has checked each resolves). */
 export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> => Option.all(resolveStoreUrls(settings))
 
+/**
+ * The health gate (SPEC §9) when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
+ * batch in the registry, its signals read on the database and Redis stores configured here.
+ * Absent, both references keep their defaults (a gate that never holds, a report saying so).
+ */
+export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
+  Option.match(settings.health, {
+    onNone: () => Layer.empty,
+    onSome: (config) =>
+      HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(Layer.provide(HealthSignalsLive))
+  })
+
 /** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
 export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
-    return Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig).pipe(Layer.provideMerge(databaseLayer(settings, access)))
+    return healthLayer(settings).pipe(
+      Layer.provideMerge(Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig, MetricsPrometheus)),
+      Layer.provideMerge(databaseLayer(settings, access))
+    )
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */

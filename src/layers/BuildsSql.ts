@@ -11,8 +11,9 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
 import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../domain/Build.ts"
 import { BuildDoomed, BuildDropped } from "../domain/Events.ts"
+import { RowLocked } from "../domain/Errors.ts"
 import { retryOrDoom } from "./DropRetry.ts"
-import { Builds } from "../services/Builds.ts"
+import { Builds, type DropManyResult } from "../services/Builds.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
@@ -72,6 +73,13 @@ const pageRecordset = (sql: PgClient.PgClient, table: BuildsTable, builds: Reado
 /** `b.id = r.id [AND b.partition_id = r.partition_id]`: the page's rows matched by their whole key. */
 const keyJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
   sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
+
+/** `c.id = b.id [AND …]`: a row of the table matched to the claimed rows. */
+const claimedJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
+  sql.literal(table.key.map((column) => `c.${column} = b.${column}`).join(" AND "))
+
+/** `id[, partition_id]`: the primary key's columns. */
+const keyColumns = (sql: PgClient.PgClient, table: BuildsTable) => sql.literal(table.key.join(", "))
 
 const keyString = (table: BuildsTable, key: { readonly id: number | string; readonly partitionId?: number | string | undefined }) =>
   table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
@@ -144,7 +152,10 @@ export const BuildsSql = Layer.effect(
 
     /**
      * Fails a canceling build with `reason` and appends its event, in one fenced transaction.
-     * `lockVersion` set: optimistic (drop); undefined: only the status guard (doom).
+     * `lockVersion` set: optimistic (drop); undefined: only the status guard (doom). The row is
+     * claimed with `FOR UPDATE SKIP LOCKED` so a row another transaction holds is never waited for:
+     * then nothing changes and, if the row still matched the guard in this statement's snapshot,
+     * the build is RowLocked (the transaction, fence write included, rolls back).
      */
     const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
       const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
@@ -152,12 +163,22 @@ export const BuildsSql = Layer.effect(
       const at = DateTime.toDateUtc(now)
       return events.transaction(Effect.gen(function*() {
         yield* fenceWrite(sql)
-        const updated = yield* sql`
-          UPDATE ${sql(table.name)} SET status = 'failed', failure_reason = ${reason},
-            finished_at = ${at}, updated_at = ${at}, lock_version = lock_version + 1
-          WHERE ${keyMatch(sql, table, build)} AND status = 'canceling' ${lockGuard}
-          RETURNING id`
-        if (updated.length === 0) return false
+        const rows = yield* sql<{ readonly updated: string | number; readonly matched: boolean }>`
+          WITH claimed AS (
+            SELECT ${keyColumns(sql, table)} FROM ${sql(table.name)}
+            WHERE ${keyMatch(sql, table, build)} AND status = 'canceling' ${lockGuard}
+            FOR UPDATE SKIP LOCKED),
+          updated AS (
+            UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+              finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+            FROM claimed r WHERE ${keyJoin(sql, table)} AND b.status = 'canceling'
+            RETURNING b.id)
+          SELECT (SELECT count(*) FROM updated) AS updated,
+            EXISTS (SELECT FROM ${sql(table.name)} WHERE ${keyMatch(sql, table, build)} AND status = 'canceling' ${lockGuard}) AS matched`
+        if (Number(rows[0]!.updated) === 0) {
+          if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
+          return false
+        }
         const fields = {
           id: build.id,
           ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
@@ -177,9 +198,18 @@ export const BuildsSql = Layer.effect(
      * of it commits or none). A row that changed since it was read (status or lock_version) is not
      * in `dropped`: it stays as it is, gets no event, and the caller retries it on its own. Measured
      * against BEGIN, fence, UPDATE, INSERT, COMMIT as five round trips: see BENCHMARKS.md.
+     *
+     * The rows are claimed first with `FOR UPDATE SKIP LOCKED` (`claimed`), and only claimed rows
+     * are updated: a row held by another open transaction is passed over instead of waited for (a
+     * plain UPDATE waits for that transaction to end, however long: issue 18). `locked` tells those
+     * from lost races: page rows that still match their guard in the statement's snapshot but were
+     * not claimed. It is read only when fewer rows were claimed than the page holds (a one-time
+     * filter: PostgreSQL does not scan at all otherwise). A row changed and committed by another
+     * writer in the instant between the snapshot and the claim also lands in `locked`: skipped
+     * rather than retried, and the next run reads it as it is then.
      */
     const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
-      if (builds.length === 0) return []
+      if (builds.length === 0) return { dropped: [], locked: [] }
       const reason = FailureReason.stuck_or_timeout_failure
       const at = DateTime.toDateUtc(now)
       const recordset = pageRecordset(sql, table, builds)
@@ -195,21 +225,40 @@ export const BuildsSql = Layer.effect(
           failure_reason: reason
         })
       })), "dropped")
-      const rows = yield* sql<{ readonly fenced: string | number; readonly keys: ReadonlyArray<string> }>`
+      const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
+      const rows = yield* sql<{
+        readonly fenced: string | number
+        readonly keys: ReadonlyArray<string>
+        readonly locked: ReadonlyArray<string>
+      }>`
         WITH fenced AS (${fence.cte}),
+        page AS (SELECT * FROM ${recordset}),
+        claimed AS (
+          SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
+          WHERE b.status = 'canceling' AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
+          FOR UPDATE OF b SKIP LOCKED),
         dropped AS (
           UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
             finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
-          FROM ${recordset}
+          FROM claimed r
           WHERE ${keyJoin(sql, table)} AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
-            AND EXISTS (SELECT FROM fenced)
           RETURNING ${key} AS key),
-        logged AS (${events})
-        SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys`
+        logged AS (${events}),
+        locked AS (
+          SELECT ${key} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
+          WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)
+            AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
+            AND NOT EXISTS (SELECT FROM claimed c WHERE ${claimedJoin(sql, table)}))
+        SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
+          (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
       if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
       const won = new Set(rows[0]!.keys)
+      const held = new Set(rows[0]!.locked)
       // In page order, as the keyset read them.
-      return builds.filter((build) => won.has(keyString(table, build)))
+      return {
+        dropped: builds.filter((build) => won.has(keyString(table, build))),
+        locked: builds.filter((build) => held.has(keyString(table, build)))
+      } satisfies DropManyResult
     })
 
     const revisitWritten = Effect.fn("Builds.revisitWritten")(function*(from: {

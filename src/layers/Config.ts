@@ -6,17 +6,14 @@
 import { Config, ConfigProvider, Context, type Cron, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaTransformation } from "effect"
 import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
+import type { ConcurrencyLimitSetting } from "../domain/ConcurrencyLimit.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
+import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
 import { parseRedisUrl } from "./Redis.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
-
-export interface ConcurrencyLimitSetting {
-  readonly limit: number
-  readonly queue: string
-}
 
 export interface SweeperSettings {
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
@@ -44,6 +41,8 @@ export interface SweeperSettings {
   readonly dropBatchSize: number
   /** `SWEEPER_EVENT_RETENTION`: events older than this are pruned (prune-events, `sweeper events prune`). */
   readonly eventRetention: Duration.Duration
+  /** `SWEEPER_HEALTH`: the health gate's signals and thresholds (SPEC §9); none = no gate. */
+  readonly health: Option.Option<HealthConfig>
 }
 
 export interface RedisStoreUrlSettings {
@@ -179,7 +178,8 @@ const settings = Config.all({
     Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))),
     "SWEEPER_DROP_BATCH_SIZE"
   ).pipe(Config.withDefault(DROP_BATCH_SIZE)),
-  eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(Config.withDefault(EVENT_RETENTION))
+  eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(Config.withDefault(EVENT_RETENTION)),
+  health: Config.option(Config.schema(HealthJson, "SWEEPER_HEALTH"))
 })
 
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
@@ -270,6 +270,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       schema: Option.none(),
       dropBatchSize: DROP_BATCH_SIZE,
       eventRetention: EVENT_RETENTION,
+      health: Option.none(),
       ...overrides
     })
 }

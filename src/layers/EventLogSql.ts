@@ -5,7 +5,8 @@ import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../domain/
 import { CurrentRun } from "../domain/Batch.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 
-interface EventRow {
+/** A `sweeper_events` row as PostgreSQL returns it (bigserial ids may come back as strings). */
+export interface EventRow {
   readonly id: string | number
   readonly stream: string
   readonly type: string
@@ -13,6 +14,15 @@ interface EventRow {
   readonly run_id: string | null
   readonly occurred_at: Date
 }
+
+export const storedEvent = (row: EventRow): StoredEvent => ({
+  id: Number(row.id),
+  stream: row.stream,
+  type: row.type,
+  data: row.data,
+  runId: row.run_id,
+  occurredAt: row.occurred_at
+})
 
 /**
  * A repair page's events as a data-modifying CTE body, for a page written in ONE statement: every
@@ -74,14 +84,7 @@ export const EventLogSql = Layer.effect(
       const order = filter.newestFirst === true ? sql`ORDER BY id DESC` : sql`ORDER BY id`
       const limit = filter.limit !== undefined ? sql`LIMIT ${filter.limit}` : sql``
       const rows = yield* sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events ${where} ${order} ${limit}`
-      return rows.map((row): StoredEvent => ({
-        id: Number(row.id),
-        stream: row.stream,
-        type: row.type,
-        data: row.data,
-        runId: row.run_id,
-        occurredAt: row.occurred_at
-      }))
+      return rows.map(storedEvent)
     })
     return EventLog.of({ append, appendAll, query, transaction: sql.withTransaction })
   })

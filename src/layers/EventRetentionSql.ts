@@ -88,12 +88,20 @@ export const EventRetentionSql = Layer.effect(
       prunePage: Effect.fn("EventRetention.prunePage")(function*(before: Date, kept: ReadonlyArray<number>, limit: number) {
         return yield* events.transaction(Effect.gen(function*() {
           yield* fenceWrite(sql)
-          const rows = yield* sql<{ n: string | number }>`
-            WITH gone AS (DELETE FROM sweeper_events WHERE id IN (${prunePageQuery(sql, before, kept, limit)}) RETURNING 1)
-            SELECT count(*) AS n FROM gone`
+          // The page's rows are claimed FOR UPDATE SKIP LOCKED so a row another open transaction
+          // holds (an operator's session, a stale replica's prune) is passed over, not waited for
+          // with the fence row held (issue 18); the page fills up with the next rows instead.
+          // `locked`: the rows the same window read without locking has and the claim has not.
+          const rows = yield* sql<{ n: string | number; locked: ReadonlyArray<number | string> }>`
+            WITH page AS (${prunePageQuery(sql, before, kept, limit)} FOR UPDATE SKIP LOCKED),
+            gone AS (DELETE FROM sweeper_events WHERE id IN (SELECT id FROM page) RETURNING 1),
+            locked AS (
+              SELECT s.id FROM (${prunePageQuery(sql, before, kept, limit)}) s
+              WHERE s.id NOT IN (SELECT id FROM page))
+            SELECT (SELECT count(*) FROM gone) AS n, (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
           const count = Number(rows[0]?.n ?? 0)
           if (count > 0) yield* events.append(new EventsPruned({ before: before.toISOString(), count }))
-          return count
+          return { pruned: count, locked: (rows[0]?.locked ?? []).map(Number) }
         }))
       })
     })

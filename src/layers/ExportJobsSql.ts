@@ -3,7 +3,7 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
 import { type EnqueuedExportJob, ExportJobStatus } from "../domain/ExportJob.ts"
 import { ExportJobFailed } from "../domain/Events.ts"
-import { ExportJobs } from "../services/ExportJobs.ts"
+import { ExportJobs, type FailManyResult } from "../services/ExportJobs.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte } from "./Fencing.ts"
 
@@ -71,8 +71,12 @@ export const ExportJobsSql = Layer.effect(
     // (the slice as one jsonb parameter: id and jid read per row, so one statement whatever the
     // slice size, far from PostgreSQL's 65,535-parameter limit) and the INSERT of the events of
     // exactly the rows it changed, as data-modifying CTEs of a single autocommitted statement.
+    // The rows are claimed FOR UPDATE SKIP LOCKED first and only claimed rows are updated, so a row
+    // another open transaction holds is passed over rather than waited for (issue 18); `locked`
+    // names those that still match their guard in the statement's snapshot (read only when fewer
+    // were claimed than the slice holds), as BuildsSql.dropMany does.
     const failMany = Effect.fn("ExportJobs.failMany")(function*(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc) {
-      if (jobs.length === 0) return []
+      if (jobs.length === 0) return { failed: [], locked: [] }
       const fence = yield* fencedCte(sql)
       const read = jobs.map((job) => ({ id: job.id, jid: job.jid }))
       const events = yield* eventsForWrittenCte(
@@ -83,18 +87,33 @@ export const ExportJobsSql = Layer.effect(
         })),
         "failed"
       )
-      const rows = yield* sql<{ readonly fenced: string | number; readonly failed: ReadonlyArray<FailedRow> }>`
+      const rows = yield* sql<{
+        readonly fenced: string | number
+        readonly failed: ReadonlyArray<FailedRow>
+        readonly locked: ReadonlyArray<number>
+      }>`
         WITH fenced AS (${fence.cte}),
+        slice AS (SELECT * FROM jsonb_to_recordset(${sql.json(read)}) AS r(id bigint, jid text)),
+        claimed AS (
+          SELECT j.id, j.jid FROM project_export_jobs j JOIN slice r ON j.id = r.id
+          WHERE j.jid = r.jid AND j.status IN (${queued}, ${started}) AND EXISTS (SELECT FROM fenced)
+          FOR UPDATE OF j SKIP LOCKED),
         failed AS (
           UPDATE project_export_jobs j SET status = ${ExportJobStatus.failed}, updated_at = ${DateTime.toDateUtc(now)}
-          FROM jsonb_to_recordset(${sql.json(read)}) AS r(id bigint, jid text)
-          WHERE j.id = r.id AND j.jid = r.jid AND j.status IN (${queued}, ${started}) AND EXISTS (SELECT FROM fenced)
+          FROM claimed r
+          WHERE j.id = r.id AND j.jid = r.jid AND j.status IN (${queued}, ${started})
           RETURNING j.id, j.jid, j.id::text AS key),
-        logged AS (${events})
+        logged AS (${events}),
+        locked AS (
+          SELECT j.id FROM project_export_jobs j JOIN slice r ON j.id = r.id
+          WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM slice) AND EXISTS (SELECT FROM fenced)
+            AND j.jid = r.jid AND j.status IN (${queued}, ${started})
+            AND NOT EXISTS (SELECT FROM claimed c WHERE c.id = j.id))
         SELECT (SELECT count(*) FROM fenced) AS fenced,
-          (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'jid', jid) ORDER BY id), '[]') FROM failed) AS failed`
+          (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'jid', jid) ORDER BY id), '[]') FROM failed) AS failed,
+          (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
       if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
-      return rows[0]!.failed.map((row) => row.jid)
+      return { failed: rows[0]!.failed.map((row) => row.jid), locked: rows[0]!.locked.map(Number) } satisfies FailManyResult
     })
 
     return ExportJobs.of({ listEnqueued, findEnqueued, failMany })

@@ -5,20 +5,36 @@
  * without a lease (no fence in CurrentRun) write unfenced.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Option } from "effect"
+import { Duration, Effect, Option } from "effect"
 import { CurrentRun } from "../domain/Batch.ts"
 import { LeaseLost } from "../domain/Errors.ts"
+
+/**
+ * The longest a fence write waits for the lease's fence row (issue 18's progress guarantee). Only
+ * writers of the same lease lock that row, each for one statement or one short transaction that
+ * waits on nothing else (their row writes skip locked rows), so a wait past this means another
+ * holder's connection hangs mid-transaction (a stopped process, a partition): the write fails with
+ * PostgreSQL's lock timeout (55P03, retried by the run guard as transient, within its budget)
+ * instead of waiting until that connection dies. Set with `set_config(…, true)` in the statement
+ * itself, so it lasts for the write's own transaction and costs no round trip.
+ */
+export const FENCE_LOCK_TIMEOUT = Duration.seconds(5)
+
+/** `INSERT … SELECT lease, epoch FROM (set_config lock_timeout)`: the fence upsert, bounded. */
+const fenceUpsert = (sql: PgClient.PgClient, lease: string, epoch: number) =>
+  sql`INSERT INTO sweeper_lease_fences (name, epoch)
+    SELECT ${lease}::text, ${epoch}::bigint
+    FROM (SELECT set_config('lock_timeout', ${`${Duration.toMillis(FENCE_LOCK_TIMEOUT)}ms`}, true)) AS bounded
+    ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
+    WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
+    RETURNING epoch`
 
 export const fenceWrite = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
   const run = yield* CurrentRun
   if (Option.isNone(run.fence)) return
   const { lease, epoch } = run.fence.value
   yield* run.fence.value.check
-  const accepted = yield* sql`
-    INSERT INTO sweeper_lease_fences (name, epoch) VALUES (${lease}, ${epoch})
-    ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
-    WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
-    RETURNING epoch`
+  const accepted = yield* fenceUpsert(sql, lease, epoch)
   if (accepted.length === 0) return yield* new LeaseLost({ lease, epoch })
 })
 
@@ -36,10 +52,7 @@ export const fencedCte = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
   const { lease, epoch } = run.fence.value
   yield* run.fence.value.check
   return {
-    cte: sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES (${lease}, ${epoch})
-      ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
-      WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
-      RETURNING epoch`,
+    cte: fenceUpsert(sql, lease, epoch),
     lost: Option.some(new LeaseLost({ lease, epoch }))
   }
 })

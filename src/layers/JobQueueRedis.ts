@@ -21,7 +21,8 @@ import { Effect, Layer, Schema } from "effect"
 import type { Result } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, QUEUES_SET, queueKey } from "../domain/Sidekiq.ts"
-import { type ClaimHolder, JobQueue, makeJobQueue, type PreparedJob } from "../services/JobQueue.ts"
+import { JobQueue } from "../services/JobQueue.ts"
+import { type ClaimHolder, makeJobQueue, type PreparedJob } from "./JobQueueShared.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "./Redis.ts"
 
 declare module "ioredis" {

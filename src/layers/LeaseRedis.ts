@@ -1,7 +1,8 @@
 /** Lease on real Redis: acquisition, renewal and release are single Lua scripts (compare-and-act). */
 import { Duration, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { EPOCH_TTL_SECONDS, epochKey, Lease, leaseKey, type LeaseHandle } from "../services/Lease.ts"
+import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../domain/Lease.ts"
+import { Lease, type LeaseHandle } from "../services/Lease.ts"
 import { SharedStateRedis } from "./Redis.ts"
 
 // SET NX EX exactly as GitLab's ExclusiveLease, plus a fencing epoch taken in the same step:

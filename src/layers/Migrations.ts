@@ -169,11 +169,69 @@ const retentionIndexes = Effect.gen(function*() {
   yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_batch_streams ON sweeper_events (stream, id) WHERE stream LIKE 'batch:%'`
 })
 
+/**
+ * The console (issue 19). Two reads must stay fast on a ledger of millions of events:
+ * - a run's repairs, paged with a keyset (`run_id = $1 AND id > $after ORDER BY id LIMIT n`): the
+ *   index on (run_id) alone orders ties by heap position, so paging would sort the whole run;
+ *   (run_id, id) walks straight to the page.
+ * - a batch's history (repairs per run, duration, outcome over 30 days): one row per run in
+ *   `sweeper_runs`, kept by a statement-level trigger on sweeper_events. Counting a run's repairs
+ *   from the events at view time would read every repair event in the range (millions for an
+ *   every-minute batch); the trigger adds one GROUP BY over the statement's new rows, and the repair
+ *   pages already insert their events in one statement, so it runs once per page, not per event.
+ *   Backfilled from the events already there. Pruned events leave their run's row (a few bytes).
+ */
+/** Each run's row of sweeper_runs from a set of events: the trigger's new rows, or the whole ledger (backfill). */
+const runsRollupOf = (events: "sweeper_new_events" | "sweeper_events") => `SELECT run_id,
+    max(substr(stream, 7)) FILTER (WHERE type IN ('RunStarted', 'RunFinished')),
+    min(occurred_at) FILTER (WHERE type = 'RunStarted'),
+    max(occurred_at) FILTER (WHERE type = 'RunFinished'),
+    max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
+    (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
+    count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
+  FROM ${events} WHERE run_id IS NOT NULL GROUP BY run_id`
+
+const consoleRollup = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_run_id_and_id ON sweeper_events (run_id, id) WHERE run_id IS NOT NULL`
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_runs (
+    run_id uuid PRIMARY KEY,
+    batch text,
+    started_at timestamptz,
+    finished_at timestamptz,
+    outcome text,
+    duration_ms bigint,
+    repairs bigint NOT NULL DEFAULT 0
+  )`
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_runs_on_batch_and_finished_at ON sweeper_runs (batch, finished_at)`
+  yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sweeper_runs_rollup() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  INSERT INTO sweeper_runs AS r (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
+  ${runsRollupOf("sweeper_new_events")}
+  ON CONFLICT (run_id) DO UPDATE SET
+    batch = coalesce(r.batch, excluded.batch),
+    started_at = coalesce(r.started_at, excluded.started_at),
+    finished_at = coalesce(excluded.finished_at, r.finished_at),
+    outcome = coalesce(excluded.outcome, r.outcome),
+    duration_ms = coalesce(excluded.duration_ms, r.duration_ms),
+    repairs = r.repairs + excluded.repairs;
+  RETURN NULL;
+END
+$fn$`)
+  yield* sql`DROP TRIGGER IF EXISTS sweeper_runs_rollup ON sweeper_events`
+  yield* sql.unsafe(`CREATE TRIGGER sweeper_runs_rollup AFTER INSERT ON sweeper_events
+    REFERENCING NEW TABLE AS sweeper_new_events FOR EACH STATEMENT EXECUTE FUNCTION sweeper_runs_rollup()`)
+  yield* sql.unsafe(`INSERT INTO sweeper_runs (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
+    ${runsRollupOf("sweeper_events")}
+    ON CONFLICT (run_id) DO NOTHING`)
+})
+
 const ALL = {
   "0001_platform_tables": platformTables,
   "0002_sweeper_tables": sweeperTables,
   "0003_schema_ownership": ownershipRecord,
-  "0004_event_retention_indexes": retentionIndexes
+  "0004_event_retention_indexes": retentionIndexes,
+  "0005_console_rollup": consoleRollup
 } as const
 
 /** The migrations of a mode: gitlab mode never gets the platform tables. */

@@ -274,5 +274,7 @@ export const ConcurrencyLimitResume = {
   cron: "* * * * *",
   budget: RUN_BUDGET,
   lease: Option.none(),
+  // The deferred lists (SharedState), trackers and reserved slots (QueuesMetadata), each worker's queue.
+  writes: { tables: ["sweeper_events"], redisStores: ["sharedState", "queuesMetadata", "queues"], concurrencyLimitQueues: true },
   run: run()
 } satisfies Batch<ConcurrencyLimitResumeSummary, unknown, unknown>

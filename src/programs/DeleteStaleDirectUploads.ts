@@ -25,7 +25,9 @@ import {
   parseEntry,
   type PendingDirectUpload,
   type RawPendingEntry,
-  SCAN_PAGE_SIZE
+  SCAN_PAGE_SIZE,
+  type StaleUploadOutcome,
+  tallyOutcomes
 } from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
 import { StaleDirectUploadDeleted } from "../domain/Events.ts"
@@ -37,10 +39,11 @@ import {
   directUploadsInvalidEntriesTotal,
   directUploadsPending,
   directUploadsSkippedNoStoreTotal,
+  directUploadsVanishedTotal,
   increment,
   setGauge
 } from "../services/Metrics.ts"
-import { type DeleteOutcome, ObjectStorage } from "../services/ObjectStorage.ts"
+import { ObjectStorage } from "../services/ObjectStorage.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 
 export interface DeleteStaleDirectUploadsSummary extends Held {
@@ -51,6 +54,8 @@ export interface DeleteStaleDirectUploadsSummary extends Held {
   readonly failedDeletes: number
   /** Stale entries of a location with no object store configured: field removed, no object deleted. */
   readonly skippedNoStore: number
+  /** Stale entries gone or re-registered between the read and the repair: neither removed nor recorded. */
+  readonly vanished: number
 }
 
 /** How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a page: five steps to full pages where doubling took thirteen). */
@@ -61,7 +66,7 @@ const LOG_SAMPLE_SIZE = 5
 const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
 
 /** What became of one stale upload in a page's repair. */
-type Repaired = DeleteOutcome | "vanished" | { readonly failed: ObjectStorageError }
+type Repaired = StaleUploadOutcome<ObjectStorageError>
 
 /**
  * Repairs a slice of stale uploads in page-sized steps, in the order that loses nothing:
@@ -130,9 +135,9 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const counts = { invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0 }
 
   // Walks the hash in steps that grow (1, 8, 64, 512, 4096, a page: see `growingSteps`).
-  const { totals: { totalDeletedStaleEntries }, stop, heldMs, heldBy } = yield* growingSteps({
+  const { totals: { totalDeletedStaleEntries, vanished }, stop, heldMs, heldBy } = yield* growingSteps({
     batch: NAME, budget: MAX_EXEC_DURATION, source: pending.scan(), growth: { first: 1, factor: STEP_GROWTH, max: SCAN_PAGE_SIZE },
-    initial: { totalDeletedStaleEntries: 0 },
+    initial: { totalDeletedStaleEntries: 0, vanished: 0 },
     unit: {
       plan: (slice: ReadonlyArray<RawPendingEntry>) => Effect.succeed(slice.flatMap((raw) => {
         const parsed = parseEntry(raw)
@@ -144,18 +149,15 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
       dry: (stale) => {
         const noStore = stale.filter((upload) => !storage.hasStore(upload.location)).length
         counts.skippedNoStore += noStore
-        return { totalDeletedStaleEntries: stale.length - noStore }
+        return { totalDeletedStaleEntries: stale.length - noStore, vanished: 0 }
       },
       write: (stale, commit) => Effect.gen(function*() {
-        let deleted = 0
-        for (const outcome of yield* repairAll(stale)) {
-          // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
-          if (outcome === "deleted" || outcome === "missing") deleted++
-          else if (outcome === "unconfigured") counts.skippedNoStore++
-          else if (typeof outcome === "object" && counts.failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(outcome.failed)
-        }
-        // The step is done (its fields are gone): a retried attempt will not see these entries again.
-        if (deleted > 0) yield* commit({ totalDeletedStaleEntries: deleted })
+        // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+        const tally = tallyOutcomes(yield* repairAll(stale))
+        counts.skippedNoStore += tally.skippedNoStore
+        for (const failure of tally.failed) if (counts.failedDeletes++ < LOG_SAMPLE_SIZE) failures.push(failure)
+        // The step is done (its fields are gone or not ours): a retried attempt will not see these again.
+        if (tally.deleted + tally.vanished > 0) yield* commit({ totalDeletedStaleEntries: tally.deleted, vanished: tally.vanished })
       })
     }
   })
@@ -169,12 +171,13 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     yield* increment(directUploadsInvalidEntriesTotal, invalidEntries)
     yield* increment(directUploadsFailedDeletesTotal, failedDeletes)
     yield* increment(directUploadsSkippedNoStoreTotal, skippedNoStore)
+    yield* increment(directUploadsVanishedTotal, vanished)
   }
   yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
     total_pending_entries: totalPendingEntries, total_deleted_stale_entries: totalDeletedStaleEntries, execution_timeout: executionTimeout,
-    invalid_entries: invalidEntries, failed_deletes: failedDeletes, skipped_no_store: skippedNoStore, dry_run: dryRun
+    invalid_entries: invalidEntries, failed_deletes: failedDeletes, skipped_no_store: skippedNoStore, vanished, dry_run: dryRun
   }))
-  return { totalPendingEntries, totalDeletedStaleEntries, executionTimeout, ...counts, heldMs, heldBy } satisfies DeleteStaleDirectUploadsSummary
+  return { totalPendingEntries, totalDeletedStaleEntries, executionTimeout, ...counts, vanished, heldMs, heldBy } satisfies DeleteStaleDirectUploadsSummary
 })
 
 export const DeleteStaleDirectUploads = {
@@ -186,5 +189,6 @@ export const DeleteStaleDirectUploads = {
   // GitLab relies on deduplicate :until_executed; the scheduler's single flight covers overlap.
   // Single flight cluster-wide (SPEC §3): a run past its 6 min tick must not overlap the next one.
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
+  writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
   run: run()
 } satisfies Batch<DeleteStaleDirectUploadsSummary, unknown, unknown>

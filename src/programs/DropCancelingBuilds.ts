@@ -4,7 +4,9 @@
  * and updated_at both) are failed with stuck_or_timeout_failure, a keyset page (100 by default,
  * `SWEEPER_DROP_BATCH_SIZE`) at a time, each page in one fenced transaction. A build whose row
  * keeps changing under us (optimistic lock conflicts) is retried on its own, then doomed as
- * data_integrity_failure so it cannot stay stuck forever (`Builds.retryOrDoom`).
+ * data_integrity_failure so it cannot stay stuck forever (`Builds.retryOrDoom`). A build whose row
+ * another open transaction holds is skipped, never waited for (issue 18: a page must not stall on
+ * it): counted in `skippedLocked`, logged once per page with its ids, and found again by the next run.
  *
  * Paging, read-ahead, the revisit walk of committed pages, budget, gate and dry run are the repair
  * loop's (runtime/RepairLoop.ts `keysetPages`).
@@ -24,6 +26,8 @@ export interface DropCancelingBuildsSummary extends Held {
   readonly dropped: number
   readonly doomed: number
   readonly batches: number
+  /** Builds passed over because another open transaction held their row; the next run retries them. */
+  readonly skippedLocked: number
 }
 
 const NAME = "drop-canceling-builds"
@@ -37,34 +41,45 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   yield* Effect.logInfo("Cleaning canceling, timed-out builds")
   const cutoff = cancelingCutoff(now)
 
-  // Attempt 1 for the whole page in one transaction; the rows that lost the race one by one.
-  const dropPage = (page: ReadonlyArray<CancelingBuild>, commit: (c: { dropped: number; doomed: number }) => Effect.Effect<void>) =>
+  // Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. Rows
+  // another transaction holds (in the page write or in a retry) are skipped and logged once.
+  const dropPage = (page: ReadonlyArray<CancelingBuild>, commit: (c: { dropped: number; doomed: number; skippedLocked: number }) => Effect.Effect<void>) =>
     Effect.gen(function*() {
       for (const build of page) yield* Effect.logInfo(DROPPING_MESSAGE, droppingFields(build, 1))
-      const won = new Set(yield* builds.dropMany(page, yield* DateTime.now))
-      yield* commit({ dropped: won.size, doomed: 0 })
-      for (const lost of page.filter((build) => !won.has(build))) {
+      const written = yield* builds.dropMany(page, yield* DateTime.now)
+      const won = new Set(written.dropped)
+      const skipped = new Set(written.locked)
+      yield* commit({ dropped: won.size, doomed: 0, skippedLocked: skipped.size })
+      for (const lost of page.filter((build) => !won.has(build) && !skipped.has(build))) {
         const outcome = yield* builds.retryOrDoom(lost, now)
-        yield* commit({ dropped: outcome === "dropped" ? 1 : 0, doomed: outcome === "doomed" ? 1 : 0 })
+        if (outcome === "locked") skipped.add(lost)
+        yield* commit({ dropped: outcome === "dropped" ? 1 : 0, doomed: outcome === "doomed" ? 1 : 0, skippedLocked: outcome === "locked" ? 1 : 0 })
+      }
+      // Info, not Warn: the logger keeps one warning per message per run, and every page says its own.
+      if (skipped.size > 0) {
+        yield* Effect.logInfo("Skipped builds locked by another transaction", {
+          build_ids: [...skipped].map((build) => build.id),
+          count: skipped.size
+        })
       }
     })
 
-  const { totals: { dropped, doomed }, units: batches, heldMs, heldBy } = yield* keysetPages({
+  const { totals: { dropped, doomed, skippedLocked }, units: batches, heldMs, heldBy } = yield* keysetPages({
     batch: NAME,
     budget: BUDGET,
-    initial: { dropped: 0, doomed: 0 },
+    initial: { dropped: 0, doomed: 0, skippedLocked: 0 },
     size,
     read: (after) => builds.findStuckCanceling({ cutoff, after, limit: size }),
     cursor: cursorOf,
     revisit: (after) => builds.revisitWritten({ cutoff, after }),
-    unit: { target: (build) => `build:${build.id}`, dry: (page) => ({ dropped: page.length, doomed: 0 }), write: dropPage, fence: false }
+    unit: { target: (build) => `build:${build.id}`, dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }), write: dropPage, fence: false }
   })
 
   if (!dryRun) {
     yield* increment(buildsDroppedTotal, dropped)
     yield* increment(buildsDoomedTotal, doomed)
   }
-  return { dropped, doomed, batches, heldMs, heldBy } satisfies DropCancelingBuildsSummary
+  return { dropped, doomed, batches, skippedLocked, heldMs, heldBy } satisfies DropCancelingBuildsSummary
 })
 
 export const DropCancelingBuilds = {
@@ -74,5 +89,7 @@ export const DropCancelingBuilds = {
   cron: "45 * * * *",
   budget: BUDGET,
   lease: Option.some({ name: "ci/stuck_builds/drop_canceling_worker", ttl: Duration.minutes(30) }),
+  // ci_builds, or GitLab's partitioned p_ci_builds; each build's event in sweeper_events.
+  writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
   run: run()
 } satisfies Batch<DropCancelingBuildsSummary, unknown, unknown>

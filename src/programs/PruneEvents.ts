@@ -28,6 +28,8 @@ export interface PruneEventsSummary extends Held {
   readonly pages: number
   /** The budget ran out (or the health gate held past it) with events still to prune; the next run carries on. */
   readonly executionTimeout: boolean
+  /** Prunable events passed over because another open transaction held their row; the next run retries them. */
+  readonly skippedLocked: number
 }
 
 /** The run's default budget: a daily batch has all night, but never holds its lease for long. */
@@ -46,6 +48,8 @@ const run = Effect.fn("PruneEvents.run")(function*() {
 
   // A page at a time, each its own fenced transaction, until a short page or the budget (a page is
   // a second or so, so the run ends within a page of its budget; the next daily run carries on).
+  // Held rows are met again by every later page (they are the oldest): counted once each.
+  const held = new Set<number>()
   const { totals: { pruned, pages }, stop, heldMs, heldBy } = yield* repeatUntilDone({
     batch: NAME,
     budget: PRUNE_BUDGET,
@@ -54,7 +58,12 @@ const run = Effect.fn("PruneEvents.run")(function*() {
     dry: Effect.map(retention.countPrunable(cutoff, kept), (pruned) => ({ pruned, pages: 0 })),
     write: (commit) =>
       Effect.gen(function*() {
-        const count = yield* retention.prunePage(cutoff, kept, pageSize)
+        const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)
+        const newlyHeld = locked.filter((id) => !held.has(id))
+        if (newlyHeld.length > 0) {
+          newlyHeld.forEach((id) => held.add(id))
+          yield* Effect.logInfo("Skipped events locked by another transaction", { event_ids: newlyHeld, count: newlyHeld.length })
+        }
         if (count === 0) return false
         yield* commit({ pruned: count, pages: 1 })
         yield* increment(eventsPrunedTotal, count)
@@ -63,9 +72,10 @@ const run = Effect.fn("PruneEvents.run")(function*() {
   })
   const keptForState = kept.length
   const executionTimeout = stop !== "done"
+  const skippedLocked = held.size
   if (dryRun) yield* Effect.logInfo("Would prune events").pipe(Effect.annotateLogs({ before, pruned, kept_for_state: keptForState }))
-  else yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: keptForState, execution_timeout: executionTimeout }))
-  return { before, pruned, keptForState, pages, executionTimeout, heldMs, heldBy } satisfies PruneEventsSummary
+  else yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: keptForState, execution_timeout: executionTimeout, skipped_locked: skippedLocked }))
+  return { before, pruned, keptForState, pages, executionTimeout, skippedLocked, heldMs, heldBy } satisfies PruneEventsSummary
 })
 
 export const PruneEvents = {
@@ -76,5 +86,7 @@ export const PruneEvents = {
   cron: "17 3 * * *",
   budget: PRUNE_BUDGET,
   lease: Option.some({ name: "sweeper/prune_events", ttl: Duration.minutes(15) }),
+  // A large prune is a WAL burst too.
+  writes: { tables: ["sweeper_events"] },
   run: run()
 } satisfies Batch<PruneEventsSummary, unknown, unknown>

@@ -152,5 +152,7 @@ export const RescheduleStuckIssueRebalances = {
   budget: BUDGET,
   // No overlapping runs, including scheduled ones (SPEC §4).
   lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
+  // Pushes Issues::RebalancingWorker (Queues) with its duplicate-job keys (QueuesMetadata).
+  writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [REBALANCING_QUEUE] },
   run: run()
 } satisfies Batch<RescheduleStuckIssueRebalancesSummary, unknown, unknown>

@@ -10,6 +10,8 @@
  * is guarded by status and jid as well, so a job that finishes or is re-enqueued in the last
  * instant is never overwritten. Parallel exports (with relation exports) keep running in other
  * workers after the main worker completes, so they get EXPORT_JOBS_EXPIRATION (6 h) first.
+ * A job whose row another open transaction holds is skipped rather than waited for (issue 18):
+ * counted in `skippedLocked`, logged with its id, found again by the next run.
  */
 import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
@@ -31,6 +33,8 @@ export interface StuckExportJobsSummary extends Held {
   readonly skippedParallel: number
   /** Re-enqueued with a new jid since the look-up, left alone. */
   readonly skippedRequeued: number
+  /** Passed over because another open transaction held their row; the next run retries them. */
+  readonly skippedLocked: number
   /** The first 100 failed jids (`failed` counts them all; each has its ExportJobFailed event). */
   readonly failedJids: ReadonlyArray<string>
 }
@@ -46,7 +50,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
 
   const enqueued = yield* exportJobs.listEnqueued
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
-  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0 }
+  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0 }
   if (completedJids.length === 0) return { ...counts, failed: 0, failedJids: [], ...NOT_HELD } satisfies StuckExportJobsSummary
   const completed = new Set(completedJids)
   const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
@@ -56,19 +60,21 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   // here), decide, then one statement: a guarded set-based UPDATE and the slice's events. Two
   // slices are in flight at once, on two pooled connections (they share no row), so one slice's
   // re-read overlaps the other's write; totals in slice order whatever order they finish in.
-  const { totals: { failed, failedJids }, heldMs, heldBy } = yield* each({
+  // A job another open transaction holds is skipped, logged with its id (issue 18).
+  const { totals: { failed, failedJids, skippedLocked }, heldMs, heldBy } = yield* each({
     batch: NAME, budget: BUDGET, concurrency: 2,
-    initial: { failed: 0, failedJids: [] as ReadonlyArray<string> }, inputs: Arr.chunksOf(completedIds, FAIL_SLICE),
+    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 }, inputs: Arr.chunksOf(completedIds, FAIL_SLICE),
     unit: {
       plan: (ids: ReadonlyArray<number>) => Effect.map(exportJobs.findEnqueued(ids), (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))),
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
-      dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid) }),
+      dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid), skippedLocked: 0 }),
       fence: false, // failMany fences its own statement
       write: (toFail, commit) =>
         Effect.gen(function*() {
-          const done = yield* exportJobs.failMany(toFail, yield* DateTime.now)
-          yield* commit({ failed: done.length, failedJids: capped(done) })
-          const changed = toFail.filter((job) => !done.includes(job.jid)).map((job) => job.id)
+          const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+          yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
+          if (locked.length > 0) yield* Effect.logInfo("Export jobs locked by another transaction, skipped").pipe(Effect.annotateLogs({ export_job_ids: capped(locked), count: locked.length }))
+          const changed = toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
           if (changed.length > 0) yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(Effect.annotateLogs({ export_job_ids: capped(changed), count: changed.length }))
         })
     }
@@ -76,7 +82,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
 
   yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(Effect.annotateLogs({ jids: failedJids, failed }))
   if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failed)
-  return { ...counts, failed, failedJids, heldMs, heldBy } satisfies StuckExportJobsSummary
+  return { ...counts, failed, failedJids, skippedLocked, heldMs, heldBy } satisfies StuckExportJobsSummary
 })
 
 export const StuckExportJobs = {
@@ -86,5 +92,6 @@ export const StuckExportJobs = {
   cron: "30 * * * *",
   budget: BUDGET,
   lease: Option.none(),
+  writes: { tables: ["project_export_jobs", "sweeper_events"] },
   run: run()
 } satisfies Batch<StuckExportJobsSummary, unknown, unknown>

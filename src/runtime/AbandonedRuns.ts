@@ -9,7 +9,7 @@ import { type Batch, CurrentRun, HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import { abandonedBecause, type LastRun, unfinishedRuns } from "../domain/BatchState.ts"
 import { RunFinished } from "../domain/Events.ts"
 import { EventLog } from "../services/EventLog.ts"
-import { increment, runsTotal } from "../services/Metrics.ts"
+import { increment, type Metrics, runsTotal } from "../services/Metrics.ts"
 
 /** How far back a batch's stream is searched for unfinished runs (every event type counts). */
 export const ABANDONED_SEARCH_EVENTS = 200
@@ -24,7 +24,7 @@ export const ABANDON_SLACK = Duration.minutes(1)
 export const closeAbandonedRuns = (
   batch: Pick<Batch, "name" | "budget">,
   options: { readonly leaseEpoch: Option.Option<number>; readonly closedBy: string }
-): Effect.Effect<ReadonlyArray<LastRun>, never, EventLog> =>
+): Effect.Effect<ReadonlyArray<LastRun>, never, EventLog | Metrics> =>
   Effect.gen(function*() {
     const events = yield* EventLog
     const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: ABANDONED_SEARCH_EVENTS })

@@ -10,6 +10,7 @@ import type { BatchHistory } from "../domain/BatchState.ts"
 import { breakerOpenUntil } from "../domain/BatchState.ts"
 import { DEFAULT_MISSED_RUN_POLICY } from "../domain/Schedule.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
+import type { BatchSnapshot } from "./Scheduler.ts"
 
 export type BatchState = "idle" | "running" | "paused" | "disabled" | "breaker_open"
 
@@ -132,3 +133,15 @@ export const batchView = (input: BatchInput, now: Date) => {
 }
 
 export type BatchView = ReturnType<typeof batchView>
+
+/** A scheduler snapshot's view now: what /metrics, the API and the console start from. */
+export const snapshotView = (snapshot: BatchSnapshot, now: Date): BatchView =>
+  batchView({
+    batch: snapshot.batch,
+    cronText: snapshot.cron,
+    cron: snapshot.cronSchedule,
+    timezone: snapshot.timezone,
+    running: snapshot.status === "running",
+    disabled: snapshot.status === "disabled",
+    history: snapshot.history
+  }, now)

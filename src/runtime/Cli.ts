@@ -1,126 +1,35 @@
 /**
- * The `sweeper` command line. Every command builds the same AppLayer the supervisor uses, so a
- * one-off run is the scheduled run's program under the same run guard.
+ * The `sweeper` command line: each command parses its flags (CliFlags.ts), asks the Operator —
+ * the running supervisor's API or the configured backends, one contract (Operator.ts) — and prints
+ * (CliPrint.ts). The process itself is composed in Supervisor.ts; the simulator's commands are in
+ * CliSimulator.ts.
  */
-import { Cause, ConfigProvider, Console, DateTime, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir, userInfo } from "node:os"
-import { join } from "node:path"
-import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable, InvalidConfig } from "../domain/Errors.ts"
-import { BatchPaused, BatchResumed, type StoredEvent } from "../domain/Events.ts"
-import { HttpServer } from "effect/http"
+import { Console, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import { AppLayer, databaseClientLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
+import { refusesLookAhead } from "../domain/Batch.ts"
+import { databaseClientLayer, describeBackends } from "../layers/App.ts"
 import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
-import { cronVariable } from "../domain/Schedule.ts"
-import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
-import { parseScenarios, type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { migrateWith, pendingMigrations } from "../layers/Migrations.ts"
-import { doctorCommand } from "./Doctor.ts"
-import { batches, batchNames, findBatch } from "../programs/index.ts"
+import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
-import { EventLog } from "../services/EventLog.ts"
-import { batchView, type BatchView } from "./BatchView.ts"
-import { HttpLive } from "./Http.ts"
-import { findSupervisor, publishAddress, type SupervisorEndpoint } from "./SupervisorAddress.ts"
-import { type RunResult, runBatch } from "./RunGuard.ts"
-import { loadHistory, Scheduler, schedulerLayer } from "./Scheduler.ts"
+import { attachDashedValues, budgetFlag, instantFlag, intFlag } from "./CliFlags.ts"
+import { printEvent, printRun, printStatus } from "./CliPrint.ts"
+import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
+import { doctorCommand } from "./Doctor.ts"
+import * as Operator from "./Operator.ts"
+import { Supervisor } from "./Supervisor.ts"
 
-/** Set once the supervisor is up: an interrupt (SIGTERM/SIGINT) after that is a graceful exit 0. */
-export const supervisor = { started: false }
+export { supervisor } from "./Supervisor.ts"
 
-export class InvalidFlag extends Schema.TaggedError<InvalidFlag>()("InvalidFlag", {
-  flag: Schema.String,
-  message: Schema.String
-}) {}
-
-const UNITS: Record<string, (n: number) => Duration.Duration> = {
-  ms: Duration.millis, milli: Duration.millis, millis: Duration.millis, millisecond: Duration.millis, milliseconds: Duration.millis,
-  s: Duration.seconds, sec: Duration.seconds, secs: Duration.seconds, second: Duration.seconds, seconds: Duration.seconds,
-  m: Duration.minutes, min: Duration.minutes, mins: Duration.minutes, minute: Duration.minutes, minutes: Duration.minutes,
-  h: Duration.hours, hour: Duration.hours, hours: Duration.hours
-}
-const DURATION = /^(\d+(?:\.\d+)?)\s*([a-z]+)$/
-
-/** `30s`, `250ms`, `5m`, `1h` and the spelling the env vars use: `30 seconds`, `5 minutes`. */
-export const parseDuration = (input: string): Option.Option<Duration.Duration> => {
-  const match = DURATION.exec(input.trim().toLowerCase())
-  const unit = match?.[2] === undefined ? undefined : UNITS[match[2]]
-  return match === null || unit === undefined ? Option.none() : Option.some(unit(Number(match[1])))
-}
-
-const parseInstant = (flag: string, input: string) => {
-  const date = new Date(input)
-  return Number.isNaN(date.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(input)
-    ? Effect.fail(new InvalidFlag({ flag, message: `expected an ISO-8601 instant, got "${input}"` }))
-    : Effect.succeed(date)
-}
+/** The API's own cap on one page of events (Http.ts): the CLI asks for no more, on either road. */
+const MAX_EVENTS = 1000
 
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON on stdout"), Flag.withDefault(false))
-const batchArgument = Argument.String("batch").pipe(Argument.withDescription(`One of: ${batchNames.join(", ")}`))
+const batchArgument = Argument.Literals("batch", batchNames).pipe(Argument.withDescription(`One of: ${batchNames.join(", ")}`))
 
-/**
- * On the embedded default the database belongs to the running supervisor (PGlite is one process's
- * database), so the CLI asks it over HTTP. With DATABASE_URL the CLI reads the database itself.
- */
-const remoteSupervisor = Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  if (Option.isSome(settings.databaseUrl)) return Option.none<SupervisorEndpoint>()
-  return yield* findSupervisor(settings.dataDir)
-}).pipe(Effect.provide(SweeperConfig.layer))
-
-/** One call to the supervisor's API; its JSON errors come back as one line, an unreachable supervisor as exit 3. */
-const callSupervisor = (endpoint: SupervisorEndpoint, method: "GET" | "POST", path: string, body?: unknown) =>
-  Effect.tryPromise({
-    try: async () => {
-      const response = await fetch(`${endpoint.url}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${endpoint.token}`,
-          "x-sweeper-actor": `cli:${userInfo().username}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" })
-        },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) })
-      })
-      return { status: response.status, body: await response.json() as unknown }
-    },
-    catch: (cause) => new InfrastructureUnavailable({ service: "Sweeper supervisor", host: hostOfUrl(endpoint.url), detail: describeError(cause) })
-  }).pipe(Effect.flatMap(({ status, body }): Effect.Effect<unknown, InfrastructureUnavailable | RemoteRefusal> => {
-    if (status < 400) return Effect.succeed(body)
-    const error = (body as { error?: { code?: string; message?: string } }).error
-    const message = error?.message ?? `HTTP ${status}`
-    if (error?.code === "batch_disabled") return Effect.fail(new RemoteRefusal({ message }))
-    if (error?.code === "unknown_batch") return Effect.fail(new RemoteRefusal({ message }))
-    return Effect.fail(new InfrastructureUnavailable({ service: "Sweeper supervisor", host: hostOfUrl(endpoint.url), detail: message }))
-  }))
-
-export class RemoteRefusal extends Schema.TaggedError<RemoteRefusal>()("RemoteRefusal", { message: Schema.String }) {}
-
-const printRun = (result: RunResult, asJson: boolean) =>
-  Effect.gen(function*() {
-    if (asJson) {
-      yield* Console.log(JSON.stringify({
-        batch: result.batch,
-        runId: result.runId,
-        outcome: result.outcome,
-        dryRun: result.dryRun,
-        summary: result.summary,
-        ...(result.reason === undefined ? {} : { reason: result.reason }),
-        ...(result.error === undefined ? {} : { error: result.error }),
-        ...(result.targets === undefined ? {} : { targets: result.targets, targetsTotal: result.targetsTotal })
-      }))
-    } else {
-      const label = result.dryRun ? `${result.batch} (dry run)` : result.batch
-      yield* Console.log(`${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`)
-      if (result.error !== undefined) yield* Console.log(`  error: ${result.error}`)
-      if (result.targets !== undefined && result.targets.length > 0) {
-        yield* Console.log(`  would change ${result.targetsTotal} (first ${result.targets.length} listed):`)
-        for (const target of result.targets) yield* Console.log(`    ${target}`)
-      }
-    }
-    if (result.outcome === "failed" || result.outcome === "timed_out") process.exitCode = 1
-  })
+/** Runs `body` with the Operator configuration picks (the supervisor's API, or the backends). */
+const withOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.layer)
 
 const run = Command.make(
   "run",
@@ -128,48 +37,20 @@ const run = Command.make(
     batch: batchArgument,
     dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"), Flag.withDefault(false)),
     json,
-    now: Flag.String("now").pipe(Flag.withDescription("Judge thresholds at this ISO-8601 instant (a future one only with --dry-run)"), Flag.optional),
-    budget: Flag.String("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
+    now: instantFlag("now").pipe(Flag.withDescription("Judge thresholds at this instant: ISO-8601, or a duration ago (1h); a future one only with --dry-run"), Flag.optional),
+    budget: budgetFlag("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
     force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
   },
-  Effect.fn("Cli.run")(function*({ batch: name, dryRun, json, now, budget, force }) {
-    yield* findBatch(name)
-    // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
-    const configured = yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
-    const batch = configured.find((c) => c.batch.name === name)!.batch
-    const budgetOverride = Option.isSome(budget)
-      ? yield* Option.match(parseDuration(budget.value), {
-        onNone: () => Effect.fail(new InvalidFlag({ flag: "--budget", message: `expected a duration like 30s or "30 seconds", got "${budget.value}"` })),
-        onSome: Effect.succeed
-      })
-      : undefined
-    const asOf = Option.isSome(now) ? yield* parseInstant("--now", now.value) : undefined
-    // A real run at a future instant would repair things that are not stuck yet.
-    if (asOf !== undefined && !dryRun && asOf.getTime() > DateTime.toEpochMillis(yield* DateTime.now)) {
-      return yield* new InvalidFlag({ flag: "--now", message: `${now.pipe(Option.getOrElse(() => ""))} is in the future; only a --dry-run may look ahead` })
+  Effect.fn("Cli.run")(function*({ batch, dryRun, json, now, budget, force }) {
+    // Every batch's variables are checked before anything opens: bad configuration is refused at the edge.
+    yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
+    const asOf = Option.getOrUndefined(now)
+    if (refusesLookAhead(asOf, new Date(DateTime.toEpochMillis(yield* DateTime.now)), dryRun)) {
+      return yield* new InvalidFlag({ flag: "--now", message: `${asOf!.toISOString()} is in the future; only a --dry-run may look ahead` })
     }
-
-    const remote = yield* remoteSupervisor
-    if (Option.isSome(remote)) {
-      if (asOf !== undefined || budgetOverride !== undefined) {
-        return yield* new InvalidFlag({
-          flag: asOf !== undefined ? "--now" : "--budget",
-          message: "not available while the supervisor holds the embedded database; stop it, or set DATABASE_URL"
-        })
-      }
-      const result = yield* callSupervisor(remote.value, "POST", `/api/batches/${encodeURIComponent(name)}/run`, { dryRun, force })
-      return yield* printRun(result as RunResult, json)
-    }
-
-    const execute = Effect.gen(function*() {
-      const settings = yield* SweeperConfig
-      if (settings.disabledBatches.includes(batch.name) && !force) return yield* new BatchDisabled({ name: batch.name })
-      yield* Effect.logInfo("Backends", describeBackends(settings))
-      return yield* runBatch(batch, { trigger: "manual", dryRun, budget: budgetOverride, asOf })
-      // A dry run only reads, so it never migrates (SPEC §8.1).
-    }).pipe(Effect.provide(dryRun ? ReadOnlyAppLayer : AppLayer))
-    yield* printRun(yield* execute, json)
-  })
+    const operator = yield* Operator.Operator
+    yield* printRun(yield* operator.run(batch, { dryRun, force, asOf, budget: Option.getOrUndefined(budget) }), json)
+  }, withOperator)
 ).pipe(Command.withDescription("Run one batch once, now, through the run guard"))
 
 // --- schema (SPEC §8.1): `migrate` is the one command that always gets a bare client, so that
@@ -197,46 +78,30 @@ const migrateCommand = Command.make(
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Apply pending database migrations (--plan: only list them)"))
 
-const printEvent = (event: StoredEvent, asJson: boolean) =>
-  Console.log(asJson
-    ? JSON.stringify(event)
-    : `${event.occurredAt.toISOString()} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${event.runId ? ` run=${event.runId}` : ""}`)
-
 const events = Command.make(
   "events",
   {
     stream: Flag.String("stream").pipe(Flag.withDescription("Exact stream, e.g. build:123"), Flag.optional),
     type: Flag.String("type").pipe(Flag.withDescription("Event type, e.g. BuildDropped"), Flag.optional),
     run: Flag.String("run").pipe(Flag.withDescription("Run id"), Flag.optional),
-    since: Flag.String("since").pipe(Flag.withDescription("ISO-8601 instant"), Flag.optional),
-    limit: Flag.Int("limit").pipe(Flag.withDefault(50)),
+    since: instantFlag("since").pipe(Flag.withDescription("From this instant on: ISO-8601, or a duration ago (1h, 30m, 7d)"), Flag.optional),
+    until: instantFlag("until").pipe(Flag.withDescription("Before this instant: ISO-8601, or a duration ago (1h, 30m, 7d)"), Flag.optional),
+    limit: intFlag("limit", 1, MAX_EVENTS).pipe(Flag.withDescription(`At most this many, the newest (1 to ${MAX_EVENTS})`), Flag.withDefault(50)),
     json
   },
-  Effect.fn("Cli.events")(function*({ stream, type, run, since, limit, json }) {
-    const sinceDate = Option.isSome(since) ? yield* parseInstant("--since", since.value) : undefined
-    const filter = {
+  Effect.fn("Cli.events")(function*({ stream, type, run, since, until, limit, json }) {
+    const operator = yield* Operator.Operator
+    const found = yield* operator.events({
       stream: Option.getOrUndefined(stream),
       type: Option.getOrUndefined(type),
       runId: Option.getOrUndefined(run),
-      since: sinceDate,
+      since: Option.getOrUndefined(since),
+      until: Option.getOrUndefined(until),
       newestFirst: true,
       limit
-    }
-    const remote = yield* remoteSupervisor
-    const found: ReadonlyArray<StoredEvent> = Option.isSome(remote)
-      ? ((yield* callSupervisor(remote.value, "GET", `/api/events?${new URLSearchParams({
-        ...(filter.stream === undefined ? {} : { stream: filter.stream }),
-        ...(filter.type === undefined ? {} : { type: filter.type }),
-        ...(filter.runId === undefined ? {} : { run: filter.runId }),
-        ...(sinceDate === undefined ? {} : { since: sinceDate.toISOString() }),
-        limit: String(limit)
-      })}`)) as Array<StoredEvent & { occurredAt: string }>).map((e) => ({ ...e, occurredAt: new Date(e.occurredAt) }))
-      : yield* Effect.gen(function*() {
-        const log = yield* EventLog
-        return yield* log.query(filter)
-      }).pipe(Effect.provide(ReadOnlyAppLayer))
+    })
     for (const event of [...found].reverse()) yield* printEvent(event, json)
-  })
+  }, withOperator)
 ).pipe(Command.withDescription("Show recorded events, newest last"))
 
 /**
@@ -249,161 +114,43 @@ const events = Command.make(
 const eventsPrune = Command.make(
   "prune",
   {
-    before: Flag.String("before").pipe(Flag.withDescription("Prune events strictly older than this ISO-8601 instant (at least SWEEPER_EVENT_RETENTION ago)")),
+    before: instantFlag("before").pipe(Flag.withDescription("Prune events strictly older than this instant: ISO-8601, or a duration ago (90d); at least SWEEPER_EVENT_RETENTION ago")),
     dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report how many events would be pruned; delete nothing"), Flag.withDefault(false)),
     json
   },
   Effect.fn("Cli.eventsPrune")(function*({ before, dryRun, json }) {
-    const cutoff = yield* parseInstant("--before", before)
     const settings = yield* SweeperConfig
-    const configured = yield* configureBatches(batches)
-    const batch = configured.find((c) => c.batch.name === PruneEvents.name)!.batch
     const retentionMs = Duration.toMillis(settings.eventRetention)
     const newestAllowed = DateTime.toEpochMillis(yield* DateTime.now) - retentionMs
-    if (cutoff.getTime() > newestAllowed) {
+    if (before.getTime() > newestAllowed) {
       return yield* new InvalidFlag({
         flag: "--before",
-        message: `${before} is within the retention period (SWEEPER_EVENT_RETENTION ${Duration.format(settings.eventRetention)}): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
+        message: `${before.toISOString()} is within the retention period (SWEEPER_EVENT_RETENTION ${Duration.format(settings.eventRetention)}): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
       })
     }
-    const asOf = new Date(cutoff.getTime() + retentionMs)
-    const remote = yield* remoteSupervisor
-    if (Option.isSome(remote)) {
-      const result = yield* callSupervisor(remote.value, "POST", `/api/batches/${PruneEvents.name}/run`, { dryRun, force: true, now: asOf.toISOString() })
-      return yield* printRun(result as RunResult, json)
-    }
-    const result = yield* runBatch(batch, { trigger: "manual", dryRun, asOf }).pipe(
-      // A dry run only counts, so it never migrates (SPEC §8.1).
-      Effect.provide(dryRun ? ReadOnlyAppLayer : AppLayer)
-    )
-    yield* printRun(result, json)
-  }, Effect.provide(SweeperConfig.layer))
+    const operator = yield* Operator.Operator
+    yield* printRun(yield* operator.run(PruneEvents.name, { dryRun, force: true, asOf: new Date(before.getTime() + retentionMs) }), json)
+  }, withOperator, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Delete events older than --before (outside the retention period), keeping those batch state is folded from"))
-
-/** Every batch's view, computed here from the database (no supervisor involved). */
-const localViews = Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
-  const views: Array<BatchView> = []
-  for (const { batch, cronText, cron, disabled } of yield* configureBatches(batches)) {
-    views.push(batchView({
-      batch,
-      cronText,
-      cron,
-      timezone: settings.timezone,
-      running: false,
-      disabled,
-      history: yield* loadHistory(batch.name)
-    }, now))
-  }
-  return views
-}).pipe(Effect.provide(ReadOnlyAppLayer))
-
-const ago = (iso: string | null, now: number) => {
-  if (iso === null) return "never"
-  const seconds = Math.max(0, Math.round((now - Date.parse(iso)) / 1000))
-  return seconds < 120 ? `${seconds}s ago` : seconds < 7200 ? `${Math.round(seconds / 60)}m ago` : seconds < 172800 ? `${Math.round(seconds / 3600)}h ago` : `${Math.round(seconds / 86400)}d ago`
-}
-
-/** The state with its detail: who paused and when, until when the breaker stays open. */
-export const stateDetail = (view: BatchView) => {
-  switch (view.state) {
-    case "paused":
-      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${view.paused?.at ? ` at ${view.paused.at}` : ""}`
-    case "breaker_open":
-      return `breaker open until ${view.breaker.until}`
-    case "disabled":
-      return "disabled (SWEEPER_DISABLED_BATCHES)"
-    default:
-      return view.state
-  }
-}
 
 const status = Command.make(
   "status",
   { json },
   Effect.fn("Cli.status")(function*({ json }) {
-    const remote = yield* remoteSupervisor
-    const views = Option.isSome(remote)
-      ? (yield* callSupervisor(remote.value, "GET", "/api/batches")) as ReadonlyArray<BatchView>
-      : yield* localViews
-    if (json) return yield* Console.log(JSON.stringify(views))
-    const now = DateTime.toEpochMillis(yield* DateTime.now)
-    const rows = [
-      ["BATCH", "STATE", "SCHEDULE", "NEXT TICK", "LAST RUN", "OUTCOME", "FAILURES"],
-      ...views.map((v) => [
-        v.name,
-        stateDetail(v),
-        `${v.cronInWords} (${v.timezone})`,
-        v.nextTick ?? "-",
-        ago(v.lastRun?.finishedAt ?? null, now),
-        v.lastOutcome ?? "-",
-        String(v.consecutiveFailures)
-      ])
-    ]
-    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
-    for (const row of rows) yield* Console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd())
-    for (const v of views) {
-      if (v.lastRun?.error) yield* Console.log(`${v.name}: last error: ${v.lastRun.error}`)
-      // A RunStarted with no RunFinished: running, or killed (the next run closes it as abandoned).
-      if (v.openRun !== null) {
-        yield* Console.log(`${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${v.openRun.overdue ? "never finished: killed; the next run closes it as abandoned" : "has not finished: running, or killed"}`)
-      }
-    }
-  })
+    yield* printStatus(yield* (yield* Operator.Operator).views, json)
+  }, withOperator)
 ).pipe(Command.withDescription("Each batch's state, schedule, next tick and last run"))
 
 const pauseOrResume = (action: "pause" | "resume") =>
   Command.make(
     action,
     { batch: batchArgument },
-    Effect.fn(`Cli.${action}`)(function*({ batch: name }) {
-      const batch = yield* findBatch(name)
-      const by = `cli:${userInfo().username}`
-      const remote = yield* remoteSupervisor
-      if (Option.isSome(remote)) {
-        yield* callSupervisor(remote.value, "POST", `/api/batches/${encodeURIComponent(batch.name)}/${action}`)
-      } else {
-        // The event is the state: every supervisor folds it (a running one on its next start).
-        yield* Effect.gen(function*() {
-          const log = yield* EventLog
-          yield* log.append(action === "pause" ? new BatchPaused({ batch: batch.name, by }) : new BatchResumed({ batch: batch.name, by }))
-        }).pipe(Effect.provide(AppLayer))
-      }
-      yield* Console.log(`${batch.name} ${action === "pause" ? "paused" : "resumed"}`)
-    })
+    Effect.fn(`Cli.${action}`)(function*({ batch }) {
+      // The event is the state: every supervisor folds it before its next tick.
+      yield* (yield* Operator.Operator).setPaused(batch, action)
+      yield* Console.log(`${batch} ${action === "pause" ? "paused" : "resumed"}`)
+    }, withOperator)
   ).pipe(Command.withDescription(action === "pause" ? "Stop a batch's scheduled ticks until resumed (manual runs still go)" : "Let a paused batch's ticks run again"))
-
-/** Logs the schedule table and where the HTTP server listens, once everything is up. */
-const Announce = Layer.effectDiscard(Effect.gen(function*() {
-  const scheduler = yield* Scheduler
-  const server = yield* HttpServer.HttpServer
-  for (const batch of yield* scheduler.snapshots) {
-    yield* Effect.logInfo(`Scheduled ${batch.name}`, {
-      cron: batch.cron,
-      timezone: batch.timezone,
-      state: batch.status,
-      nextTick: batch.nextTick?.toISOString() ?? null,
-      lastOutcome: batch.history.lastRun?.outcome ?? null
-    })
-  }
-  const url = HttpServer.formatAddress(server.address)
-  yield* Effect.logInfo(`HTTP listening on ${url}`, {
-    endpoints: ["/healthz", "/readyz", "/metrics", "/api/batches", "/api/runs", "/api/events", "/"]
-  })
-  // The CLI on the embedded default cannot open the database this process holds; it finds the
-  // supervisor here and asks it over HTTP instead.
-  const settings = yield* SweeperConfig
-  if (Option.isNone(settings.databaseUrl)) yield* publishAddress(settings.dataDir, url)
-  yield* Effect.addFinalizer(() => Effect.logInfo("Shutting down"))
-  supervisor.started = true
-}))
-
-export const Supervisor = Announce.pipe(
-  Layer.provideMerge(HttpLive),
-  Layer.provideMerge(schedulerLayer(batches)),
-  Layer.provideMerge(AppLayer)
-)
 
 const start = Command.make(
   "start",
@@ -423,130 +170,9 @@ const start = Command.make(
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Run the supervisor: every batch on its schedule, plus the HTTP server"))
 
-// --- the simulator (src/simulator): `simulate` against the configured backends, `demo` for a newcomer.
-
-/** The supervisor with the simulator running inside it, printing the dashboard's URL on stdout. */
-const superviseWithSimulator = (options: SimulateOptions) =>
-  Layer.effectDiscard(Effect.gen(function*() {
-    const server = yield* HttpServer.HttpServer
-    yield* Console.log(`Dashboard: ${HttpServer.formatAddress(server.address)}/`)
-    yield* Effect.forkScoped(simulate(options).pipe(Effect.provide(SimulatorLive)))
-  })).pipe(Layer.provide(Supervisor))
-
-const simulationFlags = {
-  rate: Flag.Int("rate").pipe(Flag.withDescription("Things each scenario makes per second (≥ 1)"), Flag.withDefault(1)),
-  scenario: Flag.String("scenario").pipe(
-    Flag.withDescription("all, or a comma list of: exports, builds, uploads, rebalances, throttled"),
-    Flag.withDefault("all")
-  ),
-  duration: Flag.String("duration").pipe(Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"), Flag.optional)
-}
-
-const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { rate: number; scenario: string; duration: Option.Option<string> }) {
-  if (flags.rate < 1) return yield* new InvalidFlag({ flag: "--rate", message: `expected a whole number ≥ 1, got ${flags.rate}` })
-  const scenarios = yield* parseScenarios(flags.scenario).pipe(Effect.mapError((e) => new InvalidFlag({ flag: "--scenario", message: e.message })))
-  const duration = Option.isSome(flags.duration)
-    ? yield* Option.match(parseDuration(flags.duration.value), {
-      onNone: () => Effect.fail(new InvalidFlag({ flag: "--duration", message: `expected a duration like 30s or 5m, got "${flags.duration.pipe(Option.getOrElse(() => ""))}"` })),
-      onSome: Effect.succeed
-    })
-    : undefined
-  return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
-})
-
-/**
- * The simulator writes GitLab's tables and consumes its queues: never on a real GitLab's database.
- * Asked before anything migrates, so a refused run leaves no table behind.
- */
-const refuseGitLabDatabase = Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  if (Option.isNone(settings.databaseUrl)) return
-  const { mode } = yield* detectSchemaMode(settings.schema).pipe(Effect.provide(databaseClientLayer(settings)))
-  if (mode === "gitlab") {
-    return yield* new InvalidConfig({
-      variable: "DATABASE_URL",
-      message: "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
-    })
-  }
-})
-
-const simulateCommand = Command.make(
-  "simulate",
-  {
-    ...simulationFlags,
-    supervise: Flag.Boolean("supervise").pipe(Flag.withDescription("Also run the supervisor in this process (always so on the embedded default)"), Flag.withDefault(false))
-  },
-  Effect.fn("Cli.simulate")(function*(flags) {
-    const options = yield* simulationOptions(flags)
-    const settings = yield* SweeperConfig
-    yield* configureBatches(batches)
-    yield* refuseGitLabDatabase
-    // The embedded database and Redis live in one process: the simulator must be that process.
-    if ((Option.isNone(settings.databaseUrl) && !redisConfigured(settings)) || flags.supervise) {
-      yield* Effect.logInfo("Simulating with the supervisor in this process", describeBackends(settings))
-      return yield* Layer.launch(superviseWithSimulator(options))
-    }
-    yield* Effect.logInfo("Simulating against the configured backends", describeBackends(settings))
-    // What was made goes to stdout also when stopped by a signal, not only after --duration.
-    const ledger = emptyLedger()
-    yield* simulate({ ...options, ledger }).pipe(
-      Effect.provide(SimulatorLive),
-      Effect.provide(AppLayer),
-      Effect.onExit((exit) =>
-        Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? Console.log(JSON.stringify(ledgerCounts(ledger))) : Effect.void)
-    )
-  }, Effect.provide(SweeperConfig.layer))
-).pipe(Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs"))
-
-/**
- * What `npm run demo` sets unless the environment already does: every batch every few seconds, a
- * local object store and a concurrency limit for the simulated worker, a fresh data directory, any
- * free port. The stuck things themselves are back-dated by the simulator, so SPEC's thresholds hold.
- */
-export const demoEnvironment = (dataDir: string): Record<string, string> => ({
-  SWEEPER_DATA_DIR: dataDir,
-  SWEEPER_HTTP_PORT: "0",
-  // Ctrl-C should end a demo promptly; concurrency-limit-resume is nearly always mid-run in it.
-  SWEEPER_SHUTDOWN_GRACE: "5 seconds",
-  SWEEPER_OBJECT_STORAGE: JSON.stringify({ uploads: join(dataDir, "objects", "uploads") }),
-  SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ "Releases::CreateEvidenceWorker": { limit: 2 } }),
-  [cronVariable("stuck-export-jobs")]: "*/5 * * * * *",
-  [cronVariable("drop-canceling-builds")]: "*/5 * * * * *",
-  [cronVariable("delete-stale-direct-uploads")]: "*/5 * * * * *",
-  [cronVariable("reschedule-stuck-issue-rebalances")]: "*/5 * * * * *",
-  [cronVariable("concurrency-limit-resume")]: "*/2 * * * * *"
-})
-
-const demo = Command.make(
-  "demo",
-  { rate: simulationFlags.rate },
-  Effect.fn("Cli.demo")(function*({ rate }) {
-    // A fresh directory per demo unless one is given; ours is removed when the demo stops.
-    const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
-    const env = { ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!), ...process.env } as Record<string, string>
-    const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
-    yield* Console.log(`Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`)
-    return yield* Effect.gen(function*() {
-      const settings = yield* SweeperConfig
-      yield* configureBatches(batches)
-      yield* refuseGitLabDatabase
-      if (Option.isSome(settings.databaseUrl) || redisConfigured(settings)) {
-        yield* Effect.logInfo("Demo on the configured backends", describeBackends(settings))
-      }
-      return yield* Layer.launch(superviseWithSimulator(options))
-    }).pipe(
-      Effect.provide(SweeperConfig.layer),
-      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env, preserveEmptyStrings: true })),
-      Effect.ensuring(Effect.sync(() => {
-        if (own !== undefined) rmSync(own, { recursive: true, force: true })
-      }))
-    )
-  })
-).pipe(Command.withDescription("The supervisor plus a simulated GitLab, fast crons: watch all five repairs on the dashboard"))
-
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
   Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events.pipe(Command.withSubcommands([eventsPrune])), doctorCommand, simulateCommand, demo])
 )
 
-export const cli = Command.run(sweeper, { version: "0.1.0" })
+export const cli = Effect.suspend(() => Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(process.argv.slice(2))))

@@ -9,8 +9,18 @@
  * whenever `/api/stream` (SSE) says the batches changed. Everything interpolated is HTML-escaped.
  */
 import type { StoredEvent } from "../domain/Events.ts"
+import type { BatchBacklog } from "../services/Backlog.ts"
+import type { RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
 import type { BatchView } from "./BatchView.ts"
+import { type HistoryWindow, historyCharts, WINDOWS } from "./Charts.ts"
+import type { LiveRun } from "./LiveProgress.ts"
 import type { RunRecord } from "./Runs.ts"
+
+/** A card's batch with what the console adds: its backlog (last sample) and its live run. */
+export type CardView = BatchView & {
+  readonly backlog?: (BatchBacklog & { readonly sampledAt: Date | null }) | undefined
+  readonly live?: LiveRun | null | undefined
+}
 
 export const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
@@ -66,7 +76,21 @@ const buttons = (view: BatchView) =>
     : `<button data-action="pause" data-batch="${e(view.name)}"${view.disabled ? " disabled" : ""}>Pause</button>`}
 </div>`
 
-const card = (view: BatchView) => {
+const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null }) | undefined) =>
+  backlog === undefined
+    ? ""
+    : `<dt>Backlog</dt><dd class="backlog" data-backlog="${backlog.count}">${backlog.error !== null
+      ? `<span class="error">unreadable: ${e(backlog.error)}</span>`
+      : backlog.count === 0
+      ? `<span class="muted">nothing waits</span>`
+      : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${e(backlog.what)}</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`}${backlog.sampledAt === null ? "" : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`}</dd>`
+
+const progressLine = (live: LiveRun | null | undefined) =>
+  live === null || live === undefined
+    ? ""
+    : `<dt>Progress</dt><dd class="progress" data-units="${live.units}"><a href="/runs/${e(live.runId)}">${live.units} unit${live.units === 1 ? "" : "s"} done</a> ${counts(live.counts)}</dd>`
+
+const card = (view: CardView) => {
   const last = view.lastRun
   return `<section class="card" data-batch="${e(view.name)}">
 <header><h2><a href="/batches/${encodeURIComponent(view.name)}">${e(view.name)}</a></h2>${stateBadge(view)}</header>
@@ -78,13 +102,15 @@ const card = (view: BatchView) => {
   ${last?.summary ? `<dt>Counts</dt><dd>${counts(last.summary)}</dd>` : ""}
   ${last?.error ? `<dt>Error</dt><dd class="error">${e(last.error)}</dd>` : ""}
   <dt>Failures</dt><dd>${view.consecutiveFailures === 0 ? "0" : `<strong class="bad">${view.consecutiveFailures} in a row</strong>`}</dd>
+  ${backlogLine(view.backlog)}
+  ${progressLine(view.live)}
 </dl>
 ${buttons(view)}
 </section>`
 }
 
 const eventRow = (event: StoredEvent) =>
-  `<tr><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${e(event.type)}</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${event.runId === null ? "" : `<code>${e(event.runId.slice(0, 8))}</code>`}</td></tr>`
+  `<tr><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${e(event.type)}</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${event.runId === null ? "" : `<a href="/runs/${e(event.runId)}" aria-label="run ${e(event.runId)}"><code>${e(event.runId.slice(0, 8))}</code></a>`}</td></tr>`
 
 const searchForm = (stream: string) =>
   `<form class="search" method="get" action="/"><label for="stream">Entity</label>
@@ -123,6 +149,13 @@ button:hover:not([disabled]){background:#eef3fb}button[disabled]{opacity:.5;curs
 th{font-size:.8rem;color:#5b6677;font-weight:600}td.data code{white-space:pre-wrap;word-break:break-all}
 .history,.config,.runs{margin-top:1.4rem}.history h2,.runs h2,.config h2{font-size:1.05rem}
 #flash{min-height:1.2em;margin:.2rem 0 .8rem}#flash.bad{color:#9b1c1c}
+a:focus-visible,button:focus-visible,input:focus-visible,select:focus-visible,summary:focus-visible{outline:3px solid #f0a000;outline-offset:2px;border-radius:3px}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,560px),1fr));gap:1rem}
+.chart{margin:0;background:#fff;border:1px solid #dde3ea;border-radius:10px;padding:.6rem .8rem}.chart figcaption{font-weight:600;font-size:.9rem;margin-bottom:.3rem}
+.chart svg{width:100%;height:auto;display:block}.chart .axis{stroke:#b8c2d0;stroke-width:1}.chart .tick{font-size:12px;fill:#5b6677}.chart .mark:hover{opacity:.7}
+.windows{display:flex;gap:.4rem;flex-wrap:wrap;margin:.4rem 0 .8rem}.windows a{padding:.2rem .7rem;border:1px solid #b8c2d0;border-radius:999px;background:#fff}.windows a[aria-current=page]{background:#1d2430;color:#fff;border-color:#1d2430}
+.filter{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.6rem 0}.filter select{font:inherit;padding:.3rem}
+.pager{display:flex;gap:1rem;margin:.6rem 0}.runinfo dl{grid-template-columns:7rem 1fr}
 @media (max-width:600px){main{padding:.8rem}dl{grid-template-columns:4.6rem 1fr}.hide-narrow{display:none}}
 `
 
@@ -155,21 +188,62 @@ const SCRIPT = `
 
 const layout = (title: string, body: string) => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>${e(title)}</title><style>${STYLE}</style></head><body>
+<title>${e(title)}</title><link rel="icon" href="/favicon.svg" type="image/svg+xml"><style>${STYLE}</style></head><body>
 <div class="top"><h1><a href="/">Sweeper</a></h1><nav><a href="/api/batches">API</a><a href="/metrics">metrics</a><a href="/readyz">readiness</a></nav></div>
 <main>${body}</main><script>${SCRIPT}</script></body></html>`
 
-export const dashboardPage = (views: ReadonlyArray<BatchView>, search: { readonly stream: string; readonly events: ReadonlyArray<StoredEvent> } = { stream: "", events: [] }) =>
+export const dashboardPage = (
+  views: ReadonlyArray<CardView>,
+  search: { readonly stream: string; readonly events: ReadonlyArray<StoredEvent>; readonly holds?: ReadonlyArray<string> } = { stream: "", events: [] }
+) =>
   layout("Sweeper", `${searchForm(search.stream)}<div id="flash" role="status"></div>
-<div data-live><div class="grid">${views.map(card).join("\n")}</div>
+<div data-live>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
 ${searchResults(search.stream, search.events)}</div>`)
 
+/** The health gate's holds (SPEC §9), one line each: what holds which batch, since when. */
+const holdsBanner = (holds: ReadonlyArray<string>) =>
+  holds.length === 0 ? "" : `<section class="card holds" id="holds" role="status"><h2>Held by the health gate</h2><ul>${holds.map((h) => `<li>${e(h)}</li>`).join("")}</ul></section>`
+
 const runRow = (run: RunRecord) =>
-  `<tr data-run="${e(run.runId)}"><td>${time(run.startedAt ?? run.finishedAt, "local")}</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${duration(run.durationMs)}</td>
+  `<tr data-run="${e(run.runId)}"><td>${run.runId === null ? time(run.startedAt ?? run.finishedAt, "local") : `<a class="run-link" href="/runs/${e(run.runId)}">${time(run.startedAt ?? run.finishedAt, "local")}</a>`}</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${duration(run.durationMs)}</td>
 <td>${outcomeBadge(run.outcome, run.dryRun)}${run.reason ? ` <span class="muted small">${e(run.reason)}</span>` : ""}</td><td>${counts(run.summary)}${run.dryRun && run.targets !== null && run.targets.length > 0 ? `<div class="small muted">would change ${e(run.targetsTotal)}: ${run.targets.slice(0, 20).map((t) => `<a href="/?stream=${encodeURIComponent(t)}#history"><code>${e(t)}</code></a>`).join(" ")}</div>` : ""}</td>
 <td class="error">${e(run.error ?? "")}</td></tr>`
 
-export const batchPage = (view: BatchView, runs: ReadonlyArray<RunRecord>) =>
+const windowLinks = (name: string, current: HistoryWindow) =>
+  `<nav class="windows" aria-label="History window">${(Object.keys(WINDOWS) as Array<HistoryWindow>).map((w) =>
+    `<a href="/batches/${encodeURIComponent(name)}?window=${w}#history"${w === current ? " aria-current=\"page\"" : ""}>${w === "24h" ? "24 hours" : w === "7d" ? "7 days" : "30 days"}</a>`
+  ).join("")}</nav>`
+
+export interface HistoryView {
+  readonly window: HistoryWindow
+  readonly since: Date
+  readonly until: Date
+  readonly runs: ReadonlyArray<RunPoint>
+}
+
+/** The charts, then the same numbers as a table a keyboard or screen reader can read. */
+const historySection = (name: string, history: HistoryView) =>
+  `<section class="history" id="history" aria-labelledby="history-title"><h2 id="history-title">History</h2>
+${windowLinks(name, history.window)}
+${history.runs.length === 0
+    ? `<p class="muted">No finished runs in the last ${history.window}.</p>`
+    : `<p class="muted small">${history.runs.length} run${history.runs.length === 1 ? "" : "s"} finished in the last ${history.window}: ${history.runs.reduce((sum, r) => sum + r.repairs, 0)} repairs. Hover a mark for its numbers.</p>`}
+<div class="charts">${historyCharts(history)}</div>
+${history.runs.length === 0 ? "" : `<details><summary>Numbers behind the charts</summary><div class="scroll"><table><thead><tr><th>Finished</th><th>Outcome</th><th>Repairs</th><th>Duration</th></tr></thead><tbody>${
+      [...history.runs].reverse().map((r) =>
+        `<tr><td><a href="/runs/${e(r.runId)}">${time(r.finishedAt.toISOString(), "local")}</a></td><td>${outcomeBadge(r.outcome)}</td><td>${r.repairs}</td><td>${duration(r.durationMs)}</td></tr>`
+      ).join("")
+    }</tbody></table></div></details>`}
+</section>`
+
+const backlogDetail = (backlog: BatchBacklog | undefined) =>
+  backlog === undefined || backlog.parts.length <= 1
+    ? ""
+    : `<section class="card config"><h2>Backlog by part</h2><dl>${backlog.parts.map((p) =>
+      `<dt>${e(p.label)}</dt><dd>${p.capped ? "more than " : ""}${p.count}${p.oldestAt === null ? "" : `, oldest due ${time(p.oldestAt.toISOString())}`}</dd>`
+    ).join("")}</dl></section>`
+
+export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, history: HistoryView) =>
   layout(`${view.name} · Sweeper`, `<p><a href="/">← all batches</a></p><div id="flash" role="status"></div>
 <div data-live><div class="grid">${card(view)}
 <section class="card config"><h2>Configuration</h2><dl>
@@ -179,6 +253,53 @@ export const batchPage = (view: BatchView, runs: ReadonlyArray<RunRecord>) =>
 <dt>Lease</dt><dd>${view.config.lease === null ? "<span class=\"muted\">none (may overlap across nodes)</span>" : `<code>${e(view.config.lease.name)}</code> TTL ${e(view.config.lease.ttl)}`}</dd>
 <dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>
 <dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
-</dl></section></div>
+</dl></section>${backlogDetail(view.backlog)}</div>
+${historySection(view.name, history)}
 <section class="runs"><h2>Last ${runs.length} runs</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
 <tbody>${runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")}</tbody></table></div></section></div>`)
+
+/** The repair event types a run page can filter by (every stream but `batch:…`). */
+export const REPAIR_TYPES = [
+  "BuildDropped", "BuildDoomed", "ExportJobFailed", "StaleDirectUploadDeleted", "RebalanceRescheduled",
+  "ConcurrencyLimitJobsResumed", "ConcurrencyLimitJobsDead", "EventsPruned"
+] as const
+
+const repairRow = (event: StoredEvent) =>
+  `<tr data-event="${event.id}"><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${e(event.type)}</code></td>
+<td><a class="entity" href="/?stream=${encodeURIComponent(event.stream)}#history">${e(event.stream)}</a></td><td class="data"><code>${e(event.data)}</code></td></tr>`
+
+const runQuery = (runId: string, params: { readonly type: string | null; readonly after?: number | undefined }) => {
+  const q = new URLSearchParams()
+  if (params.type !== null) q.set("type", params.type)
+  if (params.after !== undefined) q.set("after", String(params.after))
+  const text = q.toString()
+  return `/runs/${encodeURIComponent(runId)}${text === "" ? "" : `?${text}`}`
+}
+
+/** A run: outcome, trigger, node, timings, summary, error, holds, and its repairs paged by keyset. */
+export const runPage = (run: RunDetail, page: RepairPage, filter: { readonly type: string | null; readonly after: number | undefined }) =>
+  layout(`Run ${run.runId.slice(0, 8)} · ${run.batch} · Sweeper`, `<p><a href="/batches/${encodeURIComponent(run.batch)}">← ${e(run.batch)}</a></p>
+<div data-run-page="${e(run.runId)}"><section class="card runinfo"><header><h2>Run <code>${e(run.runId)}</code></h2>${run.outcome === null ? `<span class="badge state-running">running or unfinished</span>` : outcomeBadge(run.outcome, run.dryRun)}</header>
+<dl>
+<dt>Batch</dt><dd><a href="/batches/${encodeURIComponent(run.batch)}">${e(run.batch)}</a></dd>
+<dt>Trigger</dt><dd>${e(run.trigger ?? "—")}</dd>
+<dt>Node</dt><dd>${e(run.node ?? "—")}</dd>
+<dt>Started</dt><dd>${time(run.startedAt?.toISOString() ?? null, "local")}</dd>
+<dt>Holds</dt><dd>${run.holds.length === 0 ? "<span class=\"muted\">none</span>" : run.holds.map((h) => `<div>${time(h.occurredAt.toISOString(), "local")} <code>${e(h.type)}</code> ${e(h.data.signal ?? "")}</div>`).join("")}</dd>
+<dt>Finished</dt><dd>${run.finishedAt === null ? "<span class=\"muted\">not yet</span>" : `${time(run.finishedAt.toISOString(), "local")} <span class="muted">in</span> ${duration(run.durationMs)}`}</dd>
+${run.reason === null ? "" : `<dt>Reason</dt><dd>${e(run.reason)}</dd>`}
+<dt>Summary</dt><dd>${counts(run.summary) || "<span class=\"muted\">—</span>"}</dd>
+${run.error === null ? "" : `<dt>Error</dt><dd class="error"><pre class="cause">${e(run.error)}</pre></dd>`}
+<dt>Repairs</dt><dd data-repairs="${run.repairs}">${run.repairs}</dd>
+</dl></section>
+<section class="runs" id="repairs"><h2>Repairs</h2>
+<form class="filter" method="get" action="/runs/${e(run.runId)}"><label for="type">Type</label>
+<select id="type" name="type"><option value="">all</option>${REPAIR_TYPES.map((t) => `<option${filter.type === t ? " selected" : ""}>${t}</option>`).join("")}</select>
+<button type="submit">Filter</button></form>
+<div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Entity</th><th>Data</th></tr></thead>
+<tbody>${page.events.length === 0 ? `<tr><td colspan="4" class="muted">No repairs${filter.type === null ? "" : ` of type ${e(filter.type)}`}${filter.after === undefined ? "" : " after this point"}.</td></tr>` : page.events.map(repairRow).join("\n")}</tbody></table></div>
+<nav class="pager" aria-label="Repair pages">${filter.after === undefined ? "" : `<a href="${e(runQuery(run.runId, { type: filter.type }))}">First page</a>`}${page.next === null ? "" : `<a rel="next" href="${e(runQuery(run.runId, { type: filter.type, after: page.next }))}">Next page</a>`}</nav>
+</section></div>`)
+
+/** A broom on the console's dark blue: served as /favicon.svg and /favicon.ico (browsers ask for it). */
+export const FAVICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#1d2430"/><path d="M20 4l-6 14" stroke="#cfe0ff" stroke-width="3" stroke-linecap="round"/><path d="M8 18h12l-2 10H6z" fill="#f0a000"/></svg>`

@@ -15,6 +15,11 @@ import { checkColumns, detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { createStatements, judgeScan, partitionsOf, REDIS_ONLY_BATCHES, scans } from "../layers/Indexes.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/Redis.ts"
+import { HealthSignalsLive } from "../layers/HealthSignalsLive.ts"
+import { writeSetOf } from "../layers/HealthGateLive.ts"
+import { batches } from "../programs/index.ts"
+import { HealthSignals } from "../services/HealthSignals.ts"
+import { formatValue, type RedisStoreName } from "../domain/Health.ts"
 
 /** Beyond this, time thresholds (1 h, 3 h, 6 h) compared with other machines' timestamps drift. */
 export const CLOCK_SKEW_LIMIT_MS = 1_000
@@ -38,6 +43,27 @@ export interface StoreReport {
   readonly error?: string
 }
 
+/** One health signal as this database and these stores let Sweeper read it now (SPEC §9). */
+export interface SignalCheck {
+  readonly signal: string
+  /** What it is read on ("" the database or server as a whole). */
+  readonly subject: string
+  /** Configured in SWEEPER_HEALTH (an unreadable configured signal is a problem). */
+  readonly configured: boolean
+  readonly readable: boolean
+  /** What it reads now, or why it cannot be read. */
+  readonly reading: string
+}
+
+export interface HealthCheck {
+  readonly role: string
+  readonly superuser: boolean
+  /** pg_read_all_stats (pg_monitor includes it): other backends' rows in the statistics views. */
+  readonly readAllStats: boolean
+  readonly inRecovery: boolean
+  readonly signals: ReadonlyArray<SignalCheck>
+}
+
 export interface DoctorReport {
   readonly ok: boolean
   readonly problems: ReadonlyArray<string>
@@ -53,8 +79,44 @@ export interface DoctorReport {
   readonly scans: ReadonlyArray<ScanReport>
   readonly redisOnlyBatches: ReadonlyArray<string>
   readonly redis: ReadonlyArray<StoreReport>
+  readonly health: HealthCheck
   readonly applied: ReadonlyArray<string>
 }
+
+/** Every signal SPEC §9 knows, read once on what the registered batches write, configured or not. */
+const healthCheck = Effect.gen(function*() {
+  const settings = yield* SweeperConfig
+  const signals = yield* HealthSignals
+  const configured = new Set(Option.match(settings.health, { onNone: () => [], onSome: (health) => health.rules.map((rule) => rule.signal) }))
+  const limitQueues = [...new Set(Object.values(settings.concurrencyLimits).map((setting) => setting.queue))]
+  const writes = batches.map((batch) => writeSetOf(batch, limitQueues))
+  const tables = [...new Set(writes.flatMap((w) => w.tables))]
+  const stores = [...new Set(writes.flatMap((w) => w.redisStores))] as Array<RedisStoreName>
+  const queues = [...new Set(writes.flatMap((w) => w.queues))]
+  const check = <A>(signal: string, subject: string, read: Effect.Effect<A, { readonly message: string }>, show: (a: A) => string) =>
+    read.pipe(Effect.match({
+      // The reason alone: the line already names the signal and its subject.
+      onFailure: (error): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: false, reading: "reason" in error && typeof error.reason === "string" ? error.reason : error.message }),
+      onSuccess: (a): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: true, reading: show(a) })
+    }))
+  const privileges = yield* signals.privileges.pipe(Effect.orElseSucceed(() => ({ role: "?", superuser: false, readAllStats: false, inRecovery: false })))
+  const checks: Array<SignalCheck> = [
+    yield* check("replicationLag", "", signals.replicationLag, (lag) =>
+      `${lag.standbys} standby${lag.standbys === 1 ? "" : "s"}; largest replay lag ${formatValue("bytes", lag.bytes)}, ${formatValue("seconds", lag.seconds)}`),
+    yield* check("walRate", "", signals.walPosition, (position) => `WAL position ${formatValue("bytes", position)} (the rate is two samples a second apart)`),
+    yield* check("autovacuum", tables.join(", "), signals.vacuuming(tables), (vacuumed) => vacuumed.length === 0 ? "no vacuum on these tables" : `vacuum running on ${vacuumed.join(", ")}`),
+    yield* check("longTransactions", "", signals.oldestTransaction, (seconds) => seconds === 0 ? "no other transaction open" : `oldest other transaction open ${formatValue("seconds", seconds)}`)
+  ]
+  for (const store of stores) checks.push(yield* check("redisMemory", store, signals.redisMemory(store), (ratio) => `${Math.round(ratio * 1000) / 10}% of maxmemory`))
+  for (const queue of queues) checks.push(yield* check("queueLatency", queue, signals.queueLatency(queue), (seconds) => `latency ${formatValue("seconds", seconds)}`))
+  if (Option.isSome(settings.health)) {
+    for (const rule of settings.health.value.rules) {
+      if (rule.source._tag !== "Prometheus") continue
+      checks.push(yield* check(rule.signal, rule.source.query, signals.prometheus(rule.source.url, rule.source.query), (v) => `${v} (stop ${rule.stop.text})`))
+    }
+  }
+  return { ...privileges, signals: checks } satisfies HealthCheck
+}).pipe(Effect.provide(HealthSignalsLive))
 
 /** Single server or cluster, as Redis.ts built the store's connection (its URL had commas or not). */
 export const storeKind = (redis: Redis["Service"]): "single" | "cluster" => redis.kind
@@ -116,7 +178,9 @@ const gather = (applied: ReadonlyArray<string>) =>
       yield* storeReport("Queues", yield* Effect.serviceOption(QueuesRedis), inMemory),
       yield* storeReport("QueuesMetadata", yield* Effect.serviceOption(QueuesMetadataRedis), inMemory)
     ]
+    const health = yield* healthCheck
     const problems = [
+      ...health.signals.filter((s) => s.configured && !s.readable).map((s) => `SWEEPER_HEALTH ${s.signal} cannot be read: ${s.reading}`),
       ...redis.filter((r) => !r.reachable).map((r) => `Redis store ${r.store} unreachable${r.error ? `: ${r.error}` : ""}`),
       ...(Math.abs(pgSkew) > CLOCK_SKEW_LIMIT_MS ? [`PostgreSQL clock is ${pgSkew} ms off this process`] : []),
       ...redis.filter((r) => r.clockSkewMs !== null && Math.abs(r.clockSkewMs) > CLOCK_SKEW_LIMIT_MS)
@@ -137,6 +201,7 @@ const gather = (applied: ReadonlyArray<string>) =>
       scans: scanReports,
       redisOnlyBatches: [...REDIS_ONLY_BATCHES],
       redis,
+      health,
       applied
     } satisfies DoctorReport
   })
@@ -180,6 +245,11 @@ export const renderReport = (report: DoctorReport): string => {
     lines.push(`  ${store.store.padEnd(15)} ${store.kind.padEnd(9)} ${store.reachable ? "reachable" : "UNREACHABLE"}` +
       (store.clockSkewMs === null ? "" : `, clock ${sign(store.clockSkewMs)}`) + (store.error ? ` (${store.error})` : ""))
   }
+  const h = report.health
+  lines.push(`Health signals (SPEC §9) as role ${h.role}: ${h.superuser ? "superuser" : h.readAllStats ? "pg_read_all_stats" : "WITHOUT pg_read_all_stats (GRANT pg_monitor TO " + h.role + " to read other backends' statistics)"}${h.inRecovery ? "; a standby: no WAL position" : ""}`)
+  for (const signal of h.signals) {
+    lines.push(`  ${signal.signal.padEnd(17)}${signal.configured ? "configured  " : "            "}${signal.readable ? "readable    " : "UNREADABLE  "}${signal.subject === "" ? "" : `${signal.subject}: `}${signal.reading}`)
+  }
   const recommended = report.scans.filter((s) => s.recommended.length > 0).length
   lines.push(report.ok
     ? `OK${recommended > 0 ? ` (${recommended} index${recommended === 1 ? "" : "es"} recommended)` : ""}`
@@ -202,4 +272,4 @@ export const doctorCommand = Command.make(
     yield* Console.log(json ? JSON.stringify(report) : renderReport(report))
     if (!report.ok) process.exitCode = 1
   }, Effect.provide(ReadOnlyAppLayer))
-).pipe(Command.withDescription("Check this database and Redis: scans and their indexes, stores, clock skew (read-only)"))
+).pipe(Command.withDescription("Check this database and Redis: scans and their indexes, stores, clock skew, which health signals can be read (read-only)"))

@@ -1,11 +1,12 @@
 /**
  * The operator's HTTP surface (127.0.0.1 by default):
  *
- *   GET  /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text)
- *   GET  /api/batches, /api/batches/:name (with its last runs), /api/runs?batch=&limit=,
- *        /api/events?stream=&type=&run=&since=&limit=, /api/stream (SSE: batches as they change)
- *   POST /api/batches/:name/run ({"dryRun": true, "force": true}), …/pause, …/resume
- *   GET  / (dashboard), /batches/:name (a batch's page)
+ *   the JSON API (Api.ts's SweeperApi): /api/batches, /api/batches/:name, /api/runs, /api/events,
+ *     POST /api/batches/:name/run, …/pause, …/resume — implemented below as HttpApiBuilder groups
+ *   plain routes: /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text),
+ *     /api/health (the health gate: each signal's reading, thresholds and state; what holds which batch),
+ *     /api/stream (SSE: batches as they change)
+ *   GET  / (dashboard), /batches/:name, /runs/:id and the console's JSON group: Console.ts
  *
  * POSTs need `Authorization: Bearer <SWEEPER_API_TOKEN>` (or the local token the supervisor
  * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of
@@ -15,34 +16,32 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, Schema, Stream } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApiBuilder, HttpApiMiddleware } from "effect/http-api"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
-import { monitorEventLoopDelay } from "node:perf_hooks"
-import { describeError } from "../domain/Errors.ts"
+import { refusesLookAhead } from "../domain/Batch.ts"
+import { describeError, type PauseNotRecorded } from "../domain/Errors.ts"
+import { Authorized, ErrorShape, RunBody, SweeperApi } from "./Api.ts"
 import { currentPeriod } from "../domain/Schedule.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { RedisStores } from "../layers/Redis.ts"
 import { EventLog } from "../services/EventLog.ts"
+import { HealthReport } from "../services/HealthReport.ts"
 import {
-  activeHandles,
   batchBreakerOpen,
   batchDisabled,
   batchPaused,
   batchPeriodSeconds,
   buildInfo,
-  eventLoopLagSeconds,
-  processCpuSecondsTotal,
-  processHeapTotalBytes,
-  processHeapUsedBytes,
-  processResidentMemoryBytes,
-  processStartTimeSeconds,
   prometheusText,
   setGauge
 } from "../services/Metrics.ts"
-import { batchPage, dashboardPage } from "./Dashboard.ts"
-import { batchView, type BatchView } from "./BatchView.ts"
+import { Backlog } from "../services/Backlog.ts"
+import { ConsoleRoutes, ConsoleServices, consoleViews } from "./Console.ts"
+import { consoleHandlers } from "./ConsoleApi.ts"
+import { snapshotView } from "./BatchView.ts"
 import { recentRuns } from "./Runs.ts"
-import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
+import { Scheduler } from "./Scheduler.ts"
 import { localToken } from "./SupervisorAddress.ts"
 
 export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seconds", {
@@ -64,6 +63,7 @@ export type ErrorCode =
   | "bad_request"
   | "not_found"
   | "internal"
+  | "unavailable"
 
 const STATUS: Record<ErrorCode, number> = {
   unauthorized: 401,
@@ -72,7 +72,9 @@ const STATUS: Record<ErrorCode, number> = {
   batch_disabled: 409,
   bad_request: 400,
   not_found: 404,
-  internal: 500
+  internal: 500,
+  /** A store this action must write to refused (a pause that could not be recorded): nothing changed. */
+  unavailable: 503
 }
 
 /** The one error shape every endpoint answers with. */
@@ -86,24 +88,6 @@ const digest = (text: string) => createHash("sha256").update(text, "utf8").diges
  * comparison nor a length mismatch tells an attacker how much of a guess was right.
  */
 export const tokenMatches = (presented: string, expected: string): boolean => timingSafeEqual(digest(presented), digest(expected))
-
-export const snapshotView = (snapshot: BatchSnapshot, now: Date): BatchView =>
-  batchView({
-    batch: snapshot.batch,
-    cronText: snapshot.cron,
-    cron: snapshot.cronSchedule,
-    timezone: snapshot.timezone,
-    running: snapshot.status === "running",
-    disabled: snapshot.status === "disabled",
-    history: snapshot.history
-  }, now)
-
-const RunBody = Schema.Struct({
-  dryRun: Schema.optionalKey(Schema.Boolean),
-  force: Schema.optionalKey(Schema.Boolean),
-  /** `--now`: the ISO-8601 instant thresholds are judged at (`sweeper events prune --before` sends it). */
-  now: Schema.optionalKey(Schema.String)
-})
 
 const instant = (value: string | null) => {
   if (value === null || value === "") return Option.none<Date | undefined>().pipe(Option.orElse(() => Option.some(undefined)))
@@ -121,14 +105,12 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const scheduler = yield* Scheduler
   const settings = yield* SweeperConfig
   const sql = yield* PgClient.PgClient
-  const events = yield* EventLog
   const stores = yield* Effect.serviceOption(RedisStores)
+  const health = yield* HealthReport
 
   const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
-  const views = Effect.gen(function*() {
-    const now = yield* nowDate
-    return (yield* scheduler.snapshots).map((s) => snapshotView(s, now))
-  })
+  // Each batch's view with its live run and backlog (Console.ts), for /api/batches and /api/stream.
+  const views = consoleViews.pipe(Effect.provideContext(yield* Effect.context<Backlog | Scheduler>()))
 
   const check = <E>(probe: Effect.Effect<unknown, E>) =>
     probe.pipe(
@@ -136,37 +118,6 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       Effect.map(Option.match({ onNone: () => "timeout", onSome: () => "ok" })),
       Effect.catchCause(() => Effect.succeed("unreachable"))
     )
-
-  const query = Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    return new URL(request.url, "http://sweeper").searchParams
-  })
-
-  /** Store errors become `internal` with their cause; nothing escapes as a bare 500. */
-  const handled = <E, R>(effect: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-    effect.pipe(Effect.catchCause((cause) => Effect.succeed(apiError("internal", describeError(cause)))))
-
-  const authorized = (
-    action: (name: string, request: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>
-  ) =>
-    handled(Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const { name } = yield* HttpRouter.params
-      const header = request.headers["authorization"] ?? ""
-      const presented = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : ""
-      // Evaluate both so the time taken does not say which token exists.
-      const local = tokenMatches(presented, localToken)
-      const configured = Option.isSome(settings.apiToken) && tokenMatches(presented, Redacted.value(settings.apiToken.value))
-      if (!local && !configured) {
-        return Option.isNone(settings.apiToken)
-          ? apiError("api_disabled", "mutating API disabled: set SWEEPER_API_TOKEN")
-          : apiError("unauthorized", "missing or wrong bearer token")
-      }
-      return yield* action(name ?? "", request)
-    }))
-
-  const unknownBatch = (error: { readonly name: string; readonly known: ReadonlyArray<string> }) =>
-    Effect.succeed(apiError("unknown_batch", `unknown batch "${error.name}"`, { known: error.known }))
 
   yield* router.add("GET", "/healthz", HttpServerResponse.text("ok\n"))
   yield* router.add("GET", "/readyz", Effect.gen(function*() {
@@ -190,11 +141,7 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       { status: ready ? 200 : 503 }
     )
   }))
-  const loopDelay = monitorEventLoopDelay({ resolution: 20 })
-  loopDelay.enable()
-  yield* Effect.addFinalizer(() => Effect.sync(() => loopDelay.disable()))
   yield* setGauge(buildInfo, 1, { version: VERSION, node_version: process.version, node: settings.node })
-  yield* setGauge(processStartTimeSeconds, Math.round((Date.now() - process.uptime() * 1000) / 1000))
 
   yield* router.add("GET", "/metrics", Effect.gen(function*() {
     const scrapedAt = yield* nowDate
@@ -207,115 +154,31 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
       yield* setGauge(batchBreakerOpen, view.breaker.open ? 1 : 0, { batch: view.name })
       yield* setGauge(batchPeriodSeconds, Duration.toSeconds(currentPeriod(snapshot.cronSchedule, scrapedAt)), { batch: view.name })
     }
-    // Process and runtime figures, read at scrape time.
-    const memory = process.memoryUsage()
-    const cpu = process.cpuUsage()
-    yield* setGauge(processResidentMemoryBytes, memory.rss)
-    yield* setGauge(processHeapUsedBytes, memory.heapUsed)
-    yield* setGauge(processHeapTotalBytes, memory.heapTotal)
-    yield* setGauge(processCpuSecondsTotal, (cpu.user + cpu.system) / 1e6)
-    yield* setGauge(activeHandles, process.getActiveResourcesInfo().length)
-    yield* setGauge(eventLoopLagSeconds, Number.isFinite(loopDelay.percentile(99)) ? loopDelay.percentile(99) / 1e9 : 0)
-    loopDelay.reset()
+    // The process and runtime figures are read by the Metrics layer as it renders.
     return HttpServerResponse.text(yield* prometheusText, { contentType: "text/plain; version=0.0.4; charset=utf-8" })
   }))
 
-  yield* router.add("GET", "/api/batches", Effect.map(views, (all) => HttpServerResponse.jsonUnsafe(all)))
-  yield* router.add("GET", "/api/batches/:name", handled(Effect.gen(function*() {
-    const { name } = yield* HttpRouter.params
-    const view = (yield* views).find((v) => v.name === name)
-    if (view === undefined) return yield* unknownBatch({ name: name ?? "", known: (yield* views).map((v) => v.name) })
-    return HttpServerResponse.jsonUnsafe({ ...view, runs: yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }) })
-  }).pipe(Effect.provideService(EventLog, events))))
-  yield* router.add("GET", "/api/runs", handled(Effect.gen(function*() {
-    const params = yield* query
-    const batch = params.get("batch") ?? undefined
-    const limit = integer(params.get("limit"), BATCH_PAGE_RUNS, 500)
-    if (Option.isNone(limit)) return apiError("bad_request", "limit: expected a positive integer")
-    const names = (yield* scheduler.snapshots).map((s) => s.name)
-    if (batch !== undefined && !names.includes(batch)) return yield* unknownBatch({ name: batch, known: names })
-    return HttpServerResponse.jsonUnsafe(yield* recentRuns({ batch, limit: limit.value }))
-  }).pipe(Effect.provideService(EventLog, events))))
-  yield* router.add("GET", "/api/events", handled(Effect.gen(function*() {
-    const params = yield* query
-    const since = instant(params.get("since"))
-    if (Option.isNone(since)) return apiError("bad_request", "since: expected an ISO-8601 instant")
-    const limit = integer(params.get("limit"), DEFAULT_EVENTS, MAX_EVENTS)
-    if (Option.isNone(limit)) return apiError("bad_request", "limit: expected a positive integer")
-    const found = yield* events.query({
-      stream: params.get("stream") || undefined,
-      type: params.get("type") || undefined,
-      runId: params.get("run") || undefined,
-      since: since.value,
-      newestFirst: true,
-      limit: limit.value
-    })
-    return HttpServerResponse.jsonUnsafe(found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() })))
-  })))
+  yield* router.add("GET", "/api/health", Effect.map(health.snapshot, (snapshot) => HttpServerResponse.jsonUnsafe(snapshot)))
   // Server-sent events: the batch views now, then again whenever they change (checked each second).
   yield* router.add("GET", "/api/stream", Effect.sync(() => {
     let last = ""
     const encoder = new TextEncoder()
-    const changes = Stream.fromEffectSchedule(views, Schedule.spaced("1 second")).pipe(
-      Stream.map((all) => JSON.stringify(all)),
-      Stream.filter((json) => {
-        const changed = json !== last
-        last = json
+    // A hold starting or ending is a change too (the dashboard shows it), though the views are the same.
+    const changes = Stream.fromEffectSchedule(Effect.zip(views, health.snapshot), Schedule.spaced("1 second")).pipe(
+      Stream.map(([all, snapshot]) => ({ json: JSON.stringify(all), key: JSON.stringify(all) + JSON.stringify(snapshot.holds.map((h) => h.text)) })),
+      Stream.filter(({ key }) => {
+        const changed = key !== last
+        last = key
         return changed
       }),
-      Stream.map((json) => encoder.encode(`event: batches\ndata: ${json}\n\n`))
+      Stream.map(({ json }) => encoder.encode(`event: batches\ndata: ${json}\n\n`))
     )
     return HttpServerResponse.stream(changes, {
       contentType: "text/event-stream",
       headers: { "cache-control": "no-cache" }
     })
   }))
-
-  yield* router.add("POST", "/api/batches/:name/run", authorized((name, request) =>
-    Effect.gen(function*() {
-      const text = yield* request.text
-      const body = text.trim() === ""
-        ? Option.some({} as typeof RunBody.Type)
-        : Schema.decodeUnknownOption(Schema.fromJsonString(RunBody))(text)
-      if (Option.isNone(body)) return apiError("bad_request", "body: expected {\"dryRun\"?: boolean, \"force\"?: boolean, \"now\"?: ISO-8601}")
-      const asOf = instant(body.value.now ?? null)
-      if (Option.isNone(asOf)) return apiError("bad_request", "now: expected an ISO-8601 instant")
-      // As the CLI's `run --now`: a real run never judges at a future instant (it would repair too early).
-      if (asOf.value !== undefined && body.value.dryRun !== true && asOf.value.getTime() > DateTime.toEpochMillis(yield* DateTime.now)) {
-        return apiError("bad_request", "now: in the future; only a dry run may look ahead")
-      }
-      return yield* scheduler.runNow(name, { dryRun: body.value.dryRun, force: body.value.force, asOf: asOf.value }).pipe(
-        Effect.map((result) => HttpServerResponse.jsonUnsafe(result)),
-        Effect.catchTags({
-          UnknownBatch: unknownBatch,
-          BatchDisabled: (error) => Effect.succeed(apiError("batch_disabled", error.message))
-        })
-      )
-    })))
-  yield* router.add("POST", "/api/batches/:name/pause", authorized((name, request) =>
-    scheduler.pause(name, byOf(request)).pipe(
-      Effect.as(HttpServerResponse.jsonUnsafe({ paused: name })),
-      Effect.catchTag("UnknownBatch", unknownBatch)
-    )))
-  yield* router.add("POST", "/api/batches/:name/resume", authorized((name, request) =>
-    scheduler.resume(name, byOf(request)).pipe(
-      Effect.as(HttpServerResponse.jsonUnsafe({ resumed: name })),
-      Effect.catchTag("UnknownBatch", unknownBatch)
-    )))
-
-  yield* router.add("GET", "/", handled(Effect.gen(function*() {
-    const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
-    const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
-    const page = dashboardPage(yield* views, { stream, events: found })
-    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
-  })))
-  yield* router.add("GET", "/batches/:name", handled(Effect.gen(function*() {
-    const { name } = yield* HttpRouter.params
-    const view = (yield* views).find((v) => v.name === name)
-    if (view === undefined) return HttpServerResponse.text(`unknown batch ${name ?? ""}\n`, { status: 404 })
-    const page = batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }))
-    return HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })
-  }).pipe(Effect.provideService(EventLog, events))))
+  // The pages (/, /batches/:name, /runs/:id) and the console's JSON group: ConsoleRoutes (Console.ts).
 }))
 
 /** Who paused: the `X-Sweeper-Actor` header (the CLI and dashboard send one), else "http". */
@@ -324,10 +187,146 @@ const byOf = (request: HttpServerRequest.HttpServerRequest) => {
   return typeof actor === "string" && /^[\w .:@-]{1,64}$/.test(actor) ? actor : "http"
 }
 
+/** A store that failed under a read: `internal`, with its cause, in the one error shape. */
+const orInternal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchCause(effect, (cause) => Effect.fail({ error: { code: "internal" as const, message: describeError(cause) } }))
+
+const unknownBatch = (error: { readonly name: string; readonly known: ReadonlyArray<string> }) =>
+  Effect.fail({ error: { code: "unknown_batch" as const, message: `unknown batch "${error.name}"`, known: error.known } })
+
+const badRequest = (message: string) => Effect.fail({ error: { code: "bad_request" as const, message } })
+
+const notRecorded = (error: PauseNotRecorded) => Effect.fail({ error: { code: "unavailable" as const, message: error.message } })
+
+const asJson = (value: unknown): unknown => value === undefined ? undefined : JSON.parse(JSON.stringify(value))
+
+const BatchesLive = HttpApiBuilder.group(SweeperApi, "batches", Effect.fnUntraced(function*(handlers) {
+  const scheduler = yield* Scheduler
+  const events = yield* EventLog
+  const health = yield* HealthReport
+  const context = yield* Effect.context<Backlog | Scheduler>()
+  // Each batch's card view (its live run and backlog, Console.ts) with what the gate holds it on.
+  const views = Effect.gen(function*() {
+    const holds = (yield* health.snapshot).holds
+    return (yield* consoleViews).map((view) => ({
+      ...view,
+      // As JSON has them (dates as ISO strings), which is what the schema's Unknown accepts.
+      live: asJson(view.live),
+      backlog: asJson(view.backlog),
+      holds: holds.filter((hold) => hold.batch === view.name).map((hold) => hold.text)
+    }))
+  }).pipe(Effect.provideContext(context))
+  const runs = (options: { readonly batch?: string | undefined; readonly limit: number }) =>
+    orInternal(recentRuns(options).pipe(Effect.provideService(EventLog, events)))
+  return handlers
+    .handle("list", () => views)
+    .handle("get", ({ params }) =>
+      Effect.gen(function*() {
+        const all = yield* views
+        const view = all.find((v) => v.name === params.name)
+        if (view === undefined) return yield* unknownBatch({ name: params.name, known: all.map((v) => v.name) })
+        return { ...view, runs: yield* runs({ batch: view.name, limit: BATCH_PAGE_RUNS }) }
+      }))
+    .handle("runs", ({ query }) =>
+      Effect.gen(function*() {
+        const limit = integer(query.limit ?? null, BATCH_PAGE_RUNS, 500)
+        if (Option.isNone(limit)) return yield* badRequest("limit: expected a positive integer")
+        const names = (yield* scheduler.snapshots).map((s) => s.name)
+        if (query.batch !== undefined && !names.includes(query.batch)) return yield* unknownBatch({ name: query.batch, known: names })
+        return yield* runs({ batch: query.batch, limit: limit.value })
+      }))
+    .handle("events", ({ query }) =>
+      Effect.gen(function*() {
+        const since = instant(query.since ?? null)
+        if (Option.isNone(since)) return yield* badRequest("since: expected an ISO-8601 instant")
+        const until = instant(query.until ?? null)
+        if (Option.isNone(until)) return yield* badRequest("until: expected an ISO-8601 instant")
+        const limit = integer(query.limit ?? null, DEFAULT_EVENTS, MAX_EVENTS)
+        if (Option.isNone(limit)) return yield* badRequest("limit: expected a positive integer")
+        const found = yield* orInternal(events.query({
+          stream: query.stream || undefined,
+          type: query.type || undefined,
+          runId: query.run || undefined,
+          since: since.value,
+          until: until.value,
+          newestFirst: true,
+          limit: limit.value
+        }))
+        return found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() }))
+      }))
+}))
+
+const ActionsLive = HttpApiBuilder.group(SweeperApi, "actions", Effect.fnUntraced(function*(handlers) {
+  const scheduler = yield* Scheduler
+  return handlers
+    // Raw: the body is decoded here, so a POST with no body or no content-type (curl, the
+    // dashboard's form) is read as JSON like before; the client sends `application/json`.
+    .handleRaw("run", ({ params, request }) =>
+      Effect.gen(function*() {
+        const text = yield* Effect.orElseSucceed(request.text, () => "")
+        const decoded = text.trim() === "" ? Option.some({}) : Schema.decodeUnknownOption(Schema.fromJsonString(RunBody))(text)
+        if (Option.isNone(decoded)) return yield* badRequest("body: expected {\"dryRun\"?: boolean, \"force\"?: boolean, \"now\"?: ISO-8601}")
+        const body: typeof RunBody.Type = decoded.value
+        const asOf = instant(body.now ?? null)
+        if (Option.isNone(asOf)) return yield* badRequest("now: expected an ISO-8601 instant")
+        if (refusesLookAhead(asOf.value, new Date(DateTime.toEpochMillis(yield* DateTime.now)), body.dryRun === true)) {
+          return yield* badRequest("now: in the future; only a dry run may look ahead")
+        }
+        return yield* scheduler.runNow(params.name, { dryRun: body.dryRun, force: body.force, asOf: asOf.value }).pipe(
+          Effect.catchTags({
+            UnknownBatch: unknownBatch,
+            BatchDisabled: (error) => Effect.fail({ error: { code: "batch_disabled" as const, message: error.message } })
+          })
+        )
+      }))
+    .handle("pause", ({ params, request }) =>
+      scheduler.pause(params.name, byOf(request)).pipe(
+        Effect.as({ paused: params.name }),
+        Effect.catchTags({ UnknownBatch: unknownBatch, PauseNotRecorded: notRecorded })
+      ))
+    .handle("resume", ({ params, request }) =>
+      scheduler.resume(params.name, byOf(request)).pipe(
+        Effect.as({ resumed: params.name }),
+        Effect.catchTags({ UnknownBatch: unknownBatch, PauseNotRecorded: notRecorded })
+      ))
+}))
+
+/** A query or body the API's schema refuses: bad_request, naming the part of the request. */
+const ErrorShapeLive = HttpApiMiddleware.layerSchemaErrorTransform(ErrorShape, (error) =>
+  Effect.fail({ error: { code: "bad_request" as const, message: `${error.kind.toLowerCase()}: ${error.cause.message.replace(/\s*\n\s*/g, " ")}` } }))
+
+/**
+ * The bearer token of the mutating actions, checked before the body is read: SWEEPER_API_TOKEN or
+ * this process's local token (the CLI beside an embedded supervisor reads it from the address
+ * file), both compared in constant time.
+ */
+const AuthorizedLive = Layer.effect(Authorized, Effect.gen(function*() {
+  const settings = yield* SweeperConfig
+  return (httpEffect) =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const header = request.headers["authorization"] ?? ""
+      const presented = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : ""
+      // Evaluate both so the time taken does not say which token exists.
+      const local = tokenMatches(presented, localToken)
+      const configured = Option.isSome(settings.apiToken) && tokenMatches(presented, Redacted.value(settings.apiToken.value))
+      if (local || configured) return yield* httpEffect
+      return yield* Option.isNone(settings.apiToken)
+        ? Effect.fail({ error: { code: "api_disabled" as const, message: "mutating API disabled: set SWEEPER_API_TOKEN" } })
+        : Effect.fail({ error: { code: "unauthorized" as const, message: "missing or wrong bearer token" } })
+    })
+}))
+
+/** The JSON API: SweeperApi's groups (one `Layer.provide` entry per group) and its middleware. */
+export const ApiLive = HttpApiBuilder.layer(SweeperApi).pipe(
+  Layer.provide([BatchesLive, ActionsLive, HttpApiBuilder.group(SweeperApi, "console", consoleHandlers)]),
+  Layer.provide([ErrorShapeLive, AuthorizedLive])
+)
+
 /** The HTTP server on SWEEPER_HTTP_HOST:SWEEPER_HTTP_PORT (port 0 picks a free port). */
 export const HttpLive = Layer.unwrap(Effect.gen(function*() {
   const settings = yield* SweeperConfig
-  return HttpRouter.serve(Routes, { disableListenLog: true, disableLogger: true }).pipe(
+  return HttpRouter.serve(Layer.mergeAll(Routes, ApiLive, ConsoleRoutes).pipe(Layer.provide(ConsoleServices)), { disableListenLog: true, disableLogger: true }).pipe(
     Layer.provideMerge(NodeHttpServer.layer(createServer, { port: settings.httpPort, host: settings.httpHost }))
   )
 }))

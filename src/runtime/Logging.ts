@@ -1,13 +1,15 @@
 /**
- * Logs go to stderr, so stdout stays clean for `--json` output: JSON lines by default, pretty when
- * stderr is a terminal. `SWEEPER_LOG_LEVEL` sets the minimum level (default Info).
+ * Logs go to stderr, so stdout stays clean for `--json` output: one human-readable line per record
+ * when stderr is a terminal (time, level, batch, message, key fields), JSON lines otherwise (piped,
+ * journald, files) or whenever `SWEEPER_LOG_FORMAT=json`; `SWEEPER_LOG_FORMAT=text` forces the
+ * line form. `SWEEPER_LOG_LEVEL` sets the minimum level (default Info).
  *
  * One JSON schema for every line: `timestamp`, `level`, `message` (always a string), `service`
  * ("sweeper"), `node`, then the annotations flat (`batch`, `run_id`, …) and any structured values
  * logged after the message (`Effect.logInfo("Backends", {postgres, redis})` → `postgres`, `redis`).
  * No empty `annotations`/`spans` objects. The same warning is logged at most once per run.
  */
-import { Config, Effect, Layer, Logger, References } from "effect"
+import { Config, Effect, Layer, Logger, Option, References } from "effect"
 import { hostname } from "node:os"
 import { InvalidConfig } from "../domain/Errors.ts"
 
@@ -82,6 +84,46 @@ export const jsonLogger = (node: string, write: (line: string) => void = (line) 
   })
 }
 
+const LEVEL_COLOUR: Record<string, string> = { ERROR: "31", FATAL: "31", WARN: "33", INFO: "32", DEBUG: "90", TRACE: "90" }
+
+/** A field's value on a text line: strings bare (quoted when they hold spaces), the rest as JSON. */
+const fieldText = (value: unknown): string => {
+  if (typeof value === "string") return /[\s"=]/.test(value) || value === "" ? JSON.stringify(value) : value
+  return JSON.stringify(value) ?? String(value)
+}
+
+/**
+ * One line per record for a terminal: `14:50:00.026 INFO  drop-canceling-builds  Run succeeded
+ * run=4b36a462 outcome=succeeded duration_ms=19 summary={"dropped":3}`. Service and node are left
+ * out (they are the same on every line of one terminal); a cause goes on the lines after.
+ */
+export const textLine = (line: LogLine, colour = false): string => {
+  const { batch, cause, level, message, node: _node, run_id, service: _service, timestamp, ...rest } = line
+  const time = typeof timestamp === "string" ? timestamp.slice(11, 23) : ""
+  const levelText = String(level ?? "").padEnd(5)
+  const shownLevel = colour ? `\u001b[${LEVEL_COLOUR[String(level)] ?? "0"}m${levelText}\u001b[0m` : levelText
+  const fields = [
+    ...(typeof run_id === "string" ? [`run=${run_id.slice(0, 8)}`] : []),
+    ...Object.entries(rest).map(([key, value]) => `${key}=${fieldText(value)}`)
+  ]
+  const head = [time, shownLevel, typeof batch === "string" ? batch : "-", String(message ?? "")].join("  ")
+  const text = fields.length === 0 ? head : `${head}  ${fields.join(" ")}`
+  return typeof cause === "string" && cause.length > 0 ? `${text}\n  ${cause.replace(/\n/g, "\n  ")}` : text
+}
+
+export const textLogger = (node: string, write: (line: string) => void = (line) => process.stderr.write(`${line}\n`), colour = false) => {
+  const flatten = makeFlattener(node)
+  return Logger.map(Logger.formatStructured, (record) => {
+    const line = flatten(record as Parameters<typeof flatten>[0])
+    if (line !== undefined) write(textLine(line, colour))
+  })
+}
+
+export type LogFormat = "json" | "text"
+
+/** `SWEEPER_LOG_FORMAT` when set, else text on a terminal and JSON lines anywhere else. */
+export const chooseLogFormat = (configured: LogFormat | undefined, isTTY: boolean): LogFormat => configured ?? (isTTY ? "text" : "json")
+
 export const LoggingLive = Layer.unwrap(Effect.gen(function*() {
   const level = yield* Config.LogLevel("SWEEPER_LOG_LEVEL").pipe(
     Config.withDefault("Info"),
@@ -91,7 +133,12 @@ export const LoggingLive = Layer.unwrap(Effect.gen(function*() {
     Config.withDefault(`${hostname()}:${process.pid}`),
     Effect.orElseSucceed(() => `${hostname()}:${process.pid}`)
   )
-  const logger = process.stderr.isTTY ? Logger.consolePretty() : jsonLogger(node)
+  const format = yield* Config.Literals(["json", "text"], "SWEEPER_LOG_FORMAT").pipe(
+    Config.option,
+    Effect.mapError((error) => new InvalidConfig({ variable: "SWEEPER_LOG_FORMAT", message: error.message }))
+  )
+  const chosen = chooseLogFormat(Option.getOrUndefined(format), process.stderr.isTTY === true)
+  const logger = chosen === "json" ? jsonLogger(node) : textLogger(node, undefined, process.stderr.isTTY === true && process.env.NO_COLOR === undefined)
   return Layer.mergeAll(
     Logger.layer([logger]),
     Layer.succeed(Logger.LogToStderr, true),

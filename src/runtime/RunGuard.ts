@@ -7,17 +7,18 @@
  *
  * It never fails: whatever happens is an outcome in the returned RunResult.
  */
-import { Cause, DateTime, Duration, Effect, Exit, Metric, Option, Ref, Schedule } from "effect"
+import { Cause, DateTime, Duration, Effect, Exit, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
 import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
 import { RunProgress } from "../domain/Summary.ts"
+import { trackRun } from "./LiveProgress.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
-import { increment, lastSuccessTimestamp, leaseSkipsTotal, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
+import { increment, lastSuccessTimestamp, leaseSkipsTotal, type Metrics, observe, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 
 export type Trigger = "schedule" | "manual" | "startup"
@@ -97,7 +98,8 @@ export const describe = (cause: Cause.Cause<unknown>): string => describeError(C
 
 /**
  * Holds the batch's exclusive lease for the scope: renewed every TTL/3; a failed renewal marks it
- * lost so the next safe point (`Fence.check`) stops the run. Released when the scope closes.
+ * lost so the next safe point (`Fence.check`) stops the run. Each check reads the lease; a read
+ * that fails fails the check (the run, as transient). Released when the scope closes.
  */
 const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
   const lease = yield* Lease
@@ -123,7 +125,14 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
     epoch: handle.epoch,
     check: Effect.gen(function*() {
       if (yield* Ref.get(lost)) return yield* fail
-      const held = yield* lease.isHeld(handle).pipe(Effect.orElseSucceed(() => true))
+      // A read that fails says nothing about who holds the lease: no write on an unknown lease.
+      // The RedisError is transient, so the guard retries the run, whose first write checks again.
+      const held = yield* lease.isHeld(handle).pipe(
+        Effect.tapError((error) =>
+          Effect.logWarning("Lease check failed; writing nothing until the lease can be read", describeError(error)).pipe(
+            Effect.annotateLogs({ lease: handle.name })
+          ))
+      )
       if (!held) {
         yield* Ref.set(lost, true)
         return yield* fail
@@ -134,7 +143,7 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
 })
 
 export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
-  Effect.gen(function*(): Effect.fn.Return<RunResult, never, R | SweeperConfig | Lease | EventLog> {
+  Effect.gen(function*(): Effect.fn.Return<RunResult, never, R | SweeperConfig | Lease | EventLog | Metrics> {
     const config = yield* SweeperConfig
     const lease = yield* Lease
     const events = yield* EventLog
@@ -194,7 +203,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
       )
       yield* increment(runsTotal, 1, { batch: batch.name, outcome })
-      yield* Metric.update(Metric.withAttributes(runDurationSeconds, { batch: batch.name, outcome }), durationMs / 1000)
+      yield* observe(runDurationSeconds, durationMs / 1000, { batch: batch.name, outcome })
       if (outcome === "succeeded" && !dryRun) {
         yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
       }
@@ -241,6 +250,9 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
 
       // Each attempt's reports count; a retried run's summary adds its failed attempts' work.
       const progress = new RunProgress()
+      // The dashboard's live view of this run (units and repairs so far), for as long as it runs.
+      const live = trackRun(batch.name, runId, new Date(startedMs), progress)
+      yield* Effect.addFinalizer(() => Effect.sync(live.done))
       const program = Effect.suspend(() => {
         progress.newAttempt()
         return batch.run
@@ -248,7 +260,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         transientDefectsAsFailures,
         Effect.retry(transientRetry),
         Effect.map((summary) => progress.summarize(summary)),
-        Effect.provideService(CurrentRun, { ...runInfo(fence), progress }),
+        Effect.provideService(CurrentRun, { ...runInfo(fence), progress: live }),
         Effect.timeoutOption(Duration.sum(budget, HARD_TIMEOUT_GRACE))
       )
       // A run that ends without the program's summary (failed, timed out, interrupted) still made

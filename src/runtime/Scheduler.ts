@@ -1,6 +1,7 @@
 /**
- * The supervisor: one actor per batch, each a fiber with a mailbox (Tick | RunNow | Pause | Resume),
- * supervised in a FiberMap inside this scoped layer.
+ * The supervisor: one actor per batch, each a fiber with a mailbox (Tick | RunNow), supervised in a
+ * FiberMap inside this scoped layer. Pause and resume do not wait in the mailbox (a run may hold it
+ * for its whole budget): they write their event first and change the state only once it is written.
  *
  * - One run at a time per batch. Ticks that arrive during a run coalesce into one pending run; the
  *   others are recorded as TickMissed{overlap}.
@@ -12,9 +13,9 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref } from "effect"
+import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Schedule, Semaphore } from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { BatchDisabled, UnknownBatch } from "../domain/Errors.ts"
+import { BatchDisabled, describeError, PauseNotRecorded, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
 import { DEFAULT_MISSED_RUN_POLICY, nextTick, periodAt, planStartup } from "../domain/Schedule.ts"
 import { configureBatches, SweeperConfig } from "../layers/Config.ts"
@@ -28,8 +29,6 @@ import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseNa
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
   | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly asOf?: Date | undefined; readonly reply: Deferred.Deferred<RunResult> }
-  | { readonly _tag: "Pause"; readonly by: string }
-  | { readonly _tag: "Resume"; readonly by: string }
 
 export interface RunNowOptions {
   readonly dryRun?: boolean | undefined
@@ -70,6 +69,12 @@ interface Actor {
   readonly state: Ref.Ref<ActorState>
   /** TickMissed events that could not be written (database down), oldest first; flushed later. */
   readonly unrecorded: Ref.Ref<ReadonlyArray<TickMissed>>
+  /**
+   * One pause-state change at a time: a pause (write, then apply) and the refresh from the event
+   * log (read, then apply) must not interleave, or a refresh that read before the pause was written
+   * would apply the old state after it.
+   */
+  readonly pauseLock: Semaphore.Semaphore
 }
 
 /** Per batch, at most this many unwritten TickMissed events wait for the database (the oldest go). */
@@ -78,8 +83,9 @@ export const MAX_UNRECORDED_MISSED_TICKS = 1000
 export class Scheduler extends Context.Service<Scheduler, {
   readonly snapshots: Effect.Effect<ReadonlyArray<BatchSnapshot>>
   runNow(name: string, options?: RunNowOptions): Effect.Effect<RunResult, UnknownBatch | BatchDisabled>
-  pause(name: string, by: string): Effect.Effect<void, UnknownBatch>
-  resume(name: string, by: string): Effect.Effect<void, UnknownBatch>
+  /** Succeeds only once BatchPaused is written: durable, and seen by every replica's next tick. */
+  pause(name: string, by: string): Effect.Effect<void, UnknownBatch | PauseNotRecorded>
+  resume(name: string, by: string): Effect.Effect<void, UnknownBatch | PauseNotRecorded>
 }>()("sweeper/runtime/Scheduler") {}
 
 const HISTORY_EVENTS = 1000
@@ -91,20 +97,55 @@ export const loadHistory = Effect.fnUntraced(function*(batch: string) {
   return foldHistory([...stored].reverse())
 })
 
-/** Runs `body` forever: a crash is logged and `body` restarted after a capped exponential backoff. */
+/**
+ * The one road of a pause or resume: its event, written or refused as PauseNotRecorded. The
+ * supervisor (through the API) and the CLI without one (straight to the database) both take it;
+ * every supervisor folds the event before its next tick.
+ */
+export const recordPause = (batch: string, action: "pause" | "resume", by: string) =>
+  Effect.flatMap(EventLog, (events) =>
+    events.append(action === "pause" ? new BatchPaused({ batch, by }) : new BatchResumed({ batch, by })).pipe(
+      Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) })))
+    ))
+
+/** A crashed actor or ticker restarts after 1 s, 2 s, 4 s … at most 60 s apart. */
+export const ACTOR_RESTARTS = Schedule.min([Schedule.exponential("1 second"), Schedule.spaced("60 seconds")])
+
+/**
+ * Runs `body` forever: a crash (or a return) is logged and `body` restarted on ACTOR_RESTARTS;
+ * only an interruption ends it.
+ */
 export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown, R>) =>
-  Effect.gen(function*() {
+  Effect.suspend(() => {
     let restarts = 0
-    while (true) {
-      const exit = yield* Effect.exit(body)
-      if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return
+    const once = Effect.flatMap(Effect.exit(body), (exit) => {
+      if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return Effect.void
       restarts++
-      yield* Effect.logError(`${name} stopped; restarting (${restarts})`, Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned")
-      yield* Effect.sleep(ACTOR_RESTART_BACKOFF(restarts))
-    }
+      return Effect.logError(`${name} stopped; restarting (${restarts})`, Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned").pipe(
+        Effect.andThen(Effect.fail(exit))
+      )
+    })
+    return Effect.retry(once, ACTOR_RESTARTS).pipe(Effect.ignore)
   })
 
-const ACTOR_RESTART_BACKOFF = (restarts: number) => Duration.millis(Math.min(60_000, 1000 * 2 ** Math.min(restarts - 1, 6)))
+/**
+ * One cron tick of a batch: sleep until its next fire time (by the Clock, so TestClock drives it),
+ * then post the Tick to the actor's mailbox — marked pending if a run is under way, where it will
+ * coalesce. The ticker is this, forever.
+ */
+const nextTickOf = (actor: Actor) =>
+  Effect.gen(function*() {
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    let next = nextTick(actor.cron, new Date(now))
+    if (next.getTime() <= now) next = nextTick(actor.cron, new Date(now + 1))
+    yield* Ref.update(actor.state, (s) => ({ ...s, nextTick: next }))
+    yield* Effect.sleep(Duration.millis(next.getTime() - now))
+    const state = yield* Ref.get(actor.state)
+    if (state.status === "running") yield* Ref.update(actor.state, (s) => ({ ...s, pendingTick: next }))
+    yield* Queue.offer(actor.mailbox, { _tag: "Tick", scheduledAt: next, trigger: "schedule" })
+  })
+
+const ticker = (actor: Actor) => Effect.forever(nextTickOf(actor))
 
 const afterRun = (history: BatchHistory, result: RunResult, finishedAt: Date): BatchHistory => {
   const closed = (result.closed ?? []).reduce(withRun, history)
@@ -149,6 +190,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         cron,
         mailbox: yield* Queue.unbounded<Message>(),
         unrecorded: yield* Ref.make<ReadonlyArray<TickMissed>>([]),
+        pauseLock: yield* Semaphore.make(1),
         state: yield* Ref.make<ActorState>({
           status: disabled ? "disabled" : history.paused ? "paused" : "idle",
           nextTick: undefined,
@@ -220,7 +262,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
      * batch everywhere from its next tick. Unreadable events keep the state this process knows.
      */
     const refreshPaused = (actor: Actor) =>
-      Effect.gen(function*() {
+      actor.pauseLock.withPermits(1)(Effect.gen(function*() {
         const stream = `batch:${actor.batch.name}`
         const [paused, resumed] = yield* Effect.all([
           events.query({ stream, type: "BatchPaused", newestFirst: true, limit: 1 }),
@@ -235,7 +277,26 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
             ? { ...s, status, history: { ...s.history, paused: true, pausedBy: String(lastPause!.data.by ?? "unknown"), pausedAt: lastPause!.occurredAt } }
             : { ...s, status, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
         })
-      }).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+      })).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+
+    /**
+     * Pause or resume: the event first, then the state. An event that cannot be written fails the
+     * call with PauseNotRecorded and changes nothing (issue 16): the event log is the truth every
+     * replica and the refresh above fold, so a state it does not hold would be undone at the next
+     * tick. A running batch keeps running; its status follows the pause when the run ends.
+     */
+    const setPaused = (actor: Actor, action: "pause" | "resume", by: string) =>
+      actor.pauseLock.withPermits(1)(Effect.gen(function*() {
+        yield* recordPause(actor.batch.name, action, by).pipe(Effect.provideService(EventLog, events))
+        const at = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+        yield* Ref.update(actor.state, (s) => {
+          const keep = s.status === "disabled" || s.status === "running"
+          return action === "pause"
+            ? { ...s, status: keep ? s.status : "paused" as const, history: { ...s.history, paused: true, pausedBy: by, pausedAt: at } }
+            : { ...s, status: keep ? s.status : "idle" as const, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
+        })
+        yield* Effect.logInfo(action === "pause" ? "Batch paused" : "Batch resumed", { by })
+      }).pipe(Effect.annotateLogs({ batch: actor.batch.name })))
 
     const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean; asOf?: Date | undefined }) =>
       Effect.gen(function*() {
@@ -253,7 +314,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const finishedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
         yield* Ref.update(actor.state, (s) => ({
           ...s,
-          status: s.status === "running" ? "idle" as const : s.status,
+          // Paused or resumed while it ran: the status follows the pause now.
+          status: s.status === "running" ? (s.history.paused ? "paused" as const : "idle" as const) : s.status,
           // A dry run changes nothing, the batch's history included (as in the event fold).
           history: result.dryRun ? s.history : afterRun(s.history, result, finishedAt)
         }))
@@ -274,24 +336,6 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const ticks = messages.filter((m): m is Extract<Message, { _tag: "Tick" }> => m._tag === "Tick")
         for (const message of messages) {
           switch (message._tag) {
-            case "Pause": {
-              const pausedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
-              yield* events.append(new BatchPaused({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({
-                ...s,
-                status: s.status === "disabled" ? s.status : "paused" as const,
-                history: { ...s.history, paused: true, pausedBy: message.by, pausedAt }
-              }))
-              break
-            }
-            case "Resume":
-              yield* events.append(new BatchResumed({ batch: actor.batch.name, by: message.by })).pipe(Effect.ignore)
-              yield* Ref.update(actor.state, (s) => ({
-                ...s,
-                status: s.status === "disabled" ? s.status : "idle" as const,
-                history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined }
-              }))
-              break
             case "RunNow": {
               if (yield* Ref.get(shuttingDown)) {
                 yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0, dryRun: message.dryRun })
@@ -329,20 +373,6 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           // Ticks that queued while we were busy with `first` coalesce with it.
           yield* Ref.update(actor.state, (s) => ({ ...s, pendingTick: undefined }))
           yield* handle(actor, [first, ...rest])
-        }
-      })
-
-    const ticker = (actor: Actor) =>
-      Effect.gen(function*() {
-        while (true) {
-          const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-          let next = nextTick(actor.cron, new Date(now))
-          if (next.getTime() <= now) next = nextTick(actor.cron, new Date(now + 1))
-          yield* Ref.update(actor.state, (s) => ({ ...s, nextTick: next }))
-          yield* Effect.sleep(Duration.millis(next.getTime() - now))
-          const state = yield* Ref.get(actor.state)
-          if (state.status === "running") yield* Ref.update(actor.state, (s) => ({ ...s, pendingTick: next }))
-          yield* Queue.offer(actor.mailbox, { _tag: "Tick", scheduledAt: next, trigger: "schedule" })
         }
       })
 
@@ -411,8 +441,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, asOf: options.asOf, reply })
           return yield* Deferred.await(reply)
         }),
-      pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Pause", by })).pipe(Effect.asVoid),
-      resume: (name, by) => Effect.flatMap(actorNamed(name), (actor) => Queue.offer(actor.mailbox, { _tag: "Resume", by })).pipe(Effect.asVoid)
+      pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "pause", by)),
+      resume: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "resume", by))
     })
   })
 

@@ -4,7 +4,12 @@
  */
 import { Context, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { LeaseLost } from "../domain/Errors.ts"
+import type { FenceError } from "../domain/Errors.ts"
+
+export interface PrunedPage {
+  readonly pruned: number
+  readonly locked: ReadonlyArray<number>
+}
 
 export class EventRetention extends Context.Service<EventRetention, {
   /**
@@ -17,7 +22,9 @@ export class EventRetention extends Context.Service<EventRetention, {
   countPrunable(before: Date, kept: ReadonlyArray<number>): Effect.Effect<number, SqlError>
   /**
    * Deletes up to `limit` of the oldest prunable events and appends `EventsPruned{before, count}`,
-   * in one short transaction that checks the run's lease fence first. Returns the count (0: done).
+   * in one short transaction that checks the run's lease fence first. Returns the count (`pruned`,
+   * 0: done) and the ids of prunable events passed over because another open transaction held
+   * their row (`locked`): the DELETE never waits for one, a later page or run deletes it.
    */
-  prunePage(before: Date, kept: ReadonlyArray<number>, limit: number): Effect.Effect<number, SqlError | LeaseLost>
+  prunePage(before: Date, kept: ReadonlyArray<number>, limit: number): Effect.Effect<PrunedPage, SqlError | FenceError>
 }>()("sweeper/services/EventRetention") {}

@@ -1,8 +1,17 @@
 /** `project_export_jobs` as stuck-export-jobs needs it. The fail write appends its event in the same transaction. */
 import { Context, type DateTime, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { LeaseLost } from "../domain/Errors.ts"
+import type { FenceError } from "../domain/Errors.ts"
 import type { EnqueuedExportJob, ExportJobRef } from "../domain/ExportJob.ts"
+
+/**
+ * What a slice write did: the jids it failed (by id), and the ids of the jobs it skipped because
+ * another open transaction held their row. Every other job of the slice changed meanwhile.
+ */
+export interface FailManyResult {
+  readonly failed: ReadonlyArray<string>
+  readonly locked: ReadonlyArray<number>
+}
 
 export class ExportJobs extends Context.Service<ExportJobs, {
   /** (id, jid) of every queued or started job, by id. */
@@ -13,7 +22,9 @@ export class ExportJobs extends Context.Service<ExportJobs, {
    * status = failed, updated_at = now for every job of the slice in ONE transaction: one UPDATE, each
    * row guarded by status IN (queued, started) AND the jid read, and one multi-row INSERT of their
    * ExportJobFailed events. Returns the jids actually failed, by id; a row that changed meanwhile is
-   * left out and nothing is written for it.
+   * left out and nothing is written for it. A row another open transaction holds is never waited
+   * for (a GitLab request updating the export, an operator's session): it is skipped, returned in
+   * `locked`, left as it is, and found again by the next run.
    */
-  failMany(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc): Effect.Effect<ReadonlyArray<string>, SqlError | LeaseLost>
+  failMany(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc): Effect.Effect<FailManyResult, SqlError | FenceError>
 }>()("sweeper/services/ExportJobs") {}

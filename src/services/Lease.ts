@@ -15,41 +15,14 @@
 import { Context, type Duration, type Effect, type Option } from "effect"
 import type { RedisError } from "../domain/Errors.ts"
 
+// The key forms (`leaseKey`, `epochKey`) are pure rules: domain/Lease.ts.
+
 export interface LeaseHandle {
   readonly name: string
   readonly token: string
   readonly epoch: number
   readonly ttl: Duration.Duration
 }
-
-export const leaseKey = (name: string) => `gitlab:exclusive_lease:${name}`
-
-/**
- * The part of a key Redis Cluster hashes: the text between the first `{` and the next `}` when that
- * is non-empty, else the whole key.
- */
-export const hashedPart = (key: string): string => {
-  const open = key.indexOf("{")
-  if (open === -1) return key
-  const close = key.indexOf("}", open + 1)
-  return close === -1 || close === open + 1 ? key : key.slice(open + 1, close)
-}
-
-/**
- * The fencing epoch of a lease, in the same cluster hash slot as GitLab's untagged lease key (one
- * Lua script touches both): the lease key's hashed part as this key's `{tag}`. GitLab's key format
- * cannot change; ours can. A hashed part containing `}` cannot be a tag: such names are refused
- * (Sweeper's own lease names never contain braces).
- */
-export const epochKey = (name: string) => {
-  const lease = leaseKey(name)
-  const hashed = hashedPart(lease)
-  if (hashed.includes("}")) throw new Error(`lease name ${JSON.stringify(name)} cannot share a hash slot with its epoch key`)
-  return hashed === lease ? `sweeper:exclusive_lease_epoch:{${lease}}` : `sweeper:exclusive_lease_epoch:{${hashed}}:${name}`
-}
-
-/** The epoch key outlives every lease by far and is refreshed on each acquisition. */
-export const EPOCH_TTL_SECONDS = 30 * 24 * 3600
 
 export class Lease extends Context.Service<Lease, {
   /** None when somebody else holds it: an outcome, not an error. */

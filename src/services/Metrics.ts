@@ -1,9 +1,11 @@
 /**
- * Every metric Sweeper exports, defined once. Programs and the run guard update these; the HTTP
- * server renders them as Prometheus text (`prometheusText`).
+ * Every metric Sweeper exports, defined once (names and descriptions are what dashboards and alert
+ * rules depend on: the contract), and the `Metrics` service that updates and renders them. Programs
+ * and the run guard call `increment`, `setGauge` and `observe`; the HTTP server asks for
+ * `prometheusText`. The implementation (layers/MetricsPrometheus.ts) keeps the series and samples
+ * the process figures at each scrape, so a spec can swap it like any other service.
  */
-import { Effect, Metric } from "effect"
-import { PrometheusMetrics } from "effect/observability"
+import { Context, type Effect, Metric } from "effect"
 
 export const runsTotal = Metric.counter("sweeper_runs_total", {
   description: "Batch runs by batch and outcome",
@@ -54,6 +56,11 @@ export const directUploadsSkippedNoStoreTotal = Metric.counter("sweeper_direct_u
   incremental: true
 })
 
+export const directUploadsVanishedTotal = Metric.counter("sweeper_direct_uploads_vanished_total", {
+  description: "Stale direct uploads whose entry vanished or changed value before the repair recorded it (neither removed nor recorded)",
+  incremental: true
+})
+
 export const directUploadsPending = Metric.gauge("sweeper_direct_uploads_pending_entries", {
   description: "Entries in pending_direct_uploads when delete-stale-direct-uploads last started"
 })
@@ -100,21 +107,32 @@ export const eventsPrunedTotal = Metric.counter("sweeper_events_pruned_total", {
   incremental: true
 })
 
-/** Adds `n` to a counter, with attributes. */
-export const increment = (
-  counter: Metric.Counter<number>,
-  n: number,
-  attributes: Record<string, string> = {}
-): Effect.Effect<void> =>
-  n === 0 ? Effect.void : Metric.update(Metric.withAttributes(counter, attributes), n)
+/** Health gate (SPEC §9): 1 while `signal` holds `batch`. */
+export const repairHeld = Metric.gauge("sweeper_repair_held", {
+  description: "1 while the health gate holds the batch on the signal, else 0"
+})
 
-export const setGauge = (
-  gauge: Metric.Gauge<number>,
-  value: number,
-  attributes: Record<string, string> = {}
-): Effect.Effect<void> => Metric.update(Metric.withAttributes(gauge, attributes), value)
+export const repairHeldSecondsTotal = Metric.counter("sweeper_repair_held_seconds_total", {
+  description: "Seconds the health gate has held the batch on the signal",
+  incremental: true
+})
 
-export const prometheusText: Effect.Effect<string> = PrometheusMetrics.format()
+export const healthSignal = Metric.gauge("sweeper_health_signal", {
+  description: "The health signal's last reading in its unit (bytes, seconds, bytes/s, used/max ratio, tables under vacuum, a rule's value); the worst over its stores, queues or tables"
+})
+
+export const healthSignalUnknown = Metric.gauge("sweeper_health_signal_unknown", {
+  description: "1 while the health signal cannot be read (no privilege, server down, bad answer), else 0"
+})
+
+export const healthSignalUnknownTotal = Metric.counter("sweeper_health_signal_unknown_total", {
+  description: "Samples of the health signal that could not be read",
+  incremental: true
+})
+
+export const concurrencyLimitEffectiveLimit = Metric.gauge("sidekiq_concurrency_limit_effective_limit", {
+  description: "The concurrency limit in force per worker: the configured one, or lower while the health gate throttles it"
+})
 
 export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
   description: "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, …)",
@@ -145,25 +163,40 @@ export const batchBreakerOpen = Metric.gauge("sweeper_batch_breaker_open", {
   description: "1 while the scheduler's circuit breaker skips the batch's ticks, else 0"
 })
 
-export const processResidentMemoryBytes = Metric.gauge("process_resident_memory_bytes", { description: "Resident set size in bytes" })
-export const processHeapUsedBytes = Metric.gauge("nodejs_heap_used_bytes", { description: "V8 heap in use, bytes" })
-export const processHeapTotalBytes = Metric.gauge("nodejs_heap_total_bytes", { description: "V8 heap allocated, bytes" })
-export const processCpuSecondsTotal = Metric.gauge("process_cpu_seconds_total", { description: "User plus system CPU time, seconds" })
-export const processStartTimeSeconds = Metric.gauge("process_start_time_seconds", { description: "Start time of the process, epoch seconds" })
-export const eventLoopLagSeconds = Metric.gauge("nodejs_eventloop_lag_p99_seconds", { description: "99th percentile event-loop delay since the last scrape, seconds" })
-export const activeHandles = Metric.gauge("nodejs_active_resources", { description: "Active libuv resources (sockets, timers, …)" })
-
 /** Outcomes every `batch × outcome` series starts with, at 0, so `increase()` sees the first one. */
 export const OUTCOMES = ["succeeded", "failed", "timed_out", "skipped", "abandoned"] as const
 export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"] as const
 
-/**
- * Every run and missed-tick series of every batch, present from start-up at 0; and the pruned-events
- * counter, so "nothing pruned for days while the table grows" is an expression over a series that exists.
- */
-export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void> =>
-  Effect.forEach(batches, (batch) =>
-    Effect.all([
-      Effect.forEach(OUTCOMES, (outcome) => Metric.update(Metric.withAttributes(runsTotal, { batch, outcome }), 0)),
-      Effect.forEach(MISSED_REASONS, (reason) => Metric.update(Metric.withAttributes(ticksMissedTotal, { batch, reason }), 0))
-    ]), { discard: true }).pipe(Effect.andThen(Metric.update(eventsPrunedTotal, 0)))
+export type Attributes = Readonly<Record<string, string>>
+
+export class Metrics extends Context.Service<Metrics, {
+  /** Adds `n` to a counter's series for `attributes` (nothing for 0). */
+  increment(counter: Metric.Counter<number>, n: number, attributes?: Attributes): Effect.Effect<void>
+  setGauge(gauge: Metric.Gauge<number>, value: number, attributes?: Attributes): Effect.Effect<void>
+  /** One observation of a histogram (a run's duration). */
+  observe(histogram: Metric.Histogram<number>, value: number, attributes?: Attributes): Effect.Effect<void>
+  /**
+   * Every run and missed-tick series of every batch, present from start-up at 0 (OUTCOMES ×
+   * MISSED_REASONS), and the pruned-events counter, so `increase()` sees the first event and "nothing
+   * pruned for days while the table grows" is an expression over a series that exists.
+   */
+  initialiseSeries(batches: ReadonlyArray<string>): Effect.Effect<void>
+  /** Every series as Prometheus text (0.0.4), with the process figures read now. */
+  readonly prometheusText: Effect.Effect<string>
+}>()("sweeper/services/Metrics") {}
+
+// The call shapes programs and the runtime use, each a call to the service.
+
+export const increment = (counter: Metric.Counter<number>, n: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) => metrics.increment(counter, n, attributes))
+
+export const setGauge = (gauge: Metric.Gauge<number>, value: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) => metrics.setGauge(gauge, value, attributes))
+
+export const observe = (histogram: Metric.Histogram<number>, value: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) => metrics.observe(histogram, value, attributes))
+
+export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) => metrics.initialiseSeries(batches))
+
+export const prometheusText: Effect.Effect<string, never, Metrics> = Metrics.use((metrics) => metrics.prometheusText)

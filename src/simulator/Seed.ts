@@ -14,7 +14,7 @@ import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { fieldOf, type Location, PENDING_DIRECT_UPLOADS_KEY } from "../domain/DirectUpload.ts"
 import { ExportJobStatus } from "../domain/ExportJob.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"
-import { makeJob, newJid, queueKey } from "../domain/Sidekiq.ts"
+import { newJid, queueKey, sidekiqJob } from "../domain/Sidekiq.ts"
 import { EXPORT_JOB_STATUS_TTL } from "../domain/SidekiqStatus.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
@@ -46,7 +46,7 @@ export const seedExportJob = Effect.fn("Seed.exportJob")(function*(options: {
 }) {
   const sql = yield* PgClient.PgClient
   const jobStatus = yield* JobStatus
-  const jid = newJid()
+  const jid = yield* newJid
   // Tracked before the row exists: a run between the two must see the job as running, not done.
   yield* jobStatus.track(jid, EXPORT_JOB_STATUS_TTL).pipe(Effect.orDie)
   const at = instant(options.createdAtMillis)
@@ -54,8 +54,9 @@ export const seedExportJob = Effect.fn("Seed.exportJob")(function*(options: {
     VALUES (${options.projectId}, ${jid}, ${options.status ?? ExportJobStatus.started}, 1, ${at}::timestamptz, ${at}::timestamptz) RETURNING id`
   const id = Number(row!.id)
   for (const relation of options.relations ?? []) {
+    const relationJid = yield* newJid
     yield* sql`INSERT INTO project_relation_exports (project_export_job_id, project_id, relation, status, jid, created_at, updated_at)
-      VALUES (${id}, ${options.projectId}, ${relation}, 1, ${newJid()}, ${at}::timestamptz, ${at}::timestamptz)`
+      VALUES (${id}, ${options.projectId}, ${relation}, 1, ${relationJid}, ${at}::timestamptz, ${at}::timestamptz)`
   }
   return { id, jid }
 })
@@ -137,7 +138,7 @@ export const pushJob = Effect.fn("Seed.pushJob")(function*(options: {
   readonly nowMillis: number
 }) {
   const stores = yield* SimulatorStores
-  const job = makeJob(options)
+  const job = sidekiqJob({ ...options, jid: yield* newJid })
   yield* stores.lpush("queues", queueKey(options.queue), JSON.stringify(job))
   return job
 })

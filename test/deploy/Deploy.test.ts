@@ -30,6 +30,7 @@ import { configureBatches, SweeperConfig, type SweeperSettings } from "../../src
 import { batches } from "../../src/programs/index.ts"
 import { lastSuccessAgeSeconds } from "../../src/runtime/Http.ts"
 import { LoggingLive } from "../../src/runtime/Logging.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import * as Metrics from "../../src/services/Metrics.ts"
 import { freshDatabase } from "../support/postgres.ts"
 import { startSweeper, waitFor } from "../support/processes.ts"
@@ -327,7 +328,7 @@ const renderedNames = Effect.gen(function*() {
   const defined = [...Object.values(Metrics), lastSuccessAgeSeconds].filter(Metric.isMetric) as Array<Metric.Metric<number, unknown>>
   for (const metric of defined) yield* Metric.update(metric, 0)
   return exposedNames(yield* Metrics.prometheusText)
-})
+}).pipe(Effect.provide(MetricsPrometheus))
 
 describe("Grafana dashboard and rules against /metrics", () => {
   it.live("query only metrics a started supervisor exposes, and every dashboard query parses", () =>
@@ -405,7 +406,9 @@ describe("Grafana dashboard and rules against /metrics", () => {
           SWEEPER_CRON_RESCHEDULE_STUCK_ISSUE_REBALANCES: "*/2 * * * * *",
           SWEEPER_CRON_CONCURRENCY_LIMIT_RESUME: "* * * * * *",
           // A negative limit is GitLab's breaker: the deferred job stays where it is.
-          SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [worker]: { limit: -1 } })
+          SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [worker]: { limit: -1 } }),
+          // The health gate's series (held, unknown) exist from start-up once it is configured.
+          SWEEPER_HEALTH: JSON.stringify({ longTransactions: { stop: "6h" } })
         })),
         (p) => Effect.promise(async () => {
           p.child.kill("SIGKILL")

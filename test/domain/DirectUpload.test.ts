@@ -9,7 +9,8 @@ import {
   parseEntry,
   type PendingDirectUpload,
   STALE_AFTER,
-  staleCutoff
+  staleCutoff,
+  tallyOutcomes
 } from "../../src/domain/DirectUpload.ts"
 
 const utf8 = (text: string) => new TextEncoder().encode(text)
@@ -129,5 +130,15 @@ describe("DirectUpload staleness", () => {
     assert.isTrue(isStale({ preparedAt: nowSeconds - 10800.5 }, now))
     const later = DateTime.makeUnsafe("2026-03-01T12:00:00.500Z")
     assert.isTrue(isStale({ preparedAt: nowSeconds - 10800 }, later))
+  })
+})
+
+describe("tallyOutcomes", () => {
+  it("counts a step's outcomes as the summary does: missing is deleted, vanished is its own count", () => {
+    assert.deepStrictEqual(
+      tallyOutcomes<string>(["deleted", "missing", "unconfigured", "vanished", "vanished", { failed: "403" }, "deleted"]),
+      { deleted: 3, skippedNoStore: 1, vanished: 2, failed: ["403"] }
+    )
+    assert.deepStrictEqual(tallyOutcomes([]), { deleted: 0, skippedNoStore: 0, vanished: 0, failed: [] })
   })
 })

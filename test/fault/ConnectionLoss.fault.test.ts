@@ -3,21 +3,24 @@
  * die. PostgreSQL: its backends are terminated (`pg_terminate_backend`, SQLSTATE 57P01, a ROLLBACK
  * on a dead connection) — the run guard retries and the run succeeds. Redis: its connections are
  * killed (`CLIENT KILL`), ioredis reconnects — the run goes on (or is retried) and succeeds.
- * Every repair keeps its event either way.
+ * Every repair keeps its event either way. And the Redis that holds the lease cut off for good at a
+ * lease check (issue 16): the failed read stops the holder before its next write.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import { existsSync } from "node:fs"
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
+import { writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { Redis } from "../../src/layers/Redis.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
+import { cutProxy, resp } from "../support/cutProxy.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
-import { countEvents, eventsPerStream, startRun, untilEvents } from "./support.ts"
+import { countEvents, deleteLease, eventsPerStream, seedStaleUploads, startRun, untilEvents } from "./support.ts"
 
 const Platform = () => Layer.mergeAll(PgTest, RedisTest)
 /** The CLI's connections carry this name, so the test cuts only them (not its own). */
@@ -70,21 +73,11 @@ describe("connection loss mid-run", () => {
   it.live("Redis connections killed mid-run (CLIENT KILL): the run goes on and succeeds, every deletion recorded", () =>
     Effect.gen(function*() {
       const STALE = 3000
-      const root = yield* Effect.acquireRelease(
-        Effect.promise(() => mkdtemp(join(tmpdir(), "sweeper-fault-objects-"))),
-        (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-      )
-      yield* Effect.promise(() => mkdir(join(root, "u"), { recursive: true }))
-      const nowSeconds = Math.floor(Date.now() / 1000)
-      const entries: Record<string, string> = {}
-      for (let i = 0; i < STALE; i++) {
-        entries[`artifacts:u/${i}`] = String(nowSeconds - 4 * 3600)
-        yield* Effect.promise(() => writeFile(join(root, `u/${i}`), "half an upload"))
-      }
-      entries["artifacts:u/fresh"] = String(nowSeconds - 60)
+      const { root } = yield* seedStaleUploads(STALE)
+      const fresh = String(Math.floor(Date.now() / 1000) - 60)
       yield* Effect.promise(() => writeFile(join(root, "u/fresh"), "an upload in progress"))
       const redis = yield* Redis
-      yield* redis.use("test.hset", (client) => client.hset(PENDING_DIRECT_UPLOADS_KEY, entries))
+      yield* redis.use("test.hset", (client) => client.hset(PENDING_DIRECT_UPLOADS_KEY, { "artifacts:u/fresh": fresh }))
       const db = Number(new URL(yield* TestRedisUrl).pathname.slice(1))
       const ownId = yield* redis.use("test.client-id", (client) => client.client("ID"))
 
@@ -113,7 +106,7 @@ describe("connection loss mid-run", () => {
       assert.strictEqual(result.output.outcome, "succeeded", result.log)
 
       assert.deepStrictEqual(yield* redis.use("test.hgetall", (client) => client.hgetall(PENDING_DIRECT_UPLOADS_KEY)), {
-        "artifacts:u/fresh": entries["artifacts:u/fresh"]!
+        "artifacts:u/fresh": fresh
       })
       const events = yield* eventsPerStream("StaleDirectUploadDeleted")
       for (let i = 0; i < STALE; i++) {
@@ -127,4 +120,61 @@ describe("connection loss mid-run", () => {
         events: yield* countEvents("StaleDirectUploadDeleted")
       }))
     }).pipe(Effect.provide(Platform())), 120_000)
+
+  it.live("the lease's Redis cut off at a lease check: the failed read stops the run before its next delete; a later run finishes", () =>
+    Effect.gen(function*() {
+      const STALE = 1000
+      const LEASE = "sweeper/delete_stale_direct_uploads"
+      const { root } = yield* seedStaleUploads(STALE)
+      const redis = yield* Redis
+      const direct = new URL(yield* TestRedisUrl)
+      // The CLI reaches Redis (every store, the lease's included) only through the proxy.
+      const proxy = yield* cutProxy({ host: direct.hostname, port: Number(direct.port === "" ? 6379 : direct.port) })
+      // Steps grow 1, 8, 64, …, the lease checked (GET) before each: the third check is cut off,
+      // after two steps (9 uploads) were repaired whole.
+      proxy.cutOn(resp("get", leaseKey(LEASE)), 3)
+      const runEnv = {
+        ...(yield* env),
+        REDIS_URL: `redis://127.0.0.1:${proxy.port}${direct.pathname}`,
+        SWEEPER_OBJECT_STORAGE: JSON.stringify({ artifacts: root })
+      }
+
+      const run = startRun("lease-store-cut", "delete-stale-direct-uploads", runEnv)
+      yield* Effect.promise(() => proxy.cut)
+      // The store stays down while the guard retries (each attempt waits out ioredis's reconnects)
+      // until the run has failed; back up then, so the holder's exit (lease release, QUIT) is quick.
+      yield* untilEvents("RunFinished", 0, 90_000)
+      yield* Effect.promise(() => proxy.restore())
+      const result = yield* run.result
+      assert.strictEqual(result.output.outcome, "failed", result.log)
+      // Nothing was written on the unknown lease: an object is gone exactly when its entry is.
+      const left = yield* redis.use("test.hgetall", (client) => client.hgetall(PENDING_DIRECT_UPLOADS_KEY))
+      const deletedObjects: Array<number> = []
+      for (let i = 0; i < STALE; i++) {
+        const objectGone = !existsSync(join(root, `u/${i}`))
+        if (objectGone) deletedObjects.push(i)
+        assert.strictEqual(objectGone, left[`artifacts:u/${i}`] === undefined, `upload ${i}: object deleted only with its entry`)
+      }
+      assert.lengthOf(deletedObjects, 1 + 8, "the two steps before the cut, none after")
+      assert.strictEqual(yield* countEvents("StaleDirectUploadDeleted"), 1 + 8)
+
+      const sql = yield* PgClient.PgClient
+      const finished = yield* sql<{ reason: string | null; error: string | null }>`
+        SELECT data->>'reason' AS reason, data->>'error' AS error FROM sweeper_events
+        WHERE type = 'RunFinished' AND run_id = ${result.output.runId}`
+      assert.lengthOf(finished, 1)
+      assert.isNull(finished[0]!.reason, "an unknown lease is not a lost one")
+      // Transient, so the guard retried: the last attempt failed at its first Redis call (HLEN).
+      assert.include(finished[0]!.error ?? "", "HLEN pending_direct_uploads", result.log)
+      assert.include(result.log, "Lease check failed")
+
+      // The next run repairs the rest (the failed holder's lease may have outlived it: gone first).
+      yield* deleteLease(LEASE)
+      const next = yield* startRun("lease-store-back", "delete-stale-direct-uploads", runEnv).result
+      assert.strictEqual(next.output.outcome, "succeeded", next.log)
+      assert.deepStrictEqual(yield* redis.use("test.hgetall", (client) => client.hgetall(PENDING_DIRECT_UPLOADS_KEY)), {})
+      for (let i = 0; i < STALE; i++) assert.isFalse(existsSync(join(root, `u/${i}`)))
+      assert.strictEqual((yield* eventsPerStream("StaleDirectUploadDeleted")).size, STALE)
+      console.log("[fault] lease store cut", JSON.stringify({ uploads: STALE, deletedBeforeCut: deletedObjects.length }))
+    }).pipe(Effect.provide(Platform())), 150_000)
 })

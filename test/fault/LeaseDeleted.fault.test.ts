@@ -8,7 +8,6 @@ import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import { existsSync } from "node:fs"
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DROP_BATCH_SIZE } from "../../src/domain/Build.ts"
@@ -19,7 +18,7 @@ import { Redis } from "../../src/layers/Redis.ts"
 import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
-import { deleteLease, eventsPerStream, type RunOutput, startRun, untilEvents } from "./support.ts"
+import { deleteLease, eventsPerStream, type RunOutput, seedStaleUploads, startRun, untilEvents } from "./support.ts"
 
 const Platform = () => Layer.mergeAll(PgTest, RedisTest)
 
@@ -86,19 +85,8 @@ describe("lease deleted under a running batch", () => {
   it.live("delete-stale-direct-uploads: the old holder stops before its next delete; with a second runner every upload is recorded", () =>
     Effect.gen(function*() {
       const STALE = 1000
-      const root = yield* Effect.acquireRelease(
-        Effect.promise(() => mkdtemp(join(tmpdir(), "sweeper-fault-objects-"))),
-        (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-      )
-      yield* Effect.promise(() => mkdir(join(root, "u"), { recursive: true }))
-      const stale = String(Math.floor(Date.now() / 1000) - 4 * 3600)
-      const entries: Record<string, string> = {}
-      for (let i = 0; i < STALE; i++) {
-        entries[`artifacts:u/${i}`] = stale
-        yield* Effect.promise(() => writeFile(join(root, `u/${i}`), "half an upload"))
-      }
+      const { root } = yield* seedStaleUploads(STALE)
       const redis = yield* Redis
-      yield* redis.use("test.hset", (client) => client.hset(PENDING_DIRECT_UPLOADS_KEY, entries))
       const runEnv = { ...(yield* env), SWEEPER_OBJECT_STORAGE: JSON.stringify({ artifacts: root }) }
 
       const first = startRun("holder-1", "delete-stale-direct-uploads", runEnv)

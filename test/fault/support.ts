@@ -8,8 +8,12 @@ import { PgClient } from "@effect/sql-pg"
 import { assert } from "@effect/vitest"
 import { Effect } from "effect"
 import type { ChildProcess } from "node:child_process"
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { Redis } from "../../src/layers/Redis.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { runCli } from "../support/cli.ts"
 import { seeded } from "../support/prng.ts"
 import { startSweeper } from "../support/processes.ts"
@@ -132,4 +136,26 @@ export const untilEvents = (type: string, before: number, timeoutMs = 60_000) =>
       if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out waiting for a ${type} event`))
       yield* Effect.sleep("10 millis")
     }
+  })
+
+/**
+ * `count` uploads abandoned 4 h ago: `artifacts:u/<i>` in pending_direct_uploads, each with its
+ * half-written object `u/<i>` under a temporary local store `root` (removed with the scope). Point
+ * the CLI at it with `SWEEPER_OBJECT_STORAGE: JSON.stringify({ artifacts: root })`.
+ */
+export const seedStaleUploads = (count: number) =>
+  Effect.gen(function*() {
+    const root = yield* Effect.acquireRelease(
+      Effect.promise(() => mkdtemp(join(tmpdir(), "sweeper-fault-objects-"))),
+      (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
+    )
+    yield* Effect.promise(() => mkdir(join(root, "u"), { recursive: true }))
+    const stale = String(Math.floor(Date.now() / 1000) - 4 * 3600)
+    const entries: Record<string, string> = {}
+    for (let i = 0; i < count; i++) {
+      entries[`artifacts:u/${i}`] = stale
+      yield* Effect.promise(() => writeFile(join(root, `u/${i}`), "half an upload"))
+    }
+    yield* Effect.flatMap(Redis, (redis) => redis.use("test.hset", (client) => client.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
+    return { root, entries }
   })

@@ -5,20 +5,22 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer, Option, Schedule } from "effect"
+import { DateTime, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { type BuildCursor, type CancelingBuild, cancelingCutoff, cursorOf } from "../../src/domain/Build.ts"
 import { CurrentRun, type Fence } from "../../src/domain/Batch.ts"
-import { LeaseLost } from "../../src/domain/Errors.ts"
+import { describeError, LeaseLost } from "../../src/domain/Errors.ts"
+import { FENCE_LOCK_TIMEOUT } from "../../src/layers/Fencing.ts"
 import { BuildsSql, revisitWrittenQuery, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { Builds } from "../../src/services/Builds.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { at } from "../support/clock.ts"
-import { PgTest } from "../support/postgres.ts"
+import { holdLocks, PgTest } from "../support/postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
-const Sql = BuildsSql.pipe(Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
+const Sql = Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
 
 const NOW = DateTime.makeUnsafe("2026-01-01T05:00:00Z")
 const CUTOFF = cancelingCutoff(NOW) // 04:00:00
@@ -175,7 +177,7 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         at(DateTime.formatIso(NOW)),
         Effect.provideService(CurrentRun, { runId: null, batch: null, dryRun: true, budget: Option.none(), fence: Option.none() })
       )
-      assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
     }))
 
   it.effect("drop writes failed / 3, finished_at and updated_at = now, lock_version + 1, and a BuildDropped event", () =>
@@ -248,6 +250,33 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.strictEqual(before.status, "canceling")
     }))
 
+  it.effect("a fence row another connection holds: the page and a single drop fail with a lock timeout after FENCE_LOCK_TIMEOUT, nothing written", () =>
+    Effect.gen(function*() {
+      yield* reset
+      yield* seed({ id: 1 }, { id: 2 })
+      const sql = yield* PgClient.PgClient
+      const builds = yield* Builds
+      yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 1)`
+      const page = (yield* findAll(10))[0]!
+      // As a holder whose process stopped in the middle of its own fenced transaction would.
+      const release = yield* holdLocks((other) => other`SELECT 1 FROM sweeper_lease_fences FOR UPDATE`)
+      const limit = Duration.toMillis(FENCE_LOCK_TIMEOUT)
+      const writes: ReadonlyArray<Effect.Effect<unknown, unknown>> = [builds.dropMany(page, NOW), builds.drop(page[0]!, NOW)]
+      for (const write of writes) {
+        const started = Date.now()
+        const error = yield* write.pipe(withFence(2), Effect.flip, Effect.timeout(Duration.millis(limit * 3)))
+        const waited = Date.now() - started
+        assert.isAtLeast(waited, limit - 100)
+        assert.isBelow(waited, limit * 2)
+        assert.match(describeError(error), /lock timeout/)
+      }
+      yield* release
+      assert.deepStrictEqual((yield* rowOf(1)).status, "canceling")
+      assert.lengthOf(yield* allEvents, 0)
+      // The holder gone, the same page goes through.
+      assert.lengthOf((yield* builds.dropMany(page, NOW).pipe(withFence(2))).dropped, 2)
+    }), { timeout: 60_000 })
+
   it.effect("dropMany: one transaction for the page; rows changed since the read (lock_version, status) stay untouched", () =>
     Effect.gen(function*() {
       yield* reset
@@ -277,8 +306,8 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
           fence: Option.some({ lease: "ci/stuck_builds/drop_canceling_worker", epoch: 1, check: Effect.void })
         })
       )
-      // The builds as given, in page order.
-      assert.deepStrictEqual(dropped, [page[0]!, page[2]!, page[4]!])
+      // The builds as given, in page order; the two that changed lost a race, none was locked.
+      assert.deepStrictEqual(dropped, { dropped: [page[0]!, page[2]!, page[4]!], locked: [] })
       for (const [id, lockVersion] of [[1, 5], [3, 1], [5, 8]] as const) {
         assert.deepStrictEqual(yield* rowOf(id), {
           id: String(id),
@@ -311,7 +340,7 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.deepStrictEqual(yield* rowOf(2), before2)
       assert.lengthOf(yield* allEvents, 3)
       // An empty page writes nothing, not even the fence.
-      assert.deepStrictEqual(yield* builds.dropMany([], NOW).pipe(withFence(1)), [])
+      assert.deepStrictEqual(yield* builds.dropMany([], NOW).pipe(withFence(1)), { dropped: [], locked: [] })
     }))
 
   it.effect("dropMany: the page's events and rows are one transaction (a failing event insert leaves every row untouched)", () =>

@@ -10,11 +10,8 @@ import { Context, Effect, Layer, Option, Random } from "effect"
 import { MAX_RESUME_UNLIMITED, processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
-import {
-  type ConcurrencyLimitStore,
-  ConcurrencyLimits,
-  makeConcurrencyLimits
-} from "../../src/services/ConcurrencyLimits.ts"
+import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../../src/layers/ConcurrencyLimitsShared.ts"
+import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { at } from "../support/clock.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
 import { topologies } from "../support/redisTopology.ts"

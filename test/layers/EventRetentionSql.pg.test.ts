@@ -18,7 +18,8 @@ import { PruneEvents } from "../../src/programs/PruneEvents.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { randomHistory, type SeedEvent } from "../support/eventHistory.ts"
-import { PgTest } from "../support/postgres.ts"
+import { holdLocks, PgTest } from "../support/postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 // The real clock (the pool and the run guard's lease renewal need it): runs judge at NOW via asOf,
 // which is in the past by then, so the cutoff is exactly NOW − 90 days.
@@ -26,7 +27,7 @@ const NOW_MS = Date.now()
 const DAY = 86_400_000
 const CUTOFF = NOW_MS - 90 * DAY
 
-const Platform = Layer.mergeAll(EventRetentionSql, MemoryBackends, TuningFromConfig).pipe(
+const Platform = Layer.mergeAll(EventRetentionSql, MemoryBackends, TuningFromConfig, MetricsPrometheus).pipe(
   Layer.provideMerge(EventLogSql),
   Layer.provideMerge(SweeperConfig.layerWith({})),
   Layer.provideMerge(PgTest)
@@ -114,6 +115,27 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
       assert.strictEqual(pages.length, summary.pages)
       assert.strictEqual(pages.reduce((n, e) => n + Number(e.data.count), 0), summary.pruned)
       assert.deepStrictEqual(after.filter((e) => e.runId === result.runId).map((e) => e.type).filter((t) => t.startsWith("Run")), ["RunStarted", "RunFinished"])
+    }))
+
+  it.effect("events another transaction holds are skipped, counted once and logged, within the budget; the next run prunes them", () =>
+    Effect.gen(function*() {
+      yield* reset
+      // 100 old repair events (ids 1–100) and one recent; ids 3, 4 and 57 held FOR UPDATE elsewhere.
+      yield* insert(repairsAt([...Array.from({ length: 100 }, (_, i) => CUTOFF - 1000 + i), NOW_MS - DAY]))
+      const release = yield* holdLocks((other) => other`SELECT 1 FROM sweeper_events WHERE id IN (3, 4, 57) FOR UPDATE`)
+      const started = Date.now()
+      const result = yield* prune({ budget: Duration.seconds(5) }).pipe(Effect.provideService(PrunePageSize, 10))
+      assert.isBelow(Date.now() - started, 5_000, "the prune waited for the held rows")
+      assert.strictEqual(result.outcome, "succeeded", result.error)
+      assert.deepStrictEqual(result.summary, {
+        before: new Date(CUTOFF).toISOString(), pruned: 97, keptForState: 0, pages: 10, executionTimeout: false, skippedLocked: 3, heldMs: 0, heldBy: []
+      })
+      assert.deepStrictEqual((yield* all).filter((e) => e.type === "ExportJobFailed").map((e) => e.id), [3, 4, 57, 101])
+      yield* release
+      const again = yield* prune().pipe(Effect.provideService(PrunePageSize, 10))
+      assert.strictEqual((again.summary as { pruned: number; skippedLocked: number }).pruned, 3)
+      assert.strictEqual((again.summary as { skippedLocked: number }).skippedLocked, 0)
+      assert.deepStrictEqual((yield* all).filter((e) => e.type === "ExportJobFailed").map((e) => e.id), [101])
     }))
 
   it.effect("a stale fence (a newer holder has written) stops the prune before its first page: nothing deleted", () =>

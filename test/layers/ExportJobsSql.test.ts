@@ -58,22 +58,22 @@ describe("ExportJobsSql", () => {
       // Between the re-read and the write, job 2 finishes and job 1 is failed by its own worker … then
       // re-enqueued with a new jid.
       yield* sql`UPDATE project_export_jobs SET status = 2 WHERE id = 2`
-      assert.deepStrictEqual(yield* jobs.failMany([second!], NOW), [])
+      assert.deepStrictEqual(yield* jobs.failMany([second!], NOW), { failed: [], locked: [] })
       assert.strictEqual((yield* row(2)).status, 2)
       yield* sql`UPDATE project_export_jobs SET jid = 'j1-again' WHERE id = 1`
-      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), [])
+      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), { failed: [], locked: [] })
       assert.strictEqual((yield* row(1)).status, 0)
       assert.strictEqual(yield* eventCount, 0)
 
       yield* sql`UPDATE project_export_jobs SET jid = 'j1' WHERE id = 1`
-      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), ["j1"])
+      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), { failed: ["j1"], locked: [] })
       const failed = yield* row(1)
       assert.strictEqual(failed.status, 3)
       assert.strictEqual(failed.updated_at.toISOString(), DateTime.formatIso(NOW))
       const events = yield* sql<{ stream: string; data: unknown }>`SELECT stream, data FROM sweeper_events`
       assert.deepStrictEqual(events.map((e) => [e.stream, e.data]), [["export_job:1", { id: 1, jid: "j1", project_id: 5 }]])
       // Failing it again is a no-op.
-      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), [])
+      assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), { failed: [], locked: [] })
       assert.strictEqual(yield* eventCount, 1)
     }).pipe(Effect.provide(Storage())))
 
@@ -89,7 +89,8 @@ describe("ExportJobsSql", () => {
       // Job 7 finishes and job 8 is re-enqueued between the re-read and the write.
       yield* sql`UPDATE project_export_jobs SET status = 2 WHERE id = 7`
       yield* sql`UPDATE project_export_jobs SET jid = 'jid-8-again' WHERE id = 8`
-      const failed = yield* jobs.failMany(slice, NOW)
+      const { failed, locked } = yield* jobs.failMany(slice, NOW)
+      assert.deepStrictEqual(locked, [])
       assert.strictEqual(failed.length, 2498)
       assert.isFalse(failed.includes("jid-7") || failed.includes("jid-8"))
       const counts = yield* sql<{ status: number; n: string }>`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`

@@ -22,6 +22,7 @@ import { Builds } from "../../src/services/Builds.ts"
 import { at } from "../support/clock.ts"
 import { allIndexes, createGitLabSchema, type GitLabLayout, gitlabColumns } from "../support/gitlabSchema.ts"
 import { freshDatabase } from "../support/postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const NOW = "2026-01-01T05:00:00Z"
 
@@ -46,10 +47,10 @@ describe("Beside GitLab's schema", () => {
         const columnsBefore = yield* gitlabColumns
         assert.isAbove(indexesBefore.length, 20)
         assert.deepStrictEqual(yield* detectSchemaMode(Option.none()), { mode: "gitlab", source: "detected" })
-        assert.deepStrictEqual(yield* pendingMigrations("gitlab"), ["0002_sweeper_tables", "0003_schema_ownership", "0004_event_retention_indexes"])
+        assert.deepStrictEqual(yield* pendingMigrations("gitlab"), ["0002_sweeper_tables", "0003_schema_ownership", "0004_event_retention_indexes", "0005_console_rollup"])
 
         const applied = yield* migrate
-        assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4])
+        assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5])
         assert.deepStrictEqual(yield* migrate, [])
         const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
         assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
@@ -57,7 +58,7 @@ describe("Beside GitLab's schema", () => {
         // Only Sweeper's own tables are new; it recorded owning none of GitLab's.
         const tables = yield* sql<{ table_name: string }>`SELECT table_name FROM information_schema.tables
           WHERE table_schema = 'public' AND table_name LIKE 'sweeper%' ORDER BY table_name`
-        assert.deepStrictEqual(tables.map((t) => t.table_name), ["sweeper_events", "sweeper_lease_fences", "sweeper_migrations", "sweeper_schema_ownership"])
+        assert.deepStrictEqual(tables.map((t) => t.table_name), ["sweeper_events", "sweeper_lease_fences", "sweeper_migrations", "sweeper_runs", "sweeper_schema_ownership"])
         assert.lengthOf(yield* sql`SELECT * FROM sweeper_schema_ownership`, 0)
         // Still gitlab after its own migrations ran.
         assert.strictEqual((yield* detectSchemaMode(Option.none())).mode, "gitlab")
@@ -104,7 +105,7 @@ describe("Beside GitLab's schema", () => {
       assert.strictEqual(Option.getOrThrow(seven).lockVersion, 3)
 
       const summary = yield* DropCancelingBuilds.run.pipe(at(NOW), run)
-      assert.deepStrictEqual(summary, { dropped: 260, doomed: 0, batches: 3, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 260, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const byPartition = yield* sql<{ partition: string; status: string; failure_reason: number | null; n: string }>`
         SELECT tableoid::regclass::text AS partition, status, failure_reason, count(*) AS n FROM p_ci_builds
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
@@ -120,8 +121,8 @@ describe("Beside GitLab's schema", () => {
       assert.deepStrictEqual(events.map((e) => [e.stream, e.data.id, e.data.partition_id]), [["build:7", 7, 100], ["build:7", 7, 101]])
       assert.strictEqual(Number((yield* sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'`)[0]!.n), 260)
       // A second run finds nothing.
-      assert.deepStrictEqual(yield* DropCancelingBuilds.run.pipe(at(NOW), run), { dropped: 0, doomed: 0, batches: 0, heldMs: 0, heldBy: [] })
-    }).pipe(Effect.provide(BuildsSql.pipe(Layer.provideMerge(EventLogSql))))))
+      assert.deepStrictEqual(yield* DropCancelingBuilds.run.pipe(at(NOW), run), { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0, heldMs: 0, heldBy: [] })
+    }).pipe(Effect.provide(Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql))))))
 
   it.live("a page crossing partitions is one transaction; the row that lost the race in partition 101 is retried on its own", () =>
     onGitLab({ partitioned: true }, Effect.gen(function*() {
@@ -139,7 +140,8 @@ describe("Beside GitLab's schema", () => {
       // A concurrent writer bumps (7, 101) only: (7, 100), same id, must still drop.
       yield* sql`UPDATE p_ci_builds SET lock_version = lock_version + 1 WHERE id = 7 AND partition_id = 101`
       const dropped = yield* builds.dropMany(page, DateTime.makeUnsafe(NOW)).pipe(run)
-      assert.deepStrictEqual(dropped.map((b) => [b.id, b.partitionId]), [[7, 100], [8, 100], [9, 101]])
+      assert.deepStrictEqual(dropped.dropped.map((b) => [b.id, b.partitionId]), [[7, 100], [8, 100], [9, 101]])
+      assert.deepStrictEqual(dropped.locked, [])
       const rows = yield* sql<{ id: string; partition_id: string; status: string; lock_version: number; xid: string }>`
         SELECT id, partition_id, status, lock_version, xmin::text AS xid FROM p_ci_builds ORDER BY id, partition_id`
       assert.deepStrictEqual(rows.map((r) => [Number(r.id), Number(r.partition_id), r.status, r.lock_version]), [
@@ -151,11 +153,11 @@ describe("Beside GitLab's schema", () => {
       assert.deepStrictEqual(events.map((e) => [e.data.id, e.data.partition_id]), [[7, 100], [8, 100], [9, 101]])
       // The program, pages of 2: (7, 101) is found again and dropped; every build has exactly one event.
       const summary = yield* DropCancelingBuilds.run.pipe(at(NOW), run, Effect.provideService(DropBatchSize, 2))
-      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const perBuild = yield* sql<{ key: string; n: string }>`
         SELECT (data->>'id') || ':' || (data->>'partition_id') AS key, count(*) AS n FROM sweeper_events GROUP BY 1 ORDER BY 1`
       assert.deepStrictEqual(perBuild.map((r) => [r.key, Number(r.n)]), [["7:100", 1], ["7:101", 1], ["8:100", 1], ["9:101", 1]])
-    }).pipe(Effect.provide(BuildsSql.pipe(Layer.provideMerge(EventLogSql))))))
+    }).pipe(Effect.provide(Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql))))))
 
   it.live("a missing or wrongly typed column stops start-up naming table and column", () =>
     onGitLab({ partitioned: true }, Effect.gen(function*() {

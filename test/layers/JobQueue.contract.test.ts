@@ -3,15 +3,16 @@
  * what a Sidekiq consumer finds in `queue:<queue>` and `queues`, and the until_executed claims.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, Random, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { RedisError } from "../../src/domain/Errors.ts"
-import { duplicateKey, QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
+import { QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
 import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "../../src/layers/Redis.ts"
-import { type ClaimHolder, type EnqueueOutcome, JobQueue, type JobQueueStore, makeJobQueue, type PreparedJob } from "../../src/services/JobQueue.ts"
+import { type ClaimHolder, duplicateKey, type JobQueueStore, makeJobQueue, type PreparedJob } from "../../src/layers/JobQueueShared.ts"
+import { type EnqueueOutcome, JobQueue } from "../../src/services/JobQueue.ts"
 import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the keys, as the Sidekiq consumer (or an operator with redis-cli) sees them. */
@@ -277,6 +278,17 @@ describe("makeJobQueue", () => {
         ++calls === 2 ? Effect.fail("event log down" as const) : Effect.void))
       assert.strictEqual(error, "event log down")
       assert.deepStrictEqual(pushed.map((slice) => slice.length), [1000], "the second slice was never pushed")
+    }))
+
+  it.effect("jids come from effect's Random: 24 lowercase hex, the same under the same seed", () =>
+    Effect.gen(function*() {
+      const enqueue = Effect.suspend(() => makeJobQueue(recordingStore().store).bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[1], [2], [3]] }))
+      const jids = (outcomes: ReadonlyArray<EnqueueOutcome>) => outcomes.map(jidOf)
+      const first = jids(yield* enqueue.pipe(Random.withSeed("job-queue")))
+      const again = jids(yield* enqueue.pipe(Random.withSeed("job-queue")))
+      for (const jid of first) assert.match(jid, /^[0-9a-f]{24}$/)
+      assert.strictEqual(new Set(first).size, 3)
+      assert.deepStrictEqual(again, first)
     }))
 
   it.effect("empty args: no Redis call at all", () =>

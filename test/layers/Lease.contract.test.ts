@@ -11,7 +11,8 @@ import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { LeaseMemory } from "../../src/layers/memory/LeaseMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { SharedStateRedis } from "../../src/layers/Redis.ts"
-import { EPOCH_TTL_SECONDS, epochKey, Lease, leaseKey, type LeaseHandle } from "../../src/services/Lease.ts"
+import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../src/domain/Lease.ts"
+import { Lease, type LeaseHandle } from "../../src/services/Lease.ts"
 import { type RedisTopology, RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
 /** Direct access to the store under the lease, bypassing the service. */

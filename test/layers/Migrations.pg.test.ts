@@ -136,7 +136,7 @@ describe("Migrations on PostgreSQL", () => {
         assert.deepStrictEqual(applied, [])
         assert.deepStrictEqual(yield* migrate, [])
         const recorded = yield* sql<{ migration_id: number; name: string }>`SELECT migration_id, name FROM sweeper_migrations ORDER BY migration_id`
-        assert.deepStrictEqual(recorded.map((r) => [Number(r.migration_id), r.name]), [[1, "platform_tables"], [2, "sweeper_tables"], [3, "schema_ownership"], [4, "event_retention_indexes"]])
+        assert.deepStrictEqual(recorded.map((r) => [Number(r.migration_id), r.name]), [[1, "platform_tables"], [2, "sweeper_tables"], [3, "schema_ownership"], [4, "event_retention_indexes"], [5, "console_rollup"]])
         assert.deepStrictEqual(yield* columns, before)
       }))
 
@@ -217,7 +217,7 @@ describe("Migrations on PostgreSQL", () => {
             return { applied: applied.map(([id]) => Number(id)), ready: Number(ready[0]!.n) }
           }))
           const results = yield* Effect.all([client, client], { concurrency: "unbounded" })
-          assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [[1, 2, 3, 4], []])
+          assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [[1, 2, 3, 4, 5], []])
           assert.deepStrictEqual(results.map((r) => r.ready), [3, 3])
           const check = yield* onFresh(Effect.gen(function*() {
             const sql = yield* PgClient.PgClient
@@ -226,7 +226,7 @@ describe("Migrations on PostgreSQL", () => {
               WHERE table_schema = 'public' ORDER BY table_name`
             return { recorded: Number(recorded[0]!.n), tables: tables.map((t) => t.table_name) }
           }))
-          assert.strictEqual(check.recorded, 4)
+          assert.strictEqual(check.recorded, 5)
           for (const table of [...Object.keys(EXPECTED), "sweeper_lease_fences"]) assert.include(check.tables, table)
         }))
       }

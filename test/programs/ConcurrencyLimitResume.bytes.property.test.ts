@@ -19,6 +19,7 @@ import { Redis } from "../../src/layers/Redis.ts"
 import { resumeWorker } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 import { RedisTest } from "../support/redis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const W = "Releases::CreateEvidenceWorker"
 const K = workerKeys(W)
@@ -140,7 +141,7 @@ describe("concurrency-limit-resume over arbitrary bytes (memory)", () => {
     checkCase(c).pipe(Effect.provide(KeysMemory.pipe(Layer.provideMerge(MemoryPlatform(configFor))))), { arbitrary: { runs: 200 } })
 })
 
-const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRedis).pipe(
+const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRedis, MetricsPrometheus).pipe(
   Layer.provideMerge(RedisTest),
   Layer.provideMerge(EventLogMemory),
   Layer.provideMerge(SweeperConfig.layerWith(configFor))

@@ -18,6 +18,7 @@ import { Redis } from "../../src/layers/Redis.ts"
 import { resumeWorker } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 import { RedisTest } from "../support/redis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const W = "Releases::CreateEvidenceWorker"
 const K = workerKeys(W)
@@ -128,7 +129,7 @@ describe("concurrency-limit-resume properties (memory)", () => {
 
 // Real Redis: one connection for all runs, flushed per run; the limit always comes from Redis here
 // (configuration is fixed for the layer), which the memory runs show is equivalent.
-const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRedis).pipe(
+const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRedis, MetricsPrometheus).pipe(
   Layer.provideMerge(RedisTest),
   Layer.provideMerge(EventLogMemory),
   Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: { [W]: { limit: 3, queue: "default" } } }))

@@ -9,7 +9,8 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { ConcurrencyLimitResume, resumeWorker, workerLeaseName } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
-import { Lease, leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
+import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")

@@ -104,7 +104,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
       assert.strictEqual(result.batch, "delete-stale-direct-uploads")
       assert.strictEqual(result.outcome, "succeeded")
       assert.match(result.runId, /^[0-9a-f-]{36}$/)
-      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 3, executionTimeout: false, invalidEntries: 3, failedDeletes: 2, skippedNoStore: 1, heldMs: 0, heldBy: [] }
+      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 3, executionTimeout: false, invalidEntries: 3, failedDeletes: 2, skippedNoStore: 1, vanished: 0, heldMs: 0, heldBy: [] }
       assert.deepStrictEqual(result.summary, summary)
 
       assert.deepStrictEqual(yield* hgetall, kept)
@@ -157,6 +157,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         invalidEntries: 0,
         failedDeletes: 0,
         skippedNoStore: 0,
+        vanished: 0,
         heldMs: 0,
         heldBy: []
       })
@@ -182,6 +183,7 @@ describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + loc
         invalidEntries: 1,
         failedDeletes: 0,
         skippedNoStore: 0,
+        vanished: 0,
         heldMs: 0,
         heldBy: []
       })

@@ -119,6 +119,7 @@ const scenario = (name: string, store: Effect.Effect<Store, never, Scope.Scope>)
           invalidEntries: 0,
           failedDeletes: 1,
           skippedNoStore: 1,
+          vanished: 0,
           heldMs: 0,
           heldBy: []
         })
@@ -150,6 +151,7 @@ const scenario = (name: string, store: Effect.Effect<Store, never, Scope.Scope>)
           invalidEntries: 0,
           failedDeletes: 2,
           skippedNoStore: 0,
+          vanished: 0,
           heldMs: 0,
           heldBy: []
         })

@@ -28,6 +28,7 @@ import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploads
 import { Redis } from "../../src/layers/Redis.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { RedisTest } from "../support/redis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const NOW = Date.parse("2026-01-01T05:00:00Z")
 const STALE = String(NOW / 1000 - 4 * 3600)
@@ -260,7 +261,7 @@ const checkCase = ({ entries }: { readonly entries: ReadonlyArray<Entry> }) =>
     assert.strictEqual(events.length, summary.totalDeletedStaleEntries + summary.skippedNoStore)
   })
 
-const Common = Layer.mergeAll(ObjectStorageLocal(roots), EventLogMemory).pipe(
+const Common = Layer.mergeAll(ObjectStorageLocal(roots), EventLogMemory, MetricsPrometheus).pipe(
   Layer.provideMerge(MemoryEvents.layer),
   Layer.provideMerge(SweeperConfig.layerWith({ objectStorage: { _tag: "Local", roots } }))
 )
@@ -299,6 +300,7 @@ describe("delete-stale-direct-uploads over arbitrary bytes", () => {
           invalidEntries: 1,
           failedDeletes: 0,
           skippedNoStore: 0,
+          vanished: 0,
           heldMs: 0,
           heldBy: []
         })

@@ -11,7 +11,7 @@ import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUp
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
-import { directUploadsDeletedTotal, directUploadsSkippedNoStoreTotal } from "../../src/services/Metrics.ts"
+import { directUploadsDeletedTotal, directUploadsSkippedNoStoreTotal, directUploadsVanishedTotal } from "../../src/services/Metrics.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -30,6 +30,8 @@ const seed = (entries: Record<string, string>) =>
 
 const hash = Effect.map(MemoryRedis, (redis) => redis.hgetall(PENDING_DIRECT_UPLOADS_KEY))
 
+const vanishedTotal = Effect.map(Metric.value(directUploadsVanishedTotal), (state) => state.count)
+
 /** The program as the run guard would give it `run`; the clock is already at NOW (`seed`). */
 const runProgram = (run: Partial<RunInfo> = {}) =>
   Effect.gen(function*() {
@@ -37,7 +39,7 @@ const runProgram = (run: Partial<RunInfo> = {}) =>
     return yield* DeleteStaleDirectUploads.run.pipe(Effect.provideService(CurrentRun, { ...defaults, ...run }))
   })
 
-const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0, heldMs: 0, heldBy: [] }
+const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0, vanished: 0, heldMs: 0, heldBy: [] }
 
 describe("delete-stale-direct-uploads", () => {
   it.effect("nothing to do: an empty hash", () =>
@@ -283,9 +285,12 @@ describe("delete-stale-direct-uploads", () => {
       const redis = yield* MemoryRedis
       // GitLab's side completes the upload (HDEL) just as we delete the object.
       storage.onDelete = () => void redis.hdel(PENDING_DIRECT_UPLOADS_KEY, "artifacts:racing")
+      const vanishedBefore = yield* vanishedTotal
       const summary = yield* runProgram()
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1 })
+      // Not deleted by us, not recorded, but not silent either: counted as vanished.
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, vanished: 1 })
       assert.lengthOf(yield* MemoryEvents, 0)
+      assert.strictEqual((yield* vanishedTotal) - vanishedBefore, 1)
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("race: a field re-registered (new value) while its object is being deleted stays, with no event", () =>
@@ -298,7 +303,7 @@ describe("delete-stale-direct-uploads", () => {
         if (path === "again") redis.hset(PENDING_DIRECT_UPLOADS_KEY, { "artifacts:again": FRESH })
       }
       const summary = yield* runProgram()
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1 })
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, vanished: 1 })
       assert.deepStrictEqual(yield* hash, { "artifacts:again": FRESH })
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["other"])
     }).pipe(Effect.provide(MemoryPlatform())))

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 // The lease lives in SharedState (SPEC §8.2), which `Redis` is in Sweeper's composition.
 import { SharedStateRedis as Redis } from "../../src/layers/Redis.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { type RedisTopology, RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"
@@ -107,7 +107,7 @@ layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-cance
       assert.strictEqual(result.batch, "drop-canceling-builds")
       assert.strictEqual(result.outcome, "succeeded")
       assert.match(result.runId, /^[0-9a-f-]{36}$/)
-      assert.deepStrictEqual(result.summary, { dropped: STUCK, doomed: 0, batches: 3, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { dropped: STUCK, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
 
       const after = yield* snapshot
       const now = Date.parse(NOW)
@@ -131,7 +131,7 @@ layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-cance
       const recorded = yield* events
       assert.strictEqual(recorded[0]!.type, "RunStarted")
       assert.strictEqual(recorded.at(-1)!.type, "RunFinished")
-      assert.deepStrictEqual(recorded.at(-1)!.data.summary, { dropped: STUCK, doomed: 0, batches: 3, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(recorded.at(-1)!.data.summary, { dropped: STUCK, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.strictEqual(recorded.at(-1)!.data.outcome, "succeeded")
       const drops = recorded.filter((e) => e.type === "BuildDropped")
       assert.lengthOf(drops, STUCK)
@@ -146,7 +146,7 @@ layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-cance
 
       // Running again finds nothing left.
       const again = yield* runJson()
-      assert.deepStrictEqual(again.summary, { dropped: 0, doomed: 0, batches: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(again.summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0, heldMs: 0, heldBy: [] })
     }), 120_000)
 
   // The rest does not depend on where the stores are: one deployment is enough.
@@ -176,7 +176,7 @@ layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-cance
       const before = yield* snapshot
       const result = yield* runJson("--dry-run")
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: STUCK, doomed: 0, batches: 3, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { dropped: STUCK, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.deepStrictEqual(yield* snapshot, before)
       const recorded = yield* events
       assert.deepStrictEqual(recorded.map((e) => e.type), ["RunStarted", "RunFinished"])
@@ -194,7 +194,7 @@ layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-cance
       assert.strictEqual(result.code, 0, result.stderr)
       const parsed = JSON.parse(result.stdout) as { outcome: string; summary: unknown }
       assert.strictEqual(parsed.outcome, "succeeded")
-      assert.deepStrictEqual(parsed.summary, { dropped: STUCK, doomed: 0, batches: 5, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(parsed.summary, { dropped: STUCK, doomed: 0, batches: 5, skippedLocked: 0, heldMs: 0, heldBy: [] })
       // Rows written by one transaction share its xmin: 60 + 60 + 60 + 60 + 10.
       const sql = yield* PgClient.PgClient
       const perTransaction = yield* sql<{ n: string }>`

@@ -7,7 +7,8 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
-import { Lease, leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
+import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -47,7 +48,7 @@ describe("drop-canceling-builds", () => {
     Effect.gen(function*() {
       yield* seed(build({ status: "running" }))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.lengthOf(yield* MemoryEvents, 0)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -56,7 +57,7 @@ describe("drop-canceling-builds", () => {
       const stuck = build({ runnerId: 42, lockVersion: 3 })
       yield* seed(stuck)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const row = yield* statusOf(stuck.id)
       assert.strictEqual(row.status, "failed")
       assert.strictEqual(row.failureReason, 3)
@@ -112,20 +113,34 @@ describe("drop-canceling-builds", () => {
       const state = yield* MemoryBuilds
       state.conflicts.set(contended.id, 2)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const row = yield* statusOf(contended.id)
       assert.strictEqual(row.failureReason, 3)
       assert.strictEqual(row.lockVersion, 3) // two concurrent bumps, then ours
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("a build that conflicts on every attempt is doomed with data_integrity_failure", () =>
+  it.effect("three lock conflicts are three retries: the fourth attempt drops it (GitLab's retry_lock(build, 3))", () =>
+    Effect.gen(function*() {
+      const contended = build()
+      yield* seed(contended)
+      const state = yield* MemoryBuilds
+      state.conflicts.set(contended.id, 3)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      const row = yield* statusOf(contended.id)
+      assert.strictEqual(row.failureReason, 3)
+      assert.strictEqual(row.lockVersion, 4) // three concurrent bumps, then ours
+      assert.strictEqual(state.transactions, 4) // the page, then one per retry
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a build that conflicts on every attempt (one plus three retries) is doomed with data_integrity_failure", () =>
     Effect.gen(function*() {
       const hopeless = build()
       yield* seed(hopeless)
       const state = yield* MemoryBuilds
-      state.conflicts.set(hopeless.id, 3)
+      state.conflicts.set(hopeless.id, 4)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 0, doomed: 1, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 0, doomed: 1, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const row = yield* statusOf(hopeless.id)
       assert.strictEqual(row.status, "failed")
       assert.strictEqual(row.failureReason, 12)
@@ -145,7 +160,7 @@ describe("drop-canceling-builds", () => {
         get: (target, key) => key === "status" && target.lockVersion > 0 ? "canceled" : Reflect.get(target, key)
       }))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("250 stuck builds: three keyset batches of at most 100, each build exactly once", () =>
@@ -154,7 +169,7 @@ describe("drop-canceling-builds", () => {
         build({ projectId: i % 7, createdAt: ago(`${7200 + (i % 13)} seconds`) }))
       yield* seed(...rows)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 250, doomed: 0, batches: 3, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 250, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [100, 100, 50])
       assert.strictEqual(state.transactions, 3) // one per page at the default 100
@@ -173,15 +188,15 @@ describe("drop-canceling-builds", () => {
       yield* seed(plain[0]!, retried, plain[1]!, hopeless, finished, plain[2]!)
       const state = yield* MemoryBuilds
       state.conflicts.set(retried.id, 1)
-      state.conflicts.set(hopeless.id, 3)
+      state.conflicts.set(hopeless.id, 4)
       const original = state.rows.get(finished.id)!
       state.rows.set(finished.id, new Proxy(original, {
         get: (target, key) => key === "status" && state.pages.length > 0 ? "canceled" : Reflect.get(target, key)
       }))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1, heldMs: 0, heldBy: [] })
-      // The page (1) + retried's second attempt (1) + hopeless's attempts 2 and 3 (2) + its doom (1).
-      assert.strictEqual(state.transactions, 5)
+      assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      // The page (1) + retried's second attempt (1) + hopeless's attempts 2 to 4 (3) + its doom (1).
+      assert.strictEqual(state.transactions, 6)
       for (const row of plain) assert.strictEqual((yield* statusOf(row.id)).lockVersion, 1)
       assert.strictEqual((yield* statusOf(retried.id)).failureReason, 3)
       assert.strictEqual((yield* statusOf(retried.id)).lockVersion, 2) // the concurrent bump, then ours
@@ -196,11 +211,36 @@ describe("drop-canceling-builds", () => {
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
+  it.effect("a build another transaction holds is skipped and counted, never waited for nor doomed; the next run drops it", () =>
+    Effect.gen(function*() {
+      const free = [build(), build()]
+      const held = build({ runnerId: 21 }) // held when the page is written
+      const heldOnRetry = build({ runnerId: 22 }) // lost the page's race, then held when retried
+      yield* seed(free[0]!, held, heldOnRetry, free[1]!)
+      const state = yield* MemoryBuilds
+      state.locked.add(held.id)
+      state.locked.add(heldOnRetry.id)
+      state.conflicts.set(heldOnRetry.id, 1)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 2, heldMs: 0, heldBy: [] })
+      // The page, then heldOnRetry's one retry, which found it held: no further attempt, no doom.
+      assert.strictEqual(state.transactions, 2)
+      assert.strictEqual((yield* statusOf(held.id)).status, "canceling")
+      assert.strictEqual((yield* statusOf(heldOnRetry.id)).status, "canceling")
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.id), [free[0]!.id, free[1]!.id])
+      // The lock is gone: the next run drops both, each once.
+      state.locked.clear()
+      assert.deepStrictEqual(yield* runProgram, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => [e.type, e.data.id]), [
+        ["BuildDropped", free[0]!.id], ["BuildDropped", free[1]!.id], ["BuildDropped", held.id], ["BuildDropped", heldOnRetry.id]
+      ])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("SWEEPER_DROP_BATCH_SIZE: pages of that size, one write transaction per page", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 20 }, (_, i) => build({ projectId: i })))
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { dropped: 20, doomed: 0, batches: 3, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { dropped: 20, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 6])
       assert.strictEqual(state.transactions, 3)
@@ -210,7 +250,7 @@ describe("drop-canceling-builds", () => {
   it.effect("a page exactly the batch size ends with one empty read, no extra transaction", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 14 }, () => build()))
-      assert.deepStrictEqual(yield* runProgram, { dropped: 14, doomed: 0, batches: 2, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(yield* runProgram, { dropped: 14, doomed: 0, batches: 2, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 0])
       assert.strictEqual(state.transactions, 2)
@@ -247,7 +287,7 @@ describe("drop-canceling-builds under the run guard", () => {
             : { proceed: false, heldMs: 1000, heldBy: ["walRate"] })
       }
       const summary = yield* runProgram.pipe(Effect.provideService(HealthGate, gate))
-      assert.deepStrictEqual(summary, { dropped: 200, doomed: 0, batches: 2, heldMs: 2400, heldBy: ["replicationLag", "walRate"] })
+      assert.deepStrictEqual(summary, { dropped: 200, doomed: 0, batches: 2, skippedLocked: 0, heldMs: 2400, heldBy: ["replicationLag", "walRate"] })
       assert.strictEqual(asked, 3)
       assert.lengthOf([...(yield* MemoryBuilds).rows.values()].filter((row) => row.status === "canceling"), 50)
     }).pipe(Effect.provide(MemoryPlatform())))
@@ -272,7 +312,7 @@ describe("drop-canceling-builds under the run guard", () => {
       yield* seed(build())
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(leaseKey("ci/stuck_builds/drop_canceling_worker")))
       const events = yield* MemoryEvents
@@ -288,7 +328,7 @@ describe("drop-canceling-builds under the run guard", () => {
       redis.set(leaseKey("ci/stuck_builds/drop_canceling_worker"), "someone-else", { exSeconds: 1800 })
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.strictEqual((yield* statusOf(stuck.id)).status, "canceling")
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.type, e.data.dryRun]), [["RunStarted", true], ["RunFinished", true]])

@@ -14,7 +14,7 @@ import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PruneEvents } from "../../src/programs/PruneEvents.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { randomHistory } from "../support/eventHistory.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -47,7 +47,7 @@ describe("prune-events", () => {
     Effect.gen(function*() {
       yield* seedRepairs([CUTOFF, NOW_MS - DAY])
       const summary = yield* PruneEvents.run
-      assert.deepStrictEqual(summary, { before: new Date(CUTOFF).toISOString(), pruned: 0, keptForState: 0, pages: 0, executionTimeout: false, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, { before: new Date(CUTOFF).toISOString(), pruned: 0, keptForState: 0, pages: 0, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.lengthOf(yield* MemoryEvents, 2)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -73,7 +73,7 @@ describe("prune-events", () => {
       yield* seedRepairs(Array.from({ length: 25 }, (_, i) => CUTOFF - DAY - i * 1000))
       const result = yield* guarded().pipe(Effect.provideService(PrunePageSize, 10))
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { before: new Date(CUTOFF).toISOString(), pruned: 25, keptForState: 0, pages: 3, executionTimeout: false, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { before: new Date(CUTOFF).toISOString(), pruned: 25, keptForState: 0, pages: 3, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "EventsPruned", "EventsPruned", "EventsPruned", "RunFinished"])
       assert.deepStrictEqual(events.filter((e) => e.type === "EventsPruned").map((e) => [e.stream, e.data]), [10, 10, 5].map((count) =>
@@ -89,7 +89,7 @@ describe("prune-events", () => {
       redis.set(leaseKey("sweeper/prune_events"), "someone-else", { exSeconds: 900 })
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { before: new Date(CUTOFF).toISOString(), pruned: 2, keptForState: 0, pages: 0, executionTimeout: false, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { before: new Date(CUTOFF).toISOString(), pruned: 2, keptForState: 0, pages: 0, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.lengthOf((yield* MemoryEvents).filter((e) => e.type === "BuildDropped"), 3)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -126,9 +126,9 @@ describe("prune-events", () => {
     Effect.gen(function*() {
       yield* seedRepairs(Array.from({ length: 25 }, (_, i) => CUTOFF - DAY - i * 1000))
       const first = yield* guarded({ budget: Duration.zero }).pipe(Effect.provideService(PrunePageSize, 10))
-      assert.deepStrictEqual(first.summary, { before: new Date(CUTOFF).toISOString(), pruned: 10, keptForState: 0, pages: 1, executionTimeout: true, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(first.summary, { before: new Date(CUTOFF).toISOString(), pruned: 10, keptForState: 0, pages: 1, executionTimeout: true, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const second = yield* guarded().pipe(Effect.provideService(PrunePageSize, 10))
-      assert.deepStrictEqual(second.summary, { before: new Date(CUTOFF).toISOString(), pruned: 15, keptForState: 0, pages: 2, executionTimeout: false, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(second.summary, { before: new Date(CUTOFF).toISOString(), pruned: 15, keptForState: 0, pages: 2, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("every batch's folded state is the same after a prune; the prune's own run is intact", () =>

@@ -94,7 +94,7 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         completed: 4,
         failed: 3,
         skippedParallel: 1,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuckQueued.jid, stuckStarted.jid, parallelExpired.jid]
@@ -133,7 +133,7 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         completed: 1,
         failed: 0,
         skippedParallel: 1,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: []
@@ -151,7 +151,7 @@ describe("stuck-export-jobs against PostgreSQL and Redis", () => {
         completed: 1,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]

@@ -57,7 +57,7 @@ const runProgram = Effect.gen(function*() {
   return yield* StuckExportJobs.run
 })
 
-const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, failedJids: [], heldMs: 0, heldBy: [] }
+const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0, failedJids: [], heldMs: 0, heldBy: [] }
 
 describe("stuck-export-jobs", () => {
   it.effect("a large backlog fails in slices of 1000, every job with its event; the summary lists only the first 100 jids", () =>
@@ -113,7 +113,7 @@ describe("stuck-export-jobs", () => {
         completed: 2,
         failed: 2,
         skippedParallel: 0,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuckQueued.jid, stuckStarted.jid]
@@ -181,7 +181,7 @@ describe("stuck-export-jobs", () => {
         completed: 2,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 1,
+        skippedRequeued: 1, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]
@@ -227,6 +227,22 @@ describe("stuck-export-jobs", () => {
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), [`export_job:${stuck.id}`])
     }).pipe(Effect.provide(MemoryPlatform())))
 
+  it.effect("a job another transaction holds is skipped and counted, not reported as changed; the next run fails it", () =>
+    Effect.gen(function*() {
+      const held = job()
+      const stuck = job()
+      yield* seed(held, stuck)
+      const state = yield* MemoryExportJobs
+      state.locked.add(held.id)
+      const summary = yield* runProgram
+      assert.deepStrictEqual(summary, { ...empty, checked: 2, completed: 2, failed: 1, skippedLocked: 1, failedJids: [stuck.jid] })
+      assert.strictEqual((yield* rowOf(held.id)).status, 1)
+      state.locked.clear()
+      const next = yield* runProgram
+      assert.deepStrictEqual(next, { ...empty, checked: 1, completed: 1, failed: 1, failedJids: [held.jid] })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), [`export_job:${stuck.id}`, `export_job:${held.id}`])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("an expired status key counts as completed (the worker died without cleaning up)", () =>
     Effect.gen(function*() {
       const crashed = job({ createdAt: ago("2 hours") })
@@ -264,7 +280,7 @@ describe("stuck-export-jobs under the run guard", () => {
         completed: 1,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]
@@ -289,7 +305,7 @@ describe("stuck-export-jobs under the run guard", () => {
         completed: 2,
         failed: 1,
         skippedParallel: 1,
-        skippedRequeued: 0,
+        skippedRequeued: 0, skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]

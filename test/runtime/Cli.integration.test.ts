@@ -120,7 +120,7 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
       const real = yield* sweeper(["run", "drop-canceling-builds", "--json", "--now", T])
       assert.strictEqual(real.code, 0, real.stderr)
       assert.strictEqual(JSON.parse(real.stdout).dryRun, false)
-      assert.deepStrictEqual(JSON.parse(real.stdout).summary, { dropped: 1, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(JSON.parse(real.stdout).summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       const rows = yield* sql<{ id: string; status: string; updated_at: Date }>`SELECT id::text AS id, status, updated_at FROM ci_builds ORDER BY id`
       assert.deepStrictEqual(rows.map((r) => [r.id, r.status]), [["1", "failed"], ["2", "canceling"]])
       assert.isAtLeast(rows[0]!.updated_at.getTime(), before - 5_000, "written with the real clock, not T")

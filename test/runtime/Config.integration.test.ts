@@ -48,6 +48,7 @@ const cases: ReadonlyArray<Case> = [
   { name: "empty API token (not \"disabled\")", env: { SWEEPER_API_TOKEN: "" }, variable: "SWEEPER_API_TOKEN" },
   { name: "empty DATABASE_URL (not \"embedded\")", env: { DATABASE_URL: "" }, variable: "DATABASE_URL" },
   { name: "empty log level", env: { SWEEPER_LOG_LEVEL: "" }, variable: "SWEEPER_LOG_LEVEL" },
+  { name: "log format that is neither json nor text", env: { SWEEPER_LOG_FORMAT: "pretty" }, variable: "SWEEPER_LOG_FORMAT" },
   { name: "event retention under a day", env: { SWEEPER_EVENT_RETENTION: "23 hours" }, variable: "SWEEPER_EVENT_RETENTION" },
   { name: "event retention that is no duration", env: { SWEEPER_EVENT_RETENTION: "forever" }, variable: "SWEEPER_EVENT_RETENTION" },
   { name: "empty event retention", env: { SWEEPER_EVENT_RETENTION: "" }, variable: "SWEEPER_EVENT_RETENTION" },

@@ -77,6 +77,8 @@ describe("HTTP", () => {
       // prune-events' series exist from start-up, before its first (daily) run.
       assert.match(metrics.body, /sweeper_runs_total\{batch="prune-events",outcome="failed"\} 0/)
       assert.match(metrics.body, /^sweeper_events_pruned_total(\{\})? 0$/m)
+      // So is the count of uploads that vanished under a repair (a rate of races needs a series).
+      assert.match(metrics.body, /^sweeper_direct_uploads_vanished_total(\{\})? 0$/m)
       assert.match(metrics.body, /sweeper_run_duration_seconds_bucket\{batch="stuck-export-jobs",outcome="succeeded",le="0.05"\}/)
       // Every batch × outcome series is there from start-up, at 0 until its first run of that outcome.
       assert.match(metrics.body, /sweeper_runs_total\{batch="drop-canceling-builds",outcome="failed"\} 0/)
@@ -99,7 +101,13 @@ describe("HTTP", () => {
       assert.strictEqual(ran.status, 200)
       const result = JSON.parse(ran.body)
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      // delete-stale-direct-uploads counts the entries that vanished under it; its card shows the count.
+      const uploads = yield* post("/api/batches/delete-stale-direct-uploads/run", TOKEN)
+      assert.strictEqual(uploads.status, 200, uploads.body)
+      assert.include(JSON.parse(uploads.body).summary, { vanished: 0 })
+      const card = (yield* get("/")).body.split("data-batch=\"delete-stale-direct-uploads\"")[1]?.split("</section>")[0] ?? ""
+      assert.match(card, /vanished\b[^0-9]{0,40}0/, card)
       const unknown = yield* post("/api/batches/nope/run", TOKEN)
       assert.strictEqual(unknown.status, 404)
       assert.deepInclude(JSON.parse(unknown.body).error, { code: "unknown_batch" })

@@ -26,12 +26,13 @@ import { RedisStores, SharedStateRedis } from "../../src/layers/Redis.ts"
 import { batches } from "../../src/programs/index.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { type RedisTopology, RedisTopologyTest, scanKeys, topologies } from "../support/redisTopology.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const TICKS = 100
 const GITLAB_MANAGED = (key: string) => key.startsWith("queue:") || key === "queues" || key === PENDING_DIRECT_UPLOADS_KEY
 
 const Platform = (topology: RedisTopology) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, RedisServices).pipe(
+  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, RedisServices, MetricsPrometheus).pipe(
     Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: { "Chaos::SleepWorker": { limit: 2, queue: "default" } } })),
     Layer.provideMerge(EventLogMemory),
     Layer.provideMerge(RedisTopologyTest(topology))

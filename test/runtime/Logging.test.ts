@@ -1,7 +1,7 @@
 /** One log schema: message always a string, service and node, annotations flat, no empty objects; a warning once per run. */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Logger } from "effect"
-import { jsonLogger } from "../../src/runtime/Logging.ts"
+import { chooseLogFormat, jsonLogger, textLine, textLogger } from "../../src/runtime/Logging.ts"
 
 const capture = <A, E>(effect: Effect.Effect<A, E>) =>
   Effect.gen(function*() {
@@ -47,4 +47,42 @@ describe("JSON logs", () => {
         [null, "no run"]
       ])
     }))
+})
+
+describe("text logs (a terminal)", () => {
+  const lines = (effect: Effect.Effect<void>) =>
+    Effect.gen(function*() {
+      const out: Array<string> = []
+      yield* effect.pipe(Effect.provide(Logger.layer([textLogger("node-a", (line) => out.push(line))])))
+      return out
+    })
+
+  it.effect("one line each: time, level, batch, message, key fields; no JSON wall", () =>
+    Effect.gen(function*() {
+      const out = yield* lines(Effect.gen(function*() {
+        yield* Effect.logInfo("Run succeeded").pipe(Effect.annotateLogs({
+          batch: "drop-canceling-builds",
+          run_id: "4b36a462-c4ad-4639-832a-3fe3a22ed107",
+          outcome: "succeeded",
+          summary: { dropped: 3 }
+        }))
+        yield* Effect.logWarning("Backends", { postgres: "embedded (PGlite)" })
+      }))
+      assert.lengthOf(out, 2)
+      assert.match(out[0]!, /^\d\d:\d\d:\d\d\.\d{3}  INFO   drop-canceling-builds  Run succeeded  run=4b36a462 outcome=succeeded summary=\{"dropped":3\}$/)
+      assert.match(out[1]!, /^\d\d:\d\d:\d\d\.\d{3}  WARN   -  Backends  postgres="embedded \(PGlite\)"$/)
+      for (const line of out) assert.notInclude(line, "\n")
+    }))
+
+  it("JSON when piped or asked for, text on a terminal unless told otherwise", () => {
+    assert.strictEqual(chooseLogFormat(undefined, true), "text")
+    assert.strictEqual(chooseLogFormat(undefined, false), "json")
+    assert.strictEqual(chooseLogFormat("json", true), "json")
+    assert.strictEqual(chooseLogFormat("text", false), "text")
+  })
+
+  it("a cause goes on the lines after, indented", () => {
+    const text = textLine({ timestamp: "2026-11-24T14:50:00.026Z", level: "ERROR", message: "Run failed", cause: "SqlError: down\n  at x" })
+    assert.strictEqual(text, "14:50:00.026  ERROR  -  Run failed\n  SqlError: down\n    at x")
+  })
 })

@@ -100,7 +100,7 @@ describe("summaries of retried runs add up all attempts", () => {
       const batch = { ...DropCancelingBuilds, run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, flaky)) }
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 5, doomed: 0, batches: 1, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, { dropped: 5, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       assert.isTrue([...state.rows.values()].every((row) => row.status === "failed"))
       const dropped = (yield* MemoryEvents).filter((e) => e.type === "BuildDropped")
       assert.lengthOf(dropped, 5)
@@ -121,9 +121,9 @@ describe("summaries of retried runs add up all attempts", () => {
       }
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "failed")
-      assert.deepStrictEqual(result.summary, { dropped: 3, doomed: 0 })
+      assert.deepStrictEqual(result.summary, { dropped: 3, doomed: 0, skippedLocked: 0 })
       const finished = (yield* MemoryEvents).find((e) => e.type === "RunFinished" && e.stream === `batch:${batch.name}`)
-      assert.deepStrictEqual(finished!.data.summary, { dropped: 3, doomed: 0 })
+      assert.deepStrictEqual(finished!.data.summary, { dropped: 3, doomed: 0, skippedLocked: 0 })
       assert.lengthOf((yield* MemoryEvents).filter((e) => e.type === "BuildDropped"), 3)
     }).pipe(Effect.provide(MemoryPlatform())))
 

@@ -8,12 +8,13 @@ import { DateTime, Duration, Effect, Fiber, Option, Ref, Schema } from "effect"
 import { PrometheusMetrics } from "effect/observability"
 import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
-import { type Batch, CurrentRun, HARD_TIMEOUT_GRACE } from "../../src/domain/Batch.ts"
+import { type Batch, checkFence, CurrentRun, HARD_TIMEOUT_GRACE } from "../../src/domain/Batch.ts"
 import { RedisError } from "../../src/domain/Errors.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { runBatch, type RunOptions, type RunResult } from "../../src/runtime/RunGuard.ts"
-import { leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
+import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const START = Date.parse("2026-01-01T00:00:00Z")
@@ -236,6 +237,49 @@ describe("runBatch (run guard)", () => {
         lease: batch.lease
       }))
       assert.isAbove(again.summary as number, first!)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a lease check whose read fails stops the run before its next write; the run is retried as transient", () =>
+    Effect.gen(function*() {
+      yield* setup
+      // The lease store answers the first check, then fails `failures` reads (the Redis cut),
+      // then answers again: the run is retried and, once the read works, finishes.
+      const run = (failures: number) =>
+        Effect.gen(function*() {
+          const lease = yield* Lease
+          const reads = yield* Ref.make(0)
+          const flaky = Lease.of({
+            ...lease,
+            isHeld: (handle) =>
+              Effect.flatMap(Ref.updateAndGet(reads, (n) => n + 1), (n) =>
+                n >= 2 && n < 2 + failures
+                  ? Effect.fail(new RedisError({ operation: "GET lease", cause: new Error("connect ECONNREFUSED 127.0.0.1:6390") }))
+                  : lease.isHeld(handle))
+          })
+          const writes: Array<string> = []
+          const batch = fake(Effect.gen(function*() {
+            for (const step of ["a", "b"]) {
+              yield* checkFence
+              writes.push(step)
+            }
+            return { writes: writes.length }
+          }), { lease: Option.some({ name: `fake/${randomUUID()}`, ttl: Duration.minutes(5) }) })
+          const result = yield* guard(batch, {}, "1 minute").pipe(Effect.provideService(Lease, flaky))
+          return { result, writes, reads: yield* Ref.get(reads) }
+        })
+
+      const persists = yield* run(Infinity)
+      assert.strictEqual(persists.result.outcome, "failed")
+      assert.include(persists.result.error ?? "", "ECONNREFUSED")
+      assert.notStrictEqual(persists.result.reason, "lease lost", "an unknown lease is not a lost one")
+      // Step a (first check answered), then every attempt stops at its first check: nothing more.
+      assert.deepStrictEqual(persists.writes, ["a"])
+      assert.strictEqual(persists.reads, 5, "the first attempt's two checks, then one per retry (three)")
+
+      const once = yield* run(1)
+      assert.strictEqual(once.result.outcome, "succeeded")
+      // Attempt 1 wrote a and stopped at b's check; attempt 2 (retried) wrote a and b.
+      assert.deepStrictEqual(once.writes, ["a", "a", "b"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("a long run renews its lease every TTL/3, so it outlives the TTL", () =>

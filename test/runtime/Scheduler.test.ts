@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Context, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Scope } from "effect"
+import { ConnectionError, SqlError } from "effect/sql/SqlError"
 import { TestClock } from "effect/testing"
 import { type InvalidConfig, RedisError } from "../../src/domain/Errors.ts"
 import { BatchPaused, BatchResumed, RunStarted } from "../../src/domain/Events.ts"
@@ -9,7 +10,8 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import type { RegisteredBatch } from "../../src/programs/index.ts"
 import { Scheduler, schedulerLayer, supervise } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { Lease, leaseKey } from "../../src/services/Lease.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
+import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const T0 = Date.parse("2026-05-01T00:01:00Z")
@@ -123,6 +125,58 @@ describe("Scheduler: batch actors", () => {
       assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "idle")
       const missed = yield* events("TickMissed")
       assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "disabled"]])
+    }).pipe(Effect.provide(platform())))
+
+  it.effect("a pause or resume that cannot be recorded fails, changes nothing, and is not undone later (issue 16)", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const { batch, runs } = yield* testBatch(() => Effect.void)
+      const log = yield* EventLog
+      const down = yield* Ref.make(false)
+      const refused = new SqlError({ reason: new ConnectionError({ cause: new Error("connect ECONNREFUSED 127.0.0.1:5432"), message: "PgClient: Connection refused" }) })
+      // The database refuses writes while `down`; reads still answer, so the refresh before each tick sees the log.
+      const flaky = EventLog.of({ ...log, append: (event) => Effect.flatMap(Ref.get(down), (isDown) => isDown ? Effect.fail(refused) : log.append(event)) })
+      const { scheduler } = yield* startScheduler(batch).pipe(Effect.provideService(EventLog, flaky))
+
+      yield* Ref.set(down, true)
+      const failed = yield* Effect.flip(scheduler.pause("test-batch", "spec"))
+      assert.strictEqual(failed._tag, "PauseNotRecorded")
+      assert.include(failed.message, "ECONNREFUSED")
+      assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "idle", "nothing changed")
+      assert.lengthOf(yield* events("BatchPaused"), 0)
+      yield* Ref.set(down, false)
+      yield* TestClock.adjust("9 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 1, "the batch was never paused")
+
+      // One that answers success is in the log, so the refresh before the next tick keeps it.
+      yield* scheduler.pause("test-batch", "spec")
+      assert.lengthOf(yield* events("BatchPaused"), 1)
+      yield* TestClock.adjust("10 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 1)
+      assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "paused")
+
+      yield* Ref.set(down, true)
+      assert.strictEqual((yield* Effect.flip(scheduler.resume("test-batch", "spec")))._tag, "PauseNotRecorded")
+      assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "paused", "a resume not recorded leaves it paused")
+      yield* Ref.set(down, false)
+      yield* TestClock.adjust("10 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 1)
+      assert.lengthOf(yield* events("BatchResumed"), 0)
+    }).pipe(Effect.provide(platform())))
+
+  it.effect("a pause during a run answers at once; the status follows it when the run ends", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const { batch, runs } = yield* testBatch((n) => n === 1 ? Effect.sleep("5 minutes") : Effect.void)
+      const { scheduler } = yield* startScheduler(batch)
+      yield* TestClock.adjust("9 minutes") // 00:10 run starts, runs until 00:15
+      assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "running")
+      yield* scheduler.pause("test-batch", "spec")
+      assert.lengthOf(yield* events("BatchPaused"), 1)
+      yield* TestClock.adjust("6 minutes")
+      assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "paused")
+      yield* TestClock.adjust("10 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 1)
     }).pipe(Effect.provide(platform())))
 
   it.effect("a failing or dying run does not stop the next tick", () =>

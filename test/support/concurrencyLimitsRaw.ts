@@ -10,7 +10,8 @@ import { ConcurrencyLimitsMemory, makeMemoryStore } from "../../src/layers/memor
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../../src/layers/Redis.ts"
 import type { SweeperConfig } from "../../src/layers/Config.ts"
-import type { ConcurrencyLimits, ConcurrencyLimitStore } from "../../src/services/ConcurrencyLimits.ts"
+import type { ConcurrencyLimitStore } from "../../src/layers/ConcurrencyLimitsShared.ts"
+import type { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { type RedisTopology, RedisTopologyTest } from "./redisTopology.ts"
 
 export type StoreName = "sharedState" | "queues" | "queuesMetadata"

@@ -7,6 +7,7 @@ import { Layer } from "effect"
 import { MemoryBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemory.ts"
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
@@ -14,7 +15,7 @@ import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, MemoryBackends, TuningFromConfig).pipe(
+  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, MemoryBackends, TuningFromConfig, MetricsPrometheus).pipe(
     // Backends that read configuration (e.g. concurrency limits) get the spec's settings.
     Layer.provideMerge(SweeperConfig.layerWith(settings)),
     Layer.provideMerge(EventLogMemory)

@@ -4,7 +4,7 @@
  * (default postgres://postgres@127.0.0.1:5432/test); tests fail, never skip, if it is unreachable.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Context, Deferred, Effect, Fiber, Layer, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { migrate } from "../../src/layers/Migrations.ts"
 import { layerServer } from "../../src/layers/Postgres.ts"
@@ -45,3 +45,25 @@ export const PgTest = Layer.unwrap(Effect.gen(function*() {
     Layer.orDie
   )
 }))
+
+/**
+ * Holds rows locked as another client would (issue 18): a connection of its own (not the pool under
+ * test) runs `BEGIN; <lock>` and keeps the transaction open until the returned release runs, then
+ * commits. `lock` is e.g. `SELECT 1 FROM ci_builds WHERE id IN (…) FOR UPDATE`.
+ */
+export const holdLocks = (lock: (sql: PgClient.PgClient) => Effect.Effect<unknown, unknown>) =>
+  Effect.gen(function*() {
+    const url = yield* TestDatabaseUrl
+    const locked = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    const holder = yield* Effect.gen(function*() {
+      const other = yield* PgClient.PgClient
+      yield* other.withTransaction(Effect.gen(function*() {
+        yield* lock(other)
+        yield* Deferred.succeed(locked, undefined)
+        yield* Deferred.await(release)
+      }))
+    }).pipe(Effect.provide(layerServer(Redacted.make(url))), Effect.orDie, Effect.forkDetach)
+    yield* Deferred.await(locked)
+    return Deferred.succeed(release, undefined).pipe(Effect.andThen(Fiber.join(holder)), Effect.asVoid)
+  })

@@ -1,11 +1,13 @@
 /**
  * Builds in memory, for program specs. State is exposed (`MemoryBuilds`) so a spec can seed rows and
  * stage lock conflicts: `conflicts.set(id, n)` makes the next n guarded updates of that build find
- * its lock_version bumped by a concurrent writer, as a real race would.
+ * its lock_version bumped by a concurrent writer, as a real race would; `locked.add(id)` holds the
+ * row as another open transaction would (`FOR UPDATE`) until `locked.delete(id)`: writes skip it.
  */
 import { Context, DateTime, Effect, Layer, Option, Order } from "effect"
 import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { checkFence } from "../../domain/Batch.ts"
+import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import { Builds } from "../../services/Builds.ts"
 import { retryOrDoom } from "../DropRetry.ts"
@@ -27,12 +29,14 @@ export interface BuildRecord {
 export class MemoryBuilds extends Context.Service<MemoryBuilds, {
   readonly rows: Map<number, BuildRecord>
   readonly conflicts: Map<number, number>
+  /** Rows held by another open transaction: writes skip them (BuildsSql's SKIP LOCKED). */
+  readonly locked: Set<number>
   /** Which builds each findStuckCanceling call returned, in order. */
   readonly pages: Array<ReadonlyArray<number>>
   /** Write transactions begun (drop, dropMany, doom), committed or not. */
   transactions: number
 }>()("sweeper/layers/memory/MemoryBuilds") {
-  static readonly layer = Layer.sync(MemoryBuilds, () => ({ rows: new Map(), conflicts: new Map(), pages: [], transactions: 0 }))
+  static readonly layer = Layer.sync(MemoryBuilds, () => ({ rows: new Map(), conflicts: new Map(), locked: new Set<number>(), pages: [], transactions: 0 }))
 }
 
 const toBuild = (row: BuildRecord): CancelingBuild => ({
@@ -60,7 +64,7 @@ export const BuildsMemory = Layer.effect(
     /**
      * The guarded update of one row (status canceling, and for a drop the lock_version read), as
      * BuildsSql's; its event when it applied. A staged conflict bumps lock_version first, as a
-     * concurrent writer would.
+     * concurrent writer would. A locked row that still matches the guard is "locked", untouched.
      */
     const applyGuarded = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
       const row = state.rows.get(build.id)
@@ -71,6 +75,7 @@ export const BuildsMemory = Layer.effect(
         row.lockVersion++
       }
       if (row.status !== "canceling" || (outcome === "dropped" && row.lockVersion !== build.lockVersion)) return undefined
+      if (state.locked.has(build.id)) return "locked" as const
       const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
       row.status = "failed"
       row.failureReason = reason
@@ -87,25 +92,31 @@ export const BuildsMemory = Layer.effect(
         yield* checkFence
         const event = applyGuarded(build, now, outcome)
         if (event === undefined) return false
+        if (event === "locked") return yield* new RowLocked({ key: `build:${build.id}` })
         yield* events.append(event)
         return true
       }))
 
     /** A page in one transaction, the fence checked once, as BuildsSql's. */
     const dropMany = (builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) =>
-      builds.length === 0 ? Effect.succeed([]) : events.transaction(Effect.gen(function*() {
+      builds.length === 0 ? Effect.succeed({ dropped: [], locked: [] }) : events.transaction(Effect.gen(function*() {
         state.transactions++
         yield* checkFence
         const dropped: Array<CancelingBuild> = []
+        const locked: Array<CancelingBuild> = []
         const appended: Array<BuildDropped | BuildDoomed> = []
         for (const build of builds) {
           const event = applyGuarded(build, now, "dropped")
           if (event === undefined) continue
+          if (event === "locked") {
+            locked.push(build)
+            continue
+          }
           dropped.push(build)
           appended.push(event)
         }
         yield* events.appendAll(appended)
-        return dropped
+        return { dropped, locked }
       }))
 
     const find = ({ id }: { readonly id: number }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild))

@@ -29,13 +29,14 @@ export const EventRetentionMemory = Layer.effect(
         log.transaction(Effect.gen(function*() {
           yield* checkFence
           const page = victims(before, kept).slice(0, limit)
-          if (page.length === 0) return 0
+          // No other transactions in memory: nothing is ever held.
+          if (page.length === 0) return { pruned: 0, locked: [] }
           yield* log.append(new EventsPruned({ before: before.toISOString(), count: page.length }))
           // Last, after everything that could fail: the memory transaction rolls back appends only.
           const gone = new Set(page.map((e) => e.id))
           const remaining = events.filter((e) => !gone.has(e.id))
           events.splice(0, events.length, ...remaining)
-          return page.length
+          return { pruned: page.length, locked: [] }
         }))
     })
   })

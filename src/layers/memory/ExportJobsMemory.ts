@@ -3,7 +3,8 @@
  * rows and stage the races the program must survive: `afterListEnqueued` hooks run (once each)
  * right after the next step-1 read, e.g. a job re-enqueued with a new jid or finishing; a
  * `beforeFail` hook runs right before the guarded UPDATE of the slice holding that job, as a concurrent writer that
- * wins the race would.
+ * wins the race would. `locked.add(id)` holds a row as another open transaction would: the write
+ * skips it (ExportJobsSql's SKIP LOCKED) until `locked.delete(id)`.
  */
 import { Context, DateTime, Effect, Layer } from "effect"
 import { checkFence } from "../../domain/Batch.ts"
@@ -32,6 +33,8 @@ export class MemoryExportJobs extends Context.Service<MemoryExportJobs, {
   readonly relationExports: Array<RelationExportRecord>
   readonly afterListEnqueued: Array<() => void>
   readonly beforeFail: Map<number, () => void>
+  /** Rows held by another open transaction: failMany skips them. */
+  readonly locked: Set<number>
   /** The ids each findEnqueued call asked for, in order. */
   readonly reReads: Array<ReadonlyArray<number>>
   /** The size of each failMany slice (one transaction each), in order. */
@@ -42,6 +45,7 @@ export class MemoryExportJobs extends Context.Service<MemoryExportJobs, {
     relationExports: [],
     afterListEnqueued: [],
     beforeFail: new Map(),
+    locked: new Set<number>(),
     reReads: [],
     failSlices: []
   }))
@@ -80,20 +84,25 @@ export const ExportJobsMemory = Layer.effect(
         }),
       failMany: (jobs, now) =>
         events.transaction(Effect.gen(function*() {
-          if (jobs.length === 0) return []
+          if (jobs.length === 0) return { failed: [], locked: [] }
           state.failSlices.push(jobs.length)
           yield* checkFence
           // As a concurrent writer would, before the slice's UPDATE takes its row locks.
           for (const job of jobs) state.beforeFail.get(job.id)?.()
+          const locked: Array<number> = []
           const failed = [...jobs].sort(byId).flatMap((job) => {
             const row = state.jobs.get(job.id)
             if (row === undefined || row.jid !== job.jid || !isEnqueued(row.status)) return []
+            if (state.locked.has(job.id)) {
+              locked.push(job.id)
+              return []
+            }
             row.status = ExportJobStatus.failed
             row.updatedAt = now
             return [row]
           })
           yield* events.appendAll(failed.map((row) => new ExportJobFailed({ id: row.id, jid: row.jid, project_id: row.projectId })))
-          return failed.map((row) => row.jid)
+          return { failed: failed.map((row) => row.jid), locked }
         }))
     })
   })

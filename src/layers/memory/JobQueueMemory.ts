@@ -6,7 +6,8 @@
 import { Effect, Layer } from "effect"
 import { RedisError } from "../../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, QUEUES_SET, queueKey } from "../../domain/Sidekiq.ts"
-import { type ClaimHolder, JobQueue, type JobQueueStore, makeJobQueue, type PreparedJob } from "../../services/JobQueue.ts"
+import { JobQueue } from "../../services/JobQueue.ts"
+import { type ClaimHolder, type JobQueueStore, makeJobQueue, type PreparedJob } from "../JobQueueShared.ts"
 import { MemoryRedis, type MemoryRedisStore } from "./MemoryRedis.ts"
 
 const holderOf = (store: MemoryRedisStore, key: string): ClaimHolder => {

@@ -1,7 +1,8 @@
 /** Lease over the in-memory Redis, same keys and semantics as LeaseRedis. */
 import { Clock, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { EPOCH_TTL_SECONDS, epochKey, Lease, leaseKey, type LeaseHandle } from "../../services/Lease.ts"
+import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../domain/Lease.ts"
+import { Lease, type LeaseHandle } from "../../services/Lease.ts"
 import { ttlSeconds } from "../LeaseRedis.ts"
 import { MemoryRedis } from "./MemoryRedis.ts"
 

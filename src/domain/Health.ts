@@ -1,0 +1,557 @@
+/**
+ * The health gate's rules (SPEC §9), pure: what `SWEEPER_HEALTH` says, how a reading compares with
+ * a threshold, the hysteresis between `stop` and `resume`, relative baselines (a signal's own
+ * median over the last hour) and the throttled concurrency limit. The layer
+ * (src/layers/HealthGateLive.ts) reads the signals and keeps the state; everything it decides is
+ * decided here, so a spec can walk every transition under TestClock.
+ *
+ * Units, fixed per signal so a gauge and a threshold always agree: sizes in bytes, durations in
+ * seconds, WAL rate in bytes per second, Redis memory as a used/max ratio, autovacuum as the number
+ * of the batch's tables being vacuumed, a Prometheus rule in whatever its query returns.
+ */
+import { ByteSize, Duration, Effect, Option, Result, Schema, SchemaGetter, SchemaIssue } from "effect"
+
+/** GitLab's Redis stores (SPEC §8.2), by the names the Redis layer gives them. */
+export type RedisStoreName = "sharedState" | "queues" | "queuesMetadata"
+
+export type Comparison = "<" | "<=" | ">" | ">="
+
+/** A number, or a multiple of the signal's own median over the last hour (`"3x"`). */
+export type Bound =
+  | { readonly _tag: "Absolute"; readonly value: number }
+  | { readonly _tag: "Relative"; readonly factor: number }
+
+export interface Threshold {
+  readonly op: Comparison
+  readonly bound: Bound
+  /** As configured (`"64MB"`, `"3x"`, `"< 0.99"`), for events, logs and the dashboard. */
+  readonly text: string
+}
+
+export type Unit = "bytes" | "seconds" | "bytes/s" | "ratio" | "tables" | "value"
+
+/** Where a rule's reading comes from. */
+export type Source =
+  | { readonly _tag: "ReplicationLag"; readonly measure: "bytes" | "seconds" }
+  | { readonly _tag: "WalRate" }
+  | { readonly _tag: "Autovacuum" }
+  | { readonly _tag: "LongTransactions" }
+  | { readonly _tag: "RedisMemory" }
+  | { readonly _tag: "QueueLatency" }
+  | { readonly _tag: "Prometheus"; readonly url: string; readonly query: string }
+
+export type OnUnknown = "hold" | "healthy"
+
+export interface SignalRule {
+  /** The configuration key (`replicationLag`), or a Prometheus rule's `name`. */
+  readonly signal: string
+  readonly source: Source
+  /** Holds when the reading satisfies it. */
+  readonly stop: Threshold
+  /** A held signal releases when the reading satisfies it (hysteresis: never inside `stop`). */
+  readonly resume: Threshold
+  readonly onUnknown: OnUnknown
+  readonly unit: Unit
+}
+
+export interface HealthConfig {
+  readonly rules: ReadonlyArray<SignalRule>
+  /** concurrency-limit-resume throttles positive limits on PostgreSQL/Prometheus signals instead of holding. */
+  readonly throttleLimits: boolean
+}
+
+/** How often a held batch re-checks, and the most often any signal is read per process. */
+export const RECHECK_INTERVAL = Duration.seconds(1)
+/** A relative threshold's baseline: the signal's median over this window. */
+export const BASELINE_WINDOW = Duration.hours(1)
+
+// ---------------------------------------------------------------------------------------------
+// Parsing thresholds
+// ---------------------------------------------------------------------------------------------
+
+const SHORT_DURATION = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/
+const SHORT_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 }
+
+/** `"10s"`, `"5m"`, `"1h"` (GitLab's and Prometheus' shorthand) or effect's `"10 seconds"`, in seconds. */
+export const parseSeconds = (text: string): Option.Option<number> => {
+  const short = SHORT_DURATION.exec(text)
+  if (short !== null) return Option.some(Number(short[1]) * SHORT_UNITS[short[2]!]!)
+  return Option.map(Duration.fromInput(text as Duration.Input), (d) => Duration.toMillis(d) / 1000)
+}
+
+/** `"64MB"` (10^6), `"64MiB"` (2^20), `"512kB"`, in bytes. */
+export const parseBytes = (text: string): Option.Option<number> =>
+  Option.map(ByteSize.fromString(text.trim()), (size) => Number(ByteSize.toBigInt(size)))
+
+const RELATIVE = /^\s*(\d+(?:\.\d+)?)\s*x\s*$/
+const COMPARISON = /^\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*$/i
+
+const above = (value: number, text: string): Threshold => ({ op: ">", bound: { _tag: "Absolute", value }, text })
+const atOrUnder = (value: number, text: string): Threshold => ({ op: "<=", bound: { _tag: "Absolute", value }, text })
+
+type Parsed<A> = Result.Result<A, string>
+const bad = (path: string, expected: string, got: unknown): Parsed<never> =>
+  Result.fail(`${path}: expected ${expected}, got ${JSON.stringify(got)}`)
+
+/** A size or a duration; `replicationLag` accepts either (bytes behind, or replay_lag). */
+const sizeOrDuration = (path: string, text: string): Parsed<{ measure: "bytes" | "seconds"; value: number }> => {
+  const bytes = parseBytes(text)
+  if (Option.isSome(bytes)) return Result.succeed({ measure: "bytes", value: bytes.value })
+  const seconds = parseSeconds(text)
+  if (Option.isSome(seconds)) return Result.succeed({ measure: "seconds", value: seconds.value })
+  return bad(path, `a size like "64MB" or a duration like "10s"`, text)
+}
+
+const rate = (path: string, text: string): Parsed<Bound> => {
+  const relative = RELATIVE.exec(text)
+  if (relative !== null) {
+    const factor = Number(relative[1])
+    return factor > 0 ? Result.succeed({ _tag: "Relative", factor }) : bad(path, "a factor above 0", text)
+  }
+  const perSecond = /^(.*)\/s$/.exec(text.trim())
+  const bytes = perSecond === null ? Option.none() : parseBytes(perSecond[1]!)
+  return Option.isSome(bytes)
+    ? Result.succeed({ _tag: "Absolute", value: bytes.value })
+    : bad(path, `a rate like "48MB/s" or a multiple of its median like "3x"`, text)
+}
+
+const duration = (path: string, text: string): Parsed<number> =>
+  Option.match(parseSeconds(text), { onNone: () => bad(path, `a duration like "10m"`, text), onSome: Result.succeed })
+
+const comparison = (path: string, text: string): Parsed<Threshold> => {
+  const match = COMPARISON.exec(text)
+  if (match === null) return bad(path, `a comparison like "< 0.99" or ">= 0.995"`, text)
+  return Result.succeed({ op: match[1] as Comparison, bound: { _tag: "Absolute", value: Number(match[2]) }, text: text.trim() })
+}
+
+const NEGATION: Record<Comparison, Comparison> = { "<": ">=", "<=": ">", ">": "<=", ">=": "<" }
+
+/**
+ * Whether a `resume` leaves a gap or meets `stop` without overlapping it: a value that releases
+ * a hold must never be one that holds (else the gate would release and hold on every check).
+ */
+const hysteresisOk = (stop: Threshold, resume: Threshold): boolean => {
+  const below = (op: Comparison) => op === "<" || op === "<="
+  if (below(stop.op) === below(resume.op)) return false
+  if (stop.bound._tag !== resume.bound._tag) return false
+  const s = stop.bound._tag === "Absolute" ? stop.bound.value : stop.bound.factor
+  const r = resume.bound._tag === "Absolute" ? resume.bound.value : resume.bound.factor
+  // stop "> s" (hold above) needs resume "<= r" with r <= s; stop "< s" needs resume ">= r" with r >= s.
+  if (below(stop.op)) return r > s || (r === s && !(stop.op === "<=" && resume.op === ">="))
+  return r < s || (r === s && !(stop.op === ">=" && resume.op === "<="))
+}
+
+// ---------------------------------------------------------------------------------------------
+// SWEEPER_HEALTH
+// ---------------------------------------------------------------------------------------------
+
+const OnUnknownField = Schema.optionalKey(Schema.Literals(["hold", "healthy"]))
+const Strict = { parseOptions: { onExcessProperty: "error" } } as const
+
+const TextRule = Schema.Struct({ stop: Schema.String, resume: Schema.optionalKey(Schema.String), onUnknown: OnUnknownField })
+
+/** The JSON as written; thresholds are still text here. Unknown keys are refused (a typo must not disable a signal). */
+export const RawHealth = Schema.Struct({
+  replicationLag: Schema.optionalKey(TextRule),
+  walRate: Schema.optionalKey(TextRule),
+  autovacuum: Schema.optionalKey(Schema.Struct({ stop: Schema.Literal(true), onUnknown: OnUnknownField })),
+  longTransactions: Schema.optionalKey(TextRule),
+  redisMemory: Schema.optionalKey(Schema.Struct({
+    stop: Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1, exclusiveMinimum: true })),
+    resume: Schema.optionalKey(Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 }))),
+    onUnknown: OnUnknownField
+  })),
+  queueLatency: Schema.optionalKey(TextRule),
+  prometheus: Schema.optionalKey(Schema.Struct({
+    url: Schema.String.check(Schema.isPattern(/^https?:\/\/\S+$/, { message: "expected an http(s) URL" })),
+    onUnknown: OnUnknownField,
+    rules: Schema.Array(Schema.Struct({
+      name: Schema.String.check(Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "expected a name like patroniApdex" })),
+      query: Schema.String.check(Schema.isNonEmpty()),
+      stop: Schema.String,
+      resume: Schema.optionalKey(Schema.String),
+      onUnknown: OnUnknownField
+    }))
+  })),
+  throttleLimits: Schema.optionalKey(Schema.Boolean)
+})
+export type RawHealth = typeof RawHealth.Type
+
+const KNOWN_KEYS = ["replicationLag", "walRate", "autovacuum", "longTransactions", "redisMemory", "queueLatency", "prometheus", "throttleLimits"]
+
+/** The decoded JSON compiled into rules; the first problem as one line naming its path. */
+export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
+  const rules: Array<SignalRule> = []
+  const onUnknown = (value: OnUnknown | undefined): OnUnknown => value ?? "healthy"
+  const withResume = (signal: string, stop: Threshold, resume: Threshold): Parsed<void> =>
+    hysteresisOk(stop, resume)
+      ? Result.succeed(undefined)
+      : Result.fail(`${signal}.resume: ${JSON.stringify(resume.text)} must be on the healthy side of stop ${JSON.stringify(stop.text)}`)
+
+  if (raw.replicationLag !== undefined) {
+    const stop = sizeOrDuration("replicationLag.stop", raw.replicationLag.stop)
+    if (Result.isFailure(stop)) return Result.fail(stop.failure)
+    const resumeText = raw.replicationLag.resume ?? raw.replicationLag.stop
+    const resume = sizeOrDuration("replicationLag.resume", resumeText)
+    if (Result.isFailure(resume)) return Result.fail(resume.failure)
+    if (resume.success.measure !== stop.success.measure) {
+      return Result.fail(`replicationLag.resume: ${JSON.stringify(resumeText)} must be a ${stop.success.measure === "bytes" ? "size" : "duration"} like stop`)
+    }
+    const rule: SignalRule = {
+      signal: "replicationLag",
+      source: { _tag: "ReplicationLag", measure: stop.success.measure },
+      stop: above(stop.success.value, raw.replicationLag.stop),
+      resume: atOrUnder(resume.success.value, resumeText),
+      onUnknown: onUnknown(raw.replicationLag.onUnknown),
+      unit: stop.success.measure
+    }
+    const ok = withResume("replicationLag", rule.stop, rule.resume)
+    if (Result.isFailure(ok)) return Result.fail(ok.failure)
+    rules.push(rule)
+  }
+  if (raw.walRate !== undefined) {
+    const stop = rate("walRate.stop", raw.walRate.stop)
+    if (Result.isFailure(stop)) return Result.fail(stop.failure)
+    const resumeText = raw.walRate.resume ?? raw.walRate.stop
+    const resume = rate("walRate.resume", resumeText)
+    if (Result.isFailure(resume)) return Result.fail(resume.failure)
+    const rule: SignalRule = {
+      signal: "walRate",
+      source: { _tag: "WalRate" },
+      stop: { op: ">", bound: stop.success, text: raw.walRate.stop },
+      resume: { op: "<=", bound: resume.success, text: resumeText },
+      onUnknown: onUnknown(raw.walRate.onUnknown),
+      unit: "bytes/s"
+    }
+    const ok = withResume("walRate", rule.stop, rule.resume)
+    if (Result.isFailure(ok)) return Result.fail(ok.failure)
+    rules.push(rule)
+  }
+  if (raw.autovacuum !== undefined) {
+    rules.push({
+      signal: "autovacuum",
+      source: { _tag: "Autovacuum" },
+      stop: above(0, "a vacuum on a table the batch writes"),
+      resume: atOrUnder(0, "none"),
+      onUnknown: onUnknown(raw.autovacuum.onUnknown),
+      unit: "tables"
+    })
+  }
+  for (const key of ["longTransactions", "queueLatency"] as const) {
+    const config = raw[key]
+    if (config === undefined) continue
+    const stop = duration(`${key}.stop`, config.stop)
+    if (Result.isFailure(stop)) return Result.fail(stop.failure)
+    const resumeText = config.resume ?? config.stop
+    const resume = duration(`${key}.resume`, resumeText)
+    if (Result.isFailure(resume)) return Result.fail(resume.failure)
+    const rule: SignalRule = {
+      signal: key,
+      source: key === "longTransactions" ? { _tag: "LongTransactions" } : { _tag: "QueueLatency" },
+      stop: above(stop.success, config.stop),
+      resume: atOrUnder(resume.success, resumeText),
+      onUnknown: onUnknown(config.onUnknown),
+      unit: "seconds"
+    }
+    const ok = withResume(key, rule.stop, rule.resume)
+    if (Result.isFailure(ok)) return Result.fail(ok.failure)
+    rules.push(rule)
+  }
+  if (raw.redisMemory !== undefined) {
+    const resume = raw.redisMemory.resume ?? raw.redisMemory.stop
+    const rule: SignalRule = {
+      signal: "redisMemory",
+      source: { _tag: "RedisMemory" },
+      stop: above(raw.redisMemory.stop, String(raw.redisMemory.stop)),
+      resume: atOrUnder(resume, String(resume)),
+      onUnknown: onUnknown(raw.redisMemory.onUnknown),
+      unit: "ratio"
+    }
+    const ok = withResume("redisMemory", rule.stop, rule.resume)
+    if (Result.isFailure(ok)) return Result.fail(ok.failure)
+    rules.push(rule)
+  }
+  if (raw.prometheus !== undefined) {
+    const seen = new Set<string>()
+    for (const [i, config] of raw.prometheus.rules.entries()) {
+      const path = `prometheus.rules[${i}]`
+      if (KNOWN_KEYS.includes(config.name) || seen.has(config.name)) {
+        return Result.fail(`${path}.name: ${JSON.stringify(config.name)} is already a signal's name`)
+      }
+      seen.add(config.name)
+      const stop = comparison(`${path}.stop`, config.stop)
+      if (Result.isFailure(stop)) return Result.fail(stop.failure)
+      const resume = config.resume === undefined
+        ? Result.succeed<Threshold>({ ...stop.success, op: NEGATION[stop.success.op], text: `${NEGATION[stop.success.op]} ${config.stop.replace(COMPARISON, "$2")}` })
+        : comparison(`${path}.resume`, config.resume)
+      if (Result.isFailure(resume)) return Result.fail(resume.failure)
+      const ok = withResume(`${path}`, stop.success, resume.success)
+      if (Result.isFailure(ok)) return Result.fail(ok.failure)
+      rules.push({
+        signal: config.name,
+        source: { _tag: "Prometheus", url: raw.prometheus.url, query: config.query },
+        stop: stop.success,
+        resume: resume.success,
+        onUnknown: onUnknown(config.onUnknown ?? raw.prometheus.onUnknown),
+        unit: "value"
+      })
+    }
+  }
+  if (rules.length === 0) return Result.fail("no signal configured: set at least one of " + KNOWN_KEYS.slice(0, 7).join(", "))
+  return Result.succeed({ rules, throttleLimits: raw.throttleLimits ?? false })
+}
+
+const isHealthConfig = (u: unknown): u is HealthConfig =>
+  typeof u === "object" && u !== null && "rules" in u && Array.isArray(u.rules)
+
+/** `SWEEPER_HEALTH` from its JSON text: unknown keys, bad thresholds and hysteresis that overlaps are refused. */
+export const HealthJson = Schema.fromJsonString(Schema.Unknown).pipe(
+  Schema.decodeTo(Schema.declare(isHealthConfig), {
+    decode: SchemaGetter.transformEffect((raw: unknown) =>
+      Effect.gen(function*() {
+        if (typeof raw === "object" && raw !== null && !Array.isArray(raw)) {
+          const unknown = Object.keys(raw).find((key) => !KNOWN_KEYS.includes(key))
+          if (unknown !== undefined) {
+            return yield* Effect.fail(new SchemaIssue.InvalidValue({
+              message: `unknown signal ${JSON.stringify(unknown)}; known: ${KNOWN_KEYS.join(", ")}`
+            }))
+          }
+        }
+        const decoded = yield* Schema.decodeUnknownEffect(RawHealth)(raw, Strict.parseOptions).pipe(Effect.mapError((error) => error.issue))
+        const compiled = compileHealth(decoded)
+        return Result.isSuccess(compiled)
+          ? compiled.success
+          : yield* Effect.fail(new SchemaIssue.InvalidValue({ message: compiled.failure }))
+      })
+    ),
+    encode: SchemaGetter.forbidden(() => "SWEEPER_HEALTH is never encoded")
+  })
+)
+
+// ---------------------------------------------------------------------------------------------
+// Readings, baselines, hysteresis
+// ---------------------------------------------------------------------------------------------
+
+/** A signal as last read: a number in its unit, or why it could not be read. */
+export type Reading =
+  | { readonly _tag: "Value"; readonly value: number }
+  | { readonly _tag: "Unknown"; readonly reason: string }
+
+export const value = (v: number): Reading => ({ _tag: "Value", value: v })
+export const unknown = (reason: string): Reading => ({ _tag: "Unknown", reason })
+
+export interface Sample {
+  readonly at: number
+  readonly value: number
+}
+
+/** Adds a sample and forgets those older than the window (epoch milliseconds). */
+export const addSample = (samples: ReadonlyArray<Sample>, at: number, v: number, window: Duration.Duration = BASELINE_WINDOW): Array<Sample> => {
+  const from = at - Duration.toMillis(window)
+  const kept = samples.filter((sample) => sample.at > from)
+  kept.push({ at, value: v })
+  return kept
+}
+
+/** The median of the samples (None when there are none): a relative threshold's baseline. */
+export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
+  if (samples.length === 0) return Option.none()
+  const sorted = samples.map((sample) => sample.value).sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return Option.some(sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2)
+}
+
+/** The threshold as a number now (a relative one needs a baseline; None without one). */
+export const thresholdValue = (threshold: Threshold, baseline: Option.Option<number>): Option.Option<number> =>
+  threshold.bound._tag === "Absolute"
+    ? Option.some(threshold.bound.value)
+    : Option.map(baseline, (b) => b * (threshold.bound as { factor: number }).factor)
+
+const compare = (op: Comparison, a: number, b: number) =>
+  op === "<" ? a < b : op === "<=" ? a <= b : op === ">" ? a > b : a >= b
+
+/** Whether `v` satisfies the threshold; a relative one with no baseline yet is never satisfied. */
+export const satisfies = (threshold: Threshold, v: number, baseline: Option.Option<number> = Option.none()): boolean =>
+  Option.match(thresholdValue(threshold, baseline), { onNone: () => false, onSome: (t) => compare(threshold.op, v, t) })
+
+/**
+ * The hysteresis: an open signal holds once its reading satisfies `stop`; a held one releases
+ * only once its reading satisfies `resume`. An unknown reading holds (or keeps holding) only with
+ * `onUnknown: "hold"`; otherwise it counts as healthy, so it also releases a hold.
+ */
+export const nextHeld = (rule: SignalRule, held: boolean, reading: Reading, baseline: Option.Option<number> = Option.none()): boolean => {
+  if (reading._tag === "Unknown") return rule.onUnknown === "hold"
+  return held ? !satisfies(rule.resume, reading.value, baseline) : satisfies(rule.stop, reading.value, baseline)
+}
+
+/**
+ * One rule's readings over the subjects a batch touches (its tables, stores, queues) as one: the
+ * worst known value; unknown only when no known value already holds and some subject is unknown.
+ */
+export const worstOf = (rule: SignalRule, readings: ReadonlyArray<Reading>, baseline: Option.Option<number> = Option.none()): Reading => {
+  const known = readings.flatMap((r) => r._tag === "Value" ? [r.value] : [])
+  const holdsBelow = rule.stop.op === "<" || rule.stop.op === "<="
+  const worst = known.length === 0 ? undefined : holdsBelow ? Math.min(...known) : Math.max(...known)
+  const unknownReading = readings.find((r) => r._tag === "Unknown")
+  if (worst !== undefined && satisfies(rule.stop, worst, baseline)) return value(worst)
+  if (unknownReading !== undefined) return unknownReading
+  return worst === undefined ? value(0) : value(worst)
+}
+
+/** The rules that hold a batch under `throttleLimits` instead of throttling its limits: Redis and Sidekiq ones. */
+export const throttlesInsteadOfHolding = (rule: SignalRule): boolean =>
+  rule.source._tag !== "QueueLatency" && rule.source._tag !== "RedisMemory"
+
+/**
+ * What a batch writes, as far as the gate cares: which rules apply to it and on which subjects.
+ * Autovacuum is read per table (1 while a vacuum works on it, else 0).
+ */
+export interface WriteSet {
+  readonly tables: ReadonlyArray<string>
+  readonly redisStores: ReadonlyArray<RedisStoreName>
+  readonly queues: ReadonlyArray<string>
+}
+
+/** The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole database / server. */
+export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<string> => {
+  switch (rule.source._tag) {
+    case "ReplicationLag":
+    case "WalRate":
+    case "LongTransactions":
+      return writes.tables.length > 0 ? [""] : []
+    case "Autovacuum":
+      return writes.tables
+    case "RedisMemory":
+      return writes.redisStores
+    case "QueueLatency":
+      return writes.queues
+    case "Prometheus":
+      return [""]
+  }
+}
+
+/** A reading as the dashboard writes it: `38 MB`, `12 s`, `48 MB/s`, `0.93`. */
+export const formatValue = (unit: Unit, v: number): string => {
+  switch (unit) {
+    case "bytes":
+      return ByteSize.format(ByteSize.bytes(Math.max(0, Math.round(v))), { system: "decimal", precision: 3 })
+    case "bytes/s":
+      return `${ByteSize.format(ByteSize.bytes(Math.max(0, Math.round(v))), { system: "decimal", precision: 3 })}/s`
+    case "seconds":
+      return v >= 120 ? `${Math.round(v / 60)} min` : `${Math.round(v * 10) / 10} s`
+    case "tables":
+      return v > 0 ? "vacuum running" : "no vacuum"
+    case "ratio":
+    case "value":
+      return `${Math.round(v * 10000) / 10000}`
+  }
+}
+
+/** The stop threshold as the dashboard writes it (`8 MB`, `3x median (12 MB/s)`, `< 0.99`). */
+export const formatThreshold = (rule: SignalRule, threshold: Threshold, baseline: Option.Option<number>): string => {
+  if (rule.source._tag === "Prometheus") return threshold.text
+  if (rule.source._tag === "Autovacuum") return "0 tables"
+  if (threshold.bound._tag === "Relative") {
+    return Option.match(thresholdValue(threshold, baseline), {
+      onNone: () => `${threshold.bound._tag === "Relative" ? threshold.bound.factor : 0}x median (no baseline yet)`,
+      onSome: (t) => `${threshold.text} median (${formatValue(rule.unit, t)})`
+    })
+  }
+  return formatValue(rule.unit, threshold.bound.value)
+}
+
+/** `06:45:10` (UTC), as the dashboard and `sweeper status` write a hold's start. */
+export const clockTime = (millis: number) => new Date(millis).toISOString().slice(11, 19)
+
+/** One line: `drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10`. */
+export const holdText = (hold: {
+  readonly batch: string
+  readonly signal: string
+  readonly display: string
+  readonly threshold: string
+  /** A Prometheus rule's threshold carries its own comparison (`< 0.99`). */
+  readonly prometheus: boolean
+  readonly since: number
+}) => `${hold.batch} held by ${hold.signal}: ${hold.display} ${hold.prometheus ? "" : "> "}${hold.threshold} since ${clockTime(hold.since)}`
+
+/** A hold as the event log shows it (any process's), for `sweeper status`. */
+export interface OpenHold {
+  readonly batch: string
+  readonly signal: string
+  readonly since: Date
+  readonly text: string
+}
+
+/**
+ * The holds still open in a batch's stream (oldest event first): a RepairHeld with no
+ * RepairReleased after it for the same signal, whose run has not finished (a run killed while
+ * held leaves no RepairReleased; its RunFinished — even `abandoned` — closes the hold).
+ */
+export const openHolds = (events: ReadonlyArray<{
+  readonly type: string
+  readonly data: Record<string, unknown>
+  readonly runId: string | null
+  readonly occurredAt: Date
+}>): ReadonlyArray<OpenHold> => {
+  const open = new Map<string, OpenHold & { readonly runId: string | null }>()
+  for (const event of events) {
+    const signal = typeof event.data.signal === "string" ? event.data.signal : ""
+    const batch = typeof event.data.batch === "string" ? event.data.batch : ""
+    if (event.type === "RepairHeld") {
+      const unit = (typeof event.data.unit === "string" ? event.data.unit : "value") as Unit
+      const v = typeof event.data.value === "number" ? event.data.value : null
+      const t = typeof event.data.threshold === "number" ? event.data.threshold : null
+      const stop = typeof event.data.stop === "string" ? event.data.stop : ""
+      const prometheus = /^\s*[<>]/.test(stop)
+      const display = v === null ? `unknown (${String(event.data.unknown ?? "")})` : formatValue(unit, v)
+      const threshold = prometheus || t === null ? stop : formatValue(unit, t)
+      open.set(signal, {
+        batch,
+        signal,
+        since: event.occurredAt,
+        runId: event.runId,
+        text: holdText({ batch, signal, display, threshold, prometheus, since: event.occurredAt.getTime() })
+      })
+    } else if (event.type === "RepairReleased") {
+      open.delete(signal)
+    } else if (event.type === "RunFinished") {
+      for (const [key, hold] of open) if (hold.runId === event.runId) open.delete(key)
+    }
+  }
+  return [...open.values()].map(({ runId: _, ...hold }) => hold)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throttled concurrency limits (GitLab's numbers)
+// ---------------------------------------------------------------------------------------------
+
+export const SOFT_THROTTLE = 0.8
+export const HARD_THROTTLE = 0.5
+/** Unhealthy passes in a row before the soft factor becomes the hard one. */
+export const SOFT_PASSES = 3
+export const RECOVERY_FACTOR = 1.1
+
+export interface ThrottleState {
+  /** The limit in force for the next pass. */
+  readonly effective: number
+  /** Unhealthy passes in a row so far (0 after a healthy one). */
+  readonly unhealthyPasses: number
+}
+
+/**
+ * The limit for this pass, given the worker's configured limit and whether the platform is
+ * unhealthy now: ×0.8 per unhealthy pass, ×0.5 from the fourth in a row on, never below 1 (0 would
+ * mean unlimited); back up by max(+1, ×1.1) per healthy pass, never above the configured limit.
+ * Only a positive limit is throttled: 0 (unlimited) and negative (breaker open) pass through.
+ */
+export const throttleStep = (limit: number, previous: Option.Option<ThrottleState>, unhealthy: boolean): ThrottleState => {
+  if (limit <= 0) return { effective: limit, unhealthyPasses: 0 }
+  const current = Option.match(previous, { onNone: () => limit, onSome: (state) => Math.min(state.effective, limit) })
+  if (unhealthy) {
+    const passes = Option.match(previous, { onNone: () => 0, onSome: (state) => state.unhealthyPasses }) + 1
+    const factor = passes > SOFT_PASSES ? HARD_THROTTLE : SOFT_THROTTLE
+    return { effective: Math.max(1, Math.floor(current * factor)), unhealthyPasses: passes }
+  }
+  const recovered = Math.max(current + 1, Math.floor(current * RECOVERY_FACTOR))
+  return { effective: Math.min(limit, recovered), unhealthyPasses: 0 }
+}

@@ -1,0 +1,62 @@
+/**
+ * HealthSignals in memory, for specs of the gate under TestClock: each reading is whatever the spec
+ * last set in `MemorySignalValues` (a number, or a string = unreadable with that reason). Nothing
+ * set reads as healthy (0, no vacuum, no standby).
+ */
+import { Context, Effect, Layer } from "effect"
+import type { RedisStoreName } from "../../domain/Health.ts"
+import { HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+
+type Value = number | string
+
+export interface SignalValues {
+  replicationLagBytes?: Value
+  replicationLagSeconds?: Value
+  walPosition?: Value
+  /** Tables under vacuum (a string: unreadable). */
+  vacuuming?: ReadonlyArray<string> | string
+  oldestTransaction?: Value
+  redisMemory?: Partial<Record<RedisStoreName, Value>>
+  queueLatency?: Record<string, Value>
+  /** By PromQL query. */
+  prometheus?: Record<string, Value>
+  /** How many times each reader was called (the sampler's rate). */
+  readonly reads: Record<string, number>
+}
+
+export class MemorySignalValues extends Context.Service<MemorySignalValues, SignalValues>()("sweeper/layers/memory/MemorySignalValues") {
+  static readonly layer = Layer.sync(MemorySignalValues, (): SignalValues => ({ reads: {} }))
+}
+
+export const HealthSignalsMemory = Layer.effect(
+  HealthSignals,
+  Effect.gen(function*() {
+    const values = yield* MemorySignalValues
+    const read = (source: string, get: () => Value | undefined, fallback = 0) =>
+      Effect.suspend(() => {
+        values.reads[source] = (values.reads[source] ?? 0) + 1
+        const v = get() ?? fallback
+        return typeof v === "string" ? Effect.fail(new SignalUnreadable({ source, reason: v })) : Effect.succeed(v)
+      })
+    return HealthSignals.of({
+      replicationLag: Effect.all({
+        bytes: read("pg_stat_replication", () => values.replicationLagBytes),
+        seconds: read("pg_stat_replication.seconds", () => values.replicationLagSeconds)
+      }).pipe(Effect.map((lag) => ({ standbys: 1, ...lag }))),
+      walPosition: read("pg_current_wal_lsn()", () => values.walPosition),
+      vacuuming: (tables) =>
+        Effect.suspend(() => {
+          values.reads["pg_stat_progress_vacuum"] = (values.reads["pg_stat_progress_vacuum"] ?? 0) + 1
+          const v = values.vacuuming ?? []
+          return typeof v === "string"
+            ? Effect.fail(new SignalUnreadable({ source: "pg_stat_progress_vacuum", reason: v }))
+            : Effect.succeed(v.filter((table) => tables.includes(table)))
+        }),
+      oldestTransaction: read("pg_stat_activity", () => values.oldestTransaction),
+      redisMemory: (store) => read(`INFO memory on ${store}`, () => values.redisMemory?.[store]),
+      queueLatency: (queue) => read(`queue:${queue}`, () => values.queueLatency?.[queue]),
+      prometheus: (_url, query) => read(`prometheus ${query}`, () => values.prometheus?.[query]),
+      privileges: Effect.succeed({ role: "memory", superuser: true, readAllStats: true, inRecovery: false })
+    })
+  })
+)

@@ -1,0 +1,107 @@
+/**
+ * Server-drawn SVG charts for a batch's history (issue 19 point 2): no library, no CDN, nothing for
+ * the browser to fetch. One mark per run (a bar or a dot at the run's finish time), each with a
+ * `<title>` so the numbers are one hover away; the same numbers are in the table under the charts
+ * for keyboards and screen readers. Pure: runs and the window in, markup out.
+ */
+import type { RunPoint } from "../services/RunHistory.ts"
+
+export const WINDOWS = { "24h": 24 * 3600_000, "7d": 7 * 24 * 3600_000, "30d": 30 * 24 * 3600_000 } as const
+export type HistoryWindow = keyof typeof WINDOWS
+export const isWindow = (value: string): value is HistoryWindow => Object.hasOwn(WINDOWS, value)
+
+const WIDTH = 640
+const HEIGHT = 150
+const LEFT = 80
+const BOTTOM = 18
+const TOP = 8
+
+const esc = (text: string) => text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
+
+export const OUTCOME_COLOURS: Record<string, string> = {
+  succeeded: "#2f8f4e",
+  failed: "#c0392b",
+  timed_out: "#d35400",
+  abandoned: "#8e44ad",
+  skipped: "#8a94a3"
+}
+
+const colour = (outcome: string) => OUTCOME_COLOURS[outcome] ?? "#5b6677"
+
+const formatMs = (ms: number) => ms < 1000 ? `${Math.round(ms)} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60_000).toFixed(1)} min`
+
+/** A round axis maximum at or above `max` (1, 2, 5 × 10^n). */
+export const niceMax = (max: number) => {
+  if (max <= 0) return 1
+  const power = 10 ** Math.floor(Math.log10(max))
+  for (const step of [1, 2, 5, 10]) if (step * power >= max) return step * power
+  return 10 * power
+}
+
+const label = (run: RunPoint) =>
+  `${run.finishedAt.toISOString().replace("T", " ").slice(0, 19)} UTC · ${run.outcome} · ${run.repairs} repair${run.repairs === 1 ? "" : "s"} · ${formatMs(run.durationMs)}`
+
+interface ChartInput {
+  readonly runs: ReadonlyArray<RunPoint>
+  readonly since: Date
+  readonly until: Date
+}
+
+const frame = (kind: string, title: string, yMax: string, body: string, input: ChartInput) =>
+  `<figure class="chart" data-chart="${kind}"><figcaption>${esc(title)}</figcaption>
+<svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="${esc(`${title}: ${input.runs.length} runs`)}">
+<line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
+<line class="axis" x1="${LEFT}" y1="${TOP}" x2="${LEFT}" y2="${HEIGHT - BOTTOM}"/>
+<text class="tick" x="${LEFT - 4}" y="${TOP + 8}" text-anchor="end">${esc(yMax)}</text>
+<text class="tick" x="${LEFT - 4}" y="${HEIGHT - BOTTOM}" text-anchor="end">0</text>
+<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(input.since.toISOString().slice(0, 16).replace("T", " "))}</text>
+<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(input.until.toISOString().slice(0, 16).replace("T", " "))} UTC</text>
+${body}</svg></figure>`
+
+const xOf = (input: ChartInput) => {
+  const span = Math.max(1, input.until.getTime() - input.since.getTime())
+  return (at: Date) => LEFT + 2 + ((at.getTime() - input.since.getTime()) / span) * (WIDTH - LEFT - 6)
+}
+
+const barWidth = (n: number) => Math.max(1, Math.min(8, ((WIDTH - LEFT) / Math.max(1, n)) * 0.7))
+
+const bars = (kind: string, title: string, value: (run: RunPoint) => number, format: (v: number) => string, input: ChartInput) => {
+  const max = niceMax(Math.max(0, ...input.runs.map(value)))
+  const x = xOf(input)
+  const w = barWidth(input.runs.length)
+  const plot = HEIGHT - BOTTOM - TOP
+  const marks = input.runs.map((run) => {
+    const h = Math.max(1, (value(run) / max) * plot)
+    return `<rect class="mark" data-run="${esc(run.runId)}" x="${(x(run.finishedAt) - w / 2).toFixed(1)}" y="${(HEIGHT - BOTTOM - h).toFixed(1)}" width="${w.toFixed(1)}" height="${h.toFixed(1)}" fill="${colour(run.outcome)}"><title>${esc(label(run))}</title></rect>`
+  }).join("")
+  return frame(kind, title, format(max), marks, input)
+}
+
+/** Outcomes: one dot per run on the lane of its outcome. */
+const outcomes = (input: ChartInput) => {
+  const lanes = ["succeeded", "skipped", "failed", "timed_out", "abandoned"]
+  const x = xOf(input)
+  const plot = HEIGHT - BOTTOM - TOP
+  const laneY = (outcome: string) => {
+    const i = lanes.indexOf(outcome)
+    return TOP + ((i === -1 ? lanes.length - 1 : i) + 0.5) * (plot / lanes.length)
+  }
+  const names = lanes.map((lane) => `<text class="tick" x="${LEFT - 4}" y="${(laneY(lane) + 3).toFixed(1)}" text-anchor="end">${lane.replace("_", " ")}</text>`).join("")
+  const marks = input.runs.map((run) =>
+    `<circle class="mark" data-run="${esc(run.runId)}" cx="${x(run.finishedAt).toFixed(1)}" cy="${laneY(run.outcome).toFixed(1)}" r="3.5" fill="${colour(run.outcome)}"><title>${esc(label(run))}</title></circle>`
+  ).join("")
+  return `<figure class="chart" data-chart="outcomes"><figcaption>Outcomes</figcaption>
+<svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="Outcomes: ${input.runs.length} runs">
+<line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
+${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(input.since.toISOString().slice(0, 16).replace("T", " "))}</text>
+<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(input.until.toISOString().slice(0, 16).replace("T", " "))} UTC</text>
+${marks}</svg></figure>`
+}
+
+/** The three charts of a window: repairs per run, duration per run, outcomes. */
+export const historyCharts = (input: ChartInput) =>
+  bars("repairs", "Repairs per run", (r) => r.repairs, (v) => String(v), input) +
+  bars("duration", "Duration per run", (r) => r.durationMs, formatMs, input) +
+  outcomes(input)
+
+export const formatDuration = formatMs

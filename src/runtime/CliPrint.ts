@@ -1,0 +1,92 @@
+/**
+ * What the `sweeper` commands print: one line per run or event (or its JSON with `--json`), and
+ * the status table, aligned and — on a terminal — cut to its width, so a row never wraps.
+ */
+import { Console, DateTime, Effect } from "effect"
+import type { EventView, RunView, View } from "./Operator.ts"
+
+export const printRun = (result: RunView, asJson: boolean) =>
+  Effect.gen(function*() {
+    if (asJson) {
+      yield* Console.log(JSON.stringify({
+        batch: result.batch,
+        runId: result.runId,
+        outcome: result.outcome,
+        dryRun: result.dryRun,
+        summary: result.summary,
+        ...(result.reason === undefined ? {} : { reason: result.reason }),
+        ...(result.error === undefined ? {} : { error: result.error }),
+        ...(result.targets === undefined ? {} : { targets: result.targets, targetsTotal: result.targetsTotal })
+      }))
+    } else {
+      const label = result.dryRun ? `${result.batch} (dry run)` : result.batch
+      yield* Console.log(`${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`)
+      if (result.error !== undefined) yield* Console.log(`  error: ${result.error}`)
+      if (result.targets !== undefined && result.targets.length > 0) {
+        yield* Console.log(`  would change ${result.targetsTotal} (first ${result.targets.length} listed):`)
+        for (const target of result.targets) yield* Console.log(`    ${target}`)
+      }
+    }
+    if (result.outcome === "failed" || result.outcome === "timed_out") process.exitCode = 1
+  })
+
+export const printEvent = (event: EventView, asJson: boolean) =>
+  Console.log(asJson
+    ? JSON.stringify(event)
+    : `${event.occurredAt} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${event.runId ? ` run=${event.runId}` : ""}`)
+
+const ago = (iso: string | null, now: number) => {
+  if (iso === null) return "never"
+  const seconds = Math.max(0, Math.round((now - Date.parse(iso)) / 1000))
+  return seconds < 120 ? `${seconds}s ago` : seconds < 7200 ? `${Math.round(seconds / 60)}m ago` : seconds < 172800 ? `${Math.round(seconds / 3600)}h ago` : `${Math.round(seconds / 86400)}d ago`
+}
+
+/** The state with its detail: who paused and when, until when the breaker stays open. */
+export const stateDetail = (view: View) => {
+  switch (view.state) {
+    case "paused":
+      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${view.paused?.at ? ` at ${view.paused.at}` : ""}`
+    case "breaker_open":
+      return `breaker open until ${view.breaker.until}`
+    case "disabled":
+      return "disabled (SWEEPER_DISABLED_BATCHES)"
+    default:
+      return view.state
+  }
+}
+
+/** The terminal's width when stdout is one, else no limit: piped output stays whole for grep and awk. */
+const terminalWidth = () => process.stdout.isTTY === true && process.stdout.columns > 0 ? process.stdout.columns : Infinity
+
+export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
+  Effect.gen(function*() {
+    if (json) return yield* Console.log(JSON.stringify(views))
+    const now = DateTime.toEpochMillis(yield* DateTime.now)
+    const rows = [
+      ["BATCH", "STATE", "SCHEDULE", "NEXT TICK", "LAST RUN", "OUTCOME", "FAILURES"],
+      ...views.map((v) => [
+        v.name,
+        stateDetail(v),
+        `${v.cronInWords} (${v.timezone})`,
+        v.nextTick ?? "-",
+        ago(v.lastRun?.finishedAt ?? null, now),
+        v.lastOutcome ?? "-",
+        String(v.consecutiveFailures)
+      ])
+    ]
+    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
+    const width = terminalWidth()
+    for (const row of rows) {
+      const line = row.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd()
+      yield* Console.log(line.length > width ? `${line.slice(0, width - 1)}…` : line)
+    }
+    for (const v of views) {
+      if (v.lastRun?.error) yield* Console.log(`${v.name}: last error: ${v.lastRun.error}`)
+      // A RunStarted with no RunFinished: running, or killed (the next run closes it as abandoned).
+      if (v.openRun !== null) {
+        yield* Console.log(`${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${v.openRun.overdue ? "never finished: killed; the next run closes it as abandoned" : "has not finished: running, or killed"}`)
+      }
+    }
+    // What the health gate holds, one line each (SPEC §9).
+    for (const v of views) for (const hold of v.holds ?? []) yield* Console.log(hold)
+  })

@@ -1,0 +1,95 @@
+/**
+ * `sweeper simulate` (the simulator against the configured backends, or beside an in-process
+ * supervisor) and `sweeper demo` (both in one process, fast crons, for a newcomer).
+ */
+import { Cause, ConfigProvider, Console, type Duration, Effect, Exit, Layer, Option, Schema } from "effect"
+import { Command, Flag } from "effect/cli"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { describeBackends, AppLayer } from "../layers/App.ts"
+import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
+import { batches } from "../programs/index.ts"
+import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
+import { parseScenarios, type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
+import { durationFlag, intFlag } from "./CliFlags.ts"
+import { demoEnvironment, refuseGitLabDatabase, superviseWithSimulator } from "./Supervisor.ts"
+
+/** The simulator's rate per scenario beyond which a laptop only measures its own queueing. */
+const MAX_RATE = 10_000
+
+export class InvalidFlag extends Schema.TaggedError<InvalidFlag>()("InvalidFlag", {
+  flag: Schema.String,
+  message: Schema.String
+}) {}
+
+const simulationFlags = {
+  rate: intFlag("rate", 1, MAX_RATE).pipe(Flag.withDescription(`Things each scenario makes per second (1 to ${MAX_RATE})`), Flag.withDefault(1)),
+  scenario: Flag.String("scenario").pipe(
+    Flag.withDescription("all, or a comma list of: exports, builds, uploads, rebalances, throttled"),
+    Flag.withDefault("all")
+  ),
+  duration: durationFlag("duration").pipe(Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"), Flag.optional)
+}
+
+const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { rate: number; scenario: string; duration: Option.Option<Duration.Duration> }) {
+  const scenarios = yield* parseScenarios(flags.scenario).pipe(Effect.mapError((e) => new InvalidFlag({ flag: "--scenario", message: e.message })))
+  const duration = Option.getOrUndefined(flags.duration)
+  return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
+})
+
+export const simulateCommand = Command.make(
+  "simulate",
+  {
+    ...simulationFlags,
+    supervise: Flag.Boolean("supervise").pipe(Flag.withDescription("Also run the supervisor in this process (always so on the embedded default)"), Flag.withDefault(false))
+  },
+  Effect.fn("Cli.simulate")(function*(flags) {
+    const options = yield* simulationOptions(flags)
+    const settings = yield* SweeperConfig
+    yield* configureBatches(batches)
+    yield* refuseGitLabDatabase
+    // The embedded database and Redis live in one process: the simulator must be that process.
+    if ((Option.isNone(settings.databaseUrl) && !redisConfigured(settings)) || flags.supervise) {
+      yield* Effect.logInfo("Simulating with the supervisor in this process", describeBackends(settings))
+      return yield* Layer.launch(superviseWithSimulator(options))
+    }
+    yield* Effect.logInfo("Simulating against the configured backends", describeBackends(settings))
+    // What was made goes to stdout also when stopped by a signal, not only after --duration.
+    const ledger = emptyLedger()
+    yield* simulate({ ...options, ledger }).pipe(
+      Effect.provide(SimulatorLive),
+      Effect.provide(AppLayer),
+      Effect.onExit((exit) =>
+        Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? Console.log(JSON.stringify(ledgerCounts(ledger))) : Effect.void)
+    )
+  }, Effect.provide(SweeperConfig.layer))
+).pipe(Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs"))
+
+export const demo = Command.make(
+  "demo",
+  { rate: simulationFlags.rate },
+  Effect.fn("Cli.demo")(function*({ rate }) {
+    // A fresh directory per demo unless one is given; ours is removed when the demo stops.
+    const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
+    const env = { ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!), ...process.env } as Record<string, string>
+    const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
+    yield* Console.log(`Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`)
+    return yield* Effect.gen(function*() {
+      const settings = yield* SweeperConfig
+      yield* configureBatches(batches)
+      yield* refuseGitLabDatabase
+      if (Option.isSome(settings.databaseUrl) || redisConfigured(settings)) {
+        yield* Effect.logInfo("Demo on the configured backends", describeBackends(settings))
+      }
+      return yield* Layer.launch(superviseWithSimulator(options))
+    }).pipe(
+      Effect.provide(SweeperConfig.layer),
+      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env, preserveEmptyStrings: true })),
+      Effect.ensuring(Effect.sync(() => {
+        if (own !== undefined) rmSync(own, { recursive: true, force: true })
+      }))
+    )
+  })
+).pipe(Command.withDescription("The supervisor plus a simulated GitLab, fast crons: watch all five repairs on the dashboard"))
+

@@ -1,0 +1,282 @@
+/**
+ * The health gate's pure rules (SPEC §9): SWEEPER_HEALTH as configuration (a bad value is one line
+ * naming the variable and the path), the hysteresis between stop and resume, relative thresholds
+ * against the signal's own median over the last hour (sampled under TestClock), and the throttled
+ * concurrency limit's steps.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Clock, ConfigProvider, Duration, Effect, Option, Result, Schema } from "effect"
+import { TestClock } from "effect/testing"
+import { InvalidConfig } from "../../src/domain/Errors.ts"
+import {
+  addSample,
+  compileHealth,
+  HealthJson,
+  median,
+  nextHeld,
+  openHolds,
+  RawHealth,
+  type Sample,
+  type SignalRule,
+  throttleStep,
+  type ThrottleState,
+  unknown,
+  value,
+  worstOf
+} from "../../src/domain/Health.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
+
+const decode = (json: unknown) => Schema.decodeUnknownResult(HealthJson)(JSON.stringify(json))
+const rules = (json: unknown): ReadonlyArray<SignalRule> => {
+  const result = decode(json)
+  if (Result.isFailure(result)) throw new Error(String(result.failure))
+  return result.success.rules
+}
+const rule = (json: unknown) => rules(json)[0]!
+const failure = (json: unknown): string => {
+  const result = decode(json)
+  assert.isTrue(Result.isFailure(result), `expected ${JSON.stringify(json)} to be refused`)
+  return Result.isFailure(result) ? String(result.failure) : ""
+}
+
+describe("SWEEPER_HEALTH", () => {
+  it("every signal of SPEC §9, thresholds in the signal's unit", () => {
+    const all = rules({
+      replicationLag: { stop: "64MB", resume: "16MB" },
+      walRate: { stop: "3x", resume: "2x" },
+      autovacuum: { stop: true },
+      longTransactions: { stop: "10m", resume: "5m", onUnknown: "hold" },
+      redisMemory: { stop: 0.9, resume: 0.8 },
+      queueLatency: { stop: "5m", resume: "1m" },
+      prometheus: { url: "http://127.0.0.1:9090", rules: [{ name: "patroniApdex", query: "apdex", stop: "< 0.99", resume: ">= 0.995" }] }
+    })
+    assert.deepStrictEqual(all.map((r) => [r.signal, r.unit, r.stop.op, r.stop.bound, r.resume.op, r.resume.bound, r.onUnknown]), [
+      ["replicationLag", "bytes", ">", { _tag: "Absolute", value: 64_000_000 }, "<=", { _tag: "Absolute", value: 16_000_000 }, "healthy"],
+      ["walRate", "bytes/s", ">", { _tag: "Relative", factor: 3 }, "<=", { _tag: "Relative", factor: 2 }, "healthy"],
+      ["autovacuum", "tables", ">", { _tag: "Absolute", value: 0 }, "<=", { _tag: "Absolute", value: 0 }, "healthy"],
+      ["longTransactions", "seconds", ">", { _tag: "Absolute", value: 600 }, "<=", { _tag: "Absolute", value: 300 }, "hold"],
+      ["queueLatency", "seconds", ">", { _tag: "Absolute", value: 300 }, "<=", { _tag: "Absolute", value: 60 }, "healthy"],
+      ["redisMemory", "ratio", ">", { _tag: "Absolute", value: 0.9 }, "<=", { _tag: "Absolute", value: 0.8 }, "healthy"],
+      ["patroniApdex", "value", "<", { _tag: "Absolute", value: 0.99 }, ">=", { _tag: "Absolute", value: 0.995 }, "healthy"]
+    ])
+  })
+
+  it("replicationLag as a duration reads replay_lag; walRate as an absolute rate; resume defaults to stop", () => {
+    const lag = rule({ replicationLag: { stop: "10s" } })
+    assert.deepStrictEqual(lag.source, { _tag: "ReplicationLag", measure: "seconds" })
+    assert.deepStrictEqual([lag.stop.bound, lag.resume.bound], [{ _tag: "Absolute", value: 10 }, { _tag: "Absolute", value: 10 }])
+    assert.deepStrictEqual(rule({ walRate: { stop: "48MB/s", resume: "32MiB/s" } }).resume.bound, { _tag: "Absolute", value: 32 * 1024 * 1024 })
+    // A Prometheus rule without resume releases on the negation of its stop.
+    const apdex = rule({ prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 0.99" }] } })
+    assert.deepStrictEqual([apdex.resume.op, apdex.resume.bound], [">=", { _tag: "Absolute", value: 0.99 }])
+  })
+
+  for (const [json, says] of [
+    [{ replicationLag: { stop: "lots" } }, `replicationLag.stop: expected a size like "64MB" or a duration like "10s", got "lots"`],
+    [{ replicationLag: { stop: "64MB", resume: "5s" } }, `replicationLag.resume: "5s" must be a size like stop`],
+    [{ replicationLag: { stop: "8MB", resume: "16MB" } }, `replicationLag.resume: "16MB" must be on the healthy side of stop "8MB"`],
+    [{ walRate: { stop: "fast" } }, `walRate.stop: expected a rate like "48MB/s" or a multiple of its median like "3x"`],
+    [{ walRate: { stop: "3x", resume: "10MB/s" } }, `walRate.resume: "10MB/s" must be on the healthy side of stop "3x"`],
+    [{ longTransactions: { stop: "forever" } }, `longTransactions.stop: expected a duration like "10m"`],
+    [{ replicationlag: { stop: "8MB" } }, `unknown signal "replicationlag"`],
+    [{ autovacuum: { stop: false } }, `autovacuum`],
+    [{ redisMemory: { stop: 1.5 } }, `redisMemory`],
+    [{ queueLatency: { stop: "5m", onUnknown: "wait" } }, `onUnknown`],
+    [{ prometheus: { url: "http://p", rules: [{ name: "apdex", query: "q", stop: "0.99" }] } }, `prometheus.rules[0].stop: expected a comparison like "< 0.99"`],
+    [{ prometheus: { url: "http://p", rules: [{ name: "apdex", query: "q", stop: "< 0.99", resume: "< 0.995" }] } }, `must be on the healthy side of stop "< 0.99"`],
+    [{ prometheus: { url: "http://p", rules: [{ name: "walRate", query: "q", stop: "< 1" }] } }, `"walRate" is already a signal's name`],
+    [{}, "no signal configured"]
+  ] as const) {
+    it(`${JSON.stringify(json)} is refused: ${says}`, () => {
+      assert.include(failure(json), says)
+    })
+  }
+
+  it.effect("through SweeperConfig: absent = no gate; bad = InvalidConfig naming SWEEPER_HEALTH in one line", () =>
+    Effect.gen(function*() {
+      const load = (env: Record<string, string>) =>
+        Effect.map(SweeperConfig, (s) => s.health).pipe(
+          Effect.provide(SweeperConfig.layer),
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
+        )
+      assert.isTrue(Option.isNone(yield* load({})))
+      const some = yield* load({ SWEEPER_HEALTH: JSON.stringify({ replicationLag: { stop: "8MB", resume: "1MB" } }) })
+      assert.strictEqual(Option.getOrThrow(some).rules[0]!.signal, "replicationLag")
+      const error = yield* Effect.flip(load({ SWEEPER_HEALTH: JSON.stringify({ replicationLag: { stop: "8MB", resume: "16MB" } }) }))
+      assert.instanceOf(error, InvalidConfig)
+      assert.strictEqual(error.variable, "SWEEPER_HEALTH")
+      assert.include(error.message, "must be on the healthy side")
+      const notJson = yield* Effect.flip(load({ SWEEPER_HEALTH: "{replicationLag" }))
+      assert.strictEqual(notJson.variable, "SWEEPER_HEALTH")
+    }))
+
+  it("RawHealth and compileHealth agree with the JSON decoder", () => {
+    const raw = Schema.decodeUnknownSync(RawHealth)({ queueLatency: { stop: "5m" } })
+    assert.isTrue(Result.isSuccess(compileHealth(raw)))
+  })
+})
+
+describe("hysteresis", () => {
+  const lag = rule({ replicationLag: { stop: "8MB", resume: "2MB" } })
+
+  it("holds above stop, keeps holding between resume and stop, releases at resume", () => {
+    // Open: exactly at stop does not hold; one byte over does.
+    assert.isFalse(nextHeld(lag, false, value(8_000_000)))
+    assert.isTrue(nextHeld(lag, false, value(8_000_001)))
+    // Held: between resume and stop it stays held (no flapping around one threshold).
+    assert.isTrue(nextHeld(lag, true, value(8_000_000)))
+    assert.isTrue(nextHeld(lag, true, value(2_000_001)))
+    // At resume it releases; an open signal between the two stays open.
+    assert.isFalse(nextHeld(lag, true, value(2_000_000)))
+    assert.isFalse(nextHeld(lag, false, value(5_000_000)))
+  })
+
+  it("a walk of readings: one hold, one release", () => {
+    const readings = [1, 5, 9, 12, 7, 3, 2.5, 2, 4, 7.9, 8.1].map((mb) => value(mb * 1_000_000))
+    let held = false
+    const trace: Array<boolean> = []
+    for (const reading of readings) {
+      held = nextHeld(lag, held, reading)
+      trace.push(held)
+    }
+    assert.deepStrictEqual(trace, [false, false, true, true, true, true, true, false, false, false, true])
+  })
+
+  it("unknown is healthy by default (and ends a hold); onUnknown hold holds and keeps holding", () => {
+    assert.isFalse(nextHeld(lag, false, unknown("connection refused")))
+    assert.isFalse(nextHeld(lag, true, unknown("connection refused")))
+    const strict = { ...lag, onUnknown: "hold" as const }
+    assert.isTrue(nextHeld(strict, false, unknown("permission denied")))
+    assert.isTrue(nextHeld(strict, true, unknown("permission denied")))
+  })
+
+  it("a Prometheus rule holds below its stop and releases at or above its resume", () => {
+    const apdex = rule({ prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 0.99", resume: ">= 0.995" }] } })
+    assert.isFalse(nextHeld(apdex, false, value(0.99)))
+    assert.isTrue(nextHeld(apdex, false, value(0.989)))
+    assert.isTrue(nextHeld(apdex, true, value(0.994)))
+    assert.isFalse(nextHeld(apdex, true, value(0.995)))
+  })
+
+  it("per-subject readings: the worst known value, unknown only when nothing known already holds", () => {
+    const memory = rule({ redisMemory: { stop: 0.9, resume: 0.8 } })
+    assert.deepStrictEqual(worstOf(memory, [value(0.5), value(0.95)]), value(0.95))
+    assert.deepStrictEqual(worstOf(memory, [value(0.95), unknown("down")]), value(0.95))
+    assert.deepStrictEqual(worstOf(memory, [value(0.5), unknown("down")]), unknown("down"))
+    assert.deepStrictEqual(worstOf(memory, []), value(0))
+  })
+})
+
+describe("relative thresholds: the signal's own median over the last hour", () => {
+  const wal = rule({ walRate: { stop: "3x", resume: "1.5x" } })
+
+  it.effect("a steady platform's rate is its normal; a burst past 3x its median holds until 1.5x", () =>
+    Effect.gen(function*() {
+      let samples: ReadonlyArray<Sample> = []
+      const sample = (v: number) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          samples = addSample(samples, now, v)
+          return median(samples)
+        })
+      // An hour of a busy but normal 10 MB/s, one sample a second.
+      for (let i = 0; i < 3600; i++) {
+        yield* sample(10e6)
+        yield* TestClock.adjust(Duration.seconds(1))
+      }
+      const baseline = yield* sample(10e6)
+      assert.deepStrictEqual(baseline, Option.some(10e6))
+      assert.isFalse(nextHeld(wal, false, value(30e6), baseline), "exactly 3x is not over")
+      assert.isTrue(nextHeld(wal, false, value(31e6), baseline))
+      assert.isTrue(nextHeld(wal, true, value(16e6), baseline))
+      assert.isFalse(nextHeld(wal, true, value(15e6), baseline))
+      assert.strictEqual(samples.length, 3600, "samples older than the hour are forgotten")
+    }))
+
+  it.effect("after an hour at a new level the median follows it, and the old normal is forgotten", () =>
+    Effect.gen(function*() {
+      let samples: ReadonlyArray<Sample> = []
+      for (let i = 0; i < 3600; i++) {
+        samples = addSample(samples, yield* Clock.currentTimeMillis, 1e6)
+        yield* TestClock.adjust(Duration.seconds(1))
+      }
+      // Half an hour at 5 MB/s: still under half the window, the median stays 1 MB/s.
+      for (let i = 0; i < 1799; i++) {
+        samples = addSample(samples, yield* Clock.currentTimeMillis, 5e6)
+        yield* TestClock.adjust(Duration.seconds(1))
+      }
+      assert.deepStrictEqual(median(samples), Option.some(1e6))
+      assert.isTrue(nextHeld(wal, false, value(5e6), median(samples)))
+      for (let i = 0; i < 1802; i++) {
+        samples = addSample(samples, yield* Clock.currentTimeMillis, 5e6)
+        yield* TestClock.adjust(Duration.seconds(1))
+      }
+      assert.deepStrictEqual(median(samples), Option.some(5e6))
+      assert.isFalse(nextHeld(wal, false, value(5e6), median(samples)))
+    }))
+
+  it("no baseline yet: a relative threshold never holds", () => {
+    assert.isFalse(nextHeld(wal, false, value(1e12), Option.none()))
+    assert.deepStrictEqual(median([]), Option.none())
+    assert.deepStrictEqual(median([{ at: 0, value: 1 }, { at: 1, value: 3 }]), Option.some(2))
+  })
+})
+
+describe("throttled concurrency limits (GitLab's numbers)", () => {
+  const walk = (limit: number, health: ReadonlyArray<boolean>) => {
+    let state = Option.none<ThrottleState>()
+    return health.map((unhealthy) => {
+      const next = throttleStep(limit, state, unhealthy)
+      state = Option.some(next)
+      return next.effective
+    })
+  }
+
+  it("×0.8 at once, ×0.5 after three unhealthy passes in a row, never below 1", () => {
+    assert.deepStrictEqual(walk(100, [true, true, true, true, true, true, true, true]), [80, 64, 51, 25, 12, 6, 3, 1])
+    assert.deepStrictEqual(walk(1, [true, true, true, true, true]), [1, 1, 1, 1, 1])
+  })
+
+  it("recovers by max(+1, ×1.1) per healthy pass up to the configured limit", () => {
+    assert.deepStrictEqual(walk(100, [true, true, true, true, false, false, false, false, false]), [80, 64, 51, 25, 27, 29, 31, 34, 37])
+    assert.deepStrictEqual(walk(10, [true, false, false, false]), [8, 9, 10, 10])
+  })
+
+  it("a healthy pass resets the count: the next unhealthy one is soft again", () => {
+    assert.deepStrictEqual(walk(100, [true, true, true, false, true]), [80, 64, 51, 56, 44])
+  })
+
+  it("0 (unlimited) and negative (breaker open) are never throttled; a lowered limit caps at once", () => {
+    assert.deepStrictEqual(walk(0, [true, true, true, true]), [0, 0, 0, 0])
+    assert.deepStrictEqual(walk(-1, [true, false]), [-1, -1])
+    const lowered = throttleStep(20, Option.some<ThrottleState>({ effective: 50, unhealthyPasses: 0 }), false)
+    assert.strictEqual(lowered.effective, 20)
+  })
+})
+
+describe("open holds from a batch's stream (sweeper status)", () => {
+  const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 6, 45, s))
+  const held = (signal: string, runId: string, s: number, data: Record<string, unknown> = {}) => ({
+    type: "RepairHeld",
+    data: { batch: "drop-canceling-builds", signal, value: 38_000_000, threshold: 8_000_000, stop: "8MB", unit: "bytes", ...data },
+    runId,
+    occurredAt: at(s)
+  })
+  const released = (signal: string, runId: string, s: number) => ({ type: "RepairReleased", data: { batch: "drop-canceling-builds", signal, heldMs: 1000 }, runId, occurredAt: at(s) })
+  const finished = (runId: string, s: number) => ({ type: "RunFinished", data: { batch: "drop-canceling-builds", outcome: "abandoned" }, runId, occurredAt: at(s) })
+
+  it("a RepairHeld without its RepairReleased, in a run not finished, is open; the line says value, threshold and since", () => {
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10)]).map((h) => h.text), [
+      "drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10"
+    ])
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), released("replicationLag", "r1", 12)]), [])
+    // A run killed while held: its RunFinished (abandoned) closes the hold.
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), finished("r1", 50)]), [])
+    // Prometheus rules carry their comparison; unknown readings say why.
+    const apdex = held("patroniApdex", "r2", 20, { value: 0.95, threshold: 0.99, stop: "< 0.99", unit: "value" })
+    const unknownLag = held("replicationLag", "r2", 21, { value: null, unknown: "pg_stat_replication: needs pg_read_all_stats" })
+    assert.deepStrictEqual(openHolds([apdex, unknownLag]).map((h) => h.text), [
+      "drop-canceling-builds held by patroniApdex: 0.95 < 0.99 since 06:45:20",
+      "drop-canceling-builds held by replicationLag: unknown (pg_stat_replication: needs pg_read_all_stats) > 8 MB since 06:45:21"
+    ])
+  })
+})
