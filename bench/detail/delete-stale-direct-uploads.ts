@@ -31,6 +31,7 @@ import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
+import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { DeleteStaleDirectUploads, type DeleteStaleDirectUploadsSummary } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
@@ -158,7 +159,8 @@ const program = Effect.gen(function*() {
     ? `object storage: ${LOCATIONS_USED.join(", ")} under ${dir} (${fmt(PRESENT_OBJECTS)} stale objects exist, the rest are missing)\n`
     : "object storage: none configured (only the Redis fields of stale entries are removed)\n")
 
-  const Platform = Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis, MetricsPrometheus).pipe(
+  const Platform = StaleUploadRepairLive.pipe(
+    Layer.provideMerge(Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis, MetricsPrometheus)),
     Layer.provideMerge(InstrumentedEventLog),
     Layer.provideMerge(Layer.mergeAll(
       migratedDatabase(database.url),

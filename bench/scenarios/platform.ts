@@ -5,7 +5,7 @@
 import { type Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
 import type { Batch } from "../../src/domain/Batch.ts"
-import { healthLayer, RedisBackends, SqlBackends } from "../../src/layers/App.ts"
+import { healthLayer, RedisBackends, RepairSteps, SqlBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
@@ -22,7 +22,7 @@ export const sweeperPlatform = (context: PhaseContext, settings: Partial<Sweeper
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
   const gate = healthLayer({ health: all.health ?? Option.none(), concurrencyLimits: all.concurrencyLimits ?? {} })
-  return gate.pipe(
+  return Layer.merge(gate, RepairSteps).pipe(
     Layer.provideMerge(Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig, MetricsPrometheus)),
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie

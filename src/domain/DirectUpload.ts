@@ -122,6 +122,63 @@ export const staleAt = (now: DateTime.Utc): (upload: Pick<PendingDirectUpload, "
   return (upload) => upload.preparedAt * 1000 < cutoffMillis
 }
 
+/** A stale upload as parsed, with the exact value bytes read (the repair's compare-and-delete compares them). */
+export type StaleUpload = PendingDirectUpload & { readonly value: Uint8Array }
+
+/** A step's entries sorted: the stale ones to repair, the malformed ones to report (never acted on). */
+export const staleEntries = (
+  entries: ReadonlyArray<RawPendingEntry>,
+  isStale: (upload: PendingDirectUpload) => boolean
+): { readonly stale: ReadonlyArray<StaleUpload>; readonly invalid: ReadonlyArray<InvalidPendingEntry> } => {
+  const stale: Array<StaleUpload> = []
+  const invalid: Array<InvalidPendingEntry> = []
+  for (const raw of entries) {
+    const parsed = parseEntry(raw)
+    if (Result.isFailure(parsed)) invalid.push(parsed.failure)
+    else if (isStale(parsed.success)) stale.push({ ...parsed.success, value: raw.value })
+  }
+  return { stale, invalid }
+}
+
+/** How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a page: five steps to full pages where doubling took thirteen). */
+export const STEP_GROWTH = 8
+/** How many bad entries / failed deletes the run's single log line for each quotes. */
+export const LOG_SAMPLE_SIZE = 5
+
+/**
+ * What a run has met besides its repairs — malformed entries, failed deletes, locations without a
+ * store — counted in full, the first LOG_SAMPLE_SIZE of the first two kept for the run's log lines.
+ */
+export class UploadsMet<F> {
+  invalidEntries = 0
+  failedDeletes = 0
+  skippedNoStore = 0
+  invalidSample: ReadonlyArray<InvalidPendingEntry> = []
+  failedSample: ReadonlyArray<F> = []
+
+  /** A step's entries sorted (`staleEntries`): the malformed ones counted, the stale ones returned. */
+  sorted({ stale, invalid }: ReturnType<typeof staleEntries>): ReadonlyArray<StaleUpload> {
+    this.invalidEntries += invalid.length
+    this.invalidSample = [...this.invalidSample, ...invalid].slice(0, LOG_SAMPLE_SIZE)
+    return stale
+  }
+
+  /** A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's summary counts returned. */
+  repaired(step: StepTally<F>): { readonly totalDeletedStaleEntries: number; readonly vanished: number } {
+    this.failedDeletes += step.failed.length
+    this.skippedNoStore += step.skippedNoStore
+    this.failedSample = [...this.failedSample, ...step.failed].slice(0, LOG_SAMPLE_SIZE)
+    return { totalDeletedStaleEntries: step.deleted, vanished: step.vanished }
+  }
+}
+
+/** Untrusted strings quoted in a log line are cut to this length. */
+const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
+
+/** The malformed entries as the run's warning quotes them (each string clipped). */
+export const invalidSampleForLog = (sample: ReadonlyArray<InvalidPendingEntry>) =>
+  sample.map(({ field, value, reason }) => ({ field: clip(field), value: clip(value), reason }))
+
 /** `preparedAt < now − 3 h` (strict: exactly 3 h old is not stale yet). */
 export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: DateTime.Utc): boolean => staleAt(now)(upload)
 

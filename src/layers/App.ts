@@ -6,6 +6,8 @@
  *   Setting one side without the other is a start-up error (Config.ts, SPEC §8.2).
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
+import { StaleUploadRepairLive } from "./StaleUploadRepairLive.ts"
+import type { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
 import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
 import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { join } from "node:path"
@@ -56,7 +58,14 @@ import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
 import { batches } from "../programs/index.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics
+export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics | StaleUploadRepair
+
+/**
+ * Write steps that span several backends (objects, then events, then entries…), one implementation
+ * over whichever backends are chosen: programs call them as contracts (issue 17), and every
+ * composition provides them on top of its backends.
+ */
+export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive)
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
@@ -191,7 +200,7 @@ export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
-    return healthLayer(settings).pipe(
+    return Layer.merge(healthLayer(settings), RepairSteps).pipe(
       Layer.provideMerge(Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig, MetricsPrometheus)),
       Layer.provideMerge(databaseLayer(settings, access))
     )

@@ -5,7 +5,7 @@
  * `prometheusText`. The implementation (layers/MetricsPrometheus.ts) keeps the series and samples
  * the process figures at each scrape, so a spec can swap it like any other service.
  */
-import { Context, type Effect, Metric } from "effect"
+import { Context, Effect, Metric } from "effect"
 
 export const runsTotal = Metric.counter("sweeper_runs_total", {
   description: "Batch runs by batch and outcome",
@@ -189,6 +189,10 @@ export class Metrics extends Context.Service<Metrics, {
 
 export const increment = (counter: Metric.Counter<number>, n: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
   Metrics.use((metrics) => metrics.increment(counter, n, attributes))
+
+/** Several counters at once, in order (a run's closing figures). */
+export const incrementEach = (counts: ReadonlyArray<readonly [Metric.Counter<number>, number]>): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) => Effect.forEach(counts, ([counter, n]) => metrics.increment(counter, n), { discard: true }))
 
 export const setGauge = (gauge: Metric.Gauge<number>, value: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
   Metrics.use((metrics) => metrics.setGauge(gauge, value, attributes))

@@ -25,6 +25,7 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../../src/layers/memory/PendingDirectUploadsMemory.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
+import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { RedisTest } from "../support/redis.ts"
@@ -267,14 +268,14 @@ const Common = Layer.mergeAll(ObjectStorageLocal(roots), EventLogMemory, Metrics
 )
 
 describe("delete-stale-direct-uploads over arbitrary bytes", () => {
-  layer(Layer.mergeAll(PendingDirectUploadsMemory, RawHashMemory).pipe(Layer.provideMerge(MemoryRedis.layer), Layer.provideMerge(Common)))(
+  layer(StaleUploadRepairLive.pipe(Layer.provideMerge(Layer.mergeAll(PendingDirectUploadsMemory, RawHashMemory)), Layer.provideMerge(MemoryRedis.layer), Layer.provideMerge(Common)))(
     "memory",
     (it) => {
       it.effect.prop("deletes only what a valid stale entry names; counts and keeps the malformed", Case, (c) =>
         Effect.andThen(TestClock.setTime(NOW), checkCase(c)), { arbitrary: { runs: 50 } })
     }
   )
-  layer(Layer.mergeAll(PendingDirectUploadsRedis, RawHashRedis).pipe(Layer.provideMerge(RedisTest), Layer.provideMerge(Common)), {
+  layer(StaleUploadRepairLive.pipe(Layer.provideMerge(Layer.mergeAll(PendingDirectUploadsRedis, RawHashRedis)), Layer.provideMerge(RedisTest), Layer.provideMerge(Common)), {
     timeout: "60 seconds"
   })("real Redis", (it) => {
     it.effect.prop("deletes only what a valid stale entry names; counts and keeps the malformed", Case, (c) =>

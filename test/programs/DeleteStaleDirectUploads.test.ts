@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, DateTime, Duration, Effect, Fiber, Logger, Metric, Option, References } from "effect"
+import { Cause, DateTime, Duration, Effect, Fiber, Layer, Logger, Metric, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
@@ -12,6 +12,7 @@ import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
 import { directUploadsDeletedTotal, directUploadsSkippedNoStoreTotal, directUploadsVanishedTotal } from "../../src/services/Metrics.ts"
+import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -140,7 +141,9 @@ describe("delete-stale-direct-uploads", () => {
         const events = yield* EventLog
         const pending = yield* PendingDirectUploads
         const killed = Effect.die(new Error("kill -9"))
+        // The repair step is built over the crashing backend, as the composition root builds it over the real ones.
         const crashed = yield* Effect.exit(runProgram().pipe(
+          Effect.provide(Layer.fresh(StaleUploadRepairLive)),
           crash === "event"
             ? Effect.provideService(EventLog, { ...events, append: () => killed, appendAll: () => killed })
             : Effect.provideService(PendingDirectUploads, { ...pending, remove: () => killed, removeUnchanged: () => killed })
@@ -318,6 +321,8 @@ describe("delete-stale-direct-uploads", () => {
       const calls: Array<string> = []
       const sizes: Array<number> = []
       const summary = yield* runProgram().pipe(
+        // The repair step over the counting backends.
+        Effect.provide(Layer.fresh(StaleUploadRepairLive)),
         Effect.provideService(EventLog, {
           ...events,
           append: (event) => Effect.andThen(Effect.sync(() => calls.push("append")), events.append(event)),

@@ -14,7 +14,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
-import { RedisServices } from "../../src/layers/App.ts"
+import { RedisServices, RepairSteps } from "../../src/layers/App.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
@@ -32,7 +32,8 @@ const TICKS = 100
 const GITLAB_MANAGED = (key: string) => key.startsWith("queue:") || key === "queues" || key === PENDING_DIRECT_UPLOADS_KEY
 
 const Platform = (topology: RedisTopology) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, RedisServices, MetricsPrometheus).pipe(
+  RepairSteps.pipe(
+    Layer.provideMerge(Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, RedisServices, MetricsPrometheus)),
     Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: { "Chaos::SleepWorker": { limit: 2, queue: "default" } } })),
     Layer.provideMerge(EventLogMemory),
     Layer.provideMerge(RedisTopologyTest(topology))

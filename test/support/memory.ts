@@ -4,7 +4,7 @@
  * and inspection. Build it inside the test (Effect.provide) so expiry follows the TestClock.
  */
 import { Layer } from "effect"
-import { MemoryBackends } from "../../src/layers/App.ts"
+import { MemoryBackends, RepairSteps } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
@@ -15,7 +15,8 @@ import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
-  Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, MemoryBackends, TuningFromConfig, MetricsPrometheus).pipe(
+  RepairSteps.pipe(
+    Layer.provideMerge(Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, MemoryBackends, TuningFromConfig, MetricsPrometheus)),
     // Backends that read configuration (e.g. concurrency limits) get the spec's settings.
     Layer.provideMerge(SweeperConfig.layerWith(settings)),
     Layer.provideMerge(EventLogMemory)

@@ -1,0 +1,23 @@
+/**
+ * The write step of delete-stale-direct-uploads (SPEC §3) as one operation, so the program is the
+ * seed's flowchart and the order that loses nothing lives with the backends it spans (object
+ * storage, the pending hash, the event log): objects, then events, then entries. The entry is the
+ * record that the repair is not finished, so it goes last (README, Failure handling).
+ */
+import { Context, type Effect } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
+import type { StaleUpload, StaleUploadOutcome } from "../domain/DirectUpload.ts"
+import type { ObjectStorageError, RedisError } from "../domain/Errors.ts"
+
+export class StaleUploadRepair extends Context.Service<StaleUploadRepair, {
+  /**
+   * Repairs a step of stale uploads, each outcome at its upload's index: the objects deleted per
+   * location in bulk (one that cannot be deleted keeps its entry, gets no event, and the rest go on);
+   * a field gone or re-registered since it was read is "vanished", neither recorded nor removed;
+   * the others' events in one INSERT, then their fields removed only while still holding the bytes
+   * read. The caller checks the fence before (the repair loop does).
+   */
+  repair(uploads: ReadonlyArray<StaleUpload>): Effect.Effect<ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>, RedisError | SqlError>
+  /** What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a location without a store. */
+  wouldRepair(uploads: ReadonlyArray<StaleUpload>): ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>
+}>()("sweeper/services/StaleUploadRepair") {}
