@@ -83,3 +83,27 @@ export const parseRunningRebalances = (members: ReadonlyArray<unknown>): Running
     invalidSample: invalid.slice(0, INVALID_SAMPLE_SIZE)
   }
 }
+
+/**
+ * A run's per-type counts of jobs pushed, `n` for `type` (the summary's enqueuedNamespaces /
+ * enqueuedProjects); no type (a unit with no container) counts nothing.
+ */
+export const enqueuedCounts = (type: RebalanceType | undefined, n: number) => ({
+  enqueuedNamespaces: type === RebalanceContainer.namespace ? n : 0,
+  enqueuedProjects: type === RebalanceContainer.project ? n : 0
+})
+
+/** The ids read from Redis whose container the database no longer has, as the run's log line names them. */
+export const goneContainers = (
+  read: Pick<RunningRebalances, "namespaceIds" | "projectIds">,
+  existing: { readonly namespaces: ReadonlyArray<number>; readonly projects: ReadonlyArray<number> }
+) => ({
+  namespace_ids: read.namespaceIds.filter((id) => !existing.namespaces.includes(id)),
+  project_ids: read.projectIds.filter((id) => !existing.projects.includes(id))
+})
+
+/** The run's two units of work, namespaces then projects: each one bulk push of the containers that still exist. */
+export const rebalanceUnits = (existing: { readonly namespaces: ReadonlyArray<number>; readonly projects: ReadonlyArray<number> }) => [
+  { type: RebalanceContainer.namespace, ids: existing.namespaces },
+  { type: RebalanceContainer.project, ids: existing.projects }
+] as const

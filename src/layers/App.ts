@@ -7,6 +7,8 @@
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
 import { StaleUploadRepairLive } from "./StaleUploadRepairLive.ts"
+import { RebalanceRescheduleLive } from "./RebalanceRescheduleLive.ts"
+import type { RebalanceReschedule } from "../services/RebalanceReschedule.ts"
 import type { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
 import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
 import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
@@ -58,14 +60,14 @@ import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
 import { batches } from "../programs/index.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics | StaleUploadRepair
+export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics | StaleUploadRepair | RebalanceReschedule
 
 /**
  * Write steps that span several backends (objects, then events, then entries…), one implementation
  * over whichever backends are chosen: programs call them as contracts (issue 17), and every
  * composition provides them on top of its backends.
  */
-export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive)
+export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive, RebalanceRescheduleLive)
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)

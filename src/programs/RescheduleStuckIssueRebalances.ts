@@ -7,6 +7,8 @@
  * the set and still in the database: `[null, null, <namespace_id>]` for namespaces (type 1),
  * `[null, <project_id>, null]` for projects (type 2), one bulk push each.
  *
+ * Each push writes its events first (`RebalanceReschedule`, layers/RebalanceRescheduleLive.ts).
+ *
  * Re-enqueueing a rebalance that is in fact running is harmless: the worker is idempotent and the
  * jobs use `until_executed` de-duplication, so a job still pending for the same container is not
  * pushed twice (counted as `duplicates`). The batch also holds an exclusive lease so runs never
@@ -23,28 +25,12 @@
  * (with `duplicates: 0`, since it does not look at de-duplication keys).
  */
 import { Duration, Effect, Option } from "effect"
-import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun } from "../domain/Batch.ts"
-import { RebalanceRescheduled } from "../domain/Events.ts"
-import {
-  parseRunningRebalances,
-  REBALANCING_QUEUE,
-  REBALANCING_WORKER,
-  RebalanceContainer,
-  type RebalanceType,
-  rebalanceTypeName,
-  rebalancingWorkerArgs
-} from "../domain/Rebalancing.ts"
+import { type Batch, CurrentRun } from "../domain/Batch.ts"
+import * as R from "../domain/Rebalancing.ts"
 import { each, type Held, NOT_HELD } from "../runtime/RepairLoop.ts"
-import { EventLog } from "../services/EventLog.ts"
-import { JobQueue } from "../services/JobQueue.ts"
-import {
-  increment,
-  issueRebalancesDuplicatesTotal,
-  issueRebalancesInvalidMembersTotal,
-  issueRebalancesRescheduledTotal
-} from "../services/Metrics.ts"
+import * as M from "../services/Metrics.ts"
 import { PlatformRecords } from "../services/PlatformRecords.ts"
+import { RebalanceReschedule } from "../services/RebalanceReschedule.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
 
 export interface RescheduleStuckIssueRebalancesSummary extends Held {
@@ -56,92 +42,45 @@ export interface RescheduleStuckIssueRebalancesSummary extends Held {
   readonly invalidMembers: number
 }
 
-/**
- * One bulk push of Issues::RebalancingWorker for the containers of one type, with one
- * RebalanceRescheduled event per container written *before* the push: the jids are chosen and the
- * de-duplication claims checked first, so each event already says what the push will do (a new job
- * and its jid, or a duplicate of the pending job). A crash between the events and the push leaves
- * events for a push that did not happen; the container is still in the running set (no job ran),
- * so the next run pushes and records it again — an extra event, never a push without one
- * (README, Failure handling).
- */
-const reschedule = Effect.fnUntraced(function*(type: RebalanceType, ids: ReadonlyArray<number>) {
-  const jobQueue = yield* JobQueue
-  const events = yield* EventLog
-  // Slices arrive in order: `recorded` is where the next slice starts in `ids`.
-  let recorded = 0
-  const outcomes = yield* jobQueue.bulkEnqueue({
-    workerClass: REBALANCING_WORKER,
-    queue: REBALANCING_QUEUE,
-    args: ids.map((id) => rebalancingWorkerArgs(type, id)),
-    deduplicate: "until_executed"
-  }, (slice) => {
-    const first = recorded
-    recorded += slice.length
-    return events.appendAll(slice.map((outcome, i) =>
-      new RebalanceRescheduled({
-        type,
-        id: ids[first + i]!,
-        jid: outcome._tag === "Duplicate" ? outcome.existingJid : outcome.jid,
-        duplicate: outcome._tag === "Duplicate"
-      })
-    ))
-  })
-  const enqueued = outcomes.filter((outcome) => outcome._tag === "Enqueued").length
-  const duplicates = ids.length - enqueued
-  yield* increment(issueRebalancesRescheduledTotal, enqueued, { type: rebalanceTypeName(type) })
-  yield* increment(issueRebalancesDuplicatesTotal, duplicates, { type: rebalanceTypeName(type) })
-  return { enqueued, duplicates }
-})
-
 const NAME = "reschedule-stuck-issue-rebalances"
 // A read of a small set, two primary-key look-ups and two pushes: minutes would mean trouble.
 const BUDGET = Duration.minutes(5)
-const enqueuedKey = (type: RebalanceType) => type === RebalanceContainer.namespace ? "enqueuedNamespaces" : "enqueuedProjects"
 
 const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
-  const state = yield* RebalancingState
   const records = yield* PlatformRecords
   const { dryRun } = yield* CurrentRun
 
-  const running = parseRunningRebalances(yield* state.runningMembers)
-  const { namespaceIds, projectIds, invalidMembers } = running
-  if (invalidMembers > 0) {
-    yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(Effect.annotateLogs({ invalid_members: invalidMembers, sample: running.invalidSample }))
-    if (!dryRun) yield* increment(issueRebalancesInvalidMembersTotal, invalidMembers)
-  }
-  const found = { namespaceIds, projectIds, invalidMembers }
-  if (namespaceIds.length === 0 && projectIds.length === 0) {
-    yield* Effect.logDebug("No issue rebalances running")
-    return { ...found, enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, ...NOT_HELD } satisfies RescheduleStuckIssueRebalancesSummary
-  }
+  const { namespaceIds, projectIds, invalidMembers, invalidSample } = R.parseRunningRebalances(yield* (yield* RebalancingState).runningMembers)
+  if (invalidMembers > 0) yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(Effect.annotateLogs({ invalid_members: invalidMembers, sample: invalidSample }))
+  if (invalidMembers > 0 && !dryRun) yield* M.increment(M.issueRebalancesInvalidMembersTotal, invalidMembers)
+  const none = { namespaceIds, projectIds, invalidMembers, ...R.enqueuedCounts(undefined, 0), duplicates: 0, ...NOT_HELD } satisfies RescheduleStuckIssueRebalancesSummary
+  if (namespaceIds.length === 0 && projectIds.length === 0) return yield* Effect.as(Effect.logDebug("No issue rebalances running"), none)
 
-  const namespaces = yield* records.existingNamespaceIds(namespaceIds)
-  const projects = yield* records.existingProjectIds(projectIds)
-  const gone = { namespace_ids: namespaceIds.filter((id) => !namespaces.includes(id)), project_ids: projectIds.filter((id) => !projects.includes(id)) }
+  const existing = { namespaces: yield* records.existingNamespaceIds(namespaceIds), projects: yield* records.existingProjectIds(projectIds) }
+  const gone = R.goneContainers({ namespaceIds, projectIds }, existing)
   if (gone.namespace_ids.length > 0 || gone.project_ids.length > 0) yield* Effect.logInfo("Not rescheduling rebalances of deleted containers").pipe(Effect.annotateLogs(gone))
 
-  // Two units, namespaces then projects, each one bulk push behind the fence.
+  // Two units, namespaces then projects, each one bulk push (its events first) behind the fence.
   let duplicates = 0
   const { totals: { enqueuedNamespaces, enqueuedProjects }, heldMs, heldBy } = yield* each({
-    batch: NAME, budget: BUDGET, initial: { enqueuedNamespaces: 0, enqueuedProjects: 0 },
-    inputs: [{ type: RebalanceContainer.namespace, ids: namespaces }, { type: RebalanceContainer.project, ids: projects }],
+    batch: NAME, budget: BUDGET, initial: R.enqueuedCounts(undefined, 0), inputs: R.rebalanceUnits(existing),
     unit: {
       plan: ({ type, ids }) => Effect.succeed(ids.map((id) => ({ type, id }))),
       target: ({ type, id }) => `rebalance:${type}/${id}`,
-      dry: (targets) => ({ enqueuedNamespaces: 0, enqueuedProjects: 0, [enqueuedKey(targets[0]!.type)]: targets.length }),
+      dry: (targets) => R.enqueuedCounts(targets[0]?.type, targets.length),
       write: (targets, commit) => Effect.gen(function*() {
-        const jobs = yield* reschedule(targets[0]!.type, targets.map(({ id }) => id))
+        const { type } = targets[0]!
+        const jobs = yield* (yield* RebalanceReschedule).reschedule(type, targets.map(({ id }) => id))
         duplicates += jobs.duplicates
-        yield* commit({ enqueuedNamespaces: 0, enqueuedProjects: 0, [enqueuedKey(targets[0]!.type)]: jobs.enqueued })
+        yield* M.incrementEach([[M.issueRebalancesRescheduledTotal, jobs.enqueued], [M.issueRebalancesDuplicatesTotal, jobs.duplicates]], { type: R.rebalanceTypeName(type) })
+        yield* commit(R.enqueuedCounts(type, jobs.enqueued))
       })
     }
   })
-  const result = { ...found, enqueuedNamespaces, enqueuedProjects, duplicates, heldMs, heldBy } satisfies RescheduleStuckIssueRebalancesSummary
-  const fields = { namespace_ids: namespaces, project_ids: projects }
-  if (dryRun) yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs({ ...fields, invalid_members: invalidMembers }))
-  else yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({ ...fields, enqueued_namespaces: enqueuedNamespaces, enqueued_projects: enqueuedProjects, duplicates, invalid_members: invalidMembers }))
-  return result
+  const fields = { namespace_ids: existing.namespaces, project_ids: existing.projects, invalid_members: invalidMembers }
+  if (dryRun) yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs(fields))
+  else yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({ ...fields, enqueued_namespaces: enqueuedNamespaces, enqueued_projects: enqueuedProjects, duplicates }))
+  return { ...none, enqueuedNamespaces, enqueuedProjects, duplicates, heldMs, heldBy } satisfies RescheduleStuckIssueRebalancesSummary
 })
 
 export const RescheduleStuckIssueRebalances = {
@@ -153,6 +92,6 @@ export const RescheduleStuckIssueRebalances = {
   // No overlapping runs, including scheduled ones (SPEC §4).
   lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
   // Pushes Issues::RebalancingWorker (Queues) with its duplicate-job keys (QueuesMetadata).
-  writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [REBALANCING_QUEUE] },
+  writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [R.REBALANCING_QUEUE] },
   run: run()
 } satisfies Batch<RescheduleStuckIssueRebalancesSummary, unknown, unknown>

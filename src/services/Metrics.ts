@@ -191,8 +191,8 @@ export const increment = (counter: Metric.Counter<number>, n: number, attributes
   Metrics.use((metrics) => metrics.increment(counter, n, attributes))
 
 /** Several counters at once, in order (a run's closing figures). */
-export const incrementEach = (counts: ReadonlyArray<readonly [Metric.Counter<number>, number]>): Effect.Effect<void, never, Metrics> =>
-  Metrics.use((metrics) => Effect.forEach(counts, ([counter, n]) => metrics.increment(counter, n), { discard: true }))
+export const incrementEach = (counts: ReadonlyArray<readonly [Metric.Counter<number>, number]>, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) => Effect.forEach(counts, ([counter, n]) => metrics.increment(counter, n, attributes), { discard: true }))
 
 export const setGauge = (gauge: Metric.Gauge<number>, value: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
   Metrics.use((metrics) => metrics.setGauge(gauge, value, attributes))

@@ -8,8 +8,9 @@
  * `RebalanceRescheduled` naming its jid. With the old order (push, then events) the kill after the
  * push followed by the job running lost the event; here the events go first.
  */
+import { RebalanceRescheduleLive } from "../../src/layers/RebalanceRescheduleLive.ts"
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Effect, Exit, Schema } from "effect"
+import { DateTime, Effect, Exit, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
@@ -54,6 +55,8 @@ const runKilledAt = (k: number, after: boolean) =>
       push: (queue, jobs) => counted(store.push(queue, jobs))
     }
     return yield* Effect.exit(RescheduleStuckIssueRebalances.run.pipe(
+      // The push step built over the killing queue and the counting log (fresh: layers are memoized).
+      Effect.provide(Layer.fresh(RebalanceRescheduleLive)),
       Effect.provideService(JobQueue, makeJobQueue(killing)),
       Effect.provideService(EventLog, EventLog.of({ ...log, appendAll: (events) => counted(log.appendAll(events)) }))
     ))

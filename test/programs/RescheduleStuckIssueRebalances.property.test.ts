@@ -20,6 +20,7 @@ import { RebalancingStateRedis } from "../../src/layers/RebalancingStateRedis.ts
 import { Redis } from "../../src/layers/Redis.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
 import { RedisTest } from "../support/redis.ts"
+import { RebalanceRescheduleLive } from "../../src/layers/RebalanceRescheduleLive.ts"
 import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const utf8 = (text: string) => [...Buffer.from(text, "utf8")]
@@ -120,13 +121,13 @@ const Records = Layer.effectDiscard(Effect.map(MemoryPlatformRecords, (records) 
 const Events = EventLogMemory.pipe(Layer.provideMerge(MemoryEvents.layer))
 
 describe("reschedule-stuck-issue-rebalances over arbitrary bytes", () => {
-  layer(Layer.mergeAll(RebalancingStateMemory, JobQueueMemory, RawMemory, Records, Events, MetricsPrometheus).pipe(Layer.provideMerge(MemoryRedis.layer)))(
+  layer(RebalanceRescheduleLive.pipe(Layer.provideMerge(Layer.mergeAll(RebalancingStateMemory, JobQueueMemory, RawMemory, Records, Events, MetricsPrometheus)), Layer.provideMerge(MemoryRedis.layer)))(
     "memory",
     (it) => {
       it.effect.prop("malformed members counted and never enqueued; valid ones enqueued once", Case, checkCase, { arbitrary: { runs: 50 } })
     }
   )
-  layer(Layer.mergeAll(RebalancingStateRedis, JobQueueRedis, RawRedis, Records, Events, MetricsPrometheus).pipe(Layer.provideMerge(RedisTest)), {
+  layer(RebalanceRescheduleLive.pipe(Layer.provideMerge(Layer.mergeAll(RebalancingStateRedis, JobQueueRedis, RawRedis, Records, Events, MetricsPrometheus)), Layer.provideMerge(RedisTest)), {
     timeout: "60 seconds"
   })("real Redis", (it) => {
     it.effect.prop("malformed members counted and never enqueued; valid ones enqueued once", Case, checkCase, { arbitrary: { runs: 40 } })
