@@ -253,6 +253,16 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       assert.deepStrictEqual(events.map((e) => [e.type, e.data.dryRun]), [["RunStarted", true], ["RunFinished", true]])
     }).pipe(Effect.provide(MemoryPlatform())))
 
+  it.effect("dry run with namespaces only: the empty project unit counts nothing (it has no container to read a type from)", () =>
+    Effect.gen(function*() {
+      yield* seed({ members: ["1/10"], namespaces: [10] })
+      const result = yield* guarded({ dryRun: true })
+      assert.strictEqual(result.outcome, "succeeded", result.error)
+      assert.deepStrictEqual(result.summary, {
+        namespaceIds: [10], projectIds: [], enqueuedNamespaces: 1, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
+      })
+    }).pipe(Effect.provide(MemoryPlatform())))
+
   it.effect("no overlapping runs: a run while the batch's lease is held elsewhere is skipped, nothing enqueued", () =>
     Effect.gen(function*() {
       yield* seed({ members: ["1/10"], namespaces: [10] })
