@@ -44,16 +44,14 @@ const BUDGET = Duration.minutes(10)
 
 const run = Effect.fn("StuckExportJobs.run")(function*() {
   const exportJobs = yield* ExportJobs
-  const jobStatus = yield* JobStatus
   const { dryRun } = yield* CurrentRun
   const now = yield* decisionTime
 
   const enqueued = yield* exportJobs.listEnqueued
-  const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
+  const completedJids = yield* (yield* JobStatus).completedJids(enqueued.map((job) => job.jid))
   const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0 }
   if (completedJids.length === 0) return { ...counts, failed: 0, failedJids: [], ...NOT_HELD } satisfies StuckExportJobsSummary
   const completed = new Set(completedJids)
-  const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
   const toFail = (decision: StuckExportDecision) => { if (decision !== "fail") counts[decision]++; return decision === "fail" }
 
   // Per slice of 1000: read again (jobs that finished while we looked up their status drop out
@@ -63,20 +61,19 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   // A job another open transaction holds is skipped, logged with its id (issue 18).
   const { totals: { failed, failedJids, skippedLocked }, heldMs, heldBy } = yield* each({
     batch: NAME, budget: BUDGET, concurrency: 2,
-    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 }, inputs: Arr.chunksOf(completedIds, FAIL_SLICE),
+    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 }, inputs: Arr.chunksOf(enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id), FAIL_SLICE),
     unit: {
       plan: (ids: ReadonlyArray<number>) => Effect.map(exportJobs.findEnqueued(ids), (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))),
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
       dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid), skippedLocked: 0 }),
       fence: false, // failMany fences its own statement
-      write: (toFail, commit) =>
-        Effect.gen(function*() {
-          const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
-          yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
-          if (locked.length > 0) yield* Effect.logInfo("Export jobs locked by another transaction, skipped").pipe(Effect.annotateLogs({ export_job_ids: capped(locked), count: locked.length }))
-          const changed = toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
-          if (changed.length > 0) yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(Effect.annotateLogs({ export_job_ids: capped(changed), count: changed.length }))
-        })
+      write: (toFail, commit) => Effect.gen(function*() {
+        const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+        yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
+        if (locked.length > 0) yield* Effect.logInfo("Export jobs locked by another transaction, skipped").pipe(Effect.annotateLogs({ export_job_ids: capped(locked), count: locked.length }))
+        const changed = toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
+        if (changed.length > 0) yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(Effect.annotateLogs({ export_job_ids: capped(changed), count: changed.length }))
+      })
     }
   })
 
