@@ -11,10 +11,9 @@
  * T + retention, so the cutoff is exactly T; the CLI refuses a T inside the retention period.
  */
 import { DateTime, Duration, Effect, Option } from "effect"
-import type { Batch } from "../domain/Batch.ts"
-import { CurrentRun, decisionTime } from "../domain/Batch.ts"
+import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
-import { type Held, repeatUntilDone } from "../runtime/RepairLoop.ts"
+import { type Held, logIds, repeatUntilDone } from "../runtime/RepairLoop.ts"
 import { EventRetention } from "../services/EventRetention.ts"
 import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
 
@@ -60,10 +59,8 @@ const run = Effect.fn("PruneEvents.run")(function*() {
       Effect.gen(function*() {
         const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)
         const newlyHeld = locked.filter((id) => !held.has(id))
-        if (newlyHeld.length > 0) {
-          newlyHeld.forEach((id) => held.add(id))
-          yield* Effect.logInfo("Skipped events locked by another transaction", { event_ids: newlyHeld, count: newlyHeld.length })
-        }
+        newlyHeld.forEach((id) => held.add(id))
+        yield* logIds("Skipped events locked by another transaction", "event_ids", newlyHeld)
         if (count === 0) return false
         yield* commit({ pruned: count, pages: 1 })
         yield* increment(eventsPrunedTotal, count)

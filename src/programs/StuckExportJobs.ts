@@ -17,7 +17,7 @@ import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
-import { each, type Held, NOT_HELD } from "../runtime/RepairLoop.ts"
+import { each, type Held, logIds } from "../runtime/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
@@ -50,10 +50,8 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
 
   const enqueued = yield* exportJobs.listEnqueued
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
-  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0 }
-  if (completedJids.length === 0) return { ...counts, failed: 0, failedJids: [], ...NOT_HELD } satisfies StuckExportJobsSummary
+  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0 }
   const completed = new Set(completedJids)
-  const completedIds = enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id)
   const toFail = (decision: StuckExportDecision) => { if (decision !== "fail") counts[decision]++; return decision === "fail" }
 
   // Per slice of 1000: read again (jobs that finished while we looked up their status drop out
@@ -63,7 +61,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   // A job another open transaction holds is skipped, logged with its id (issue 18).
   const { totals: { failed, failedJids, skippedLocked }, heldMs, heldBy } = yield* each({
     batch: NAME, budget: BUDGET, concurrency: 2,
-    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 }, inputs: Arr.chunksOf(completedIds, FAIL_SLICE),
+    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 }, inputs: Arr.chunksOf(enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id), FAIL_SLICE),
     unit: {
       plan: (ids: ReadonlyArray<number>) => Effect.map(exportJobs.findEnqueued(ids), (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))),
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
@@ -73,9 +71,8 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
         Effect.gen(function*() {
           const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
           yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
-          if (locked.length > 0) yield* Effect.logInfo("Export jobs locked by another transaction, skipped").pipe(Effect.annotateLogs({ export_job_ids: capped(locked), count: locked.length }))
-          const changed = toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
-          if (changed.length > 0) yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(Effect.annotateLogs({ export_job_ids: capped(changed), count: changed.length }))
+          yield* logIds("Export jobs locked by another transaction, skipped", "export_job_ids", locked)
+          yield* logIds("Export jobs changed meanwhile, not failed", "export_job_ids", toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id))
         })
     }
   })
