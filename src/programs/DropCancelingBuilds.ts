@@ -17,9 +17,9 @@
 import { DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { cancelingCutoff, type CancelingBuild, cursorOf, DropBatchSize, DROPPING_MESSAGE, droppingFields } from "../domain/Build.ts"
-import { type Held, keysetPages } from "../runtime/RepairLoop.ts"
+import { type Held, keysetPages, logIds } from "../runtime/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
-import { buildsDoomedTotal, buildsDroppedTotal, incrementEach } from "../services/Metrics.ts"
+import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export interface DropCancelingBuildsSummary extends Held {
   readonly dropped: number
@@ -55,7 +55,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
         yield* commit({ dropped: outcome === "dropped" ? 1 : 0, doomed: outcome === "doomed" ? 1 : 0, skippedLocked: outcome === "locked" ? 1 : 0 })
       }
       // Info, not Warn: the logger keeps one warning per message per run, and every page says its own.
-      if (skipped.size > 0) yield* Effect.logInfo("Skipped builds locked by another transaction", { build_ids: [...skipped].map((build) => build.id), count: skipped.size })
+      yield* logIds("Skipped builds locked by another transaction", "build_ids", [...skipped].map((build) => build.id))
     })
 
   const { totals: { dropped, doomed, skippedLocked }, units: batches, heldMs, heldBy } = yield* keysetPages({
@@ -69,7 +69,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     unit: { target: (build) => `build:${build.id}`, dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }), write: dropPage, fence: false }
   })
 
-  if (!dryRun) yield* incrementEach([[buildsDroppedTotal, dropped], [buildsDoomedTotal, doomed]])
+  if (!dryRun) yield* Effect.all([increment(buildsDroppedTotal, dropped), increment(buildsDoomedTotal, doomed)])
   return { dropped, doomed, batches, skippedLocked, heldMs, heldBy } satisfies DropCancelingBuildsSummary
 })
 

@@ -13,7 +13,7 @@
 import { DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
-import { type Held, repeatUntilDone } from "../runtime/RepairLoop.ts"
+import { type Held, logIds, repeatUntilDone } from "../runtime/RepairLoop.ts"
 import { EventRetention } from "../services/EventRetention.ts"
 import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
 
@@ -50,18 +50,22 @@ const run = Effect.fn("PruneEvents.run")(function*() {
   // Held rows are met again by every later page (they are the oldest): counted once each.
   const held = new Set<number>()
   const { totals: { pruned, pages }, stop, heldMs, heldBy } = yield* repeatUntilDone({
-    batch: NAME, budget: PRUNE_BUDGET, initial: { pruned: 0, pages: 0 }, fence: false,
+    batch: NAME,
+    budget: PRUNE_BUDGET,
+    initial: { pruned: 0, pages: 0 },
+    fence: false,
     dry: Effect.map(retention.countPrunable(cutoff, kept), (pruned) => ({ pruned, pages: 0 })),
-    write: (commit) => Effect.gen(function*() {
-      const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)
-      const newlyHeld = locked.filter((id) => !held.has(id))
-      newlyHeld.forEach((id) => held.add(id))
-      if (newlyHeld.length > 0) yield* Effect.logInfo("Skipped events locked by another transaction", { event_ids: newlyHeld, count: newlyHeld.length })
-      if (count === 0) return false
-      yield* commit({ pruned: count, pages: 1 })
-      yield* increment(eventsPrunedTotal, count)
-      return count === pageSize
-    })
+    write: (commit) =>
+      Effect.gen(function*() {
+        const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)
+        const newlyHeld = locked.filter((id) => !held.has(id))
+        newlyHeld.forEach((id) => held.add(id))
+        yield* logIds("Skipped events locked by another transaction", "event_ids", newlyHeld)
+        if (count === 0) return false
+        yield* commit({ pruned: count, pages: 1 })
+        yield* increment(eventsPrunedTotal, count)
+        return count === pageSize
+      })
   })
   const keptForState = kept.length
   const executionTimeout = stop !== "done"

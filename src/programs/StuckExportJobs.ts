@@ -17,7 +17,7 @@ import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
-import { each, type Held, NOT_HELD } from "../runtime/RepairLoop.ts"
+import { each, type Held, logIds } from "../runtime/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
@@ -44,13 +44,13 @@ const BUDGET = Duration.minutes(10)
 
 const run = Effect.fn("StuckExportJobs.run")(function*() {
   const exportJobs = yield* ExportJobs
+  const jobStatus = yield* JobStatus
   const { dryRun } = yield* CurrentRun
   const now = yield* decisionTime
 
   const enqueued = yield* exportJobs.listEnqueued
-  const completedJids = yield* (yield* JobStatus).completedJids(enqueued.map((job) => job.jid))
-  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0 }
-  if (completedJids.length === 0) return { ...counts, failed: 0, failedJids: [], ...NOT_HELD } satisfies StuckExportJobsSummary
+  const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
+  const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0 }
   const completed = new Set(completedJids)
   const toFail = (decision: StuckExportDecision) => { if (decision !== "fail") counts[decision]++; return decision === "fail" }
 
@@ -67,13 +67,13 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
       dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid), skippedLocked: 0 }),
       fence: false, // failMany fences its own statement
-      write: (toFail, commit) => Effect.gen(function*() {
-        const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
-        yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
-        if (locked.length > 0) yield* Effect.logInfo("Export jobs locked by another transaction, skipped").pipe(Effect.annotateLogs({ export_job_ids: capped(locked), count: locked.length }))
-        const changed = toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
-        if (changed.length > 0) yield* Effect.logInfo("Export jobs changed meanwhile, not failed").pipe(Effect.annotateLogs({ export_job_ids: capped(changed), count: changed.length }))
-      })
+      write: (toFail, commit) =>
+        Effect.gen(function*() {
+          const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+          yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
+          yield* logIds("Export jobs locked by another transaction, skipped", "export_job_ids", locked)
+          yield* logIds("Export jobs changed meanwhile, not failed", "export_job_ids", toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id))
+        })
     }
   })
 

@@ -22,7 +22,7 @@
  */
 import { Clock, Duration, Effect, Option, Ref, Schedule, Stream } from "effect"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
-import { addSummaries } from "../domain/Summary.ts"
+import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 
 /** What every batch's summary gains (SPEC §9): time held by the health gate and the signals that held it. */
@@ -383,3 +383,11 @@ export const sumHeld = (loops: ReadonlyArray<Held>): Held => ({
 
 /** A batch that does no unit of work still reports that nothing held it. */
 export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
+
+/**
+ * Rows a unit passed over (held by another open transaction — issue 18's progress guarantee — or
+ * changed meanwhile): one log line per unit that met some, with their ids under `key`; nothing
+ * otherwise.
+ */
+export const logIds = (message: string, key: string, ids: ReadonlyArray<string | number>): Effect.Effect<void> =>
+  ids.length === 0 ? Effect.void : Effect.logInfo(message, { [key]: capped(ids), count: ids.length })
