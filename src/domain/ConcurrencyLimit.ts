@@ -6,6 +6,7 @@
  * `<pid>:work` hash) — all untrusted, so all decoded, never hand-parsed.
  */
 import { Duration, Option, Schema } from "effect"
+import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "./Events.ts"
 import { decodeUtf8 } from "./Bytes.ts"
 import { hashTagOf } from "./RedisKey.ts"
 import { sidekiqJob, type SidekiqJob } from "./Sidekiq.ts"
@@ -327,3 +328,68 @@ export const parseCounter = (value: string | null): number =>
       onNone: () => 0,
       onSome: (n) => Math.max(n, 0)
     })
+
+/** One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for limit 0), so a short TTL suffices. */
+export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
+export const WORKER_LEASE_TTL = Duration.seconds(15)
+/** Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled workers must not mean hundreds of Redis loops). */
+export const MAX_CONCURRENT_WORKER_PASSES = 16
+
+export interface WorkerResumeSummary {
+  readonly worker: string
+  /** The limit at the first pass. */
+  readonly limit: number
+  /** Deferred jobs at the first pass. */
+  readonly queueSize: number
+  /** Running plus resumed-not-started at the first pass (after stale trackers were removed). */
+  readonly current: number
+  /** Jobs resumed over all passes of this run. */
+  readonly resumed: number
+  /** The limit the first pass used: `limit`, unless the health gate throttled it (SPEC §9). */
+  readonly effectiveLimit: number
+}
+
+/** A worker whose pass hit a key of the wrong type: skipped, reported, never retried. */
+export interface WorkerKeyFailure {
+  readonly worker: string
+  readonly key: string
+  readonly error: string
+}
+
+/** What one pass over one worker found and did (SPEC §5 "Per-worker pass"). */
+export interface PassResult {
+  readonly limit: number
+  readonly effectiveLimit: number
+  readonly queueSize: number
+  readonly current: number
+  readonly resumed: number
+  /** Deferred jobs left after the pass. */
+  readonly remaining: number
+}
+
+/**
+ * After a pass: stop (a dry run makes one pass — repeating it would only repeat the same answer —,
+ * the list is empty, or the breaker is open), the next pass at once (limit 0 while the last pass
+ * made progress: nothing to wait for), or after RESCHEDULE_DELAY (a positive limit: capacity frees
+ * as jobs finish, not with time; and a pass that moved nothing, so a contended list never turns
+ * into a busy loop).
+ */
+export const nextPass = (last: PassResult, dryRun: boolean): "stop" | "now" | "wait" =>
+  dryRun || last.remaining === 0 || last.limit < 0
+    ? "stop"
+    : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize) ? "now" : "wait"
+
+/** A worker's summary: the first pass's figures, the jobs resumed over all of them. */
+export const workerSummary = (worker: string, results: readonly [PassResult, ...Array<PassResult>]): WorkerResumeSummary => {
+  const { limit, queueSize, current, effectiveLimit } = results[0]
+  return { worker, limit, queueSize, current, resumed: results.reduce((sum, result) => sum + result.resumed, 0), effectiveLimit }
+}
+
+/**
+ * A move's events: Resumed with the limit of the pass that writes it (null: a recovered move of a
+ * worker with no limit now), Dead for the unparsable elements the move put on the dead list.
+ */
+export const moveEvents = (worker: string, limit: number | null, move: { readonly queue: string; readonly jids: ReadonlyArray<string>; readonly dead: number }) => [
+  ...(move.jids.length > 0 ? [new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit, jids: move.jids })] : []),
+  ...(move.dead > 0 ? [new ConcurrencyLimitJobsDead({ worker, count: move.dead })] : [])
+]

@@ -20,10 +20,12 @@
  * reading only CurrentRun, Clock and the HealthGate reference. Programs import it as they import
  * domain/ and services/: the one runtime module they may use.
  */
-import { Clock, Duration, Effect, Option, Ref, Schedule, Stream } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Option, Ref, Schedule, Stream } from "effect"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
+import type { RedisError } from "../domain/Errors.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
+import { Lease } from "../services/Lease.ts"
 
 /** What every batch's summary gains (SPEC §9): time held by the health gate and the signals that held it. */
 export interface Held {
@@ -391,3 +393,57 @@ export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
  */
 export const logIds = (message: string, key: string, ids: ReadonlyArray<string | number>): Effect.Effect<void> =>
   ids.length === 0 ? Effect.void : Effect.logInfo(message, { [key]: capped(ids), count: ids.length })
+
+/**
+ * `body` under its own exclusive lease `name` (a dry run takes none: it writes nothing), released
+ * at the end: None when another process holds it. `body` gets `renew`, which extends the lease
+ * (before each further pass) and says false once it was lost.
+ */
+export const underLease = <A, E, R>(name: string, ttl: Duration.Duration, body: (renew: Effect.Effect<boolean, RedisError>) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const lease = yield* Lease
+    const { dryRun } = yield* CurrentRun
+    return yield* Effect.scoped(Effect.gen(function*() {
+      const handle = dryRun ? Option.none() : yield* Effect.acquireRelease(
+        lease.tryAcquire(name, ttl),
+        (held) => Option.isSome(held) ? Effect.ignore(lease.release(held.value)) : Effect.void
+      )
+      if (!dryRun && Option.isNone(handle)) return Option.none<A>()
+      return Option.some(yield* body(Option.isNone(handle) ? Effect.succeed(true) : lease.renew(handle.value)))
+    }))
+  })
+
+/**
+ * `f` for every key concurrently (at most `concurrency` at once); one key's failure neither stops
+ * nor hides the others: all finish. A failure `isolate` recognises (permanent, and about that key
+ * alone) is returned with the others' results and the run goes on; any other is logged with
+ * `logFailure` and fails the whole afterwards, so the run guard records and retries it.
+ */
+export const isolatedEach = <K, A, E, R, F>(keys: ReadonlyArray<K>, f: (key: K) => Effect.Effect<A, E, R>, options: {
+  readonly concurrency: number
+  readonly isolate: (key: K, error: E) => Option.Option<F>
+  readonly logIsolated: (failure: F) => Effect.Effect<void>
+  readonly logFailure: (key: K, cause: Cause.Cause<E>) => Effect.Effect<void>
+}) =>
+  Effect.gen(function*() {
+    const exits = yield* Effect.forEach(keys, (key) => Effect.exit(f(key)), { concurrency: options.concurrency })
+    const results: Array<A> = []
+    const isolated: Array<F> = []
+    let failed: Cause.Cause<E> | undefined
+    for (const [i, exit] of exits.entries()) {
+      if (Exit.isSuccess(exit)) {
+        results.push(exit.value)
+        continue
+      }
+      const known = Option.flatMap(Cause.findErrorOption(exit.cause), (error) => options.isolate(keys[i]!, error))
+      if (Option.isSome(known)) {
+        isolated.push(known.value)
+        yield* options.logIsolated(known.value)
+      } else {
+        yield* options.logFailure(keys[i]!, exit.cause)
+        failed ??= exit.cause
+      }
+    }
+    if (failed !== undefined) return yield* Effect.failCause(failed)
+    return { results, isolated }
+  })
