@@ -4,9 +4,10 @@
  * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
  * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
  * Such objects are deleted, then their events recorded, then their entries removed, in page-sized
- * steps (`StaleUploadRepair`, one layer-side operation in the order that loses nothing). Walking the hash is cooperative (the repair loop's `growingSteps`): after
- * every step the run stops once its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the
- * next run, six minutes later, carries on.
+ * steps (`StaleUploadRepair`: one layer-side operation, in the order that loses nothing). Walking
+ * the hash is cooperative (the repair loop's `growingSteps`): after every step the run stops once
+ * its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six minutes later,
+ * carries on.
  *
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
  * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
