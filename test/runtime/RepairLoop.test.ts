@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, Duration, Effect, Fiber, Option, Stream } from "effect"
+import { Clock, Duration, Effect, Exit, Fiber, Option, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
-import { each, growingSteps, keysetPages, passes, repeatUntilDone } from "../../src/runtime/RepairLoop.ts"
+import { each, growingSteps, isolatedEach, keysetPages, passes, repeatUntilDone } from "../../src/runtime/RepairLoop.ts"
 import { type GateVerdict, HealthGate, openGate } from "../../src/services/HealthGate.ts"
 
 const bare: RunInfo = { runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() }
@@ -22,6 +22,34 @@ const scriptedGate = (log: Array<string>, verdicts: ReadonlyArray<GateVerdict>) 
 }
 
 describe("repair loop", () => {
+  it.effect("isolatedEach: a failure the caller isolates is reported with its key, the others' results kept", () =>
+    Effect.gen(function*() {
+      const logged: Array<string> = []
+      const result = yield* isolatedEach(["a", "bad", "c"], (key) => key === "bad" ? Effect.fail({ _tag: "Permanent" as const, key }) : Effect.succeed(key.toUpperCase()), {
+        concurrency: 2,
+        isolate: (key, error) => error._tag === "Permanent" ? Option.some({ key }) : Option.none(),
+        logIsolated: ({ key }) => Effect.sync(() => void logged.push(`isolated ${key}`)),
+        logFailure: (key) => Effect.sync(() => void logged.push(`failed ${key}`))
+      })
+      assert.deepStrictEqual(result, { results: ["A", "C"], isolated: [{ key: "bad" }] })
+      assert.deepStrictEqual(logged, ["isolated bad"])
+    }))
+
+  it.effect("isolatedEach: any other failure neither stops nor hides the other keys, and fails the whole once all finished", () =>
+    Effect.gen(function*() {
+      const ran: Array<string> = []
+      const logged: Array<string> = []
+      const exit = yield* Effect.exit(isolatedEach(["boom", "b", "c"], (key) => key === "boom" ? Effect.fail("transient") : Effect.sync(() => void ran.push(key)), {
+        concurrency: 1,
+        isolate: () => Option.none(),
+        logIsolated: () => Effect.void,
+        logFailure: (key) => Effect.sync(() => void logged.push(`failed ${key}`))
+      }))
+      assert.isTrue(Exit.isFailure(exit))
+      assert.deepStrictEqual(ran, ["b", "c"])
+      assert.deepStrictEqual(logged, ["failed boom"])
+    }))
+
   it.effect("budget: stops after the unit that spends it (overshoot at most one unit)", () =>
     Effect.gen(function*() {
       const result = yield* repeatUntilDone({
