@@ -118,12 +118,17 @@ describe("lease deleted under a running batch", () => {
 
   it.live("reschedule-stuck-issue-rebalances: the old holder pushes nothing more after it notices", () =>
     Effect.gen(function*() {
-      const CONTAINERS = 1000
+      // Many namespaces, few projects: the namespaces' push (after their events) is the window in
+      // which the lease goes; 20 000 of them keep it open for tens of milliseconds even when this
+      // process is slow to see their events (under a loaded suite 1000 were pushed, and the
+      // projects after them, before the DEL landed).
+      const NAMESPACES = 20_000
+      const PROJECTS = 1000
       const sql = yield* PgClient.PgClient
-      yield* sql`INSERT INTO namespaces (id, name, path, type) SELECT g, 'n' || g, 'n' || g, 'Group' FROM generate_series(1, ${CONTAINERS}) g`
-      yield* sql`INSERT INTO projects (id, namespace_id, name, path) SELECT g, 1, 'p' || g, 'p' || g FROM generate_series(1, ${CONTAINERS}) g`
+      yield* sql`INSERT INTO namespaces (id, name, path, type) SELECT g, 'n' || g, 'n' || g, 'Group' FROM generate_series(1, ${NAMESPACES}) g`
+      yield* sql`INSERT INTO projects (id, namespace_id, name, path) SELECT g, 1, 'p' || g, 'p' || g FROM generate_series(1, ${PROJECTS}) g`
       const redis = yield* Redis
-      const members = Array.from({ length: CONTAINERS }, (_, i) => [`1/${i + 1}`, `2/${i + 1}`]).flat()
+      const members = [...Array.from({ length: NAMESPACES }, (_, i) => `1/${i + 1}`), ...Array.from({ length: PROJECTS }, (_, i) => `2/${i + 1}`)]
       yield* redis.use("test.sadd", (client) => client.sadd(RUNNING_REBALANCES_KEY, ...members))
 
       // Namespaces are pushed first, then one event each; the lease goes while those are written.
@@ -136,10 +141,10 @@ describe("lease deleted under a running batch", () => {
 
       const jobs = yield* redis.use("test.lrange", (client) => client.lrange(queueKey(REBALANCING_QUEUE), 0, -1))
       const args = jobs.map((job) => (JSON.parse(job) as { args: ReadonlyArray<number | null> }).args)
-      assert.lengthOf(args, CONTAINERS, "the namespaces' push happened")
+      assert.lengthOf(args, NAMESPACES, "the namespaces' push happened")
       assert.isTrue(args.every((a) => a[0] === null && a[1] === null), "no project was pushed after the lease was lost")
       const events = yield* eventsPerStream("RebalanceRescheduled")
       assert.isTrue([...events.keys()].every((stream) => stream.startsWith("rebalance:1/")), "no project event")
-      console.log("[fault] lease deleted: reschedule-stuck-issue-rebalances", JSON.stringify({ containers: 2 * CONTAINERS, pushedBeforeLoss: args.length, events: events.size }))
+      console.log("[fault] lease deleted: reschedule-stuck-issue-rebalances", JSON.stringify({ containers: NAMESPACES + PROJECTS, pushedBeforeLoss: args.length, events: events.size }))
     }).pipe(Effect.provide(Platform())), 120_000)
 })
