@@ -368,14 +368,14 @@ export interface PassResult {
 }
 
 /**
- * After a pass: stop (a dry run makes one pass — repeating it would only repeat the same answer —,
- * the list is empty, or the breaker is open), the next pass at once (limit 0 while the last pass
+ * After a pass: stop (the list is empty, or the breaker is open; a dry run makes one pass, the
+ * repair loop's `passes` says so), the next pass at once (limit 0 while the last pass
  * made progress: nothing to wait for), or after RESCHEDULE_DELAY (a positive limit: capacity frees
  * as jobs finish, not with time; and a pass that moved nothing, so a contended list never turns
  * into a busy loop).
  */
-export const nextPass = (last: PassResult, dryRun: boolean): "stop" | "now" | "wait" =>
-  dryRun || last.remaining === 0 || last.limit < 0
+export const nextPass = (last: PassResult): "stop" | "now" | "wait" =>
+  last.remaining === 0 || last.limit < 0
     ? "stop"
     : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize) ? "now" : "wait"
 
@@ -424,6 +424,9 @@ export interface ResumeRunSummary {
   /** Workers skipped because one of their keys holds the wrong type (the others ran normally). */
   readonly failedWorkers: ReadonlyArray<WorkerKeyFailure>
 }
+
+/** The batch's summary: the run's, plus the time the health gate held its passes and the signals that held them. */
+export interface ConcurrencyLimitResumeSummary extends ResumeRunSummary, HeldTime {}
 
 /** The run's totals from every worker's outcome; `skipped` are the workers neither processed nor failed. */
 export const runTotals = (workers: number, outcomes: ReadonlyArray<WorkerOutcome>, failed: ReadonlyArray<{ readonly of: string; readonly key: string; readonly error: string }>) => {

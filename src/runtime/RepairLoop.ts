@@ -332,7 +332,8 @@ export type Next = "now" | "wait" | "stop"
 /**
  * Passes over one thing (a worker's deferred list), repeated while `next` says so: "now" back to
  * back, "wait" one `delay` later (a `Schedule.spaced`), "stop" to end, until the budget: a pass is
- * started only if it can start before the deadline. The gate is asked before every pass.
+ * started only if it can start before the deadline. The gate is asked before every pass. A dry run
+ * makes one pass: it writes nothing, so repeating it would only repeat the same answer.
  */
 export const passes = <P, E, R>(options: {
   readonly batch: string
@@ -354,7 +355,7 @@ export const passes = <P, E, R>(options: {
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"
         results.push(result.value)
-        const next = options.next(result.value)
+        const next = loop.run.dryRun ? "stop" : options.next(result.value)
         if (next === "stop") return "stop"
         // A pass starts only if it can start before the deadline (after its wait, if any).
         const now = yield* Clock.currentTimeMillis

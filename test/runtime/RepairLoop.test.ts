@@ -159,6 +159,19 @@ describe("repair loop", () => {
       assert.strictEqual(result.stop, "done")
     }))
 
+  it.effect("cadence: a dry run makes one pass, whatever `next` says", () =>
+    Effect.gen(function*() {
+      const result = yield* passes({
+        batch: "b",
+        budget: Duration.seconds(55),
+        delay: Duration.seconds(1),
+        pass: () => Effect.succeed(Option.some(1)),
+        next: () => "now"
+      }).pipe(withRun({ dryRun: true }))
+      assert.deepStrictEqual(result.results, [1])
+      assert.strictEqual(result.stop, "done")
+    }))
+
   it.effect("cadence: a pass starts only if it can start before the deadline", () =>
     Effect.gen(function*() {
       const at: Array<number> = []
