@@ -22,7 +22,8 @@ import { SweeperConfig } from "../../src/layers/Config.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { Redis } from "../../src/layers/Redis.ts"
-import { ConcurrencyLimitResume, type ConcurrencyLimitResumeSummary } from "../../src/programs/ConcurrencyLimitResume.ts"
+import type { ConcurrencyLimitResumeSummary } from "../../src/domain/ConcurrencyLimit.ts"
+import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import {
@@ -134,6 +135,7 @@ const InstrumentedLimits = Layer.effect(
       queueSize: (worker) => track(real.queueSize(worker)),
       currentConcurrency: (worker) => track(real.currentConcurrency(worker)),
       cleanupStaleTrackers: (worker) => track(real.cleanupStaleTrackers(worker)),
+      recordMoves: real.recordMoves,
       recoverMove: (worker) => track(real.recoverMove(worker)),
       resume: (request) => track(resumeTime.time(real.resume(request)))
     })

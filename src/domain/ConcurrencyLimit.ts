@@ -368,14 +368,14 @@ export interface PassResult {
 }
 
 /**
- * After a pass: stop (a dry run makes one pass — repeating it would only repeat the same answer —,
- * the list is empty, or the breaker is open), the next pass at once (limit 0 while the last pass
+ * After a pass: stop (the list is empty, or the breaker is open; a dry run makes one pass, the
+ * repair loop's `passes` says so), the next pass at once (limit 0 while the last pass
  * made progress: nothing to wait for), or after RESCHEDULE_DELAY (a positive limit: capacity frees
  * as jobs finish, not with time; and a pass that moved nothing, so a contended list never turns
  * into a busy loop).
  */
-export const nextPass = (last: PassResult, dryRun: boolean): "stop" | "now" | "wait" =>
-  dryRun || last.remaining === 0 || last.limit < 0
+export const nextPass = (last: PassResult): "stop" | "now" | "wait" =>
+  last.remaining === 0 || last.limit < 0
     ? "stop"
     : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize) ? "now" : "wait"
 
@@ -393,3 +393,45 @@ export const moveEvents = (worker: string, limit: number | null, move: { readonl
   ...(move.jids.length > 0 ? [new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit, jids: move.jids })] : []),
   ...(move.dead > 0 ? [new ConcurrencyLimitJobsDead({ worker, count: move.dead })] : [])
 ]
+
+/** Time a worker's passes were held by the health gate (SPEC §9), summed into the run's summary. */
+interface HeldTime {
+  readonly heldMs: number
+  readonly heldBy: ReadonlyArray<string>
+}
+
+/** How one worker's passes in a run ended. */
+export type WorkerOutcome =
+  /** Another process holds the worker's lease: it runs this worker's passes. */
+  | { readonly _tag: "LeaseHeld"; readonly worker: string }
+  /** The health gate held the first pass until the budget ended. */
+  | { readonly _tag: "Held"; readonly worker: string; readonly held: HeldTime }
+  /** No limit configured nor set in Redis. */
+  | { readonly _tag: "UnknownWorker"; readonly worker: string }
+  | { readonly _tag: "Processed"; readonly summary: WorkerResumeSummary; readonly held: HeldTime }
+
+/** A worker's outcome from its passes (none: unknown worker, or held before the first). */
+export const workerOutcome = (worker: string, run: HeldTime & { readonly results: ReadonlyArray<PassResult>; readonly stop: string }): WorkerOutcome => {
+  const { results: [first, ...rest], stop, heldMs, heldBy } = run
+  if (first === undefined) return stop === "held" ? { _tag: "Held", worker, held: { heldMs, heldBy } } : { _tag: "UnknownWorker", worker }
+  return { _tag: "Processed", summary: workerSummary(worker, [first, ...rest]), held: { heldMs, heldBy } }
+}
+
+/** The run's summary, short of the held time: the workers processed, the jobs resumed, the workers skipped for a wrong-type key. */
+export interface ResumeRunSummary {
+  readonly workers: ReadonlyArray<WorkerResumeSummary>
+  readonly resumedJobs: number
+  /** Workers skipped because one of their keys holds the wrong type (the others ran normally). */
+  readonly failedWorkers: ReadonlyArray<WorkerKeyFailure>
+}
+
+/** The batch's summary: the run's, plus the time the health gate held its passes and the signals that held them. */
+export interface ConcurrencyLimitResumeSummary extends ResumeRunSummary, HeldTime {}
+
+/** The run's totals from every worker's outcome; `skipped` are the workers neither processed nor failed. */
+export const runTotals = (workers: number, outcomes: ReadonlyArray<WorkerOutcome>, failed: ReadonlyArray<{ readonly of: string; readonly key: string; readonly error: string }>) => {
+  const summaries = outcomes.flatMap((outcome) => outcome._tag === "Processed" ? [outcome.summary] : [])
+  const failedWorkers = failed.map(({ of, key, error }) => ({ worker: of, key, error }))
+  const summary: ResumeRunSummary = { workers: summaries, resumedJobs: summaries.reduce((sum, worker) => sum + worker.resumed, 0), failedWorkers }
+  return { summary, skipped: workers - summaries.length - failedWorkers.length, held: outcomes.flatMap((outcome) => "held" in outcome ? [outcome.held] : []) }
+}

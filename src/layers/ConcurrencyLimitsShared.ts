@@ -9,6 +9,7 @@
  * both backends read the same keys and write the same bytes.
  */
 import { Clock, Duration, Effect, Option, Random, Schema } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
 import { decodeUtf8 } from "../domain/Bytes.ts"
 import {
   camelize,
@@ -29,6 +30,7 @@ import {
   parseTrackerStart,
   PENDING_RESUMED_TTL,
   processWorkKey,
+  moveEvents,
   resumedJob,
   runningJobClass,
   SCAN_COUNT,
@@ -41,6 +43,7 @@ import {
 } from "../domain/ConcurrencyLimit.ts"
 import { isWrongType, type RedisError, refineWrongType } from "../domain/Errors.ts"
 import { jidFrom, queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
+import { EventLog } from "../services/EventLog.ts"
 import { ConcurrencyLimits, type MovedJobs, type RecordMove, type RecoveredMove, type ResumeRequest, type ResumeResult } from "../services/ConcurrencyLimits.ts"
 
 const recordNothing: RecordMove<never, never> = () => Effect.void
@@ -362,6 +365,9 @@ export const makeConcurrencyLimits = (
       if (outcome === "moved") {
         const jobs = payloads.filter((payload) => payload !== null)
         yield* finishMove(keys, new TextEncoder().encode(header), batch, { queue, jids, dead: dead.length }, jobs, true, record)
+        // A preview only (bytes that are not UTF-8 show as U+FFFD); the dead list keeps them exact.
+        const sample = dead.length > 0 ? Buffer.from(dead[0]!.subarray(0, 200)).toString("utf8") : ""
+        if (dead.length > 0) yield* Effect.logWarning("Moved unparsable deferred jobs to the dead list").pipe(Effect.annotateLogs({ worker, count: dead.length, dead_list: keys.dead, sample }))
         return { jids, dead } satisfies ResumeResult
       }
       if (outcome === "busy") {
@@ -377,12 +383,20 @@ export const makeConcurrencyLimits = (
     return nothing
   }).pipe(Effect.withSpan("ConcurrencyLimits.resume"))
 
+  const recordMoves = (worker: string, setting: Option.Option<WorkerLimit>): RecordMove<SqlError, EventLog> => {
+    const limit = Option.match(setting, { onNone: () => null, onSome: (found) => found.limit })
+    return (move) => Effect.gen(function*() {
+      yield* (yield* EventLog).appendAll(moveEvents(worker, limit, move))
+    })
+  }
+
   return ConcurrencyLimits.of({
     workersWithDeferredJobs,
     limitOf,
     queueSize,
     currentConcurrency,
     cleanupStaleTrackers,
+    recordMoves,
     recoverMove,
     resume
   })

@@ -18,22 +18,13 @@
  * cluster-wide (the repair loop's `underLease`), and one worker's failure neither stops nor hides the
  * others (`isolatedEach`). `resumeWorker` is exported for a runtime that schedules workers itself.
  */
-import { Effect, Option, Predicate } from "effect"
+import { Effect, Option } from "effect"
 import { type Batch, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import * as C from "../domain/ConcurrencyLimit.ts"
-import type { WrongTypeKey } from "../domain/Errors.ts"
-import { type Held, isolatedEach, passes, sumHeld, underLease } from "../runtime/RepairLoop.ts"
+import { isolatedEach, passes, sumHeld, underLease } from "../runtime/RepairLoop.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
-import { EventLog } from "../services/EventLog.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import * as M from "../services/Metrics.ts"
-
-export interface ConcurrencyLimitResumeSummary extends Held {
-  readonly workers: ReadonlyArray<C.WorkerResumeSummary>
-  readonly resumedJobs: number
-  /** Workers skipped because one of their keys holds the wrong type (the others ran normally). */
-  readonly failedWorkers: ReadonlyArray<C.WorkerKeyFailure>
-}
 
 const NAME = "concurrency-limit-resume"
 
@@ -42,12 +33,10 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const limits = yield* ConcurrencyLimits
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
-  // Each move's events are appended by the service between the push and the end of the move's
-  // journal (README, Failure handling): a crash before them leaves the journal, whose recovery
-  // appends them; a crash after them, before the end, appends them twice — never not at all.
-  const limitNow = Option.match(setting, { onNone: () => null, onSome: (found) => found.limit })
-  const events = yield* EventLog
-  const record = (move: Parameters<typeof C.moveEvents>[2]) => events.appendAll(C.moveEvents(worker, limitNow, move))
+  // Each move's events are appended by the service's `recordMoves` between the push and the end of
+  // the move's journal (README, Failure handling): a crash before them leaves the journal, whose
+  // recovery appends them; a crash after them, before the end, appends them twice — never not at all.
+  const record = limits.recordMoves(worker, setting)
   // A move a dead process left half done is finished first, whatever the limit says now (even for a
   // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
   // already off the deferred list, and its slots are counted again before the push.
@@ -70,8 +59,6 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun }, record)
   if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
   if (!dryRun && jids.length > 0) yield* Effect.all([M.increment(M.concurrencyLimitResumedJobsTotal, jids.length, { worker }), reportProgress({ resumedJobs: jids.length }), Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))])
-  // A preview only (bytes that are not UTF-8 show as U+FFFD); the dead list keeps them exact.
-  if (!dryRun && dead.length > 0) yield* Effect.logWarning("Moved unparsable deferred jobs to the dead list").pipe(Effect.annotateLogs({ worker, count: dead.length, dead_list: C.workerKeys(worker).dead, sample: Buffer.from(dead[0]!.subarray(0, 200)).toString("utf8") }))
   const remaining = dryRun ? queueSize - jids.length - dead.length : yield* limits.queueSize(worker)
   return Option.some<C.PassResult>({ ...stats, effectiveLimit, resumed: recovered + jids.length, remaining })
 })
@@ -82,32 +69,24 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
  * renewed before every pass (a back-to-back pass of 5000 takes about 0.5 s, far inside the TTL).
  */
 export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
-  const { dryRun } = yield* CurrentRun
   const lease = C.workerLeaseName(worker)
   const lost = Effect.as(Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(Effect.annotateLogs({ worker, lease })), false)
   const run = yield* underLease(lease, C.WORKER_LEASE_TTL, (renew) =>
-    passes({ batch: NAME, budget: C.RUN_BUDGET, delay: C.RESCHEDULE_DELAY, pass: (first) => pass(worker, first), next: (last) => C.nextPass(last, dryRun), between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost) }))
+    passes({ batch: NAME, budget: C.RUN_BUDGET, delay: C.RESCHEDULE_DELAY, pass: (first) => pass(worker, first), next: C.nextPass, between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost) }))
   if (Option.isNone(run)) return yield* Effect.as(Effect.logInfo("Skipped: concurrency limit resume lease held").pipe(Effect.annotateLogs({ worker, lease })), { _tag: "LeaseHeld", worker } as const)
-  const { results: [first, ...rest], stop, heldMs, heldBy } = run.value
-  if (first === undefined && stop === "held") return { _tag: "Held", worker, held: { heldMs, heldBy } } as const
-  if (first === undefined) return yield* Effect.as(Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) })), { _tag: "UnknownWorker", worker } as const)
-  return { _tag: "Processed", summary: C.workerSummary(worker, [first, ...rest]), held: { heldMs, heldBy } } as const
+  const outcome = C.workerOutcome(worker, run.value)
+  if (outcome._tag === "UnknownWorker") yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) }))
+  return outcome
 })
 
 const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
   const workers = yield* (yield* ConcurrencyLimits).workersWithDeferredJobs
   // A key of the wrong type is permanent and concerns one worker: that worker is reported in the
   // summary and the run goes on. Any other failure fails the run afterwards (the guard retries it).
-  const { results, isolated: failedWorkers } = yield* isolatedEach(workers, resumeWorker, {
-    concurrency: C.MAX_CONCURRENT_WORKER_PASSES,
-    isolate: (worker, error) => Predicate.isTagged(error, "WrongTypeKey") ? Option.some({ worker, key: (error as WrongTypeKey).key, error: (error as WrongTypeKey).message }) : Option.none(),
-    logIsolated: ({ worker, key, error }) => Effect.logError(`Concurrency limit resume skipped worker ${worker}: key ${key} holds the wrong type (${error})`).pipe(Effect.annotateLogs({ worker, key })),
-    logFailure: (worker, cause) => Effect.logError("Concurrency limit resume failed for a worker", cause).pipe(Effect.annotateLogs({ worker }))
-  })
-  const summaries = results.flatMap((outcome) => outcome._tag === "Processed" ? [outcome.summary] : [])
-  const resumedJobs = summaries.reduce((sum, worker) => sum + worker.resumed, 0)
-  yield* Effect.logInfo("Concurrency limit resume finished").pipe(Effect.annotateLogs({ workers: summaries.length, skipped: workers.length - summaries.length - failedWorkers.length, failed_workers: failedWorkers.length, resumed_jobs: resumedJobs }))
-  return { workers: summaries, resumedJobs, failedWorkers, ...sumHeld(results.flatMap((outcome) => "held" in outcome ? [outcome.held] : [])) } satisfies ConcurrencyLimitResumeSummary
+  const { results, isolated } = yield* isolatedEach(workers, resumeWorker, { concurrency: C.MAX_CONCURRENT_WORKER_PASSES, label: "Concurrency limit resume", noun: "worker" })
+  const { summary, skipped, held } = C.runTotals(workers.length, results, isolated)
+  yield* Effect.logInfo("Concurrency limit resume finished").pipe(Effect.annotateLogs({ workers: summary.workers.length, skipped, failed_workers: summary.failedWorkers.length, resumed_jobs: summary.resumedJobs }))
+  return { ...summary, ...sumHeld(held) } satisfies C.ConcurrencyLimitResumeSummary
 })
 
 export const ConcurrencyLimitResume = {
@@ -120,4 +99,4 @@ export const ConcurrencyLimitResume = {
   // The deferred lists (SharedState), trackers and reserved slots (QueuesMetadata), each worker's queue.
   writes: { tables: ["sweeper_events"], redisStores: ["sharedState", "queuesMetadata", "queues"], concurrencyLimitQueues: true },
   run: run()
-} satisfies Batch<ConcurrencyLimitResumeSummary, unknown, unknown>
+} satisfies Batch<C.ConcurrencyLimitResumeSummary, unknown, unknown>

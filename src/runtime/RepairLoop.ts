@@ -20,9 +20,9 @@
  * reading only CurrentRun, Clock and the HealthGate reference. Programs import it as they import
  * domain/ and services/: the one runtime module they may use.
  */
-import { Cause, Clock, Duration, Effect, Exit, Option, Ref, Schedule, Stream } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Option, Predicate, Ref, Schedule, Stream } from "effect"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
-import type { RedisError } from "../domain/Errors.ts"
+import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
@@ -332,7 +332,8 @@ export type Next = "now" | "wait" | "stop"
 /**
  * Passes over one thing (a worker's deferred list), repeated while `next` says so: "now" back to
  * back, "wait" one `delay` later (a `Schedule.spaced`), "stop" to end, until the budget: a pass is
- * started only if it can start before the deadline. The gate is asked before every pass.
+ * started only if it can start before the deadline. The gate is asked before every pass. A dry run
+ * makes one pass: it writes nothing, so repeating it would only repeat the same answer.
  */
 export const passes = <P, E, R>(options: {
   readonly batch: string
@@ -354,7 +355,7 @@ export const passes = <P, E, R>(options: {
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"
         results.push(result.value)
-        const next = options.next(result.value)
+        const next = loop.run.dryRun ? "stop" : options.next(result.value)
         if (next === "stop") return "stop"
         // A pass starts only if it can start before the deadline (after its wait, if any).
         const now = yield* Clock.currentTimeMillis
@@ -413,19 +414,44 @@ export const underLease = <A, E, R>(name: string, ttl: Duration.Duration, body: 
     }))
   })
 
+/** A key whose unit hit a key of the wrong type: permanent and about that key alone. */
+export interface KeyFailure<K> {
+  readonly of: K
+  readonly key: string
+  readonly error: string
+}
+
+/**
+ * The default isolation: a WrongTypeKey is permanent and concerns one key (re-running cannot fix
+ * it, and the other keys are fine), so that key is skipped and reported, never retried.
+ */
+const wrongTypeKey = <K>(of: K, error: unknown): Option.Option<KeyFailure<K>> =>
+  Predicate.isTagged(error, "WrongTypeKey") ? Option.some({ of, key: (error as WrongTypeKey).key, error: (error as WrongTypeKey).message }) : Option.none()
+
 /**
  * `f` for every key concurrently (at most `concurrency` at once); one key's failure neither stops
  * nor hides the others: all finish. A failure `isolate` recognises (permanent, and about that key
- * alone) is returned with the others' results and the run goes on; any other is logged with
- * `logFailure` and fails the whole afterwards, so the run guard records and retries it.
+ * alone; by default a WrongTypeKey) is returned with the others' results and the run goes on; any
+ * other is logged with `logFailure` and fails the whole afterwards, so the run guard records and
+ * retries it. The default log lines read "<label> skipped <noun> <key>: …" and
+ * "<label> failed for a <noun>", annotated with the key under `noun`.
  */
-export const isolatedEach = <K, A, E, R, F>(keys: ReadonlyArray<K>, f: (key: K) => Effect.Effect<A, E, R>, options: {
+export const isolatedEach = <K, A, E, R, F = KeyFailure<K>>(keys: ReadonlyArray<K>, f: (key: K) => Effect.Effect<A, E, R>, options: {
   readonly concurrency: number
-  readonly isolate: (key: K, error: E) => Option.Option<F>
-  readonly logIsolated: (failure: F) => Effect.Effect<void>
-  readonly logFailure: (key: K, cause: Cause.Cause<E>) => Effect.Effect<void>
+  readonly label?: string
+  readonly noun?: string
+  readonly isolate?: (key: K, error: E) => Option.Option<F>
+  readonly logIsolated?: (failure: F) => Effect.Effect<void>
+  readonly logFailure?: (key: K, cause: Cause.Cause<E>) => Effect.Effect<void>
 }) =>
   Effect.gen(function*() {
+    const { label = "Batch", noun = "key" } = options
+    const isolate = options.isolate ?? (wrongTypeKey as (key: K, error: E) => Option.Option<F>)
+    const logIsolated = options.logIsolated ?? ((failure: F) => {
+      const { of, key, error } = failure as KeyFailure<K>
+      return Effect.logError(`${label} skipped ${noun} ${String(of)}: key ${key} holds the wrong type (${error})`).pipe(Effect.annotateLogs({ [noun]: of, key }))
+    })
+    const logFailure = options.logFailure ?? ((of: K, cause: Cause.Cause<E>) => Effect.logError(`${label} failed for a ${noun}`, cause).pipe(Effect.annotateLogs({ [noun]: of })))
     const exits = yield* Effect.forEach(keys, (key) => Effect.exit(f(key)), { concurrency: options.concurrency })
     const results: Array<A> = []
     const isolated: Array<F> = []
@@ -435,12 +461,12 @@ export const isolatedEach = <K, A, E, R, F>(keys: ReadonlyArray<K>, f: (key: K) 
         results.push(exit.value)
         continue
       }
-      const known = Option.flatMap(Cause.findErrorOption(exit.cause), (error) => options.isolate(keys[i]!, error))
+      const known = Option.flatMap(Cause.findErrorOption(exit.cause), (error) => isolate(keys[i]!, error))
       if (Option.isSome(known)) {
         isolated.push(known.value)
-        yield* options.logIsolated(known.value)
+        yield* logIsolated(known.value)
       } else {
-        yield* options.logFailure(keys[i]!, exit.cause)
+        yield* logFailure(keys[i]!, exit.cause)
         failed ??= exit.cause
       }
     }

@@ -9,7 +9,9 @@
  */
 import { Context, type Effect, type Option } from "effect"
 import type { ConcurrencyLimitSetting, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
+import type { SqlError } from "effect/sql/SqlError"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
+import type { EventLog } from "./EventLog.ts"
 
 export type { ConcurrencyLimitSetting, WorkerLimit }
 
@@ -68,6 +70,13 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
    * runs no job of this worker, or whose field is malformed. Returns how many were removed.
    */
   cleanupStaleTrackers(worker: string): Effect.Effect<number, RedisError | WrongTypeKey>
+  /**
+   * The `record` a pass gives `recoverMove` and `resume`: appends each move's events (domain
+   * `moveEvents`: Resumed with the limit of `setting`, null for a worker with none now; Dead for its
+   * unparsable elements) to the event log — called between the push and the journal's END (README
+   * "Failure handling"), so a move's events may be appended twice, never not at all.
+   */
+  recordMoves(worker: string, setting: Option.Option<WorkerLimit>): RecordMove<SqlError, EventLog>
   /**
    * Finishes a move a dead process left half done (its journal): the jobs reach their queue exactly
    * once, their slots are reserved, `record` is called, the journal goes. None when there was

@@ -6,7 +6,7 @@
  * suite runs the same scenario on both and compares every byte.
  */
 import { assert, describe, it, layer, type Vitest } from "@effect/vitest"
-import { Context, Effect, Layer, Option, Random } from "effect"
+import { Context, Effect, Layer, Logger, Option, Random, References } from "effect"
 import { MAX_RESUME_UNLIMITED, processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
@@ -241,9 +241,20 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       const raw = yield* Raw
       yield* raw.flush
       yield* raw.rpush(K.deferred, "a", "", "c")
-      const result = yield* (yield* ConcurrencyLimits).resume({ worker: W, queue: "default", max: 1, dryRun: false })
+      const logs: Array<{ level: string; message: string; annotations: unknown }> = []
+      const collector = Logger.make((options) => {
+        logs.push({ level: options.logLevel, message: String(options.message), annotations: options.fiber.getRef(References.CurrentLogAnnotations) })
+      })
+      const limits = yield* ConcurrencyLimits
+      yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: true }).pipe(Effect.provide(Logger.layer([collector])))
+      assert.deepStrictEqual(logs, [], "a dry run moves nothing to the dead list, so says nothing")
+      const result = yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: false }).pipe(Effect.provide(Logger.layer([collector])))
       assert.deepStrictEqual(result.jids, [])
       assert.deepStrictEqual(result.dead.map(text), ["a", "", "c"])
+      // One warning for the move, with the dead list and a preview of the first element.
+      assert.deepStrictEqual(logs.map((log) => [log.level, log.message, log.annotations]), [
+        ["Warn", "Moved unparsable deferred jobs to the dead list", { worker: W, count: 3, dead_list: K.dead, sample: "a" }]
+      ])
       const after = yield* raw.snapshot(W, "default")
       assert.deepStrictEqual(after.dead, ["a", "", "c"])
       assert.deepStrictEqual(after.deferred, [])

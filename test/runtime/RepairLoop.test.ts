@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, Duration, Effect, Exit, Fiber, Option, Stream } from "effect"
+import { Clock, Duration, Effect, Exit, Fiber, Logger, Option, References, Stream } from "effect"
+import { WrongTypeKey } from "../../src/domain/Errors.ts"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
 import { each, growingSteps, isolatedEach, keysetPages, passes, repeatUntilDone } from "../../src/runtime/RepairLoop.ts"
@@ -33,6 +34,23 @@ describe("repair loop", () => {
       })
       assert.deepStrictEqual(result, { results: ["A", "C"], isolated: [{ key: "bad" }] })
       assert.deepStrictEqual(logged, ["isolated bad"])
+    }))
+
+  it.effect("isolatedEach by default isolates a WrongTypeKey (permanent, one key's) and logs it once with its key; any other failure fails the whole", () =>
+    Effect.gen(function*() {
+      const logs: Array<{ level: string; message: string; annotations: unknown }> = []
+      const collector = Logger.make((options) => {
+        logs.push({ level: options.logLevel, message: String(options.message), annotations: options.fiber.getRef(References.CurrentLogAnnotations) })
+      })
+      const wrong = new WrongTypeKey({ key: "k:bad", operation: "LLEN", message: "WRONGTYPE" })
+      const result = yield* isolatedEach(["a", "bad"], (key) => key === "bad" ? Effect.fail(wrong) : Effect.succeed(key), { concurrency: 2, label: "Spec", noun: "worker" })
+        .pipe(Effect.provide(Logger.layer([collector])))
+      assert.deepStrictEqual(result, { results: ["a"], isolated: [{ of: "bad", key: "k:bad", error: "WRONGTYPE" }] })
+      assert.deepStrictEqual(logs.map((log) => [log.level, log.message]), [["Error", "Spec skipped worker bad: key k:bad holds the wrong type (WRONGTYPE)"]])
+      assert.deepStrictEqual(logs[0]!.annotations, { worker: "bad", key: "k:bad" })
+      const exit = yield* Effect.exit(isolatedEach(["boom"], () => Effect.fail("transient"), { concurrency: 1, label: "Spec", noun: "worker" }).pipe(Effect.provide(Logger.layer([collector]))))
+      assert.isTrue(Exit.isFailure(exit))
+      assert.deepStrictEqual(logs.slice(1).map((log) => [log.message, log.annotations]), [["Spec failed for a worker", { worker: "boom" }]])
     }))
 
   it.effect("isolatedEach: any other failure neither stops nor hides the other keys, and fails the whole once all finished", () =>
@@ -138,6 +156,19 @@ describe("repair loop", () => {
       const result = yield* Fiber.join(fiber)
       assert.deepStrictEqual(at, [0, 0, 0, 1000, 2000])
       assert.strictEqual(result.results.length, 5)
+      assert.strictEqual(result.stop, "done")
+    }))
+
+  it.effect("cadence: a dry run makes one pass, whatever `next` says", () =>
+    Effect.gen(function*() {
+      const result = yield* passes({
+        batch: "b",
+        budget: Duration.seconds(55),
+        delay: Duration.seconds(1),
+        pass: () => Effect.succeed(Option.some(1)),
+        next: () => "now"
+      }).pipe(withRun({ dryRun: true }))
+      assert.deepStrictEqual(result.results, [1])
       assert.strictEqual(result.stop, "done")
     }))
 
