@@ -13,7 +13,7 @@
  * routes in Http.ts: they are not JSON.
  */
 import { Schema } from "effect"
-import { ConsoleApi } from "./ConsoleApi.ts"
+import { ConsoleApi, EventSchema } from "./ConsoleApi.ts"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema } from "effect/http-api"
 
 /** An error of the one shape, for one code at one status. */
@@ -125,15 +125,8 @@ export const RunResultSchema = Schema.Struct({
   targetsTotal: Schema.optional(Schema.Number)
 })
 
-/** A stored event, `occurredAt` as an ISO-8601 string. */
-export const EventSchema = Schema.Struct({
-  id: Schema.Number,
-  stream: Schema.String,
-  type: Schema.String,
-  data: Schema.Record(Schema.String, Schema.Unknown),
-  runId: Schema.NullOr(Schema.String),
-  occurredAt: Schema.String
-})
+/** A stored event: defined beside the console's group (imported here, never the other way), one schema for both. */
+export { EventSchema }
 
 export const RunBody = Schema.Struct({
   dryRun: Schema.optionalKey(Schema.Boolean),

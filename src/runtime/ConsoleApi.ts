@@ -27,7 +27,8 @@ export const NotFound = ApiErrorBody(404, ["not_found", "unknown_batch"])
 export const BadRequest = ApiErrorBody(400, ["bad_request"])
 export const Internal = ApiErrorBody(500, ["internal"])
 
-const EventJson = Schema.Struct({
+/** A stored event, `occurredAt` as an ISO-8601 string (also SweeperApi's /api/events). */
+export const EventSchema = Schema.Struct({
   id: Schema.Number,
   stream: Schema.String,
   type: Schema.String,
@@ -50,12 +51,12 @@ export const RunResponse = Schema.Struct({
     reason: Schema.NullOr(Schema.String),
     summary: Schema.Unknown,
     error: Schema.NullOr(Schema.String),
-    holds: Schema.Array(EventJson),
+    holds: Schema.Array(EventSchema),
     repairs: Schema.Number
   }),
   repairs: Schema.Struct({
     type: Schema.NullOr(Schema.String),
-    events: Schema.Array(EventJson),
+    events: Schema.Array(EventSchema),
     /** Pass as `after` for the next page; null on the last. */
     next: Schema.NullOr(Schema.Number)
   })
