@@ -263,7 +263,9 @@ const ActionsLive = HttpApiBuilder.group(SweeperApi, "actions", Effect.fnUntrace
     // dashboard's form) is read as JSON like before; the client sends `application/json`.
     .handleRaw("run", ({ params, request }) =>
       Effect.gen(function*() {
-        const text = yield* Effect.orElseSucceed(request.text, () => "")
+        // A body that cannot be read is refused, never taken for an empty one: an empty body means
+        // a real run with the defaults, which is not what a client whose `{"dryRun": true}` was lost asked for.
+        const text = yield* request.text.pipe(Effect.catchCause(() => badRequest("body: could not be read")))
         const decoded = text.trim() === "" ? Option.some({}) : Schema.decodeUnknownOption(Schema.fromJsonString(RunBody))(text)
         if (Option.isNone(decoded)) return yield* badRequest("body: expected {\"dryRun\"?: boolean, \"force\"?: boolean, \"now\"?: ISO-8601}")
         const body: typeof RunBody.Type = decoded.value
