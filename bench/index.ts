@@ -9,11 +9,20 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect } from "effect"
 import { readdirSync } from "node:fs"
+import {
+  markdownTable,
+  runScenario,
+  type Scale,
+  type Scenario,
+  type ScenarioFigures,
+  writeResults
+} from "./support/compare.ts"
 import { idleFootprint } from "./support/idle.ts"
-import { markdownTable, runScenario, type Scale, type Scenario, type ScenarioFigures, writeResults } from "./support/compare.ts"
 
 const listTs = (dir: string, skip: ReadonlyArray<string> = []) =>
-  readdirSync(new URL(dir, import.meta.url)).filter((file) => file.endsWith(".ts") && !skip.includes(file)).map((file) => file.slice(0, -3))
+  readdirSync(new URL(dir, import.meta.url)).filter((file) => file.endsWith(".ts") && !skip.includes(file)).map((
+    file
+  ) => file.slice(0, -3))
 
 const scenarios = listTs("./scenarios/", ["platform.ts"])
 const details = listTs("./detail/").map((name) => `detail/${name}`)
@@ -26,7 +35,11 @@ const name = args.find((arg, i) => !arg.startsWith("--") && (scaleAt < 0 || i !=
 const perRecord = !args.includes("--no-per-record")
 
 const usage = () => {
-  console.error(`usage: npm run bench -- <${[...scenarios, "idle", "all"].join("|")}> [--scale small|full] [--no-per-record]\n       npm run bench -- <${details.join("|")}>`)
+  console.error(
+    `usage: npm run bench -- <${
+      [...scenarios, "idle", "all"].join("|")
+    }> [--scale small|full] [--no-per-record]\n       npm run bench -- <${details.join("|")}>`
+  )
   process.exit(2)
 }
 
@@ -39,7 +52,9 @@ else {
   const program = Effect.gen(function*() {
     const figures: Array<ScenarioFigures> = []
     for (const scenarioName of chosen) {
-      const module = (yield* Effect.promise(() => import(`./scenarios/${scenarioName}.ts`))) as { readonly scenario: Scenario<unknown> }
+      const module = (yield* Effect.promise(() => import(`./scenarios/${scenarioName}.ts`))) as {
+        readonly scenario: Scenario<unknown>
+      }
       figures.push(yield* runScenario(module.scenario, scale, { perRecord }))
     }
     const idle = name === "all" ? yield* idleFootprint : undefined
@@ -47,8 +62,12 @@ else {
     console.log(`results: ${writeResults(scale, figures, idle)}`)
     // Never a failure on time; a phase that repaired the wrong number of records is a broken
     // benchmark (or a broken repair), and fails the run (CI's smoke test) after the figures.
-    const wrong = figures.flatMap((s) => s.phases.filter((p) => p.repaired !== s.stuck).map((p) => `${s.scenario}/${p.phase}: ${p.repaired} of ${s.stuck}`))
-    if (wrong.length > 0) return yield* Effect.die(new Error(`phases repaired the wrong number of records: ${wrong.join("; ")}`))
+    const wrong = figures.flatMap((s) =>
+      s.phases.filter((p) => p.repaired !== s.stuck).map((p) => `${s.scenario}/${p.phase}: ${p.repaired} of ${s.stuck}`)
+    )
+    if (wrong.length > 0) {
+      return yield* Effect.die(new Error(`phases repaired the wrong number of records: ${wrong.join("; ")}`))
+    }
   })
   NodeRuntime.runMain(program)
 }

@@ -17,7 +17,9 @@ import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 
 const fail = (code: 2 | 3, message: string) =>
-  Console.error(`sweeper: ${message.replace(/\s*\n\s*/g, " ")}`).pipe(Effect.andThen(Effect.sync(() => { process.exitCode = code })))
+  Console.error(`sweeper: ${message.replace(/\s*\n\s*/g, " ")}`).pipe(Effect.andThen(Effect.sync(() => {
+    process.exitCode = code
+  })))
 
 /** Bad input or a busy embedded database: one line on stderr, exit 2. */
 const usageError = (message: string) => fail(2, message)
@@ -60,7 +62,10 @@ cli.pipe(
     BatchDisabled: (error) => usageError(error.message),
     RemoteRefusal: (error) => usageError(error.message),
     // Already reported in one line by the presenter above.
-    ShowHelp: () => Effect.sync(() => { process.exitCode = 2 }),
+    ShowHelp: () =>
+      Effect.sync(() => {
+        process.exitCode = 2
+      }),
     InfrastructureUnavailable: (error) => fail(3, error.message),
     PauseNotRecorded: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.

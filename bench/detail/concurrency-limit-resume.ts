@@ -16,13 +16,14 @@ import { Duration, Effect, Layer, Redacted } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { performance } from "node:perf_hooks"
 import { MAX_RESUME_UNLIMITED, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import type { ConcurrencyLimitResumeSummary } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
 import { ConcurrencyLimitsRedis } from "../../src/layers/ConcurrencyLimitsRedis.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
-import type { ConcurrencyLimitResumeSummary } from "../../src/domain/ConcurrencyLimit.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
@@ -46,7 +47,6 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { BenchLogging } from "../support/logging.ts"
 
 const JOBS = envInt("BENCH_JOBS", 50_000)
@@ -97,7 +97,9 @@ const seed = (redis: IORedis) =>
     }
     // A few jobs of the worker running now (fresh trackers: the pass scans them, removes none).
     const trackers: Record<string, string> = {}
-    for (let t = 0; t < TRACKERS; t++) trackers[`gitlab-sidekiq-${t}:1234:ab12:tid:t${t}`] = String(Math.floor(nowSeconds) - 5)
+    for (let t = 0; t < TRACKERS; t++) {
+      trackers[`gitlab-sidekiq-${t}:1234:ab12:tid:t${t}`] = String(Math.floor(nowSeconds) - 5)
+    }
     await redis.hset(keys.executing, trackers)
     return bytes
   })
@@ -144,7 +146,9 @@ const InstrumentedLimits = Layer.effect(
 
 /** EVAL with 3 keys is the BEGIN_MOVE script; the rest are labelled by their first key's kind. */
 const commandLabel = (context: { readonly command: string; readonly args: ReadonlyArray<string> }) =>
-  context.command === "eval" ? (context.args[1] === "3" ? "eval BEGIN_MOVE" : `eval ${context.args[1]} keys`) : context.command
+  context.command === "eval"
+    ? (context.args[1] === "3" ? "eval BEGIN_MOVE" : `eval ${context.args[1]} keys`)
+    : context.command
 
 const stats = (samples: ReadonlyArray<number>) => {
   const sorted = [...samples].sort((a, b) => a - b)
@@ -156,7 +160,11 @@ const stats = (samples: ReadonlyArray<number>) => {
 const program = Effect.gen(function*() {
   const database = yield* benchDatabase(process.env.BENCH_SYNCHRONOUS_COMMIT)
   const redis = yield* benchRedis
-  console.log(`database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${fmt(JOBS)} deferred jobs of ${WORKER} (limit 0)\n`)
+  console.log(
+    `database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${
+      fmt(JOBS)
+    } deferred jobs of ${WORKER} (limit 0)\n`
+  )
 
   const Platform = Layer.mergeAll(InstrumentedLimits, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
@@ -178,10 +186,11 @@ const program = Effect.gen(function*() {
     const before = memoryNow()
     const cpu = process.cpuUsage()
     const start = performance.now()
-    const [[result, commands], peak] = yield* runBatch(ConcurrencyLimitResume, { trigger: "manual", budget: BUDGET }).pipe(
-      (run) => countingRedisCommands(run, commandLabel),
-      samplingMemory(20)
-    )
+    const [[result, commands], peak] = yield* runBatch(ConcurrencyLimitResume, { trigger: "manual", budget: BUDGET })
+      .pipe(
+        (run) => countingRedisCommands(run, commandLabel),
+        samplingMemory(20)
+      )
     const seconds = (performance.now() - start) / 1000
     const cpuUsed = process.cpuUsage(cpu)
     closePass()
@@ -197,21 +206,41 @@ const program = Effect.gen(function*() {
     const pendingResumed = yield* Effect.promise(() => redis.get(keys.pendingResumed))
     const passTotal = passes.reduce((sum, ms) => sum + ms, 0)
 
-    console.log(`\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${result.error ? ` ${result.error}` : ""}`)
+    console.log(
+      `\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${
+        result.error ? ` ${result.error}` : ""
+      }`
+    )
     line("summary", JSON.stringify(summary))
     line("wall time", `${seconds.toFixed(2)} s (budget ${Duration.format(BUDGET)})`)
     line("jobs moved", resumed)
     line("jobs moved/s (wall)", fmt(resumed / seconds))
-    line("passes", `${passes.length} (${fmt(Number(events[0]!.n))} ConcurrencyLimitJobsResumed events, ${fmt(Number(events[0]!.jobs))} jobs)`)
-    line("wall time outside passes (limit 0: no delays)", `${Math.max(seconds - passTotal / 1000, 0).toFixed(2)} s of ${seconds.toFixed(1)} s`)
+    line(
+      "passes",
+      `${passes.length} (${fmt(Number(events[0]!.n))} ConcurrencyLimitJobsResumed events, ${
+        fmt(Number(events[0]!.jobs))
+      } jobs)`
+    )
+    line(
+      "wall time outside passes (limit 0: no delays)",
+      `${Math.max(seconds - passTotal / 1000, 0).toFixed(2)} s of ${seconds.toFixed(1)} s`
+    )
     line("per pass (limit … move … event … LLEN)", stats(passes))
     line("  of which resume() (LRANGE, decode, the five move steps)", stats(resumeTime.samples))
     const move = commands.get("eval BEGIN_MOVE")
-    if (move !== undefined) line("  of which the BEGIN_MOVE script (EVAL)", `${(move.ms / move.calls).toFixed(1)} ms avg over ${move.calls}`)
-    line("time in passes, total", `${(passTotal / 1000).toFixed(2)} s → ${fmt(resumed / (passTotal / 1000))} jobs/s without the delays`)
+    if (move !== undefined) {
+      line("  of which the BEGIN_MOVE script (EVAL)", `${(move.ms / move.calls).toFixed(1)} ms avg over ${move.calls}`)
+    }
+    line(
+      "time in passes, total",
+      `${(passTotal / 1000).toFixed(2)} s → ${fmt(resumed / (passTotal / 1000))} jobs/s without the delays`
+    )
     line("Redis round trips", formatCommands(commands))
     line("deferred list left / queue:default LLEN", `${fmt(left)} / ${fmt(queued)}`)
-    line("first job Sidekiq pops (RPOP end)", firstOut === null ? "-" : `args ${JSON.stringify((JSON.parse(firstOut) as { args: unknown }).args)}`)
+    line(
+      "first job Sidekiq pops (RPOP end)",
+      firstOut === null ? "-" : `args ${JSON.stringify((JSON.parse(firstOut) as { args: unknown }).args)}`
+    )
     line("pending_resumed", pendingResumed ?? "-")
     line("process CPU (user+sys)", `${((cpuUsed.user + cpuUsed.system) / 1e6).toFixed(2)} s`)
     line("RSS / heap used before the run (after GC)", `${mb(before.rss)} / ${mb(before.heapUsed)}`)

@@ -29,11 +29,15 @@ import { type Location, PENDING_DIRECT_UPLOADS_KEY, SCAN_PAGE_SIZE } from "../..
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
-import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { Redis } from "../../src/layers/Redis.ts"
-import { DeleteStaleDirectUploads, type DeleteStaleDirectUploadsSummary } from "../../src/programs/DeleteStaleDirectUploads.ts"
+import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
+import {
+  DeleteStaleDirectUploads,
+  type DeleteStaleDirectUploadsSummary
+} from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { ObjectStorage } from "../../src/services/ObjectStorage.ts"
@@ -59,7 +63,6 @@ import {
 } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"
 import type { SeedCounts, SeedOptions } from "../support/seed-pending-direct-uploads.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const ENTRIES = envInt("BENCH_ENTRIES", 1_000_000)
 /** Every STALE_EVERY-th entry is stale (20%). */
@@ -99,7 +102,10 @@ const seed = (roots: Readonly<Record<string, string>>) =>
     const script = fileURLToPath(new URL("../support/seed-pending-direct-uploads.ts", import.meta.url))
     return new Promise<SeedCounts>((resolve, reject) =>
       execFile(process.execPath, [script, JSON.stringify(options)], (error, stdout, stderr) =>
-        error === null ? resolve(JSON.parse(stdout) as SeedCounts) : reject(new Error(`seeder failed: ${stderr || error.message}`))))
+        error === null
+          ? resolve(JSON.parse(stdout) as SeedCounts)
+          : reject(new Error(`seeder failed: ${stderr || error.message}`)))
+    )
   })
 
 /** Instrumentation around the real layers: counts the entries HSCAN returns and times each step of a stale entry. */
@@ -141,7 +147,7 @@ const objectRoots = Effect.acquireRelease(
   Effect.sync(() => {
     const dir = mkdtempSync(join(tmpdir(), "sweeper-bench-objects-"))
     const roots: Partial<Record<Location, string>> = {}
-    if (WITH_OBJECT_STORE) for (const location of LOCATIONS_USED) roots[location] = join(dir, location)
+    if (WITH_OBJECT_STORE) { for (const location of LOCATIONS_USED) roots[location] = join(dir, location) }
     return { dir, roots }
   }),
   ({ dir }) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
@@ -153,11 +159,17 @@ const program = Effect.gen(function*() {
   const database = yield* benchDatabase(SYNCHRONOUS_COMMIT)
   const redis = yield* benchRedis
   const { dir, roots } = yield* objectRoots
-  console.log(`database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${fmt(ENTRIES)} entries` +
-    `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}`)
-  console.log(WITH_OBJECT_STORE
-    ? `object storage: ${LOCATIONS_USED.join(", ")} under ${dir} (${fmt(PRESENT_OBJECTS)} stale objects exist, the rest are missing)\n`
-    : "object storage: none configured (only the Redis fields of stale entries are removed)\n")
+  console.log(
+    `database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${fmt(ENTRIES)} entries` +
+      `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}`
+  )
+  console.log(
+    WITH_OBJECT_STORE
+      ? `object storage: ${LOCATIONS_USED.join(", ")} under ${dir} (${
+        fmt(PRESENT_OBJECTS)
+      } stale objects exist, the rest are missing)\n`
+      : "object storage: none configured (only the Redis fields of stale entries are removed)\n"
+  )
 
   const Platform = StaleUploadRepairLive.pipe(
     Layer.provideMerge(Layer.mergeAll(InstrumentedPending, InstrumentedStorage(roots), LeaseRedis, MetricsPrometheus)),
@@ -170,7 +182,10 @@ const program = Effect.gen(function*() {
   )
 
   line("process RSS at start (after imports)", mb(startRss))
-  const seeded = yield* timed(`seed (child process, pipelined HSET ${FIELDS_PER_HSET} fields × ${HSETS_PER_PIPELINE})`, seed(roots))
+  const seeded = yield* timed(
+    `seed (child process, pipelined HSET ${FIELDS_PER_HSET} fields × ${HSETS_PER_PIPELINE})`,
+    seed(roots)
+  )
   const hlen = yield* Effect.promise(() => redis.hlen(PENDING_DIRECT_UPLOADS_KEY))
   const encoding = yield* Effect.promise(() => redis.object("ENCODING", PENDING_DIRECT_UPLOADS_KEY))
   const hashBytes = yield* Effect.promise(() => redis.memory("USAGE", PENDING_DIRECT_UPLOADS_KEY, "SAMPLES", 0))
@@ -187,11 +202,12 @@ const program = Effect.gen(function*() {
     const before = memoryNow()
     const cpu = process.cpuUsage()
     const start = performance.now()
-    const [[result, commands], peak] = yield* runBatch(DeleteStaleDirectUploads, { trigger: "manual", budget: BUDGET }).pipe(
-      countingRedisCommands,
-      // Bucket = which tenth of the hash the walk is in.
-      samplingMemory(SAMPLE_EVERY_MS, () => Math.min(9, Math.floor((scanned.entries * 10) / Math.max(hlen, 1))))
-    )
+    const [[result, commands], peak] = yield* runBatch(DeleteStaleDirectUploads, { trigger: "manual", budget: BUDGET })
+      .pipe(
+        countingRedisCommands,
+        // Bucket = which tenth of the hash the walk is in.
+        samplingMemory(SAMPLE_EVERY_MS, () => Math.min(9, Math.floor((scanned.entries * 10) / Math.max(hlen, 1))))
+      )
     const seconds = (performance.now() - start) / 1000
     const cpuUsed = process.cpuUsage(cpu)
     const after = memoryNow()
@@ -203,7 +219,11 @@ const program = Effect.gen(function*() {
       SELECT count(*) AS n FROM sweeper_events WHERE run_id = ${result.runId} AND type = 'StaleDirectUploadDeleted'`
     const left = yield* Effect.promise(() => redis.hlen(PENDING_DIRECT_UPLOADS_KEY))
 
-    console.log(`\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${result.error ? ` ${result.error}` : ""}`)
+    console.log(
+      `\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${
+        result.error ? ` ${result.error}` : ""
+      }`
+    )
     line("summary", JSON.stringify(summary))
     line("wall time", `${seconds.toFixed(2)} s`)
     line("entries scanned (HSCAN)", scanned.entries)
@@ -213,19 +233,43 @@ const program = Effect.gen(function*() {
     line("entries left in the hash", `${fmt(left)} (fresh + invalid seeded: ${fmt(seeded.fresh + seeded.invalid)})`)
     line("StaleDirectUploadDeleted events", Number(events[0]!.n))
     line(`Redis commands (HSCAN COUNT ${SCAN_PAGE_SIZE})`, formatCommands(commands))
-    line("time per stale entry: object delete", `${(storageTime.totalMs / Math.max(storageTime.calls, 1)).toFixed(3)} ms (${(storageTime.totalMs / 1000).toFixed(1)} s total)`)
-    line("                      HDEL", `${(removeTime.totalMs / Math.max(removeTime.calls, 1)).toFixed(3)} ms (${(removeTime.totalMs / 1000).toFixed(1)} s total)`)
-    line("                      event INSERT", `${(appendTime.totalMs / Math.max(appendTime.calls, 1)).toFixed(3)} ms (${(appendTime.totalMs / 1000).toFixed(1)} s total)`)
+    line(
+      "time per stale entry: object delete",
+      `${(storageTime.totalMs / Math.max(storageTime.calls, 1)).toFixed(3)} ms (${
+        (storageTime.totalMs / 1000).toFixed(1)
+      } s total)`
+    )
+    line(
+      "                      HDEL",
+      `${(removeTime.totalMs / Math.max(removeTime.calls, 1)).toFixed(3)} ms (${
+        (removeTime.totalMs / 1000).toFixed(1)
+      } s total)`
+    )
+    line(
+      "                      event INSERT",
+      `${(appendTime.totalMs / Math.max(appendTime.calls, 1)).toFixed(3)} ms (${
+        (appendTime.totalMs / 1000).toFixed(1)
+      } s total)`
+    )
     line("process CPU (user+sys)", `${((cpuUsed.user + cpuUsed.system) / 1e6).toFixed(2)} s`)
     console.log("\nmemory (Node process)                      RSS          heap used")
     console.log(`  before the run (after GC)                ${mb(before.rss).padEnd(12)} ${mb(before.heapUsed)}`)
-    console.log(`  peak during the run (${fmt(peak.samples)} samples)${" ".repeat(Math.max(0, 13 - fmt(peak.samples).length))}${mb(peak.rss).padEnd(12)} ${mb(peak.heapUsed)}`)
+    console.log(
+      `  peak during the run (${fmt(peak.samples)} samples)${" ".repeat(Math.max(0, 13 - fmt(peak.samples).length))}${
+        mb(peak.rss).padEnd(12)
+      } ${mb(peak.heapUsed)}`
+    )
     console.log(`  after the run                            ${mb(after.rss).padEnd(12)} ${mb(after.heapUsed)}`)
     console.log(`  after the run (after GC)                 ${mb(afterGc.rss).padEnd(12)} ${mb(afterGc.heapUsed)}`)
-    line("  peak growth during the run", `RSS +${mb(peak.rss - before.rss)}, heap +${mb(peak.heapUsed - before.heapUsed)}`)
+    line(
+      "  peak growth during the run",
+      `RSS +${mb(peak.rss - before.rss)}, heap +${mb(peak.heapUsed - before.heapUsed)}`
+    )
     console.log("  peak per tenth of the walk (entries scanned → RSS / heap used):")
     for (const [tenth, figures] of [...peak.byBucket.entries()].sort((a, b) => a[0] - b[0])) {
-      console.log(`    ${`${tenth * 10}–${tenth * 10 + 10}%`.padEnd(10)} ${mb(figures.rss).padEnd(12)} ${mb(figures.heapUsed)}`)
+      console.log(
+        `    ${`${tenth * 10}–${tenth * 10 + 10}%`.padEnd(10)} ${mb(figures.rss).padEnd(12)} ${mb(figures.heapUsed)}`
+      )
     }
     line("  hash in Redis, for comparison", mb(Number(hashBytes)))
     line("  process peak RSS (whole process)", mb(maxRss()))

@@ -15,13 +15,13 @@ import { BuildsSql, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
-import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import { adminUrl, benchDatabase, benchRedis, migratedDatabase, redisUrl, timed } from "../support/harness.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { BenchLogging } from "../support/logging.ts"
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
@@ -58,14 +58,18 @@ const explain = (after: Parameters<typeof stuckCancelingQuery>[1]["after"]) =>
 const program = Effect.gen(function*() {
   const { name, url } = yield* benchDatabase(SYNCHRONOUS_COMMIT)
   yield* benchRedis
-  console.log(`database ${name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${ROWS.toLocaleString("en")} rows` +
-    `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`)
+  console.log(
+    `database ${name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ${ROWS.toLocaleString("en")} rows` +
+      `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`
+  )
 
   const Database = migratedDatabase(url)
   // Exactly the production layers drop-canceling-builds runs on (see layers/App.ts).
   const Platform = Layer.mergeAll(BuildsSql, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
-    Layer.provideMerge(Layer.mergeAll(Database, Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({ node: "bench" })))
+    Layer.provideMerge(
+      Layer.mergeAll(Database, Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({ node: "bench" }))
+    )
   )
 
   yield* Effect.gen(function*() {
@@ -85,12 +89,14 @@ const program = Effect.gen(function*() {
       ORDER BY created_at, project_id, id OFFSET ${Math.floor(ROWS / STUCK_EVERY / 2)} LIMIT 1`
     if (middle[0] !== undefined) {
       console.log("\nEXPLAIN (ANALYZE, BUFFERS) a page in the middle of the walk (keyset):")
-      console.log(yield* explain(Option.some({
-        createdAt: DateTime.fromDateUnsafe(middle[0].created_at),
-        projectId: Number(middle[0].project_id),
-        id: Number(middle[0].id),
-        createdAtExact: middle[0].created_at_exact
-      })))
+      console.log(
+        yield* explain(Option.some({
+          createdAt: DateTime.fromDateUnsafe(middle[0].created_at),
+          projectId: Number(middle[0].project_id),
+          id: Number(middle[0].id),
+          createdAtExact: middle[0].created_at_exact
+        }))
+      )
     }
 
     const cpu = process.cpuUsage()
@@ -104,7 +110,11 @@ const program = Effect.gen(function*() {
       WHERE status = 'canceling' AND type = 'Ci::Build' AND created_at < ${new Date(NOW.getTime() - 3_600_000)}
         AND updated_at < ${new Date(NOW.getTime() - 3_600_000)}`
 
-    console.log(`\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${result.error ? ` ${result.error}` : ""}`)
+    console.log(
+      `\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${
+        result.error ? ` ${result.error}` : ""
+      }`
+    )
     console.log(`summary                            ${JSON.stringify(summary)}`)
     console.log(`wall time                          ${seconds.toFixed(2)} s`)
     if (summary !== null) {

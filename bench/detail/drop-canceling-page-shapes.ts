@@ -45,20 +45,40 @@ const program = Effect.scoped(Effect.gen(function*() {
     let after: any = undefined
     let pages = 0
     while (true) {
-      const keyset = after === undefined ? sql`` : sql`AND (created_at, project_id, id) > (${after.created_at}::timestamp, ${after.project_id}, ${after.id})`
-      const page = yield* sql<any>`SELECT id, project_id, runner_id, lock_version, to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact FROM ci_builds
+      const keyset = after === undefined
+        ? sql``
+        : sql`AND (created_at, project_id, id) > (${after.created_at}::timestamp, ${after.project_id}, ${after.id})`
+      const page = yield* sql<
+        any
+      >`SELECT id, project_id, runner_id, lock_version, to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact FROM ci_builds
         WHERE status = 'canceling' AND type = 'Ci::Build' AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC' AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC' ${keyset}
         ORDER BY created_at, project_id, id LIMIT ${PAGE}`
       if (page.length === 0) break
-      after = { created_at: page[page.length - 1].created_at_exact, project_id: page[page.length - 1].project_id, id: page[page.length - 1].id }
+      after = {
+        created_at: page[page.length - 1].created_at_exact,
+        project_id: page[page.length - 1].project_id,
+        id: page[page.length - 1].id
+      }
       const v = VARIANTS[pages++ % VARIANTS.length]!
       const rows = page.map((b: any) => ({ id: Number(b.id), read_lock_version: b.lock_version }))
-      const evs = page.map((b: any) => ({ key: String(b.id), stream: `build:${b.id}`, type: "BuildDropped", data: { id: Number(b.id), project_id: Number(b.project_id), runner_id: b.runner_id === null ? null : Number(b.runner_id), failure_reason: "stuck_or_timeout_failure" } }))
+      const evs = page.map((b: any) => ({
+        key: String(b.id),
+        stream: `build:${b.id}`,
+        type: "BuildDropped",
+        data: {
+          id: Number(b.id),
+          project_id: Number(b.project_id),
+          runner_id: b.runner_id === null ? null : Number(b.runner_id),
+          failure_reason: "stuck_or_timeout_failure"
+        }
+      }))
       const s = performance.now()
       if (v === "five" || v === "noevents") {
         yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('x', 1) ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch RETURNING epoch`
-          const upd = yield* sql<any>`UPDATE ci_builds AS b SET status = 'failed', failure_reason = 3, finished_at = ${NOW}, updated_at = ${NOW}, lock_version = b.lock_version + 1
+          const upd = yield* sql<
+            any
+          >`UPDATE ci_builds AS b SET status = 'failed', failure_reason = 3, finished_at = ${NOW}, updated_at = ${NOW}, lock_version = b.lock_version + 1
             FROM jsonb_to_recordset(${sql.json(rows)}) AS r(id bigint, read_lock_version integer)
             WHERE b.id = r.id AND b.status = 'canceling' AND b.lock_version = r.read_lock_version RETURNING b.id`
           if (v === "five") {
@@ -66,14 +86,20 @@ const program = Effect.scoped(Effect.gen(function*() {
             const batch = evs.filter((e: any) => won.has(e.key)).map(({ key, ...e }: any) => e)
             yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
               SELECT e.stream, e.type, e.data, ${runId}::uuid, ${NOW}::timestamptz
-              FROM ROWS FROM (jsonb_to_recordset(${sql.json(batch)}) AS (stream text, type text, data jsonb)) WITH ORDINALITY AS e(stream, type, data, n) ORDER BY e.n`
+              FROM ROWS FROM (jsonb_to_recordset(${
+              sql.json(batch)
+            }) AS (stream text, type text, data jsonb)) WITH ORDINALITY AS e(stream, type, data, n) ORDER BY e.n`
           }
         }))
       } else if (v === "single" || v === "single-noevents") {
-        const ev = v === "single" ? sql`, logged AS (INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+        const ev = v === "single" ?
+          sql`, logged AS (INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
             SELECT e.stream, e.type, e.data, ${runId}::uuid, ${NOW}::timestamptz
-            FROM ROWS FROM (jsonb_to_recordset(${sql.json(evs)}) AS (key text, stream text, type text, data jsonb)) WITH ORDINALITY AS e(key, stream, type, data, n)
-            WHERE e.key IN (SELECT key FROM dropped) ORDER BY e.n)` : sql``
+            FROM ROWS FROM (jsonb_to_recordset(${
+            sql.json(evs)
+          }) AS (key text, stream text, type text, data jsonb)) WITH ORDINALITY AS e(key, stream, type, data, n)
+            WHERE e.key IN (SELECT key FROM dropped) ORDER BY e.n)` :
+          sql``
         yield* sql<any>`WITH fenced AS (
             INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('x', 1) ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch RETURNING epoch),
           dropped AS (UPDATE ci_builds AS b SET status = 'failed', failure_reason = 3, finished_at = ${NOW}, updated_at = ${NOW}, lock_version = b.lock_version + 1
@@ -93,12 +119,26 @@ const program = Effect.scoped(Effect.gen(function*() {
           SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(id::text), '[]') FROM dropped) AS keys`
       } else if (v === "raw") {
         yield* sql`UPDATE ci_builds AS b SET status = 'failed', failure_reason = 3, finished_at = ${NOW}, updated_at = ${NOW}, lock_version = b.lock_version + 1
-            WHERE id IN (SELECT (x->>'id')::bigint FROM jsonb_array_elements(${sql.json(rows)}) x) AND status = 'canceling'`
+            WHERE id IN (SELECT (x->>'id')::bigint FROM jsonb_array_elements(${
+          sql.json(rows)
+        }) x) AND status = 'canceling'`
       }
       times[v]!.push(performance.now() - s)
     }
-    const med = (a: Array<number>) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]! }
-    console.log(JSON.stringify({ PAGE, ...Object.fromEntries(Object.entries(times).map(([k, a]) => [k, `median ${med(a).toFixed(2)} ms, min ${Math.min(...a).toFixed(2)} (n=${a.length})`])) }))
+    const med = (a: Array<number>) => {
+      const b = [...a].sort((x, y) => x - y)
+      return b[Math.floor(b.length / 2)]!
+    }
+    console.log(
+      JSON.stringify({
+        PAGE,
+        ...Object.fromEntries(
+          Object.entries(times).map((
+            [k, a]
+          ) => [k, `median ${med(a).toFixed(2)} ms, min ${Math.min(...a).toFixed(2)} (n=${a.length})`])
+        )
+      })
+    )
   }).pipe(Effect.provide(Layer.orDie(migratedDatabase(db.url))))
 }))
 NodeRuntime.runMain(program)

@@ -17,16 +17,23 @@ import { MemoryBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, TuningFromConfig } from "../../src/layers/Config.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { EventRetentionSql } from "../../src/layers/EventRetentionSql.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { PruneEvents, type PruneEventsSummary } from "../../src/programs/PruneEvents.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventRetention } from "../../src/services/EventRetention.ts"
 import { benchDatabase, envInt, fmt, line, migratedDatabase, timed } from "../support/harness.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const EVENTS = envInt("BENCH_EVENTS", 1_000_000)
 const BATCH_EVENTS = envInt("BENCH_BATCH_EVENTS", 100_000)
 const DAYS = 200
-const BATCHES = ["stuck-export-jobs", "drop-canceling-builds", "delete-stale-direct-uploads", "reschedule-stuck-issue-rebalances", "concurrency-limit-resume", "prune-events"]
+const BATCHES = [
+  "stuck-export-jobs",
+  "drop-canceling-builds",
+  "delete-stale-direct-uploads",
+  "reschedule-stuck-issue-rebalances",
+  "concurrency-limit-resume",
+  "prune-events"
+]
 
 const pageTimes: Array<number> = []
 let keptMs = 0
@@ -65,9 +72,13 @@ const seed = (now: Date) =>
           ELSE jsonb_build_object('batch', b.name, 'outcome', 'succeeded', 'summary', '{}'::jsonb, 'duration_ms', 10, 'dryRun', false) END,
         r.id, r.at + CASE WHEN t.type = 'RunStarted' THEN interval '0' ELSE interval '1 second' END
       FROM (SELECT gen_random_uuid() AS id, i,
-              ${now}::timestamptz - ((${spanSeconds}::bigint * i / ${Math.max(1, BATCH_EVENTS / 2)}) * interval '1 second') AS at
+              ${now}::timestamptz - ((${spanSeconds}::bigint * i / ${
+      Math.max(1, BATCH_EVENTS / 2)
+    }) * interval '1 second') AS at
             FROM generate_series(1, ${Math.floor(BATCH_EVENTS / 2)}) AS i) AS r
-      CROSS JOIN LATERAL (SELECT (ARRAY[${sql.unsafe(BATCHES.map((b) => `'${b}'`).join(", "))}])[1 + r.i % ${BATCHES.length}] AS name) AS b
+      CROSS JOIN LATERAL (SELECT (ARRAY[${
+      sql.unsafe(BATCHES.map((b) => `'${b}'`).join(", "))
+    }])[1 + r.i % ${BATCHES.length}] AS name) AS b
       CROSS JOIN (VALUES ('RunStarted', 1), ('RunFinished', 2)) AS t(type, n)
       ORDER BY r.at DESC, t.n`
     yield* sql`ANALYZE sweeper_events`
@@ -84,14 +95,23 @@ const program = Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const now = new Date()
     yield* timed(`seed ${fmt(EVENTS)} repair + ${fmt(BATCH_EVENTS)} batch events`, seed(now))
-    const size = () => Effect.map(sql<{ rows: string; bytes: string }>`SELECT (SELECT count(*) FROM sweeper_events) AS rows, pg_total_relation_size('sweeper_events') AS bytes`, (r) => r[0]!)
+    const size = () =>
+      Effect.map(
+        sql<
+          { rows: string; bytes: string }
+        >`SELECT (SELECT count(*) FROM sweeper_events) AS rows, pg_total_relation_size('sweeper_events') AS bytes`,
+        (r) => r[0]!
+      )
     const wal = () => Effect.map(sql<{ lsn: string }>`SELECT pg_current_wal_lsn()::text AS lsn`, (r) => r[0]!.lsn)
     const before = yield* size()
     const walBefore = yield* wal()
     const start = performance.now()
     const result = yield* runBatch(PruneEvents, { trigger: "manual", budget: Duration.hours(1) })
     const seconds = (performance.now() - start) / 1000
-    const walBytes = yield* Effect.map(sql<{ bytes: string }>`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ${walBefore}::pg_lsn) AS bytes`, (r) => Number(r[0]!.bytes))
+    const walBytes = yield* Effect.map(
+      sql<{ bytes: string }>`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ${walBefore}::pg_lsn) AS bytes`,
+      (r) => Number(r[0]!.bytes)
+    )
     const after = yield* size()
     const summary = result.summary as PruneEventsSummary | null
     line("outcome", `${result.outcome}${result.error ? ` (${result.error})` : ""}`)
@@ -100,10 +120,21 @@ const program = Effect.gen(function*() {
     line("wall time", `${seconds.toFixed(2)} s`)
     line("kept-for-state query", `${(keptMs / 1000).toFixed(2)} s`)
     const sorted = [...pageTimes].sort((a, b) => a - b)
-    line("pages (DELETE + EventsPruned, one transaction)", `${pageTimes.length}, median ${(sorted[Math.floor(sorted.length / 2)] ?? 0).toFixed(0)} ms, slowest ${(sorted.at(-1) ?? 0).toFixed(0)} ms`)
+    line(
+      "pages (DELETE + EventsPruned, one transaction)",
+      `${pageTimes.length}, median ${(sorted[Math.floor(sorted.length / 2)] ?? 0).toFixed(0)} ms, slowest ${
+        (sorted.at(-1) ?? 0).toFixed(0)
+      } ms`
+    )
     line("rows deleted/s", fmt((summary?.pruned ?? 0) / seconds))
-    line("WAL written", `${fmt(walBytes / 1024 / 1024, 1)} MB (${fmt(walBytes / Math.max(1, summary?.pruned ?? 1))} B per row)`)
-    line("table + indexes before / after (autovacuum reclaims)", `${fmt(Number(before.bytes) / 1024 / 1024)} MB / ${fmt(Number(after.bytes) / 1024 / 1024)} MB`)
+    line(
+      "WAL written",
+      `${fmt(walBytes / 1024 / 1024, 1)} MB (${fmt(walBytes / Math.max(1, summary?.pruned ?? 1))} B per row)`
+    )
+    line(
+      "table + indexes before / after (autovacuum reclaims)",
+      `${fmt(Number(before.bytes) / 1024 / 1024)} MB / ${fmt(Number(after.bytes) / 1024 / 1024)} MB`
+    )
   }).pipe(Effect.provide(Platform))
 }).pipe(Effect.scoped)
 

@@ -20,6 +20,7 @@ import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { ExportJobsSql } from "../../src/layers/ExportJobsSql.ts"
 import { JobStatusRedis } from "../../src/layers/JobStatusRedis.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { StuckExportJobs, type StuckExportJobsSummary } from "../../src/programs/StuckExportJobs.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
@@ -44,7 +45,6 @@ import {
   Stopwatch,
   timed
 } from "../support/harness.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { BenchLogging } from "../support/logging.ts"
 
 /** Queued/started jobs: ids 1..JOBS, odd ids have completed (no status key), even ids still run. */
@@ -130,9 +130,11 @@ const InstrumentedJobStatus = Layer.effect(
 const program = Effect.gen(function*() {
   const database = yield* benchDatabase(SYNCHRONOUS_COMMIT)
   const redis = yield* benchRedis
-  console.log(`database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ` +
-    `${fmt(JOBS)} queued/started jobs + ${fmt(HISTORY)} finished/failed` +
-    `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`)
+  console.log(
+    `database ${database.name} on ${new URL(adminUrl).host}, redis ${redisUrl}, ` +
+      `${fmt(JOBS)} queued/started jobs + ${fmt(HISTORY)} finished/failed` +
+      `${SYNCHRONOUS_COMMIT === undefined ? "" : `, synchronous_commit=${SYNCHRONOUS_COMMIT}`}\n`
+  )
 
   const Platform = Layer.mergeAll(InstrumentedExportJobs, InstrumentedJobStatus, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
@@ -148,14 +150,22 @@ const program = Effect.gen(function*() {
     const now = new Date()
     yield* timed("seed rows (generate_series)", seedRows(now))
     const keys = yield* timed(`seed status keys (pipelined SET EX, ${SET_PIPELINE}/trip)`, seedStatusKeys(redis))
-    const byStatus = yield* sql<{ status: number; n: string }>`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
+    const byStatus = yield* sql<
+      { status: number; n: string }
+    >`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
     const parallel = yield* sql<{ young: string; old: string }>`
       SELECT count(*) FILTER (WHERE created_at > ${now}::timestamptz - interval '6 hours') AS young,
         count(*) FILTER (WHERE created_at <= ${now}::timestamptz - interval '6 hours') AS old
       FROM project_export_jobs j WHERE status IN (0, 1) AND EXISTS (SELECT 1 FROM project_relation_exports r WHERE r.project_export_job_id = j.id)`
-    line("jobs by status", byStatus.map((r) => `${["queued", "started", "finished", "failed"][r.status]}=${fmt(Number(r.n))}`).join(", "))
+    line(
+      "jobs by status",
+      byStatus.map((r) => `${["queued", "started", "finished", "failed"][r.status]}=${fmt(Number(r.n))}`).join(", ")
+    )
     line("status keys (still running)", keys)
-    line("parallel exports (queued/started)", `${fmt(Number(parallel[0]!.young))} younger than 6 h, ${fmt(Number(parallel[0]!.old))} older`)
+    line(
+      "parallel exports (queued/started)",
+      `${fmt(Number(parallel[0]!.young))} younger than 6 h, ${fmt(Number(parallel[0]!.old))} older`
+    )
 
     collectGarbage()
     const before = memoryNow()
@@ -169,13 +179,19 @@ const program = Effect.gen(function*() {
     const cpuUsed = process.cpuUsage(cpu)
 
     const summary = result.summary as StuckExportJobsSummary | null
-    const after = yield* sql<{ status: number; n: string }>`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
+    const after = yield* sql<
+      { status: number; n: string }
+    >`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
     const events = yield* sql<{ n: string }>`
       SELECT count(*) AS n FROM sweeper_events WHERE run_id = ${result.runId} AND type = 'ExportJobFailed'`
     const finished = yield* sql<{ bytes: string }>`
       SELECT pg_column_size(data) AS bytes FROM sweeper_events WHERE run_id = ${result.runId} AND type = 'RunFinished'`
 
-    console.log(`\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${result.error ? ` ${result.error}` : ""}`)
+    console.log(
+      `\nrun ${result.runId}: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}${
+        result.error ? ` ${result.error}` : ""
+      }`
+    )
     if (summary !== null) {
       const { failedJids, ...counts } = summary
       line("summary", `${JSON.stringify(counts)}, failedJids: ${fmt(failedJids.length)} jids`)
@@ -183,17 +199,29 @@ const program = Effect.gen(function*() {
     line("wall time", `${seconds.toFixed(2)} s`)
     line("jobs checked/s", fmt((summary?.checked ?? 0) / seconds))
     line("jobs failed/s", fmt((summary?.failed ?? 0) / seconds))
-    line("jobs by status after", after.map((r) => `${["queued", "started", "finished", "failed"][r.status]}=${fmt(Number(r.n))}`).join(", "))
+    line(
+      "jobs by status after",
+      after.map((r) => `${["queued", "started", "finished", "failed"][r.status]}=${fmt(Number(r.n))}`).join(", ")
+    )
     line("ExportJobFailed events", Number(events[0]!.n))
-    line("RunFinished event data (with failedJids)", finished[0] === undefined ? "-" : `${fmt(Number(finished[0].bytes) / 1024)} KB (stored, compressed)`)
+    line(
+      "RunFinished event data (with failedJids)",
+      finished[0] === undefined ? "-" : `${fmt(Number(finished[0].bytes) / 1024)} KB (stored, compressed)`
+    )
     line("Redis round trips", formatCommands(commands))
-    line(`  MGET (slices of ${JOB_STATUS_LOOKUP_SLICE})`, `${fmt(commands.get("mget")?.calls ?? 0)} (expected ${fmt(Math.ceil(JOBS / JOB_STATUS_LOOKUP_SLICE))})`)
+    line(
+      `  MGET (slices of ${JOB_STATUS_LOOKUP_SLICE})`,
+      `${fmt(commands.get("mget")?.calls ?? 0)} (expected ${fmt(Math.ceil(JOBS / JOB_STATUS_LOOKUP_SLICE))})`
+    )
     console.log("time per step")
     line("  1. listEnqueued (one SELECT)", `${(listTime.totalMs / 1000).toFixed(2)} s`)
     line("  2. completedJids (MGET slices)", `${(lookupTime.totalMs / 1000).toFixed(2)} s`)
     line("  3. findEnqueued (re-read, 1000 ids/query)", `${(rereadTime.totalMs / 1000).toFixed(2)} s`)
-    line("  6. fail (one transaction per job)", `${(failTime.totalMs / 1000).toFixed(2)} s, ${fmt(failTime.calls)} calls, ` +
-      `${(failTime.totalMs / Math.max(failTime.calls, 1)).toFixed(3)} ms each`)
+    line(
+      "  6. fail (one transaction per job)",
+      `${(failTime.totalMs / 1000).toFixed(2)} s, ${fmt(failTime.calls)} calls, ` +
+        `${(failTime.totalMs / Math.max(failTime.calls, 1)).toFixed(3)} ms each`
+    )
     line("process CPU (user+sys)", `${((cpuUsed.user + cpuUsed.system) / 1e6).toFixed(2)} s`)
     line("RSS / heap used before the run (after GC)", `${mb(before.rss)} / ${mb(before.heapUsed)}`)
     line(`peak RSS / heap used during the run`, `${mb(peak.rss)} / ${mb(peak.heapUsed)}`)

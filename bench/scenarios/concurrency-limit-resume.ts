@@ -72,7 +72,18 @@ export const scenario: Scenario<Size> = {
       let moves = 0
       yield* Effect.promise(async () => {
         while (true) {
-          const moved = await context.redis.eval(RAW_SCRIPT, 3, keys.deferred, queueKey(QUEUE), "queues", RAW_MOVE, WORKER, QUEUE, Date.now() / 1000, `raw-${moves}`) as number
+          const moved = await context.redis.eval(
+            RAW_SCRIPT,
+            3,
+            keys.deferred,
+            queueKey(QUEUE),
+            "queues",
+            RAW_MOVE,
+            WORKER,
+            QUEUE,
+            Date.now() / 1000,
+            `raw-${moves}`
+          ) as number
           moves++
           if (moved === 0) break
         }
@@ -89,11 +100,21 @@ export const scenario: Scenario<Size> = {
           if (raw === null) break
           const deferred = JSON.parse(raw) as { args: unknown; context?: Record<string, unknown>; buffered_at?: number }
           const now = Date.now() / 1000
-          await context.redis.lpush(queueKey(QUEUE), JSON.stringify({
-            class: WORKER, args: deferred.args, jid: (i++).toString(16).padStart(24, "0"), queue: QUEUE, retry: true,
-            created_at: now, enqueued_at: now, ...deferred.context,
-            concurrency_limit_resume: true, concurrency_limit_buffered_at: deferred.buffered_at ?? null
-          }))
+          await context.redis.lpush(
+            queueKey(QUEUE),
+            JSON.stringify({
+              class: WORKER,
+              args: deferred.args,
+              jid: (i++).toString(16).padStart(24, "0"),
+              queue: QUEUE,
+              retry: true,
+              created_at: now,
+              enqueued_at: now,
+              ...deferred.context,
+              concurrency_limit_resume: true,
+              concurrency_limit_buffered_at: deferred.buffered_at ?? null
+            })
+          )
         }
         await context.redis.sadd("queues", QUEUE)
       })

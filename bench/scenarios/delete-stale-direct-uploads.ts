@@ -48,33 +48,45 @@ export const scenario: Scenario<Size> = {
   seed: (size, context) => seed(size, context),
 
   sweeper: () => (context) =>
-    removedBy(context, Effect.map(runOnce(DeleteStaleDirectUploads, context, { budget: Duration.hours(1) }), ({ seconds }) => ({ seconds }))),
+    removedBy(
+      context,
+      Effect.map(
+        runOnce(DeleteStaleDirectUploads, context, { budget: Duration.hours(1) }),
+        ({ seconds }) => ({ seconds })
+      )
+    ),
 
   raw: () => (context) =>
-    removedBy(context, Effect.promise(async () => {
-      const now = nowSeconds()
-      let cursor = "0"
-      do {
-        const [next, flat] = await context.redis.hscan(PENDING_DIRECT_UPLOADS_KEY, cursor, "COUNT", 1000)
-        const stale: Array<string> = []
-        for (let i = 0; i + 1 < flat.length; i += 2) if (isStale(flat[i + 1]!, now)) stale.push(flat[i]!)
-        if (stale.length > 0) await context.redis.hdel(PENDING_DIRECT_UPLOADS_KEY, ...stale)
-        cursor = next
-      } while (cursor !== "0")
-      return {}
-    })),
+    removedBy(
+      context,
+      Effect.promise(async () => {
+        const now = nowSeconds()
+        let cursor = "0"
+        do {
+          const [next, flat] = await context.redis.hscan(PENDING_DIRECT_UPLOADS_KEY, cursor, "COUNT", 1000)
+          const stale: Array<string> = []
+          for (let i = 0; i + 1 < flat.length; i += 2) if (isStale(flat[i + 1]!, now)) stale.push(flat[i]!)
+          if (stale.length > 0) await context.redis.hdel(PENDING_DIRECT_UPLOADS_KEY, ...stale)
+          cursor = next
+        } while (cursor !== "0")
+        return {}
+      })
+    ),
 
   perRecord: () => (context) =>
-    removedBy(context, Effect.promise(async () => {
-      const now = nowSeconds()
-      let cursor = "0"
-      do {
-        const [next, flat] = await context.redis.hscan(PENDING_DIRECT_UPLOADS_KEY, cursor, "COUNT", 100)
-        for (let i = 0; i + 1 < flat.length; i += 2) {
-          if (isStale(flat[i + 1]!, now)) await context.redis.hdel(PENDING_DIRECT_UPLOADS_KEY, flat[i]!)
-        }
-        cursor = next
-      } while (cursor !== "0")
-      return {}
-    }))
+    removedBy(
+      context,
+      Effect.promise(async () => {
+        const now = nowSeconds()
+        let cursor = "0"
+        do {
+          const [next, flat] = await context.redis.hscan(PENDING_DIRECT_UPLOADS_KEY, cursor, "COUNT", 100)
+          for (let i = 0; i + 1 < flat.length; i += 2) {
+            if (isStale(flat[i + 1]!, now)) await context.redis.hdel(PENDING_DIRECT_UPLOADS_KEY, flat[i]!)
+          }
+          cursor = next
+        } while (cursor !== "0")
+        return {}
+      })
+    )
 }

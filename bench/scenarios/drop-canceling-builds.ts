@@ -12,10 +12,10 @@ import { performance } from "node:perf_hooks"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX } from "../../src/domain/Build.ts"
 import { stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
+import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import type { Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
 import { runOnce, succeeded, withSweeper } from "./platform.ts"
-import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 
 interface Size {
   readonly rows: number
@@ -32,8 +32,14 @@ const PER_RECORD_PAGE = 100
 /** EXPLAIN (ANALYZE, BUFFERS) of the batch's first page query: its time and the buffers it touched. */
 const explainScan = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
-  const query = stuckCancelingQuery(sql, { cutoff: DateTime.makeUnsafe(CUTOFF), after: Option.none(), limit: DROP_BATCH_SIZE })
-  const plan = yield* sql<{ "QUERY PLAN": ReadonlyArray<{ readonly "Execution Time": number; readonly Plan: Record<string, number> }> }>`
+  const query = stuckCancelingQuery(sql, {
+    cutoff: DateTime.makeUnsafe(CUTOFF),
+    after: Option.none(),
+    limit: DROP_BATCH_SIZE
+  })
+  const plan = yield* sql<
+    { "QUERY PLAN": ReadonlyArray<{ readonly "Execution Time": number; readonly Plan: Record<string, number> }> }
+  >`
     EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${query}`
   const root = plan[0]!["QUERY PLAN"][0]!
   const buffers = (root.Plan["Shared Hit Blocks"] ?? 0) + (root.Plan["Shared Read Blocks"] ?? 0)
@@ -48,7 +54,9 @@ const settings = (): { readonly dropBatchSize?: number } => {
   const raw = process.env.SWEEPER_DROP_BATCH_SIZE
   if (raw === undefined || raw === "") return {}
   const size = Number(raw)
-  if (!Number.isInteger(size) || size < 1 || size > DROP_BATCH_SIZE_MAX) throw new Error(`SWEEPER_DROP_BATCH_SIZE: ${raw} is not an integer 1..${DROP_BATCH_SIZE_MAX}`)
+  if (!Number.isInteger(size) || size < 1 || size > DROP_BATCH_SIZE_MAX) {
+    throw new Error(`SWEEPER_DROP_BATCH_SIZE: ${raw} is not an integer 1..${DROP_BATCH_SIZE_MAX}`)
+  }
   return { dropBatchSize: size }
 }
 
@@ -68,7 +76,11 @@ export const scenario: Scenario<Size> = {
     Effect.gen(function*() {
       const { summary, seconds } = yield* runOnce(DropCancelingBuilds, context, { now: NOW, settings: settings() })
       const dropped = Number(summary.dropped ?? 0) + Number(summary.doomed ?? 0)
-      return { repaired: dropped, seconds, notes: { pages: Number(summary.batches ?? 0), batchSize: settings().dropBatchSize ?? DROP_BATCH_SIZE } }
+      return {
+        repaired: dropped,
+        seconds,
+        notes: { pages: Number(summary.batches ?? 0), batchSize: settings().dropBatchSize ?? DROP_BATCH_SIZE }
+      }
     }),
 
   raw: () => () =>
@@ -142,9 +154,13 @@ export const scenario: Scenario<Size> = {
       return {
         repaired: 0,
         notes: {
-          "nothing to do, right after the repair (run wall time)": `${afterRepair.ms.toFixed(1)} ms (${afterRepair.dropped} dropped)`,
+          "nothing to do, right after the repair (run wall time)": `${
+            afterRepair.ms.toFixed(1)
+          } ms (${afterRepair.dropped} dropped)`,
           "its scan then (EXPLAIN ANALYZE)": scan,
-          "nothing to do, after VACUUM (run wall time)": `${afterVacuum.ms.toFixed(1)} ms (${afterVacuum.dropped} dropped)`
+          "nothing to do, after VACUUM (run wall time)": `${
+            afterVacuum.ms.toFixed(1)
+          } ms (${afterVacuum.dropped} dropped)`
         }
       }
     })

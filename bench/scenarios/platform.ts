@@ -11,19 +11,31 @@ import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
 import { runBatch, type RunResult } from "../../src/runtime/RunGuard.ts"
-import { migratedDatabase } from "../support/harness.ts"
 import type { PhaseContext } from "../support/compare.ts"
+import { migratedDatabase } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"
 
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
   // The sweeper+gate phase: the health gate as the composition root provides it (App.ts).
-  const all = { node: "bench", ...settings, ...(context.health === undefined ? {} : { health: Option.some(context.health) }) }
+  const all = {
+    node: "bench",
+    ...settings,
+    ...(context.health === undefined ? {} : { health: Option.some(context.health) })
+  }
   const config = SweeperConfig.layerWith(all)
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
   const gate = healthLayer({ health: all.health ?? Option.none(), concurrencyLimits: all.concurrencyLimits ?? {} })
   return Layer.merge(gate, RepairSteps).pipe(
-    Layer.provideMerge(Layer.mergeAll(SqlBackends, RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }), ObjectStorageLocal(roots), TuningFromConfig, MetricsPrometheus)),
+    Layer.provideMerge(
+      Layer.mergeAll(
+        SqlBackends,
+        RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }),
+        ObjectStorageLocal(roots),
+        TuningFromConfig,
+        MetricsPrometheus
+      )
+    ),
     Layer.provideMerge(Layer.mergeAll(migratedDatabase(context.databaseUrl), config)),
     Layer.orDie
   )
@@ -43,7 +55,11 @@ export interface RunOnceOptions {
 export const withSweeper = <A, E>(
   context: PhaseContext,
   options: RunOnceOptions,
-  use: (run: (batch: Batch<unknown, unknown, any>) => Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>) => Effect.Effect<A, E>
+  use: (
+    run: (
+      batch: Batch<unknown, unknown, any>
+    ) => Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>
+  ) => Effect.Effect<A, E>
 ) =>
   Effect.gen(function*() {
     const services = yield* Layer.build(sweeperPlatform(context, options.settings))
@@ -53,14 +69,23 @@ export const withSweeper = <A, E>(
         const guarded = runBatch(batch, { trigger: "manual", budget: options.budget })
         const result = yield* (options.now === undefined ? guarded : guarded.pipe(startingAt(options.now)))
         return { result, seconds: (performance.now() - start) / 1000 }
-      }).pipe(Effect.provide(services), Effect.provide(BenchLogging)) as Effect.Effect<{ readonly result: RunResult; readonly seconds: number }>
+      }).pipe(Effect.provide(services), Effect.provide(BenchLogging)) as Effect.Effect<
+        { readonly result: RunResult; readonly seconds: number }
+      >
     return yield* use(run)
   }).pipe(Effect.scoped)
 
 /** One run of `batch`: its summary (failing the phase unless it succeeded) and its wall time. */
 export const runOnce = (batch: Batch<unknown, unknown, any>, context: PhaseContext, options: RunOnceOptions = {}) =>
-  withSweeper(context, options, (run) =>
-    Effect.flatMap(run(batch), ({ result, seconds }) => Effect.map(succeeded(result), (summary) => ({ summary, seconds }))))
+  withSweeper(
+    context,
+    options,
+    (run) =>
+      Effect.flatMap(
+        run(batch),
+        ({ result, seconds }) => Effect.map(succeeded(result), (summary) => ({ summary, seconds }))
+      )
+  )
 
 /** Fails the phase loudly when the run did not succeed: a failed run's rate means nothing. */
 export const succeeded = (result: RunResult) =>

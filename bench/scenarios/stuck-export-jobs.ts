@@ -20,7 +20,8 @@ interface Size {
 const NOW = new Date("2026-01-01T05:00:00Z")
 const MGET_SLICE = 1_000
 
-const seed = (size: Size) => (context: PhaseContext) => seedExportJobsWithStatuses(context.redis, { active: size.active, now: NOW })
+const seed = (size: Size) => (context: PhaseContext) =>
+  seedExportJobsWithStatuses(context.redis, { active: size.active, now: NOW })
 
 export const scenario: Scenario<Size> = {
   name: "stuck-export-jobs",
@@ -43,7 +44,9 @@ export const scenario: Scenario<Size> = {
   raw: () => (context) =>
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
-      const jobs = yield* sql<{ id: string; jid: string }>`SELECT id, jid FROM project_export_jobs WHERE status IN (0, 1)`
+      const jobs = yield* sql<
+        { id: string; jid: string }
+      >`SELECT id, jid FROM project_export_jobs WHERE status IN (0, 1)`
       const pipeline = context.redis.pipeline()
       for (let start = 0; start < jobs.length; start += MGET_SLICE) {
         pipeline.mget(jobs.slice(start, start + MGET_SLICE).map((job) => jobStatusKey(job.jid)))
@@ -63,7 +66,9 @@ export const scenario: Scenario<Size> = {
   perRecord: () => (context) =>
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
-      const jobs = yield* sql<{ id: string; jid: string }>`SELECT id, jid FROM project_export_jobs WHERE status IN (0, 1) ORDER BY id`
+      const jobs = yield* sql<
+        { id: string; jid: string }
+      >`SELECT id, jid FROM project_export_jobs WHERE status IN (0, 1) ORDER BY id`
       let repaired = 0
       for (const job of jobs) {
         const status = yield* Effect.promise(() => context.redis.get(jobStatusKey(job.jid)))

@@ -9,11 +9,11 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted, Schema } from "effect"
-import { type HealthConfig, HealthJson } from "../../src/domain/Health.ts"
 import type { Redis as IORedis } from "ioredis"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, totalmem } from "node:os"
 import { performance } from "node:perf_hooks"
+import { type HealthConfig, HealthJson } from "../../src/domain/Health.ts"
 import { adminUrl, benchDatabase, benchRedis, fmt, migratedDatabase, redisUrl } from "./harness.ts"
 import { benchLogLevel, describeLogging, loggedBytes } from "./logging.ts"
 
@@ -115,7 +115,9 @@ const timePhase = (name: string, phase: Phase, context: PhaseContext, stuck: num
     const result = yield* phase(context)
     const seconds = result.seconds ?? (performance.now() - start) / 1000
     // Sweeper logs as in production (support/logging.ts): say at which level, and how much.
-    const notes = name === "sweeper" ? { ...result.notes, log: describeLogging(loggedBytes() - logged) } : result.notes ?? {}
+    const notes = name === "sweeper"
+      ? { ...result.notes, log: describeLogging(loggedBytes() - logged) }
+      : result.notes ?? {}
     if (result.repaired !== stuck) {
       console.log(`  !! ${name} repaired ${fmt(result.repaired)} of ${fmt(stuck)} stuck records`)
     }
@@ -126,8 +128,12 @@ const timePhase = (name: string, phase: Phase, context: PhaseContext, stuck: num
       perSecond: result.repaired / seconds,
       notes
     }
-    console.log(`  ${name.padEnd(11)} ${fmt(result.repaired).padStart(10)} in ${seconds.toFixed(2).padStart(8)} s  ` +
-      `${fmt(figures.perSecond).padStart(10)}/s  ${Object.entries(figures.notes).map(([k, v]) => `${k}=${v}`).join(" ")}`)
+    console.log(
+      `  ${name.padEnd(11)} ${fmt(result.repaired).padStart(10)} in ${seconds.toFixed(2).padStart(8)} s  ` +
+        `${fmt(figures.perSecond).padStart(10)}/s  ${
+          Object.entries(figures.notes).map(([k, v]) => `${k}=${v}`).join(" ")
+        }`
+    )
     return figures
   })
 
@@ -155,15 +161,20 @@ export const runScenario = <Size>(scenario: Scenario<Size>, scale: Scale, option
       ["per-record", scenario.perRecord(size)]
     ] as const
     for (const [name, phase] of chosen.filter(([name]) => name !== "per-record" || options.perRecord !== false)) {
-      phases.push(yield* withFreshData(seed, (context, n) => {
-        stuck = n
-        return timePhase(name, phase, context, n)
-      }, name === "sweeper+gate" ? BENCH_HEALTH : undefined))
+      phases.push(
+        yield* withFreshData(seed, (context, n) => {
+          stuck = n
+          return timePhase(name, phase, context, n)
+        }, name === "sweeper+gate" ? BENCH_HEALTH : undefined)
+      )
     }
     let extras: Record<string, string | number> = {}
     if (scenario.extras !== undefined) {
       const extraPhase = scenario.extras(size)
-      extras = yield* withFreshData(seed, (context) => Effect.map(extraPhase(context), (result) => ({ ...result.notes })))
+      extras = yield* withFreshData(
+        seed,
+        (context) => Effect.map(extraPhase(context), (result) => ({ ...result.notes }))
+      )
       for (const [key, value] of Object.entries(extras)) console.log(`  ${key.padEnd(46)} ${value}`)
     }
     const rate = (name: string) => phases.find((p) => p.phase === name)?.perSecond ?? Number.NaN
@@ -196,7 +207,9 @@ export const markdownTable = (all: ReadonlyArray<ScenarioFigures>) => {
       return phase === undefined ? "not run" : `${phase.seconds.toFixed(2)} s (${fmt(phase.perSecond)}/s)`
     }
     const ratio = (value: number) => Number.isNaN(value) ? "–" : value.toFixed(3)
-    return `| ${s.scenario} | ${s.size} | ${cell("sweeper")} | ${cell("raw")} | ${cell("per-record")} | **${ratio(s.ratio)}** | ${ratio(s.gatedRatio)} | ${ratio(s.perRecordRatio)} |`
+    return `| ${s.scenario} | ${s.size} | ${cell("sweeper")} | ${cell("raw")} | ${cell("per-record")} | **${
+      ratio(s.ratio)
+    }** | ${ratio(s.gatedRatio)} | ${ratio(s.perRecordRatio)} |`
   })
   return [
     "| scenario | data | Sweeper | raw baseline | per-record baseline | Sweeper / raw | with health gate / raw | per-record / raw |",
@@ -206,12 +219,19 @@ export const markdownTable = (all: ReadonlyArray<ScenarioFigures>) => {
 }
 
 /** Writes bench/results/<date>-<scale>.json and returns its path. */
-export const writeResults = (scale: Scale, all: ReadonlyArray<ScenarioFigures>, idle?: { readonly rssBytes: number; readonly peakBytes: number }) => {
+export const writeResults = (
+  scale: Scale,
+  all: ReadonlyArray<ScenarioFigures>,
+  idle?: { readonly rssBytes: number; readonly peakBytes: number }
+) => {
   const dir = new URL("../results/", import.meta.url)
   mkdirSync(dir, { recursive: true })
   const stamp = new Date().toISOString().slice(0, 19).replace(/[:T]/g, "-")
   const file = new URL(`${stamp}-${scale}.json`, dir)
-  writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), scale, machine: machine(), scenarios: all, idle }, null, 2) + "\n")
+  writeFileSync(
+    file,
+    JSON.stringify({ date: new Date().toISOString(), scale, machine: machine(), scenarios: all, idle }, null, 2) + "\n"
+  )
   return file.pathname
 }
 

@@ -49,7 +49,9 @@ export const benchDatabase = (synchronousCommit: string | undefined) =>
       const sql = yield* PgClient.PgClient
       yield* sql.unsafe(`CREATE DATABASE ${name}`)
       if (synchronousCommit !== undefined) {
-        yield* sql.unsafe(`ALTER DATABASE ${name} SET synchronous_commit = '${synchronousCommit.replace(/[^a-z_]/g, "")}'`)
+        yield* sql.unsafe(
+          `ALTER DATABASE ${name} SET synchronous_commit = '${synchronousCommit.replace(/[^a-z_]/g, "")}'`
+        )
       }
       return { name, url: databaseUrl(name) }
     }).pipe(Effect.provide(admin)),
@@ -92,7 +94,9 @@ export const benchRedis = Effect.acquireRelease(
       await registry.quit()
       if (ok === null) {
         await client.quit()
-        throw new Error(`Redis database ${redisDb} is claimed by a running test (${claimKey(redisDb)}); set BENCH_REDIS_URL`)
+        throw new Error(
+          `Redis database ${redisDb} is claimed by a running test (${claimKey(redisDb)}); set BENCH_REDIS_URL`
+        )
       }
     }
     await client.flushdb()
@@ -220,10 +224,11 @@ export const samplingMemory = (everyMs: number, bucket?: () => number) => <A, E,
       return { peak, sample, timer }
     }),
     ({ peak }) => Effect.map(effect, (result) => [result, peak as MemoryPeaks] as const),
-    ({ sample, timer }) => Effect.sync(() => {
-      clearInterval(timer)
-      sample()
-    })
+    ({ sample, timer }) =>
+      Effect.sync(() => {
+        clearInterval(timer)
+        sample()
+      })
   )
 
 // ---------------------------------------------------------------------------------------------

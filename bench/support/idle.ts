@@ -28,7 +28,8 @@ const root = new URL("../../", import.meta.url).pathname
  * environment it sets and node's arguments.
  */
 const startCommand = (): { readonly env: Record<string, string>; readonly args: Array<string> } => {
-  const script = (JSON.parse(readFileSync(`${root}package.json`, "utf8")) as { scripts: { start: string } }).scripts.start
+  const script =
+    (JSON.parse(readFileSync(`${root}package.json`, "utf8")) as { scripts: { start: string } }).scripts.start
   const words = script.split(/\s+/).filter((word) => word !== "exec")
   const env: Record<string, string> = {}
   while (/^[A-Z_][A-Z0-9_]*=/.test(words[0] ?? "")) {
@@ -43,39 +44,52 @@ export const idleFootprint = Effect.scoped(Effect.gen(function*() {
   const database = yield* benchDatabase(undefined)
   yield* benchRedis
   const { args, env: startEnv } = startCommand()
-  yield* Effect.sync(() => execFileSync(process.execPath, [...args.slice(0, -1), "--help"], { cwd: root, stdio: "ignore" }))
+  yield* Effect.sync(() =>
+    execFileSync(process.execPath, [...args.slice(0, -1), "--help"], { cwd: root, stdio: "ignore" })
+  )
   const child = yield* Effect.acquireRelease(
-    Effect.sync(() => spawn(process.execPath, args, {
-      cwd: root,
-      env: {
-        ...startEnv,
-        PATH: process.env.PATH ?? "",
-        DATABASE_URL: database.url,
-        REDIS_URL: redisUrl,
-        SWEEPER_HTTP_PORT: "0",
-        SWEEPER_DATA_DIR: mkdtempSync(join(tmpdir(), "sweeper-idle-")),
-        // Production's default, Info, unless BENCH_LOG_LEVEL asks for another (support/logging.ts).
-        SWEEPER_LOG_LEVEL: benchLogLevel
-      },
-      stdio: ["ignore", "pipe", "pipe"]
-    })),
-    (child) => Effect.promise(() => new Promise<void>((resolve) => {
-      if (child.exitCode !== null) return resolve()
-      child.once("exit", () => resolve())
-      child.kill("SIGTERM")
-    }))
+    Effect.sync(() =>
+      spawn(process.execPath, args, {
+        cwd: root,
+        env: {
+          ...startEnv,
+          PATH: process.env.PATH ?? "",
+          DATABASE_URL: database.url,
+          REDIS_URL: redisUrl,
+          SWEEPER_HTTP_PORT: "0",
+          SWEEPER_DATA_DIR: mkdtempSync(join(tmpdir(), "sweeper-idle-")),
+          // Production's default, Info, unless BENCH_LOG_LEVEL asks for another (support/logging.ts).
+          SWEEPER_LOG_LEVEL: benchLogLevel
+        },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+    ),
+    (child) =>
+      Effect.promise(() =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null) return resolve()
+          child.once("exit", () => resolve())
+          child.kill("SIGTERM")
+        })
+      )
   )
   let output = ""
   child.stdout.on("data", (chunk) => (output += String(chunk)))
   child.stderr.on("data", (chunk) => (output += String(chunk)))
   // Start-up (connect, migrate, schedule) takes a few seconds; then it only waits for ticks.
   yield* Effect.sleep(`${IDLE_SECONDS} seconds`)
-  if (child.exitCode !== null) return yield* Effect.die(new Error(`sweeper start exited (${child.exitCode}): ${output.slice(-500)}`))
+  if (child.exitCode !== null) {
+    return yield* Effect.die(new Error(`sweeper start exited (${child.exitCode}): ${output.slice(-500)}`))
+  }
   const pid = child.pid!
   const rss = statusField(pid, "VmRSS")
   const peak = statusField(pid, "VmHWM")
   const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`
-  console.log(`\nidle supervisor (${Object.entries(startEnv).map(([k, v]) => `${k}=${v} `).join("")}node ${args.join(" ")}; DATABASE_URL + REDIS_URL, all batches scheduled, ${IDLE_SECONDS} s after start)`)
+  console.log(
+    `\nidle supervisor (${Object.entries(startEnv).map(([k, v]) => `${k}=${v} `).join("")}node ${
+      args.join(" ")
+    }; DATABASE_URL + REDIS_URL, all batches scheduled, ${IDLE_SECONDS} s after start)`
+  )
   console.log(`  RSS ${mb(rss)}, peak ${mb(peak)} (target ≤ 100 MB)`)
   return { rssBytes: rss, peakBytes: peak }
 }))

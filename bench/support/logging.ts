@@ -45,4 +45,6 @@ export const withBenchLogging = <A, E, R>(effect: Effect.Effect<A, E, R>): Effec
 
 /** The log level and volume, for a figures line: `Info (31.9 MB logged)`, `Info (12 kB logged)`. */
 export const describeLogging = (bytes: number) =>
-  `${benchLogLevel} (${bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(1)} MB` : `${Math.round(bytes / 1024)} kB`} logged)`
+  `${benchLogLevel} (${
+    bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(1)} MB` : `${Math.round(bytes / 1024)} kB`
+  } logged)`

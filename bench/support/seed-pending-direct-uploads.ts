@@ -7,7 +7,11 @@
  *   node bench/support/seed-pending-direct-uploads.ts '<SeedOptions as JSON>'
  */
 import { Redis } from "ioredis"
-import { type PendingUploadsAtScale, type PendingUploadsCounts, seedPendingUploadsAtScale } from "../../src/simulator/Fixtures.ts"
+import {
+  type PendingUploadsAtScale,
+  type PendingUploadsCounts,
+  seedPendingUploadsAtScale
+} from "../../src/simulator/Fixtures.ts"
 
 export interface SeedOptions extends PendingUploadsAtScale {
   readonly redisUrl: string

@@ -61,7 +61,8 @@ const dateField = (value: unknown): Date | undefined =>
  * dying mid-run (OOM on its data, a crash the run guard cannot catch) must trip the breaker like
  * one that keeps failing; a deploy kills a run now and then, never five in a row.
  */
-export const isFailure = (outcome: Outcome): boolean => outcome === "failed" || outcome === "timed_out" || outcome === "abandoned"
+export const isFailure = (outcome: Outcome): boolean =>
+  outcome === "failed" || outcome === "timed_out" || outcome === "abandoned"
 
 /** The state after a finished (non-dry) run: the scheduler applies it live, `evolve` from events. */
 export const withRun = (state: BatchHistory, run: LastRun): BatchHistory => ({
@@ -70,7 +71,9 @@ export const withRun = (state: BatchHistory, run: LastRun): BatchHistory => ({
   lastSuccessAt: run.outcome === "succeeded" ? run.finishedAt : state.lastSuccessAt,
   consecutiveFailures: isFailure(run.outcome)
     ? state.consecutiveFailures + 1
-    : run.outcome === "succeeded" ? 0 : state.consecutiveFailures,
+    : run.outcome === "succeeded"
+    ? 0
+    : state.consecutiveFailures,
   openRun: state.openRun !== undefined && state.openRun.runId === run.runId ? undefined : state.openRun
 })
 
@@ -104,7 +107,12 @@ export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory =>
     case "TickMissed":
       return { ...state, lastCoveredTick: later(state.lastCoveredTick, dateField(event.data.scheduled_at)) }
     case "BatchPaused":
-      return { ...state, paused: true, pausedBy: typeof event.data.by === "string" ? event.data.by : undefined, pausedAt: event.occurredAt }
+      return {
+        ...state,
+        paused: true,
+        pausedBy: typeof event.data.by === "string" ? event.data.by : undefined,
+        pausedAt: event.occurredAt
+      }
     case "BatchResumed":
       return { ...state, paused: false, pausedBy: undefined, pausedAt: undefined }
     default:
@@ -187,12 +195,18 @@ export const unfinishedRuns = (events: Iterable<StoredEvent>): ReadonlyArray<Sta
 export const abandonedBecause = (
   run: StartedRun,
   now: Date,
-  options: { readonly leaseEpoch: number | undefined; readonly defaultBudgetMs: number; readonly graceMs: number; readonly slackMs: number }
+  options: {
+    readonly leaseEpoch: number | undefined
+    readonly defaultBudgetMs: number
+    readonly graceMs: number
+    readonly slackMs: number
+  }
 ): string | undefined => {
   if (run.leaseEpoch !== undefined && options.leaseEpoch !== undefined && options.leaseEpoch > run.leaseEpoch) {
     return `its exclusive lease (epoch ${run.leaseEpoch}) was taken over at epoch ${options.leaseEpoch}`
   }
-  const deadline = run.startedAt.getTime() + (run.budgetMs ?? options.defaultBudgetMs) + options.graceMs + options.slackMs
+  const deadline = run.startedAt.getTime() + (run.budgetMs ?? options.defaultBudgetMs) + options.graceMs +
+    options.slackMs
   if (now.getTime() > deadline) return "its budget + grace has passed"
   return undefined
 }

@@ -50,8 +50,19 @@ export const FailureReason = {
 } as const
 
 export const BUILD_STATUSES = [
-  "created", "pending", "running", "success", "failed", "canceling", "canceled", "skipped", "manual",
-  "scheduled", "preparing", "waiting_for_resource", "waiting_for_callback"
+  "created",
+  "pending",
+  "running",
+  "success",
+  "failed",
+  "canceling",
+  "canceled",
+  "skipped",
+  "manual",
+  "scheduled",
+  "preparing",
+  "waiting_for_resource",
+  "waiting_for_callback"
 ] as const
 export type BuildStatus = typeof BUILD_STATUSES[number]
 
@@ -92,13 +103,21 @@ export interface BuildCursor {
   readonly createdAtExact?: string | undefined
 }
 
-export const cursorOf = (build: CancelingBuild): BuildCursor =>
-  ({ createdAt: build.createdAt, projectId: build.projectId, id: build.id, partitionId: build.partitionId, createdAtExact: build.createdAtExact })
+export const cursorOf = (build: CancelingBuild): BuildCursor => ({
+  createdAt: build.createdAt,
+  projectId: build.projectId,
+  id: build.id,
+  partitionId: build.partitionId,
+  createdAtExact: build.createdAtExact
+})
 
 /** Everything strictly before this instant is "older than" the timeout. */
 export const cancelingCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, CANCELING_TIMEOUT)
 
-export const isStuckCanceling = (build: Pick<CancelingBuild, "status" | "createdAt" | "updatedAt">, now: DateTime.Utc) => {
+export const isStuckCanceling = (
+  build: Pick<CancelingBuild, "status" | "createdAt" | "updatedAt">,
+  now: DateTime.Utc
+) => {
   const cutoff = cancelingCutoff(now)
   return build.status === "canceling" && DateTime.isLessThan(build.createdAt, cutoff) &&
     DateTime.isLessThan(build.updatedAt, cutoff)

@@ -23,7 +23,15 @@ export const decodeUtf8 = (bytes: Uint8Array): Option.Option<string> => {
 const hex = (byte: number) => `\\x${byte.toString(16).padStart(2, "0")}`
 /** Bytes a UTF-8 sequence starting with `lead` claims (0: not a lead byte). */
 const sequenceLength = (lead: number) =>
-  lead < 0x80 ? 1 : lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0
+  lead < 0x80
+    ? 1
+    : lead >= 0xc2 && lead <= 0xdf
+    ? 2
+    : lead >= 0xe0 && lead <= 0xef
+    ? 3
+    : lead >= 0xf0 && lead <= 0xf4
+    ? 4
+    : 0
 
 /**
  * Untrusted bytes as unambiguous text for a log line: valid UTF-8 as itself, every byte that is not

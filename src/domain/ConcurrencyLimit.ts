@@ -6,10 +6,10 @@
  * `<pid>:work` hash) — all untrusted, so all decoded, never hand-parsed.
  */
 import { Duration, Option, Schema } from "effect"
-import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "./Events.ts"
 import { decodeUtf8 } from "./Bytes.ts"
+import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "./Events.ts"
 import { hashTagOf } from "./RedisKey.ts"
-import { sidekiqJob, type SidekiqJob } from "./Sidekiq.ts"
+import { type SidekiqJob, sidekiqJob } from "./Sidekiq.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Rails inflections (ActiveSupport::Inflector#underscore / #camelize)
@@ -31,8 +31,10 @@ export const underscore = (word: string, inflections: Inflections = NO_ACRONYMS)
   if (inflections.acronyms.length > 0) {
     const acronym = inflections.acronyms.map(escapeRegExp).join("|")
     const re = new RegExp(`(?:(?<=([A-Za-z\\d]))|\\b)(${acronym})(?=\\b|[^a-z])`, "g")
-    out = out.replace(re, (_m, before: string | undefined, found: string) =>
-      `${before === undefined ? "" : "_"}${found.toLowerCase()}`)
+    out = out.replace(
+      re,
+      (_m, before: string | undefined, found: string) => `${before === undefined ? "" : "_"}${found.toLowerCase()}`
+    )
   }
   out = out.replace(/(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z\d])(?=[A-Z])/g, "_")
   return out.replaceAll("-", "_").toLowerCase()
@@ -47,8 +49,10 @@ export const camelize = (term: string, inflections: Inflections = NO_ACRONYMS): 
   const word = (w: string) => acronyms.get(w) ?? capitalize(w)
   return term
     .replace(/^[a-z\d]*/, word)
-    .replace(/(?:_|(\/))([a-z\d]*)/gi, (_m, slash: string | undefined, w: string) =>
-      `${slash === undefined ? "" : "::"}${word(w)}`)
+    .replace(
+      /(?:_|(\/))([a-z\d]*)/gi,
+      (_m, slash: string | undefined, w: string) => `${slash === undefined ? "" : "::"}${word(w)}`
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -377,20 +381,38 @@ export interface PassResult {
 export const nextPass = (last: PassResult): "stop" | "now" | "wait" =>
   last.remaining === 0 || last.limit < 0
     ? "stop"
-    : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize) ? "now" : "wait"
+    : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize)
+    ? "now"
+    : "wait"
 
 /** A worker's summary: the first pass's figures, the jobs resumed over all of them. */
-export const workerSummary = (worker: string, results: readonly [PassResult, ...Array<PassResult>]): WorkerResumeSummary => {
+export const workerSummary = (
+  worker: string,
+  results: readonly [PassResult, ...Array<PassResult>]
+): WorkerResumeSummary => {
   const { limit, queueSize, current, effectiveLimit } = results[0]
-  return { worker, limit, queueSize, current, resumed: results.reduce((sum, result) => sum + result.resumed, 0), effectiveLimit }
+  return {
+    worker,
+    limit,
+    queueSize,
+    current,
+    resumed: results.reduce((sum, result) => sum + result.resumed, 0),
+    effectiveLimit
+  }
 }
 
 /**
  * A move's events: Resumed with the limit of the pass that writes it (null: a recovered move of a
  * worker with no limit now), Dead for the unparsable elements the move put on the dead list.
  */
-export const moveEvents = (worker: string, limit: number | null, move: { readonly queue: string; readonly jids: ReadonlyArray<string>; readonly dead: number }) => [
-  ...(move.jids.length > 0 ? [new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit, jids: move.jids })] : []),
+export const moveEvents = (
+  worker: string,
+  limit: number | null,
+  move: { readonly queue: string; readonly jids: ReadonlyArray<string>; readonly dead: number }
+) => [
+  ...(move.jids.length > 0
+    ? [new ConcurrencyLimitJobsResumed({ worker, queue: move.queue, count: move.jids.length, limit, jids: move.jids })]
+    : []),
   ...(move.dead > 0 ? [new ConcurrencyLimitJobsDead({ worker, count: move.dead })] : [])
 ]
 
@@ -411,9 +433,16 @@ export type WorkerOutcome =
   | { readonly _tag: "Processed"; readonly summary: WorkerResumeSummary; readonly held: HeldTime }
 
 /** A worker's outcome from its passes (none: unknown worker, or held before the first). */
-export const workerOutcome = (worker: string, run: HeldTime & { readonly results: ReadonlyArray<PassResult>; readonly stop: string }): WorkerOutcome => {
+export const workerOutcome = (
+  worker: string,
+  run: HeldTime & { readonly results: ReadonlyArray<PassResult>; readonly stop: string }
+): WorkerOutcome => {
   const { results: [first, ...rest], stop, heldMs, heldBy } = run
-  if (first === undefined) return stop === "held" ? { _tag: "Held", worker, held: { heldMs, heldBy } } : { _tag: "UnknownWorker", worker }
+  if (first === undefined) {
+    return stop === "held"
+      ? { _tag: "Held", worker, held: { heldMs, heldBy } }
+      : { _tag: "UnknownWorker", worker }
+  }
   return { _tag: "Processed", summary: workerSummary(worker, [first, ...rest]), held: { heldMs, heldBy } }
 }
 
@@ -429,9 +458,21 @@ export interface ResumeRunSummary {
 export interface ConcurrencyLimitResumeSummary extends ResumeRunSummary, HeldTime {}
 
 /** The run's totals from every worker's outcome; `skipped` are the workers neither processed nor failed. */
-export const runTotals = (workers: number, outcomes: ReadonlyArray<WorkerOutcome>, failed: ReadonlyArray<{ readonly of: string; readonly key: string; readonly error: string }>) => {
+export const runTotals = (
+  workers: number,
+  outcomes: ReadonlyArray<WorkerOutcome>,
+  failed: ReadonlyArray<{ readonly of: string; readonly key: string; readonly error: string }>
+) => {
   const summaries = outcomes.flatMap((outcome) => outcome._tag === "Processed" ? [outcome.summary] : [])
   const failedWorkers = failed.map(({ of, key, error }) => ({ worker: of, key, error }))
-  const summary: ResumeRunSummary = { workers: summaries, resumedJobs: summaries.reduce((sum, worker) => sum + worker.resumed, 0), failedWorkers }
-  return { summary, skipped: workers - summaries.length - failedWorkers.length, held: outcomes.flatMap((outcome) => "held" in outcome ? [outcome.held] : []) }
+  const summary: ResumeRunSummary = {
+    workers: summaries,
+    resumedJobs: summaries.reduce((sum, worker) => sum + worker.resumed, 0),
+    failedWorkers
+  }
+  return {
+    summary,
+    skipped: workers - summaries.length - failedWorkers.length,
+    held: outcomes.flatMap((outcome) => "held" in outcome ? [outcome.held] : [])
+  }
 }

@@ -108,7 +108,8 @@ export const parseEntry = (raw: RawPendingEntry): Result.Result<PendingDirectUpl
 export const fieldOf = (location: string, path: string) => `${location}:${path}`
 
 /** The same field as the bytes GitLab writes (UTF-8). */
-export const fieldBytesOf = (location: string, path: string): Uint8Array => new TextEncoder().encode(fieldOf(location, path))
+export const fieldBytesOf = (location: string, path: string): Uint8Array =>
+  new TextEncoder().encode(fieldOf(location, path))
 
 /** Prepared strictly before this instant ⇒ stale. */
 export const staleCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, STALE_AFTER)
@@ -180,7 +181,8 @@ export const invalidSampleForLog = (sample: ReadonlyArray<InvalidPendingEntry>) 
   sample.map(({ field, value, reason }) => ({ field: clip(field), value: clip(value), reason }))
 
 /** `preparedAt < now − 3 h` (strict: exactly 3 h old is not stale yet). */
-export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: DateTime.Utc): boolean => staleAt(now)(upload)
+export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: DateTime.Utc): boolean =>
+  staleAt(now)(upload)
 
 /**
  * What became of one stale upload in a repair step (SPEC §3): its object `deleted` or already

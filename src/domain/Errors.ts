@@ -28,7 +28,9 @@ const TRANSIENT_ERR = /^ERR max number of clients reached/
 const causeMessage = (cause: unknown): string => {
   const message = Predicate.hasProperty(cause, "message") && typeof cause.message === "string"
     ? cause.message
-    : cause === undefined || Predicate.isObject(cause) ? "" : String(cause)
+    : cause === undefined || Predicate.isObject(cause)
+    ? ""
+    : String(cause)
   if (message.length > 0) return message
   // Node's AggregateError (every address refused) has no message of its own, only a code.
   return Predicate.hasProperty(cause, "code") && typeof cause.code === "string" ? cause.code : ""
@@ -38,7 +40,8 @@ const causeMessage = (cause: unknown): string => {
  * The error-reply code a Redis server (or the in-memory store, which mimics it) puts first in its
  * message: an upper-case word such as `WRONGTYPE` or `ERR`.
  */
-export const redisReplyCode = (cause: unknown): string | undefined => /^([A-Z][A-Z_-]+)(?: |$)/.exec(causeMessage(cause))?.[1]
+export const redisReplyCode = (cause: unknown): string | undefined =>
+  /^([A-Z][A-Z_-]+)(?: |$)/.exec(causeMessage(cause))?.[1]
 
 /** Whether repeating the command can succeed (see PERMANENT_REPLIES). */
 export const isTransientRedisCause = (cause: unknown): boolean => {
@@ -150,9 +153,18 @@ export class ObjectStorageError extends Schema.TaggedError<ObjectStorageError>()
  */
 const TRANSIENT_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300"])
 /** Socket-level failures (Node errno codes) of a connection that was cut, refused or timed out. */
-const TRANSIENT_ERRNOS = new Set(["ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH"])
+const TRANSIENT_ERRNOS = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH"
+])
 /** Messages of a connection lost under a query, where no code says so. */
-const LOST_CONNECTION = /connection (terminated|closed|is closed|ended|timed out)|terminating connection|server closed the connection/i
+const LOST_CONNECTION =
+  /connection (terminated|closed|is closed|ended|timed out)|terminating connection|server closed the connection/i
 
 const codeOf = (value: unknown): string | undefined =>
   Predicate.hasProperty(value, "code") && typeof value.code === "string" ? value.code : undefined
@@ -181,7 +193,9 @@ export const isTransientSqlError = (error: unknown): boolean => {
   if (!Predicate.isTagged(reason, "UnknownError")) return false
   return someCause(reason, (value) => {
     const code = codeOf(value)
-    if (code !== undefined && (TRANSIENT_SQLSTATES.has(code) || code.startsWith("08") || TRANSIENT_ERRNOS.has(code))) return true
+    if (code !== undefined && (TRANSIENT_SQLSTATES.has(code) || code.startsWith("08") || TRANSIENT_ERRNOS.has(code))) {
+      return true
+    }
     return value instanceof Error && LOST_CONNECTION.test(value.message)
   })
 }
@@ -199,7 +213,8 @@ export const isTransient = (error: unknown): boolean => {
 }
 
 /** `postgres://user:secret@host` → `postgres://user:***@host`: error texts may quote a URL. */
-export const redactSecrets = (text: string): string => text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:/@\s]*):[^@\s]*@/gi, "$1:***@")
+export const redactSecrets = (text: string): string =>
+  text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:/@\s]*):[^@\s]*@/gi, "$1:***@")
 
 const MAX_CHAIN = 8
 
@@ -248,24 +263,34 @@ export const describeError = (error: unknown): string => {
     const details = detailsOf(node)
     let text = ""
     if (depth === 0 && tag !== undefined) text = tag
-    if (depth === 0 && operation !== undefined && !(message ?? "").includes(operation)) text += text === "" ? operation : ` (${operation})`
+    if (depth === 0 && operation !== undefined && !(message ?? "").includes(operation)) {
+      text += text === ""
+        ? operation
+        : ` (${operation})`
+    }
     // A wrapper often repeats its cause's text (or the cause repeats the wrapper's): say it once.
     if (message !== undefined && !(previous ?? "").includes(message)) text += text === "" ? message : `: ${message}`
     if (details.length > 0) text += ` [${details.join(", ")}]`
     if (text !== "") parts.push(text)
     if (message !== undefined) previous = message
-    node = Predicate.hasProperty(node, "reason") && typeof node.reason === "object" ? node.reason : Predicate.hasProperty(node, "cause") ? node.cause : undefined
+    node = Predicate.hasProperty(node, "reason") && typeof node.reason === "object"
+      ? node.reason
+      : Predicate.hasProperty(node, "cause")
+      ? node.cause
+      : undefined
   }
   return redactSecrets(parts.length === 0 ? String(error) : parts.join(": "))
 }
 
 /** PostgreSQL or Redis could not be reached (or its URL is unusable) at start-up: exit 3. */
-export class InfrastructureUnavailable extends Schema.TaggedError<InfrastructureUnavailable>()("InfrastructureUnavailable", {
-  service: Schema.Literals(["PostgreSQL", "Redis", "Sweeper supervisor"]),
-  /** host:port from the URL, never its credentials. */
-  host: Schema.String,
-  detail: Schema.String
-}) {
+export class InfrastructureUnavailable
+  extends Schema.TaggedError<InfrastructureUnavailable>()("InfrastructureUnavailable", {
+    service: Schema.Literals(["PostgreSQL", "Redis", "Sweeper supervisor"]),
+    /** host:port from the URL, never its credentials. */
+    host: Schema.String,
+    detail: Schema.String
+  })
+{
   override get message() {
     return `cannot reach ${this.service} at ${this.host}: ${this.detail}`
   }

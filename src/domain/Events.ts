@@ -35,7 +35,14 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
 export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
   batch: Schema.String,
   scheduled_at: Schema.String,
-  reason: Schema.Literals(["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"])
+  reason: Schema.Literals([
+    "downtime",
+    "overlap",
+    "lease_unavailable",
+    "breaker_open",
+    "disabled",
+    "database_unavailable"
+  ])
 }) {}
 
 export class BatchPaused extends Schema.TaggedClass<BatchPaused>()("BatchPaused", {
@@ -78,11 +85,13 @@ export class ExportJobFailed extends Schema.TaggedClass<ExportJobFailed>()("Expo
   project_id: Schema.Number
 }) {}
 
-export class StaleDirectUploadDeleted extends Schema.TaggedClass<StaleDirectUploadDeleted>()("StaleDirectUploadDeleted", {
-  location: Schema.String,
-  path: Schema.String,
-  preparedAt: Schema.Number
-}) {}
+export class StaleDirectUploadDeleted
+  extends Schema.TaggedClass<StaleDirectUploadDeleted>()("StaleDirectUploadDeleted", {
+    location: Schema.String,
+    path: Schema.String,
+    preparedAt: Schema.Number
+  })
+{}
 
 export class RebalanceRescheduled extends Schema.TaggedClass<RebalanceRescheduled>()("RebalanceRescheduled", {
   type: Schema.Literals([1, 2]),
@@ -91,20 +100,24 @@ export class RebalanceRescheduled extends Schema.TaggedClass<RebalanceReschedule
   duplicate: Schema.Boolean
 }) {}
 
-export class ConcurrencyLimitJobsResumed extends Schema.TaggedClass<ConcurrencyLimitJobsResumed>()("ConcurrencyLimitJobsResumed", {
-  worker: Schema.String,
-  queue: Schema.String,
-  count: Schema.Number,
-  /** The worker's limit at the pass that wrote the event; null for a move recovered after the worker lost its limit. */
-  limit: Schema.NullOr(Schema.Number),
-  /** The resumed jobs, first buffered first. */
-  jids: Schema.Array(Schema.String)
-}) {}
+export class ConcurrencyLimitJobsResumed
+  extends Schema.TaggedClass<ConcurrencyLimitJobsResumed>()("ConcurrencyLimitJobsResumed", {
+    worker: Schema.String,
+    queue: Schema.String,
+    count: Schema.Number,
+    /** The worker's limit at the pass that wrote the event; null for a move recovered after the worker lost its limit. */
+    limit: Schema.NullOr(Schema.Number),
+    /** The resumed jobs, first buffered first. */
+    jids: Schema.Array(Schema.String)
+  })
+{}
 
-export class ConcurrencyLimitJobsDead extends Schema.TaggedClass<ConcurrencyLimitJobsDead>()("ConcurrencyLimitJobsDead", {
-  worker: Schema.String,
-  count: Schema.Number
-}) {}
+export class ConcurrencyLimitJobsDead
+  extends Schema.TaggedClass<ConcurrencyLimitJobsDead>()("ConcurrencyLimitJobsDead", {
+    worker: Schema.String,
+    count: Schema.Number
+  })
+{}
 
 /**
  * One page of a prune (prune-events, `sweeper events prune`): `count` events older than `before`
@@ -146,9 +159,22 @@ export class RepairReleased extends Schema.TaggedClass<RepairReleased>()("Repair
 export const RETENTION_STREAM = "retention:sweeper_events"
 
 export const DomainEvent = Schema.Union([
-  RunStarted, RunFinished, TickMissed, BatchPaused, BatchResumed, LeaseLostEvent, BuildDropped, BuildDoomed, ExportJobFailed,
-  StaleDirectUploadDeleted, RebalanceRescheduled, ConcurrencyLimitJobsResumed, ConcurrencyLimitJobsDead, EventsPruned,
-  RepairHeld, RepairReleased
+  RunStarted,
+  RunFinished,
+  TickMissed,
+  BatchPaused,
+  BatchResumed,
+  LeaseLostEvent,
+  BuildDropped,
+  BuildDoomed,
+  ExportJobFailed,
+  StaleDirectUploadDeleted,
+  RebalanceRescheduled,
+  ConcurrencyLimitJobsResumed,
+  ConcurrencyLimitJobsDead,
+  EventsPruned,
+  RepairHeld,
+  RepairReleased
 ])
 export type DomainEvent = typeof DomainEvent.Type
 export type EventType = DomainEvent["_tag"]

@@ -40,7 +40,8 @@ export interface EnqueuedExportJob {
 export type StuckExportDecision = "fail" | "skippedParallel" | "skippedRequeued"
 
 /** Jobs created strictly after this instant are younger than EXPORT_JOBS_EXPIRATION. */
-export const parallelExportCutoff = (now: DateTime.Utc): DateTime.Utc => DateTime.subtractDuration(now, EXPORT_JOBS_EXPIRATION)
+export const parallelExportCutoff = (now: DateTime.Utc): DateTime.Utc =>
+  DateTime.subtractDuration(now, EXPORT_JOBS_EXPIRATION)
 
 /** A parallel export still within its grace period: ≥ 1 relation export and created < 6 h ago. */
 export const isParallelExportInProgress = (

@@ -121,7 +121,11 @@ const duration = (path: string, text: string): Parsed<number> =>
 const comparison = (path: string, text: string): Parsed<Threshold> => {
   const match = COMPARISON.exec(text)
   if (match === null) return bad(path, `a comparison like "< 0.99" or ">= 0.995"`, text)
-  return Result.succeed({ op: match[1] as Comparison, bound: { _tag: "Absolute", value: Number(match[2]) }, text: text.trim() })
+  return Result.succeed({
+    op: match[1] as Comparison,
+    bound: { _tag: "Absolute", value: Number(match[2]) },
+    text: text.trim()
+  })
 }
 
 const NEGATION: Record<Comparison, Comparison> = { "<": ">=", "<=": ">", ">": "<=", ">=": "<" }
@@ -148,7 +152,11 @@ const hysteresisOk = (stop: Threshold, resume: Threshold): boolean => {
 const OnUnknownField = Schema.optionalKey(Schema.Literals(["hold", "healthy"]))
 const Strict = { parseOptions: { onExcessProperty: "error" } } as const
 
-const TextRule = Schema.Struct({ stop: Schema.String, resume: Schema.optionalKey(Schema.String), onUnknown: OnUnknownField })
+const TextRule = Schema.Struct({
+  stop: Schema.String,
+  resume: Schema.optionalKey(Schema.String),
+  onUnknown: OnUnknownField
+})
 
 /** The JSON as written; thresholds are still text here. Unknown keys are refused (a typo must not disable a signal). */
 export const RawHealth = Schema.Struct({
@@ -166,7 +174,9 @@ export const RawHealth = Schema.Struct({
     url: Schema.String.check(Schema.isPattern(/^https?:\/\/\S+$/, { message: "expected an http(s) URL" })),
     onUnknown: OnUnknownField,
     rules: Schema.Array(Schema.Struct({
-      name: Schema.String.check(Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "expected a name like patroniApdex" })),
+      name: Schema.String.check(
+        Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "expected a name like patroniApdex" })
+      ),
       query: Schema.String.check(Schema.isNonEmpty()),
       stop: Schema.String,
       resume: Schema.optionalKey(Schema.String),
@@ -177,7 +187,16 @@ export const RawHealth = Schema.Struct({
 })
 export type RawHealth = typeof RawHealth.Type
 
-const KNOWN_KEYS = ["replicationLag", "walRate", "autovacuum", "longTransactions", "redisMemory", "queueLatency", "prometheus", "throttleLimits"]
+const KNOWN_KEYS = [
+  "replicationLag",
+  "walRate",
+  "autovacuum",
+  "longTransactions",
+  "redisMemory",
+  "queueLatency",
+  "prometheus",
+  "throttleLimits"
+]
 
 /** The decoded JSON compiled into rules; the first problem as one line naming its path. */
 export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
@@ -186,7 +205,11 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
   const withResume = (signal: string, stop: Threshold, resume: Threshold): Parsed<void> =>
     hysteresisOk(stop, resume)
       ? Result.succeed(undefined)
-      : Result.fail(`${signal}.resume: ${JSON.stringify(resume.text)} must be on the healthy side of stop ${JSON.stringify(stop.text)}`)
+      : Result.fail(
+        `${signal}.resume: ${JSON.stringify(resume.text)} must be on the healthy side of stop ${
+          JSON.stringify(stop.text)
+        }`
+      )
 
   if (raw.replicationLag !== undefined) {
     const stop = sizeOrDuration("replicationLag.stop", raw.replicationLag.stop)
@@ -195,7 +218,11 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
     const resume = sizeOrDuration("replicationLag.resume", resumeText)
     if (Result.isFailure(resume)) return Result.fail(resume.failure)
     if (resume.success.measure !== stop.success.measure) {
-      return Result.fail(`replicationLag.resume: ${JSON.stringify(resumeText)} must be a ${stop.success.measure === "bytes" ? "size" : "duration"} like stop`)
+      return Result.fail(
+        `replicationLag.resume: ${JSON.stringify(resumeText)} must be a ${
+          stop.success.measure === "bytes" ? "size" : "duration"
+        } like stop`
+      )
     }
     const rule: SignalRule = {
       signal: "replicationLag",
@@ -282,7 +309,11 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
       const stop = comparison(`${path}.stop`, config.stop)
       if (Result.isFailure(stop)) return Result.fail(stop.failure)
       const resume = config.resume === undefined
-        ? Result.succeed<Threshold>({ ...stop.success, op: NEGATION[stop.success.op], text: `${NEGATION[stop.success.op]} ${config.stop.replace(COMPARISON, "$2")}` })
+        ? Result.succeed<Threshold>({
+          ...stop.success,
+          op: NEGATION[stop.success.op],
+          text: `${NEGATION[stop.success.op]} ${config.stop.replace(COMPARISON, "$2")}`
+        })
         : comparison(`${path}.resume`, config.resume)
       if (Result.isFailure(resume)) return Result.fail(resume.failure)
       const ok = withResume(`${path}`, stop.success, resume.success)
@@ -297,7 +328,9 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
       })
     }
   }
-  if (rules.length === 0) return Result.fail("no signal configured: set at least one of " + KNOWN_KEYS.slice(0, 7).join(", "))
+  if (rules.length === 0) {
+    return Result.fail("no signal configured: set at least one of " + KNOWN_KEYS.slice(0, 7).join(", "))
+  }
   return Result.succeed({ rules, throttleLimits: raw.throttleLimits ?? false })
 }
 
@@ -312,12 +345,16 @@ export const HealthJson = Schema.fromJsonString(Schema.Unknown).pipe(
         if (typeof raw === "object" && raw !== null && !Array.isArray(raw)) {
           const unknown = Object.keys(raw).find((key) => !KNOWN_KEYS.includes(key))
           if (unknown !== undefined) {
-            return yield* Effect.fail(new SchemaIssue.InvalidValue({
-              message: `unknown signal ${JSON.stringify(unknown)}; known: ${KNOWN_KEYS.join(", ")}`
-            }))
+            return yield* Effect.fail(
+              new SchemaIssue.InvalidValue({
+                message: `unknown signal ${JSON.stringify(unknown)}; known: ${KNOWN_KEYS.join(", ")}`
+              })
+            )
           }
         }
-        const decoded = yield* Schema.decodeUnknownEffect(RawHealth)(raw, Strict.parseOptions).pipe(Effect.mapError((error) => error.issue))
+        const decoded = yield* Schema.decodeUnknownEffect(RawHealth)(raw, Strict.parseOptions).pipe(
+          Effect.mapError((error) => error.issue)
+        )
         const compiled = compileHealth(decoded)
         return Result.isSuccess(compiled)
           ? compiled.success
@@ -346,7 +383,12 @@ export interface Sample {
 }
 
 /** Adds a sample and forgets those older than the window (epoch milliseconds). */
-export const addSample = (samples: ReadonlyArray<Sample>, at: number, v: number, window: Duration.Duration = BASELINE_WINDOW): Array<Sample> => {
+export const addSample = (
+  samples: ReadonlyArray<Sample>,
+  at: number,
+  v: number,
+  window: Duration.Duration = BASELINE_WINDOW
+): Array<Sample> => {
   const from = at - Duration.toMillis(window)
   const kept = samples.filter((sample) => sample.at > from)
   kept.push({ at, value: v })
@@ -379,7 +421,12 @@ export const satisfies = (threshold: Threshold, v: number, baseline: Option.Opti
  * only once its reading satisfies `resume`. An unknown reading holds (or keeps holding) only with
  * `onUnknown: "hold"`; otherwise it counts as healthy, so it also releases a hold.
  */
-export const nextHeld = (rule: SignalRule, held: boolean, reading: Reading, baseline: Option.Option<number> = Option.none()): boolean => {
+export const nextHeld = (
+  rule: SignalRule,
+  held: boolean,
+  reading: Reading,
+  baseline: Option.Option<number> = Option.none()
+): boolean => {
   if (reading._tag === "Unknown") return rule.onUnknown === "hold"
   return held ? !satisfies(rule.resume, reading.value, baseline) : satisfies(rule.stop, reading.value, baseline)
 }
@@ -388,7 +435,11 @@ export const nextHeld = (rule: SignalRule, held: boolean, reading: Reading, base
  * One rule's readings over the subjects a batch touches (its tables, stores, queues) as one: the
  * worst known value; unknown only when no known value already holds and some subject is unknown.
  */
-export const worstOf = (rule: SignalRule, readings: ReadonlyArray<Reading>, baseline: Option.Option<number> = Option.none()): Reading => {
+export const worstOf = (
+  rule: SignalRule,
+  readings: ReadonlyArray<Reading>,
+  baseline: Option.Option<number> = Option.none()
+): Reading => {
   const known = readings.flatMap((r) => r._tag === "Value" ? [r.value] : [])
   const holdsBelow = rule.stop.op === "<" || rule.stop.op === "<="
   const worst = known.length === 0 ? undefined : holdsBelow ? Math.min(...known) : Math.max(...known)
@@ -472,7 +523,10 @@ export const holdText = (hold: {
   /** A Prometheus rule's threshold carries its own comparison (`< 0.99`). */
   readonly prometheus: boolean
   readonly since: number
-}) => `${hold.batch} held by ${hold.signal}: ${hold.display} ${hold.prometheus ? "" : "> "}${hold.threshold} since ${clockTime(hold.since)}`
+}) =>
+  `${hold.batch} held by ${hold.signal}: ${hold.display} ${hold.prometheus ? "" : "> "}${hold.threshold} since ${
+    clockTime(hold.since)
+  }`
 
 /** A hold as the event log shows it (any process's), for `sweeper status`. */
 export interface OpenHold {
@@ -487,12 +541,14 @@ export interface OpenHold {
  * RepairReleased after it for the same signal, whose run has not finished (a run killed while
  * held leaves no RepairReleased; its RunFinished — even `abandoned` — closes the hold).
  */
-export const openHolds = (events: ReadonlyArray<{
-  readonly type: string
-  readonly data: Record<string, unknown>
-  readonly runId: string | null
-  readonly occurredAt: Date
-}>): ReadonlyArray<OpenHold> => {
+export const openHolds = (
+  events: ReadonlyArray<{
+    readonly type: string
+    readonly data: Record<string, unknown>
+    readonly runId: string | null
+    readonly occurredAt: Date
+  }>
+): ReadonlyArray<OpenHold> => {
   const open = new Map<string, OpenHold & { readonly runId: string | null }>()
   for (const event of events) {
     const signal = typeof event.data.signal === "string" ? event.data.signal : ""
@@ -544,7 +600,11 @@ export interface ThrottleState {
  * mean unlimited); back up by max(+1, ×1.1) per healthy pass, never above the configured limit.
  * Only a positive limit is throttled: 0 (unlimited) and negative (breaker open) pass through.
  */
-export const throttleStep = (limit: number, previous: Option.Option<ThrottleState>, unhealthy: boolean): ThrottleState => {
+export const throttleStep = (
+  limit: number,
+  previous: Option.Option<ThrottleState>,
+  unhealthy: boolean
+): ThrottleState => {
   if (limit <= 0) return { effective: limit, unhealthyPasses: 0 }
   const current = Option.match(previous, { onNone: () => limit, onSome: (state) => Math.min(state.effective, limit) })
   if (unhealthy) {

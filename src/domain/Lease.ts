@@ -15,8 +15,12 @@ export const leaseKey = (name: string) => `gitlab:exclusive_lease:${name}`
 export const epochKey = (name: string) => {
   const lease = leaseKey(name)
   const hashed = hashTagOf(lease)
-  if (hashed.includes("}")) throw new Error(`lease name ${JSON.stringify(name)} cannot share a hash slot with its epoch key`)
-  return hashed === lease ? `sweeper:exclusive_lease_epoch:{${lease}}` : `sweeper:exclusive_lease_epoch:{${hashed}}:${name}`
+  if (hashed.includes("}")) {
+    throw new Error(`lease name ${JSON.stringify(name)} cannot share a hash slot with its epoch key`)
+  }
+  return hashed === lease
+    ? `sweeper:exclusive_lease_epoch:{${lease}}`
+    : `sweeper:exclusive_lease_epoch:{${hashed}}:${name}`
 }
 
 /** The epoch key outlives every lease by far and is refreshed on each acquisition. */

@@ -14,7 +14,9 @@ export const RUNNING_REBALANCES_KEY = "gitlab:issues-position-rebalances:running
 /** The container type prefix of a member (`State::NAMESPACE` / `State::PROJECT`). */
 export const RebalanceContainer = { namespace: 1, project: 2 } as const
 export type RebalanceType = typeof RebalanceContainer[keyof typeof RebalanceContainer]
-export const rebalanceTypeName = (type: RebalanceType) => (type === RebalanceContainer.namespace ? "namespace" : "project")
+export const rebalanceTypeName = (
+  type: RebalanceType
+) => (type === RebalanceContainer.namespace ? "namespace" : "project")
 
 /** `REDIS_EXPIRY_TIME`: the rebalancer refreshes the set's expiry to this on every update. */
 export const REDIS_EXPIRY_TIME = Duration.days(10)
@@ -103,7 +105,10 @@ export const goneContainers = (
 })
 
 /** The run's two units of work, namespaces then projects: each one bulk push of the containers that still exist. */
-export const rebalanceUnits = (existing: { readonly namespaces: ReadonlyArray<number>; readonly projects: ReadonlyArray<number> }) => [
-  { type: RebalanceContainer.namespace, ids: existing.namespaces },
-  { type: RebalanceContainer.project, ids: existing.projects }
-] as const
+export const rebalanceUnits = (
+  existing: { readonly namespaces: ReadonlyArray<number>; readonly projects: ReadonlyArray<number> }
+) =>
+  [
+    { type: RebalanceContainer.namespace, ids: existing.namespaces },
+    { type: RebalanceContainer.project, ids: existing.projects }
+  ] as const

@@ -24,9 +24,12 @@ export const EVENT_RETENTION = Duration.days(90)
 export const MIN_EVENT_RETENTION = Duration.days(1)
 
 /** The retention the prune runs with; the composition root sets it from SWEEPER_EVENT_RETENTION. */
-export const EventRetentionPeriod = Context.Reference<Duration.Duration>("sweeper/domain/Retention/EventRetentionPeriod", {
-  defaultValue: () => EVENT_RETENTION
-})
+export const EventRetentionPeriod = Context.Reference<Duration.Duration>(
+  "sweeper/domain/Retention/EventRetentionPeriod",
+  {
+    defaultValue: () => EVENT_RETENTION
+  }
+)
 
 /**
  * Rows per DELETE. Each page is its own short transaction: row locks and WAL are bounded per commit,
@@ -46,7 +49,9 @@ export const PrunePageSize = Context.Reference<number>("sweeper/domain/Retention
  * back, never into the retention period, so the prune never deletes its own run's events.
  */
 export const pruneCutoff = (decisionTime: DateTime.Utc, clockNow: DateTime.Utc, retention: Duration.Duration): Date =>
-  new Date(Math.min(DateTime.toEpochMillis(decisionTime), DateTime.toEpochMillis(clockNow)) - Duration.toMillis(retention))
+  new Date(
+    Math.min(DateTime.toEpochMillis(decisionTime), DateTime.toEpochMillis(clockNow)) - Duration.toMillis(retention)
+  )
 
 /** Outcomes the breaker counts (BatchState.isFailure), as stored strings. */
 const FAILURES: ReadonlySet<unknown> = new Set(["failed", "timed_out", "abandoned"])
@@ -117,7 +122,17 @@ export const keptForState = (events: Iterable<StoredEvent>): ReadonlySet<number>
     }
   }
   const keptStarts = new Set<string>()
-  for (const event of [lastStarted, lastLiveStarted, latestCover?.event, lastFinished, lastSuccess, lastPaused, lastResumed]) {
+  for (
+    const event of [
+      lastStarted,
+      lastLiveStarted,
+      latestCover?.event,
+      lastFinished,
+      lastSuccess,
+      lastPaused,
+      lastResumed
+    ]
+  ) {
     if (event === undefined) continue
     keep.add(event.id)
     if (event.type === "RunStarted") {

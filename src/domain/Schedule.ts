@@ -21,7 +21,8 @@ export const MAX_RECORDED_MISSED_TICKS = 100
  * about 12 MB of resident memory an idle supervisor does not need (issue 9). Any other zone is named.
  */
 const UTC_NAMES = new Set(["UTC", "Etc/UTC"])
-const cronZone = (timezone: string): string | DateTime.TimeZone => UTC_NAMES.has(timezone) ? DateTime.zoneMakeOffset(0) : timezone
+const cronZone = (timezone: string): string | DateTime.TimeZone =>
+  UTC_NAMES.has(timezone) ? DateTime.zoneMakeOffset(0) : timezone
 
 export const parseCron = (expression: string, timezone: string): Result.Result<Cron.Cron, string> =>
   Result.mapError(Cron.parse(expression, cronZone(timezone)), (error) => error.message)

@@ -63,7 +63,8 @@ export const sidekiqJob = (options: {
 export const DUPLICATE_KEY_TTL_SECONDS = 600
 
 /** What GitLab's duplicate-job key digests (SHA-256, hex): `<class>:<JSON args>`. */
-export const duplicateDigestInput = (workerClass: string, args: ReadonlyArray<unknown>) => `${workerClass}:${JSON.stringify(args)}`
+export const duplicateDigestInput = (workerClass: string, args: ReadonlyArray<unknown>) =>
+  `${workerClass}:${JSON.stringify(args)}`
 
 /** The duplicate-job key, given the SHA-256 hex digest of `duplicateDigestInput`. */
 export const duplicateKeyOf = (queue: string, sha256Hex: string) => `resque:gitlab:duplicate:${queue}:${sha256Hex}`

@@ -29,7 +29,11 @@ export const addSummaries = (earlier: unknown, later: unknown): unknown => {
   if (Array.isArray(earlier) && Array.isArray(later)) return capped([...earlier, ...later])
   if (isRecord(earlier) && isRecord(later)) {
     const merged: Record<string, unknown> = {}
-    for (const [key, value] of Object.entries(later)) merged[key] = key in earlier ? addSummaries(earlier[key], value) : value
+    for (const [key, value] of Object.entries(later)) {
+      merged[key] = key in earlier
+        ? addSummaries(earlier[key], value)
+        : value
+    }
     for (const [key, value] of Object.entries(earlier)) if (!(key in later)) merged[key] = value
     return merged
   }

@@ -6,13 +6,9 @@
  *   Setting one side without the other is a start-up error (Config.ts, SPEC §8.2).
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
-import { StaleUploadRepairLive } from "./StaleUploadRepairLive.ts"
-import { RebalanceRescheduleLive } from "./RebalanceRescheduleLive.ts"
-import type { RebalanceReschedule } from "../services/RebalanceReschedule.ts"
-import type { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
 import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
-import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { join } from "node:path"
+import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import type { Builds } from "../services/Builds.ts"
 import type { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import type { EventLog } from "../services/EventLog.ts"
@@ -25,15 +21,18 @@ import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
 import type { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import type { PlatformRecords } from "../services/PlatformRecords.ts"
+import type { RebalanceReschedule } from "../services/RebalanceReschedule.ts"
 import type { RebalancingState } from "../services/RebalancingState.ts"
+import type { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
 import { BuildsSql } from "./BuildsSql.ts"
 import { ConcurrencyLimitsRedis } from "./ConcurrencyLimitsRedis.ts"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "./Config.ts"
+import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
 import { EventLogSql } from "./EventLogSql.ts"
 import { EventRetentionSql } from "./EventRetentionSql.ts"
+import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { HealthGateLive } from "./HealthGateLive.ts"
 import { HealthSignalsLive } from "./HealthSignalsLive.ts"
-import { ExportJobsSql } from "./ExportJobsSql.ts"
 import { JobQueueRedis } from "./JobQueueRedis.ts"
 import { JobStatusRedis } from "./JobStatusRedis.ts"
 import { LeaseRedis } from "./LeaseRedis.ts"
@@ -44,7 +43,6 @@ import { LeaseMemory } from "./memory/LeaseMemory.ts"
 import { MemoryRedis } from "./memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "./memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "./memory/RebalancingStateMemory.ts"
-import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "./DatabaseSchema.ts"
 import { MetricsPrometheus } from "./MetricsPrometheus.ts"
 import { migrateWith, pendingMigrations } from "./Migrations.ts"
 import { ObjectStorageAzure } from "./ObjectStorageAzure.ts"
@@ -54,13 +52,30 @@ import { ObjectStorageS3 } from "./ObjectStorageS3.ts"
 import { PendingDirectUploadsRedis } from "./PendingDirectUploadsRedis.ts"
 import { PlatformRecordsSql } from "./PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "./Postgres.ts"
+import { RebalanceRescheduleLive } from "./RebalanceRescheduleLive.ts"
 import { RebalancingStateRedis } from "./RebalancingStateRedis.ts"
-import { Redis, redactUrl, type StoreUrls } from "./Redis.ts"
+import { redactUrl, Redis, type StoreUrls } from "./Redis.ts"
+import { StaleUploadRepairLive } from "./StaleUploadRepairLive.ts"
 // The registry imports only a type from this file, so the composition root may read it.
 import { batches } from "../programs/index.ts"
 
 /** Every service a registered batch may need. */
-export type PlatformServices = Builds | EventLog | EventRetention | Lease | ExportJobs | JobStatus | PendingDirectUploads | ObjectStorage | JobQueue | RebalancingState | PlatformRecords | ConcurrencyLimits | Metrics | StaleUploadRepair | RebalanceReschedule
+export type PlatformServices =
+  | Builds
+  | EventLog
+  | EventRetention
+  | Lease
+  | ExportJobs
+  | JobStatus
+  | PendingDirectUploads
+  | ObjectStorage
+  | JobQueue
+  | RebalancingState
+  | PlatformRecords
+  | ConcurrencyLimits
+  | Metrics
+  | StaleUploadRepair
+  | RebalanceReschedule
 
 /**
  * Write steps that span several backends (objects, then events, then entries…), one implementation
@@ -70,21 +85,40 @@ export type PlatformServices = Builds | EventLog | EventRetention | Lease | Expo
 export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive, RebalanceRescheduleLive)
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
-export const RedisServices = Layer.mergeAll(LeaseRedis, JobStatusRedis, PendingDirectUploadsRedis, JobQueueRedis, RebalancingStateRedis, ConcurrencyLimitsRedis)
+export const RedisServices = Layer.mergeAll(
+  LeaseRedis,
+  JobStatusRedis,
+  PendingDirectUploadsRedis,
+  JobQueueRedis,
+  RebalancingStateRedis,
+  ConcurrencyLimitsRedis
+)
 
 /** The services backed by Redis, each on its GitLab store (SPEC §8.2). */
 export const RedisBackends = (urls: StoreUrls) =>
   RedisServices.pipe(
     Layer.provideMerge(Redis.layerStores(urls)),
     // Which store failed is in the RedisError's server; the one-line error names every store host.
-    unavailable("Redis", Redacted.make([...new Set([urls.sharedState, urls.queues, urls.queuesMetadata].map(Redacted.value))].join(",")))
+    unavailable(
+      "Redis",
+      Redacted.make([...new Set([urls.sharedState, urls.queues, urls.queuesMetadata].map(Redacted.value))].join(","))
+    )
   )
 
 /** The same services in memory (embedded default, specs). */
-export const MemoryBackends = Layer.mergeAll(LeaseMemory, JobStatusMemory, PendingDirectUploadsMemory, JobQueueMemory, RebalancingStateMemory, ConcurrencyLimitsMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
+export const MemoryBackends = Layer.mergeAll(
+  LeaseMemory,
+  JobStatusMemory,
+  PendingDirectUploadsMemory,
+  JobQueueMemory,
+  RebalancingStateMemory,
+  ConcurrencyLimitsMemory
+).pipe(Layer.provideMerge(MemoryRedis.layer))
 
 /** The services backed by PostgreSQL, given a PgClient. */
-export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql, EventRetentionSql).pipe(Layer.provideMerge(EventLogSql))
+export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql, EventRetentionSql).pipe(
+  Layer.provideMerge(EventLogSql)
+)
 
 /**
  * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first
@@ -121,15 +155,21 @@ const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
   }))
 
 /** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
-const unavailable = (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
-<A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, InfrastructureUnavailable, R> =>
-  Layer.catchCause(layer, (cause: Cause.Cause<E>) =>
-    Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(new InfrastructureUnavailable({
-      service,
-      // A cluster URL is a comma list of seed nodes: every host of it.
-      host: [...new Set(Redacted.value(url).split(",").map((part) => hostOfUrl(part.trim())))].join(","),
-      detail: describeError(Cause.squash(cause))
-    }))))
+const unavailable =
+  (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
+  <A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, InfrastructureUnavailable, R> =>
+    Layer.catchCause(
+      layer,
+      (cause: Cause.Cause<E>) =>
+        Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(
+          new InfrastructureUnavailable({
+            service,
+            // A cluster URL is a comma list of seed nodes: every host of it.
+            host: [...new Set(Redacted.value(url).split(",").map((part) => hostOfUrl(part.trim())))].join(","),
+            detail: describeError(Cause.squash(cause))
+          })
+        ))
+    )
 
 type Embedded = ReturnType<typeof layerEmbedded>
 
@@ -153,12 +193,21 @@ export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = 
   if (Option.isNone(settings.databaseUrl)) return layer
   const url = settings.databaseUrl.value
   // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
-  return Layer.catchCause(layer, (cause) =>
-    Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
-      isConnectionFailure(Cause.squash(cause))
-        ? Effect.fail(new InfrastructureUnavailable({ service: "PostgreSQL", host: hostOfUrl(Redacted.value(url)), detail: describeError(Cause.squash(cause)) }))
-        : Effect.failCause(cause)
-    ))
+  return Layer.catchCause(
+    layer,
+    (cause) =>
+      Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
+        isConnectionFailure(Cause.squash(cause))
+          ? Effect.fail(
+            new InfrastructureUnavailable({
+              service: "PostgreSQL",
+              host: hostOfUrl(Redacted.value(url)),
+              detail: describeError(Cause.squash(cause))
+            })
+          )
+          : Effect.failCause(cause)
+      )
+  )
 }
 
 export const describeBackends = (settings: SweeperSettings) => ({
@@ -194,7 +243,9 @@ export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurre
   Option.match(settings.health, {
     onNone: () => Layer.empty,
     onSome: (config) =>
-      HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(Layer.provide(HealthSignalsLive))
+      HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(
+        Layer.provide(HealthSignalsLive)
+      )
   })
 
 /** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
@@ -203,7 +254,15 @@ export const appLayer = (access: SchemaAccess) =>
     const settings = yield* SweeperConfig
     const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
     return Layer.merge(healthLayer(settings), RepairSteps).pipe(
-      Layer.provideMerge(Layer.mergeAll(SqlBackends, redisBacked, objectStorageLayer(settings.objectStorage), TuningFromConfig, MetricsPrometheus)),
+      Layer.provideMerge(
+        Layer.mergeAll(
+          SqlBackends,
+          redisBacked,
+          objectStorageLayer(settings.objectStorage),
+          TuningFromConfig,
+          MetricsPrometheus
+        )
+      ),
       Layer.provideMerge(databaseLayer(settings, access))
     )
   })).pipe(Layer.provideMerge(SweeperConfig.layer))

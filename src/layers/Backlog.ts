@@ -25,7 +25,7 @@ import { parseEntry, STALE_AFTER } from "../domain/DirectUpload.ts"
 import { describeError } from "../domain/Errors.ts"
 import { parseRunningRebalances } from "../domain/Rebalancing.ts"
 import { batchNames } from "../programs/index.ts"
-import { BACKLOG_CAP, Backlog, type BacklogPart, type BacklogSnapshot, type BatchBacklog } from "../services/Backlog.ts"
+import { Backlog, BACKLOG_CAP, type BacklogPart, type BacklogSnapshot, type BatchBacklog } from "../services/Backlog.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { Metrics, setGauge } from "../services/Metrics.ts"
@@ -108,7 +108,14 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
           ORDER BY created_at LIMIT ${BACKLOG_CAP + 1}) first`)
       const n = Number(rows[0]?.n ?? 0)
       const oldest = rows[0]?.oldest ?? null
-      return [part("canceling builds", Math.min(n, BACKLOG_CAP), n > BACKLOG_CAP, oldest === null ? null : oldest * 1000 + Duration.toMillis(CANCELING_TIMEOUT))]
+      return [
+        part(
+          "canceling builds",
+          Math.min(n, BACKLOG_CAP),
+          n > BACKLOG_CAP,
+          oldest === null ? null : oldest * 1000 + Duration.toMillis(CANCELING_TIMEOUT)
+        )
+      ]
     }),
     "stuck-export-jobs": Effect.gen(function*() {
       const rows = yield* bounded(sql<{ jid: string; updated: number }>`
@@ -147,7 +154,9 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
           const size = yield* limits.queueSize(worker)
           const first = yield* head(worker)
           const job = first === null ? Option.none() : parseDeferred(first)
-          const buffered = Option.isSome(job) && typeof job.value.buffered_at === "number" ? job.value.buffered_at * 1000 : null
+          const buffered = Option.isSome(job) && typeof job.value.buffered_at === "number"
+            ? job.value.buffered_at * 1000
+            : null
           return part(worker, size, false, size === 0 ? null : buffered)
         }), { concurrency: 4 })
     }),
@@ -170,7 +179,11 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
     const now = yield* nowMs
     for (const b of batches) {
       yield* setGauge(backlogGauge, b.count, { batch: b.batch })
-      yield* setGauge(backlogOldestSeconds, b.oldestAt === null ? 0 : Math.max(0, (now - b.oldestAt.getTime()) / 1000), { batch: b.batch })
+      yield* setGauge(
+        backlogOldestSeconds,
+        b.oldestAt === null ? 0 : Math.max(0, (now - b.oldestAt.getTime()) / 1000),
+        { batch: b.batch }
+      )
     }
     const snapshot = { sampledAt: new Date(now), batches }
     yield* Ref.set(state, snapshot)
@@ -181,8 +194,11 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
 })
 
 /** The gauges at 0 for every batch, so a scrape before the first sample already has the series. */
-const initialGauges = Effect.forEach(batchNames, (batch) =>
-  Effect.andThen(setGauge(backlogGauge, 0, { batch }), setGauge(backlogOldestSeconds, 0, { batch })), { discard: true })
+const initialGauges = Effect.forEach(
+  batchNames,
+  (batch) => Effect.andThen(setGauge(backlogGauge, 0, { batch }), setGauge(backlogOldestSeconds, 0, { batch })),
+  { discard: true }
+)
 
 /** The service plus its timer: samples at start and every BACKLOG_REFRESH in a scoped fiber. */
 const withTimer = <E, R>(make: Effect.Effect<Backlog["Service"], E, R>) =>
@@ -204,11 +220,15 @@ const deferredHead = Effect.gen(function*() {
   const shared = yield* Effect.serviceOption(SharedStateRedis)
   if (Option.isSome(shared)) {
     return ((worker) =>
-      shared.value.use("LINDEX deferred 0", (client) => client.lindexBuffer(workerKeys(worker).deferred, 0))) satisfies DeferredHead
+      shared.value.use(
+        "LINDEX deferred 0",
+        (client) => client.lindexBuffer(workerKeys(worker).deferred, 0)
+      )) satisfies DeferredHead
   }
   const memory = yield* Effect.serviceOption(MemoryRedis)
   if (Option.isSome(memory)) {
-    return ((worker) => Effect.sync(() => memory.value.lrangeBuffer(workerKeys(worker).deferred, 0, 0)[0] ?? null)) satisfies DeferredHead
+    return ((worker) =>
+      Effect.sync(() => memory.value.lrangeBuffer(workerKeys(worker).deferred, 0, 0)[0] ?? null)) satisfies DeferredHead
   }
   return ((_worker) => Effect.succeed(null)) satisfies DeferredHead
 })
@@ -219,8 +239,11 @@ export const BacklogLive = withTimer(Effect.flatMap(deferredHead, makeBacklog))
 /** Fixed readings, for specs of what shows the backlog: `BacklogMemory.layer(snapshot)`. */
 export const BacklogMemory = {
   layer: (snapshot: BacklogSnapshot) =>
-    Layer.effect(Backlog, Effect.gen(function*() {
-      const state = yield* Ref.make(snapshot)
-      return Backlog.of({ current: Ref.get(state), refresh: Ref.get(state) })
-    }))
+    Layer.effect(
+      Backlog,
+      Effect.gen(function*() {
+        const state = yield* Ref.make(snapshot)
+        return Backlog.of({ current: Ref.get(state), refresh: Ref.get(state) })
+      })
+    )
 }

@@ -10,12 +10,12 @@
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
 import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../domain/Build.ts"
-import { BuildDoomed, BuildDropped } from "../domain/Events.ts"
 import { RowLocked } from "../domain/Errors.ts"
-import { retryOrDoom } from "./DropRetry.ts"
+import { BuildDoomed, BuildDropped } from "../domain/Events.ts"
 import { Builds, type DropManyResult } from "../services/Builds.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
+import { retryOrDoom } from "./DropRetry.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
 
@@ -46,7 +46,9 @@ const toBuild = (row: BuildRow): CancelingBuild => ({
 })
 
 const columns = (sql: PgClient.PgClient, table: BuildsTable) =>
-  sql`id, ${table.partitioned ? sql`partition_id, ` : sql``}project_id, runner_id, status, lock_version, created_at, updated_at,
+  sql`id, ${
+    table.partitioned ? sql`partition_id, ` : sql``
+  }project_id, runner_id, status, lock_version, created_at, updated_at,
     to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact`
 
 /** `id = … [AND partition_id = …]`: the whole primary key of one build. */
@@ -63,10 +65,14 @@ export const keyMatch = (sql: PgClient.PgClient, table: BuildsTable, key: BuildK
 const pageRecordset = (sql: PgClient.PgClient, table: BuildsTable, builds: ReadonlyArray<CancelingBuild>) => {
   const rows = builds.map((build) => {
     if (!table.partitioned) return { id: build.id, read_lock_version: build.lockVersion }
-    if (build.partitionId === undefined) throw new Error(`build ${build.id} read from ${table.name} without its partition_id`)
+    if (build.partitionId === undefined) {
+      throw new Error(`build ${build.id} read from ${table.name} without its partition_id`)
+    }
     return { id: build.id, partition_id: build.partitionId, read_lock_version: build.lockVersion }
   })
-  const shape = table.partitioned ? "id bigint, partition_id bigint, read_lock_version integer" : "id bigint, read_lock_version integer"
+  const shape = table.partitioned
+    ? "id bigint, partition_id bigint, read_lock_version integer"
+    : "id bigint, read_lock_version integer"
   return sql`jsonb_to_recordset(${sql.json(rows)}) AS r(${sql.literal(shape)})`
 }
 
@@ -81,8 +87,10 @@ const claimedJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
 /** `id[, partition_id]`: the primary key's columns. */
 const keyColumns = (sql: PgClient.PgClient, table: BuildsTable) => sql.literal(table.key.join(", "))
 
-const keyString = (table: BuildsTable, key: { readonly id: number | string; readonly partitionId?: number | string | undefined }) =>
-  table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
+const keyString = (
+  table: BuildsTable,
+  key: { readonly id: number | string; readonly partitionId?: number | string | undefined }
+) => table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
 
 /** The keyset order: (created_at, project_id) then the primary key. */
 const keysetColumns = (table: BuildsTable) => ["created_at", "project_id", ...table.key].join(", ")
@@ -102,7 +110,9 @@ export const stuckCancelingQuery = (sql: PgClient.PgClient, options: {
   const after = Option.match(options.after, {
     onNone: () => sql``,
     onSome: (c) => {
-      const createdAt = c.createdAtExact !== undefined ? sql`${c.createdAtExact}::timestamp` : sql`${DateTime.toDateUtc(c.createdAt)}`
+      const createdAt = c.createdAtExact !== undefined
+        ? sql`${c.createdAtExact}::timestamp`
+        : sql`${DateTime.toDateUtc(c.createdAt)}`
       const key = table.partitioned ? sql`${c.id}, ${c.partitionId ?? 0}` : sql`${c.id}`
       return sql`AND (${order}) > (${createdAt}, ${c.projectId}, ${key})`
     }
@@ -146,7 +156,9 @@ export const BuildsSql = Layer.effect(
     })
 
     const find = Effect.fn("Builds.find")(function*(key: BuildKey) {
-      const rows = yield* sql<BuildRow>`SELECT ${columns(sql, table)} FROM ${sql(table.name)} WHERE ${keyMatch(sql, table, key)}`
+      const rows = yield* sql<BuildRow>`SELECT ${columns(sql, table)} FROM ${sql(table.name)} WHERE ${
+        keyMatch(sql, table, key)
+      }`
       return Option.map(Option.fromNullishOr(rows[0]), toBuild)
     })
 
@@ -158,7 +170,9 @@ export const BuildsSql = Layer.effect(
      * the build is RowLocked (the transaction, fence write included, rolls back).
      */
     const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
-      const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
+      const reason = outcome === "dropped"
+        ? FailureReason.stuck_or_timeout_failure
+        : FailureReason.data_integrity_failure
       const lockGuard = outcome === "dropped" ? sql`AND lock_version = ${build.lockVersion}` : sql``
       const at = DateTime.toDateUtc(now)
       return events.transaction(Effect.gen(function*() {
@@ -174,7 +188,9 @@ export const BuildsSql = Layer.effect(
             FROM claimed r WHERE ${keyJoin(sql, table)} AND b.status = 'canceling'
             RETURNING b.id)
           SELECT (SELECT count(*) FROM updated) AS updated,
-            EXISTS (SELECT FROM ${sql(table.name)} WHERE ${keyMatch(sql, table, build)} AND status = 'canceling' ${lockGuard}) AS matched`
+            EXISTS (SELECT FROM ${sql(table.name)} WHERE ${
+          keyMatch(sql, table, build)
+        } AND status = 'canceling' ${lockGuard}) AS matched`
         if (Number(rows[0]!.updated) === 0) {
           if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
           return false
@@ -215,16 +231,20 @@ export const BuildsSql = Layer.effect(
       const recordset = pageRecordset(sql, table, builds)
       const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
       const fence = yield* fencedCte(sql)
-      const events = yield* eventsForWrittenCte(sql, builds.map((build) => ({
-        key: keyString(table, build),
-        event: new BuildDropped({
-          id: build.id,
-          ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
-          project_id: build.projectId,
-          runner_id: build.runnerId,
-          failure_reason: reason
-        })
-      })), "dropped")
+      const events = yield* eventsForWrittenCte(
+        sql,
+        builds.map((build) => ({
+          key: keyString(table, build),
+          event: new BuildDropped({
+            id: build.id,
+            ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+            project_id: build.projectId,
+            runner_id: build.runnerId,
+            failure_reason: reason
+          })
+        })),
+        "dropped"
+      )
       const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
       const rows = yield* sql<{
         readonly fenced: string | number
@@ -234,7 +254,9 @@ export const BuildsSql = Layer.effect(
         WITH fenced AS (${fence.cte}),
         page AS (SELECT * FROM ${recordset}),
         claimed AS (
-          SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
+          SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${
+        keyJoin(sql, table)
+      }
           WHERE b.status = 'canceling' AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
           FOR UPDATE OF b SKIP LOCKED),
         dropped AS (
@@ -268,9 +290,19 @@ export const BuildsSql = Layer.effect(
       yield* revisitWrittenQuery(sql, from, table)
     })
 
-    const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped"))
+    const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) =>
+      failBuild(build, now, "dropped")
+    )
     const doom = Effect.fn("Builds.doom")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed"))
 
-    return Builds.of({ findStuckCanceling, find, drop, dropMany, revisitWritten, doom, retryOrDoom: retryOrDoom({ find, drop, doom }) })
+    return Builds.of({
+      findStuckCanceling,
+      find,
+      drop,
+      dropMany,
+      revisitWritten,
+      doom,
+      retryOrDoom: retryOrDoom({ find, drop, doom })
+    })
   })
 )

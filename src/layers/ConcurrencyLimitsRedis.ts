@@ -25,7 +25,12 @@ import { Cluster } from "ioredis"
 import { processWorkKey } from "../domain/ConcurrencyLimit.ts"
 import { queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
-import { type BeginMove, type BeginOutcome, type ConcurrencyLimitStore, makeConcurrencyLimits } from "./ConcurrencyLimitsShared.ts"
+import {
+  type BeginMove,
+  type BeginOutcome,
+  type ConcurrencyLimitStore,
+  makeConcurrencyLimits
+} from "./ConcurrencyLimitsShared.ts"
 import { SweeperConfig } from "./Config.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedStateRedis } from "./Redis.ts"
 
@@ -105,9 +110,16 @@ return 0`
  * own slots, so the masters are scanned one after the other under a composite cursor
  * `<master index>:<that master's cursor>` ("0" = start, and done).
  */
-const scanAll = async (client: RedisClient, cursor: string, match: string, count: number): Promise<readonly [string, Array<string>]> => {
+const scanAll = async (
+  client: RedisClient,
+  cursor: string,
+  match: string,
+  count: number
+): Promise<readonly [string, Array<string>]> => {
   if (!(client instanceof Cluster)) return client.scan(cursor, "MATCH", match, "COUNT", count)
-  const masters = client.nodes("master").toSorted((a, b) => `${a.options.host}:${a.options.port}`.localeCompare(`${b.options.host}:${b.options.port}`))
+  const masters = client.nodes("master").toSorted((a, b) =>
+    `${a.options.host}:${a.options.port}`.localeCompare(`${b.options.host}:${b.options.port}`)
+  )
   const [index, nodeCursor] = cursor === "0" ? [0, "0"] : [Number(cursor.split(":")[0]), cursor.split(":")[1] ?? "0"]
   const node = masters[index]
   if (node === undefined) return ["0", []]
@@ -129,10 +141,14 @@ export interface ConcurrencyLimitStores {
 }
 
 /** The primitives over ioredis connections (exported for the contract suite's fault injection). */
-export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: ConcurrencyLimitStores): ConcurrencyLimitStore => ({
-  scan: (cursor, match, count) => sharedState.use("concurrency_limit.scan", (client) => scanAll(client, cursor, match, count)),
+export const makeRedisStore = (
+  { queues, queuesMetadata, sharedState }: ConcurrencyLimitStores
+): ConcurrencyLimitStore => ({
+  scan: (cursor, match, count) =>
+    sharedState.use("concurrency_limit.scan", (client) => scanAll(client, cursor, match, count)),
   llen: (key) => sharedState.use("concurrency_limit.llen", (client) => client.llen(key)),
-  lrange: (key, start, stop) => sharedState.use("concurrency_limit.lrange", (client) => client.lrangeBuffer(key, start, stop)),
+  lrange: (key, start, stop) =>
+    sharedState.use("concurrency_limit.lrange", (client) => client.lrangeBuffer(key, start, stop)),
   beginMove: (move: BeginMove) =>
     Effect.map(
       sharedState.use("concurrency_limit.begin_move", (client) =>
@@ -155,37 +171,48 @@ export const makeRedisStore = ({ queues, queuesMetadata, sharedState }: Concurre
     Effect.map(
       sharedState.use("concurrency_limit.end_move", (client) =>
         client.eval(END_MOVE, 1, journalKey, Buffer.from(header)) as Promise<number>),
-      (n) => n === 1
+      (n) =>
+        n === 1
     ),
   buryJournal: (journalKey, deadKey, header, deadTtlSeconds) =>
     Effect.map(
       sharedState.use("concurrency_limit.bury_journal", (client) =>
         client.eval(BURY_JOURNAL, 2, journalKey, deadKey, Buffer.from(header), deadTtlSeconds) as Promise<number>),
-      (n) => n === 1
+      (n) =>
+        n === 1
     ),
   get: (key) => queuesMetadata.use("concurrency_limit.get", (client) => client.get(key)),
   hlen: (key) => queuesMetadata.use("concurrency_limit.hlen", (client) => client.hlen(key)),
   hscan: (key, cursor, count) =>
-    Effect.map(queuesMetadata.use("concurrency_limit.hscan", (client) => client.hscanBuffer(key, cursor, "COUNT", count)), ([next, flat]) => {
-      const entries: Array<readonly [Uint8Array, Uint8Array]> = []
-      for (let i = 0; i + 1 < flat.length; i += 2) entries.push([flat[i]!, flat[i + 1]!])
-      return [next.toString("latin1"), entries] as const
-    }),
+    Effect.map(
+      queuesMetadata.use("concurrency_limit.hscan", (client) => client.hscanBuffer(key, cursor, "COUNT", count)),
+      ([next, flat]) => {
+        const entries: Array<readonly [Uint8Array, Uint8Array]> = []
+        for (let i = 0; i + 1 < flat.length; i += 2) entries.push([flat[i]!, flat[i + 1]!])
+        return [next.toString("latin1"), entries] as const
+      }
+    ),
   hdelIfEquals: (key, field, value) =>
     Effect.map(
       queuesMetadata.use("concurrency_limit.hdel_if_equals", (client) =>
         client.eval(HDEL_IF_EQUALS, 1, key, exactly(field), exactly(value)) as Promise<number>),
-      (n) => n === 1
+      (n) =>
+        n === 1
     ),
   reserve: (key, count, ttlSeconds) =>
-    Effect.asVoid(queuesMetadata.use("concurrency_limit.reserve", (client) => client.eval(RESERVE, 1, key, count, ttlSeconds))),
-  processWork: (pid, tid) => queues.use("concurrency_limit.process_work", (client) => client.hget(processWorkKey(pid), tid)),
-  registerQueue: (queue) => Effect.asVoid(queues.use("concurrency_limit.register_queue", (client) => client.sadd(QUEUES_SET, queue))),
+    Effect.asVoid(
+      queuesMetadata.use("concurrency_limit.reserve", (client) => client.eval(RESERVE, 1, key, count, ttlSeconds))
+    ),
+  processWork: (pid, tid) =>
+    queues.use("concurrency_limit.process_work", (client) => client.hget(processWorkKey(pid), tid)),
+  registerQueue: (queue) =>
+    Effect.asVoid(queues.use("concurrency_limit.register_queue", (client) => client.sadd(QUEUES_SET, queue))),
   push: (queue, marker, payloads, ttlSeconds) =>
     Effect.map(
       queues.use("concurrency_limit.push", (client) =>
         client.eval(PUSH, 2, queueKey(queue), marker, ttlSeconds, ...payloads) as Promise<number>),
-      (n) => n === 1
+      (n) =>
+        n === 1
     ),
   forgetMarker: (marker) => Effect.asVoid(queues.use("concurrency_limit.forget_marker", (client) => client.del(marker)))
 })

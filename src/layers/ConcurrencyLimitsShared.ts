@@ -15,22 +15,22 @@ import {
   camelize,
   type ConcurrencyLimitSetting,
   DEAD_LIST_TTL,
-  type DeferredJob,
   DEFERRED_KEY_PATTERN,
+  type DeferredJob,
   encodeJournalHeader,
   JOURNAL_KEY_PATTERN,
   journalKeyFormOf,
   MOVE_JOURNAL_TTL,
-  parseJournalHeader,
-  resumeBatchMarkerKey,
+  moveEvents,
   parseCounter,
   parseDeferred,
+  parseJournalHeader,
   parseLimitOverride,
   parseTrackerField,
   parseTrackerStart,
   PENDING_RESUMED_TTL,
   processWorkKey,
-  moveEvents,
+  resumeBatchMarkerKey,
   resumedJob,
   runningJobClass,
   SCAN_COUNT,
@@ -43,8 +43,15 @@ import {
 } from "../domain/ConcurrencyLimit.ts"
 import { isWrongType, type RedisError, refineWrongType } from "../domain/Errors.ts"
 import { jidFrom, queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
+import {
+  ConcurrencyLimits,
+  type MovedJobs,
+  type RecordMove,
+  type RecoveredMove,
+  type ResumeRequest,
+  type ResumeResult
+} from "../services/ConcurrencyLimits.ts"
 import { EventLog } from "../services/EventLog.ts"
-import { ConcurrencyLimits, type MovedJobs, type RecordMove, type RecoveredMove, type ResumeRequest, type ResumeResult } from "../services/ConcurrencyLimits.ts"
 
 const recordNothing: RecordMove<never, never> = () => Effect.void
 
@@ -79,7 +86,11 @@ export type BeginOutcome =
 export interface ConcurrencyLimitStore {
   // --- SharedState: deferred lists, dead lists, move journals (all keys of a worker in its {w} slot)
   /** SCAN cursor MATCH pattern COUNT count → [next cursor, keys]. */
-  scan(cursor: string, match: string, count: number): Effect.Effect<readonly [string, ReadonlyArray<string>], RedisError>
+  scan(
+    cursor: string,
+    match: string,
+    count: number
+  ): Effect.Effect<readonly [string, ReadonlyArray<string>], RedisError>
   llen(key: string): Effect.Effect<number, RedisError>
   /** LRANGE as raw bytes: elements are compared and moved byte for byte, never via a decoded copy. */
   lrange(key: string, start: number, stop: number): Effect.Effect<ReadonlyArray<Uint8Array>, RedisError>
@@ -93,13 +104,22 @@ export interface ConcurrencyLimitStore {
   /** Last step, atomic: delete the journal only while its header is still `header` (our batch). */
   endMove(journalKey: string, header: Uint8Array): Effect.Effect<boolean, RedisError>
   /** A journal whose header is unreadable: its elements to the dead list, byte for byte, then delete it (atomic). */
-  buryJournal(journalKey: string, deadKey: string, header: Uint8Array, deadTtlSeconds: number): Effect.Effect<boolean, RedisError>
+  buryJournal(
+    journalKey: string,
+    deadKey: string,
+    header: Uint8Array,
+    deadTtlSeconds: number
+  ): Effect.Effect<boolean, RedisError>
 
   // --- QueuesMetadata: limit override, executing trackers, reserved slots
   get(key: string): Effect.Effect<string | null, RedisError>
   hlen(key: string): Effect.Effect<number, RedisError>
   /** HSCAN as raw bytes: a tracker is removed by its exact field and value, never via a decoded copy. */
-  hscan(key: string, cursor: string, count: number): Effect.Effect<readonly [string, ReadonlyArray<readonly [Uint8Array, Uint8Array]>], RedisError>
+  hscan(
+    key: string,
+    cursor: string,
+    count: number
+  ): Effect.Effect<readonly [string, ReadonlyArray<readonly [Uint8Array, Uint8Array]>], RedisError>
   /**
    * HDEL the field (exact bytes) only while it still holds `value` (exact bytes): a slot re-used by
    * a new job meanwhile stays.
@@ -122,7 +142,12 @@ export interface ConcurrencyLimitStore {
    * LPUSH the jobs to `queue:<queue>` in list order. False when the marker existed: this batch was
    * pushed before, pushing again would duplicate it.
    */
-  push(queue: string, marker: string, payloads: ReadonlyArray<string>, ttlSeconds: number): Effect.Effect<boolean, RedisError>
+  push(
+    queue: string,
+    marker: string,
+    payloads: ReadonlyArray<string>,
+    ttlSeconds: number
+  ): Effect.Effect<boolean, RedisError>
   /** Step 6: DEL the marker of a batch whose journal is gone. */
   forgetMarker(marker: string): Effect.Effect<void, RedisError>
 }
@@ -212,15 +237,17 @@ export const makeConcurrencyLimits = (
    * backed by a running job. Field and value are decoded strictly: bytes that are not UTF-8 are an
    * unreadable start, or a malformed field (no Sidekiq thread to ask), never a lossy look-alike.
    */
-  const isStale = Effect.fnUntraced(function*(worker: string, field: Uint8Array, value: Uint8Array, cutoffSeconds: number) {
-    const started = Option.flatMap(decodeUtf8(value), parseTrackerStart)
-    if (Option.isSome(started) && started.value >= cutoffSeconds) return false
-    const owner = Option.flatMap(decodeUtf8(field), parseTrackerField)
-    if (Option.isNone(owner)) return true
-    const work = yield* onKey(processWorkKey(owner.value.pid), store.processWork(owner.value.pid, owner.value.tid))
-    if (work === null) return true
-    return Option.getOrUndefined(runningJobClass(work)) !== worker
-  })
+  const isStale = Effect.fnUntraced(
+    function*(worker: string, field: Uint8Array, value: Uint8Array, cutoffSeconds: number) {
+      const started = Option.flatMap(decodeUtf8(value), parseTrackerStart)
+      if (Option.isSome(started) && started.value >= cutoffSeconds) return false
+      const owner = Option.flatMap(decodeUtf8(field), parseTrackerField)
+      if (Option.isNone(owner)) return true
+      const work = yield* onKey(processWorkKey(owner.value.pid), store.processWork(owner.value.pid, owner.value.tid))
+      if (work === null) return true
+      return Option.getOrUndefined(runningJobClass(work)) !== worker
+    }
+  )
 
   const cleanupStaleTrackers = Effect.fn("ConcurrencyLimits.cleanupStaleTrackers")(function*(worker: string) {
     const key = workerKeys(worker).executing
@@ -256,53 +283,61 @@ export const makeConcurrencyLimits = (
     payloads: ReadonlyArray<string>,
     forget: boolean,
     record: RecordMove<E, R>
-  ) => Effect.gen(function*() {
-    const { queue } = move
-    const ttl = Duration.toSeconds(MOVE_JOURNAL_TTL)
-    const marker = resumeBatchMarkerKey(queueKey(queue), batch)
-    // A move of unparsable elements only has nothing to push: its journal is there for the record.
-    if (payloads.length > 0) {
-      // Slots first: a crash after this over-counts (fewer resumes for at most the 60 s TTL), never
-      // under-counts (which could let the limit be exceeded). A replay adds them again: same bias.
-      yield* onKey(keys.pendingResumed, store.reserve(keys.pendingResumed, payloads.length, Duration.toSeconds(PENDING_RESUMED_TTL)))
-      yield* onKey(QUEUES_SET, store.registerQueue(queue))
-      yield* onKey(queueKey(queue), store.push(queue, marker, payloads, ttl))
-    }
-    yield* record(move)
-    yield* onKey(keys.journal, store.endMove(keys.journal, header))
-    // A recovery keeps the marker (until its TTL): the process it recovers for may only be frozen,
-    // not dead, and must find "already pushed" if it wakes up and pushes.
-    if (forget && payloads.length > 0) yield* onKey(marker, store.forgetMarker(marker))
-  })
+  ) =>
+    Effect.gen(function*() {
+      const { queue } = move
+      const ttl = Duration.toSeconds(MOVE_JOURNAL_TTL)
+      const marker = resumeBatchMarkerKey(queueKey(queue), batch)
+      // A move of unparsable elements only has nothing to push: its journal is there for the record.
+      if (payloads.length > 0) {
+        // Slots first: a crash after this over-counts (fewer resumes for at most the 60 s TTL), never
+        // under-counts (which could let the limit be exceeded). A replay adds them again: same bias.
+        yield* onKey(
+          keys.pendingResumed,
+          store.reserve(keys.pendingResumed, payloads.length, Duration.toSeconds(PENDING_RESUMED_TTL))
+        )
+        yield* onKey(QUEUES_SET, store.registerQueue(queue))
+        yield* onKey(queueKey(queue), store.push(queue, marker, payloads, ttl))
+      }
+      yield* record(move)
+      yield* onKey(keys.journal, store.endMove(keys.journal, header))
+      // A recovery keeps the marker (until its TTL): the process it recovers for may only be frozen,
+      // not dead, and must find "already pushed" if it wakes up and pushes.
+      if (forget && payloads.length > 0) yield* onKey(marker, store.forgetMarker(marker))
+    })
 
   const jidOf = (payload: string): string => {
     const parsed = Schema.decodeUnknownOption(Schema.fromJsonString(Schema.Struct({ jid: Schema.String })))(payload)
     return Option.match(parsed, { onNone: () => "", onSome: (job) => job.jid })
   }
 
-  const recoverMove = <E = never, R = never>(worker: string, record: RecordMove<E, R> = recordNothing) => Effect.gen(function*() {
-    const keys = workerKeys(worker)
-    const journal = yield* onKey(keys.journal, store.lrange(keys.journal, 0, -1))
-    if (journal.length === 0) return Option.none<RecoveredMove>()
-    const header = parseJournalHeader(journal[0]!)
-    const payloads = journal.slice(1).map(decodeUtf8)
-    if (Option.isNone(header) || payloads.some(Option.isNone)) {
-      // Not a journal this code wrote (or damaged): keep every element, byte for byte, for a human.
-      yield* onKey(keys.journal, store.buryJournal(keys.journal, keys.dead, journal[0]!, Duration.toSeconds(DEAD_LIST_TTL)))
-      yield* Effect.logError("Unreadable concurrency limit move journal moved to the dead list").pipe(
-        Effect.annotateLogs({ worker, journal: keys.journal, dead_list: keys.dead, elements: journal.length })
+  const recoverMove = <E = never, R = never>(worker: string, record: RecordMove<E, R> = recordNothing) =>
+    Effect.gen(function*() {
+      const keys = workerKeys(worker)
+      const journal = yield* onKey(keys.journal, store.lrange(keys.journal, 0, -1))
+      if (journal.length === 0) return Option.none<RecoveredMove>()
+      const header = parseJournalHeader(journal[0]!)
+      const payloads = journal.slice(1).map(decodeUtf8)
+      if (Option.isNone(header) || payloads.some(Option.isNone)) {
+        // Not a journal this code wrote (or damaged): keep every element, byte for byte, for a human.
+        yield* onKey(
+          keys.journal,
+          store.buryJournal(keys.journal, keys.dead, journal[0]!, Duration.toSeconds(DEAD_LIST_TTL))
+        )
+        yield* Effect.logError("Unreadable concurrency limit move journal moved to the dead list").pipe(
+          Effect.annotateLogs({ worker, journal: keys.journal, dead_list: keys.dead, elements: journal.length })
+        )
+        return Option.none<RecoveredMove>()
+      }
+      const jobs = payloads.map((payload) => Option.getOrThrow(payload))
+      const { batch, queue } = header.value
+      const move: MovedJobs = { queue, jids: jobs.map(jidOf), dead: header.value.dead ?? 0 }
+      yield* finishMove(keys, journal[0]!, batch, move, jobs, false, record)
+      yield* Effect.logWarning("Finished a concurrency limit move left by a process that died mid-move").pipe(
+        Effect.annotateLogs({ worker, queue, batch, jobs: jobs.length })
       )
-      return Option.none<RecoveredMove>()
-    }
-    const jobs = payloads.map((payload) => Option.getOrThrow(payload))
-    const { batch, queue } = header.value
-    const move: MovedJobs = { queue, jids: jobs.map(jidOf), dead: header.value.dead ?? 0 }
-    yield* finishMove(keys, journal[0]!, batch, move, jobs, false, record)
-    yield* Effect.logWarning("Finished a concurrency limit move left by a process that died mid-move").pipe(
-      Effect.annotateLogs({ worker, queue, batch, jobs: jobs.length })
-    )
-    return Option.some<RecoveredMove>(move)
-  }).pipe(Effect.withSpan("ConcurrencyLimits.recoverMove"))
+      return Option.some<RecoveredMove>(move)
+    }).pipe(Effect.withSpan("ConcurrencyLimits.recoverMove"))
 
   /**
    * The list head holding up to `max` parseable elements (plus the unparsable ones among them), each
@@ -328,66 +363,85 @@ export const makeConcurrencyLimits = (
 
   const nothing: ResumeResult = { jids: [], dead: [] }
 
-  const resume = <E = never, R = never>(request: ResumeRequest, record: RecordMove<E, R> = recordNothing) => Effect.gen(function*() {
-    const { worker, queue, max, dryRun } = request
-    const keys = workerKeys(worker)
-    if (max <= 0) return nothing
-    for (let attempt = 1; attempt <= MOVE_ATTEMPTS; attempt++) {
-      const { decoded, elements: expected } = yield* readHead(keys.deferred, max)
-      if (expected.length === 0) return nothing
-      const nowMillis = yield* Clock.currentTimeMillis
-      const random = yield* Random.Random
-      const jids: Array<string> = []
-      const dead: Array<Uint8Array> = []
-      const payloads: Array<string | null> = []
-      for (let i = 0; i < expected.length; i++) {
-        const deferred = decoded[i]!
-        if (Option.isNone(deferred)) {
-          dead.push(expected[i]!)
-          payloads.push(null)
+  const resume = <E = never, R = never>(request: ResumeRequest, record: RecordMove<E, R> = recordNothing) =>
+    Effect.gen(function*() {
+      const { worker, queue, max, dryRun } = request
+      const keys = workerKeys(worker)
+      if (max <= 0) return nothing
+      for (let attempt = 1; attempt <= MOVE_ATTEMPTS; attempt++) {
+        const { decoded, elements: expected } = yield* readHead(keys.deferred, max)
+        if (expected.length === 0) return nothing
+        const nowMillis = yield* Clock.currentTimeMillis
+        const random = yield* Random.Random
+        const jids: Array<string> = []
+        const dead: Array<Uint8Array> = []
+        const payloads: Array<string | null> = []
+        for (let i = 0; i < expected.length; i++) {
+          const deferred = decoded[i]!
+          if (Option.isNone(deferred)) {
+            dead.push(expected[i]!)
+            payloads.push(null)
+            continue
+          }
+          const jid = jidFrom(random)
+          jids.push(jid)
+          payloads.push(JSON.stringify(resumedJob({ worker, queue, deferred: deferred.value, jid, nowMillis })))
+        }
+        if (dryRun) return { jids, dead } satisfies ResumeResult
+        const batch = jidFrom(random)
+        const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker, dead: dead.length })
+        const outcome = yield* onKey(
+          keys.deferred,
+          store.beginMove({
+            keys,
+            expected,
+            payloads,
+            header,
+            journalTtlSeconds: Duration.toSeconds(MOVE_JOURNAL_TTL),
+            deadTtlSeconds: Duration.toSeconds(DEAD_LIST_TTL)
+          })
+        )
+        if (outcome === "moved") {
+          const jobs = payloads.filter((payload) => payload !== null)
+          yield* finishMove(
+            keys,
+            new TextEncoder().encode(header),
+            batch,
+            { queue, jids, dead: dead.length },
+            jobs,
+            true,
+            record
+          )
+          // A preview only (bytes that are not UTF-8 show as U+FFFD); the dead list keeps them exact.
+          const sample = dead.length > 0 ? Buffer.from(dead[0]!.subarray(0, 200)).toString("utf8") : ""
+          if (dead.length > 0) {
+            yield* Effect.logWarning("Moved unparsable deferred jobs to the dead list").pipe(
+              Effect.annotateLogs({ worker, count: dead.length, dead_list: keys.dead, sample })
+            )
+          }
+          return { jids, dead } satisfies ResumeResult
+        }
+        if (outcome === "busy") {
+          // Only after a crash (one pass per worker runs at a time): finish that move, then ours.
+          yield* recoverMove(worker, record)
           continue
         }
-        const jid = jidFrom(random)
-        jids.push(jid)
-        payloads.push(JSON.stringify(resumedJob({ worker, queue, deferred: deferred.value, jid, nowMillis })))
+        yield* Effect.logInfo("Deferred list changed under the move; re-reading").pipe(
+          Effect.annotateLogs({ worker, attempt })
+        )
       }
-      if (dryRun) return { jids, dead } satisfies ResumeResult
-      const batch = jidFrom(random)
-      const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker, dead: dead.length })
-      const outcome = yield* onKey(keys.deferred, store.beginMove({
-        keys,
-        expected,
-        payloads,
-        header,
-        journalTtlSeconds: Duration.toSeconds(MOVE_JOURNAL_TTL),
-        deadTtlSeconds: Duration.toSeconds(DEAD_LIST_TTL)
-      }))
-      if (outcome === "moved") {
-        const jobs = payloads.filter((payload) => payload !== null)
-        yield* finishMove(keys, new TextEncoder().encode(header), batch, { queue, jids, dead: dead.length }, jobs, true, record)
-        // A preview only (bytes that are not UTF-8 show as U+FFFD); the dead list keeps them exact.
-        const sample = dead.length > 0 ? Buffer.from(dead[0]!.subarray(0, 200)).toString("utf8") : ""
-        if (dead.length > 0) yield* Effect.logWarning("Moved unparsable deferred jobs to the dead list").pipe(Effect.annotateLogs({ worker, count: dead.length, dead_list: keys.dead, sample }))
-        return { jids, dead } satisfies ResumeResult
-      }
-      if (outcome === "busy") {
-        // Only after a crash (one pass per worker runs at a time): finish that move, then ours.
-        yield* recoverMove(worker, record)
-        continue
-      }
-      yield* Effect.logInfo("Deferred list changed under the move; re-reading").pipe(Effect.annotateLogs({ worker, attempt }))
-    }
-    yield* Effect.logWarning("Deferred list kept changing under the move; leaving it for the next pass").pipe(
-      Effect.annotateLogs({ worker, attempts: MOVE_ATTEMPTS })
-    )
-    return nothing
-  }).pipe(Effect.withSpan("ConcurrencyLimits.resume"))
+      yield* Effect.logWarning("Deferred list kept changing under the move; leaving it for the next pass").pipe(
+        Effect.annotateLogs({ worker, attempts: MOVE_ATTEMPTS })
+      )
+      return nothing
+    }).pipe(Effect.withSpan("ConcurrencyLimits.resume"))
 
   const recordMoves = (worker: string, setting: Option.Option<WorkerLimit>): RecordMove<SqlError, EventLog> => {
     const limit = Option.match(setting, { onNone: () => null, onSome: (found) => found.limit })
-    return (move) => Effect.gen(function*() {
-      yield* (yield* EventLog).appendAll(moveEvents(worker, limit, move))
-    })
+    return (move) =>
+      Effect.gen(function*() {
+        yield* (yield* EventLog).appendAll(moveEvents(worker, limit, move))
+      })
   }
 
   return ConcurrencyLimits.of({

@@ -3,17 +3,31 @@
  * decoded by its own Schema at the edge. A bad value fails start-up with one message naming the
  * variable (`InvalidConfig`); nothing falls back to a default because it was malformed or empty.
  */
-import { Config, ConfigProvider, Context, type Cron, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaTransformation } from "effect"
+import {
+  Config,
+  ConfigProvider,
+  Context,
+  type Cron,
+  DateTime,
+  Duration,
+  Effect,
+  Layer,
+  Option,
+  Redacted,
+  Result,
+  Schema,
+  SchemaTransformation
+} from "effect"
 import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
-import type { ConcurrencyLimitSetting } from "../domain/ConcurrencyLimit.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
+import type { ConcurrencyLimitSetting } from "../domain/ConcurrencyLimit.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
-import { parseRedisUrl } from "./Redis.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
+import { parseRedisUrl } from "./Redis.ts"
 
 export interface SweeperSettings {
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
@@ -51,7 +65,11 @@ export interface RedisStoreUrlSettings {
   readonly queuesMetadata: Option.Option<Redacted.Redacted<string>>
 }
 
-const noStoreUrls: RedisStoreUrlSettings = { sharedState: Option.none(), queues: Option.none(), queuesMetadata: Option.none() }
+const noStoreUrls: RedisStoreUrlSettings = {
+  sharedState: Option.none(),
+  queues: Option.none(),
+  queuesMetadata: Option.none()
+}
 
 const STORE_VARIABLES = {
   sharedState: "REDIS_SHARED_STATE_URL",
@@ -80,12 +98,24 @@ const checkHalfEmbedded = (settings: SweeperSettings): Option.Option<InvalidConf
   const hasDatabase = Option.isSome(settings.databaseUrl)
   if (!redisConfigured(settings)) {
     return hasDatabase
-      ? Option.some(new InvalidConfig({ variable: "REDIS_URL", message: "DATABASE_URL is set but REDIS_URL is not: set both (a real GitLab) or neither (the embedded default)" }))
+      ? Option.some(
+        new InvalidConfig({
+          variable: "REDIS_URL",
+          message:
+            "DATABASE_URL is set but REDIS_URL is not: set both (a real GitLab) or neither (the embedded default)"
+        })
+      )
       : Option.none()
   }
   if (!hasDatabase) {
     const variable = Option.isSome(settings.redisUrl) ? "REDIS_URL" : "REDIS_*_URL"
-    return Option.some(new InvalidConfig({ variable: "DATABASE_URL", message: `${variable} is set but DATABASE_URL is not: set both (a real GitLab) or neither (the embedded default)` }))
+    return Option.some(
+      new InvalidConfig({
+        variable: "DATABASE_URL",
+        message:
+          `${variable} is set but DATABASE_URL is not: set both (a real GitLab) or neither (the embedded default)`
+      })
+    )
   }
   const urls = resolveStoreUrls(settings)
   for (const store of ["sharedState", "queues", "queuesMetadata"] as const) {
@@ -96,7 +126,12 @@ const checkHalfEmbedded = (settings: SweeperSettings): Option.Option<InvalidConf
     }
     const parsed = parseRedisUrl(Redacted.value(url.value))
     if (parsed.kind === "invalid") {
-      return Option.some(new InvalidConfig({ variable: Option.isSome(settings.redisStoreUrls[store]) ? variable : "REDIS_URL", message: parsed.message }))
+      return Option.some(
+        new InvalidConfig({
+          variable: Option.isSome(settings.redisStoreUrls[store]) ? variable : "REDIS_URL",
+          message: parsed.message
+        })
+      )
     }
   }
   return Option.none()
@@ -112,38 +147,50 @@ export const environment = ConfigProvider.fromEnv({ preserveEmptyStrings: true }
 const NonEmpty = Schema.String.check(Schema.isNonEmpty({ message: "must not be empty" }))
 
 /** Decimal digits only: `Number()` also takes `0x50` (port 80), `1e3`, ` 80` and `""` (0). */
-const HttpPort = Schema.String.check(Schema.isPattern(/^[0-9]{1,5}$/, { message: "expected a decimal port number 0-65535" })).pipe(
-  Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })), SchemaTransformation.numberFromString)
+const HttpPort = Schema.String.check(
+  Schema.isPattern(/^[0-9]{1,5}$/, { message: "expected a decimal port number 0-65535" })
+).pipe(
+  Schema.decodeTo(
+    Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })),
+    SchemaTransformation.numberFromString
+  )
 )
 
 /** An IANA zone (or fixed offset) that DateTime, and so Cron, understands. */
-const TimeZone = NonEmpty.check(Schema.makeFilter((zone: string) =>
-  Option.isSome(DateTime.zoneFromString(zone)) || `unknown time zone "${zone}"`
-))
+const TimeZone = NonEmpty.check(
+  Schema.makeFilter((zone: string) => Option.isSome(DateTime.zoneFromString(zone)) || `unknown time zone "${zone}"`)
+)
 
 /** At least one second: the lease is renewed every TTL/3, so "0 seconds" renews in a busy loop. */
-export const LeaseTtl = Schema.DurationFromString.check(Schema.makeFilter((ttl: Duration.Duration) =>
-  Duration.toMillis(ttl) >= 1000 || `must be at least 1 second, got ${Duration.format(ttl)}`
-))
+export const LeaseTtl = Schema.DurationFromString.check(
+  Schema.makeFilter((ttl: Duration.Duration) =>
+    Duration.toMillis(ttl) >= 1000 || `must be at least 1 second, got ${Duration.format(ttl)}`
+  )
+)
 
 /** At least MIN_EVENT_RETENTION (1 day): domain/Retention.ts says why. */
-export const EventRetentionDuration = Schema.DurationFromString.check(Schema.makeFilter((retention: Duration.Duration) =>
-  Duration.toMillis(retention) >= Duration.toMillis(MIN_EVENT_RETENTION) ||
-  `must be at least ${Duration.format(MIN_EVENT_RETENTION)} (the prune runs daily), got ${Duration.format(retention)}`
-))
+export const EventRetentionDuration = Schema.DurationFromString.check(
+  Schema.makeFilter((retention: Duration.Duration) =>
+    Duration.toMillis(retention) >= Duration.toMillis(MIN_EVENT_RETENTION) ||
+    `must be at least ${Duration.format(MIN_EVENT_RETENTION)} (the prune runs daily), got ${Duration.format(retention)}`
+  )
+)
 
 /** A Sidekiq worker class name as GitLab writes it: the jobs we enqueue carry it as `class`. */
 const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
 
 // The key check is a filter on the whole record: a refined key schema in Schema.Record silently
 // drops the keys it refuses, and a typo'd worker would vanish instead of failing start-up.
-const ConcurrencyLimitsJson = Schema.fromJsonString(Schema.Record(
-  Schema.String,
-  Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(NonEmpty) })
-).check(Schema.makeFilter((limits) => {
-  const bad = Object.keys(limits).find((worker) => !WORKER_CLASS.test(worker))
-  return bad === undefined || `worker ${JSON.stringify(bad)} is not a class name like "Releases::CreateEvidenceWorker"`
-})))
+const ConcurrencyLimitsJson = Schema.fromJsonString(
+  Schema.Record(
+    Schema.String,
+    Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(NonEmpty) })
+  ).check(Schema.makeFilter((limits) => {
+    const bad = Object.keys(limits).find((worker) => !WORKER_CLASS.test(worker))
+    return bad === undefined ||
+      `worker ${JSON.stringify(bad)} is not a class name like "Releases::CreateEvidenceWorker"`
+  }))
+)
 
 const settings = Config.all({
   databaseUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "DATABASE_URL")),
@@ -159,7 +206,9 @@ const settings = Config.all({
   concurrencyLimits: Config.schema(ConcurrencyLimitsJson, "SWEEPER_CONCURRENCY_LIMITS").pipe(
     Config.withDefault({}),
     Config.map((limits) =>
-      Object.fromEntries(Object.entries(limits).map(([worker, s]) => [worker, { limit: s.limit, queue: s.queue ?? "default" }]))
+      Object.fromEntries(
+        Object.entries(limits).map(([worker, s]) => [worker, { limit: s.limit, queue: s.queue ?? "default" }])
+      )
     )
   ),
   httpHost: Config.schema(NonEmpty, "SWEEPER_HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -175,10 +224,14 @@ const settings = Config.all({
   apiToken: Config.option(Config.schema(Schema.Redacted(NonEmpty), "SWEEPER_API_TOKEN")),
   schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA")),
   dropBatchSize: Config.schema(
-    Schema.NumberFromString.pipe(Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))),
+    Schema.NumberFromString.pipe(
+      Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))
+    ),
     "SWEEPER_DROP_BATCH_SIZE"
   ).pipe(Config.withDefault(DROP_BATCH_SIZE)),
-  eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(Config.withDefault(EVENT_RETENTION)),
+  eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(
+    Config.withDefault(EVENT_RETENTION)
+  ),
   health: Config.option(Config.schema(HealthJson, "SWEEPER_HEALTH"))
 })
 
@@ -191,7 +244,8 @@ export interface ConfiguredBatch<B> {
   readonly disabled: boolean
 }
 
-const invalidAs = (variable: string) => (error: Config.ConfigError) => new InvalidConfig({ variable, message: error.message })
+const invalidAs = (variable: string) => (error: Config.ConfigError) =>
+  new InvalidConfig({ variable, message: error.message })
 
 /**
  * The per-batch variables, validated in one place for every command that runs batches (`start`,
@@ -214,10 +268,16 @@ export const configureBatches = <B extends Batch<any, any, any>>(batches: Readon
     const configured: Array<ConfiguredBatch<B>> = []
     for (const batch of batches) {
       const cronVar = cronVariable(batch.name)
-      const cronText = yield* Config.schema(NonEmpty, cronVar).pipe(Config.withDefault(batch.cron), Effect.mapError(invalidAs(cronVar)))
+      const cronText = yield* Config.schema(NonEmpty, cronVar).pipe(
+        Config.withDefault(batch.cron),
+        Effect.mapError(invalidAs(cronVar))
+      )
       const cron = parseCron(cronText, settings.timezone)
       if (Result.isFailure(cron)) {
-        return yield* new InvalidConfig({ variable: cronVar, message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})` })
+        return yield* new InvalidConfig({
+          variable: cronVar,
+          message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})`
+        })
       }
       if (!firesWithin(cron.success, now, CRON_HORIZON)) {
         return yield* new InvalidConfig({
@@ -234,7 +294,12 @@ export const configureBatches = <B extends Batch<any, any, any>>(batches: Readon
         }
         lease = Option.some({ ...lease.value, ttl: ttl.value })
       }
-      configured.push({ batch: { ...batch, lease }, cronText, cron: cron.success, disabled: settings.disabledBatches.includes(batch.name) })
+      configured.push({
+        batch: { ...batch, lease },
+        cronText,
+        cron: cron.success,
+        disabled: settings.disabledBatches.includes(batch.name)
+      })
     }
     return configured
   })
@@ -247,7 +312,9 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
     SweeperConfig,
     settings.pipe(
       Effect.mapError((error) => new InvalidConfig({ variable: variableOf(error.message), message: error.message })),
-      Effect.flatMap((loaded) => Option.match(checkHalfEmbedded(loaded), { onNone: () => Effect.succeed(loaded), onSome: Effect.fail }))
+      Effect.flatMap((loaded) =>
+        Option.match(checkHalfEmbedded(loaded), { onNone: () => Effect.succeed(loaded), onSome: Effect.fail })
+      )
     )
   )
 

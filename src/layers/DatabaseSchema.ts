@@ -38,7 +38,10 @@ export class MissingColumn extends Schema.TaggedError<MissingColumn>()("MissingC
 }
 
 const exists = (sql: SqlClient.SqlClient, relation: string) =>
-  Effect.map(sql<{ found: boolean }>`SELECT to_regclass(${relation}) IS NOT NULL AS found`, (rows) => rows[0]?.found === true)
+  Effect.map(
+    sql<{ found: boolean }>`SELECT to_regclass(${relation}) IS NOT NULL AS found`,
+    (rows) => rows[0]?.found === true
+  )
 
 /**
  * Sweeper created `table` if its ownership record says so, or (databases migrated before the record
@@ -47,7 +50,9 @@ const exists = (sql: SqlClient.SqlClient, relation: string) =>
 const createdBySweeper = (sql: SqlClient.SqlClient, table: string) =>
   Effect.gen(function*() {
     if (yield* exists(sql, OWNERSHIP_TABLE)) {
-      const owned = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ${sql(OWNERSHIP_TABLE)} WHERE table_name = ${table}`
+      const owned = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ${
+        sql(OWNERSHIP_TABLE)
+      } WHERE table_name = ${table}`
       if (Number(owned[0]?.n ?? 0) > 0) return true
     }
     if (yield* exists(sql, MIGRATIONS_TABLE)) {
@@ -103,7 +108,9 @@ const FAMILIES: Record<string, TypeFamily> = {
 }
 
 /** Every column a batch reads or writes (SPEC §1–§5), by table. */
-export const requiredColumns = (builds: BuildsTable): ReadonlyArray<readonly [string, ReadonlyArray<readonly [string, TypeFamily]>]> => [
+export const requiredColumns = (
+  builds: BuildsTable
+): ReadonlyArray<readonly [string, ReadonlyArray<readonly [string, TypeFamily]>]> => [
   ["project_export_jobs", [["id", "integer"], ["project_id", "integer"], ["jid", "text"], ["status", "integer"], [
     "created_at",
     "timestamp"

@@ -9,7 +9,14 @@
  */
 import { DateTime, Effect, Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import { type CancelingBuild, DROPPING_MESSAGE, droppingFields, type DropOutcome, isStuckCanceling, MAX_DROP_ATTEMPTS } from "../domain/Build.ts"
+import {
+  type CancelingBuild,
+  type DropOutcome,
+  DROPPING_MESSAGE,
+  droppingFields,
+  isStuckCanceling,
+  MAX_DROP_ATTEMPTS
+} from "../domain/Build.ts"
 import type { FenceError } from "../domain/Errors.ts"
 import type { Builds } from "../services/Builds.ts"
 
@@ -24,7 +31,7 @@ export const retryOrDoom = (builds: Attempts) => {
 const retryOrDoomLocked = (builds: Attempts) =>
   Effect.fnUntraced(function*(lost: CancelingBuild, now: DateTime.Utc) {
     let current = lost
-    for (let attempt = 2; ; attempt++) {
+    for (let attempt = 2;; attempt++) {
       const reread = yield* builds.find(current)
       if (Option.isNone(reread) || !isStuckCanceling(reread.value, now)) return "changed_meanwhile" as const
       current = reread.value

@@ -1,8 +1,8 @@
 /** EventLog on PostgreSQL. `append` uses whatever connection the fiber's transaction holds. */
-import { DateTime, Effect, Layer } from "effect"
 import { PgClient } from "@effect/sql-pg"
-import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../domain/Events.ts"
+import { DateTime, Effect, Layer } from "effect"
 import { CurrentRun } from "../domain/Batch.ts"
+import { dataOf, type DomainEvent, type StoredEvent, streamOf } from "../domain/Events.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 
 /** A `sweeper_events` row as PostgreSQL returns it (bigserial ids may come back as strings). */
@@ -74,7 +74,9 @@ export const EventLogSql = Layer.effect(
     const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
       const clauses = [
         filter.stream !== undefined ? sql`stream = ${filter.stream}` : undefined,
-        filter.streamPrefix !== undefined ? sql`stream LIKE ${filter.streamPrefix.replace(/[%_\\]/g, "\\$&") + "%"}` : undefined,
+        filter.streamPrefix !== undefined
+          ? sql`stream LIKE ${filter.streamPrefix.replace(/[%_\\]/g, "\\$&") + "%"}`
+          : undefined,
         filter.type !== undefined ? sql`type = ${filter.type}` : undefined,
         filter.runId !== undefined ? sql`run_id = ${filter.runId}` : undefined,
         filter.since !== undefined ? sql`occurred_at >= ${filter.since}` : undefined,
@@ -83,7 +85,9 @@ export const EventLogSql = Layer.effect(
       const where = clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
       const order = filter.newestFirst === true ? sql`ORDER BY id DESC` : sql`ORDER BY id`
       const limit = filter.limit !== undefined ? sql`LIMIT ${filter.limit}` : sql``
-      const rows = yield* sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events ${where} ${order} ${limit}`
+      const rows = yield* sql<
+        EventRow
+      >`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events ${where} ${order} ${limit}`
       return rows.map(storedEvent)
     })
     return EventLog.of({ append, appendAll, query, transaction: sql.withTransaction })

@@ -16,7 +16,8 @@ import { fenceWrite } from "./Fencing.ts"
  * matches index_sweeper_events_on_batch_streams (partial, only batch streams): the rule reads every
  * batch event, never the repair streams. Each CTE mirrors one clause of `keptForState`.
  */
-export const keptQuery = (sql: PgClient.PgClient, before: Date) => sql<{ id: string | number }>`
+export const keptQuery = (sql: PgClient.PgClient, before: Date) =>
+  sql<{ id: string | number }>`
   WITH b AS (
     SELECT id, stream, type, run_id::text AS run_id, occurred_at,
       CASE WHEN type = 'RunStarted' THEN coalesce(data->>'run_id', run_id::text) END AS started_run,
@@ -70,7 +71,9 @@ const notKept = (sql: PgClient.PgClient, kept: ReadonlyArray<number>) =>
 
 /** The oldest `limit` prunable rows: what one page deletes (also what doctor EXPLAINs). */
 export const prunePageQuery = (sql: PgClient.PgClient, before: Date, kept: ReadonlyArray<number>, limit: number) =>
-  sql`SELECT id FROM sweeper_events WHERE occurred_at < ${before} AND ${notKept(sql, kept)} ORDER BY occurred_at LIMIT ${limit}`
+  sql`SELECT id FROM sweeper_events WHERE occurred_at < ${before} AND ${
+    notKept(sql, kept)
+  } ORDER BY occurred_at LIMIT ${limit}`
 
 export const EventRetentionSql = Layer.effect(
   EventRetention,
@@ -82,28 +85,32 @@ export const EventRetentionSql = Layer.effect(
         return (yield* keptQuery(sql, before)).map((row) => Number(row.id))
       }),
       countPrunable: Effect.fn("EventRetention.countPrunable")(function*(before: Date, kept: ReadonlyArray<number>) {
-        const rows = yield* sql<{ n: string | number }>`SELECT count(*) AS n FROM sweeper_events WHERE occurred_at < ${before} AND ${notKept(sql, kept)}`
+        const rows = yield* sql<
+          { n: string | number }
+        >`SELECT count(*) AS n FROM sweeper_events WHERE occurred_at < ${before} AND ${notKept(sql, kept)}`
         return Number(rows[0]?.n ?? 0)
       }),
-      prunePage: Effect.fn("EventRetention.prunePage")(function*(before: Date, kept: ReadonlyArray<number>, limit: number) {
-        return yield* events.transaction(Effect.gen(function*() {
-          yield* fenceWrite(sql)
-          // The page's rows are claimed FOR UPDATE SKIP LOCKED so a row another open transaction
-          // holds (an operator's session, a stale replica's prune) is passed over, not waited for
-          // with the fence row held (issue 18); the page fills up with the next rows instead.
-          // `locked`: the rows the same window read without locking has and the claim has not.
-          const rows = yield* sql<{ n: string | number; locked: ReadonlyArray<number | string> }>`
+      prunePage: Effect.fn("EventRetention.prunePage")(
+        function*(before: Date, kept: ReadonlyArray<number>, limit: number) {
+          return yield* events.transaction(Effect.gen(function*() {
+            yield* fenceWrite(sql)
+            // The page's rows are claimed FOR UPDATE SKIP LOCKED so a row another open transaction
+            // holds (an operator's session, a stale replica's prune) is passed over, not waited for
+            // with the fence row held (issue 18); the page fills up with the next rows instead.
+            // `locked`: the rows the same window read without locking has and the claim has not.
+            const rows = yield* sql<{ n: string | number; locked: ReadonlyArray<number | string> }>`
             WITH page AS (${prunePageQuery(sql, before, kept, limit)} FOR UPDATE SKIP LOCKED),
             gone AS (DELETE FROM sweeper_events WHERE id IN (SELECT id FROM page) RETURNING 1),
             locked AS (
               SELECT s.id FROM (${prunePageQuery(sql, before, kept, limit)}) s
               WHERE s.id NOT IN (SELECT id FROM page))
             SELECT (SELECT count(*) FROM gone) AS n, (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
-          const count = Number(rows[0]?.n ?? 0)
-          if (count > 0) yield* events.append(new EventsPruned({ before: before.toISOString(), count }))
-          return { pruned: count, locked: (rows[0]?.locked ?? []).map(Number) }
-        }))
-      })
+            const count = Number(rows[0]?.n ?? 0)
+            if (count > 0) yield* events.append(new EventsPruned({ before: before.toISOString(), count }))
+            return { pruned: count, locked: (rows[0]?.locked ?? []).map(Number) }
+          }))
+        }
+      )
     })
   })
 )

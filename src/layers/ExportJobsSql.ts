@@ -1,8 +1,8 @@
 /** ExportJobs on PostgreSQL (`project_export_jobs`, `project_relation_exports`). */
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
-import { type EnqueuedExportJob, ExportJobStatus } from "../domain/ExportJob.ts"
 import { ExportJobFailed } from "../domain/Events.ts"
+import { type EnqueuedExportJob, ExportJobStatus } from "../domain/ExportJob.ts"
 import { ExportJobs, type FailManyResult } from "../services/ExportJobs.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte } from "./Fencing.ts"
@@ -40,7 +40,9 @@ const toJob = (row: JobRow): EnqueuedExportJob => ({
 
 /** stuck-export-jobs' scan of unfinished jobs (exported so `sweeper doctor` EXPLAINs the exact text). */
 export const enqueuedJobsQuery = (sql: PgClient.PgClient) =>
-  sql<RefRow>`SELECT id, jid FROM project_export_jobs WHERE status IN (${ExportJobStatus.queued}, ${ExportJobStatus.started}) ORDER BY id`
+  sql<
+    RefRow
+  >`SELECT id, jid FROM project_export_jobs WHERE status IN (${ExportJobStatus.queued}, ${ExportJobStatus.started}) ORDER BY id`
 
 export const ExportJobsSql = Layer.effect(
   ExportJobs,
@@ -75,23 +77,24 @@ export const ExportJobsSql = Layer.effect(
     // another open transaction holds is passed over rather than waited for (issue 18); `locked`
     // names those that still match their guard in the statement's snapshot (read only when fewer
     // were claimed than the slice holds), as BuildsSql.dropMany does.
-    const failMany = Effect.fn("ExportJobs.failMany")(function*(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc) {
-      if (jobs.length === 0) return { failed: [], locked: [] }
-      const fence = yield* fencedCte(sql)
-      const read = jobs.map((job) => ({ id: job.id, jid: job.jid }))
-      const events = yield* eventsForWrittenCte(
-        sql,
-        [...jobs].sort((a, b) => a.id - b.id).map((job) => ({
-          key: String(job.id),
-          event: new ExportJobFailed({ id: job.id, jid: job.jid, project_id: job.projectId })
-        })),
-        "failed"
-      )
-      const rows = yield* sql<{
-        readonly fenced: string | number
-        readonly failed: ReadonlyArray<FailedRow>
-        readonly locked: ReadonlyArray<number>
-      }>`
+    const failMany = Effect.fn("ExportJobs.failMany")(
+      function*(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc) {
+        if (jobs.length === 0) return { failed: [], locked: [] }
+        const fence = yield* fencedCte(sql)
+        const read = jobs.map((job) => ({ id: job.id, jid: job.jid }))
+        const events = yield* eventsForWrittenCte(
+          sql,
+          [...jobs].sort((a, b) => a.id - b.id).map((job) => ({
+            key: String(job.id),
+            event: new ExportJobFailed({ id: job.id, jid: job.jid, project_id: job.projectId })
+          })),
+          "failed"
+        )
+        const rows = yield* sql<{
+          readonly fenced: string | number
+          readonly failed: ReadonlyArray<FailedRow>
+          readonly locked: ReadonlyArray<number>
+        }>`
         WITH fenced AS (${fence.cte}),
         slice AS (SELECT * FROM jsonb_to_recordset(${sql.json(read)}) AS r(id bigint, jid text)),
         claimed AS (
@@ -112,9 +115,13 @@ export const ExportJobsSql = Layer.effect(
         SELECT (SELECT count(*) FROM fenced) AS fenced,
           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'jid', jid) ORDER BY id), '[]') FROM failed) AS failed,
           (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
-      if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
-      return { failed: rows[0]!.failed.map((row) => row.jid), locked: rows[0]!.locked.map(Number) } satisfies FailManyResult
-    })
+        if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+        return {
+          failed: rows[0]!.failed.map((row) => row.jid),
+          locked: rows[0]!.locked.map(Number)
+        } satisfies FailManyResult
+      }
+    )
 
     return ExportJobs.of({ listEnqueued, findEnqueued, failMany })
   })

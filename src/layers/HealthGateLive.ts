@@ -23,16 +23,16 @@ import {
   median,
   nextHeld,
   type Reading,
-  type RedisStoreName,
   RECHECK_INTERVAL,
-  satisfies,
+  type RedisStoreName,
   type Sample,
+  satisfies,
   type SignalRule,
   subjectsFor,
-  throttlesInsteadOfHolding,
-  throttleStep,
-  type ThrottleState,
   thresholdValue,
+  throttlesInsteadOfHolding,
+  type ThrottleState,
+  throttleStep,
   unknown,
   value,
   worstOf,
@@ -89,11 +89,12 @@ const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
 
 const isRelative = (rule: SignalRule) => rule.stop.bound._tag === "Relative" || rule.resume.bound._tag === "Relative"
 
-
 export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>): WriteSet => ({
   tables: batch.writes?.tables ?? [],
   redisStores: batch.writes?.redisStores ?? [],
-  queues: [...new Set([...(batch.writes?.queues ?? []), ...(batch.writes?.concurrencyLimitQueues === true ? limitQueues : [])])]
+  queues: [
+    ...new Set([...(batch.writes?.queues ?? []), ...(batch.writes?.concurrencyLimitQueues === true ? limitQueues : [])])
+  ]
 })
 
 /** The gate and its report, over HealthSignals and EventLog; its sampler lives as long as the layer. */
@@ -109,12 +110,15 @@ export const makeHealthGate = (options: GateOptions) =>
 
     // What each batch writes, and which rules can hold it (on which subjects).
     const writeSets = new Map(options.batches.map((batch) => [batch.name, writeSetOf(batch, limitQueues)]))
-    const throttling = new Set(options.batches.filter((batch) => batch.writes?.concurrencyLimitQueues === true).map((batch) => batch.name))
+    const throttling = new Set(
+      options.batches.filter((batch) => batch.writes?.concurrencyLimitQueues === true).map((batch) => batch.name)
+    )
     const holdingRules = (batch: string): ReadonlyArray<SignalRule> => {
       const writes = writeSets.get(batch)
       if (writes === undefined) return []
       return config.rules.filter((rule) =>
-        subjectsFor(rule, writes).length > 0 && !(config.throttleLimits && throttling.has(batch) && throttlesInsteadOfHolding(rule))
+        subjectsFor(rule, writes).length > 0 &&
+        !(config.throttleLimits && throttling.has(batch) && throttlesInsteadOfHolding(rule))
       )
     }
 
@@ -124,30 +128,50 @@ export const makeHealthGate = (options: GateOptions) =>
       for (const writes of writeSets.values()) {
         for (const subject of subjectsFor(rule, writes)) {
           const key = slotKey(rule.signal, subject)
-          if (!slots.has(key)) slots.set(key, { rule, subject, reading: Option.none(), readAt: null, samples: [], unknownLogged: undefined })
+          if (!slots.has(key)) {
+            slots.set(key, {
+              rule,
+              subject,
+              reading: Option.none(),
+              readAt: null,
+              samples: [],
+              unknownLogged: undefined
+            })
+          }
         }
       }
     }
     const slotsOf = (rule: SignalRule) => [...slots.values()].filter((slot) => slot.rule === rule)
-    const vacuumTables = [...new Set([...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum").map((slot) => slot.subject))]
+    const vacuumTables = [
+      ...new Set(
+        [...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum").map((slot) => slot.subject)
+      )
+    ]
 
     // ---- the sampler: every slot once a second, off the repair path ------------------------------
     let previousWal: { at: number; position: number } | undefined
     const asReading = (effect: Effect.Effect<number, SignalUnreadable>) =>
-      Effect.match(effect, { onFailure: (error) => unknown(error.reason === "" ? error.message : `${error.source}: ${error.reason}`), onSuccess: value })
+      Effect.match(effect, {
+        onFailure: (error) => unknown(error.reason === "" ? error.message : `${error.source}: ${error.reason}`),
+        onSuccess: value
+      })
 
     const sampleRound = Effect.gen(function*() {
       const at = yield* Clock.currentTimeMillis
       // Read once per round what several slots share.
       const replication = yield* Effect.cached(Effect.result(signals.replicationLag))
-      const vacuuming = vacuumTables.length === 0 ? Effect.succeed([] as ReadonlyArray<string>) : signals.vacuuming(vacuumTables)
+      const vacuuming = vacuumTables.length === 0
+        ? Effect.succeed([] as ReadonlyArray<string>)
+        : signals.vacuuming(vacuumTables)
       const vacuumed = yield* Effect.cached(vacuuming)
       const read = (slot: Slot): Effect.Effect<Option.Option<Reading>> => {
         const source = slot.rule.source
         switch (source._tag) {
           case "ReplicationLag":
             return Effect.map(replication, (result) =>
-              Option.some(result._tag === "Success" ? value(result.success[source.measure]) : unknown(result.failure.message)))
+              Option.some(
+                result._tag === "Success" ? value(result.success[source.measure]) : unknown(result.failure.message)
+              ))
           case "WalRate":
             return Effect.map(Effect.result(signals.walPosition), (result) => {
               if (result._tag === "Failure") {
@@ -157,11 +181,16 @@ export const makeHealthGate = (options: GateOptions) =>
               const before = previousWal
               previousWal = { at, position: result.success }
               // The first sample has nothing to take a rate against: no reading yet (not unknown).
-              if (before === undefined || at <= before.at) return Option.none()
+              if (before === undefined || at <= before.at) {
+                return Option.none()
+              }
               return Option.some(value(Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))))
             })
           case "Autovacuum":
-            return Effect.map(asReading(Effect.map(vacuumed, (tables) => tables.includes(slot.subject) ? 1 : 0)), Option.some)
+            return Effect.map(
+              asReading(Effect.map(vacuumed, (tables) => tables.includes(slot.subject) ? 1 : 0)),
+              Option.some
+            )
           case "LongTransactions":
             return Effect.map(asReading(signals.oldestTransaction), Option.some)
           case "RedisMemory":
@@ -184,7 +213,11 @@ export const makeHealthGate = (options: GateOptions) =>
             yield* increment(healthSignalUnknownTotal, 1, { signal: slot.rule.signal })
             if (slot.unknownLogged !== r.reason) {
               slot.unknownLogged = r.reason
-              yield* Effect.logWarning("Health signal unknown", { ...where, reason: r.reason, treatedAs: slot.rule.onUnknown })
+              yield* Effect.logWarning("Health signal unknown", {
+                ...where,
+                reason: r.reason,
+                treatedAs: slot.rule.onUnknown
+              })
             }
           } else {
             if (slot.unknownLogged !== undefined) {
@@ -202,7 +235,9 @@ export const makeHealthGate = (options: GateOptions) =>
         // Nothing readable: NaN, not a reassuring 0 (sweeper_health_signal_unknown says why).
         const worst = known.length === 0 ? value(Number.NaN) : worstOf(rule, known)
         yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, { signal: rule.signal })
-        yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, { signal: rule.signal })
+        yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, {
+          signal: rule.signal
+        })
       }
     })
 
@@ -221,7 +256,9 @@ export const makeHealthGate = (options: GateOptions) =>
     }
     const readingFor = (rule: SignalRule, batch: string): Reading => {
       const writes = writeSets.get(batch)!
-      const readings = subjectsFor(rule, writes).flatMap((subject) => Option.toArray(slots.get(slotKey(rule.signal, subject))?.reading ?? Option.none()))
+      const readings = subjectsFor(rule, writes).flatMap((subject) =>
+        Option.toArray(slots.get(slotKey(rule.signal, subject))?.reading ?? Option.none())
+      )
       // Not read yet (WAL rate's first sample): nothing to hold on.
       if (readings.length === 0) return value(Number.NaN)
       return worstOf(rule, readings, baselineOf(rule))
@@ -234,7 +271,9 @@ export const makeHealthGate = (options: GateOptions) =>
       return held
     }
     const append = (event: RepairHeld | RepairReleased) =>
-      events.append(event).pipe(Effect.catchCause((cause) => Effect.logError("Could not record health gate event", String(cause))))
+      events.append(event).pipe(
+        Effect.catchCause((cause) => Effect.logError("Could not record health gate event", String(cause)))
+      )
 
     const startHold = Effect.fnUntraced(function*(batch: string, rule: SignalRule, reading: Reading, now: number) {
       const baseline = baselineOf(rule)
@@ -244,15 +283,17 @@ export const makeHealthGate = (options: GateOptions) =>
       const thresholdText = formatThreshold(rule, rule.stop, baseline)
       holdsOf(batch).set(rule.signal, { since: now, value: v, display, threshold: thresholdText, lastCounted: now })
       yield* setGauge(repairHeld, 1, { batch, signal: rule.signal })
-      yield* append(new RepairHeld({
-        batch,
-        signal: rule.signal,
-        value: v,
-        threshold,
-        stop: rule.stop.text,
-        unit: rule.unit,
-        ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {})
-      }))
+      yield* append(
+        new RepairHeld({
+          batch,
+          signal: rule.signal,
+          value: v,
+          threshold,
+          stop: rule.stop.text,
+          unit: rule.unit,
+          ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {})
+        })
+      )
       yield* Effect.logWarning("Repair held", { batch, signal: rule.signal, value: display, threshold: thresholdText })
     })
 
@@ -270,76 +311,97 @@ export const makeHealthGate = (options: GateOptions) =>
       yield* setGauge(repairHeld, 0, { batch, signal })
       const heldMs = now - hold.since
       yield* append(new RepairReleased({ batch, signal, heldMs, ...(reason === undefined ? {} : { reason }) }))
-      yield* Effect.logInfo("Repair released", { batch, signal, held_ms: heldMs, ...(reason === undefined ? {} : { reason }) })
+      yield* Effect.logInfo("Repair released", {
+        batch,
+        signal,
+        held_ms: heldMs,
+        ...(reason === undefined ? {} : { reason })
+      })
     })
 
     const PROCEED = { proceed: true, heldMs: 0, heldBy: [] as ReadonlyArray<string> }
 
     const beforeUnit: HealthGateShape["beforeUnit"] = ({ batch, deadlineMillis }) =>
-      Effect.provideService(Effect.gen(function*() {
-        const rules = holdingRules(batch)
-        if (rules.length === 0) return PROCEED
-        yield* Deferred.await(firstRound)
-        const started = yield* Clock.currentTimeMillis
-        const heldBy = new Set<string>()
-        const held = holdsOf(batch)
-        while (true) {
-          const now = yield* Clock.currentTimeMillis
-          for (const rule of rules) {
-            const reading = readingFor(rule, batch)
-            if (reading._tag === "Value" && Number.isNaN(reading.value)) continue
-            const hold = held.get(rule.signal)
-            const isHeld = nextHeld(rule, hold !== undefined, reading, baselineOf(rule))
-            if (hold === undefined && isHeld) {
-              heldBy.add(rule.signal)
-              yield* startHold(batch, rule, reading, now)
-            } else if (hold !== undefined && !isHeld) {
-              yield* endHold(batch, rule.signal, now)
-            } else if (hold !== undefined) {
-              heldBy.add(rule.signal)
-              yield* countHeld(batch, rule.signal, hold, now)
-            }
-          }
-          if (held.size === 0) return heldBy.size === 0 ? PROCEED : { proceed: true, heldMs: now - started, heldBy: [...heldBy] }
-          if (deadlineMillis !== undefined && now >= deadlineMillis) {
-            for (const signal of [...held.keys()]) yield* endHold(batch, signal, now, "budget")
-            return { proceed: false, heldMs: now - started, heldBy: [...heldBy] }
-          }
-          const wait = deadlineMillis === undefined ? Duration.toMillis(RECHECK_INTERVAL) : Math.min(Duration.toMillis(RECHECK_INTERVAL), deadlineMillis - now)
-          yield* Effect.sleep(Duration.millis(Math.max(1, wait)))
-        }
-      }).pipe(
-        // Interrupted while held (shutdown, hard timeout): the pair is still closed.
-        Effect.onInterrupt(() =>
-          Effect.gen(function*() {
+      Effect.provideService(
+        Effect.gen(function*() {
+          const rules = holdingRules(batch)
+          if (rules.length === 0) return PROCEED
+          yield* Deferred.await(firstRound)
+          const started = yield* Clock.currentTimeMillis
+          const heldBy = new Set<string>()
+          const held = holdsOf(batch)
+          while (true) {
             const now = yield* Clock.currentTimeMillis
-            for (const signal of [...holdsOf(batch).keys()]) yield* endHold(batch, signal, now, "budget")
-          })
-        )
-      ), Metrics, metrics)
+            for (const rule of rules) {
+              const reading = readingFor(rule, batch)
+              if (reading._tag === "Value" && Number.isNaN(reading.value)) continue
+              const hold = held.get(rule.signal)
+              const isHeld = nextHeld(rule, hold !== undefined, reading, baselineOf(rule))
+              if (hold === undefined && isHeld) {
+                heldBy.add(rule.signal)
+                yield* startHold(batch, rule, reading, now)
+              } else if (hold !== undefined && !isHeld) {
+                yield* endHold(batch, rule.signal, now)
+              } else if (hold !== undefined) {
+                heldBy.add(rule.signal)
+                yield* countHeld(batch, rule.signal, hold, now)
+              }
+            }
+            if (held.size === 0) {
+              return heldBy.size === 0
+                ? PROCEED
+                : { proceed: true, heldMs: now - started, heldBy: [...heldBy] }
+            }
+            if (deadlineMillis !== undefined && now >= deadlineMillis) {
+              for (const signal of [...held.keys()]) yield* endHold(batch, signal, now, "budget")
+              return { proceed: false, heldMs: now - started, heldBy: [...heldBy] }
+            }
+            const wait = deadlineMillis === undefined
+              ? Duration.toMillis(RECHECK_INTERVAL)
+              : Math.min(Duration.toMillis(RECHECK_INTERVAL), deadlineMillis - now)
+            yield* Effect.sleep(Duration.millis(Math.max(1, wait)))
+          }
+        }).pipe(
+          // Interrupted while held (shutdown, hard timeout): the pair is still closed.
+          Effect.onInterrupt(() =>
+            Effect.gen(function*() {
+              const now = yield* Clock.currentTimeMillis
+              for (const signal of [...holdsOf(batch).keys()]) yield* endHold(batch, signal, now, "budget")
+            })
+          )
+        ),
+        Metrics,
+        metrics
+      )
 
     // ---- throttled concurrency limits --------------------------------------------------------------
     const throttles = new Map<string, { state: ThrottleState; limit: number; held: Map<string, boolean> }>()
     const effectiveLimit: HealthGateShape["effectiveLimit"] = ({ batch, worker, limit }) =>
-      Effect.provideService(Effect.gen(function*() {
-        if (!config.throttleLimits || !throttling.has(batch)) return limit
-        yield* Deferred.await(firstRound)
-        const previous = throttles.get(worker)
-        const held = previous?.held ?? new Map<string, boolean>()
-        let unhealthy = false
-        for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
-          const reading = readingFor(rule, batch)
-          if (reading._tag === "Value" && Number.isNaN(reading.value)) continue
-          const isHeld = nextHeld(rule, held.get(rule.signal) === true, reading, baselineOf(rule))
-          held.set(rule.signal, isHeld)
-          unhealthy ||= isHeld
-        }
-        const state = throttleStep(limit, Option.map(Option.fromUndefinedOr(previous), (p) => p.state), unhealthy)
-        throttles.set(worker, { state, limit, held })
-        yield* setGauge(concurrencyLimitEffectiveLimit, state.effective, { worker })
-        if (state.effective !== limit) yield* Effect.logInfo("Concurrency limit throttled", { worker, limit, effective: state.effective })
-        return state.effective
-      }), Metrics, metrics)
+      Effect.provideService(
+        Effect.gen(function*() {
+          if (!config.throttleLimits || !throttling.has(batch)) return limit
+          yield* Deferred.await(firstRound)
+          const previous = throttles.get(worker)
+          const held = previous?.held ?? new Map<string, boolean>()
+          let unhealthy = false
+          for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
+            const reading = readingFor(rule, batch)
+            if (reading._tag === "Value" && Number.isNaN(reading.value)) continue
+            const isHeld = nextHeld(rule, held.get(rule.signal) === true, reading, baselineOf(rule))
+            held.set(rule.signal, isHeld)
+            unhealthy ||= isHeld
+          }
+          const state = throttleStep(limit, Option.map(Option.fromUndefinedOr(previous), (p) => p.state), unhealthy)
+          throttles.set(worker, { state, limit, held })
+          yield* setGauge(concurrencyLimitEffectiveLimit, state.effective, { worker })
+          if (state.effective !== limit) {
+            yield* Effect.logInfo("Concurrency limit throttled", { worker, limit, effective: state.effective })
+          }
+          return state.effective
+        }),
+        Metrics,
+        metrics
+      )
 
     // ---- series present from start-up --------------------------------------------------------------
     for (const batch of writeSets.keys()) {
@@ -367,7 +429,9 @@ export const makeHealthGate = (options: GateOptions) =>
           readAt: slot.readAt === null ? null : new Date(slot.readAt).toISOString()
         }
         if (reading === undefined) return { ...base, state: "pending" as const, value: null, display: "not read yet" }
-        if (reading._tag === "Unknown") return { ...base, state: "unknown" as const, value: null, display: "unknown", reason: reading.reason }
+        if (reading._tag === "Unknown") {
+          return { ...base, state: "unknown" as const, value: null, display: "unknown", reason: reading.reason }
+        }
         return {
           ...base,
           state: satisfies(slot.rule.stop, reading.value, baseline) ? "over" as const : "ok" as const,
@@ -386,7 +450,14 @@ export const makeHealthGate = (options: GateOptions) =>
             display: hold.display,
             threshold: hold.threshold,
             since: new Date(hold.since).toISOString(),
-            text: holdText({ batch, signal, display: hold.display, threshold: hold.threshold, prometheus: rule?.source._tag === "Prometheus", since: hold.since })
+            text: holdText({
+              batch,
+              signal,
+              display: hold.display,
+              threshold: hold.threshold,
+              prometheus: rule?.source._tag === "Prometheus",
+              since: hold.since
+            })
           })
         }
       }
@@ -399,5 +470,7 @@ export const makeHealthGate = (options: GateOptions) =>
 
 /** HealthGate and HealthReport as configured; needs HealthSignals and EventLog, samples while the layer lives. */
 export const HealthGateLive = (options: GateOptions) =>
-  Layer.effectContext(Effect.map(makeHealthGate(options), ({ gate, report }) =>
-    Context.make(HealthGate, gate).pipe(Context.add(HealthReport, report))))
+  Layer.effectContext(
+    Effect.map(makeHealthGate(options), ({ gate, report }) =>
+      Context.make(HealthGate, gate).pipe(Context.add(HealthReport, report)))
+  )

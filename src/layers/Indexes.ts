@@ -21,9 +21,9 @@ import { cancelingCutoff, DROP_BATCH_SIZE } from "../domain/Build.ts"
 import { EVENT_RETENTION, PRUNE_PAGE_SIZE, pruneCutoff } from "../domain/Retention.ts"
 import { stuckCancelingQuery } from "./BuildsSql.ts"
 import type { BuildsTable } from "./DatabaseSchema.ts"
+import { prunePageQuery } from "./EventRetentionSql.ts"
 import { enqueuedJobsQuery } from "./ExportJobsSql.ts"
 import { existingIdsQuery } from "./PlatformRecordsSql.ts"
-import { prunePageQuery } from "./EventRetentionSql.ts"
 
 /** An index a scan wants: `CREATE INDEX <name> ON <table> (<columns>) WHERE <where>`. */
 export interface IndexSpec {
@@ -53,8 +53,18 @@ const CANCELING = "status = 'canceling' AND type = 'Ci::Build'"
 /** The canceling walk's index, for either builds layout (keyset order: created_at, project_id, key). */
 export const cancelingIndex = (builds: BuildsTable): IndexSpec =>
   builds.partitioned
-    ? { name: "index_p_ci_builds_canceling_on_created_at_project_id", table: "p_ci_builds", columns: "created_at, project_id, id, partition_id", where: CANCELING }
-    : { name: "index_ci_builds_canceling_on_created_at_project_id_id", table: "ci_builds", columns: "created_at, project_id, id", where: CANCELING }
+    ? {
+      name: "index_p_ci_builds_canceling_on_created_at_project_id",
+      table: "p_ci_builds",
+      columns: "created_at, project_id, id, partition_id",
+      where: CANCELING
+    }
+    : {
+      name: "index_ci_builds_canceling_on_created_at_project_id_id",
+      table: "ci_builds",
+      columns: "created_at, project_id, id",
+      where: CANCELING
+    }
 
 export const exportJobsIndex: IndexSpec = {
   name: "index_project_export_jobs_on_status_queued_or_started",
@@ -83,7 +93,8 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     batch: "drop-canceling-builds",
     table: builds.name,
     description: `a page of ${DROP_BATCH_SIZE} stuck canceling builds, keyset order`,
-    query: (sql, now) => stuckCancelingQuery(sql, { cutoff: cancelingCutoff(now), after: Option.none(), limit: DROP_BATCH_SIZE }, builds),
+    query: (sql, now) =>
+      stuckCancelingQuery(sql, { cutoff: cancelingCutoff(now), after: Option.none(), limit: DROP_BATCH_SIZE }, builds),
     selectiveOn: "status",
     wants: Option.some(cancelingIndex(builds))
   },
@@ -131,7 +142,8 @@ export const partitionsOf = (sql: PgClient.PgClient, table: string) =>
       SELECT n.nspname AS schema, c.relname AS name FROM pg_inherits i
       JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
       WHERE i.inhparent = to_regclass(${table}) ORDER BY c.relname`,
-    (rows) => rows.map((r) => ({ schema: r.schema, name: r.name, qualified: `${quoteIdent(r.schema)}.${quoteIdent(r.name)}` }))
+    (rows) =>
+      rows.map((r) => ({ schema: r.schema, name: r.name, qualified: `${quoteIdent(r.schema)}.${quoteIdent(r.name)}` }))
   )
 
 const quoteIdent = (name: string) => /^[a-z_][a-z0-9_]*$/.test(name) ? name : `"${name.replace(/"/g, "\"\"")}"`
@@ -151,9 +163,15 @@ export const createStatements = (spec: IndexSpec, partitions: ReadonlyArray<Part
     return [`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${spec.name} ON ${spec.table} (${spec.columns})${where(spec)}`]
   }
   return [
-    ...partitions.map((p) => `CREATE INDEX CONCURRENTLY IF NOT EXISTS ${partitionIndexName(spec, p)} ON ${p.qualified} (${spec.columns})${where(spec)}`),
+    ...partitions.map((p) =>
+      `CREATE INDEX CONCURRENTLY IF NOT EXISTS ${partitionIndexName(spec, p)} ON ${p.qualified} (${spec.columns})${
+        where(spec)
+      }`
+    ),
     `CREATE INDEX IF NOT EXISTS ${spec.name} ON ONLY ${spec.table} (${spec.columns})${where(spec)}`,
-    ...partitions.map((p) => `ALTER INDEX ${spec.name} ATTACH PARTITION ${quoteIdent(p.schema)}.${partitionIndexName(spec, p)}`)
+    ...partitions.map((p) =>
+      `ALTER INDEX ${spec.name} ATTACH PARTITION ${quoteIdent(p.schema)}.${partitionIndexName(spec, p)}`
+    )
   ]
 }
 
@@ -193,11 +211,13 @@ export const judgeScan = (sql: PgClient.PgClient, scan: Scan, now: DateTime.Utc,
     const parsed = (typeof raw === "string" ? JSON.parse(raw) : raw) as ReadonlyArray<{ readonly Plan: PlanNode }>
     const nodes = walk(parsed[0]!.Plan)
     const used = nodes.filter((n) => n["Index Name"] !== undefined)
-    const catalog = new Map(used.length === 0 ? [] : (yield* sql<{ name: string; predicate: string | null; leading: string | null }>`
+    const catalog = new Map(
+      used.length === 0 ? [] : (yield* sql<{ name: string; predicate: string | null; leading: string | null }>`
       SELECT c.relname AS name, pg_get_expr(i.indpred, i.indrelid) AS predicate, a.attname AS leading FROM pg_index i
       JOIN pg_class c ON c.oid = i.indexrelid
       LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-      WHERE ${sql.in("c.relname", used.map((n) => n["Index Name"]!))}`).map((r) => [r.name, r] as const))
+      WHERE ${sql.in("c.relname", used.map((n) => n["Index Name"]!))}`).map((r) => [r.name, r] as const)
+    )
     const mentions = (expression: string | null | undefined) =>
       expression !== undefined && expression !== null && new RegExp(`\\b${scan.selectiveOn}\\b`).test(expression)
     // PostgreSQL also accepts a condition on a later column of an index (and then reads all of it):
@@ -209,7 +229,8 @@ export const judgeScan = (sql: PgClient.PgClient, scan: Scan, now: DateTime.Utc,
     }
     // Every node that reads the table: scans of it (by relation name) and bitmap index scans.
     const reads = nodes.filter((n) =>
-      (n["Relation Name"] !== undefined && relations.includes(n["Relation Name"])) || n["Node Type"] === "Bitmap Index Scan"
+      (n["Relation Name"] !== undefined && relations.includes(n["Relation Name"])) ||
+      n["Node Type"] === "Bitmap Index Scan"
     )
     const served = reads.some((n) => n["Index Name"] !== undefined) &&
       reads.every((n) => n["Node Type"] === "Bitmap Heap Scan" || (n["Index Name"] !== undefined && narrowing(n)))

@@ -20,7 +20,7 @@
 import { Effect, Layer, Schema } from "effect"
 import type { Result } from "ioredis"
 import { RedisError } from "../domain/Errors.ts"
-import { DUPLICATE_KEY_TTL_SECONDS, QUEUES_SET, queueKey } from "../domain/Sidekiq.ts"
+import { DUPLICATE_KEY_TTL_SECONDS, queueKey, QUEUES_SET } from "../domain/Sidekiq.ts"
 import { JobQueue } from "../services/JobQueue.ts"
 import { type ClaimHolder, makeJobQueue, type PreparedJob } from "./JobQueueShared.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "./Redis.ts"
@@ -38,7 +38,10 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
 if redis.call('TYPE', KEYS[1]).ok == 'string' then return {1, redis.call('GET', KEYS[1])} end
 return {1, false}`
 
-const ClaimReply = Schema.Union([Schema.Tuple([Schema.Literal(0)]), Schema.Tuple([Schema.Literal(1), Schema.NullOr(Schema.String)])])
+const ClaimReply = Schema.Union([
+  Schema.Tuple([Schema.Literal(0)]),
+  Schema.Tuple([Schema.Literal(1), Schema.NullOr(Schema.String)])
+])
 const decodeClaim = Schema.decodeUnknownEffect(ClaimReply)
 
 export const JobQueueRedis = Layer.effect(
@@ -53,8 +56,10 @@ export const JobQueueRedis = Layer.effect(
 
     // 1. check: per claim key, held (by which jid) or free.
     const checkClaims = Effect.fnUntraced(function*(keys: ReadonlyArray<string>) {
-      const checked = yield* metadata.use("jobQueue.checkClaims", (client) =>
-        Promise.all(keys.map((key) => client.sweeperCheckClaim(1, key))))
+      const checked = yield* metadata.use(
+        "jobQueue.checkClaims",
+        (client) => Promise.all(keys.map((key) => client.sweeperCheckClaim(1, key)))
+      )
       const holders: Array<ClaimHolder> = []
       for (const raw of checked) {
         const reply = yield* decodeClaim(raw).pipe(Effect.mapError(fail))
@@ -71,9 +76,15 @@ export const JobQueueRedis = Layer.effect(
       })
 
       // 3. claim: only now, so a crash before this point can duplicate a job but never lose one.
-      yield* metadata.use("jobQueue.claim", (client) =>
-        Promise.all(jobs.flatMap((job) =>
-          job.duplicateKey === undefined ? [] : [client.set(job.duplicateKey, job.jid, "EX", DUPLICATE_KEY_TTL_SECONDS, "NX")])))
+      yield* metadata.use(
+        "jobQueue.claim",
+        (client) =>
+          Promise.all(jobs.flatMap((job) =>
+            job.duplicateKey === undefined
+              ? []
+              : [client.set(job.duplicateKey, job.jid, "EX", DUPLICATE_KEY_TTL_SECONDS, "NX")]
+          ))
+      )
     })
 
     return makeJobQueue({ checkClaims, push })

@@ -59,7 +59,9 @@ export const makeJobQueue = (store: JobQueueStore): JobQueue["Service"] => {
         })
 
         // 1. check: which claim keys are held, and by whom.
-        const claimKeys = [...new Set(prepared.flatMap((job) => (job.duplicateKey === undefined ? [] : [job.duplicateKey])))]
+        const claimKeys = [
+          ...new Set(prepared.flatMap((job) => (job.duplicateKey === undefined ? [] : [job.duplicateKey])))
+        ]
         const holders = claimKeys.length === 0 ? [] : yield* store.checkClaims(claimKeys)
         const held = new Map<string, string | null>()
         claimKeys.forEach((key, i) => {

@@ -33,7 +33,10 @@ export const JobStatusRedis = Layer.effect(
           slices.push(jids.slice(at, Math.min(at + JOB_STATUS_LOOKUP_SLICE, start + window)))
         }
         // All slices of the window are sent before any reply is awaited: one round trip for them.
-        const replies = yield* redis.use("jobStatus.mget", (client) => Promise.all(slices.map((slice) => lookUp(client, slice.map(jobStatusKey)))))
+        const replies = yield* redis.use(
+          "jobStatus.mget",
+          (client) => Promise.all(slices.map((slice) => lookUp(client, slice.map(jobStatusKey))))
+        )
         slices.forEach((slice, i) =>
           slice.forEach((jid, j) => {
             const value = replies[i]![j]
@@ -45,7 +48,10 @@ export const JobStatusRedis = Layer.effect(
     })
 
     const track = Effect.fn("JobStatus.track")(function*(jid: string, ttl: Duration.Duration) {
-      yield* redis.use("jobStatus.set", (client) => client.set(jobStatusKey(jid), JOB_STATUS_VALUE, "EX", ttlSeconds(ttl)))
+      yield* redis.use(
+        "jobStatus.set",
+        (client) => client.set(jobStatusKey(jid), JOB_STATUS_VALUE, "EX", ttlSeconds(ttl))
+      )
     })
 
     const untrack = Effect.fn("JobStatus.untrack")(function*(jid: string) {

@@ -41,25 +41,38 @@ export const LeaseRedis = Layer.effect(
     const tryAcquire = Effect.fn("Lease.tryAcquire")(function*(name: string, ttl: Duration.Duration) {
       const token = randomUUID()
       const epochKeyOfName = epochKey(name)
-      const epoch = yield* redis.use("lease.acquire", (client) =>
-        client.eval(ACQUIRE, 2, leaseKey(name), epochKeyOfName, token, ttlSeconds(ttl), EPOCH_TTL_SECONDS) as Promise<number>)
+      const epoch = yield* redis.use(
+        "lease.acquire",
+        (client) =>
+          client.eval(ACQUIRE, 2, leaseKey(name), epochKeyOfName, token, ttlSeconds(ttl), EPOCH_TTL_SECONDS) as Promise<
+            number
+          >
+      )
       return epoch > 0 ? Option.some<LeaseHandle>({ name, token, epoch, ttl }) : Option.none()
     })
     const renew = Effect.fn("Lease.renew")(function*(handle: LeaseHandle) {
-      const renewed = yield* redis.use("lease.renew", (client) =>
-        client.eval(RENEW, 1, leaseKey(handle.name), handle.token, ttlSeconds(handle.ttl)) as Promise<number>)
+      const renewed = yield* redis.use(
+        "lease.renew",
+        (client) =>
+          client.eval(RENEW, 1, leaseKey(handle.name), handle.token, ttlSeconds(handle.ttl)) as Promise<number>
+      )
       return renewed === 1
     })
     const release = Effect.fn("Lease.release")(function*(handle: LeaseHandle) {
-      const released = yield* redis.use("lease.release", (client) =>
-        client.eval(RELEASE, 1, leaseKey(handle.name), handle.token) as Promise<number>)
+      const released = yield* redis.use(
+        "lease.release",
+        (client) => client.eval(RELEASE, 1, leaseKey(handle.name), handle.token) as Promise<number>
+      )
       return released === 1
     })
     const isHeld = Effect.fn("Lease.isHeld")(function*(handle: LeaseHandle) {
       return (yield* redis.use("lease.get", (client) => client.get(leaseKey(handle.name)))) === handle.token
     })
     const claim = Effect.fn("Lease.claim")(function*(name: string, ttl: Duration.Duration) {
-      const set = yield* redis.use("lease.claim", (client) => client.set(leaseKey(name), randomUUID(), "EX", ttlSeconds(ttl), "NX"))
+      const set = yield* redis.use(
+        "lease.claim",
+        (client) => client.set(leaseKey(name), randomUUID(), "EX", ttlSeconds(ttl), "NX")
+      )
       return set === "OK"
     })
     return Lease.of({ tryAcquire, renew, release, isHeld, claim })

@@ -12,9 +12,16 @@
  */
 import { Effect, Option } from "effect"
 import { Migrator, SqlClient } from "effect/sql"
-import { MIGRATIONS_TABLE, OWNERSHIP_TABLE, type SchemaMode, detectSchemaMode } from "./DatabaseSchema.ts"
+import { detectSchemaMode, MIGRATIONS_TABLE, OWNERSHIP_TABLE, type SchemaMode } from "./DatabaseSchema.ts"
 
-export const PLATFORM_TABLES = ["namespaces", "projects", "issues", "project_export_jobs", "project_relation_exports", "ci_builds"] as const
+export const PLATFORM_TABLES = [
+  "namespaces",
+  "projects",
+  "issues",
+  "project_export_jobs",
+  "project_relation_exports",
+  "ci_builds"
+] as const
 
 const createOwnershipTable = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -28,7 +35,11 @@ const createOwnershipTable = Effect.gen(function*() {
  * Creates `table` with `create` and then its `indexes`, only when the table does not exist yet, and
  * records that Sweeper created it. An existing table (someone else's) is left exactly as it is.
  */
-const ownTable = (table: string, create: Effect.Effect<unknown, unknown, SqlClient.SqlClient>, indexes: ReadonlyArray<Effect.Effect<unknown, unknown, SqlClient.SqlClient>> = []) =>
+const ownTable = (
+  table: string,
+  create: Effect.Effect<unknown, unknown, SqlClient.SqlClient>,
+  indexes: ReadonlyArray<Effect.Effect<unknown, unknown, SqlClient.SqlClient>> = []
+) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const found = yield* sql<{ found: boolean }>`SELECT to_regclass(${table}) IS NOT NULL AS found`
@@ -41,7 +52,9 @@ const ownTable = (table: string, create: Effect.Effect<unknown, unknown, SqlClie
 const platformTables = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   yield* createOwnershipTable
-  yield* ownTable("namespaces", sql`CREATE TABLE namespaces (
+  yield* ownTable(
+    "namespaces",
+    sql`CREATE TABLE namespaces (
     id bigserial PRIMARY KEY,
     name text NOT NULL DEFAULT '',
     path text NOT NULL DEFAULT '',
@@ -49,24 +62,36 @@ const platformTables = Effect.gen(function*() {
     parent_id bigint NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`, [sql`CREATE INDEX index_namespaces_on_parent_id ON namespaces (parent_id)`])
-  yield* ownTable("projects", sql`CREATE TABLE projects (
+  )`,
+    [sql`CREATE INDEX index_namespaces_on_parent_id ON namespaces (parent_id)`]
+  )
+  yield* ownTable(
+    "projects",
+    sql`CREATE TABLE projects (
     id bigserial PRIMARY KEY,
     namespace_id bigint NOT NULL REFERENCES namespaces (id),
     name text NOT NULL DEFAULT '',
     path text NOT NULL DEFAULT '',
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`, [sql`CREATE INDEX index_projects_on_namespace_id ON projects (namespace_id)`])
-  yield* ownTable("issues", sql`CREATE TABLE issues (
+  )`,
+    [sql`CREATE INDEX index_projects_on_namespace_id ON projects (namespace_id)`]
+  )
+  yield* ownTable(
+    "issues",
+    sql`CREATE TABLE issues (
     id bigserial PRIMARY KEY,
     project_id bigint NOT NULL REFERENCES projects (id),
     title text NOT NULL DEFAULT '',
     relative_position integer NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`, [sql`CREATE INDEX index_issues_on_project_id_and_relative_position ON issues (project_id, relative_position, id)`])
-  yield* ownTable("project_export_jobs", sql`CREATE TABLE project_export_jobs (
+  )`,
+    [sql`CREATE INDEX index_issues_on_project_id_and_relative_position ON issues (project_id, relative_position, id)`]
+  )
+  yield* ownTable(
+    "project_export_jobs",
+    sql`CREATE TABLE project_export_jobs (
     id bigserial PRIMARY KEY,
     project_id bigint NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
     jid varchar(100) NOT NULL UNIQUE,
@@ -75,11 +100,15 @@ const platformTables = Effect.gen(function*() {
     exported_by_admin boolean DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
-  )`, [
-    // stuck-export-jobs reads only queued/started jobs: a partial index keeps that read small.
-    sql`CREATE INDEX index_project_export_jobs_on_status_queued_or_started ON project_export_jobs (id) WHERE status IN (0, 1)`
-  ])
-  yield* ownTable("project_relation_exports", sql`CREATE TABLE project_relation_exports (
+  )`,
+    [
+      // stuck-export-jobs reads only queued/started jobs: a partial index keeps that read small.
+      sql`CREATE INDEX index_project_export_jobs_on_status_queued_or_started ON project_export_jobs (id) WHERE status IN (0, 1)`
+    ]
+  )
+  yield* ownTable(
+    "project_relation_exports",
+    sql`CREATE TABLE project_relation_exports (
     id bigserial PRIMARY KEY,
     project_export_job_id bigint NOT NULL REFERENCES project_export_jobs (id) ON DELETE CASCADE,
     project_id bigint NULL,
@@ -90,11 +119,14 @@ const platformTables = Effect.gen(function*() {
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
     UNIQUE (project_export_job_id, relation)
-  )`)
+  )`
+  )
   // GitLab ≥ 16 keeps builds in p_ci_builds: a standalone database beside one gets no ci_builds.
   const partitioned = yield* sql<{ found: boolean }>`SELECT to_regclass('p_ci_builds') IS NOT NULL AS found`
   if (partitioned[0]?.found === true) return
-  yield* ownTable("ci_builds", sql`CREATE TABLE ci_builds (
+  yield* ownTable(
+    "ci_builds",
+    sql`CREATE TABLE ci_builds (
     id bigserial PRIMARY KEY,
     project_id bigint NOT NULL,
     commit_id bigint NULL,
@@ -108,13 +140,15 @@ const platformTables = Effect.gen(function*() {
     updated_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
     started_at timestamp NULL,
     finished_at timestamp NULL
-  )`, [
-    // drop-canceling-builds walks canceling builds in (created_at, project_id, id) keyset order; the
-    // partial index holds only those rows, so the walk never touches the millions of finished builds.
-    // Its definition is the one doctor recommends (Indexes.ts), so doctor finds it serving the scan.
-    sql`CREATE INDEX index_ci_builds_canceling_on_created_at_project_id_id
+  )`,
+    [
+      // drop-canceling-builds walks canceling builds in (created_at, project_id, id) keyset order; the
+      // partial index holds only those rows, so the walk never touches the millions of finished builds.
+      // Its definition is the one doctor recommends (Indexes.ts), so doctor finds it serving the scan.
+      sql`CREATE INDEX index_ci_builds_canceling_on_created_at_project_id_id
       ON ci_builds (created_at, project_id, id) WHERE status = 'canceling' AND type = 'Ci::Build'`
-  ])
+    ]
+  )
 })
 
 const sweeperTables = Effect.gen(function*() {
@@ -182,7 +216,8 @@ const retentionIndexes = Effect.gen(function*() {
  *   Backfilled from the events already there. Pruned events leave their run's row (a few bytes).
  */
 /** Each run's row of sweeper_runs from a set of events: the trigger's new rows, or the whole ledger (backfill). */
-const runsRollupOf = (events: "sweeper_new_events" | "sweeper_events") => `SELECT run_id,
+const runsRollupOf = (events: "sweeper_new_events" | "sweeper_events") =>
+  `SELECT run_id,
     max(substr(stream, 7)) FILTER (WHERE type IN ('RunStarted', 'RunFinished')),
     min(occurred_at) FILTER (WHERE type = 'RunStarted'),
     max(occurred_at) FILTER (WHERE type = 'RunFinished'),
@@ -236,9 +271,11 @@ const ALL = {
 
 /** The migrations of a mode: gitlab mode never gets the platform tables. */
 export const migrationsFor = (mode: SchemaMode) =>
-  Migrator.fromRecord(mode === "gitlab"
-    ? Object.fromEntries(Object.entries(ALL).filter(([name]) => name !== "0001_platform_tables"))
-    : ALL)
+  Migrator.fromRecord(
+    mode === "gitlab"
+      ? Object.fromEntries(Object.entries(ALL).filter(([name]) => name !== "0001_platform_tables"))
+      : ALL
+  )
 
 const runMigrator = Migrator.make({})
 
@@ -249,7 +286,10 @@ export const pendingMigrations = (mode: SchemaMode) =>
     const all = yield* migrationsFor(mode)
     const found = yield* sql<{ found: boolean }>`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS found`
     const latest = found[0]?.found === true
-      ? Number((yield* sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM ${sql(MIGRATIONS_TABLE)}`)[0]?.latest ?? 0)
+      ? Number(
+        (yield* sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM ${sql(MIGRATIONS_TABLE)}`)[0]
+          ?.latest ?? 0
+      )
       : 0
     return all.filter(([id]) => id > latest).map(([id, name]) => `${String(id).padStart(4, "0")}_${name}`)
   })

@@ -23,34 +23,50 @@ export interface AzureSettings {
 }
 
 export const ObjectStorageAzure = (settings: AzureSettings) =>
-  Layer.effect(ObjectStorage, Effect.gen(function*() {
-    // Loaded when the layer is built: the SDK costs seconds of start-up that only Azure users should pay.
-    const { BlobServiceClient, StorageSharedKeyCredential } = yield* Effect.promise(() => import("@azure/storage-blob"))
-    const { accountName, accessKey, serviceUrl } = settings.connection
-    const service = new BlobServiceClient(serviceUrl, new StorageSharedKeyCredential(accountName, Redacted.value(accessKey)), {
-      // The SDK's default backs off for up to minutes; a failed delete is retried by the next run anyway.
-      retryOptions: { maxTries: 3, retryDelayInMs: 200, maxRetryDelayInMs: 2_000, tryTimeoutInMs: 30_000 }
-    })
+  Layer.effect(
+    ObjectStorage,
+    Effect.gen(function*() {
+      // Loaded when the layer is built: the SDK costs seconds of start-up that only Azure users should pay.
+      const { BlobServiceClient, StorageSharedKeyCredential } = yield* Effect.promise(() =>
+        import("@azure/storage-blob")
+      )
+      const { accountName, accessKey, serviceUrl } = settings.connection
+      const service = new BlobServiceClient(
+        serviceUrl,
+        new StorageSharedKeyCredential(accountName, Redacted.value(accessKey)),
+        {
+          // The SDK's default backs off for up to minutes; a failed delete is retried by the next run anyway.
+          retryOptions: { maxTries: 3, retryDelayInMs: 200, maxRetryDelayInMs: 2_000, tryTimeoutInMs: 30_000 }
+        }
+      )
 
-    const remove = Effect.fn("ObjectStorage.delete")(function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
-      const ref = settings.containers[location]
-      if (ref === undefined) return "unconfigured"
-      yield* refuseDotSegments(location, path)
-      const name = objectKey(ref, path)
-      const blob = service.getContainerClient(ref.bucket).getBlobClient(name)
-      const response = yield* Effect.tryPromise({
-        try: (abortSignal) => blob.deleteIfExists({ deleteSnapshots: "include", abortSignal }),
-        catch: (cause) => new ObjectStorageError({ location, path, message: `delete ${serviceUrl}/${ref.bucket}/${name}: ${describeCause(cause)}` })
+      const remove = Effect.fn("ObjectStorage.delete")(
+        function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
+          const ref = settings.containers[location]
+          if (ref === undefined) return "unconfigured"
+          yield* refuseDotSegments(location, path)
+          const name = objectKey(ref, path)
+          const blob = service.getContainerClient(ref.bucket).getBlobClient(name)
+          const response = yield* Effect.tryPromise({
+            try: (abortSignal) => blob.deleteIfExists({ deleteSnapshots: "include", abortSignal }),
+            catch: (cause) =>
+              new ObjectStorageError({
+                location,
+                path,
+                message: `delete ${serviceUrl}/${ref.bucket}/${name}: ${describeCause(cause)}`
+              })
+          })
+          return response.succeeded ? "deleted" : "missing"
+        }
+      )
+
+      return ObjectStorage.of({
+        hasStore: (location) => settings.containers[location] !== undefined,
+        delete: remove,
+        deleteMany: (location, paths) =>
+          Effect.forEach(paths, (path) => Effect.result(remove(location, path)) as Effect.Effect<BulkDeleteOutcome>, {
+            concurrency: AZURE_DELETE_CONCURRENCY
+          })
       })
-      return response.succeeded ? "deleted" : "missing"
     })
-
-    return ObjectStorage.of({
-      hasStore: (location) => settings.containers[location] !== undefined,
-      delete: remove,
-      deleteMany: (location, paths) =>
-        Effect.forEach(paths, (path) => Effect.result(remove(location, path)) as Effect.Effect<BulkDeleteOutcome>, {
-          concurrency: AZURE_DELETE_CONCURRENCY
-        })
-    })
-  }))
+  )

@@ -15,7 +15,7 @@
  */
 import { Effect, Option, type Redacted, Schema, SchemaGetter, SchemaIssue } from "effect"
 import { isAbsolute, join, resolve } from "node:path"
-import { LOCATIONS, type Location } from "../domain/DirectUpload.ts"
+import { type Location, LOCATIONS } from "../domain/DirectUpload.ts"
 
 /** A bucket (S3) or container (Azure) and the key prefix every object of the location sits under. */
 export interface BucketRef {
@@ -45,7 +45,11 @@ export interface AzureConnection {
 export type ObjectStorageSettings =
   | { readonly _tag: "Local"; readonly roots: Partial<Record<Location, string>> }
   | { readonly _tag: "S3"; readonly connection: S3Connection; readonly buckets: Partial<Record<Location, BucketRef>> }
-  | { readonly _tag: "Azure"; readonly connection: AzureConnection; readonly containers: Partial<Record<Location, BucketRef>> }
+  | {
+    readonly _tag: "Azure"
+    readonly connection: AzureConnection
+    readonly containers: Partial<Record<Location, BucketRef>>
+  }
 
 /** Nothing configured: every location is without a store (its stale entries are `skippedNoStore`). */
 export const NoObjectStorage: ObjectStorageSettings = { _tag: "Local", roots: {} }
@@ -69,12 +73,21 @@ export const describeObjectStorage = (settings: ObjectStorageSettings): string =
         ? "none"
         : `local (${Object.entries(settings.roots).map(([location, root]) => `${location} → ${root}`).join(", ")})`
     case "S3":
-      return `S3 ${Option.match(settings.connection.endpoint, { onNone: () => `AWS ${settings.connection.region}`, onSome: withoutUserInfo })} (${
-        Object.entries(settings.buckets).map(([location, ref]) => `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`).join(", ")
+      return `S3 ${
+        Option.match(settings.connection.endpoint, {
+          onNone: () => `AWS ${settings.connection.region}`,
+          onSome: withoutUserInfo
+        })
+      } (${
+        Object.entries(settings.buckets).map(([location, ref]) =>
+          `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`
+        ).join(", ")
       })`
     case "Azure":
       return `Azure ${withoutUserInfo(settings.connection.serviceUrl)} (${
-        Object.entries(settings.containers).map(([location, ref]) => `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`).join(", ")
+        Object.entries(settings.containers).map(([location, ref]) =>
+          `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`
+        ).join(", ")
       })`
   }
 }
@@ -105,8 +118,12 @@ const Root = Schema.String.check(Schema.makeFilter((root: string) =>
 /** `name[/prefix]`: a non-empty name; prefix segments that are neither empty, `.` nor `..`. */
 const BucketName = Schema.String.check(Schema.makeFilter((text: string) => {
   const [name, ...prefix] = text.replace(/\/+$/, "").split("/")
-  if (name === undefined || name.length === 0) return `a bucket must be "name" or "name/prefix", got ${JSON.stringify(text)}`
-  if (name === "." || name === ".." || prefix.some((segment) => segment === "" || segment === "." || segment === "..")) {
+  if (name === undefined || name.length === 0) {
+    return `a bucket must be "name" or "name/prefix", got ${JSON.stringify(text)}`
+  }
+  if (
+    name === "." || name === ".." || prefix.some((segment) => segment === "" || segment === "." || segment === "..")
+  ) {
     return `a bucket's name and prefix must not contain empty, "." or ".." segments, got ${JSON.stringify(text)}`
   }
   return undefined
@@ -117,11 +134,17 @@ const toBucketRef = (text: string): BucketRef => {
   return { bucket: name!, prefix: prefix.join("/") }
 }
 
-const NonEmpty = Schema.String.check(Schema.makeFilter((text: string) => text.length > 0 ? undefined : "must not be empty"))
+const NonEmpty = Schema.String.check(
+  Schema.makeFilter((text: string) => text.length > 0 ? undefined : "must not be empty")
+)
 const Secret = Schema.RedactedFromValue(NonEmpty)
-const Url = Schema.String.check(Schema.makeFilter((text: string) =>
-  URL.canParse(text) && /^https?:$/.test(new URL(text).protocol) ? undefined : `must be an http(s) URL, got ${JSON.stringify(text)}`
-))
+const Url = Schema.String.check(
+  Schema.makeFilter((text: string) =>
+    URL.canParse(text) && /^https?:$/.test(new URL(text).protocol)
+      ? undefined
+      : `must be an http(s) URL, got ${JSON.stringify(text)}`
+  )
+)
 
 const ObjectEntry = Schema.Struct({
   bucket: Schema.optionalKey(BucketName),
@@ -146,11 +169,13 @@ const AwsConnection = Schema.Struct({
   use_iam_profile: Schema.optionalKey(Schema.Boolean),
   endpoint: Schema.optionalKey(Url),
   path_style: Schema.optionalKey(Schema.Boolean)
-}).check(Schema.makeFilter((c) =>
-  c.use_iam_profile === true || (c.aws_access_key_id !== undefined && c.aws_secret_access_key !== undefined)
-    ? undefined
-    : "provider AWS needs aws_access_key_id and aws_secret_access_key (or use_iam_profile: true)"
-))
+}).check(
+  Schema.makeFilter((c) =>
+    c.use_iam_profile === true || (c.aws_access_key_id !== undefined && c.aws_secret_access_key !== undefined)
+      ? undefined
+      : "provider AWS needs aws_access_key_id and aws_secret_access_key (or use_iam_profile: true)"
+  )
+)
 
 const AzureConnection = Schema.Struct({
   provider: Schema.Literal("AzureRM"),
@@ -183,7 +208,9 @@ const Legacy = Schema.Record(Schema.String, Root).check(knownLocations)
 type Fail = { readonly path: ReadonlyArray<string>; readonly message: string }
 
 const toSettings = (raw: typeof Consolidated.Type): ObjectStorageSettings | Fail => {
-  const enabled = Object.entries(raw.objects).filter(([, entry]) => entry.enabled !== false) as Array<[Location, typeof ObjectEntry.Type]>
+  const enabled = Object.entries(raw.objects).filter(([, entry]) => entry.enabled !== false) as Array<
+    [Location, typeof ObjectEntry.Type]
+  >
   if (raw.enabled === false) return NoObjectStorage
   const connection = raw.connection
   if (connection === undefined || connection.provider === "Local") {
@@ -194,7 +221,11 @@ const toSettings = (raw: typeof Consolidated.Type): ObjectStorageSettings | Fail
       } else {
         const localRoot = connection?.local_root
         if (localRoot === undefined) {
-          return { path: ["objects", location, "bucket"], message: "a bucket needs connection {\"provider\": \"Local\", \"local_root\": \"/abs/dir\"} (or give a root)" }
+          return {
+            path: ["objects", location, "bucket"],
+            message:
+              "a bucket needs connection {\"provider\": \"Local\", \"local_root\": \"/abs/dir\"} (or give a root)"
+          }
         }
         const ref = toBucketRef(entry.bucket!)
         roots[location] = join(localRoot, ref.bucket, ref.prefix)
@@ -205,7 +236,10 @@ const toSettings = (raw: typeof Consolidated.Type): ObjectStorageSettings | Fail
   const refs: Partial<Record<Location, BucketRef>> = {}
   for (const [location, entry] of enabled) {
     if (entry.bucket === undefined) {
-      return { path: ["objects", location, "root"], message: `provider ${connection.provider} takes a bucket, not a root` }
+      return {
+        path: ["objects", location, "root"],
+        message: `provider ${connection.provider} takes a bucket, not a root`
+      }
     }
     refs[location] = toBucketRef(entry.bucket)
   }
@@ -246,7 +280,8 @@ const issueAt = (path: ReadonlyArray<string>, message: string): SchemaIssue.Issu
 export const ObjectStorageJson = Schema.fromJsonString(Schema.Unknown).pipe(
   Schema.decodeTo(SettingsType, {
     decode: SchemaGetter.transformEffect((raw: unknown) => {
-      const consolidated = typeof raw === "object" && raw !== null && !Array.isArray(raw) && ("connection" in raw || "objects" in raw)
+      const consolidated = typeof raw === "object" && raw !== null && !Array.isArray(raw) &&
+        ("connection" in raw || "objects" in raw)
       if (!consolidated) {
         return Schema.decodeUnknownEffect(Legacy)(raw).pipe(
           Effect.map((roots): ObjectStorageSettings => ({ _tag: "Local", roots })),
@@ -254,11 +289,17 @@ export const ObjectStorageJson = Schema.fromJsonString(Schema.Unknown).pipe(
         )
       }
       // A provider Sweeper does not know would otherwise be reported as "none of three shapes matched".
-      const provider = "connection" in raw && typeof raw.connection === "object" && raw.connection !== null && "provider" in raw.connection
+      const provider = "connection" in raw && typeof raw.connection === "object" && raw.connection !== null &&
+          "provider" in raw.connection
         ? raw.connection.provider
         : undefined
       if (provider !== undefined && !PROVIDERS.includes(provider as never)) {
-        return Effect.fail(issueAt(["connection", "provider"], `provider must be one of ${PROVIDERS.join(", ")}, got ${JSON.stringify(provider)}`))
+        return Effect.fail(
+          issueAt(
+            ["connection", "provider"],
+            `provider must be one of ${PROVIDERS.join(", ")}, got ${JSON.stringify(provider)}`
+          )
+        )
       }
       return Schema.decodeUnknownEffect(Consolidated)(raw).pipe(
         Effect.mapError((error) => error.issue),

@@ -51,33 +51,46 @@ export const clientOf = (sdk: Sdk, connection: S3Connection): S3Client =>
     requestHandler: { connectionTimeout: 5_000, requestTimeout: 30_000 }
   })
 
-
 export const ObjectStorageS3 = (settings: S3Settings) =>
   Layer.effect(
     ObjectStorage,
     Effect.gen(function*() {
       const sdk = yield* loadSdk
       const { DeleteObjectCommand, DeleteObjectsCommand, S3ServiceException } = sdk
-      const codeOf = (cause: unknown): string | undefined => cause instanceof S3ServiceException ? cause.name : undefined
-      const client = yield* Effect.acquireRelease(Effect.sync(() => clientOf(sdk, settings.connection)), (client) => Effect.sync(() => client.destroy()))
+      const codeOf = (cause: unknown): string | undefined =>
+        cause instanceof S3ServiceException ? cause.name : undefined
+      const client = yield* Effect.acquireRelease(
+        Effect.sync(() => clientOf(sdk, settings.connection)),
+        (client) => Effect.sync(() => client.destroy())
+      )
       const where = (ref: BucketRef, key: string) => `s3://${ref.bucket}/${key}`
 
-      const remove = Effect.fn("ObjectStorage.delete")(function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
-        const ref = settings.buckets[location]
-        if (ref === undefined) return "unconfigured"
-        yield* refuseDotSegments(location, path)
-        const key = objectKey(ref, path)
-        return yield* Effect.tryPromise({
-          try: (signal) => client.send(new DeleteObjectCommand({ Bucket: ref.bucket, Key: key }), { abortSignal: signal }),
-          catch: (cause) => cause
-        }).pipe(
-          Effect.as<DeleteOutcome>("deleted"),
-          Effect.catch((cause) =>
-            NOT_THERE.has(codeOf(cause) ?? "")
-              ? Effect.succeed<DeleteOutcome>("missing")
-              : Effect.fail(new ObjectStorageError({ location, path, message: `DeleteObject ${where(ref, key)}: ${describeCause(cause)}` })))
-        )
-      })
+      const remove = Effect.fn("ObjectStorage.delete")(
+        function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
+          const ref = settings.buckets[location]
+          if (ref === undefined) return "unconfigured"
+          yield* refuseDotSegments(location, path)
+          const key = objectKey(ref, path)
+          return yield* Effect.tryPromise({
+            try: (signal) =>
+              client.send(new DeleteObjectCommand({ Bucket: ref.bucket, Key: key }), { abortSignal: signal }),
+            catch: (cause) => cause
+          }).pipe(
+            Effect.as<DeleteOutcome>("deleted"),
+            Effect.catch((cause) =>
+              NOT_THERE.has(codeOf(cause) ?? "")
+                ? Effect.succeed<DeleteOutcome>("missing")
+                : Effect.fail(
+                  new ObjectStorageError({
+                    location,
+                    path,
+                    message: `DeleteObject ${where(ref, key)}: ${describeCause(cause)}`
+                  })
+                )
+            )
+          )
+        }
+      )
 
       /** One DeleteObjects request for at most 1,000 paths (already checked), outcomes in order. */
       const deleteChunk = (location: Location, ref: BucketRef, paths: ReadonlyArray<string>) =>
@@ -98,30 +111,51 @@ export const ObjectStorageS3 = (settings: S3Settings) =>
               const error = errors.get(objectKey(ref, path))
               if (error === undefined) return Result.succeed("deleted")
               if (NOT_THERE.has(error.Code ?? "")) return Result.succeed("missing")
-              return Result.fail(new ObjectStorageError({ location, path, message: `DeleteObjects ${where(ref, objectKey(ref, path))}: ${error.Code ?? "error"}: ${error.Message ?? ""}` }))
+              return Result.fail(
+                new ObjectStorageError({
+                  location,
+                  path,
+                  message: `DeleteObjects ${where(ref, objectKey(ref, path))}: ${error.Code ?? "error"}: ${
+                    error.Message ?? ""
+                  }`
+                })
+              )
             })
           }),
           // The whole request failed (auth, network, no such bucket): every path of it failed.
           Effect.catch((cause) =>
             Effect.succeed(paths.map((path): BulkDeleteOutcome =>
-              Result.fail(new ObjectStorageError({ location, path, message: `DeleteObjects s3://${ref.bucket}: ${describeCause(cause)}` }))
+              Result.fail(
+                new ObjectStorageError({
+                  location,
+                  path,
+                  message: `DeleteObjects s3://${ref.bucket}: ${describeCause(cause)}`
+                })
+              )
             ))
           )
         )
 
-      const deleteMany = Effect.fn("ObjectStorage.deleteMany")(function*(location: Location, paths: ReadonlyArray<string>) {
-        const ref = settings.buckets[location]
-        if (ref === undefined) return paths.map((): BulkDeleteOutcome => Result.succeed("unconfigured"))
-        // Paths refused up front get their own outcome and are not sent.
-        const checked = yield* Effect.forEach(paths, (path) => Effect.result(refuseDotSegments(location, path)))
-        const sendable = paths.filter((_, i) => Result.isSuccess(checked[i]!))
-        const sent = Arr.flatten(yield* Effect.forEach(Arr.chunksOf(sendable, DELETE_OBJECTS_MAX_KEYS), (chunk) => deleteChunk(location, ref, chunk)))
-        let next = 0
-        return paths.map((_, i): BulkDeleteOutcome => {
-          const check = checked[i]!
-          return Result.isFailure(check) ? Result.fail(check.failure) : sent[next++]!
-        })
-      })
+      const deleteMany = Effect.fn("ObjectStorage.deleteMany")(
+        function*(location: Location, paths: ReadonlyArray<string>) {
+          const ref = settings.buckets[location]
+          if (ref === undefined) return paths.map((): BulkDeleteOutcome => Result.succeed("unconfigured"))
+          // Paths refused up front get their own outcome and are not sent.
+          const checked = yield* Effect.forEach(paths, (path) => Effect.result(refuseDotSegments(location, path)))
+          const sendable = paths.filter((_, i) => Result.isSuccess(checked[i]!))
+          const sent = Arr.flatten(
+            yield* Effect.forEach(
+              Arr.chunksOf(sendable, DELETE_OBJECTS_MAX_KEYS),
+              (chunk) => deleteChunk(location, ref, chunk)
+            )
+          )
+          let next = 0
+          return paths.map((_, i): BulkDeleteOutcome => {
+            const check = checked[i]!
+            return Result.isFailure(check) ? Result.fail(check.failure) : sent[next++]!
+          })
+        }
+      )
 
       return ObjectStorage.of({
         hasStore: (location) => settings.buckets[location] !== undefined,

@@ -10,7 +10,13 @@ import { ObjectStorageError } from "../domain/Errors.ts"
  */
 export const refuseDotSegments = (location: Location, path: string): Effect.Effect<void, ObjectStorageError> =>
   path.split("/").some((segment) => segment === "." || segment === "..")
-    ? Effect.fail(new ObjectStorageError({ location, path, message: "path has a . or .. segment; refused (a server could resolve it outside the prefix)" }))
+    ? Effect.fail(
+      new ObjectStorageError({
+        location,
+        path,
+        message: "path has a . or .. segment; refused (a server could resolve it outside the prefix)"
+      })
+    )
     : Effect.void
 
 /** One line for an SDK or network error: name, HTTP status and message (never request headers). */
@@ -23,7 +29,11 @@ export const describeCause = (cause: unknown): string => {
     ? cause.statusCode
     : undefined
   const message = cause instanceof Error ? cause.message : String(cause)
-  const head = [name, code !== undefined && code !== name ? code : undefined, typeof status === "number" ? `HTTP ${status}` : undefined]
+  const head = [
+    name,
+    code !== undefined && code !== name ? code : undefined,
+    typeof status === "number" ? `HTTP ${status}` : undefined
+  ]
     .filter((part) => part !== undefined)
     .join(" ")
   return `${head}: ${message.replace(/\s*\n\s*/g, " ").slice(0, 500)}`

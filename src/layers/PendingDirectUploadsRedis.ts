@@ -57,18 +57,23 @@ export const PendingDirectUploadsRedis = Layer.effect(
       }),
       values: Effect.fn("PendingDirectUploads.values")(function*(fields: ReadonlyArray<Uint8Array>) {
         if (fields.length === 0) return []
-        const values = yield* redis.use("HMGET pending_direct_uploads", (client) => client.hmgetBuffer(key, ...fields.map(exactly)))
+        const values = yield* redis.use(
+          "HMGET pending_direct_uploads",
+          (client) => client.hmgetBuffer(key, ...fields.map(exactly))
+        )
         return values.map((value) => value ?? null)
       }),
-      removeUnchanged: Effect.fn("PendingDirectUploads.removeUnchanged")(function*(entries: ReadonlyArray<RawPendingEntry>) {
-        if (entries.length === 0) return []
-        const args = entries.flatMap(({ field, value }) => [exactly(field), exactly(value)])
-        const reply = yield* redis.use(
-          "EVAL compare-and-delete pending_direct_uploads",
-          (client) => client.eval(REMOVE_UNCHANGED, 1, key, ...args) as Promise<Array<number>>
-        )
-        return reply.map((n) => n === 1)
-      }),
+      removeUnchanged: Effect.fn("PendingDirectUploads.removeUnchanged")(
+        function*(entries: ReadonlyArray<RawPendingEntry>) {
+          if (entries.length === 0) return []
+          const args = entries.flatMap(({ field, value }) => [exactly(field), exactly(value)])
+          const reply = yield* redis.use(
+            "EVAL compare-and-delete pending_direct_uploads",
+            (client) => client.eval(REMOVE_UNCHANGED, 1, key, ...args) as Promise<Array<number>>
+          )
+          return reply.map((n) => n === 1)
+        }
+      ),
       remove: Effect.fn("PendingDirectUploads.remove")(function*(field: Uint8Array) {
         const exact = Buffer.from(field.buffer, field.byteOffset, field.byteLength)
         return (yield* redis.use("HDEL pending_direct_uploads", (client) => client.hdel(key, exact))) > 0

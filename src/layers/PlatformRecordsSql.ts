@@ -4,8 +4,11 @@ import { Effect, Layer } from "effect"
 import { PlatformRecords } from "../services/PlatformRecords.ts"
 
 /** The primary-key look-up (exported so `sweeper doctor` EXPLAINs the exact text). */
-export const existingIdsQuery = (sql: PgClient.PgClient, table: "namespaces" | "projects", ids: ReadonlyArray<number>) =>
-  sql<{ readonly id: string | number }>`SELECT id FROM ${sql(table)} WHERE ${sql.in("id", ids)} ORDER BY id`
+export const existingIdsQuery = (
+  sql: PgClient.PgClient,
+  table: "namespaces" | "projects",
+  ids: ReadonlyArray<number>
+) => sql<{ readonly id: string | number }>`SELECT id FROM ${sql(table)} WHERE ${sql.in("id", ids)} ORDER BY id`
 
 export const PlatformRecordsSql = Layer.effect(
   PlatformRecords,

@@ -6,8 +6,8 @@
  * on a real server (DATABASE_URL) never loads them (issue 9: an idle supervisor loads only what its
  * backends need).
  */
-import type { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { PgClient } from "@effect/sql-pg"
+import type { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Effect, Layer, type Redacted, Schema } from "effect"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import type { Server, Socket } from "node:net"
@@ -47,13 +47,16 @@ const lockDataDir = (dataDir: string) =>
     Effect.gen(function*() {
       mkdirSync(dataDir, { recursive: true })
       const lockFile = join(dataDir, "embedded.lock")
-      const holder = Number.parseInt((() => {
-        try {
-          return readFileSync(lockFile, "utf8")
-        } catch {
-          return ""
-        }
-      })(), 10)
+      const holder = Number.parseInt(
+        (() => {
+          try {
+            return readFileSync(lockFile, "utf8")
+          } catch {
+            return ""
+          }
+        })(),
+        10
+      )
       if (Number.isInteger(holder) && holder !== process.pid && isAlive(holder)) {
         return yield* new EmbeddedDatabaseBusy({ dataDir, pid: holder })
       }
@@ -99,14 +102,15 @@ export const layerEmbedded = (dataDir: string | undefined) =>
         },
         catch: (cause) => new EmbeddedDatabaseError({ dataDir: dataDir ?? "(memory)", cause })
       }),
-      ({ db, server, sockets }) => Effect.promise(async () => {
-        // stop() stops accepting and closes the sockets its handlers read; the ones no handler
-        // reads (turned away) only close if destroyed.
-        const stopped = server.stop()
-        for (const socket of sockets) if (socket.listenerCount("data") === 0) socket.destroy()
-        await stopped
-        await db.close()
-      })
+      ({ db, server, sockets }) =>
+        Effect.promise(async () => {
+          // stop() stops accepting and closes the sockets its handlers read; the ones no handler
+          // reads (turned away) only close if destroyed.
+          const stopped = server.stop()
+          for (const socket of sockets) if (socket.listenerCount("data") === 0) socket.destroy()
+          await stopped
+          await db.close()
+        })
     )
     const [host, port] = server.getServerConn().split(":")
     return PgClient.layer({

@@ -1,7 +1,12 @@
 /** RebalanceReschedule over the job queue and the event log: the events go in each slice's `beforePush`. */
 import { Effect, Layer } from "effect"
 import { RebalanceRescheduled } from "../domain/Events.ts"
-import { REBALANCING_QUEUE, REBALANCING_WORKER, type RebalanceType, rebalancingWorkerArgs } from "../domain/Rebalancing.ts"
+import {
+  type RebalanceType,
+  REBALANCING_QUEUE,
+  REBALANCING_WORKER,
+  rebalancingWorkerArgs
+} from "../domain/Rebalancing.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { JobQueue } from "../services/JobQueue.ts"
 import { RebalanceReschedule } from "../services/RebalanceReschedule.ts"

@@ -1,6 +1,11 @@
 /** RebalancingState on real Redis (GitLab's shared-state instance). */
 import { Duration, Effect, Layer } from "effect"
-import { REDIS_EXPIRY_TIME, rebalanceMember, type RebalanceType, RUNNING_REBALANCES_KEY } from "../domain/Rebalancing.ts"
+import {
+  rebalanceMember,
+  type RebalanceType,
+  REDIS_EXPIRY_TIME,
+  RUNNING_REBALANCES_KEY
+} from "../domain/Rebalancing.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
 import { SharedStateRedis } from "./Redis.ts"
 
@@ -8,9 +13,10 @@ export const RebalancingStateRedis = Layer.effect(
   RebalancingState,
   Effect.gen(function*() {
     const redis = yield* SharedStateRedis
-    const runningMembers = redis.use("rebalancing.smembers", (client) => client.smembersBuffer(RUNNING_REBALANCES_KEY)).pipe(
-      Effect.withSpan("RebalancingState.runningMembers")
-    )
+    const runningMembers = redis.use("rebalancing.smembers", (client) => client.smembersBuffer(RUNNING_REBALANCES_KEY))
+      .pipe(
+        Effect.withSpan("RebalancingState.runningMembers")
+      )
     const track = Effect.fn("RebalancingState.track")(function*(type: RebalanceType, id: number) {
       yield* redis.use("rebalancing.track", async (client) => {
         const results = await client.multi()

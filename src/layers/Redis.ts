@@ -82,14 +82,21 @@ export type StoreName = "sharedState" | "queues" | "queuesMetadata"
  * store its keys live in, never for "the" Redis, so a split or clustered deployment is a matter of
  * which connection each tag gets.
  */
-export class SharedStateRedis extends Context.Service<SharedStateRedis, Redis["Service"]>()("sweeper/layers/Redis/SharedState") {}
+export class SharedStateRedis
+  extends Context.Service<SharedStateRedis, Redis["Service"]>()("sweeper/layers/Redis/SharedState")
+{}
 /** Sidekiq's own Redis: `queue:<name>`, `queues`, `<pid>:work`. */
 export class QueuesRedis extends Context.Service<QueuesRedis, Redis["Service"]>()("sweeper/layers/Redis/Queues") {}
 /** Job status keys, concurrency-limit trackers, duplicate-job keys. */
-export class QueuesMetadataRedis extends Context.Service<QueuesMetadataRedis, Redis["Service"]>()("sweeper/layers/Redis/QueuesMetadata") {}
+export class QueuesMetadataRedis
+  extends Context.Service<QueuesMetadataRedis, Redis["Service"]>()("sweeper/layers/Redis/QueuesMetadata")
+{}
 
 /** Every store by name (for `/readyz`, the start-up ping and `doctor`); two names may share a connection. */
-export class RedisStores extends Context.Service<RedisStores, ReadonlyArray<{ readonly store: StoreName; readonly redis: Redis["Service"] }>>()(
+export class RedisStores extends Context.Service<
+  RedisStores,
+  ReadonlyArray<{ readonly store: StoreName; readonly redis: Redis["Service"] }>
+>()(
   "sweeper/layers/Redis/Stores"
 ) {}
 
@@ -159,7 +166,9 @@ const connect = (url: Redacted.Redacted<string>) =>
   Effect.gen(function*() {
     const raw = Redacted.value(url)
     const parsed = parseRedisUrl(raw)
-    if (parsed.kind === "invalid") return yield* new RedisError({ operation: "connect", cause: new Error(parsed.message) })
+    if (parsed.kind === "invalid") {
+      return yield* new RedisError({ operation: "connect", cause: new Error(parsed.message) })
+    }
     const description = redactUrl(raw)
     // Errors name the server by host:port (never the URL: it may hold a password); a cluster by its seed nodes.
     const server = parsed.kind === "cluster" ? parsed.nodes.map(serverName).join(",") : undefined
@@ -204,4 +213,3 @@ const connect = (url: Redacted.Redacted<string>) =>
       Effect.tryPromise({ try: () => f(client), catch: toRedisError(operation, serverOf(client)) })
     return Redis.of({ client, kind: parsed.kind, description, use })
   })
-

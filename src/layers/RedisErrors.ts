@@ -6,8 +6,16 @@
 import { RedisError } from "../domain/Errors.ts"
 
 /** `host:port` of a client, or its unix socket path. */
-export const serverName = (options: { readonly host?: string | undefined; readonly port?: number | undefined; readonly path?: string | undefined }): string =>
-  options.path !== undefined && options.path !== "" ? options.path : `${options.host ?? "localhost"}:${options.port ?? 6379}`
+export const serverName = (
+  options: {
+    readonly host?: string | undefined
+    readonly port?: number | undefined
+    readonly path?: string | undefined
+  }
+): string =>
+  options.path !== undefined && options.path !== ""
+    ? options.path
+    : `${options.host ?? "localhost"}:${options.port ?? 6379}`
 
 /** A `catch` for `Effect.tryPromise` around one command on `server`. */
 export const toRedisError = (operation: string, server: string) => (cause: unknown): RedisError =>

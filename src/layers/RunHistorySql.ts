@@ -5,8 +5,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import type { StoredEvent } from "../domain/Events.ts"
-import { type EventRow, storedEvent as stored } from "./EventLogSql.ts"
 import { HISTORY_MAX_RUNS, type RunDetail, RunHistory, type RunPoint } from "../services/RunHistory.ts"
+import { type EventRow, storedEvent as stored } from "./EventLogSql.ts"
 
 const text = (value: unknown) => typeof value === "string" ? value : null
 
@@ -48,7 +48,11 @@ export const runEndsQuery = (sql: PgClient.PgClient, runId: string) =>
       WHERE run_id = ${runId} AND type = 'RunFinished' ORDER BY id DESC LIMIT 1)`
 
 /** One keyset page of a run's repairs (every stream but `batch:…`), one row more than `limit`. */
-export const repairsQuery = (sql: PgClient.PgClient, runId: string, options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }) =>
+export const repairsQuery = (
+  sql: PgClient.PgClient,
+  runId: string,
+  options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }
+) =>
   sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
     WHERE run_id = ${runId} AND stream NOT LIKE 'batch:%'
       ${options.after === undefined ? sql`` : sql`AND id > ${options.after}`}
@@ -57,7 +61,16 @@ export const repairsQuery = (sql: PgClient.PgClient, runId: string, options: { r
 
 /** A batch's newest HISTORY_MAX_RUNS runs finished since `since`, oldest first, from the rollup. */
 export const historyQuery = (sql: PgClient.PgClient, batch: string, since: Date) =>
-  sql<{ run_id: string; started_at: Date | null; finished_at: Date; duration_ms: string | number | null; outcome: string | null; repairs: string | number }>`
+  sql<
+    {
+      run_id: string
+      started_at: Date | null
+      finished_at: Date
+      duration_ms: string | number | null
+      outcome: string | null
+      repairs: string | number
+    }
+  >`
     SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM (
       SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM sweeper_runs
       WHERE batch = ${batch} AND finished_at >= ${since}
@@ -83,12 +96,17 @@ export const RunHistorySql = Layer.effect(
       return runDetailOf(runId, started, finished, holds.map(stored), Number(counted[0]?.repairs ?? 0))
     })
 
-    const repairs = Effect.fn("RunHistory.repairs")(function*(runId: string, options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }) {
-      if (!UUID.test(runId)) return { events: [], next: null }
-      const rows = yield* repairsQuery(sql, runId, options)
-      const events = rows.slice(0, options.limit).map(stored)
-      return { events, next: rows.length > options.limit ? events.at(-1)!.id : null }
-    })
+    const repairs = Effect.fn("RunHistory.repairs")(
+      function*(
+        runId: string,
+        options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }
+      ) {
+        if (!UUID.test(runId)) return { events: [], next: null }
+        const rows = yield* repairsQuery(sql, runId, options)
+        const events = rows.slice(0, options.limit).map(stored)
+        return { events, next: rows.length > options.limit ? events.at(-1)!.id : null }
+      }
+    )
 
     const history = Effect.fn("RunHistory.history")(function*(batch: string, since: Date) {
       const rows = yield* historyQuery(sql, batch, since)

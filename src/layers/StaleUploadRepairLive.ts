@@ -31,7 +31,11 @@ type Repaired = StaleUploadOutcome<ObjectStorageError>
  * 4. the events, one multi-row INSERT;
  * 5. the fields, one compare-and-delete script call: removed only while still holding the bytes read.
  */
-const repairWith = (storage: ObjectStorage["Service"], pending: PendingDirectUploads["Service"], events: EventLog["Service"]) =>
+const repairWith = (
+  storage: ObjectStorage["Service"],
+  pending: PendingDirectUploads["Service"],
+  events: EventLog["Service"]
+) =>
   Effect.fnUntraced(function*(uploads: ReadonlyArray<StaleUpload>) {
     const results: Array<Repaired> = new Array(uploads.length)
     if (uploads.length === 0) return results
@@ -73,7 +77,8 @@ export const StaleUploadRepairLive = Layer.effect(
     return StaleUploadRepair.of({
       repair,
       // The entry's field goes in either case, so a dry run reports it as a change.
-      wouldRepair: (uploads) => uploads.map((upload): Repaired => storage.hasStore(upload.location) ? "deleted" : "unconfigured")
+      wouldRepair: (uploads) =>
+        uploads.map((upload): Repaired => storage.hasStore(upload.location) ? "deleted" : "unconfigured")
     })
   })
 )

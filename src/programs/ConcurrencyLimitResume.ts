@@ -40,7 +40,9 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   // A move a dead process left half done is finished first, whatever the limit says now (even for a
   // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
   // already off the deferred list, and its slots are counted again before the push.
-  const recovered = dryRun ? 0 : Option.match(yield* limits.recoverMove(worker, record), { onNone: () => 0, onSome: (move) => move.jids.length })
+  const recovered = dryRun
+    ? 0
+    : Option.match(yield* limits.recoverMove(worker, record), { onNone: () => 0, onSome: (move) => move.jids.length })
   if (recovered > 0) yield* M.increment(M.concurrencyLimitResumedJobsTotal, recovered, { worker })
   if (Option.isNone(setting)) return Option.none<C.PassResult>()
   const { limit, queue } = setting.value
@@ -48,17 +50,29 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   // A breaker-open or empty worker is only reported; cleaning trackers would write for nothing.
   if (queueSize > 0 && limit >= 0 && !dryRun) yield* limits.cleanupStaleTrackers(worker)
   const current = yield* limits.currentConcurrency(worker)
-  yield* Effect.all([M.setGauge(M.concurrencyLimitQueueJobs, queueSize, { worker }), M.setGauge(M.concurrencyLimitMaxConcurrentJobs, limit, { worker }), M.setGauge(M.concurrencyLimitCurrentConcurrentJobs, current, { worker })])
+  yield* Effect.all([
+    M.setGauge(M.concurrencyLimitQueueJobs, queueSize, { worker }),
+    M.setGauge(M.concurrencyLimitMaxConcurrentJobs, limit, { worker }),
+    M.setGauge(M.concurrencyLimitCurrentConcurrentJobs, current, { worker })
+  ])
   const stats = { limit, queueSize, current, effectiveLimit: limit, resumed: recovered, remaining: queueSize }
   if (queueSize === 0 || limit < 0) return Option.some<C.PassResult>(stats)
   // The health gate may throttle a positive limit for this pass (SPEC §9 throttleLimits).
   const effectiveLimit = limit > 0 ? yield* (yield* HealthGate).effectiveLimit({ batch: NAME, worker, limit }) : limit
   const toResume = C.resumableCount(effectiveLimit, current)
-  yield* (first || toResume > 0 ? Effect.logInfo : Effect.logDebug)("Concurrency limit worker stats").pipe(Effect.annotateLogs({ worker, limit, queue_size: queueSize, current }))
+  yield* (first || toResume > 0 ? Effect.logInfo : Effect.logDebug)("Concurrency limit worker stats").pipe(
+    Effect.annotateLogs({ worker, limit, queue_size: queueSize, current })
+  )
   if (toResume <= 0) return Option.some<C.PassResult>({ ...stats, effectiveLimit })
   const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun }, record)
   if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
-  if (!dryRun && jids.length > 0) yield* Effect.all([M.increment(M.concurrencyLimitResumedJobsTotal, jids.length, { worker }), reportProgress({ resumedJobs: jids.length }), Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))])
+  if (!dryRun && jids.length > 0) {
+    yield* Effect.all([
+      M.increment(M.concurrencyLimitResumedJobsTotal, jids.length, { worker }),
+      reportProgress({ resumedJobs: jids.length }),
+      Effect.logInfo("Resumed deferred jobs").pipe(Effect.annotateLogs({ worker, queue, resumed_jobs: jids.length }))
+    ])
+  }
   const remaining = dryRun ? queueSize - jids.length - dead.length : yield* limits.queueSize(worker)
   return Option.some<C.PassResult>({ ...stats, effectiveLimit, resumed: recovered + jids.length, remaining })
 })
@@ -70,12 +84,37 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
  */
 export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
   const lease = C.workerLeaseName(worker)
-  const lost = Effect.as(Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(Effect.annotateLogs({ worker, lease })), false)
-  const run = yield* underLease(lease, C.WORKER_LEASE_TTL, (renew) =>
-    passes({ batch: NAME, budget: C.RUN_BUDGET, delay: C.RESCHEDULE_DELAY, pass: (first) => pass(worker, first), next: C.nextPass, between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost) }))
-  if (Option.isNone(run)) return yield* Effect.as(Effect.logInfo("Skipped: concurrency limit resume lease held").pipe(Effect.annotateLogs({ worker, lease })), { _tag: "LeaseHeld", worker } as const)
+  const lost = Effect.as(
+    Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(
+      Effect.annotateLogs({ worker, lease })
+    ),
+    false
+  )
+  const run = yield* underLease(
+    lease,
+    C.WORKER_LEASE_TTL,
+    (renew) =>
+      passes({
+        batch: NAME,
+        budget: C.RUN_BUDGET,
+        delay: C.RESCHEDULE_DELAY,
+        pass: (first) => pass(worker, first),
+        next: C.nextPass,
+        between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost)
+      })
+  )
+  if (Option.isNone(run)) {
+    return yield* Effect.as(
+      Effect.logInfo("Skipped: concurrency limit resume lease held").pipe(Effect.annotateLogs({ worker, lease })),
+      { _tag: "LeaseHeld", worker } as const
+    )
+  }
   const outcome = C.workerOutcome(worker, run.value)
-  if (outcome._tag === "UnknownWorker") yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) }))
+  if (outcome._tag === "UnknownWorker") {
+    yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(
+      Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) })
+    )
+  }
   return outcome
 })
 
@@ -83,9 +122,20 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
   const workers = yield* (yield* ConcurrencyLimits).workersWithDeferredJobs
   // A key of the wrong type is permanent and concerns one worker: that worker is reported in the
   // summary and the run goes on. Any other failure fails the run afterwards (the guard retries it).
-  const { results, isolated } = yield* isolatedEach(workers, resumeWorker, { concurrency: C.MAX_CONCURRENT_WORKER_PASSES, label: "Concurrency limit resume", noun: "worker" })
+  const { results, isolated } = yield* isolatedEach(workers, resumeWorker, {
+    concurrency: C.MAX_CONCURRENT_WORKER_PASSES,
+    label: "Concurrency limit resume",
+    noun: "worker"
+  })
   const { summary, skipped, held } = C.runTotals(workers.length, results, isolated)
-  yield* Effect.logInfo("Concurrency limit resume finished").pipe(Effect.annotateLogs({ workers: summary.workers.length, skipped, failed_workers: summary.failedWorkers.length, resumed_jobs: summary.resumedJobs }))
+  yield* Effect.logInfo("Concurrency limit resume finished").pipe(
+    Effect.annotateLogs({
+      workers: summary.workers.length,
+      skipped,
+      failed_workers: summary.failedWorkers.length,
+      resumed_jobs: summary.resumedJobs
+    })
+  )
   return { ...summary, ...sumHeld(held) } satisfies C.ConcurrencyLimitResumeSummary
 })
 
@@ -97,6 +147,10 @@ export const ConcurrencyLimitResume = {
   budget: C.RUN_BUDGET,
   lease: Option.none(),
   // The deferred lists (SharedState), trackers and reserved slots (QueuesMetadata), each worker's queue.
-  writes: { tables: ["sweeper_events"], redisStores: ["sharedState", "queuesMetadata", "queues"], concurrencyLimitQueues: true },
+  writes: {
+    tables: ["sweeper_events"],
+    redisStores: ["sharedState", "queuesMetadata", "queues"],
+    concurrencyLimitQueues: true
+  },
   run: run()
 } satisfies Batch<C.ConcurrencyLimitResumeSummary, unknown, unknown>

@@ -51,30 +51,69 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
 
   // Walks the hash in steps that grow (1, 8, 64, 512, 4096, a page: see `growingSteps`).
   const { totals: { totalDeletedStaleEntries, vanished }, stop, heldMs, heldBy } = yield* growingSteps({
-    batch: NAME, budget: D.MAX_EXEC_DURATION, source: pending.scan(), growth: { first: 1, factor: D.STEP_GROWTH, max: D.SCAN_PAGE_SIZE },
+    batch: NAME,
+    budget: D.MAX_EXEC_DURATION,
+    source: pending.scan(),
+    growth: { first: 1, factor: D.STEP_GROWTH, max: D.SCAN_PAGE_SIZE },
     initial: { totalDeletedStaleEntries: 0, vanished: 0 },
     unit: {
       plan: (entries) => Effect.sync(() => met.sorted(D.staleEntries(entries, isStale))),
       target: (upload) => `direct_upload:${upload.location}:${upload.path}`,
       dry: (stale) => met.repaired(D.tallyOutcomes(repairs.wouldRepair(stale))),
       // The step is done (its fields are gone or not ours): a retried attempt will not see these again.
-      write: (stale, commit) => Effect.flatMap(repairs.repair(stale), (outcomes) => {
-        const step = met.repaired(D.tallyOutcomes(outcomes))
-        return step.totalDeletedStaleEntries + step.vanished > 0 ? commit(step) : Effect.void
-      })
+      write: (stale, commit) =>
+        Effect.flatMap(repairs.repair(stale), (outcomes) => {
+          const step = met.repaired(D.tallyOutcomes(outcomes))
+          return step.totalDeletedStaleEntries + step.vanished > 0 ? commit(step) : Effect.void
+        })
     }
   })
 
   const { invalidEntries, failedDeletes, skippedNoStore } = met
-  if (invalidEntries > 0) yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(Effect.annotateLogs({ invalid_entries: invalidEntries, sample: D.invalidSampleForLog(met.invalidSample) }))
-  if (failedDeletes > 0) yield* Effect.logWarning("Could not delete stale direct upload objects; their entries are kept").pipe(Effect.annotateLogs({ failed_deletes: failedDeletes, sample: met.failedSample.map(({ location, path, message }) => ({ location, path, message })) }))
+  if (invalidEntries > 0) {
+    yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(
+      Effect.annotateLogs({ invalid_entries: invalidEntries, sample: D.invalidSampleForLog(met.invalidSample) })
+    )
+  }
+  if (failedDeletes > 0) {
+    yield* Effect.logWarning("Could not delete stale direct upload objects; their entries are kept").pipe(
+      Effect.annotateLogs({
+        failed_deletes: failedDeletes,
+        sample: met.failedSample.map(({ location, path, message }) => ({ location, path, message }))
+      })
+    )
+  }
   const executionTimeout = stop !== "done"
-  if (!dryRun) yield* M.incrementEach([[M.directUploadsDeletedTotal, totalDeletedStaleEntries], [M.directUploadsInvalidEntriesTotal, invalidEntries], [M.directUploadsFailedDeletesTotal, failedDeletes], [M.directUploadsSkippedNoStoreTotal, skippedNoStore], [M.directUploadsVanishedTotal, vanished]])
+  if (!dryRun) {
+    yield* M.incrementEach([
+      [M.directUploadsDeletedTotal, totalDeletedStaleEntries],
+      [M.directUploadsInvalidEntriesTotal, invalidEntries],
+      [M.directUploadsFailedDeletesTotal, failedDeletes],
+      [M.directUploadsSkippedNoStoreTotal, skippedNoStore],
+      [M.directUploadsVanishedTotal, vanished]
+    ])
+  }
   yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
-    total_pending_entries: totalPendingEntries, total_deleted_stale_entries: totalDeletedStaleEntries, execution_timeout: executionTimeout,
-    invalid_entries: invalidEntries, failed_deletes: failedDeletes, skipped_no_store: skippedNoStore, vanished, dry_run: dryRun
+    total_pending_entries: totalPendingEntries,
+    total_deleted_stale_entries: totalDeletedStaleEntries,
+    execution_timeout: executionTimeout,
+    invalid_entries: invalidEntries,
+    failed_deletes: failedDeletes,
+    skipped_no_store: skippedNoStore,
+    vanished,
+    dry_run: dryRun
   }))
-  return { totalPendingEntries, totalDeletedStaleEntries, executionTimeout, invalidEntries, failedDeletes, skippedNoStore, vanished, heldMs, heldBy } satisfies DeleteStaleDirectUploadsSummary
+  return {
+    totalPendingEntries,
+    totalDeletedStaleEntries,
+    executionTimeout,
+    invalidEntries,
+    failedDeletes,
+    skippedNoStore,
+    vanished,
+    heldMs,
+    heldBy
+  } satisfies DeleteStaleDirectUploadsSummary
 })
 
 export const DeleteStaleDirectUploads = {

@@ -16,7 +16,14 @@
  */
 import { DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
-import { cancelingCutoff, type CancelingBuild, cursorOf, DropBatchSize, DROPPING_MESSAGE, droppingFields } from "../domain/Build.ts"
+import {
+  type CancelingBuild,
+  cancelingCutoff,
+  cursorOf,
+  DropBatchSize,
+  DROPPING_MESSAGE,
+  droppingFields
+} from "../domain/Build.ts"
 import { type Held, keysetPages, logIds } from "../runtime/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
@@ -42,7 +49,10 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
 
   // Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. Rows
   // another transaction holds (in the page write or in a retry) are skipped and logged once.
-  const dropPage = (page: ReadonlyArray<CancelingBuild>, commit: (c: { dropped: number; doomed: number; skippedLocked: number }) => Effect.Effect<void>) =>
+  const dropPage = (
+    page: ReadonlyArray<CancelingBuild>,
+    commit: (c: { dropped: number; doomed: number; skippedLocked: number }) => Effect.Effect<void>
+  ) =>
     Effect.gen(function*() {
       for (const build of page) yield* Effect.logInfo(DROPPING_MESSAGE, droppingFields(build, 1))
       const written = yield* builds.dropMany(page, yield* DateTime.now)
@@ -52,7 +62,11 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
       for (const lost of page.filter((build) => !won.has(build) && !skipped.has(build))) {
         const outcome = yield* builds.retryOrDoom(lost, now)
         if (outcome === "locked") skipped.add(lost)
-        yield* commit({ dropped: outcome === "dropped" ? 1 : 0, doomed: outcome === "doomed" ? 1 : 0, skippedLocked: outcome === "locked" ? 1 : 0 })
+        yield* commit({
+          dropped: outcome === "dropped" ? 1 : 0,
+          doomed: outcome === "doomed" ? 1 : 0,
+          skippedLocked: outcome === "locked" ? 1 : 0
+        })
       }
       // Info, not Warn: the logger keeps one warning per message per run, and every page says its own.
       yield* logIds("Skipped builds locked by another transaction", "build_ids", [...skipped].map((build) => build.id))
@@ -66,7 +80,12 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     read: (after) => builds.findStuckCanceling({ cutoff, after, limit: size }),
     cursor: cursorOf,
     revisit: (after) => builds.revisitWritten({ cutoff, after }),
-    unit: { target: (build) => `build:${build.id}`, dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }), write: dropPage, fence: false }
+    unit: {
+      target: (build) => `build:${build.id}`,
+      dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }),
+      write: dropPage,
+      fence: false
+    }
   })
 
   if (!dryRun) yield* Effect.all([increment(buildsDroppedTotal, dropped), increment(buildsDoomedTotal, doomed)])

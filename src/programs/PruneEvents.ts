@@ -70,9 +70,30 @@ const run = Effect.fn("PruneEvents.run")(function*() {
   const keptForState = kept.length
   const executionTimeout = stop !== "done"
   const skippedLocked = held.size
-  if (dryRun) yield* Effect.logInfo("Would prune events").pipe(Effect.annotateLogs({ before, pruned, kept_for_state: keptForState }))
-  else yield* Effect.logInfo("Pruned events").pipe(Effect.annotateLogs({ before, pruned, pages, kept_for_state: keptForState, execution_timeout: executionTimeout, skipped_locked: skippedLocked }))
-  return { before, pruned, keptForState, pages, executionTimeout, skippedLocked, heldMs, heldBy } satisfies PruneEventsSummary
+  if (dryRun) {
+    yield* Effect.logInfo("Would prune events").pipe(
+      Effect.annotateLogs({ before, pruned, kept_for_state: keptForState })
+    )
+  } else {yield* Effect.logInfo("Pruned events").pipe(
+      Effect.annotateLogs({
+        before,
+        pruned,
+        pages,
+        kept_for_state: keptForState,
+        execution_timeout: executionTimeout,
+        skipped_locked: skippedLocked
+      })
+    )}
+  return {
+    before,
+    pruned,
+    keptForState,
+    pages,
+    executionTimeout,
+    skippedLocked,
+    heldMs,
+    heldBy
+  } satisfies PruneEventsSummary
 })
 
 export const PruneEvents = {

@@ -50,37 +50,79 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   const records = yield* PlatformRecords
   const { dryRun } = yield* CurrentRun
 
-  const { namespaceIds, projectIds, invalidMembers, invalidSample } = R.parseRunningRebalances(yield* (yield* RebalancingState).runningMembers)
-  if (invalidMembers > 0) yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(Effect.annotateLogs({ invalid_members: invalidMembers, sample: invalidSample }))
+  const { namespaceIds, projectIds, invalidMembers, invalidSample } = R.parseRunningRebalances(
+    yield* (yield* RebalancingState).runningMembers
+  )
+  if (invalidMembers > 0) {
+    yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(
+      Effect.annotateLogs({ invalid_members: invalidMembers, sample: invalidSample })
+    )
+  }
   if (invalidMembers > 0 && !dryRun) yield* M.increment(M.issueRebalancesInvalidMembersTotal, invalidMembers)
-  const none = { namespaceIds, projectIds, invalidMembers, ...R.enqueuedCounts(undefined, 0), duplicates: 0, ...NOT_HELD } satisfies RescheduleStuckIssueRebalancesSummary
-  if (namespaceIds.length === 0 && projectIds.length === 0) return yield* Effect.as(Effect.logDebug("No issue rebalances running"), none)
+  const none = {
+    namespaceIds,
+    projectIds,
+    invalidMembers,
+    ...R.enqueuedCounts(undefined, 0),
+    duplicates: 0,
+    ...NOT_HELD
+  } satisfies RescheduleStuckIssueRebalancesSummary
+  if (namespaceIds.length === 0 && projectIds.length === 0) {
+    return yield* Effect.as(Effect.logDebug("No issue rebalances running"), none)
+  }
 
-  const existing = { namespaces: yield* records.existingNamespaceIds(namespaceIds), projects: yield* records.existingProjectIds(projectIds) }
+  const existing = {
+    namespaces: yield* records.existingNamespaceIds(namespaceIds),
+    projects: yield* records.existingProjectIds(projectIds)
+  }
   const gone = R.goneContainers({ namespaceIds, projectIds }, existing)
-  if (gone.namespace_ids.length > 0 || gone.project_ids.length > 0) yield* Effect.logInfo("Not rescheduling rebalances of deleted containers").pipe(Effect.annotateLogs(gone))
+  if (gone.namespace_ids.length > 0 || gone.project_ids.length > 0) {
+    yield* Effect.logInfo("Not rescheduling rebalances of deleted containers").pipe(Effect.annotateLogs(gone))
+  }
 
   // Two units, namespaces then projects, each one bulk push (its events first) behind the fence.
   let duplicates = 0
   const { totals: { enqueuedNamespaces, enqueuedProjects }, heldMs, heldBy } = yield* each({
-    batch: NAME, budget: BUDGET, initial: R.enqueuedCounts(undefined, 0), inputs: R.rebalanceUnits(existing),
+    batch: NAME,
+    budget: BUDGET,
+    initial: R.enqueuedCounts(undefined, 0),
+    inputs: R.rebalanceUnits(existing),
     unit: {
       plan: ({ type, ids }) => Effect.succeed(ids.map((id) => ({ type, id }))),
       target: ({ type, id }) => `rebalance:${type}/${id}`,
       dry: (targets) => R.enqueuedCounts(targets[0]?.type, targets.length),
-      write: (targets, commit) => Effect.gen(function*() {
-        const { type } = targets[0]!
-        const jobs = yield* (yield* RebalanceReschedule).reschedule(type, targets.map(({ id }) => id))
-        duplicates += jobs.duplicates
-        yield* M.incrementEach([[M.issueRebalancesRescheduledTotal, jobs.enqueued], [M.issueRebalancesDuplicatesTotal, jobs.duplicates]], { type: R.rebalanceTypeName(type) })
-        yield* commit(R.enqueuedCounts(type, jobs.enqueued))
-      })
+      write: (targets, commit) =>
+        Effect.gen(function*() {
+          const { type } = targets[0]!
+          const jobs = yield* (yield* RebalanceReschedule).reschedule(type, targets.map(({ id }) => id))
+          duplicates += jobs.duplicates
+          yield* M.incrementEach([[M.issueRebalancesRescheduledTotal, jobs.enqueued], [
+            M.issueRebalancesDuplicatesTotal,
+            jobs.duplicates
+          ]], { type: R.rebalanceTypeName(type) })
+          yield* commit(R.enqueuedCounts(type, jobs.enqueued))
+        })
     }
   })
   const fields = { namespace_ids: existing.namespaces, project_ids: existing.projects, invalid_members: invalidMembers }
-  if (dryRun) yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs(fields))
-  else yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(Effect.annotateLogs({ ...fields, enqueued_namespaces: enqueuedNamespaces, enqueued_projects: enqueuedProjects, duplicates }))
-  return { ...none, enqueuedNamespaces, enqueuedProjects, duplicates, heldMs, heldBy } satisfies RescheduleStuckIssueRebalancesSummary
+  if (dryRun) {
+    yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs(fields))
+  } else {yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(
+      Effect.annotateLogs({
+        ...fields,
+        enqueued_namespaces: enqueuedNamespaces,
+        enqueued_projects: enqueuedProjects,
+        duplicates
+      })
+    )}
+  return {
+    ...none,
+    enqueuedNamespaces,
+    enqueuedProjects,
+    duplicates,
+    heldMs,
+    heldBy
+  } satisfies RescheduleStuckIssueRebalancesSummary
 })
 
 export const RescheduleStuckIssueRebalances = {

@@ -52,7 +52,10 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   const completedJids = yield* jobStatus.completedJids(enqueued.map((job) => job.jid))
   const counts = { checked: enqueued.length, completed: completedJids.length, skippedParallel: 0, skippedRequeued: 0 }
   const completed = new Set(completedJids)
-  const toFail = (decision: StuckExportDecision) => { if (decision !== "fail") counts[decision]++; return decision === "fail" }
+  const toFail = (decision: StuckExportDecision) => {
+    if (decision !== "fail") counts[decision]++
+    return decision === "fail"
+  }
 
   // Per slice of 1000: read again (jobs that finished while we looked up their status drop out
   // here), decide, then one statement: a guarded set-based UPDATE and the slice's events. Two
@@ -60,10 +63,17 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   // re-read overlaps the other's write; totals in slice order whatever order they finish in.
   // A job another open transaction holds is skipped, logged with its id (issue 18).
   const { totals: { failed, failedJids, skippedLocked }, heldMs, heldBy } = yield* each({
-    batch: NAME, budget: BUDGET, concurrency: 2,
-    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 }, inputs: Arr.chunksOf(enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id), FAIL_SLICE),
+    batch: NAME,
+    budget: BUDGET,
+    concurrency: 2,
+    initial: { failed: 0, failedJids: [] as ReadonlyArray<string>, skippedLocked: 0 },
+    inputs: Arr.chunksOf(enqueued.filter((job) => completed.has(job.jid)).map((job) => job.id), FAIL_SLICE),
     unit: {
-      plan: (ids: ReadonlyArray<number>) => Effect.map(exportJobs.findEnqueued(ids), (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))),
+      plan: (ids: ReadonlyArray<number>) =>
+        Effect.map(
+          exportJobs.findEnqueued(ids),
+          (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))
+        ),
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
       dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid), skippedLocked: 0 }),
       fence: false, // failMany fences its own statement
@@ -72,12 +82,18 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
           const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
           yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
           yield* logIds("Export jobs locked by another transaction, skipped", "export_job_ids", locked)
-          yield* logIds("Export jobs changed meanwhile, not failed", "export_job_ids", toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id))
+          yield* logIds(
+            "Export jobs changed meanwhile, not failed",
+            "export_job_ids",
+            toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
+          )
         })
     }
   })
 
-  yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(Effect.annotateLogs({ jids: failedJids, failed }))
+  yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
+    Effect.annotateLogs({ jids: failedJids, failed })
+  )
   if (!dryRun) yield* increment(stuckExportJobsFailedTotal, failed)
   return { ...counts, failed, failedJids, skippedLocked, heldMs, heldBy } satisfies StuckExportJobsSummary
 })

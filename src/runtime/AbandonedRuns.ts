@@ -27,7 +27,11 @@ export const closeAbandonedRuns = (
 ): Effect.Effect<ReadonlyArray<LastRun>, never, EventLog | Metrics> =>
   Effect.gen(function*() {
     const events = yield* EventLog
-    const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: ABANDONED_SEARCH_EVENTS })
+    const recent = yield* events.query({
+      stream: `batch:${batch.name}`,
+      newestFirst: true,
+      limit: ABANDONED_SEARCH_EVENTS
+    })
     const open = unfinishedRuns(recent)
     if (open.length === 0) return []
     const now = DateTime.toDateUtc(yield* DateTime.now)
@@ -43,19 +47,31 @@ export const closeAbandonedRuns = (
       const durationMs = now.getTime() - run.startedAt.getTime()
       const reason = `no RunFinished; ${because}; closed by ${options.closedBy}`
       // Under the old run's id, so `sweeper events --run <id>` shows the run closed.
-      yield* events.append(new RunFinished({
-        batch: batch.name,
-        outcome: "abandoned",
-        summary: null,
-        duration_ms: durationMs,
-        dryRun: run.dryRun,
-        reason
-      })).pipe(Effect.provideService(CurrentRun, { runId: run.runId, batch: batch.name, dryRun: run.dryRun, budget: Option.none(), fence: Option.none() }))
+      yield* events.append(
+        new RunFinished({
+          batch: batch.name,
+          outcome: "abandoned",
+          summary: null,
+          duration_ms: durationMs,
+          dryRun: run.dryRun,
+          reason
+        })
+      ).pipe(
+        Effect.provideService(CurrentRun, {
+          runId: run.runId,
+          batch: batch.name,
+          dryRun: run.dryRun,
+          budget: Option.none(),
+          fence: Option.none()
+        })
+      )
       yield* increment(runsTotal, 1, { batch: batch.name, outcome: "abandoned" })
       yield* Effect.logWarning("Closed an abandoned run").pipe(
         Effect.annotateLogs({ abandoned_run_id: run.runId, started_at: run.startedAt.toISOString(), reason })
       )
-      if (!run.dryRun) closed.push({ runId: run.runId, outcome: "abandoned", finishedAt: now, durationMs, summary: null })
+      if (!run.dryRun) {
+        closed.push({ runId: run.runId, outcome: "abandoned", finishedAt: now, durationMs, summary: null })
+      }
     }
     return closed
   }).pipe(

@@ -13,8 +13,8 @@
  * routes in Http.ts: they are not JSON.
  */
 import { Schema } from "effect"
-import { ConsoleApi, EventSchema } from "./ConsoleApi.ts"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema } from "effect/http-api"
+import { ConsoleApi, EventSchema } from "./ConsoleApi.ts"
 
 /** An error of the one shape, for one code at one status. */
 const apiError = <const Code extends string>(code: Code, status: number) =>
@@ -77,7 +77,9 @@ export const BatchViewSchema = Schema.Struct({
   nextTicks: Schema.Array(Schema.String),
   lastRun: Schema.NullOr(LastRunView),
   lastOutcome: Schema.NullOr(Schema.String),
-  openRun: Schema.NullOr(Schema.Struct({ runId: Schema.String, startedAt: Schema.String, node: Schema.String, overdue: Schema.Boolean })),
+  openRun: Schema.NullOr(
+    Schema.Struct({ runId: Schema.String, startedAt: Schema.String, node: Schema.String, overdue: Schema.Boolean })
+  ),
   lastSuccessAt: Iso,
   consecutiveFailures: Schema.Number,
   config: Schema.Struct({

@@ -117,7 +117,8 @@ export const batchView = (input: BatchInput, now: Date) => {
       runId: history.openRun.runId,
       startedAt: history.openRun.startedAt.toISOString(),
       node: history.openRun.node,
-      overdue: now.getTime() - history.openRun.startedAt.getTime() > Duration.toMillis(Duration.sum(batch.budget, HARD_TIMEOUT_GRACE))
+      overdue: now.getTime() - history.openRun.startedAt.getTime() >
+        Duration.toMillis(Duration.sum(batch.budget, HARD_TIMEOUT_GRACE))
     },
     lastSuccessAt: iso(history.lastSuccessAt),
     consecutiveFailures: history.consecutiveFailures,

@@ -16,7 +16,8 @@ const LEFT = 80
 const BOTTOM = 18
 const TOP = 8
 
-const esc = (text: string) => text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
+const esc = (text: string) =>
+  text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
 
 export const OUTCOME_COLOURS: Record<string, string> = {
   succeeded: "#2f8f4e",
@@ -28,7 +29,8 @@ export const OUTCOME_COLOURS: Record<string, string> = {
 
 const colour = (outcome: string) => OUTCOME_COLOURS[outcome] ?? "#5b6677"
 
-const formatMs = (ms: number) => ms < 1000 ? `${Math.round(ms)} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60_000).toFixed(1)} min`
+const formatMs = (ms: number) =>
+  ms < 1000 ? `${Math.round(ms)} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60_000).toFixed(1)} min`
 
 /** A round axis maximum at or above `max` (1, 2, 5 × 10^n). */
 export const niceMax = (max: number) => {
@@ -39,7 +41,9 @@ export const niceMax = (max: number) => {
 }
 
 const label = (run: RunPoint) =>
-  `${run.finishedAt.toISOString().replace("T", " ").slice(0, 19)} UTC · ${run.outcome} · ${run.repairs} repair${run.repairs === 1 ? "" : "s"} · ${formatMs(run.durationMs)}`
+  `${run.finishedAt.toISOString().replace("T", " ").slice(0, 19)} UTC · ${run.outcome} · ${run.repairs} repair${
+    run.repairs === 1 ? "" : "s"
+  } · ${formatMs(run.durationMs)}`
 
 interface ChartInput {
   readonly runs: ReadonlyArray<RunPoint>
@@ -55,7 +59,9 @@ const frame = (kind: string, title: string, yMax: string, body: string, input: C
 <text class="tick" x="${LEFT - 4}" y="${TOP + 8}" text-anchor="end">${esc(yMax)}</text>
 <text class="tick" x="${LEFT - 4}" y="${HEIGHT - BOTTOM}" text-anchor="end">0</text>
 <text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(input.since.toISOString().slice(0, 16).replace("T", " "))}</text>
-<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(input.until.toISOString().slice(0, 16).replace("T", " "))} UTC</text>
+<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${
+    esc(input.until.toISOString().slice(0, 16).replace("T", " "))
+  } UTC</text>
 ${body}</svg></figure>`
 
 const xOf = (input: ChartInput) => {
@@ -65,14 +71,24 @@ const xOf = (input: ChartInput) => {
 
 const barWidth = (n: number) => Math.max(1, Math.min(8, ((WIDTH - LEFT) / Math.max(1, n)) * 0.7))
 
-const bars = (kind: string, title: string, value: (run: RunPoint) => number, format: (v: number) => string, input: ChartInput) => {
+const bars = (
+  kind: string,
+  title: string,
+  value: (run: RunPoint) => number,
+  format: (v: number) => string,
+  input: ChartInput
+) => {
   const max = niceMax(Math.max(0, ...input.runs.map(value)))
   const x = xOf(input)
   const w = barWidth(input.runs.length)
   const plot = HEIGHT - BOTTOM - TOP
   const marks = input.runs.map((run) => {
     const h = Math.max(1, (value(run) / max) * plot)
-    return `<rect class="mark" data-run="${esc(run.runId)}" x="${(x(run.finishedAt) - w / 2).toFixed(1)}" y="${(HEIGHT - BOTTOM - h).toFixed(1)}" width="${w.toFixed(1)}" height="${h.toFixed(1)}" fill="${colour(run.outcome)}"><title>${esc(label(run))}</title></rect>`
+    return `<rect class="mark" data-run="${esc(run.runId)}" x="${(x(run.finishedAt) - w / 2).toFixed(1)}" y="${
+      (HEIGHT - BOTTOM - h).toFixed(1)
+    }" width="${w.toFixed(1)}" height="${h.toFixed(1)}" fill="${colour(run.outcome)}"><title>${
+      esc(label(run))
+    }</title></rect>`
   }).join("")
   return frame(kind, title, format(max), marks, input)
 }
@@ -86,15 +102,25 @@ const outcomes = (input: ChartInput) => {
     const i = lanes.indexOf(outcome)
     return TOP + ((i === -1 ? lanes.length - 1 : i) + 0.5) * (plot / lanes.length)
   }
-  const names = lanes.map((lane) => `<text class="tick" x="${LEFT - 4}" y="${(laneY(lane) + 3).toFixed(1)}" text-anchor="end">${lane.replace("_", " ")}</text>`).join("")
+  const names = lanes.map((lane) =>
+    `<text class="tick" x="${LEFT - 4}" y="${(laneY(lane) + 3).toFixed(1)}" text-anchor="end">${
+      lane.replace("_", " ")
+    }</text>`
+  ).join("")
   const marks = input.runs.map((run) =>
-    `<circle class="mark" data-run="${esc(run.runId)}" cx="${x(run.finishedAt).toFixed(1)}" cy="${laneY(run.outcome).toFixed(1)}" r="3.5" fill="${colour(run.outcome)}"><title>${esc(label(run))}</title></circle>`
+    `<circle class="mark" data-run="${esc(run.runId)}" cx="${x(run.finishedAt).toFixed(1)}" cy="${
+      laneY(run.outcome).toFixed(1)
+    }" r="3.5" fill="${colour(run.outcome)}"><title>${esc(label(run))}</title></circle>`
   ).join("")
   return `<figure class="chart" data-chart="outcomes"><figcaption>Outcomes</figcaption>
 <svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="Outcomes: ${input.runs.length} runs">
 <line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
-${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(input.since.toISOString().slice(0, 16).replace("T", " "))}</text>
-<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(input.until.toISOString().slice(0, 16).replace("T", " "))} UTC</text>
+${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${
+    esc(input.since.toISOString().slice(0, 16).replace("T", " "))
+  }</text>
+<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${
+    esc(input.until.toISOString().slice(0, 16).replace("T", " "))
+  } UTC</text>
 ${marks}</svg></figure>`
 }
 

@@ -26,7 +26,9 @@ export { supervisor } from "./Supervisor.ts"
 const MAX_EVENTS = 1000
 
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON on stdout"), Flag.withDefault(false))
-const batchArgument = Argument.Literals("batch", batchNames).pipe(Argument.withDescription(`One of: ${batchNames.join(", ")}`))
+const batchArgument = Argument.Literals("batch", batchNames).pipe(
+  Argument.withDescription(`One of: ${batchNames.join(", ")}`)
+)
 
 /** Runs `body` with the Operator configuration picks (the supervisor's API, or the backends). */
 const withOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.layer)
@@ -35,18 +37,35 @@ const run = Command.make(
   "run",
   {
     batch: batchArgument,
-    dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"), Flag.withDefault(false)),
+    dryRun: Flag.Boolean("dry-run").pipe(
+      Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"),
+      Flag.withDefault(false)
+    ),
     json,
-    now: instantFlag("now").pipe(Flag.withDescription("Judge thresholds at this instant: ISO-8601, or a duration ago (1h); a future one only with --dry-run"), Flag.optional),
-    budget: budgetFlag("budget").pipe(Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"), Flag.optional),
-    force: Flag.Boolean("force").pipe(Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"), Flag.withDefault(false))
+    now: instantFlag("now").pipe(
+      Flag.withDescription(
+        "Judge thresholds at this instant: ISO-8601, or a duration ago (1h); a future one only with --dry-run"
+      ),
+      Flag.optional
+    ),
+    budget: budgetFlag("budget").pipe(
+      Flag.withDescription("Override the batch's time budget (30s, 5m, \"30 seconds\")"),
+      Flag.optional
+    ),
+    force: Flag.Boolean("force").pipe(
+      Flag.withDescription("Run a batch listed in SWEEPER_DISABLED_BATCHES"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn("Cli.run")(function*({ batch, dryRun, json, now, budget, force }) {
     // Every batch's variables are checked before anything opens: bad configuration is refused at the edge.
     yield* configureBatches(batches).pipe(Effect.provide(SweeperConfig.layer))
     const asOf = Option.getOrUndefined(now)
     if (refusesLookAhead(asOf, new Date(DateTime.toEpochMillis(yield* DateTime.now)), dryRun)) {
-      return yield* new InvalidFlag({ flag: "--now", message: `${asOf!.toISOString()} is in the future; only a --dry-run may look ahead` })
+      return yield* new InvalidFlag({
+        flag: "--now",
+        message: `${asOf!.toISOString()} is in the future; only a --dry-run may look ahead`
+      })
     }
     const operator = yield* Operator.Operator
     yield* printRun(yield* operator.run(batch, { dryRun, force, asOf, budget: Option.getOrUndefined(budget) }), json)
@@ -58,7 +77,10 @@ const run = Command.make(
 const migrateCommand = Command.make(
   "migrate",
   {
-    plan: Flag.Boolean("plan").pipe(Flag.withDescription("List pending migrations; apply nothing"), Flag.withDefault(false))
+    plan: Flag.Boolean("plan").pipe(
+      Flag.withDescription("List pending migrations; apply nothing"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn("Cli.migrate")(function*({ plan }) {
     const settings = yield* SweeperConfig
@@ -67,12 +89,16 @@ const migrateCommand = Command.make(
       const modeNote = `${mode} mode, ${source === "detected" ? "detected" : "from SWEEPER_SCHEMA"}`
       if (plan) {
         const pending = yield* pendingMigrations(mode)
-        return yield* Console.log(pending.length === 0 ? `Schema is up to date (${modeNote})` : `Pending (${modeNote}): ${pending.join(", ")}`)
+        return yield* Console.log(
+          pending.length === 0 ? `Schema is up to date (${modeNote})` : `Pending (${modeNote}): ${pending.join(", ")}`
+        )
       }
       const applied = yield* migrateWith(settings.schema)
-      yield* Console.log(applied.length === 0
-        ? `Schema is up to date (${modeNote})`
-        : `Applied (${modeNote}): ${applied.map(([id, n]) => `${String(id).padStart(4, "0")}_${n}`).join(", ")}`)
+      yield* Console.log(
+        applied.length === 0
+          ? `Schema is up to date (${modeNote})`
+          : `Applied (${modeNote}): ${applied.map(([id, n]) => `${String(id).padStart(4, "0")}_${n}`).join(", ")}`
+      )
     })
     return yield* Effect.provide(migrateOrPlan, databaseClientLayer(settings))
   }, Effect.provide(SweeperConfig.layer))
@@ -84,9 +110,18 @@ const events = Command.make(
     stream: Flag.String("stream").pipe(Flag.withDescription("Exact stream, e.g. build:123"), Flag.optional),
     type: Flag.String("type").pipe(Flag.withDescription("Event type, e.g. BuildDropped"), Flag.optional),
     run: Flag.String("run").pipe(Flag.withDescription("Run id"), Flag.optional),
-    since: instantFlag("since").pipe(Flag.withDescription("From this instant on: ISO-8601, or a duration ago (1h, 30m, 7d)"), Flag.optional),
-    until: instantFlag("until").pipe(Flag.withDescription("Before this instant: ISO-8601, or a duration ago (1h, 30m, 7d)"), Flag.optional),
-    limit: intFlag("limit", 1, MAX_EVENTS).pipe(Flag.withDescription(`At most this many, the newest (1 to ${MAX_EVENTS})`), Flag.withDefault(50)),
+    since: instantFlag("since").pipe(
+      Flag.withDescription("From this instant on: ISO-8601, or a duration ago (1h, 30m, 7d)"),
+      Flag.optional
+    ),
+    until: instantFlag("until").pipe(
+      Flag.withDescription("Before this instant: ISO-8601, or a duration ago (1h, 30m, 7d)"),
+      Flag.optional
+    ),
+    limit: intFlag("limit", 1, MAX_EVENTS).pipe(
+      Flag.withDescription(`At most this many, the newest (1 to ${MAX_EVENTS})`),
+      Flag.withDefault(50)
+    ),
     json
   },
   Effect.fn("Cli.events")(function*({ stream, type, run, since, until, limit, json }) {
@@ -114,24 +149,44 @@ const events = Command.make(
 const eventsPrune = Command.make(
   "prune",
   {
-    before: instantFlag("before").pipe(Flag.withDescription("Prune events strictly older than this instant: ISO-8601, or a duration ago (90d); at least SWEEPER_EVENT_RETENTION ago")),
-    dryRun: Flag.Boolean("dry-run").pipe(Flag.withDescription("Report how many events would be pruned; delete nothing"), Flag.withDefault(false)),
+    before: instantFlag("before").pipe(
+      Flag.withDescription(
+        "Prune events strictly older than this instant: ISO-8601, or a duration ago (90d); at least SWEEPER_EVENT_RETENTION ago"
+      )
+    ),
+    dryRun: Flag.Boolean("dry-run").pipe(
+      Flag.withDescription("Report how many events would be pruned; delete nothing"),
+      Flag.withDefault(false)
+    ),
     json
   },
-  Effect.fn("Cli.eventsPrune")(function*({ before, dryRun, json }) {
-    const settings = yield* SweeperConfig
-    const retentionMs = Duration.toMillis(settings.eventRetention)
-    const newestAllowed = DateTime.toEpochMillis(yield* DateTime.now) - retentionMs
-    if (before.getTime() > newestAllowed) {
-      return yield* new InvalidFlag({
-        flag: "--before",
-        message: `${before.toISOString()} is within the retention period (SWEEPER_EVENT_RETENTION ${Duration.format(settings.eventRetention)}): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
-      })
-    }
-    const operator = yield* Operator.Operator
-    yield* printRun(yield* operator.run(PruneEvents.name, { dryRun, force: true, asOf: new Date(before.getTime() + retentionMs) }), json)
-  }, withOperator, Effect.provide(SweeperConfig.layer))
-).pipe(Command.withDescription("Delete events older than --before (outside the retention period), keeping those batch state is folded from"))
+  Effect.fn("Cli.eventsPrune")(
+    function*({ before, dryRun, json }) {
+      const settings = yield* SweeperConfig
+      const retentionMs = Duration.toMillis(settings.eventRetention)
+      const newestAllowed = DateTime.toEpochMillis(yield* DateTime.now) - retentionMs
+      if (before.getTime() > newestAllowed) {
+        return yield* new InvalidFlag({
+          flag: "--before",
+          message: `${before.toISOString()} is within the retention period (SWEEPER_EVENT_RETENTION ${
+            Duration.format(settings.eventRetention)
+          }): only events before ${new Date(newestAllowed).toISOString()} may be pruned`
+        })
+      }
+      const operator = yield* Operator.Operator
+      yield* printRun(
+        yield* operator.run(PruneEvents.name, { dryRun, force: true, asOf: new Date(before.getTime() + retentionMs) }),
+        json
+      )
+    },
+    withOperator,
+    Effect.provide(SweeperConfig.layer)
+  )
+).pipe(
+  Command.withDescription(
+    "Delete events older than --before (outside the retention period), keeping those batch state is folded from"
+  )
+)
 
 const status = Command.make(
   "status",
@@ -150,7 +205,11 @@ const pauseOrResume = (action: "pause" | "resume") =>
       yield* (yield* Operator.Operator).setPaused(batch, action)
       yield* Console.log(`${batch} ${action === "pause" ? "paused" : "resumed"}`)
     }, withOperator)
-  ).pipe(Command.withDescription(action === "pause" ? "Stop a batch's scheduled ticks until resumed (manual runs still go)" : "Let a paused batch's ticks run again"))
+  ).pipe(Command.withDescription(
+    action === "pause"
+      ? "Stop a batch's scheduled ticks until resumed (manual runs still go)"
+      : "Let a paused batch's ticks run again"
+  ))
 
 const start = Command.make(
   "start",
@@ -172,7 +231,20 @@ const start = Command.make(
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
-  Command.withSubcommands([start, run, status, pauseOrResume("pause"), pauseOrResume("resume"), migrateCommand, events.pipe(Command.withSubcommands([eventsPrune])), doctorCommand, simulateCommand, demo])
+  Command.withSubcommands([
+    start,
+    run,
+    status,
+    pauseOrResume("pause"),
+    pauseOrResume("resume"),
+    migrateCommand,
+    events.pipe(Command.withSubcommands([eventsPrune])),
+    doctorCommand,
+    simulateCommand,
+    demo
+  ])
 )
 
-export const cli = Effect.suspend(() => Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(process.argv.slice(2))))
+export const cli = Effect.suspend(() =>
+  Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(process.argv.slice(2)))
+)

@@ -7,12 +7,30 @@ import { DateTime, Duration, Effect, Option, Schema, SchemaIssue, SchemaTransfor
 import { Flag } from "effect/cli"
 
 const UNITS: Record<string, number> = {
-  ms: 1, milli: 1, millis: 1, millisecond: 1, milliseconds: 1,
-  s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
-  m: 60_000, min: 60_000, mins: 60_000, minute: 60_000, minutes: 60_000,
-  h: 3_600_000, hour: 3_600_000, hours: 3_600_000,
-  d: 86_400_000, day: 86_400_000, days: 86_400_000,
-  w: 604_800_000, week: 604_800_000, weeks: 604_800_000
+  ms: 1,
+  milli: 1,
+  millis: 1,
+  millisecond: 1,
+  milliseconds: 1,
+  s: 1000,
+  sec: 1000,
+  secs: 1000,
+  second: 1000,
+  seconds: 1000,
+  m: 60_000,
+  min: 60_000,
+  mins: 60_000,
+  minute: 60_000,
+  minutes: 60_000,
+  h: 3_600_000,
+  hour: 3_600_000,
+  hours: 3_600_000,
+  d: 86_400_000,
+  day: 86_400_000,
+  days: 86_400_000,
+  w: 604_800_000,
+  week: 604_800_000,
+  weeks: 604_800_000
 }
 const DURATION = /^(\d+(?:\.\d+)?)\s*([a-z]+)$/
 
@@ -38,10 +56,13 @@ const durationText = (options: { readonly allowZero: boolean }) =>
     SchemaTransformation.transformEffect({
       decode: (input) =>
         Option.match(parseDuration(input), {
-          onNone: () => Effect.fail(issue(input, `expected a duration like 30s, 5m, 1h, 7d or "30 seconds", got "${input}"`)),
+          onNone: () =>
+            Effect.fail(issue(input, `expected a duration like 30s, 5m, 1h, 7d or "30 seconds", got "${input}"`)),
           onSome: (duration) =>
             Duration.toMillis(duration) < 0 || (!options.allowZero && Duration.toMillis(duration) === 0)
-              ? Effect.fail(issue(input, `expected a ${options.allowZero ? "non-negative" : "positive"} duration, got "${input}"`))
+              ? Effect.fail(
+                issue(input, `expected a ${options.allowZero ? "non-negative" : "positive"} duration, got "${input}"`)
+              )
               : Duration.isGreaterThan(duration, MAX_DURATION)
               ? Effect.fail(issue(input, `expected at most ${Duration.format(MAX_DURATION)}, got "${input}"`))
               : Effect.succeed(duration)
@@ -72,7 +93,12 @@ export const InstantText = Schema.String.pipe(Schema.decodeTo(
         }
         const ago = parseDuration(text)
         if (Option.isNone(ago)) {
-          return yield* Effect.fail(issue(input, `expected an ISO-8601 instant (2026-01-01T05:00:00Z) or a duration ago (1h, 30m, 7d), got "${input}"`))
+          return yield* Effect.fail(
+            issue(
+              input,
+              `expected an ISO-8601 instant (2026-01-01T05:00:00Z) or a duration ago (1h, 30m, 7d), got "${input}"`
+            )
+          )
         }
         const duration = yield* Schema.decodeEffect(DurationText)(text).pipe(Effect.mapError((e) => e.issue))
         return new Date(DateTime.toEpochMillis(yield* DateTime.now) - Duration.toMillis(duration))
@@ -83,7 +109,10 @@ export const InstantText = Schema.String.pipe(Schema.decodeTo(
 
 /** A whole number in [min, max]: the range says where the flag means something. */
 export const intFlag = (name: string, min: number, max: number) =>
-  Flag.Int(name).pipe(Flag.filter((n) => Number.isSafeInteger(n) && n >= min && n <= max, (n) => `expected a whole number from ${min} to ${max}, got ${n}`))
+  Flag.Int(name).pipe(
+    Flag.filter((n) => Number.isSafeInteger(n) && n >= min && n <= max, (n) =>
+      `expected a whole number from ${min} to ${max}, got ${n}`)
+  )
 
 export const durationFlag = (name: string) => Flag.String(name).pipe(Flag.withSchema(DurationText))
 export const budgetFlag = (name: string) => Flag.String(name).pipe(Flag.withSchema(BudgetText))

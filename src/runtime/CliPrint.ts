@@ -20,7 +20,9 @@ export const printRun = (result: RunView, asJson: boolean) =>
       }))
     } else {
       const label = result.dryRun ? `${result.batch} (dry run)` : result.batch
-      yield* Console.log(`${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`)
+      yield* Console.log(
+        `${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`
+      )
       if (result.error !== undefined) yield* Console.log(`  error: ${result.error}`)
       if (result.targets !== undefined && result.targets.length > 0) {
         yield* Console.log(`  would change ${result.targetsTotal} (first ${result.targets.length} listed):`)
@@ -31,14 +33,24 @@ export const printRun = (result: RunView, asJson: boolean) =>
   })
 
 export const printEvent = (event: EventView, asJson: boolean) =>
-  Console.log(asJson
-    ? JSON.stringify(event)
-    : `${event.occurredAt} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${event.runId ? ` run=${event.runId}` : ""}`)
+  Console.log(
+    asJson
+      ? JSON.stringify(event)
+      : `${event.occurredAt} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${
+        event.runId ? ` run=${event.runId}` : ""
+      }`
+  )
 
 const ago = (iso: string | null, now: number) => {
   if (iso === null) return "never"
   const seconds = Math.max(0, Math.round((now - Date.parse(iso)) / 1000))
-  return seconds < 120 ? `${seconds}s ago` : seconds < 7200 ? `${Math.round(seconds / 60)}m ago` : seconds < 172800 ? `${Math.round(seconds / 3600)}h ago` : `${Math.round(seconds / 86400)}d ago`
+  return seconds < 120
+    ? `${seconds}s ago`
+    : seconds < 7200
+    ? `${Math.round(seconds / 60)}m ago`
+    : seconds < 172800
+    ? `${Math.round(seconds / 3600)}h ago`
+    : `${Math.round(seconds / 86400)}d ago`
 }
 
 /** The state with its detail: who paused and when, until when the breaker stays open. */
@@ -56,7 +68,8 @@ export const stateDetail = (view: View) => {
 }
 
 /** The terminal's width when stdout is one, else no limit: piped output stays whole for grep and awk. */
-const terminalWidth = () => process.stdout.isTTY === true && process.stdout.columns > 0 ? process.stdout.columns : Infinity
+const terminalWidth = () =>
+  process.stdout.isTTY === true && process.stdout.columns > 0 ? process.stdout.columns : Infinity
 
 export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
   Effect.gen(function*() {
@@ -84,7 +97,13 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
       if (v.lastRun?.error) yield* Console.log(`${v.name}: last error: ${v.lastRun.error}`)
       // A RunStarted with no RunFinished: running, or killed (the next run closes it as abandoned).
       if (v.openRun !== null) {
-        yield* Console.log(`${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${v.openRun.overdue ? "never finished: killed; the next run closes it as abandoned" : "has not finished: running, or killed"}`)
+        yield* Console.log(
+          `${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${
+            v.openRun.overdue
+              ? "never finished: killed; the next run closes it as abandoned"
+              : "has not finished: running, or killed"
+          }`
+        )
       }
     }
     // What the health gate holds, one line each (SPEC §9).

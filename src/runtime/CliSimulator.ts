@@ -7,11 +7,11 @@ import { Command, Flag } from "effect/cli"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { describeBackends, AppLayer } from "../layers/App.ts"
+import { AppLayer, describeBackends } from "../layers/App.ts"
 import { configureBatches, redisConfigured, SweeperConfig } from "../layers/Config.ts"
 import { batches } from "../programs/index.ts"
 import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
-import { parseScenarios, type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
+import { parseScenarios, simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
 import { durationFlag, intFlag } from "./CliFlags.ts"
 import { demoEnvironment, refuseGitLabDatabase, superviseWithSimulator } from "./Supervisor.ts"
 
@@ -24,25 +24,38 @@ export class InvalidFlag extends Schema.TaggedError<InvalidFlag>()("InvalidFlag"
 }) {}
 
 const simulationFlags = {
-  rate: intFlag("rate", 1, MAX_RATE).pipe(Flag.withDescription(`Things each scenario makes per second (1 to ${MAX_RATE})`), Flag.withDefault(1)),
+  rate: intFlag("rate", 1, MAX_RATE).pipe(
+    Flag.withDescription(`Things each scenario makes per second (1 to ${MAX_RATE})`),
+    Flag.withDefault(1)
+  ),
   scenario: Flag.String("scenario").pipe(
     Flag.withDescription("all, or a comma list of: exports, builds, uploads, rebalances, throttled"),
     Flag.withDefault("all")
   ),
-  duration: durationFlag("duration").pipe(Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"), Flag.optional)
+  duration: durationFlag("duration").pipe(
+    Flag.withDescription("Stop making things after this long (30s, 5m); default: until stopped"),
+    Flag.optional
+  )
 }
 
-const simulationOptions = Effect.fn("Cli.simulationOptions")(function*(flags: { rate: number; scenario: string; duration: Option.Option<Duration.Duration> }) {
-  const scenarios = yield* parseScenarios(flags.scenario).pipe(Effect.mapError((e) => new InvalidFlag({ flag: "--scenario", message: e.message })))
-  const duration = Option.getOrUndefined(flags.duration)
-  return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
-})
+const simulationOptions = Effect.fn("Cli.simulationOptions")(
+  function*(flags: { rate: number; scenario: string; duration: Option.Option<Duration.Duration> }) {
+    const scenarios = yield* parseScenarios(flags.scenario).pipe(
+      Effect.mapError((e) => new InvalidFlag({ flag: "--scenario", message: e.message }))
+    )
+    const duration = Option.getOrUndefined(flags.duration)
+    return { scenarios, rate: flags.rate, ...(duration === undefined ? {} : { duration }) } satisfies SimulateOptions
+  }
+)
 
 export const simulateCommand = Command.make(
   "simulate",
   {
     ...simulationFlags,
-    supervise: Flag.Boolean("supervise").pipe(Flag.withDescription("Also run the supervisor in this process (always so on the embedded default)"), Flag.withDefault(false))
+    supervise: Flag.Boolean("supervise").pipe(
+      Flag.withDescription("Also run the supervisor in this process (always so on the embedded default)"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn("Cli.simulate")(function*(flags) {
     const options = yield* simulationOptions(flags)
@@ -61,10 +74,15 @@ export const simulateCommand = Command.make(
       Effect.provide(SimulatorLive),
       Effect.provide(AppLayer),
       Effect.onExit((exit) =>
-        Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? Console.log(JSON.stringify(ledgerCounts(ledger))) : Effect.void)
+        Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause)
+          ? Console.log(JSON.stringify(ledgerCounts(ledger)))
+          : Effect.void
+      )
     )
   }, Effect.provide(SweeperConfig.layer))
-).pipe(Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs"))
+).pipe(
+  Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs")
+)
 
 export const demo = Command.make(
   "demo",
@@ -74,7 +92,9 @@ export const demo = Command.make(
     const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
     const env = { ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!), ...process.env } as Record<string, string>
     const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
-    yield* Console.log(`Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`)
+    yield* Console.log(
+      `Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`
+    )
     return yield* Effect.gen(function*() {
       const settings = yield* SweeperConfig
       yield* configureBatches(batches)
@@ -91,5 +111,6 @@ export const demo = Command.make(
       }))
     )
   })
-).pipe(Command.withDescription("The supervisor plus a simulated GitLab, fast crons: watch all five repairs on the dashboard"))
-
+).pipe(
+  Command.withDescription("The supervisor plus a simulated GitLab, fast crons: watch all five repairs on the dashboard")
+)

@@ -19,5 +19,9 @@ export const offsetClock = (base: Clock.Clock, offsetMs: number): Clock.Clock =>
 export const startingAt = (startAt: Date) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
     const base = yield* Clock.Clock
-    return yield* Effect.provideService(effect, Clock.Clock, offsetClock(base, startAt.getTime() - base.currentTimeMillisUnsafe()))
+    return yield* Effect.provideService(
+      effect,
+      Clock.Clock,
+      offsetClock(base, startAt.getTime() - base.currentTimeMillisUnsafe())
+    )
   })

@@ -18,11 +18,11 @@ import { BacklogLive } from "../layers/Backlog.ts"
 import { RunHistorySql } from "../layers/RunHistorySql.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { EventLog } from "../services/EventLog.ts"
+import { HealthReport } from "../services/HealthReport.ts"
 import { RunHistory } from "../services/RunHistory.ts"
 import { snapshotView } from "./BatchView.ts"
 import { isWindow } from "./Charts.ts"
 import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
-import { HealthReport } from "../services/HealthReport.ts"
 import { batchPage, type CardView, dashboardPage, FAVICON, runPage } from "./Dashboard.ts"
 import { liveRun } from "./LiveProgress.ts"
 import { recentRuns } from "./Runs.ts"
@@ -50,8 +50,8 @@ export const consoleViews = Effect.gen(function*() {
   return (yield* scheduler.snapshots).map((s) => cardView(s, now, sample))
 })
 
-const html = (page: string, status = 200) => HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8", status })
-
+const html = (page: string, status = 200) =>
+  HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8", status })
 
 export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   const scheduler = yield* Scheduler
@@ -68,38 +68,70 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     effect.pipe(
       Effect.provideService(EventLog, events),
       Effect.provideContext(context),
-      Effect.catchCause((cause) => Effect.succeed(html(`<!doctype html><title>Error</title><p>${describeError(cause).replace(/</g, "&lt;")}</p>`, 500)))
-    ) as Effect.Effect<HttpServerResponse.HttpServerResponse, never, Exclude<R, EventLog | RunHistory | Backlog | Scheduler>>
+      Effect.catchCause((cause) =>
+        Effect.succeed(
+          html(`<!doctype html><title>Error</title><p>${describeError(cause).replace(/</g, "&lt;")}</p>`, 500)
+        )
+      )
+    ) as Effect.Effect<
+      HttpServerResponse.HttpServerResponse,
+      never,
+      Exclude<R, EventLog | RunHistory | Backlog | Scheduler>
+    >
 
-  const favicon = HttpServerResponse.text(FAVICON, { contentType: "image/svg+xml", headers: { "cache-control": "max-age=86400" } })
+  const favicon = HttpServerResponse.text(FAVICON, {
+    contentType: "image/svg+xml",
+    headers: { "cache-control": "max-age=86400" }
+  })
   yield* router.add("GET", "/favicon.svg", Effect.succeed(favicon))
   yield* router.add("GET", "/favicon.ico", Effect.succeed(favicon))
 
-  yield* router.add("GET", "/", page(Effect.gen(function*() {
-    const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
-    const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
-    return html(dashboardPage(yield* views, { stream, events: found, holds: (yield* health.snapshot).holds.map((h) => h.text) }))
-  })))
+  yield* router.add(
+    "GET",
+    "/",
+    page(Effect.gen(function*() {
+      const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
+      const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
+      return html(
+        dashboardPage(yield* views, { stream, events: found, holds: (yield* health.snapshot).holds.map((h) => h.text) })
+      )
+    }))
+  )
 
-  yield* router.add("GET", "/batches/:name", page(Effect.gen(function*() {
-    const { name } = yield* HttpRouter.params
-    const view = (yield* views).find((v) => v.name === name)
-    if (view === undefined) return html(`<!doctype html><title>Unknown batch</title><p>unknown batch ${(name ?? "").replace(/</g, "&lt;")}</p>`, 404)
-    const requested = (yield* query).get("window") ?? "24h"
-    const window = isWindow(requested) ? requested : "24h"
-    const history = yield* readHistory(view.name, window)
-    return html(batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }), history))
-  })))
+  yield* router.add(
+    "GET",
+    "/batches/:name",
+    page(Effect.gen(function*() {
+      const { name } = yield* HttpRouter.params
+      const view = (yield* views).find((v) => v.name === name)
+      if (view === undefined) {
+        return html(
+          `<!doctype html><title>Unknown batch</title><p>unknown batch ${(name ?? "").replace(/</g, "&lt;")}</p>`,
+          404
+        )
+      }
+      const requested = (yield* query).get("window") ?? "24h"
+      const window = isWindow(requested) ? requested : "24h"
+      const history = yield* readHistory(view.name, window)
+      return html(batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }), history))
+    }))
+  )
 
-  yield* router.add("GET", "/runs/:id", page(Effect.gen(function*() {
-    const { id } = yield* HttpRouter.params
-    const params = yield* query
-    const type = params.get("type") || undefined
-    const after = positiveInteger(params.get("after")) ?? undefined
-    const found = yield* readRun(id ?? "", { type, after })
-    if (found === null) return html(`<!doctype html><title>No such run</title><p>no run ${(id ?? "").replace(/</g, "&lt;")}</p>`, 404)
-    return html(runPage(found.run, found.page, { type: found.type, after }))
-  })))
+  yield* router.add(
+    "GET",
+    "/runs/:id",
+    page(Effect.gen(function*() {
+      const { id } = yield* HttpRouter.params
+      const params = yield* query
+      const type = params.get("type") || undefined
+      const after = positiveInteger(params.get("after")) ?? undefined
+      const found = yield* readRun(id ?? "", { type, after })
+      if (found === null) {
+        return html(`<!doctype html><title>No such run</title><p>no run ${(id ?? "").replace(/</g, "&lt;")}</p>`, 404)
+      }
+      return html(runPage(found.run, found.page, { type: found.type, after }))
+    }))
+  )
 }))
 
 export const ConsoleServices = Layer.mergeAll(RunHistorySql, BacklogLive)

@@ -22,7 +22,9 @@ import { isWindow, WINDOWS } from "./Charts.ts"
  * picks the right status for a failure (the shapes are otherwise the same).
  */
 const ApiErrorBody = <const Codes extends ReadonlyArray<string>>(status: number, codes: Codes) =>
-  Schema.Struct({ error: Schema.Struct({ code: Schema.Literals(codes), message: Schema.String }) }).pipe(HttpApiSchema.status(status))
+  Schema.Struct({ error: Schema.Struct({ code: Schema.Literals(codes), message: Schema.String }) }).pipe(
+    HttpApiSchema.status(status)
+  )
 export const NotFound = ApiErrorBody(404, ["not_found", "unknown_batch"])
 export const BadRequest = ApiErrorBody(400, ["bad_request"])
 export const Internal = ApiErrorBody(500, ["internal"])
@@ -79,7 +81,12 @@ export const HistoryResponse = Schema.Struct({
   }))
 })
 
-const PartJson = Schema.Struct({ label: Schema.String, count: Schema.Number, capped: Schema.Boolean, oldestAt: Schema.NullOr(Schema.String) })
+const PartJson = Schema.Struct({
+  label: Schema.String,
+  count: Schema.Number,
+  capped: Schema.Boolean,
+  oldestAt: Schema.NullOr(Schema.String)
+})
 
 export const BacklogResponse = Schema.Struct({
   sampledAt: Schema.NullOr(Schema.String),
@@ -120,7 +127,11 @@ const iso = (date: Date | null) => date?.toISOString() ?? null
 
 export const eventJson = (event: StoredEvent) => ({ ...event, occurredAt: event.occurredAt.toISOString() })
 
-export const pointJson = (run: RunPoint) => ({ ...run, startedAt: iso(run.startedAt), finishedAt: run.finishedAt.toISOString() })
+export const pointJson = (run: RunPoint) => ({
+  ...run,
+  startedAt: iso(run.startedAt),
+  finishedAt: run.finishedAt.toISOString()
+})
 
 export const backlogJson = (snapshot: BacklogSnapshot, now: Date) => ({
   sampledAt: iso(snapshot.sampledAt),
@@ -135,7 +146,9 @@ export const backlogJson = (snapshot: BacklogSnapshot, now: Date) => ({
 const notFound = (code: "not_found" | "unknown_batch", message: string) => Effect.fail({ error: { code, message } })
 const badRequest = (message: string) => Effect.fail({ error: { code: "bad_request" as const, message } })
 /** A store error: `internal` with its cause chain, in the one shape (never a bare 500). */
-const internal = Effect.mapError((error: unknown) => ({ error: { code: "internal" as const, message: describeError(error) } }))
+const internal = Effect.mapError((error: unknown) => ({
+  error: { code: "internal" as const, message: describeError(error) }
+}))
 
 /** A query's positive integer: undefined when absent, null when malformed. */
 export const positiveInteger = (text: string | null | undefined): number | undefined | null =>
@@ -144,14 +157,23 @@ export const positiveInteger = (text: string | null | undefined): number | undef
 const nowDate = Effect.map(DateTime.now, DateTime.toDateUtc)
 
 /** Reads shared by the JSON handlers and the HTML pages. */
-export const readRun = Effect.fnUntraced(function*(id: string, query: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit?: number | undefined }) {
-  const history = yield* RunHistory
-  const run = yield* history.run(id)
-  if (run === null) return null
-  const limit = Math.max(1, Math.min(REPAIRS_PAGE_MAX, query.limit ?? REPAIRS_PAGE))
-  const page = yield* history.repairs(id, { after: query.after, type: query.type, limit })
-  return { run, page, type: query.type ?? null }
-})
+export const readRun = Effect.fnUntraced(
+  function*(
+    id: string,
+    query: {
+      readonly after?: number | undefined
+      readonly type?: string | undefined
+      readonly limit?: number | undefined
+    }
+  ) {
+    const history = yield* RunHistory
+    const run = yield* history.run(id)
+    if (run === null) return null
+    const limit = Math.max(1, Math.min(REPAIRS_PAGE_MAX, query.limit ?? REPAIRS_PAGE))
+    const page = yield* history.repairs(id, { after: query.after, type: query.type, limit })
+    return { run, page, type: query.type ?? null }
+  }
+)
 
 export const readHistory = Effect.fnUntraced(function*(batch: string, window: keyof typeof WINDOWS) {
   const until = yield* nowDate
@@ -166,7 +188,8 @@ export const readHistory = Effect.fnUntraced(function*(batch: string, window: ke
  */
 export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Handlers.FromGroup<typeof ConsoleApi>) {
   const services = yield* Effect.context<RunHistory | Backlog>()
-  const withServices = <A, E>(effect: Effect.Effect<A, E, RunHistory | Backlog>) => Effect.provideContext(effect, services)
+  const withServices = <A, E>(effect: Effect.Effect<A, E, RunHistory | Backlog>) =>
+    Effect.provideContext(effect, services)
   return handlers
     .handle("run", ({ params, query }) =>
       withServices(Effect.gen(function*() {
@@ -178,7 +201,12 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
         if (found === null) return yield* notFound("not_found", `no run ${params.id}`)
         const { page, run, type } = found
         return {
-          run: { ...run, startedAt: iso(run.startedAt), finishedAt: iso(run.finishedAt), holds: run.holds.map(eventJson) },
+          run: {
+            ...run,
+            startedAt: iso(run.startedAt),
+            finishedAt: iso(run.finishedAt),
+            holds: run.holds.map(eventJson)
+          },
           repairs: { type, events: page.events.map(eventJson), next: page.next }
         }
       })))
@@ -188,7 +216,12 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
         const window = query.window ?? "24h"
         if (!isWindow(window)) return yield* badRequest("window: expected 24h, 7d or 30d")
         const found = yield* readHistory(params.name, window).pipe(internal)
-        return { ...found, since: found.since.toISOString(), until: found.until.toISOString(), runs: found.runs.map(pointJson) }
+        return {
+          ...found,
+          since: found.since.toISOString(),
+          until: found.until.toISOString(),
+          runs: found.runs.map(pointJson)
+        }
       })))
     .handle("backlog", () =>
       withServices(Effect.gen(function*() {

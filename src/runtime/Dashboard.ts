@@ -12,7 +12,7 @@ import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
 import type { RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
 import type { BatchView } from "./BatchView.ts"
-import { type HistoryWindow, historyCharts, WINDOWS } from "./Charts.ts"
+import { historyCharts, type HistoryWindow, WINDOWS } from "./Charts.ts"
 import type { LiveRun } from "./LiveProgress.ts"
 import type { RunRecord } from "./Runs.ts"
 
@@ -25,11 +25,16 @@ export type CardView = BatchView & {
 export const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
 
-const e = (value: unknown) => escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
+const e = (value: unknown) =>
+  escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
 
 /** A time the script shows as "3m ago" / local time; the UTC ISO text stays in the title. */
 const time = (iso: string | null, mode: "ago" | "local" | "utc" = "ago") =>
-  iso === null ? "<span class=\"muted\">never</span>" : `<time datetime="${e(iso)}" data-mode="${mode}" title="${e(iso)}">${e(iso.replace("T", " ").replace(/\.\d+Z$/, "Z"))}</time>`
+  iso === null
+    ? "<span class=\"muted\">never</span>"
+    : `<time datetime="${e(iso)}" data-mode="${mode}" title="${e(iso)}">${
+      e(iso.replace("T", " ").replace(/\.\d+Z$/, "Z"))
+    }</time>`
 
 const duration = (ms: number | null | undefined) => {
   if (ms === null || ms === undefined) return ""
@@ -56,11 +61,15 @@ const stateBadge = (view: BatchView) => {
 }
 
 const outcomeBadge = (outcome: string | null, dryRun = false) =>
-  outcome === null ? "<span class=\"muted\">—</span>" : `<span class="badge outcome-${e(outcome)}">${e(outcome)}${dryRun ? " (dry run)" : ""}</span>`
+  outcome === null
+    ? "<span class=\"muted\">—</span>"
+    : `<span class="badge outcome-${e(outcome)}">${e(outcome)}${dryRun ? " (dry run)" : ""}</span>`
 
 /** The summary's scalar counts (`dropped 3 · doomed 0`); nested values are left to the batch page. */
 const counts = (summary: unknown) => {
-  if (summary === null || typeof summary !== "object" || Array.isArray(summary)) return summary === null || summary === undefined ? "" : e(summary)
+  if (summary === null || typeof summary !== "object" || Array.isArray(summary)) {
+    return summary === null || summary === undefined ? "" : e(summary)
+  }
   return Object.entries(summary as Record<string, unknown>)
     .filter(([, v]) => typeof v === "number" || typeof v === "boolean")
     .map(([k, v]) => `<span class="count"><span class="muted">${e(k)}</span> ${e(v)}</span>`)
@@ -69,26 +78,40 @@ const counts = (summary: unknown) => {
 
 const buttons = (view: BatchView) =>
   `<div class="actions">
-  <button data-action="run" data-batch="${e(view.name)}"${view.disabled ? " disabled title=\"disabled by SWEEPER_DISABLED_BATCHES\"" : ""}>Run now</button>
+  <button data-action="run" data-batch="${e(view.name)}"${
+    view.disabled ? " disabled title=\"disabled by SWEEPER_DISABLED_BATCHES\"" : ""
+  }>Run now</button>
   <button data-action="dry-run" data-batch="${e(view.name)}">Dry run</button>
-  ${view.state === "paused"
-    ? `<button data-action="resume" data-batch="${e(view.name)}">Resume</button>`
-    : `<button data-action="pause" data-batch="${e(view.name)}"${view.disabled ? " disabled" : ""}>Pause</button>`}
+  ${
+    view.state === "paused"
+      ? `<button data-action="resume" data-batch="${e(view.name)}">Resume</button>`
+      : `<button data-action="pause" data-batch="${e(view.name)}"${view.disabled ? " disabled" : ""}>Pause</button>`
+  }
 </div>`
 
 const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null }) | undefined) =>
   backlog === undefined
     ? ""
-    : `<dt>Backlog</dt><dd class="backlog" data-backlog="${backlog.count}">${backlog.error !== null
-      ? `<span class="error">unreadable: ${e(backlog.error)}</span>`
-      : backlog.count === 0
-      ? `<span class="muted">nothing waits</span>`
-      : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${e(backlog.what)}</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`}${backlog.sampledAt === null ? "" : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`}</dd>`
+    : `<dt>Backlog</dt><dd class="backlog" data-backlog="${backlog.count}">${
+      backlog.error !== null
+        ? `<span class="error">unreadable: ${e(backlog.error)}</span>`
+        : backlog.count === 0
+        ? `<span class="muted">nothing waits</span>`
+        : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${
+          e(backlog.what)
+        }</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`
+    }${
+      backlog.sampledAt === null
+        ? ""
+        : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`
+    }</dd>`
 
 const progressLine = (live: LiveRun | null | undefined) =>
   live === null || live === undefined
     ? ""
-    : `<dt>Progress</dt><dd class="progress" data-units="${live.units}"><a href="/runs/${e(live.runId)}">${live.units} unit${live.units === 1 ? "" : "s"} done</a> ${counts(live.counts)}</dd>`
+    : `<dt>Progress</dt><dd class="progress" data-units="${live.units}"><a href="/runs/${
+      e(live.runId)
+    }">${live.units} unit${live.units === 1 ? "" : "s"} done</a> ${counts(live.counts)}</dd>`
 
 const card = (view: CardView) => {
   const last = view.lastRun
@@ -96,12 +119,28 @@ const card = (view: CardView) => {
 <header><h2><a href="/batches/${encodeURIComponent(view.name)}">${e(view.name)}</a></h2>${stateBadge(view)}</header>
 <p class="muted small">${e(view.description)}</p>
 <dl>
-  <dt>Schedule</dt><dd>${e(view.cronInWords)} <code>${e(view.cron)}</code> <span class="muted">${e(view.timezone)}</span></dd>
-  <dt>Next</dt><dd class="ticks">${view.nextTicks.length === 0 ? "<span class=\"muted\">nothing scheduled</span>" : view.nextTicks.map((t) => `<div>${time(t, "utc")} <span class="muted">·</span> ${time(t, "local")}</div>`).join("")}</dd>
-  <dt>Last run</dt><dd class="last-run">${last === null ? "<span class=\"muted\">never run</span>" : `${outcomeBadge(last.outcome)} ${time(last.finishedAt)} <span class="muted">in</span> ${duration(last.durationMs)}${last.reason ? ` <span class="muted">(${e(last.reason)})</span>` : ""}`}</dd>
+  <dt>Schedule</dt><dd>${e(view.cronInWords)} <code>${e(view.cron)}</code> <span class="muted">${
+    e(view.timezone)
+  }</span></dd>
+  <dt>Next</dt><dd class="ticks">${
+    view.nextTicks.length === 0
+      ? "<span class=\"muted\">nothing scheduled</span>"
+      : view.nextTicks.map((t) => `<div>${time(t, "utc")} <span class="muted">·</span> ${time(t, "local")}</div>`).join(
+        ""
+      )
+  }</dd>
+  <dt>Last run</dt><dd class="last-run">${
+    last === null
+      ? "<span class=\"muted\">never run</span>"
+      : `${outcomeBadge(last.outcome)} ${time(last.finishedAt)} <span class="muted">in</span> ${
+        duration(last.durationMs)
+      }${last.reason ? ` <span class="muted">(${e(last.reason)})</span>` : ""}`
+  }</dd>
   ${last?.summary ? `<dt>Counts</dt><dd>${counts(last.summary)}</dd>` : ""}
   ${last?.error ? `<dt>Error</dt><dd class="error">${e(last.error)}</dd>` : ""}
-  <dt>Failures</dt><dd>${view.consecutiveFailures === 0 ? "0" : `<strong class="bad">${view.consecutiveFailures} in a row</strong>`}</dd>
+  <dt>Failures</dt><dd>${
+    view.consecutiveFailures === 0 ? "0" : `<strong class="bad">${view.consecutiveFailures} in a row</strong>`
+  }</dd>
   ${backlogLine(view.backlog)}
   ${progressLine(view.live)}
 </dl>
@@ -110,19 +149,33 @@ ${buttons(view)}
 }
 
 const eventRow = (event: StoredEvent) =>
-  `<tr><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${e(event.type)}</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${event.runId === null ? "" : `<a href="/runs/${e(event.runId)}" aria-label="run ${e(event.runId)}"><code>${e(event.runId.slice(0, 8))}</code></a>`}</td></tr>`
+  `<tr><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${
+    e(event.type)
+  }</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${
+    event.runId === null
+      ? ""
+      : `<a href="/runs/${e(event.runId)}" aria-label="run ${e(event.runId)}"><code>${
+        e(event.runId.slice(0, 8))
+      }</code></a>`
+  }</td></tr>`
 
 const searchForm = (stream: string) =>
   `<form class="search" method="get" action="/"><label for="stream">Entity</label>
-<input id="stream" name="stream" value="${e(stream)}" placeholder="build:123, direct_upload:uploads:tmp/x, export_job:7" autocomplete="off">
+<input id="stream" name="stream" value="${
+    e(stream)
+  }" placeholder="build:123, direct_upload:uploads:tmp/x, export_job:7" autocomplete="off">
 <button type="submit">Search</button></form>`
 
 const searchResults = (stream: string, events: ReadonlyArray<StoredEvent>) =>
   stream === ""
     ? ""
-    : `<section class="history" id="history"><h2>History of <code>${e(stream)}</code></h2>${events.length === 0
-      ? `<p class="muted">No events for this stream.</p>`
-      : `<div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Data</th><th>Run</th></tr></thead><tbody>${[...events].map(eventRow).join("")}</tbody></table></div>`}</section>`
+    : `<section class="history" id="history"><h2>History of <code>${e(stream)}</code></h2>${
+      events.length === 0
+        ? `<p class="muted">No events for this stream.</p>`
+        : `<div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Data</th><th>Run</th></tr></thead><tbody>${
+          [...events].map(eventRow).join("")
+        }</tbody></table></div>`
+    }</section>`
 
 const STYLE = `
 *{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2430;background:#f4f6f9}
@@ -186,7 +239,8 @@ const SCRIPT = `
 })();
 `
 
-const layout = (title: string, body: string) => `<!doctype html>
+const layout = (title: string, body: string) =>
+  `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${e(title)}</title><link rel="icon" href="/favicon.svg" type="image/svg+xml"><style>${STYLE}</style></head><body>
 <div class="top"><h1><a href="/">Sweeper</a></h1><nav><a href="/api/batches">API</a><a href="/metrics">metrics</a><a href="/readyz">readiness</a></nav></div>
@@ -194,25 +248,56 @@ const layout = (title: string, body: string) => `<!doctype html>
 
 export const dashboardPage = (
   views: ReadonlyArray<CardView>,
-  search: { readonly stream: string; readonly events: ReadonlyArray<StoredEvent>; readonly holds?: ReadonlyArray<string> } = { stream: "", events: [] }
+  search: {
+    readonly stream: string
+    readonly events: ReadonlyArray<StoredEvent>
+    readonly holds?: ReadonlyArray<string>
+  } = { stream: "", events: [] }
 ) =>
-  layout("Sweeper", `${searchForm(search.stream)}<div id="flash" role="status"></div>
+  layout(
+    "Sweeper",
+    `${searchForm(search.stream)}<div id="flash" role="status"></div>
 <div data-live>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
-${searchResults(search.stream, search.events)}</div>`)
+${searchResults(search.stream, search.events)}</div>`
+  )
 
 /** The health gate's holds (SPEC §9), one line each: what holds which batch, since when. */
 const holdsBanner = (holds: ReadonlyArray<string>) =>
-  holds.length === 0 ? "" : `<section class="card holds" id="holds" role="status"><h2>Held by the health gate</h2><ul>${holds.map((h) => `<li>${e(h)}</li>`).join("")}</ul></section>`
+  holds.length === 0
+    ? ""
+    : `<section class="card holds" id="holds" role="status"><h2>Held by the health gate</h2><ul>${
+      holds.map((h) => `<li>${e(h)}</li>`).join("")
+    }</ul></section>`
 
 const runRow = (run: RunRecord) =>
-  `<tr data-run="${e(run.runId)}"><td>${run.runId === null ? time(run.startedAt ?? run.finishedAt, "local") : `<a class="run-link" href="/runs/${e(run.runId)}">${time(run.startedAt ?? run.finishedAt, "local")}</a>`}</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${duration(run.durationMs)}</td>
-<td>${outcomeBadge(run.outcome, run.dryRun)}${run.reason ? ` <span class="muted small">${e(run.reason)}</span>` : ""}</td><td>${counts(run.summary)}${run.dryRun && run.targets !== null && run.targets.length > 0 ? `<div class="small muted">would change ${e(run.targetsTotal)}: ${run.targets.slice(0, 20).map((t) => `<a href="/?stream=${encodeURIComponent(t)}#history"><code>${e(t)}</code></a>`).join(" ")}</div>` : ""}</td>
+  `<tr data-run="${e(run.runId)}"><td>${
+    run.runId === null
+      ? time(run.startedAt ?? run.finishedAt, "local")
+      : `<a class="run-link" href="/runs/${e(run.runId)}">${time(run.startedAt ?? run.finishedAt, "local")}</a>`
+  }</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${
+    duration(run.durationMs)
+  }</td>
+<td>${outcomeBadge(run.outcome, run.dryRun)}${
+    run.reason ? ` <span class="muted small">${e(run.reason)}</span>` : ""
+  }</td><td>${counts(run.summary)}${
+    run.dryRun && run.targets !== null && run.targets.length > 0
+      ? `<div class="small muted">would change ${e(run.targetsTotal)}: ${
+        run.targets.slice(0, 20).map((t) =>
+          `<a href="/?stream=${encodeURIComponent(t)}#history"><code>${e(t)}</code></a>`
+        ).join(" ")
+      }</div>`
+      : ""
+  }</td>
 <td class="error">${e(run.error ?? "")}</td></tr>`
 
 const windowLinks = (name: string, current: HistoryWindow) =>
-  `<nav class="windows" aria-label="History window">${(Object.keys(WINDOWS) as Array<HistoryWindow>).map((w) =>
-    `<a href="/batches/${encodeURIComponent(name)}?window=${w}#history"${w === current ? " aria-current=\"page\"" : ""}>${w === "24h" ? "24 hours" : w === "7d" ? "7 days" : "30 days"}</a>`
-  ).join("")}</nav>`
+  `<nav class="windows" aria-label="History window">${
+    (Object.keys(WINDOWS) as Array<HistoryWindow>).map((w) =>
+      `<a href="/batches/${encodeURIComponent(name)}?window=${w}#history"${
+        w === current ? " aria-current=\"page\"" : ""
+      }>${w === "24h" ? "24 hours" : w === "7d" ? "7 days" : "30 days"}</a>`
+    ).join("")
+  }</nav>`
 
 export interface HistoryView {
   readonly window: HistoryWindow
@@ -225,48 +310,83 @@ export interface HistoryView {
 const historySection = (name: string, history: HistoryView) =>
   `<section class="history" id="history" aria-labelledby="history-title"><h2 id="history-title">History</h2>
 ${windowLinks(name, history.window)}
-${history.runs.length === 0
-    ? `<p class="muted">No finished runs in the last ${history.window}.</p>`
-    : `<p class="muted small">${history.runs.length} run${history.runs.length === 1 ? "" : "s"} finished in the last ${history.window}: ${history.runs.reduce((sum, r) => sum + r.repairs, 0)} repairs. Hover a mark for its numbers.</p>`}
+${
+    history.runs.length === 0
+      ? `<p class="muted">No finished runs in the last ${history.window}.</p>`
+      : `<p class="muted small">${history.runs.length} run${
+        history.runs.length === 1 ? "" : "s"
+      } finished in the last ${history.window}: ${
+        history.runs.reduce((sum, r) => sum + r.repairs, 0)
+      } repairs. Hover a mark for its numbers.</p>`
+  }
 <div class="charts">${historyCharts(history)}</div>
-${history.runs.length === 0 ? "" : `<details><summary>Numbers behind the charts</summary><div class="scroll"><table><thead><tr><th>Finished</th><th>Outcome</th><th>Repairs</th><th>Duration</th></tr></thead><tbody>${
-      [...history.runs].reverse().map((r) =>
-        `<tr><td><a href="/runs/${e(r.runId)}">${time(r.finishedAt.toISOString(), "local")}</a></td><td>${outcomeBadge(r.outcome)}</td><td>${r.repairs}</td><td>${duration(r.durationMs)}</td></tr>`
-      ).join("")
-    }</tbody></table></div></details>`}
+${
+    history.runs.length === 0 ?
+      "" :
+      `<details><summary>Numbers behind the charts</summary><div class="scroll"><table><thead><tr><th>Finished</th><th>Outcome</th><th>Repairs</th><th>Duration</th></tr></thead><tbody>${
+        [...history.runs].reverse().map((r) =>
+          `<tr><td><a href="/runs/${e(r.runId)}">${time(r.finishedAt.toISOString(), "local")}</a></td><td>${
+            outcomeBadge(r.outcome)
+          }</td><td>${r.repairs}</td><td>${duration(r.durationMs)}</td></tr>`
+        ).join("")
+      }</tbody></table></div></details>`
+  }
 </section>`
 
 const backlogDetail = (backlog: BatchBacklog | undefined) =>
   backlog === undefined || backlog.parts.length <= 1
     ? ""
-    : `<section class="card config"><h2>Backlog by part</h2><dl>${backlog.parts.map((p) =>
-      `<dt>${e(p.label)}</dt><dd>${p.capped ? "more than " : ""}${p.count}${p.oldestAt === null ? "" : `, oldest due ${time(p.oldestAt.toISOString())}`}</dd>`
-    ).join("")}</dl></section>`
+    : `<section class="card config"><h2>Backlog by part</h2><dl>${
+      backlog.parts.map((p) =>
+        `<dt>${e(p.label)}</dt><dd>${p.capped ? "more than " : ""}${p.count}${
+          p.oldestAt === null ? "" : `, oldest due ${time(p.oldestAt.toISOString())}`
+        }</dd>`
+      ).join("")
+    }</dl></section>`
 
 export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, history: HistoryView) =>
-  layout(`${view.name} · Sweeper`, `<p><a href="/">← all batches</a></p><div id="flash" role="status"></div>
+  layout(
+    `${view.name} · Sweeper`,
+    `<p><a href="/">← all batches</a></p><div id="flash" role="status"></div>
 <div data-live><div class="grid">${card(view)}
 <section class="card config"><h2>Configuration</h2><dl>
 <dt>Worker</dt><dd><code>${e(view.worker)}</code></dd>
 <dt>Cron</dt><dd><code>${e(view.cron)}</code> ${e(view.timezone)} (${e(view.cronInWords)})</dd>
 <dt>Budget</dt><dd>${e(view.config.budget)}</dd>
-<dt>Lease</dt><dd>${view.config.lease === null ? "<span class=\"muted\">none (may overlap across nodes)</span>" : `<code>${e(view.config.lease.name)}</code> TTL ${e(view.config.lease.ttl)}`}</dd>
+<dt>Lease</dt><dd>${
+      view.config.lease === null
+        ? "<span class=\"muted\">none (may overlap across nodes)</span>"
+        : `<code>${e(view.config.lease.name)}</code> TTL ${e(view.config.lease.ttl)}`
+    }</dd>
 <dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>
 <dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
 </dl></section>${backlogDetail(view.backlog)}</div>
 ${historySection(view.name, history)}
 <section class="runs"><h2>Last ${runs.length} runs</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
-<tbody>${runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")}</tbody></table></div></section></div>`)
+<tbody>${
+      runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
+    }</tbody></table></div></section></div>`
+  )
 
 /** The repair event types a run page can filter by (every stream but `batch:…`). */
 export const REPAIR_TYPES = [
-  "BuildDropped", "BuildDoomed", "ExportJobFailed", "StaleDirectUploadDeleted", "RebalanceRescheduled",
-  "ConcurrencyLimitJobsResumed", "ConcurrencyLimitJobsDead", "EventsPruned"
+  "BuildDropped",
+  "BuildDoomed",
+  "ExportJobFailed",
+  "StaleDirectUploadDeleted",
+  "RebalanceRescheduled",
+  "ConcurrencyLimitJobsResumed",
+  "ConcurrencyLimitJobsDead",
+  "EventsPruned"
 ] as const
 
 const repairRow = (event: StoredEvent) =>
-  `<tr data-event="${event.id}"><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${e(event.type)}</code></td>
-<td><a class="entity" href="/?stream=${encodeURIComponent(event.stream)}#history">${e(event.stream)}</a></td><td class="data"><code>${e(event.data)}</code></td></tr>`
+  `<tr data-event="${event.id}"><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${
+    e(event.type)
+  }</code></td>
+<td><a class="entity" href="/?stream=${encodeURIComponent(event.stream)}#history">${
+    e(event.stream)
+  }</a></td><td class="data"><code>${e(event.data)}</code></td></tr>`
 
 const runQuery = (runId: string, params: { readonly type: string | null; readonly after?: number | undefined }) => {
   const q = new URLSearchParams()
@@ -277,16 +397,36 @@ const runQuery = (runId: string, params: { readonly type: string | null; readonl
 }
 
 /** A run: outcome, trigger, node, timings, summary, error, holds, and its repairs paged by keyset. */
-export const runPage = (run: RunDetail, page: RepairPage, filter: { readonly type: string | null; readonly after: number | undefined }) =>
-  layout(`Run ${run.runId.slice(0, 8)} · ${run.batch} · Sweeper`, `<p><a href="/batches/${encodeURIComponent(run.batch)}">← ${e(run.batch)}</a></p>
-<div data-run-page="${e(run.runId)}"><section class="card runinfo"><header><h2>Run <code>${e(run.runId)}</code></h2>${run.outcome === null ? `<span class="badge state-running">running or unfinished</span>` : outcomeBadge(run.outcome, run.dryRun)}</header>
+export const runPage = (
+  run: RunDetail,
+  page: RepairPage,
+  filter: { readonly type: string | null; readonly after: number | undefined }
+) =>
+  layout(
+    `Run ${run.runId.slice(0, 8)} · ${run.batch} · Sweeper`,
+    `<p><a href="/batches/${encodeURIComponent(run.batch)}">← ${e(run.batch)}</a></p>
+<div data-run-page="${e(run.runId)}"><section class="card runinfo"><header><h2>Run <code>${e(run.runId)}</code></h2>${
+      run.outcome === null
+        ? `<span class="badge state-running">running or unfinished</span>`
+        : outcomeBadge(run.outcome, run.dryRun)
+    }</header>
 <dl>
 <dt>Batch</dt><dd><a href="/batches/${encodeURIComponent(run.batch)}">${e(run.batch)}</a></dd>
 <dt>Trigger</dt><dd>${e(run.trigger ?? "—")}</dd>
 <dt>Node</dt><dd>${e(run.node ?? "—")}</dd>
 <dt>Started</dt><dd>${time(run.startedAt?.toISOString() ?? null, "local")}</dd>
-<dt>Holds</dt><dd>${run.holds.length === 0 ? "<span class=\"muted\">none</span>" : run.holds.map((h) => `<div>${time(h.occurredAt.toISOString(), "local")} <code>${e(h.type)}</code> ${e(h.data.signal ?? "")}</div>`).join("")}</dd>
-<dt>Finished</dt><dd>${run.finishedAt === null ? "<span class=\"muted\">not yet</span>" : `${time(run.finishedAt.toISOString(), "local")} <span class="muted">in</span> ${duration(run.durationMs)}`}</dd>
+<dt>Holds</dt><dd>${
+      run.holds.length === 0
+        ? "<span class=\"muted\">none</span>"
+        : run.holds.map((h) =>
+          `<div>${time(h.occurredAt.toISOString(), "local")} <code>${e(h.type)}</code> ${e(h.data.signal ?? "")}</div>`
+        ).join("")
+    }</dd>
+<dt>Finished</dt><dd>${
+      run.finishedAt === null
+        ? "<span class=\"muted\">not yet</span>"
+        : `${time(run.finishedAt.toISOString(), "local")} <span class="muted">in</span> ${duration(run.durationMs)}`
+    }</dd>
 ${run.reason === null ? "" : `<dt>Reason</dt><dd>${e(run.reason)}</dd>`}
 <dt>Summary</dt><dd>${counts(run.summary) || "<span class=\"muted\">—</span>"}</dd>
 ${run.error === null ? "" : `<dt>Error</dt><dd class="error"><pre class="cause">${e(run.error)}</pre></dd>`}
@@ -294,12 +434,28 @@ ${run.error === null ? "" : `<dt>Error</dt><dd class="error"><pre class="cause">
 </dl></section>
 <section class="runs" id="repairs"><h2>Repairs</h2>
 <form class="filter" method="get" action="/runs/${e(run.runId)}"><label for="type">Type</label>
-<select id="type" name="type"><option value="">all</option>${REPAIR_TYPES.map((t) => `<option${filter.type === t ? " selected" : ""}>${t}</option>`).join("")}</select>
+<select id="type" name="type"><option value="">all</option>${
+      REPAIR_TYPES.map((t) => `<option${filter.type === t ? " selected" : ""}>${t}</option>`).join("")
+    }</select>
 <button type="submit">Filter</button></form>
 <div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Entity</th><th>Data</th></tr></thead>
-<tbody>${page.events.length === 0 ? `<tr><td colspan="4" class="muted">No repairs${filter.type === null ? "" : ` of type ${e(filter.type)}`}${filter.after === undefined ? "" : " after this point"}.</td></tr>` : page.events.map(repairRow).join("\n")}</tbody></table></div>
-<nav class="pager" aria-label="Repair pages">${filter.after === undefined ? "" : `<a href="${e(runQuery(run.runId, { type: filter.type }))}">First page</a>`}${page.next === null ? "" : `<a rel="next" href="${e(runQuery(run.runId, { type: filter.type, after: page.next }))}">Next page</a>`}</nav>
-</section></div>`)
+<tbody>${
+      page.events.length === 0
+        ? `<tr><td colspan="4" class="muted">No repairs${filter.type === null ? "" : ` of type ${e(filter.type)}`}${
+          filter.after === undefined ? "" : " after this point"
+        }.</td></tr>`
+        : page.events.map(repairRow).join("\n")
+    }</tbody></table></div>
+<nav class="pager" aria-label="Repair pages">${
+      filter.after === undefined ? "" : `<a href="${e(runQuery(run.runId, { type: filter.type }))}">First page</a>`
+    }${
+      page.next === null
+        ? ""
+        : `<a rel="next" href="${e(runQuery(run.runId, { type: filter.type, after: page.next }))}">Next page</a>`
+    }</nav>
+</section></div>`
+  )
 
 /** A broom on the console's dark blue: served as /favicon.svg and /favicon.ico (browsers ask for it). */
-export const FAVICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#1d2430"/><path d="M20 4l-6 14" stroke="#cfe0ff" stroke-width="3" stroke-linecap="round"/><path d="M8 18h12l-2 10H6z" fill="#f0a000"/></svg>`
+export const FAVICON =
+  `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#1d2430"/><path d="M20 4l-6 14" stroke="#cfe0ff" stroke-width="3" stroke-linecap="round"/><path d="M8 18h12l-2 10H6z" fill="#f0a000"/></svg>`

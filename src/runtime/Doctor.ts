@@ -9,17 +9,17 @@
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Console, DateTime, Effect, Option } from "effect"
 import { Command, Flag } from "effect/cli"
+import { formatValue, type RedisStoreName } from "../domain/Health.ts"
 import { describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { checkColumns, detectSchemaMode } from "../layers/DatabaseSchema.ts"
+import { writeSetOf } from "../layers/HealthGateLive.ts"
+import { HealthSignalsLive } from "../layers/HealthSignalsLive.ts"
 import { createStatements, judgeScan, partitionsOf, REDIS_ONLY_BATCHES, scans } from "../layers/Indexes.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/Redis.ts"
-import { HealthSignalsLive } from "../layers/HealthSignalsLive.ts"
-import { writeSetOf } from "../layers/HealthGateLive.ts"
 import { batches } from "../programs/index.ts"
 import { HealthSignals } from "../services/HealthSignals.ts"
-import { formatValue, type RedisStoreName } from "../domain/Health.ts"
 
 /** Beyond this, time thresholds (1 h, 3 h, 6 h) compared with other machines' timestamps drift. */
 export const CLOCK_SKEW_LIMIT_MS = 1_000
@@ -87,32 +87,101 @@ export interface DoctorReport {
 const healthCheck = Effect.gen(function*() {
   const settings = yield* SweeperConfig
   const signals = yield* HealthSignals
-  const configured = new Set(Option.match(settings.health, { onNone: () => [], onSome: (health) => health.rules.map((rule) => rule.signal) }))
+  const configured = new Set(
+    Option.match(settings.health, { onNone: () => [], onSome: (health) => health.rules.map((rule) => rule.signal) })
+  )
   const limitQueues = [...new Set(Object.values(settings.concurrencyLimits).map((setting) => setting.queue))]
   const writes = batches.map((batch) => writeSetOf(batch, limitQueues))
   const tables = [...new Set(writes.flatMap((w) => w.tables))]
   const stores = [...new Set(writes.flatMap((w) => w.redisStores))] as Array<RedisStoreName>
   const queues = [...new Set(writes.flatMap((w) => w.queues))]
-  const check = <A>(signal: string, subject: string, read: Effect.Effect<A, { readonly message: string }>, show: (a: A) => string) =>
+  const check = <A>(
+    signal: string,
+    subject: string,
+    read: Effect.Effect<A, { readonly message: string }>,
+    show: (a: A) => string
+  ) =>
     read.pipe(Effect.match({
       // The reason alone: the line already names the signal and its subject.
-      onFailure: (error): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: false, reading: "reason" in error && typeof error.reason === "string" ? error.reason : error.message }),
-      onSuccess: (a): SignalCheck => ({ signal, subject, configured: configured.has(signal), readable: true, reading: show(a) })
+      onFailure: (error): SignalCheck => ({
+        signal,
+        subject,
+        configured: configured.has(signal),
+        readable: false,
+        reading: "reason" in error && typeof error.reason === "string" ? error.reason : error.message
+      }),
+      onSuccess: (a): SignalCheck => ({
+        signal,
+        subject,
+        configured: configured.has(signal),
+        readable: true,
+        reading: show(a)
+      })
     }))
-  const privileges = yield* signals.privileges.pipe(Effect.orElseSucceed(() => ({ role: "?", superuser: false, readAllStats: false, inRecovery: false })))
+  const privileges = yield* signals.privileges.pipe(
+    Effect.orElseSucceed(() => ({ role: "?", superuser: false, readAllStats: false, inRecovery: false }))
+  )
   const checks: Array<SignalCheck> = [
-    yield* check("replicationLag", "", signals.replicationLag, (lag) =>
-      `${lag.standbys} standby${lag.standbys === 1 ? "" : "s"}; largest replay lag ${formatValue("bytes", lag.bytes)}, ${formatValue("seconds", lag.seconds)}`),
-    yield* check("walRate", "", signals.walPosition, (position) => `WAL position ${formatValue("bytes", position)} (the rate is two samples a second apart)`),
-    yield* check("autovacuum", tables.join(", "), signals.vacuuming(tables), (vacuumed) => vacuumed.length === 0 ? "no vacuum on these tables" : `vacuum running on ${vacuumed.join(", ")}`),
-    yield* check("longTransactions", "", signals.oldestTransaction, (seconds) => seconds === 0 ? "no other transaction open" : `oldest other transaction open ${formatValue("seconds", seconds)}`)
+    yield* check(
+      "replicationLag",
+      "",
+      signals.replicationLag,
+      (lag) =>
+        `${lag.standbys} standby${lag.standbys === 1 ? "" : "s"}; largest replay lag ${
+          formatValue("bytes", lag.bytes)
+        }, ${formatValue("seconds", lag.seconds)}`
+    ),
+    yield* check(
+      "walRate",
+      "",
+      signals.walPosition,
+      (position) => `WAL position ${formatValue("bytes", position)} (the rate is two samples a second apart)`
+    ),
+    yield* check(
+      "autovacuum",
+      tables.join(", "),
+      signals.vacuuming(tables),
+      (vacuumed) => vacuumed.length === 0 ? "no vacuum on these tables" : `vacuum running on ${vacuumed.join(", ")}`
+    ),
+    yield* check(
+      "longTransactions",
+      "",
+      signals.oldestTransaction,
+      (seconds) =>
+        seconds === 0 ? "no other transaction open" : `oldest other transaction open ${formatValue("seconds", seconds)}`
+    )
   ]
-  for (const store of stores) checks.push(yield* check("redisMemory", store, signals.redisMemory(store), (ratio) => `${Math.round(ratio * 1000) / 10}% of maxmemory`))
-  for (const queue of queues) checks.push(yield* check("queueLatency", queue, signals.queueLatency(queue), (seconds) => `latency ${formatValue("seconds", seconds)}`))
+  for (const store of stores) {
+    checks.push(
+      yield* check(
+        "redisMemory",
+        store,
+        signals.redisMemory(store),
+        (ratio) => `${Math.round(ratio * 1000) / 10}% of maxmemory`
+      )
+    )
+  }
+  for (const queue of queues) {
+    checks.push(
+      yield* check(
+        "queueLatency",
+        queue,
+        signals.queueLatency(queue),
+        (seconds) => `latency ${formatValue("seconds", seconds)}`
+      )
+    )
+  }
   if (Option.isSome(settings.health)) {
     for (const rule of settings.health.value.rules) {
       if (rule.source._tag !== "Prometheus") continue
-      checks.push(yield* check(rule.signal, rule.source.query, signals.prometheus(rule.source.url, rule.source.query), (v) => `${v} (stop ${rule.stop.text})`))
+      checks.push(
+        yield* check(
+          rule.signal,
+          rule.source.query,
+          signals.prometheus(rule.source.url, rule.source.query),
+          (v) => `${v} (stop ${rule.stop.text})`
+        )
+      )
     }
   }
   return { ...privileges, signals: checks } satisfies HealthCheck
@@ -133,15 +202,30 @@ const skewOf = <E, R>(serverMillis: Effect.Effect<number, E, R>) =>
 const storeReport = (store: StoreReport["store"], redis: Option.Option<Redis["Service"]>, inMemory: boolean) =>
   Effect.gen(function*() {
     if (Option.isNone(redis)) {
-      return { store, kind: inMemory ? "in-memory" as const : "single" as const, reachable: inMemory, clockSkewMs: null }
+      return {
+        store,
+        kind: inMemory ? "in-memory" as const : "single" as const,
+        reachable: inMemory,
+        clockSkewMs: null
+      }
     }
     const kind = storeKind(redis.value)
     return yield* redis.value.use("doctor.ping", (client) => client.ping()).pipe(
-      Effect.andThen(skewOf(redis.value.use("doctor.time", (client) => client.time()).pipe(
-        Effect.map(([seconds, micros]) => Number(seconds) * 1000 + Number(micros) / 1000)
-      ))),
+      Effect.andThen(skewOf(
+        redis.value.use("doctor.time", (client) => client.time()).pipe(
+          Effect.map(([seconds, micros]) => Number(seconds) * 1000 + Number(micros) / 1000)
+        )
+      )),
       Effect.map((clockSkewMs): StoreReport => ({ store, kind, reachable: true, clockSkewMs })),
-      Effect.catch((error) => Effect.succeed<StoreReport>({ store, kind, reachable: false, clockSkewMs: null, error: String(error.cause ?? error.message) }))
+      Effect.catch((error) =>
+        Effect.succeed<StoreReport>({
+          store,
+          kind,
+          reachable: false,
+          clockSkewMs: null,
+          error: String(error.cause ?? error.message)
+        })
+      )
     )
   })
 
@@ -165,7 +249,9 @@ const gather = (applied: ReadonlyArray<string>) =>
         plan: verdict.plan,
         served: verdict.served,
         servedBy: verdict.servedBy,
-        recommended: verdict.served ? [] : Option.match(scan.wants, { onNone: () => [], onSome: (spec) => createStatements(spec, scanPartitions) })
+        recommended: verdict.served
+          ? []
+          : Option.match(scan.wants, { onNone: () => [], onSome: (spec) => createStatements(spec, scanPartitions) })
       })
     }
     const pgSkew = yield* skewOf(Effect.map(
@@ -180,8 +266,12 @@ const gather = (applied: ReadonlyArray<string>) =>
     ]
     const health = yield* healthCheck
     const problems = [
-      ...health.signals.filter((s) => s.configured && !s.readable).map((s) => `SWEEPER_HEALTH ${s.signal} cannot be read: ${s.reading}`),
-      ...redis.filter((r) => !r.reachable).map((r) => `Redis store ${r.store} unreachable${r.error ? `: ${r.error}` : ""}`),
+      ...health.signals.filter((s) => s.configured && !s.readable).map((s) =>
+        `SWEEPER_HEALTH ${s.signal} cannot be read: ${s.reading}`
+      ),
+      ...redis.filter((r) => !r.reachable).map((r) =>
+        `Redis store ${r.store} unreachable${r.error ? `: ${r.error}` : ""}`
+      ),
       ...(Math.abs(pgSkew) > CLOCK_SKEW_LIMIT_MS ? [`PostgreSQL clock is ${pgSkew} ms off this process`] : []),
       ...redis.filter((r) => r.clockSkewMs !== null && Math.abs(r.clockSkewMs) > CLOCK_SKEW_LIMIT_MS)
         .map((r) => `Redis store ${r.store} clock is ${r.clockSkewMs} ms off this process`)
@@ -225,8 +315,14 @@ export const renderReport = (report: DoctorReport): string => {
   const lines: Array<string> = []
   const pg = report.postgres
   lines.push(`PostgreSQL  ${pg.backend}`)
-  lines.push(`  schema: ${pg.schemaMode} (${pg.schemaModeSource === "detected" ? "detected" : "SWEEPER_SCHEMA"}); migrations up to date; ${pg.columnsChecked} columns checked, all present`)
-  lines.push(`  builds: ${pg.buildsTable}${pg.partitions.length > 0 ? ` (partitions: ${pg.partitions.join(", ")})` : ""}`)
+  lines.push(
+    `  schema: ${pg.schemaMode} (${
+      pg.schemaModeSource === "detected" ? "detected" : "SWEEPER_SCHEMA"
+    }); migrations up to date; ${pg.columnsChecked} columns checked, all present`
+  )
+  lines.push(
+    `  builds: ${pg.buildsTable}${pg.partitions.length > 0 ? ` (partitions: ${pg.partitions.join(", ")})` : ""}`
+  )
   lines.push(`  clock: ${sign(pg.clockSkewMs)} from this process`)
   for (const statement of report.applied) lines.push(`  applied: ${statement}`)
   lines.push("Scans")
@@ -242,18 +338,35 @@ export const renderReport = (report: DoctorReport): string => {
   for (const batch of report.redisOnlyBatches) lines.push(`  ${batch}: Redis only, no SQL scan`)
   lines.push("Redis")
   for (const store of report.redis) {
-    lines.push(`  ${store.store.padEnd(15)} ${store.kind.padEnd(9)} ${store.reachable ? "reachable" : "UNREACHABLE"}` +
-      (store.clockSkewMs === null ? "" : `, clock ${sign(store.clockSkewMs)}`) + (store.error ? ` (${store.error})` : ""))
+    lines.push(
+      `  ${store.store.padEnd(15)} ${store.kind.padEnd(9)} ${store.reachable ? "reachable" : "UNREACHABLE"}` +
+        (store.clockSkewMs === null ? "" : `, clock ${sign(store.clockSkewMs)}`) +
+        (store.error ? ` (${store.error})` : "")
+    )
   }
   const h = report.health
-  lines.push(`Health signals (SPEC §9) as role ${h.role}: ${h.superuser ? "superuser" : h.readAllStats ? "pg_read_all_stats" : "WITHOUT pg_read_all_stats (GRANT pg_monitor TO " + h.role + " to read other backends' statistics)"}${h.inRecovery ? "; a standby: no WAL position" : ""}`)
+  lines.push(
+    `Health signals (SPEC §9) as role ${h.role}: ${
+      h.superuser
+        ? "superuser"
+        : h.readAllStats
+        ? "pg_read_all_stats"
+        : "WITHOUT pg_read_all_stats (GRANT pg_monitor TO " + h.role + " to read other backends' statistics)"
+    }${h.inRecovery ? "; a standby: no WAL position" : ""}`
+  )
   for (const signal of h.signals) {
-    lines.push(`  ${signal.signal.padEnd(17)}${signal.configured ? "configured  " : "            "}${signal.readable ? "readable    " : "UNREADABLE  "}${signal.subject === "" ? "" : `${signal.subject}: `}${signal.reading}`)
+    lines.push(
+      `  ${signal.signal.padEnd(17)}${signal.configured ? "configured  " : "            "}${
+        signal.readable ? "readable    " : "UNREADABLE  "
+      }${signal.subject === "" ? "" : `${signal.subject}: `}${signal.reading}`
+    )
   }
   const recommended = report.scans.filter((s) => s.recommended.length > 0).length
-  lines.push(report.ok
-    ? `OK${recommended > 0 ? ` (${recommended} index${recommended === 1 ? "" : "es"} recommended)` : ""}`
-    : `PROBLEMS:\n${report.problems.map((p) => `  - ${p}`).join("\n")}`)
+  lines.push(
+    report.ok
+      ? `OK${recommended > 0 ? ` (${recommended} index${recommended === 1 ? "" : "es"} recommended)` : ""}`
+      : `PROBLEMS:\n${report.problems.map((p) => `  - ${p}`).join("\n")}`
+  )
   return lines.join("\n")
 }
 
@@ -272,4 +385,8 @@ export const doctorCommand = Command.make(
     yield* Console.log(json ? JSON.stringify(report) : renderReport(report))
     if (!report.ok) process.exitCode = 1
   }, Effect.provide(ReadOnlyAppLayer))
-).pipe(Command.withDescription("Check this database and Redis: scans and their indexes, stores, clock skew, which health signals can be read (read-only)"))
+).pipe(
+  Command.withDescription(
+    "Check this database and Redis: scans and their indexes, stores, clock skew, which health signals can be read (read-only)"
+  )
+)

@@ -16,10 +16,18 @@ export interface LiveRun {
   readonly counts: Record<string, unknown> | null
 }
 
-const running = new Map<string, { readonly runId: string; readonly startedAt: Date; units: number; readonly progress: RunProgress }>()
+const running = new Map<
+  string,
+  { readonly runId: string; readonly startedAt: Date; units: number; readonly progress: RunProgress }
+>()
 
 /** Registers a run; the returned sink counts units and forwards the counts to `progress`. */
-export const trackRun = (batch: string, runId: string, startedAt: Date, progress: RunProgress): ProgressSink & { readonly done: () => void } => {
+export const trackRun = (
+  batch: string,
+  runId: string,
+  startedAt: Date,
+  progress: RunProgress
+): ProgressSink & { readonly done: () => void } => {
   const entry = { runId, startedAt, units: 0, progress }
   running.set(batch, entry)
   return {
@@ -37,5 +45,10 @@ export const liveRun = (batch: string): LiveRun | null => {
   const entry = running.get(batch)
   return entry === undefined
     ? null
-    : { runId: entry.runId, startedAt: entry.startedAt.toISOString(), units: entry.units, counts: entry.progress.reported() }
+    : {
+      runId: entry.runId,
+      startedAt: entry.startedAt.toISOString(),
+      units: entry.units,
+      counts: entry.progress.reported()
+    }
 }

@@ -63,7 +63,9 @@ export const makeFlattener = (node: string) => {
       service: "sweeper",
       node
     }
-    for (const [key, value] of Object.entries(record.annotations)) line[RESERVED.has(key) ? `data_${key}` : key] = plain(value)
+    for (const [key, value] of Object.entries(record.annotations)) {
+      line[RESERVED.has(key) ? `data_${key}` : key] = plain(value)
+    }
     Object.assign(line, fields)
     if (record.cause !== undefined && record.cause.length > 0) line.cause = record.cause
     if (record.level === "WARN" && typeof line.run_id === "string") {
@@ -76,7 +78,10 @@ export const makeFlattener = (node: string) => {
   }
 }
 
-export const jsonLogger = (node: string, write: (line: string) => void = (line) => process.stderr.write(`${line}\n`)) => {
+export const jsonLogger = (
+  node: string,
+  write: (line: string) => void = (line) => process.stderr.write(`${line}\n`)
+) => {
   const flatten = makeFlattener(node)
   return Logger.map(Logger.formatStructured, (record) => {
     const line = flatten(record as Parameters<typeof flatten>[0])
@@ -84,7 +89,14 @@ export const jsonLogger = (node: string, write: (line: string) => void = (line) 
   })
 }
 
-const LEVEL_COLOUR: Record<string, string> = { ERROR: "31", FATAL: "31", WARN: "33", INFO: "32", DEBUG: "90", TRACE: "90" }
+const LEVEL_COLOUR: Record<string, string> = {
+  ERROR: "31",
+  FATAL: "31",
+  WARN: "33",
+  INFO: "32",
+  DEBUG: "90",
+  TRACE: "90"
+}
 
 /** A field's value on a text line: strings bare (quoted when they hold spaces), the rest as JSON. */
 const fieldText = (value: unknown): string => {
@@ -111,7 +123,11 @@ export const textLine = (line: LogLine, colour = false): string => {
   return typeof cause === "string" && cause.length > 0 ? `${text}\n  ${cause.replace(/\n/g, "\n  ")}` : text
 }
 
-export const textLogger = (node: string, write: (line: string) => void = (line) => process.stderr.write(`${line}\n`), colour = false) => {
+export const textLogger = (
+  node: string,
+  write: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+  colour = false
+) => {
   const flatten = makeFlattener(node)
   return Logger.map(Logger.formatStructured, (record) => {
     const line = flatten(record as Parameters<typeof flatten>[0])
@@ -122,7 +138,8 @@ export const textLogger = (node: string, write: (line: string) => void = (line) 
 export type LogFormat = "json" | "text"
 
 /** `SWEEPER_LOG_FORMAT` when set, else text on a terminal and JSON lines anywhere else. */
-export const chooseLogFormat = (configured: LogFormat | undefined, isTTY: boolean): LogFormat => configured ?? (isTTY ? "text" : "json")
+export const chooseLogFormat = (configured: LogFormat | undefined, isTTY: boolean): LogFormat =>
+  configured ?? (isTTY ? "text" : "json")
 
 export const LoggingLive = Layer.unwrap(Effect.gen(function*() {
   const level = yield* Config.LogLevel("SWEEPER_LOG_LEVEL").pipe(
@@ -138,7 +155,9 @@ export const LoggingLive = Layer.unwrap(Effect.gen(function*() {
     Effect.mapError((error) => new InvalidConfig({ variable: "SWEEPER_LOG_FORMAT", message: error.message }))
   )
   const chosen = chooseLogFormat(Option.getOrUndefined(format), process.stderr.isTTY === true)
-  const logger = chosen === "json" ? jsonLogger(node) : textLogger(node, undefined, process.stderr.isTTY === true && process.env.NO_COLOR === undefined)
+  const logger = chosen === "json"
+    ? jsonLogger(node)
+    : textLogger(node, undefined, process.stderr.isTTY === true && process.env.NO_COLOR === undefined)
   return Layer.mergeAll(
     Logger.layer([logger]),
     Layer.succeed(Logger.LogToStderr, true),

@@ -9,12 +9,20 @@
  * `layer` picks: with DATABASE_URL the CLI reads the database itself; on the embedded default it
  * asks the supervisor that published its address, if one runs.
  */
-import { openHolds } from "../domain/Health.ts"
 import { Cause, Context, DateTime, type Duration, Effect, Layer, Option, Schema } from "effect"
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
 import { userInfo } from "node:os"
-import { BatchDisabled, describeError, hostOfUrl, InfrastructureUnavailable, InvalidConfig, PauseNotRecorded, type UnknownBatch } from "../domain/Errors.ts"
+import {
+  BatchDisabled,
+  describeError,
+  hostOfUrl,
+  InfrastructureUnavailable,
+  InvalidConfig,
+  PauseNotRecorded,
+  type UnknownBatch
+} from "../domain/Errors.ts"
+import { openHolds } from "../domain/Health.ts"
 import { AppLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
 import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import { batches, findBatch } from "../programs/index.ts"
@@ -40,9 +48,19 @@ export interface RunRequest {
 export class RemoteRefusal extends Schema.TaggedError<RemoteRefusal>()("RemoteRefusal", { message: Schema.String }) {}
 
 /** A flag this road cannot honour, e.g. `--budget` while the supervisor holds the database. */
-export class UnsupportedFlag extends Schema.TaggedError<UnsupportedFlag>()("InvalidFlag", { flag: Schema.String, message: Schema.String }) {}
+export class UnsupportedFlag
+  extends Schema.TaggedError<UnsupportedFlag>()("InvalidFlag", { flag: Schema.String, message: Schema.String })
+{}
 
-type Failure = InfrastructureUnavailable | RemoteRefusal | UnsupportedFlag | PauseNotRecorded | UnknownBatch | BatchDisabled | InvalidConfig | Cause.YieldableError
+type Failure =
+  | InfrastructureUnavailable
+  | RemoteRefusal
+  | UnsupportedFlag
+  | PauseNotRecorded
+  | UnknownBatch
+  | BatchDisabled
+  | InvalidConfig
+  | Cause.YieldableError
 
 export class Operator extends Context.Service<Operator, {
   readonly views: Effect.Effect<ReadonlyArray<View>, Failure>
@@ -55,93 +73,131 @@ const actor = () => `cli:${userInfo().username}`
 
 /** The supervisor's API, through the client derived from its definition. */
 export const remote = (endpoint: SupervisorEndpoint) =>
-  Layer.effect(Operator, Effect.gen(function*() {
-    const client = yield* HttpApiClient.make(SweeperApi, {
-      baseUrl: endpoint.url,
-      transformClient: HttpClient.mapRequest((request) =>
-        request.pipe(HttpClientRequest.bearerToken(endpoint.token), HttpClientRequest.setHeader("x-sweeper-actor", actor())))
-    })
-    const host = hostOfUrl(endpoint.url)
-    /** The API's errors by code: bad input is a refusal (exit 2), the rest "cannot reach" (exit 3). */
-    const answered = <A, E, R>(call: Effect.Effect<A, E, R>, onUnavailable?: (message: string) => Failure) =>
-      call.pipe(Effect.catchCause((cause): Effect.Effect<never, Failure> => {
-        const error = Cause.squash(cause)
-        const body = Schema.decodeUnknownOption(AnyApiError)(error)
-        const code = Option.isSome(body) ? body.value.error.code : undefined
-        const message = Option.isSome(body) ? body.value.error.message : describeError(error)
-        if (code === "unknown_batch" || code === "batch_disabled" || code === "bad_request") return Effect.fail(new RemoteRefusal({ message }))
-        if (code === "unavailable" && onUnavailable !== undefined) return Effect.fail(onUnavailable(message))
-        return Effect.fail(new InfrastructureUnavailable({ service: "Sweeper supervisor", host, detail: message }))
-      }))
-    return Operator.of({
-      views: answered(client.batches.list()),
-      events: (filter) =>
-        answered(client.batches.events({
-          query: {
-            ...(filter.stream === undefined ? {} : { stream: filter.stream }),
-            ...(filter.type === undefined ? {} : { type: filter.type }),
-            ...(filter.runId === undefined ? {} : { run: filter.runId }),
-            ...(filter.since === undefined ? {} : { since: filter.since.toISOString() }),
-            ...(filter.until === undefined ? {} : { until: filter.until.toISOString() }),
-            ...(filter.limit === undefined ? {} : { limit: String(filter.limit) })
-          }
-        })),
-      run: (batch, request) =>
-        request.budget !== undefined
-          ? Effect.fail(new UnsupportedFlag({ flag: "--budget", message: "not available while the supervisor holds the embedded database; stop it, or set DATABASE_URL" }))
-          : answered(client.actions.run({
-            params: { name: batch },
-            payload: { dryRun: request.dryRun, force: request.force, ...(request.asOf === undefined ? {} : { now: request.asOf.toISOString() }) }
-          })),
-      setPaused: (batch, action) =>
-        answered(
-          action === "pause"
-            ? Effect.asVoid(client.actions.pause({ params: { name: batch } }))
-            : Effect.asVoid(client.actions.resume({ params: { name: batch } })),
-          (detail) => new PauseNotRecorded({ batch, action, detail })
+  Layer.effect(
+    Operator,
+    Effect.gen(function*() {
+      const client = yield* HttpApiClient.make(SweeperApi, {
+        baseUrl: endpoint.url,
+        transformClient: HttpClient.mapRequest((request) =>
+          request.pipe(
+            HttpClientRequest.bearerToken(endpoint.token),
+            HttpClientRequest.setHeader("x-sweeper-actor", actor())
+          )
         )
+      })
+      const host = hostOfUrl(endpoint.url)
+      /** The API's errors by code: bad input is a refusal (exit 2), the rest "cannot reach" (exit 3). */
+      const answered = <A, E, R>(call: Effect.Effect<A, E, R>, onUnavailable?: (message: string) => Failure) =>
+        call.pipe(Effect.catchCause((cause): Effect.Effect<never, Failure> => {
+          const error = Cause.squash(cause)
+          const body = Schema.decodeUnknownOption(AnyApiError)(error)
+          const code = Option.isSome(body) ? body.value.error.code : undefined
+          const message = Option.isSome(body) ? body.value.error.message : describeError(error)
+          if (code === "unknown_batch" || code === "batch_disabled" || code === "bad_request") {
+            return Effect.fail(new RemoteRefusal({ message }))
+          }
+          if (code === "unavailable" && onUnavailable !== undefined) return Effect.fail(onUnavailable(message))
+          return Effect.fail(new InfrastructureUnavailable({ service: "Sweeper supervisor", host, detail: message }))
+        }))
+      return Operator.of({
+        views: answered(client.batches.list()),
+        events: (filter) =>
+          answered(client.batches.events({
+            query: {
+              ...(filter.stream === undefined ? {} : { stream: filter.stream }),
+              ...(filter.type === undefined ? {} : { type: filter.type }),
+              ...(filter.runId === undefined ? {} : { run: filter.runId }),
+              ...(filter.since === undefined ? {} : { since: filter.since.toISOString() }),
+              ...(filter.until === undefined ? {} : { until: filter.until.toISOString() }),
+              ...(filter.limit === undefined ? {} : { limit: String(filter.limit) })
+            }
+          })),
+        run: (batch, request) =>
+          request.budget !== undefined
+            ? Effect.fail(
+              new UnsupportedFlag({
+                flag: "--budget",
+                message: "not available while the supervisor holds the embedded database; stop it, or set DATABASE_URL"
+              })
+            )
+            : answered(client.actions.run({
+              params: { name: batch },
+              payload: {
+                dryRun: request.dryRun,
+                force: request.force,
+                ...(request.asOf === undefined ? {} : { now: request.asOf.toISOString() })
+              }
+            })),
+        setPaused: (batch, action) =>
+          answered(
+            action === "pause"
+              ? Effect.asVoid(client.actions.pause({ params: { name: batch } }))
+              : Effect.asVoid(client.actions.resume({ params: { name: batch } })),
+            (detail) => new PauseNotRecorded({ batch, action, detail })
+          )
+      })
     })
-  })).pipe(Layer.provide(FetchHttpClient.layer))
+  ).pipe(Layer.provide(FetchHttpClient.layer))
 
 /** The configured database and Redis, through the supervisor's own layers. */
-export const local = Layer.succeed(Operator, Operator.of({
-  // Computed here from the database: every batch's folded history, no supervisor involved.
-  views: Effect.gen(function*() {
-    const settings = yield* SweeperConfig
-    const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
-    const events = yield* EventLog
-    return yield* Effect.forEach(yield* configureBatches(batches), ({ batch, cronText, cron, disabled }) =>
-      Effect.gen(function*() {
-        const history = yield* loadHistory(batch.name)
-        // What holds it now, from its stream (whichever process holds it): SPEC §9.
-        const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
-        const holds = openHolds([...recent].reverse()).map((hold) => hold.text)
-        return { ...batchView({ batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history }, now), holds }
-      }))
-  }).pipe(Effect.provide(ReadOnlyAppLayer)),
-  events: (filter) =>
-    Effect.flatMap(EventLog, (log) => log.query(filter)).pipe(
-      Effect.map((found) => found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() }))),
-      Effect.provide(ReadOnlyAppLayer)
-    ),
-  run: (name, request) =>
-    Effect.gen(function*() {
-      // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
-      const configured = yield* configureBatches(batches)
-      const batch = configured.find((c) => c.batch.name === name)?.batch ?? (yield* findBatch(name))
+export const local = Layer.succeed(
+  Operator,
+  Operator.of({
+    // Computed here from the database: every batch's folded history, no supervisor involved.
+    views: Effect.gen(function*() {
       const settings = yield* SweeperConfig
-      if (settings.disabledBatches.includes(batch.name) && !request.force) return yield* new BatchDisabled({ name: batch.name })
-      yield* Effect.logInfo("Backends", describeBackends(settings))
-      return yield* runBatch(batch, { trigger: "manual", dryRun: request.dryRun, budget: request.budget, asOf: request.asOf })
-      // A dry run only reads, so it never migrates (SPEC §8.1).
-    }).pipe(Effect.provide(request.dryRun ? ReadOnlyAppLayer : AppLayer)),
-  setPaused: (batch, action) => recordPause(batch, action, actor()).pipe(Effect.provide(AppLayer))
-}))
+      const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
+      const events = yield* EventLog
+      return yield* Effect.forEach(
+        yield* configureBatches(batches),
+        ({ batch, cronText, cron, disabled }) =>
+          Effect.gen(function*() {
+            const history = yield* loadHistory(batch.name)
+            // What holds it now, from its stream (whichever process holds it): SPEC §9.
+            const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
+            const holds = openHolds([...recent].reverse()).map((hold) => hold.text)
+            return {
+              ...batchView(
+                { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history },
+                now
+              ),
+              holds
+            }
+          })
+      )
+    }).pipe(Effect.provide(ReadOnlyAppLayer)),
+    events: (filter) =>
+      Effect.flatMap(EventLog, (log) => log.query(filter)).pipe(
+        Effect.map((found) => found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() }))),
+        Effect.provide(ReadOnlyAppLayer)
+      ),
+    run: (name, request) =>
+      Effect.gen(function*() {
+        // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
+        const configured = yield* configureBatches(batches)
+        const batch = configured.find((c) => c.batch.name === name)?.batch ?? (yield* findBatch(name))
+        const settings = yield* SweeperConfig
+        if (settings.disabledBatches.includes(batch.name) && !request.force) {
+          return yield* new BatchDisabled({ name: batch.name })
+        }
+        yield* Effect.logInfo("Backends", describeBackends(settings))
+        return yield* runBatch(batch, {
+          trigger: "manual",
+          dryRun: request.dryRun,
+          budget: request.budget,
+          asOf: request.asOf
+        })
+        // A dry run only reads, so it never migrates (SPEC §8.1).
+      }).pipe(Effect.provide(request.dryRun ? ReadOnlyAppLayer : AppLayer)),
+    setPaused: (batch, action) => recordPause(batch, action, actor()).pipe(Effect.provide(AppLayer))
+  })
+)
 
 /** The road configuration picks (see the header). */
-export const layer = Layer.unwrap(Effect.gen(function*() {
-  const settings = yield* SweeperConfig
-  if (Option.isSome(settings.databaseUrl)) return local
-  return Option.match(yield* findSupervisor(settings.dataDir), { onNone: () => local, onSome: remote })
-}).pipe(Effect.provide(SweeperConfig.layer)))
-
+export const layer = Layer.unwrap(
+  Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    if (Option.isSome(settings.databaseUrl)) return local
+    return Option.match(yield* findSupervisor(settings.dataDir), { onNone: () => local, onSome: remote })
+  }).pipe(Effect.provide(SweeperConfig.layer))
+)

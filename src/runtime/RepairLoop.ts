@@ -111,7 +111,10 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
   const before = Effect.gen(function*() {
     const verdict = yield* gate.beforeUnit({ batch, deadlineMillis: clock.deadlineMillis })
     if (verdict.heldMs > 0 || verdict.heldBy.length > 0) {
-      yield* Ref.update(held, (h) => ({ heldMs: h.heldMs + verdict.heldMs, heldBy: new Set([...h.heldBy, ...verdict.heldBy]) }))
+      yield* Ref.update(
+        held,
+        (h) => ({ heldMs: h.heldMs + verdict.heldMs, heldBy: new Set([...h.heldBy, ...verdict.heldBy]) })
+      )
     }
     if (!verdict.proceed) stop = "held"
     return verdict.proceed
@@ -128,9 +131,12 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
       } else if (targets.length > 0) {
         if (spec.fence !== false) yield* checkFence
         yield* spec.write(targets, (counts) =>
-          Effect.andThen(reportProgress(counts), Effect.sync(() => {
-            committed = addSummaries(committed, counts) as Counts
-          })))
+          Effect.andThen(
+            reportProgress(counts),
+            Effect.sync(() => {
+              committed = addSummaries(committed, counts) as Counts
+            })
+          ))
       }
       units++
       return committed
@@ -154,13 +160,17 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
    */
   const stalled = (key: unknown, committed: Counts) =>
     Effect.gen(function*() {
-      const changed = Object.values(committed).some((v) => typeof v === "number" ? v > 0 : Array.isArray(v) ? v.length > 0 : v === true)
+      const changed = Object.values(committed).some((v) =>
+        typeof v === "number" ? v > 0 : Array.isArray(v) ? v.length > 0 : v === true
+      )
       const again = !changed && idleKey !== undefined && key === idleKey
       idleKey = changed ? undefined : key
       if (!again) return false
       skipped++
       idleKey = undefined
-      yield* Effect.logWarning("Skipped a unit of work that made no progress twice").pipe(Effect.annotateLogs({ batch, unit: String(key), skipped }))
+      yield* Effect.logWarning("Skipped a unit of work that made no progress twice").pipe(
+        Effect.annotateLogs({ batch, unit: String(key), skipped })
+      )
       return true
     })
 
@@ -202,7 +212,9 @@ export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
       // same fiber revisits the page two before (committed before this write began). If the write
       // fails, the read is interrupted with it.
       const ahead = loop.run.dryRun || committed.length === 0 ? next : Effect.andThen(revisit(committed[0]!), next)
-      const [done, nextPage] = yield* Effect.all([loop.unit(options.unit, page), ahead], { concurrency: loop.run.dryRun ? 1 : 2 })
+      const [done, nextPage] = yield* Effect.all([loop.unit(options.unit, page), ahead], {
+        concurrency: loop.run.dryRun ? 1 : 2
+      })
       if (!loop.run.dryRun) {
         committed = [...committed, pageAfter].slice(-2)
         pageAfter = Option.some(upTo)
@@ -287,7 +299,10 @@ export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
           const done = yield* loop.unit(options.unit, slice)
           handled += slice.length
           if (!(yield* loop.after(done))) return false
-          step = Math.max(1, Math.min(step * options.growth.factor, yield* loop.clock.fits(handled), options.growth.max))
+          step = Math.max(
+            1,
+            Math.min(step * options.growth.factor, yield* loop.clock.fits(handled), options.growth.max)
+          )
         }
         return true
       })
@@ -400,7 +415,11 @@ export const logIds = (message: string, key: string, ids: ReadonlyArray<string |
  * at the end: None when another process holds it. `body` gets `renew`, which extends the lease
  * (before each further pass) and says false once it was lost.
  */
-export const underLease = <A, E, R>(name: string, ttl: Duration.Duration, body: (renew: Effect.Effect<boolean, RedisError>) => Effect.Effect<A, E, R>) =>
+export const underLease = <A, E, R>(
+  name: string,
+  ttl: Duration.Duration,
+  body: (renew: Effect.Effect<boolean, RedisError>) => Effect.Effect<A, E, R>
+) =>
   Effect.gen(function*() {
     const lease = yield* Lease
     const { dryRun } = yield* CurrentRun
@@ -426,7 +445,9 @@ export interface KeyFailure<K> {
  * it, and the other keys are fine), so that key is skipped and reported, never retried.
  */
 const wrongTypeKey = <K>(of: K, error: unknown): Option.Option<KeyFailure<K>> =>
-  Predicate.isTagged(error, "WrongTypeKey") ? Option.some({ of, key: (error as WrongTypeKey).key, error: (error as WrongTypeKey).message }) : Option.none()
+  Predicate.isTagged(error, "WrongTypeKey")
+    ? Option.some({ of, key: (error as WrongTypeKey).key, error: (error as WrongTypeKey).message })
+    : Option.none()
 
 /**
  * `f` for every key concurrently (at most `concurrency` at once); one key's failure neither stops
@@ -436,22 +457,29 @@ const wrongTypeKey = <K>(of: K, error: unknown): Option.Option<KeyFailure<K>> =>
  * retries it. The default log lines read "<label> skipped <noun> <key>: …" and
  * "<label> failed for a <noun>", annotated with the key under `noun`.
  */
-export const isolatedEach = <K, A, E, R, F = KeyFailure<K>>(keys: ReadonlyArray<K>, f: (key: K) => Effect.Effect<A, E, R>, options: {
-  readonly concurrency: number
-  readonly label?: string
-  readonly noun?: string
-  readonly isolate?: (key: K, error: E) => Option.Option<F>
-  readonly logIsolated?: (failure: F) => Effect.Effect<void>
-  readonly logFailure?: (key: K, cause: Cause.Cause<E>) => Effect.Effect<void>
-}) =>
+export const isolatedEach = <K, A, E, R, F = KeyFailure<K>>(
+  keys: ReadonlyArray<K>,
+  f: (key: K) => Effect.Effect<A, E, R>,
+  options: {
+    readonly concurrency: number
+    readonly label?: string
+    readonly noun?: string
+    readonly isolate?: (key: K, error: E) => Option.Option<F>
+    readonly logIsolated?: (failure: F) => Effect.Effect<void>
+    readonly logFailure?: (key: K, cause: Cause.Cause<E>) => Effect.Effect<void>
+  }
+) =>
   Effect.gen(function*() {
     const { label = "Batch", noun = "key" } = options
     const isolate = options.isolate ?? (wrongTypeKey as (key: K, error: E) => Option.Option<F>)
     const logIsolated = options.logIsolated ?? ((failure: F) => {
       const { of, key, error } = failure as KeyFailure<K>
-      return Effect.logError(`${label} skipped ${noun} ${String(of)}: key ${key} holds the wrong type (${error})`).pipe(Effect.annotateLogs({ [noun]: of, key }))
+      return Effect.logError(`${label} skipped ${noun} ${String(of)}: key ${key} holds the wrong type (${error})`).pipe(
+        Effect.annotateLogs({ [noun]: of, key })
+      )
     })
-    const logFailure = options.logFailure ?? ((of: K, cause: Cause.Cause<E>) => Effect.logError(`${label} failed for a ${noun}`, cause).pipe(Effect.annotateLogs({ [noun]: of })))
+    const logFailure = options.logFailure ?? ((of: K, cause: Cause.Cause<E>) =>
+      Effect.logError(`${label} failed for a ${noun}`, cause).pipe(Effect.annotateLogs({ [noun]: of })))
     const exits = yield* Effect.forEach(keys, (key) => Effect.exit(f(key)), { concurrency: options.concurrency })
     const results: Array<A> = []
     const isolated: Array<F> = []

@@ -12,14 +12,23 @@ import { randomUUID } from "node:crypto"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
 import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
-import { RunProgress } from "../domain/Summary.ts"
-import { trackRun } from "./LiveProgress.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
+import { RunProgress } from "../domain/Summary.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
-import { increment, lastSuccessTimestamp, leaseSkipsTotal, type Metrics, observe, runDurationSeconds, runsTotal, setGauge } from "../services/Metrics.ts"
+import {
+  increment,
+  lastSuccessTimestamp,
+  leaseSkipsTotal,
+  type Metrics,
+  observe,
+  runDurationSeconds,
+  runsTotal,
+  setGauge
+} from "../services/Metrics.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
+import { trackRun } from "./LiveProgress.ts"
 
 export type Trigger = "schedule" | "manual" | "startup"
 
@@ -129,9 +138,11 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
       // The RedisError is transient, so the guard retries the run, whose first write checks again.
       const held = yield* lease.isHeld(handle).pipe(
         Effect.tapError((error) =>
-          Effect.logWarning("Lease check failed; writing nothing until the lease can be read", describeError(error)).pipe(
-            Effect.annotateLogs({ lease: handle.name })
-          ))
+          Effect.logWarning("Lease check failed; writing nothing until the lease can be read", describeError(error))
+            .pipe(
+              Effect.annotateLogs({ lease: handle.name })
+            )
+        )
       )
       if (!held) {
         yield* Ref.set(lost, true)
@@ -185,7 +196,9 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const recordStart = (fence: Option.Option<Fence>) =>
       events.append(runStarted(fence)).pipe(
         Effect.as(true),
-        Effect.catchCause((cause) => Effect.as(Effect.logError("Run not started: could not record RunStarted", describe(cause)), false))
+        Effect.catchCause((cause) =>
+          Effect.as(Effect.logError("Run not started: could not record RunStarted", describe(cause)), false)
+        )
       )
     const notStarted = {
       batch: batch.name,
@@ -197,20 +210,47 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       dryRun
     } satisfies RunResult
 
-    const finish = Effect.fnUntraced(function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
-      const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
-      yield* events.append(new RunFinished({ batch: batch.name, outcome, summary, duration_ms: durationMs, dryRun, ...details, ...listed() })).pipe(
-        Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
-      )
-      yield* increment(runsTotal, 1, { batch: batch.name, outcome })
-      yield* observe(runDurationSeconds, durationMs / 1000, { batch: batch.name, outcome })
-      if (outcome === "succeeded" && !dryRun) {
-        yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, { batch: batch.name })
+    const finish = Effect.fnUntraced(
+      function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
+        const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
+        yield* events.append(
+          new RunFinished({
+            batch: batch.name,
+            outcome,
+            summary,
+            duration_ms: durationMs,
+            dryRun,
+            ...details,
+            ...listed()
+          })
+        ).pipe(
+          Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
+        )
+        yield* increment(runsTotal, 1, { batch: batch.name, outcome })
+        yield* observe(runDurationSeconds, durationMs / 1000, { batch: batch.name, outcome })
+        if (outcome === "succeeded" && !dryRun) {
+          yield* setGauge(lastSuccessTimestamp, DateTime.toEpochMillis(yield* DateTime.now) / 1000, {
+            batch: batch.name
+          })
+        }
+        const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
+        yield* log(dryRun ? `Dry run ${outcome}` : `Run ${outcome}`).pipe(
+          Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details, ...listed() })
+        )
+        return {
+          batch: batch.name,
+          runId,
+          outcome,
+          summary,
+          reason: details.reason,
+          error: details.error,
+          durationMs,
+          dryRun,
+          ...listed(),
+          closed
+        } satisfies RunResult
       }
-      const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
-      yield* log(dryRun ? `Dry run ${outcome}` : `Run ${outcome}`).pipe(Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details, ...listed() }))
-      return { batch: batch.name, runId, outcome, summary, reason: details.reason, error: details.error, durationMs, dryRun, ...listed(), closed } satisfies RunResult
-    })
+    )
 
     const guarded = Effect.scoped(Effect.gen(function*() {
       // One replica per scheduled tick: the claim is never released, it simply expires.
@@ -219,14 +259,31 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         const claim = yield* lease.claim(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
           Effect.map(Option.some),
           Effect.catchCause((cause) =>
-            Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<boolean>()))
+            Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<boolean>())
+          )
         )
         if (Option.isNone(claim)) {
-          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "lease unavailable", durationMs: 0, dryRun } satisfies RunResult
+          return {
+            batch: batch.name,
+            runId,
+            outcome: "skipped",
+            summary: null,
+            reason: "lease unavailable",
+            durationMs: 0,
+            dryRun
+          } satisfies RunResult
         }
         if (!claim.value) {
           yield* Effect.logDebug("Tick already claimed by another process")
-          return { batch: batch.name, runId, outcome: "skipped", summary: null, reason: "tick claimed elsewhere", durationMs: 0, dryRun } satisfies RunResult
+          return {
+            batch: batch.name,
+            runId,
+            outcome: "skipped",
+            summary: null,
+            reason: "tick claimed elsewhere",
+            durationMs: 0,
+            dryRun
+          } satisfies RunResult
         }
       }
 
@@ -277,7 +334,9 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       }
       const failure = Cause.findErrorOption(exit.cause)
       if (Option.isSome(failure) && failure.value instanceof LeaseLost) {
-        yield* events.append(new LeaseLostEvent({ batch: batch.name, lease: failure.value.lease, epoch: failure.value.epoch })).pipe(Effect.ignore)
+        yield* events.append(
+          new LeaseLostEvent({ batch: batch.name, lease: failure.value.lease, epoch: failure.value.epoch })
+        ).pipe(Effect.ignore)
         return yield* finish("failed", reported(), { reason: "lease lost", error: describe(exit.cause) })
       }
       if (Cause.hasInterruptsOnly(exit.cause)) {
@@ -293,10 +352,20 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
           yield* Effect.logError("Run guard failed", describe(cause))
           const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
           yield* increment(runsTotal, 1, { batch: batch.name, outcome: "failed" })
-          return { batch: batch.name, runId, outcome: "failed", summary: null, error: describe(cause), durationMs, dryRun } satisfies RunResult
+          return {
+            batch: batch.name,
+            runId,
+            outcome: "failed",
+            summary: null,
+            error: describe(cause),
+            durationMs,
+            dryRun
+          } satisfies RunResult
         })
       ),
-      Effect.annotateLogs(dryRun ? { batch: batch.name, run_id: runId, dry_run: true } : { batch: batch.name, run_id: runId }),
+      Effect.annotateLogs(
+        dryRun ? { batch: batch.name, run_id: runId, dry_run: true } : { batch: batch.name, run_id: runId }
+      ),
       Effect.withSpan(`batch.${batch.name}`, { attributes: { batch: batch.name, run_id: runId, dry_run: dryRun } })
     )
   })

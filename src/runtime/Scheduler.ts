@@ -13,7 +13,25 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import { Cause, Context, type Cron, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberMap, FiberSet, Layer, Option, Queue, Ref, Schedule, Semaphore } from "effect"
+import {
+  Cause,
+  Context,
+  type Cron,
+  DateTime,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  FiberMap,
+  FiberSet,
+  Layer,
+  Option,
+  Queue,
+  Ref,
+  Schedule,
+  Semaphore
+} from "effect"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
 import { BatchDisabled, describeError, PauseNotRecorded, UnknownBatch } from "../domain/Errors.ts"
 import { BatchPaused, BatchResumed, TickMissed } from "../domain/Events.ts"
@@ -24,11 +42,16 @@ import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
 import { increment, initialiseSeries, ticksMissedTotal } from "../services/Metrics.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
-import { NOT_STARTED_DATABASE_UNAVAILABLE, type RunResult, runBatch, tickLeaseName, type Trigger } from "./RunGuard.ts"
+import { NOT_STARTED_DATABASE_UNAVAILABLE, runBatch, type RunResult, tickLeaseName, type Trigger } from "./RunGuard.ts"
 
 type Message =
   | { readonly _tag: "Tick"; readonly scheduledAt: Date; readonly trigger: Trigger }
-  | { readonly _tag: "RunNow"; readonly dryRun: boolean; readonly asOf?: Date | undefined; readonly reply: Deferred.Deferred<RunResult> }
+  | {
+    readonly _tag: "RunNow"
+    readonly dryRun: boolean
+    readonly asOf?: Date | undefined
+    readonly reply: Deferred.Deferred<RunResult>
+  }
 
 export interface RunNowOptions {
   readonly dryRun?: boolean | undefined
@@ -103,10 +126,15 @@ export const loadHistory = Effect.fnUntraced(function*(batch: string) {
  * every supervisor folds the event before its next tick.
  */
 export const recordPause = (batch: string, action: "pause" | "resume", by: string) =>
-  Effect.flatMap(EventLog, (events) =>
-    events.append(action === "pause" ? new BatchPaused({ batch, by }) : new BatchResumed({ batch, by })).pipe(
-      Effect.catchCause((cause) => Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) })))
-    ))
+  Effect.flatMap(
+    EventLog,
+    (events) =>
+      events.append(action === "pause" ? new BatchPaused({ batch, by }) : new BatchResumed({ batch, by })).pipe(
+        Effect.catchCause((cause) =>
+          Effect.fail(new PauseNotRecorded({ batch, action, detail: describeError(Cause.squash(cause)) }))
+        )
+      )
+  )
 
 /** A crashed actor or ticker restarts after 1 s, 2 s, 4 s … at most 60 s apart. */
 export const ACTOR_RESTARTS = Schedule.min([Schedule.exponential("1 second"), Schedule.spaced("60 seconds")])
@@ -121,7 +149,10 @@ export const supervise = <R>(name: string, body: Effect.Effect<unknown, unknown,
     const once = Effect.flatMap(Effect.exit(body), (exit) => {
       if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return Effect.void
       restarts++
-      return Effect.logError(`${name} stopped; restarting (${restarts})`, Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned").pipe(
+      return Effect.logError(
+        `${name} stopped; restarting (${restarts})`,
+        Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "returned"
+      ).pipe(
         Effect.andThen(Effect.fail(exit))
       )
     })
@@ -182,7 +213,10 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
       // Runs killed while no process was up are closed now when their budget has passed; the next
       // run under the exclusive lease closes the rest (AbandonedRuns.ts says why each is safe).
       // (Folded after closing, so the history already has them.)
-      yield* closeAbandonedRuns(batch, { leaseEpoch: Option.none(), closedBy: `supervisor start-up on ${settings.node}` })
+      yield* closeAbandonedRuns(batch, {
+        leaseEpoch: Option.none(),
+        closedBy: `supervisor start-up on ${settings.node}`
+      })
       const history = yield* loadHistory(batch.name)
       actors.set(batch.name, {
         batch,
@@ -241,7 +275,12 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const waiting = (yield* Ref.get(actor.unrecorded)).length > 0
         const written = !waiting && (yield* events.append(event).pipe(
           Effect.as(true),
-          Effect.catchCause((cause) => Effect.as(Effect.logWarning("Could not record missed tick; it waits for the database", Cause.pretty(cause)), false))
+          Effect.catchCause((cause) =>
+            Effect.as(
+              Effect.logWarning("Could not record missed tick; it waits for the database", Cause.pretty(cause)),
+              false
+            )
+          )
         ))
         if (written) return
         const dropped = yield* Ref.modify(actor.unrecorded, (now) => {
@@ -249,7 +288,11 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           const over = Math.max(0, next.length - MAX_UNRECORDED_MISSED_TICKS)
           return [over, next.slice(over)] as const
         })
-        if (dropped > 0) yield* Effect.logError(`${dropped} unrecorded missed tick(s) dropped: more than ${MAX_UNRECORDED_MISSED_TICKS} waiting`)
+        if (dropped > 0) {
+          yield* Effect.logError(
+            `${dropped} unrecorded missed tick(s) dropped: more than ${MAX_UNRECORDED_MISSED_TICKS} waiting`
+          )
+        }
       }).pipe(
         Effect.catchCause((cause) => Effect.logWarning("Could not record missed tick", Cause.pretty(cause))),
         Effect.annotateLogs({ batch: actor.batch.name, scheduled_at: scheduledAt.toISOString(), reason })
@@ -272,12 +315,27 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         const isPaused = lastPause !== undefined && (resumed[0] === undefined || resumed[0].id < lastPause.id)
         yield* Ref.update(actor.state, (s) => {
           if (s.history.paused === isPaused) return s
-          const status = s.status === "disabled" || s.status === "running" ? s.status : isPaused ? "paused" as const : "idle" as const
+          const status = s.status === "disabled" || s.status === "running"
+            ? s.status
+            : isPaused
+            ? "paused" as const
+            : "idle" as const
           return isPaused
-            ? { ...s, status, history: { ...s.history, paused: true, pausedBy: String(lastPause!.data.by ?? "unknown"), pausedAt: lastPause!.occurredAt } }
+            ? {
+              ...s,
+              status,
+              history: {
+                ...s.history,
+                paused: true,
+                pausedBy: String(lastPause!.data.by ?? "unknown"),
+                pausedAt: lastPause!.occurredAt
+              }
+            }
             : { ...s, status, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
         })
-      })).pipe(Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause))))
+      })).pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Could not read the batch's pause state", Cause.pretty(cause)))
+      )
 
     /**
      * Pause or resume: the event first, then the state. An event that cannot be written fails the
@@ -286,30 +344,46 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
      * tick. A running batch keeps running; its status follows the pause when the run ends.
      */
     const setPaused = (actor: Actor, action: "pause" | "resume", by: string) =>
-      actor.pauseLock.withPermits(1)(Effect.gen(function*() {
-        yield* recordPause(actor.batch.name, action, by).pipe(Effect.provideService(EventLog, events))
-        const at = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
-        yield* Ref.update(actor.state, (s) => {
-          const keep = s.status === "disabled" || s.status === "running"
-          return action === "pause"
-            ? { ...s, status: keep ? s.status : "paused" as const, history: { ...s.history, paused: true, pausedBy: by, pausedAt: at } }
-            : { ...s, status: keep ? s.status : "idle" as const, history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined } }
-        })
-        yield* Effect.logInfo(action === "pause" ? "Batch paused" : "Batch resumed", { by })
-      }).pipe(Effect.annotateLogs({ batch: actor.batch.name })))
+      actor.pauseLock.withPermits(1)(
+        Effect.gen(function*() {
+          yield* recordPause(actor.batch.name, action, by).pipe(Effect.provideService(EventLog, events))
+          const at = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+          yield* Ref.update(actor.state, (s) => {
+            const keep = s.status === "disabled" || s.status === "running"
+            return action === "pause"
+              ? {
+                ...s,
+                status: keep ? s.status : "paused" as const,
+                history: { ...s.history, paused: true, pausedBy: by, pausedAt: at }
+              }
+              : {
+                ...s,
+                status: keep ? s.status : "idle" as const,
+                history: { ...s.history, paused: false, pausedBy: undefined, pausedAt: undefined }
+              }
+          })
+          yield* Effect.logInfo(action === "pause" ? "Batch paused" : "Batch resumed", { by })
+        }).pipe(Effect.annotateLogs({ batch: actor.batch.name }))
+      )
 
-    const execute = (actor: Actor, options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean; asOf?: Date | undefined }) =>
+    const execute = (
+      actor: Actor,
+      options: { trigger: Trigger; scheduledAt?: Date; dryRun?: boolean; asOf?: Date | undefined }
+    ) =>
       Effect.gen(function*() {
         // Ticks missed during an outage are written before this run's events, in tick order.
         yield* flushUnrecorded(actor)
         yield* Ref.update(actor.state, (s) => ({ ...s, status: "running" as const, pendingTick: undefined }))
-        const fiber = yield* FiberSet.run(inflight, runBatch(actor.batch, {
-          trigger: options.trigger,
-          dryRun: options.dryRun,
-          asOf: options.asOf,
-          scheduledAt: options.scheduledAt === undefined ? undefined : DateTime.fromDateUnsafe(options.scheduledAt),
-          claimTick: options.scheduledAt !== undefined
-        }))
+        const fiber = yield* FiberSet.run(
+          inflight,
+          runBatch(actor.batch, {
+            trigger: options.trigger,
+            dryRun: options.dryRun,
+            asOf: options.asOf,
+            scheduledAt: options.scheduledAt === undefined ? undefined : DateTime.fromDateUnsafe(options.scheduledAt),
+            claimTick: options.scheduledAt !== undefined
+          })
+        )
         const result = yield* Fiber.join(fiber)
         const finishedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
         yield* Ref.update(actor.state, (s) => ({
@@ -319,7 +393,9 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           // A dry run changes nothing, the batch's history included (as in the event fold).
           history: result.dryRun ? s.history : afterRun(s.history, result, finishedAt)
         }))
-        if (result.outcome === "skipped" && result.reason === "lease unavailable" && options.scheduledAt !== undefined) {
+        if (
+          result.outcome === "skipped" && result.reason === "lease unavailable" && options.scheduledAt !== undefined
+        ) {
           yield* recordMissed(actor, options.scheduledAt, "lease_unavailable")
         }
         if (result.reason === NOT_STARTED_DATABASE_UNAVAILABLE && options.scheduledAt !== undefined) {
@@ -338,10 +414,21 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
           switch (message._tag) {
             case "RunNow": {
               if (yield* Ref.get(shuttingDown)) {
-                yield* Deferred.succeed(message.reply, { batch: actor.batch.name, runId: "", outcome: "skipped", summary: null, reason: "shutting down", durationMs: 0, dryRun: message.dryRun })
+                yield* Deferred.succeed(message.reply, {
+                  batch: actor.batch.name,
+                  runId: "",
+                  outcome: "skipped",
+                  summary: null,
+                  reason: "shutting down",
+                  durationMs: 0,
+                  dryRun: message.dryRun
+                })
                 break
               }
-              yield* Deferred.succeed(message.reply, yield* execute(actor, { trigger: "manual", dryRun: message.dryRun, asOf: message.asOf }))
+              yield* Deferred.succeed(
+                message.reply,
+                yield* execute(actor, { trigger: "manual", dryRun: message.dryRun, asOf: message.asOf })
+              )
               break
             }
             case "Tick":
@@ -355,10 +442,16 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         if (yield* Ref.get(shuttingDown)) return
         yield* refreshPaused(actor)
         const { status, history } = yield* Ref.get(actor.state)
-        if (status === "disabled" || status === "paused") return yield* recordMissed(actor, newest.scheduledAt, "disabled")
-        const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+        if (status === "disabled" || status === "paused") {
+          return yield* recordMissed(actor, newest.scheduledAt, "disabled")
+        }
+        const now = new Date(
+          yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+        )
         if (isBreakerOpen(history, now, Duration.toMillis(periodAt(actor.cron, newest.scheduledAt)))) {
-          yield* Effect.logWarning(`Circuit breaker open after ${history.consecutiveFailures} failed runs; tick skipped`)
+          yield* Effect.logWarning(
+            `Circuit breaker open after ${history.consecutiveFailures} failed runs; tick skipped`
+          )
             .pipe(Effect.annotateLogs({ batch: actor.batch.name }))
           return yield* recordMissed(actor, newest.scheduledAt, "breaker_open")
         }
@@ -382,7 +475,9 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         yield* Ref.set(shuttingDown, true)
         const running = yield* FiberSet.size(inflight)
         if (running === 0) return
-        yield* Effect.logInfo(`Shutting down: waiting up to ${Duration.format(settings.shutdownGrace)} for ${running} run(s)`)
+        yield* Effect.logInfo(
+          `Shutting down: waiting up to ${Duration.format(settings.shutdownGrace)} for ${running} run(s)`
+        )
         const finished = yield* FiberSet.awaitEmpty(inflight).pipe(Effect.timeoutOption(settings.shutdownGrace))
         if (Option.isNone(finished)) yield* Effect.logWarning("Grace period over: interrupting in-flight runs")
       })
@@ -391,20 +486,35 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
     // Start-up: apply the missed-run policy from each batch's folded history, then start ticking.
     const startedAt = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
     for (const actor of actors.values()) {
-      yield* FiberMap.run(fibers, `${actor.batch.name}:actor`, supervise(`Batch actor ${actor.batch.name}`, actorLoop(actor)))
+      yield* FiberMap.run(
+        fibers,
+        `${actor.batch.name}:actor`,
+        supervise(`Batch actor ${actor.batch.name}`, actorLoop(actor))
+      )
       const state = yield* Ref.get(actor.state)
       if (state.status !== "disabled") {
-        const plan = planStartup(actor.cron, state.history.lastCoveredTick, startedAt, actor.batch.missedRuns ?? DEFAULT_MISSED_RUN_POLICY)
+        const plan = planStartup(
+          actor.cron,
+          state.history.lastCoveredTick,
+          startedAt,
+          actor.batch.missedRuns ?? DEFAULT_MISSED_RUN_POLICY
+        )
         for (const missed of plan.missed) yield* recordMissed(actor, missed, "downtime")
         if (plan.missedTotal > plan.missed.length) {
-          yield* Effect.logWarning(`${plan.missedTotal} ticks were missed while down; recorded the newest ${plan.missed.length}`)
+          yield* Effect.logWarning(
+            `${plan.missedTotal} ticks were missed while down; recorded the newest ${plan.missed.length}`
+          )
             .pipe(Effect.annotateLogs({ batch: actor.batch.name }))
         }
         if (plan.runTick !== undefined && state.status === "idle") {
           yield* Queue.offer(actor.mailbox, { _tag: "Tick", scheduledAt: plan.runTick, trigger: "startup" })
         }
       }
-      yield* FiberMap.run(fibers, `${actor.batch.name}:ticker`, supervise(`Ticker of ${actor.batch.name}`, ticker(actor)))
+      yield* FiberMap.run(
+        fibers,
+        `${actor.batch.name}:ticker`,
+        supervise(`Ticker of ${actor.batch.name}`, ticker(actor))
+      )
     }
 
     const actorNamed = (name: string) => {
@@ -438,12 +548,20 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
             return yield* new BatchDisabled({ name })
           }
           const reply = yield* Deferred.make<RunResult>()
-          yield* Queue.offer(actor.mailbox, { _tag: "RunNow", dryRun: options.dryRun === true, asOf: options.asOf, reply })
+          yield* Queue.offer(actor.mailbox, {
+            _tag: "RunNow",
+            dryRun: options.dryRun === true,
+            asOf: options.asOf,
+            reply
+          })
           return yield* Deferred.await(reply)
         }),
-      pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "pause", by)),
+      pause: (name, by) =>
+        Effect.flatMap(actorNamed(name), (actor) =>
+          setPaused(actor, "pause", by)),
       resume: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "resume", by))
     })
   })
 
-export const schedulerLayer = (batches: ReadonlyArray<RegisteredBatch>) => Layer.effect(Scheduler, makeScheduler(batches))
+export const schedulerLayer = (batches: ReadonlyArray<RegisteredBatch>) =>
+  Layer.effect(Scheduler, makeScheduler(batches))

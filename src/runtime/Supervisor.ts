@@ -13,7 +13,7 @@ import { AppLayer, databaseClientLayer } from "../layers/App.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
 import { batches } from "../programs/index.ts"
-import { type SimulateOptions, simulate, SimulatorLive } from "../simulator/Simulator.ts"
+import { simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
 import { HttpLive } from "./Http.ts"
 import { Scheduler, schedulerLayer } from "./Scheduler.ts"
 import { publishAddress } from "./SupervisorAddress.ts"
@@ -71,7 +71,8 @@ export const refuseGitLabDatabase = Effect.gen(function*() {
   if (mode === "gitlab") {
     return yield* new InvalidConfig({
       variable: "DATABASE_URL",
-      message: "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
+      message:
+        "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
     })
   }
 })
@@ -94,4 +95,3 @@ export const demoEnvironment = (dataDir: string): Record<string, string> => ({
   [cronVariable("reschedule-stuck-issue-rebalances")]: "*/5 * * * * *",
   [cronVariable("concurrency-limit-resume")]: "*/2 * * * * *"
 })
-

@@ -49,7 +49,10 @@ export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<Sup
       text === undefined
         ? Effect.succeedNone
         : Schema.decodeUnknownEffect(Published)(text).pipe(
-          Effect.map((p) => isAlive(p.pid) && p.pid !== process.pid ? Option.some({ url: p.url, token: p.token }) : Option.none()),
+          Effect.map((p) =>
+            isAlive(p.pid) && p.pid !== process.pid ? Option.some({ url: p.url, token: p.token }) : Option.none()
+          ),
           Effect.orElseSucceed(() => Option.none<SupervisorEndpoint>())
-        ))
+        )
+    )
   )

@@ -39,7 +39,10 @@ export class Builds extends Context.Service<Builds, {
    * hard timeout, and every later run at the same page). Skipped rows are left as they are, get no
    * event, and are found again by the next run once the lock is gone.
    */
-  dropMany(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc): Effect.Effect<DropManyResult, SqlError | FenceError>
+  dropMany(
+    builds: ReadonlyArray<CancelingBuild>,
+    now: DateTime.Utc
+  ): Effect.Effect<DropManyResult, SqlError | FenceError>
   /**
    * Walks the canceling scan's index from `after` — the start of builds this run has already
    * failed and committed — to the first build still stuck, and reads nothing back. Why: a failed

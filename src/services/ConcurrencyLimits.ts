@@ -8,8 +8,8 @@
  * domain/ConcurrencyLimit.ts.
  */
 import { Context, type Effect, type Option } from "effect"
-import type { ConcurrencyLimitSetting, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
 import type { SqlError } from "effect/sql/SqlError"
+import type { ConcurrencyLimitSetting, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import type { EventLog } from "./EventLog.ts"
 
@@ -98,4 +98,3 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
     record?: RecordMove<E, R>
   ): Effect.Effect<ResumeResult, RedisError | WrongTypeKey | E, R>
 }>()("sweeper/services/ConcurrencyLimits") {}
-

@@ -26,5 +26,8 @@ export class ExportJobs extends Context.Service<ExportJobs, {
    * for (a GitLab request updating the export, an operator's session): it is skipped, returned in
    * `locked`, left as it is, and found again by the next run.
    */
-  failMany(jobs: ReadonlyArray<EnqueuedExportJob>, now: DateTime.Utc): Effect.Effect<FailManyResult, SqlError | FenceError>
+  failMany(
+    jobs: ReadonlyArray<EnqueuedExportJob>,
+    now: DateTime.Utc
+  ): Effect.Effect<FailManyResult, SqlError | FenceError>
 }>()("sweeper/services/ExportJobs") {}

@@ -57,7 +57,8 @@ export const directUploadsSkippedNoStoreTotal = Metric.counter("sweeper_direct_u
 })
 
 export const directUploadsVanishedTotal = Metric.counter("sweeper_direct_uploads_vanished_total", {
-  description: "Stale direct uploads whose entry vanished or changed value before the repair recorded it (neither removed nor recorded)",
+  description:
+    "Stale direct uploads whose entry vanished or changed value before the repair recorded it (neither removed nor recorded)",
   incremental: true
 })
 
@@ -118,7 +119,8 @@ export const repairHeldSecondsTotal = Metric.counter("sweeper_repair_held_second
 })
 
 export const healthSignal = Metric.gauge("sweeper_health_signal", {
-  description: "The health signal's last reading in its unit (bytes, seconds, bytes/s, used/max ratio, tables under vacuum, a rule's value); the worst over its stores, queues or tables"
+  description:
+    "The health signal's last reading in its unit (bytes, seconds, bytes/s, used/max ratio, tables under vacuum, a rule's value); the worst over its stores, queues or tables"
 })
 
 export const healthSignalUnknown = Metric.gauge("sweeper_health_signal_unknown", {
@@ -131,11 +133,13 @@ export const healthSignalUnknownTotal = Metric.counter("sweeper_health_signal_un
 })
 
 export const concurrencyLimitEffectiveLimit = Metric.gauge("sidekiq_concurrency_limit_effective_limit", {
-  description: "The concurrency limit in force per worker: the configured one, or lower while the health gate throttles it"
+  description:
+    "The concurrency limit in force per worker: the configured one, or lower while the health gate throttles it"
 })
 
 export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
-  description: "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, …)",
+  description:
+    "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, …)",
   incremental: true
 })
 
@@ -165,7 +169,14 @@ export const batchBreakerOpen = Metric.gauge("sweeper_batch_breaker_open", {
 
 /** Outcomes every `batch × outcome` series starts with, at 0, so `increase()` sees the first one. */
 export const OUTCOMES = ["succeeded", "failed", "timed_out", "skipped", "abandoned"] as const
-export const MISSED_REASONS = ["downtime", "overlap", "lease_unavailable", "breaker_open", "disabled", "database_unavailable"] as const
+export const MISSED_REASONS = [
+  "downtime",
+  "overlap",
+  "lease_unavailable",
+  "breaker_open",
+  "disabled",
+  "database_unavailable"
+] as const
 
 export type Attributes = Readonly<Record<string, string>>
 
@@ -187,18 +198,32 @@ export class Metrics extends Context.Service<Metrics, {
 
 // The call shapes programs and the runtime use, each a call to the service.
 
-export const increment = (counter: Metric.Counter<number>, n: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
-  Metrics.use((metrics) => metrics.increment(counter, n, attributes))
+export const increment = (
+  counter: Metric.Counter<number>,
+  n: number,
+  attributes: Attributes = {}
+): Effect.Effect<void, never, Metrics> => Metrics.use((metrics) => metrics.increment(counter, n, attributes))
 
 /** Several counters at once, in order (a run's closing figures). */
-export const incrementEach = (counts: ReadonlyArray<readonly [Metric.Counter<number>, number]>, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
-  Metrics.use((metrics) => Effect.forEach(counts, ([counter, n]) => metrics.increment(counter, n, attributes), { discard: true }))
+export const incrementEach = (
+  counts: ReadonlyArray<readonly [Metric.Counter<number>, number]>,
+  attributes: Attributes = {}
+): Effect.Effect<void, never, Metrics> =>
+  Metrics.use((metrics) =>
+    Effect.forEach(counts, ([counter, n]) => metrics.increment(counter, n, attributes), { discard: true })
+  )
 
-export const setGauge = (gauge: Metric.Gauge<number>, value: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
-  Metrics.use((metrics) => metrics.setGauge(gauge, value, attributes))
+export const setGauge = (
+  gauge: Metric.Gauge<number>,
+  value: number,
+  attributes: Attributes = {}
+): Effect.Effect<void, never, Metrics> => Metrics.use((metrics) => metrics.setGauge(gauge, value, attributes))
 
-export const observe = (histogram: Metric.Histogram<number>, value: number, attributes: Attributes = {}): Effect.Effect<void, never, Metrics> =>
-  Metrics.use((metrics) => metrics.observe(histogram, value, attributes))
+export const observe = (
+  histogram: Metric.Histogram<number>,
+  value: number,
+  attributes: Attributes = {}
+): Effect.Effect<void, never, Metrics> => Metrics.use((metrics) => metrics.observe(histogram, value, attributes))
 
 export const initialiseSeries = (batches: ReadonlyArray<string>): Effect.Effect<void, never, Metrics> =>
   Metrics.use((metrics) => metrics.initialiseSeries(batches))

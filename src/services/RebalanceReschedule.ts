@@ -14,5 +14,8 @@ import type { RebalanceType } from "../domain/Rebalancing.ts"
 
 export class RebalanceReschedule extends Context.Service<RebalanceReschedule, {
   /** Pushes one job per id (in order), de-duplicated until executed; how many were pushed and how many were duplicates. */
-  reschedule(type: RebalanceType, ids: ReadonlyArray<number>): Effect.Effect<{ readonly enqueued: number; readonly duplicates: number }, RedisError | SqlError>
+  reschedule(
+    type: RebalanceType,
+    ids: ReadonlyArray<number>
+  ): Effect.Effect<{ readonly enqueued: number; readonly duplicates: number }, RedisError | SqlError>
 }>()("sweeper/services/RebalanceReschedule") {}

@@ -57,7 +57,10 @@ export class RunHistory extends Context.Service<RunHistory, {
    * The run's repair events oldest first, `limit` after event id `after` (keyset: a page costs the
    * same on the first page and the hundredth), optionally of one type.
    */
-  repairs(runId: string, options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }): Effect.Effect<RepairPage, SqlError>
+  repairs(
+    runId: string,
+    options: { readonly after?: number | undefined; readonly type?: string | undefined; readonly limit: number }
+  ): Effect.Effect<RepairPage, SqlError>
   /**
    * The batch's finished runs with `since <= finishedAt`, oldest first, at most HISTORY_MAX_RUNS
    * (the newest of them when there are more).

@@ -17,7 +17,9 @@ export class StaleUploadRepair extends Context.Service<StaleUploadRepair, {
    * the others' events in one INSERT, then their fields removed only while still holding the bytes
    * read. The caller checks the fence before (the repair loop does).
    */
-  repair(uploads: ReadonlyArray<StaleUpload>): Effect.Effect<ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>, RedisError | SqlError>
+  repair(
+    uploads: ReadonlyArray<StaleUpload>
+  ): Effect.Effect<ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>, RedisError | SqlError>
   /** What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a location without a store. */
   wouldRepair(uploads: ReadonlyArray<StaleUpload>): ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>
 }>()("sweeper/services/StaleUploadRepair") {}

@@ -19,7 +19,13 @@
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Effect, Option, Schema, Semaphore } from "effect"
 import { parseCounter, parseLimitOverride, workerKeys } from "../domain/ConcurrencyLimit.ts"
-import { RebalanceContainer, rebalanceMember, REBALANCING_QUEUE, REBALANCING_WORKER, RUNNING_REBALANCES_KEY } from "../domain/Rebalancing.ts"
+import {
+  RebalanceContainer,
+  rebalanceMember,
+  REBALANCING_QUEUE,
+  REBALANCING_WORKER,
+  RUNNING_REBALANCES_KEY
+} from "../domain/Rebalancing.ts"
 import { queueKey } from "../domain/Sidekiq.ts"
 import { duplicateKey } from "../layers/JobQueueShared.ts"
 import type { Ledger } from "./Ledger.ts"
@@ -54,22 +60,26 @@ const rebalance = Effect.fn("Consumer.rebalance")(function*(projectIds: Readonly
     FROM ordered WHERE issues.id = ordered.id`
 })
 
-const runRebalancingWorker = Effect.fn("Consumer.RebalancingWorker")(function*(ledger: Ledger, args: ReadonlyArray<unknown>) {
-  const sql = yield* PgClient.PgClient
-  const stores = yield* SimulatorStores
-  const [, projectId, namespaceId] = args as ReadonlyArray<number | null>
-  const member = typeof namespaceId === "number"
-    ? rebalanceMember(RebalanceContainer.namespace, namespaceId)
-    : rebalanceMember(RebalanceContainer.project, Number(projectId))
-  const projectIds = typeof namespaceId === "number"
-    ? (yield* sql<{ id: string }>`SELECT id FROM projects WHERE namespace_id = ${namespaceId}`).map((row) => Number(row.id))
-    : [Number(projectId)]
-  if (projectIds.length > 0) yield* rebalance(projectIds)
-  // What GitLab's rebalancer does when it finishes, and Sidekiq's until_executed when the job ran.
-  yield* stores.srem("sharedState", RUNNING_REBALANCES_KEY, member)
-  yield* stores.del("queuesMetadata", duplicateKey(REBALANCING_QUEUE, REBALANCING_WORKER, args))
-  ledger.rebalances.ran[member] = (ledger.rebalances.ran[member] ?? 0) + 1
-})
+const runRebalancingWorker = Effect.fn("Consumer.RebalancingWorker")(
+  function*(ledger: Ledger, args: ReadonlyArray<unknown>) {
+    const sql = yield* PgClient.PgClient
+    const stores = yield* SimulatorStores
+    const [, projectId, namespaceId] = args as ReadonlyArray<number | null>
+    const member = typeof namespaceId === "number"
+      ? rebalanceMember(RebalanceContainer.namespace, namespaceId)
+      : rebalanceMember(RebalanceContainer.project, Number(projectId))
+    const projectIds = typeof namespaceId === "number"
+      ? (yield* sql<{ id: string }>`SELECT id FROM projects WHERE namespace_id = ${namespaceId}`).map((row) =>
+        Number(row.id)
+      )
+      : [Number(projectId)]
+    if (projectIds.length > 0) yield* rebalance(projectIds)
+    // What GitLab's rebalancer does when it finishes, and Sidekiq's until_executed when the job ran.
+    yield* stores.srem("sharedState", RUNNING_REBALANCES_KEY, member)
+    yield* stores.del("queuesMetadata", duplicateKey(REBALANCING_QUEUE, REBALANCING_WORKER, args))
+    ledger.rebalances.ran[member] = (ledger.rebalances.ran[member] ?? 0) + 1
+  }
+)
 
 /** The consumer: `threads` fetchers over every queue a simulated job can land in; runs until interrupted. */
 export const runConsumer = Effect.fn("Consumer.run")(function*(options: ConsumerOptions) {
@@ -89,37 +99,40 @@ export const runConsumer = Effect.fn("Consumer.run")(function*(options: Consumer
     ledger.throttled.maxExecuting[worker] = Math.max(ledger.throttled.maxExecuting[worker] ?? 0, executing)
   })
 
-  const runLimited = Effect.fn("Consumer.limitedJob")(function*(tid: string, worker: string, args: ReadonlyArray<unknown>, resumed: boolean) {
-    const keys = workerKeys(worker)
-    const field = `simulator:${process.pid}:tid:${tid}`
-    const started = yield* Semaphore.withPermit(starting)(Effect.gen(function*() {
-      const nowMillis = yield* Clock.currentTimeMillis
-      const now = nowMillis / 1000
-      if (resumed) {
-        yield* stores.hset("queuesMetadata", keys.executing, { [field]: String(now) })
-        yield* stores.decrIfPositive("queuesMetadata", keys.pendingResumed)
-        ledger.throttled.resumedRan++
-      } else {
-        const limit = yield* limitOf(worker)
-        const deferred = yield* stores.llen("sharedState", keys.deferred)
-        const current = (yield* stores.hlen("queuesMetadata", keys.executing)) + parseCounter(yield* stores.get("queuesMetadata", keys.pendingResumed))
-        if (limit < 0 || deferred > 0 || (limit > 0 && current >= limit)) {
-          yield* deferJob(worker, args, nowMillis)
-          ledger.throttled.deferred++
-          return false
+  const runLimited = Effect.fn("Consumer.limitedJob")(
+    function*(tid: string, worker: string, args: ReadonlyArray<unknown>, resumed: boolean) {
+      const keys = workerKeys(worker)
+      const field = `simulator:${process.pid}:tid:${tid}`
+      const started = yield* Semaphore.withPermit(starting)(Effect.gen(function*() {
+        const nowMillis = yield* Clock.currentTimeMillis
+        const now = nowMillis / 1000
+        if (resumed) {
+          yield* stores.hset("queuesMetadata", keys.executing, { [field]: String(now) })
+          yield* stores.decrIfPositive("queuesMetadata", keys.pendingResumed)
+          ledger.throttled.resumedRan++
+        } else {
+          const limit = yield* limitOf(worker)
+          const deferred = yield* stores.llen("sharedState", keys.deferred)
+          const current = (yield* stores.hlen("queuesMetadata", keys.executing)) +
+            parseCounter(yield* stores.get("queuesMetadata", keys.pendingResumed))
+          if (limit < 0 || deferred > 0 || (limit > 0 && current >= limit)) {
+            yield* deferJob(worker, args, nowMillis)
+            ledger.throttled.deferred++
+            return false
+          }
+          yield* stores.hset("queuesMetadata", keys.executing, { [field]: String(now) })
+          ledger.throttled.directRan++
         }
-        yield* stores.hset("queuesMetadata", keys.executing, { [field]: String(now) })
-        ledger.throttled.directRan++
-      }
-      yield* observe(worker)
-      return true
-    }))
-    if (!started) return
-    yield* Effect.sleep(options.jobMillis)
-    yield* stores.hdel("queuesMetadata", keys.executing, field)
-    const id = Number(args[0])
-    ledger.throttled.ran[id] = (ledger.throttled.ran[id] ?? 0) + 1
-  })
+        yield* observe(worker)
+        return true
+      }))
+      if (!started) return
+      yield* Effect.sleep(options.jobMillis)
+      yield* stores.hdel("queuesMetadata", keys.executing, field)
+      const id = Number(args[0])
+      ledger.throttled.ran[id] = (ledger.throttled.ran[id] ?? 0) + 1
+    }
+  )
 
   const fetcher = (tid: string) =>
     Effect.gen(function*() {
@@ -140,14 +153,22 @@ export const runConsumer = Effect.fn("Consumer.run")(function*(options: Consumer
         }
         const { class: workerClass, args } = job.value
         if (workerClass === REBALANCING_WORKER) yield* runRebalancingWorker(ledger, args)
-        else if (options.limited[workerClass] !== undefined) yield* runLimited(tid, workerClass, args, job.value.concurrency_limit_resume === true)
-        else ledger.unknownJobs++
+        else if (options.limited[workerClass] !== undefined) {
+          yield* runLimited(tid, workerClass, args, job.value.concurrency_limit_resume === true)
+        } else ledger.unknownJobs++
       }
     }).pipe(
       // A failed job is logged and the thread carries on, as a Sidekiq thread would.
-      Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning("Simulator consumer job failed", cause)),
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.logWarning("Simulator consumer job failed", cause)
+      ),
       Effect.forever
     )
 
-  yield* Effect.forEach(Array.from({ length: options.threads }, (_, i) => `t${i}`), fetcher, { concurrency: "unbounded", discard: true })
+  yield* Effect.forEach(Array.from({ length: options.threads }, (_, i) => `t${i}`), fetcher, {
+    concurrency: "unbounded",
+    discard: true
+  })
 })

@@ -92,30 +92,32 @@ export const seedStuckCancelingBuilds = Effect.fn("Fixtures.stuckCancelingBuilds
  * ones still run, so their Sidekiq status key is set (SPEC §2). Returns how many completed without
  * finishing (the even ones): the jobs to fail.
  */
-export const seedExportJobsWithStatuses = Effect.fn("Fixtures.exportJobsWithStatuses")(function*(redis: RedisClient, options: {
-  readonly active: number
-  readonly now: Date
-}) {
-  const sql = yield* PgClient.PgClient
-  const { active, now } = options
-  yield* sql`INSERT INTO namespaces (id) VALUES (1)`
-  yield* sql`INSERT INTO projects (id, namespace_id) SELECT p, 1 FROM generate_series(1, 100) AS p`
-  // Plus as many finished and failed jobs, which the batch never reads.
-  yield* sql`
+export const seedExportJobsWithStatuses = Effect.fn("Fixtures.exportJobsWithStatuses")(
+  function*(redis: RedisClient, options: {
+    readonly active: number
+    readonly now: Date
+  }) {
+    const sql = yield* PgClient.PgClient
+    const { active, now } = options
+    yield* sql`INSERT INTO namespaces (id) VALUES (1)`
+    yield* sql`INSERT INTO projects (id, namespace_id) SELECT p, 1 FROM generate_series(1, 100) AS p`
+    // Plus as many finished and failed jobs, which the batch never reads.
+    yield* sql`
     INSERT INTO project_export_jobs (id, project_id, jid, status, created_at, updated_at)
     SELECT i, 1 + i % 100, 'export-' || i, CASE WHEN i <= ${active} THEN i % 2 ELSE 2 + i % 2 END,
       ${now}::timestamptz - interval '1 day', ${now}::timestamptz - interval '1 day'
     FROM generate_series(1, ${active * 2}) AS i`
-  const ttl = Duration.toSeconds(EXPORT_JOB_STATUS_TTL)
-  for (let start = 1; start <= active; start += PIPELINE_CHUNK) {
-    const pipeline = redis.pipeline()
-    for (let i = start; i < start + PIPELINE_CHUNK && i <= active; i++) {
-      if (i % 2 === 1) pipeline.set(jobStatusKey(`export-${i}`), "1", "EX", ttl)
+    const ttl = Duration.toSeconds(EXPORT_JOB_STATUS_TTL)
+    for (let start = 1; start <= active; start += PIPELINE_CHUNK) {
+      const pipeline = redis.pipeline()
+      for (let i = start; i < start + PIPELINE_CHUNK && i <= active; i++) {
+        if (i % 2 === 1) pipeline.set(jobStatusKey(`export-${i}`), "1", "EX", ttl)
+      }
+      yield* Effect.promise(() => pipeline.exec())
     }
-    yield* Effect.promise(() => pipeline.exec())
+    return Math.floor(active / 2)
   }
-  return Math.floor(active / 2)
-})
+)
 
 const PIPELINE_CHUNK = 10_000
 
@@ -125,7 +127,10 @@ const PIPELINE_CHUNK = 10_000
  * of 10 000 fields per round trip. Ages are from the real clock, as the batch reads it. Returns how
  * many are stale.
  */
-export const seedPendingUploadFields = (redis: RedisClient, options: { readonly entries: number; readonly staleEvery: number }) =>
+export const seedPendingUploadFields = (
+  redis: RedisClient,
+  options: { readonly entries: number; readonly staleEvery: number }
+) =>
   Effect.promise(async () => {
     const now = Math.floor(Date.now() / 1000)
     for (let start = 0; start < options.entries; start += PIPELINE_CHUNK) {
@@ -170,7 +175,10 @@ export interface PendingUploadsCounts {
  * `hsetsPerPipeline` HSETs per round trip. The hex is a fixed xorshift sequence, so every call
  * writes the same bytes for the same options.
  */
-export const seedPendingUploadsAtScale = async (redis: RedisClient, options: PendingUploadsAtScale): Promise<PendingUploadsCounts> => {
+export const seedPendingUploadsAtScale = async (
+  redis: RedisClient,
+  options: PendingUploadsAtScale
+): Promise<PendingUploadsCounts> => {
   // xorshift32: random-looking hex for the paths without a crypto call per entry.
   let state = 0x9e3779b9
   const hex24 = () => {
@@ -234,7 +242,11 @@ export const seedDeferredJobs = (redis: RedisClient, options: { readonly worker:
     const element = (i: number) =>
       JSON.stringify({
         args: [i, `gid://gitlab/Release/${i}`],
-        context: { "meta.user": "root", "meta.project": `gitlab-org/project-${i % 100}`, "meta.caller_id": "Releases::CreateService" },
+        context: {
+          "meta.user": "root",
+          "meta.project": `gitlab-org/project-${i % 100}`,
+          "meta.caller_id": "Releases::CreateService"
+        },
         buffered_at: now - 600 + i / 1000
       })
     for (let start = 0; start < options.jobs; start += DEFERRED_CHUNK * 10) {

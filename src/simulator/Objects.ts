@@ -43,40 +43,60 @@ export const simulatorObjectsLayer = (settings: ObjectStorageSettings): Layer.La
     case "Local":
       return Layer.succeed(SimulatorObjects, local(settings.roots))
     case "S3":
-      return Layer.effect(SimulatorObjects, Effect.gen(function*() {
-        const sdk = yield* loadSdk
-        const client = yield* Effect.acquireRelease(Effect.sync(() => clientOf(sdk, settings.connection)), (c) => Effect.sync(() => c.destroy()))
-        return SimulatorObjects.of({
-          hasStore: (location) => settings.buckets[location] !== undefined,
-          put: (location, path) => {
-            const ref = settings.buckets[location]
-            if (ref === undefined) return Effect.succeed(undefined)
-            const key = objectKey(ref, path)
-            return Effect.promise(() => client.send(new sdk.PutObjectCommand({ Bucket: ref.bucket, Key: key, Body: BODY }))).pipe(
-              Effect.as(`s3://${ref.bucket}/${key}`)
-            )
-          }
+      return Layer.effect(
+        SimulatorObjects,
+        Effect.gen(function*() {
+          const sdk = yield* loadSdk
+          const client = yield* Effect.acquireRelease(
+            Effect.sync(() => clientOf(sdk, settings.connection)),
+            (c) => Effect.sync(() => c.destroy())
+          )
+          return SimulatorObjects.of({
+            hasStore: (location) => settings.buckets[location] !== undefined,
+            put: (location, path) => {
+              const ref = settings.buckets[location]
+              if (ref === undefined) return Effect.succeed(undefined)
+              const key = objectKey(ref, path)
+              return Effect.promise(() =>
+                client.send(new sdk.PutObjectCommand({ Bucket: ref.bucket, Key: key, Body: BODY }))
+              ).pipe(
+                Effect.as(`s3://${ref.bucket}/${key}`)
+              )
+            }
+          })
         })
-      }))
+      )
     case "Azure":
-      return Layer.effect(SimulatorObjects, Effect.gen(function*() {
-        const { BlobServiceClient, StorageSharedKeyCredential } = yield* Effect.promise(() => import("@azure/storage-blob"))
-        const { accountName, accessKey, serviceUrl } = settings.connection
-        const service = new BlobServiceClient(serviceUrl, new StorageSharedKeyCredential(accountName, Redacted.value(accessKey)))
-        return SimulatorObjects.of({
-          hasStore: (location) => settings.containers[location] !== undefined,
-          put: (location, path) => {
-            const ref = settings.containers[location]
-            if (ref === undefined) return Effect.succeed(undefined)
-            const name = objectKey(ref, path)
-            return Effect.promise(() => service.getContainerClient(ref.bucket).getBlockBlobClient(name).upload(BODY, Buffer.byteLength(BODY))).pipe(
-              Effect.as(`${serviceUrl}/${ref.bucket}/${name}`)
-            )
-          }
+      return Layer.effect(
+        SimulatorObjects,
+        Effect.gen(function*() {
+          const { BlobServiceClient, StorageSharedKeyCredential } = yield* Effect.promise(() =>
+            import("@azure/storage-blob")
+          )
+          const { accountName, accessKey, serviceUrl } = settings.connection
+          const service = new BlobServiceClient(
+            serviceUrl,
+            new StorageSharedKeyCredential(accountName, Redacted.value(accessKey))
+          )
+          return SimulatorObjects.of({
+            hasStore: (location) => settings.containers[location] !== undefined,
+            put: (location, path) => {
+              const ref = settings.containers[location]
+              if (ref === undefined) return Effect.succeed(undefined)
+              const name = objectKey(ref, path)
+              return Effect.promise(() =>
+                service.getContainerClient(ref.bucket).getBlockBlobClient(name).upload(BODY, Buffer.byteLength(BODY))
+              ).pipe(
+                Effect.as(`${serviceUrl}/${ref.bucket}/${name}`)
+              )
+            }
+          })
         })
-      }))
+      )
   }
 }
 
 /** The object writer for the configured `SWEEPER_OBJECT_STORAGE`. */
-export const SimulatorObjectsFromConfig = Layer.unwrap(Effect.map(SweeperConfig, (settings) => simulatorObjectsLayer(settings.objectStorage)))
+export const SimulatorObjectsFromConfig = Layer.unwrap(
+  Effect.map(SweeperConfig, (settings) => simulatorObjectsLayer(settings.objectStorage))
+)

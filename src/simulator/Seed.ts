@@ -28,8 +28,13 @@ const instant = (millis: number) => new Date(millis).toISOString()
 /** A group and a project in it; returns both ids (bigserial). */
 export const seedProject = Effect.fn("Seed.project")(function*(name: string, namespaceId?: number) {
   const sql = yield* PgClient.PgClient
-  const ns = namespaceId ?? (yield* sql<{ id: string }>`INSERT INTO namespaces (name, path, type) VALUES (${name}, ${name}, 'Group') RETURNING id`)[0]!.id
-  const [project] = yield* sql<{ id: string }>`INSERT INTO projects (namespace_id, name, path) VALUES (${ns}, ${name}, ${name}) RETURNING id`
+  const ns = namespaceId ??
+    (yield* sql<
+      { id: string }
+    >`INSERT INTO namespaces (name, path, type) VALUES (${name}, ${name}, 'Group') RETURNING id`)[0]!.id
+  const [project] = yield* sql<
+    { id: string }
+  >`INSERT INTO projects (namespace_id, name, path) VALUES (${ns}, ${name}, ${name}) RETURNING id`
   return { namespaceId: Number(ns), projectId: Number(project!.id) }
 })
 
@@ -50,8 +55,12 @@ export const seedExportJob = Effect.fn("Seed.exportJob")(function*(options: {
   // Tracked before the row exists: a run between the two must see the job as running, not done.
   yield* jobStatus.track(jid, EXPORT_JOB_STATUS_TTL).pipe(Effect.orDie)
   const at = instant(options.createdAtMillis)
-  const [row] = yield* sql<{ id: string }>`INSERT INTO project_export_jobs (project_id, jid, status, user_id, created_at, updated_at)
-    VALUES (${options.projectId}, ${jid}, ${options.status ?? ExportJobStatus.started}, 1, ${at}::timestamptz, ${at}::timestamptz) RETURNING id`
+  const [row] = yield* sql<
+    { id: string }
+  >`INSERT INTO project_export_jobs (project_id, jid, status, user_id, created_at, updated_at)
+    VALUES (${options.projectId}, ${jid}, ${
+    options.status ?? ExportJobStatus.started
+  }, 1, ${at}::timestamptz, ${at}::timestamptz) RETURNING id`
   const id = Number(row!.id)
   for (const relation of options.relations ?? []) {
     const relationJid = yield* newJid
@@ -62,11 +71,13 @@ export const seedExportJob = Effect.fn("Seed.exportJob")(function*(options: {
 })
 
 /** The export worker finishes: status `finished`, then Sidekiq drops the status key. */
-export const finishExportJob = Effect.fn("Seed.finishExportJob")(function*(job: { readonly id: number; readonly jid: string }) {
-  const sql = yield* PgClient.PgClient
-  yield* sql`UPDATE project_export_jobs SET status = ${ExportJobStatus.finished}, updated_at = now() WHERE id = ${job.id}`
-  yield* (yield* JobStatus).untrack(job.jid).pipe(Effect.orDie)
-})
+export const finishExportJob = Effect.fn("Seed.finishExportJob")(
+  function*(job: { readonly id: number; readonly jid: string }) {
+    const sql = yield* PgClient.PgClient
+    yield* sql`UPDATE project_export_jobs SET status = ${ExportJobStatus.finished}, updated_at = now() WHERE id = ${job.id}`
+    yield* (yield* JobStatus).untrack(job.jid).pipe(Effect.orDie)
+  }
+)
 
 /** The export worker dies: the status key goes (expired or dropped), the row stays `started`. */
 export const killExportJob = Effect.fn("Seed.killExportJob")(function*(job: { readonly jid: string }) {
@@ -92,9 +103,13 @@ export const seedBuild = Effect.fn("Seed.build")(function*(options: {
   const at = utcTimestamp(options.nowMillis - options.ageMillis)
   const started = utcTimestamp(options.nowMillis - options.ageMillis - 60_000)
   const [row] = options.table === "p_ci_builds"
-    ? yield* sql<{ id: string }>`INSERT INTO p_ci_builds (partition_id, project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at)
+    ? yield* sql<
+      { id: string }
+    >`INSERT INTO p_ci_builds (partition_id, project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at)
         VALUES (100, ${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${at}::timestamp, ${started}::timestamp) RETURNING id`
-    : yield* sql<{ id: string }>`INSERT INTO ci_builds (project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at)
+    : yield* sql<
+      { id: string }
+    >`INSERT INTO ci_builds (project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at)
         VALUES (${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${at}::timestamp, ${started}::timestamp) RETURNING id`
   return Number(row!.id)
 })
@@ -112,7 +127,9 @@ export const seedPendingUpload = Effect.fn("Seed.pendingUpload")(function*(optio
   const stores = yield* SimulatorStores
   const object = yield* (yield* SimulatorObjects).put(options.location, options.path)
   const field = fieldOf(options.location, options.path)
-  yield* stores.hset("sharedState", PENDING_DIRECT_UPLOADS_KEY, { [field]: String(Math.floor(options.preparedAtMillis / 1000)) })
+  yield* stores.hset("sharedState", PENDING_DIRECT_UPLOADS_KEY, {
+    [field]: String(Math.floor(options.preparedAtMillis / 1000))
+  })
   return { field, object }
 })
 
@@ -121,7 +138,9 @@ export const seedIssues = Effect.fn("Seed.issues")(function*(projectId: number, 
   const sql = yield* PgClient.PgClient
   for (let i = 0; i < count; i++) {
     const position = i % 4 === 0 ? null : i % 3 === 0 ? 500 : 1000 * (count - i)
-    yield* sql`INSERT INTO issues (project_id, title, relative_position) VALUES (${projectId}, ${`Issue ${i + 1}`}, ${position})`
+    yield* sql`INSERT INTO issues (project_id, title, relative_position) VALUES (${projectId}, ${`Issue ${
+      i + 1
+    }`}, ${position})`
   }
 })
 
@@ -144,14 +163,20 @@ export const pushJob = Effect.fn("Seed.pushJob")(function*(options: {
 })
 
 /** GitLab's throttling middleware deferring a job: RPUSH `{args, context, buffered_at}` (SPEC §5). */
-export const deferJob = Effect.fn("Seed.deferJob")(function*(worker: string, args: ReadonlyArray<unknown>, nowMillis: number) {
-  const stores = yield* SimulatorStores
-  yield* stores.rpush("sharedState", workerKeys(worker).deferred, JSON.stringify({
-    args,
-    context: { "meta.caller_id": "Simulator", "meta.feature_category": "release_evidence" },
-    buffered_at: nowMillis / 1000
-  }))
-})
+export const deferJob = Effect.fn("Seed.deferJob")(
+  function*(worker: string, args: ReadonlyArray<unknown>, nowMillis: number) {
+    const stores = yield* SimulatorStores
+    yield* stores.rpush(
+      "sharedState",
+      workerKeys(worker).deferred,
+      JSON.stringify({
+        args,
+        context: { "meta.caller_id": "Simulator", "meta.feature_category": "release_evidence" },
+        buffered_at: nowMillis / 1000
+      })
+    )
+  }
+)
 
 /** Ages used by the scenarios: past each SPEC threshold with margin, and well inside it. */
 export const AGES = {

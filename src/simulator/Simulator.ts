@@ -19,17 +19,23 @@
  *                which the consumer's throttling middleware defers once the worker is at its limit
  *                or has jobs deferred already.
  */
-import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import type { PgClient } from "@effect/sql-pg"
+import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"
-import { LOCATIONS, type Location } from "../domain/DirectUpload.ts"
-import { RebalanceContainer, rebalanceMember, MAX_NUMBER_OF_CONCURRENT_REBALANCES, RUNNING_REBALANCES_KEY } from "../domain/Rebalancing.ts"
+import { type Location, LOCATIONS } from "../domain/DirectUpload.ts"
+import {
+  MAX_NUMBER_OF_CONCURRENT_REBALANCES,
+  RebalanceContainer,
+  rebalanceMember,
+  RUNNING_REBALANCES_KEY
+} from "../domain/Rebalancing.ts"
 import { SweeperConfig } from "../layers/Config.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
 import { runConsumer } from "./Consumer.ts"
 import { emptyLedger, type Ledger, ledgerCounts } from "./Ledger.ts"
+import { SimulatorObjects, SimulatorObjectsFromConfig } from "./Objects.ts"
 import {
   AGES,
   buildsTable,
@@ -43,7 +49,6 @@ import {
   seedProject,
   stallRebalance
 } from "./Seed.ts"
-import { SimulatorObjects, SimulatorObjectsFromConfig } from "./Objects.ts"
 import { SimulatorStores, SimulatorStoresLive } from "./Stores.ts"
 
 export const SCENARIOS = ["exports", "builds", "uploads", "rebalances", "throttled"] as const
@@ -61,7 +66,12 @@ export const parseScenarios = (text: string): Effect.Effect<ReadonlyArray<Scenar
   const unknown = names.find((name) => !(SCENARIOS as ReadonlyArray<string>).includes(name))
   return unknown === undefined
     ? Effect.succeed([...new Set(names)] as ReadonlyArray<Scenario>)
-    : Effect.fail(new UnknownScenario({ name: unknown, message: `unknown scenario "${unknown}"; known: all, ${SCENARIOS.join(", ")}` }))
+    : Effect.fail(
+      new UnknownScenario({
+        name: unknown,
+        message: `unknown scenario "${unknown}"; known: all, ${SCENARIOS.join(", ")}`
+      })
+    )
 }
 
 /** The worker the `throttled` scenario uses when none is configured (SPEC §5's example). */
@@ -88,7 +98,11 @@ const limitedWorkers = Effect.fn("Simulator.limitedWorkers")(function*() {
   const stores = yield* SimulatorStores
   const configured = Object.entries(settings.concurrencyLimits).filter(([, s]) => s.limit > 0)
   if (configured.length > 0) return Object.fromEntries(configured)
-  yield* stores.set("queuesMetadata", workerKeys(DEFAULT_THROTTLED_WORKER).currentLimit, String(DEFAULT_THROTTLED_LIMIT))
+  yield* stores.set(
+    "queuesMetadata",
+    workerKeys(DEFAULT_THROTTLED_WORKER).currentLimit,
+    String(DEFAULT_THROTTLED_LIMIT)
+  )
   return { [DEFAULT_THROTTLED_WORKER]: { limit: DEFAULT_THROTTLED_LIMIT, queue: "default" } }
 })
 
@@ -125,7 +139,9 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
       switch (kind) {
         case 1: {
           const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now })
-          fates.push(finishExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.healthy.push(job.id)))))
+          fates.push(
+            finishExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.healthy.push(job.id))))
+          )
           break
         }
         case 0: {
@@ -135,7 +151,11 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
         }
         case 2: {
           // Parallel, dies inside the 6 h grace: its relation exports may still be running.
-          const job = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now, relations: ["issues", "merge_requests"] })
+          const job = yield* seedExportJob({
+            projectId: home.projectId,
+            createdAtMillis: now,
+            relations: ["issues", "merge_requests"]
+          })
           fates.push(killExportJob(job).pipe(Effect.tap(() => Effect.sync(() => ledger.exports.healthy.push(job.id)))))
           break
         }
@@ -159,21 +179,53 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
 
   const builds = Effect.fn("Simulator.builds")(function*(now: number) {
     for (let i = 0; i < options.rate; i++) {
-      ledger.builds.stuck.push(yield* seedBuild({ projectId: home.projectId, status: "canceling", nowMillis: now, ageMillis: Duration.toMillis(AGES.stuckBuild), table }))
+      ledger.builds.stuck.push(
+        yield* seedBuild({
+          projectId: home.projectId,
+          status: "canceling",
+          nowMillis: now,
+          ageMillis: Duration.toMillis(AGES.stuckBuild),
+          table
+        })
+      )
       if (i % 2 === 0) {
-        ledger.builds.healthy.push(yield* seedBuild({ projectId: home.projectId, status: "canceling", nowMillis: now, ageMillis: Duration.toMillis(AGES.recentBuild), table }))
+        ledger.builds.healthy.push(
+          yield* seedBuild({
+            projectId: home.projectId,
+            status: "canceling",
+            nowMillis: now,
+            ageMillis: Duration.toMillis(AGES.recentBuild),
+            table
+          })
+        )
       } else {
-        ledger.builds.healthy.push(yield* seedBuild({ projectId: home.projectId, status: "running", nowMillis: now, ageMillis: Duration.toMillis(AGES.stuckBuild), table }))
+        ledger.builds.healthy.push(
+          yield* seedBuild({
+            projectId: home.projectId,
+            status: "running",
+            nowMillis: now,
+            ageMillis: Duration.toMillis(AGES.stuckBuild),
+            table
+          })
+        )
       }
     }
   })
 
   const uploads = Effect.fn("Simulator.uploads")(function*(now: number) {
     for (let i = 0; i < options.rate; i++) {
-      const stale = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.staleUpload) })
+      const stale = yield* seedPendingUpload({
+        location,
+        path: `tmp/uploads/${randomUUID()}`,
+        preparedAtMillis: now - Duration.toMillis(AGES.staleUpload)
+      })
       ledger.uploads.stuck.push(stale.field)
       if (stale.object !== undefined) ledger.uploads.objects.push(stale.object)
-      const fresh = yield* seedPendingUpload({ location, path: `tmp/uploads/${randomUUID()}`, preparedAtMillis: now - Duration.toMillis(AGES.freshUpload) })
+      const fresh = yield* seedPendingUpload({
+        location,
+        path: `tmp/uploads/${randomUUID()}`,
+        preparedAtMillis: now - Duration.toMillis(AGES.freshUpload)
+      })
       ledger.uploads.healthy.push(fresh.field)
     }
   })
@@ -261,9 +313,13 @@ export const simulate = Effect.fn("Simulator.simulate")(function*(options: Simul
   const ledger = options.ledger ?? emptyLedger()
   yield* Effect.logInfo("Simulator starting", { scenarios: options.scenarios, rate: options.rate })
   yield* Effect.forkScoped(consume(options, ledger))
-  yield* Effect.forkScoped(Effect.suspend(() => Effect.logInfo("Simulator", ledgerCounts(ledger))).pipe(Effect.delay("10 seconds"), Effect.forever))
+  yield* Effect.forkScoped(
+    Effect.suspend(() => Effect.logInfo("Simulator", ledgerCounts(ledger))).pipe(
+      Effect.delay("10 seconds"),
+      Effect.forever
+    )
+  )
   yield* produce(options, ledger)
   yield* Effect.logInfo("Simulator finished", ledgerCounts(ledger))
   return ledger
 }, Effect.scoped)
-

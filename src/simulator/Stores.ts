@@ -64,7 +64,8 @@ const memory = (redis: MemoryRedisStore) =>
       })
   })
 
-const DECR_IF_POSITIVE = `if tonumber(redis.call('get', KEYS[1]) or '0') > 0 then return redis.call('decr', KEYS[1]) end return 0`
+const DECR_IF_POSITIVE =
+  `if tonumber(redis.call('get', KEYS[1]) or '0') > 0 then return redis.call('decr', KEYS[1]) end return 0`
 
 const servers = (clients: Record<Store, RedisClient>) => {
   // The simulator is a test fixture: a Redis it cannot reach is a defect, not a typed error.
@@ -105,8 +106,16 @@ export const SimulatorStoresLive = Layer.effect(
       yield* Effect.serviceOption(QueuesMetadataRedis)
     ]
     if (Option.isNone(sharedState) || Option.isNone(queues) || Option.isNone(queuesMetadata)) {
-      return yield* Effect.die(new Error("the simulator needs the platform's Redis: neither the in-memory Redis nor the three store connections are provided"))
+      return yield* Effect.die(
+        new Error(
+          "the simulator needs the platform's Redis: neither the in-memory Redis nor the three store connections are provided"
+        )
+      )
     }
-    return servers({ sharedState: sharedState.value.client, queues: queues.value.client, queuesMetadata: queuesMetadata.value.client })
+    return servers({
+      sharedState: sharedState.value.client,
+      queues: queues.value.client,
+      queuesMetadata: queuesMetadata.value.client
+    })
   })
 )

@@ -27,10 +27,10 @@ import { fileURLToPath } from "node:url"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { leaseTtlVariable } from "../../src/domain/Schedule.ts"
 import { configureBatches, SweeperConfig, type SweeperSettings } from "../../src/layers/Config.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { batches } from "../../src/programs/index.ts"
 import { lastSuccessAgeSeconds } from "../../src/runtime/Http.ts"
 import { LoggingLive } from "../../src/runtime/Logging.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import * as Metrics from "../../src/services/Metrics.ts"
 import { freshDatabase } from "../support/postgres.ts"
 import { startSweeper, waitFor } from "../support/processes.ts"
@@ -60,7 +60,9 @@ const alertNames = [...rulesText.matchAll(/^\s*- alert: (\w+)$/gm)].map((m) => m
 const metricNames = (expr: string): Array<string> => {
   // Label values in quotes are not metric names ({batch="sweeper_x"} would otherwise count).
   const unquoted = expr.replace(/"(?:[^"\\]|\\.)*"/g, "\"\"")
-  return [...unquoted.matchAll(/\b(?:sweeper|sidekiq|nodejs|process)_[a-z0-9_]+|\bup\b(?=\s*[{[)]|$)/g)].map((m) => m[0])
+  return [...unquoted.matchAll(/\b(?:sweeper|sidekiq|nodejs|process)_[a-z0-9_]+|\bup\b(?=\s*[{[)]|$)/g)].map((m) =>
+    m[0]
+  )
 }
 
 /** Labels Prometheus adds to every scraped series: not Sweeper's to expose. */
@@ -89,7 +91,9 @@ const labelUses = (expr: string): Array<{ label: string; metrics: Array<string> 
   for (const selector of expr.matchAll(/\b([a-z][a-z0-9_]*)\{([^}]*)\}/g)) {
     const names = metricNames(selector[1]!)
     if (names.length === 0 || names[0] === "up") continue
-    for (const matcher of selector[2]!.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g)) uses.push({ label: matcher[1]!, metrics: names })
+    for (const matcher of selector[2]!.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g)) {
+      uses.push({ label: matcher[1]!, metrics: names })
+    }
   }
   for (const grouping of expr.matchAll(/\bby \(([^)]*)\)\s*\(/g)) {
     // The aggregated expression: from the "(" after the grouping to its matching ")".
@@ -100,7 +104,9 @@ const labelUses = (expr: string): Array<{ label: string; metrics: Array<string> 
       if (expr[end] === ")" && --depth === 0) break
     }
     const inner = metricNames(expr.slice(grouping.index + grouping[0].length, end)).filter((name) => name !== "up")
-    for (const label of grouping[1]!.split(",").map((l) => l.trim()).filter((l) => l !== "")) uses.push({ label, metrics: inner })
+    for (const label of grouping[1]!.split(",").map((l) => l.trim()).filter((l) => l !== "")) {
+      uses.push({ label, metrics: inner })
+    }
   }
   return uses.filter((use) => !TARGET_LABELS.includes(use.label))
 }
@@ -114,7 +120,9 @@ const ruleExprs = (): Array<string> => {
     if (match === null) return
     if (match[2] !== "|") return exprs.push(match[2]!)
     const body: Array<string> = []
-    for (let j = i + 1; j < lines.length && (lines[j]!.startsWith(`${match[1]}  `) || lines[j]!.trim() === ""); j++) body.push(lines[j]!)
+    for (let j = i + 1; j < lines.length && (lines[j]!.startsWith(`${match[1]}  `) || lines[j]!.trim() === ""); j++) {
+      body.push(lines[j]!)
+    }
     exprs.push(body.join("\n"))
   })
   return exprs
@@ -155,15 +163,23 @@ describe("Prometheus alert rules", () => {
     for (const block of blocks) {
       const name = block.split("\n")[0]
       assert.match(block, /severity: (critical|warning|info)\n/, `${name}: severity`)
-      for (const key of ["summary", "description", "runbook"]) assert.match(block, new RegExp(`\\n\\s+${key}: "`), `${name}: ${key}`)
+      for (const key of ["summary", "description", "runbook"]) {
+        assert.match(block, new RegExp(`\\n\\s+${key}: "`), `${name}: ${key}`)
+      }
       assert.match(block, /runbook: "README\.md#[a-z-]+/, `${name}: runbook points at a README section`)
     }
     // The sections exist: GitHub's anchor of each README heading (lower case, punctuation dropped,
     // spaces to hyphens).
     const anchors = readFileSync(join(root, "README.md"), "utf8").split("\n").filter((line) => /^#{1,6} /.test(line))
-      .map((line) => line.replace(/^#+ /, "").trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-"))
+      .map((line) =>
+        line.replace(/^#+ /, "").trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-")
+      )
     const referenced = [...rulesText.matchAll(/README\.md#([a-z0-9-]+)/g)].map((m) => m[1]!)
-    assert.includeMembers(referenced, ["deploying", "failure-handling", "resume-across-stores-concurrency-limit-resume"])
+    assert.includeMembers(referenced, [
+      "deploying",
+      "failure-handling",
+      "resume-across-stores-concurrency-limit-resume"
+    ])
     for (const anchor of referenced) assert.include(anchors, anchor, `README has a section #${anchor}`)
   })
 })
@@ -183,18 +199,31 @@ describe("systemd unit", () => {
       writeFileSync(binary, "#!/bin/sh\n")
       chmodSync(binary, 0o755)
       mkdirSync(join(scratch, "usr/lib/systemd"), { recursive: true })
-      cpSync("/usr/lib/systemd/system", join(scratch, "usr/lib/systemd/system"), { recursive: true, verbatimSymlinks: true })
+      cpSync("/usr/lib/systemd/system", join(scratch, "usr/lib/systemd/system"), {
+        recursive: true,
+        verbatimSymlinks: true
+      })
       mkdirSync(join(scratch, "etc/systemd/system"), { recursive: true })
       const installed = join(scratch, "etc/systemd/system/sweeper.service")
       cpSync(UNIT, installed)
 
-      const verify = tool("systemd-analyze", ["verify", "--man=no", "--generators=no", `--root=${scratch}`, installed], { pkg: "systemd" })
+      const verify = tool(
+        "systemd-analyze",
+        ["verify", "--man=no", "--generators=no", `--root=${scratch}`, installed],
+        { pkg: "systemd" }
+      )
       assert.strictEqual(verify.status, 0, verify.out)
       // Unknown keys and bad values are warnings with exit 0: any output is a failure.
       assert.strictEqual(verify.out.trim(), "", verify.out)
 
       // Exposure 0 (locked down) .. 10 (unsafe); the unit scores 1.7 ("OK"). Above 2.5 is a regression.
-      const security = tool("systemd-analyze", ["security", "--offline=yes", "--threshold=25", `--root=${scratch}`, installed], { pkg: "systemd" })
+      const security = tool("systemd-analyze", [
+        "security",
+        "--offline=yes",
+        "--threshold=25",
+        `--root=${scratch}`,
+        installed
+      ], { pkg: "systemd" })
       assert.strictEqual(security.status, 0, security.out)
       assert.match(security.out, /Overall exposure level for sweeper\.service: [0-2]\.\d/)
     } finally {
@@ -206,21 +235,30 @@ describe("systemd unit", () => {
     Effect.gen(function*() {
       // The same process as `npm start`: its malloc setting, its V8 flags and its entry point (which
       // enables the compile cache).
-      const startScript = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")).scripts.start as string
-      assert.strictEqual(startScript, "MALLOC_ARENA_MAX=2 exec node --max-semi-space-size=1 --heap-growing-percent=30 bin/sweeper.mjs start")
-      assert.strictEqual(directive("ExecStart"), "/opt/sweeper/node_modules/node/bin/node --max-semi-space-size=1 --heap-growing-percent=30 /opt/sweeper/bin/sweeper.mjs start")
+      const startScript = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")).scripts
+        .start as string
+      assert.strictEqual(
+        startScript,
+        "MALLOC_ARENA_MAX=2 exec node --max-semi-space-size=1 --heap-growing-percent=30 bin/sweeper.mjs start"
+      )
+      assert.strictEqual(
+        directive("ExecStart"),
+        "/opt/sweeper/node_modules/node/bin/node --max-semi-space-size=1 --heap-growing-percent=30 /opt/sweeper/bin/sweeper.mjs start"
+      )
       assert.match(unit, /^Environment=MALLOC_ARENA_MAX=2$/m)
       assert.strictEqual(directive("CacheDirectory"), "sweeper")
       assert.match(unit, /^Environment=NODE_COMPILE_CACHE=\/var\/cache\/sweeper$/m)
-      for (const [key, value] of Object.entries({
-        DynamicUser: "yes",
-        NoNewPrivileges: "yes",
-        ProtectSystem: "strict",
-        StateDirectory: "sweeper",
-        EnvironmentFile: "/etc/sweeper/sweeper.env",
-        Restart: "on-failure",
-        KillSignal: "SIGTERM"
-      })) assert.strictEqual(directive(key), value, key)
+      for (
+        const [key, value] of Object.entries({
+          DynamicUser: "yes",
+          NoNewPrivileges: "yes",
+          ProtectSystem: "strict",
+          StateDirectory: "sweeper",
+          EnvironmentFile: "/etc/sweeper/sweeper.env",
+          Restart: "on-failure",
+          KillSignal: "SIGTERM"
+        })
+      ) assert.strictEqual(directive(key), value, key)
       // The data directory is the state directory.
       assert.strictEqual(directive("Environment"), "SWEEPER_DATA_DIR=/var/lib/sweeper")
       const settings = yield* loadSettings({})
@@ -234,10 +272,12 @@ describe("systemd unit", () => {
 /** Every variable Sweeper's configuration and logging read, recorded through a ConfigProvider. */
 const readVariables = Effect.gen(function*() {
   const seen = new Set<string>()
-  const recording = ConfigProvider.make((path) => Effect.sync(() => {
-    seen.add(path.join("_"))
-    return undefined
-  }))
+  const recording = ConfigProvider.make((path) =>
+    Effect.sync(() => {
+      seen.add(path.join("_"))
+      return undefined
+    })
+  )
   yield* Effect.gen(function*() {
     yield* Layer.build(LoggingLive)
     yield* configureBatches(batches)
@@ -257,7 +297,10 @@ const loadSettings = (env: Record<string, string>) =>
   }).pipe(
     Effect.provide(SweeperConfig.layer),
     Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env, preserveEmptyStrings: true }))
-  ) as Effect.Effect<SweeperSettings & { configured: ReadonlyArray<{ batch: (typeof batches)[number]; cronText: string }> }, unknown>
+  ) as Effect.Effect<
+    SweeperSettings & { configured: ReadonlyArray<{ batch: (typeof batches)[number]; cronText: string }> },
+    unknown
+  >
 
 const exampleText = readFileSync(ENV_EXAMPLE, "utf8")
 const exampleVariables = [...exampleText.matchAll(/^#?([A-Z][A-Z0-9_]*)=/gm)].map((m) => m[1]!)
@@ -268,13 +311,17 @@ const exampleUncommented = (): Record<string, string> => {
   try {
     const file = join(dir, "sweeper.env")
     writeFileSync(file, exampleText.replace(/^#([A-Z][A-Z0-9_]*=)/gm, "$1"))
-    const script = `set -a; . "${file}"; set +a; for v in ${exampleVariables.join(" ")}; do eval "printf '%s=%s\\0' \\"$v\\" \\"\\$$v\\""; done`
+    const script = `set -a; . "${file}"; set +a; for v in ${
+      exampleVariables.join(" ")
+    }; do eval "printf '%s=%s\\0' \\"$v\\" \\"\\$$v\\""; done`
     const result = spawnSync("sh", ["-c", script], { encoding: "utf8", env: {} })
     assert.strictEqual(result.status, 0, result.stderr)
-    return Object.fromEntries(result.stdout.split("\0").filter((entry) => entry !== "").map((entry) => {
-      const at = entry.indexOf("=")
-      return [entry.slice(0, at), entry.slice(at + 1)]
-    }))
+    return Object.fromEntries(
+      result.stdout.split("\0").filter((entry) => entry !== "").map((entry) => {
+        const at = entry.indexOf("=")
+        return [entry.slice(0, at), entry.slice(at + 1)]
+      })
+    )
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
@@ -302,7 +349,9 @@ describe("environment example", () => {
       assert.strictEqual(loaded.objectStorage._tag, "S3")
       assert.deepStrictEqual(Object.keys(loaded.concurrencyLimits), ["Releases::CreateEvidenceWorker"])
       // Every line not marked as an example shows the default: uncommenting it changes nothing.
-      for (const key of ["httpHost", "httpPort", "timezone", "shutdownGrace", "dropBatchSize", "eventRetention"] as const) {
+      for (
+        const key of ["httpHost", "httpPort", "timezone", "shutdownGrace", "dropBatchSize", "eventRetention"] as const
+      ) {
         assert.deepStrictEqual(loaded[key], defaults[key], key)
       }
       for (const batch of batches) {
@@ -325,136 +374,178 @@ const exposedNames = (text: string) =>
 
 /** Every metric the metrics module defines, updated once in-process and rendered by the real formatter. */
 const renderedNames = Effect.gen(function*() {
-  const defined = [...Object.values(Metrics), lastSuccessAgeSeconds].filter(Metric.isMetric) as Array<Metric.Metric<number, unknown>>
+  const defined = [...Object.values(Metrics), lastSuccessAgeSeconds].filter(Metric.isMetric) as Array<
+    Metric.Metric<number, unknown>
+  >
   for (const metric of defined) yield* Metric.update(metric, 0)
   return exposedNames(yield* Metrics.prometheusText)
 }).pipe(Effect.provide(MetricsPrometheus))
 
 describe("Grafana dashboard and rules against /metrics", () => {
-  it.live("query only metrics a started supervisor exposes, and every dashboard query parses", () =>
-    Effect.gen(function*() {
-      const dashboard = JSON.parse(readFileSync(DASHBOARD, "utf8")) as {
-        uid: string
-        title: string
-        templating: { list: Array<{ name: string; type: string; query?: unknown }> }
-        panels: Array<{ id: number; type: string; title: string; gridPos: Record<string, number>; targets?: Array<{ refId: string; expr: string }> }>
-      }
-      assert.strictEqual(dashboard.uid, "sweeper")
-      const ids = dashboard.panels.map((p) => p.id)
-      assert.strictEqual(new Set(ids).size, ids.length, "panel ids are unique")
-      const panels = dashboard.panels.filter((p) => p.type !== "row")
-      for (const panel of panels) {
-        assert.isAbove(panel.targets?.length ?? 0, 0, `${panel.title} has queries`)
-        for (const key of ["x", "y", "w", "h"]) assert.isNumber(panel.gridPos[key], `${panel.title} gridPos.${key}`)
-        const refIds = panel.targets!.map((t) => t.refId)
-        assert.strictEqual(new Set(refIds).size, refIds.length, `${panel.title} refIds are unique`)
-      }
-      const variables = dashboard.templating.list.map((v) => v.name)
-      assert.deepStrictEqual(variables, ["datasource", "job", "batch"])
-      const dashboardExprs = panels.flatMap((p) => p.targets!.map((t) => t.expr))
-      const variableQueries = dashboard.templating.list.flatMap((v) =>
-        typeof v.query === "object" && v.query !== null ? [String((v.query as { query: string }).query)] : [])
-      // What an operator asked for: runs by outcome, durations, last success, ticks missed, breaker
-      // and pause, deferred jobs.
-      const all = dashboardExprs.join("\n")
-      for (const metric of [
-        "sweeper_runs_total", "sweeper_run_duration_seconds_bucket", "sweeper_last_success_age_seconds",
-        "sweeper_ticks_missed_total", "sweeper_batch_breaker_open", "sweeper_batch_paused",
-        "sidekiq_concurrency_limit_queue_jobs"
-      ]) assert.include(all, metric)
-
-      // Every query parses as PromQL: promtool checks them as recording rules, with the Grafana
-      // variables replaced by values of their kind.
-      const scratch = mkdtempSync(join(tmpdir(), "sweeper-dashboard-"))
-      try {
-        const asPromQL = (expr: string) =>
-          expr.replaceAll("$__rate_interval", "5m").replaceAll("$job", "sweeper").replaceAll("$batch", ".*")
-        const rules = [
-          "groups:",
-          "  - name: dashboard",
-          "    rules:",
-          ...[...dashboardExprs, ...variableQueries.map((q) => q.replace(/^label_values\((.*), \w+\)$/, "$1"))].flatMap((expr, i) => [
-            `      - record: dashboard:query_${i}`,
-            `        expr: ${JSON.stringify(asPromQL(expr))}`
-          ])
-        ].join("\n")
-        writeFileSync(join(scratch, "dashboard.rules.yml"), `${rules}\n`)
-        const check = tool("promtool", ["check", "rules", join(scratch, "dashboard.rules.yml")], { pkg: "prometheus" })
-        assert.strictEqual(check.status, 0, check.out)
-      } finally {
-        rmSync(scratch, { recursive: true, force: true })
-      }
-
-      // A real supervisor on real PostgreSQL and Redis: four batches every second, drop-canceling-
-      // builds on its default hourly cron, and a throttled worker with a deferred job so the
-      // concurrency-limit gauges are there.
-      const db = yield* freshDatabase
-      const redisUrl = yield* freshRedisUrl
-      const worker = "Deploy::CheckWorker"
-      yield* Effect.promise(async () => {
-        const redis = new IORedis(redisUrl, { lazyConnect: true })
-        await redis.connect()
-        await redis.rpush(workerKeys(worker).deferred, JSON.stringify({ args: [1], context: {}, buffered_at: Date.now() / 1000 }))
-        await redis.quit()
-      })
-      const sweeper = yield* Effect.acquireRelease(
-        Effect.sync(() => startSweeper("deploy", {
-          DATABASE_URL: db.url,
-          REDIS_URL: redisUrl,
-          SWEEPER_CRON_STUCK_EXPORT_JOBS: "* * * * * *",
-          SWEEPER_CRON_DELETE_STALE_DIRECT_UPLOADS: "* * * * * *",
-          SWEEPER_CRON_RESCHEDULE_STUCK_ISSUE_REBALANCES: "*/2 * * * * *",
-          SWEEPER_CRON_CONCURRENCY_LIMIT_RESUME: "* * * * * *",
-          // A negative limit is GitLab's breaker: the deferred job stays where it is.
-          SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [worker]: { limit: -1 } }),
-          // The health gate's series (held, unknown) exist from start-up once it is configured.
-          SWEEPER_HEALTH: JSON.stringify({ longTransactions: { stop: "6h" } })
-        })),
-        (p) => Effect.promise(async () => {
-          p.child.kill("SIGKILL")
-          await p.exited
-        })
-      )
-      const base = yield* Effect.promise(() => sweeper.listening)
-      const scrape = () => fetch(`${base}/metrics`).then((response) => response.text())
-      const text = yield* Effect.promise(() =>
-        waitFor("every success age and the concurrency-limit gauges on /metrics", async () => {
-          const body = await scrape()
-          const ages = body.match(/^sweeper_last_success_age_seconds\{/gm)?.length ?? 0
-          return ages >= 4 && body.includes(`sidekiq_concurrency_limit_queue_jobs{worker="${worker}"} 1`) ? body : undefined
-        }, 40_000))
-      const live = exposedNames(text)
-      const exposable = new Set([...live, ...(yield* renderedNames)])
-
-      // The period gauge follows each batch's configured cron.
-      assert.match(text, /^sweeper_batch_period_seconds\{batch="drop-canceling-builds"\} 3600$/m)
-      assert.match(text, /^sweeper_batch_period_seconds\{batch="stuck-export-jobs"\} 1$/m)
-      assert.match(text, /^sweeper_batch_period_seconds\{batch="reschedule-stuck-issue-rebalances"\} 2$/m)
-
-      // `up` comes from Prometheus itself.
-      for (const expr of [...dashboardExprs, ...variableQueries]) {
-        for (const name of metricNames(expr)) {
-          if (name !== "up") assert.isTrue(exposable.has(name), `dashboard queries ${name}, which Sweeper does not expose: ${expr}`)
+  it.live(
+    "query only metrics a started supervisor exposes, and every dashboard query parses",
+    () =>
+      Effect.gen(function*() {
+        const dashboard = JSON.parse(readFileSync(DASHBOARD, "utf8")) as {
+          uid: string
+          title: string
+          templating: { list: Array<{ name: string; type: string; query?: unknown }> }
+          panels: Array<
+            {
+              id: number
+              type: string
+              title: string
+              gridPos: Record<string, number>
+              targets?: Array<{ refId: string; expr: string }>
+            }
+          >
         }
-      }
-      // Every label selected on or grouped by is one of the metric's own labels on /metrics (a metric
-      // only defined, like a repair counter, has none of its own there: selecting on one fails).
-      const labels = exposedLabels(text)
-      for (const expr of [...dashboardExprs, ...variableQueries, ...ruleExprs()]) {
-        for (const use of labelUses(expr)) {
-          assert.isTrue(
-            use.metrics.some((metric) => labels.get(metric)?.has(use.label) === true),
-            `${use.label} is not a label of ${use.metrics.join(", ")} on /metrics: ${expr}`
+        assert.strictEqual(dashboard.uid, "sweeper")
+        const ids = dashboard.panels.map((p) => p.id)
+        assert.strictEqual(new Set(ids).size, ids.length, "panel ids are unique")
+        const panels = dashboard.panels.filter((p) => p.type !== "row")
+        for (const panel of panels) {
+          assert.isAbove(panel.targets?.length ?? 0, 0, `${panel.title} has queries`)
+          for (const key of ["x", "y", "w", "h"]) assert.isNumber(panel.gridPos[key], `${panel.title} gridPos.${key}`)
+          const refIds = panel.targets!.map((t) => t.refId)
+          assert.strictEqual(new Set(refIds).size, refIds.length, `${panel.title} refIds are unique`)
+        }
+        const variables = dashboard.templating.list.map((v) => v.name)
+        assert.deepStrictEqual(variables, ["datasource", "job", "batch"])
+        const dashboardExprs = panels.flatMap((p) => p.targets!.map((t) => t.expr))
+        const variableQueries = dashboard.templating.list.flatMap((v) =>
+          typeof v.query === "object" && v.query !== null ? [String((v.query as { query: string }).query)] : []
+        )
+        // What an operator asked for: runs by outcome, durations, last success, ticks missed, breaker
+        // and pause, deferred jobs.
+        const all = dashboardExprs.join("\n")
+        for (
+          const metric of [
+            "sweeper_runs_total",
+            "sweeper_run_duration_seconds_bucket",
+            "sweeper_last_success_age_seconds",
+            "sweeper_ticks_missed_total",
+            "sweeper_batch_breaker_open",
+            "sweeper_batch_paused",
+            "sidekiq_concurrency_limit_queue_jobs"
+          ]
+        ) assert.include(all, metric)
+
+        // Every query parses as PromQL: promtool checks them as recording rules, with the Grafana
+        // variables replaced by values of their kind.
+        const scratch = mkdtempSync(join(tmpdir(), "sweeper-dashboard-"))
+        try {
+          const asPromQL = (expr: string) =>
+            expr.replaceAll("$__rate_interval", "5m").replaceAll("$job", "sweeper").replaceAll("$batch", ".*")
+          const rules = [
+            "groups:",
+            "  - name: dashboard",
+            "    rules:",
+            ...[...dashboardExprs, ...variableQueries.map((q) => q.replace(/^label_values\((.*), \w+\)$/, "$1"))]
+              .flatMap((expr, i) => [
+                `      - record: dashboard:query_${i}`,
+                `        expr: ${JSON.stringify(asPromQL(expr))}`
+              ])
+          ].join("\n")
+          writeFileSync(join(scratch, "dashboard.rules.yml"), `${rules}\n`)
+          const check = tool("promtool", ["check", "rules", join(scratch, "dashboard.rules.yml")], {
+            pkg: "prometheus"
+          })
+          assert.strictEqual(check.status, 0, check.out)
+        } finally {
+          rmSync(scratch, { recursive: true, force: true })
+        }
+
+        // A real supervisor on real PostgreSQL and Redis: four batches every second, drop-canceling-
+        // builds on its default hourly cron, and a throttled worker with a deferred job so the
+        // concurrency-limit gauges are there.
+        const db = yield* freshDatabase
+        const redisUrl = yield* freshRedisUrl
+        const worker = "Deploy::CheckWorker"
+        yield* Effect.promise(async () => {
+          const redis = new IORedis(redisUrl, { lazyConnect: true })
+          await redis.connect()
+          await redis.rpush(
+            workerKeys(worker).deferred,
+            JSON.stringify({ args: [1], context: {}, buffered_at: Date.now() / 1000 })
           )
-        }
-      }
+          await redis.quit()
+        })
+        const sweeper = yield* Effect.acquireRelease(
+          Effect.sync(() =>
+            startSweeper("deploy", {
+              DATABASE_URL: db.url,
+              REDIS_URL: redisUrl,
+              SWEEPER_CRON_STUCK_EXPORT_JOBS: "* * * * * *",
+              SWEEPER_CRON_DELETE_STALE_DIRECT_UPLOADS: "* * * * * *",
+              SWEEPER_CRON_RESCHEDULE_STUCK_ISSUE_REBALANCES: "*/2 * * * * *",
+              SWEEPER_CRON_CONCURRENCY_LIMIT_RESUME: "* * * * * *",
+              // A negative limit is GitLab's breaker: the deferred job stays where it is.
+              SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [worker]: { limit: -1 } }),
+              // The health gate's series (held, unknown) exist from start-up once it is configured.
+              SWEEPER_HEALTH: JSON.stringify({ longTransactions: { stop: "6h" } })
+            })
+          ),
+          (p) =>
+            Effect.promise(async () => {
+              p.child.kill("SIGKILL")
+              await p.exited
+            })
+        )
+        const base = yield* Effect.promise(() => sweeper.listening)
+        const scrape = () => fetch(`${base}/metrics`).then((response) => response.text())
+        const text = yield* Effect.promise(() =>
+          waitFor("every success age and the concurrency-limit gauges on /metrics", async () => {
+            const body = await scrape()
+            const ages = body.match(/^sweeper_last_success_age_seconds\{/gm)?.length ?? 0
+            return ages >= 4 && body.includes(`sidekiq_concurrency_limit_queue_jobs{worker="${worker}"} 1`)
+              ? body
+              : undefined
+          }, 40_000)
+        )
+        const live = exposedNames(text)
+        const exposable = new Set([...live, ...(yield* renderedNames)])
 
-      // Alerts only on what a running supervisor really exposes (not merely defines).
-      const ruleMetrics = ruleExprs().flatMap(metricNames)
-      assert.includeMembers(ruleMetrics, ["sweeper_last_success_age_seconds", "sweeper_batch_period_seconds", "sweeper_runs_total",
-        "sweeper_batch_breaker_open", "sweeper_ticks_missed_total", "sidekiq_concurrency_limit_queue_jobs", "up"])
-      for (const name of ruleMetrics) {
-        if (name !== "up") assert.isTrue(live.has(name), `the rules query ${name}, which /metrics does not expose`)
-      }
-    }), 90_000)
+        // The period gauge follows each batch's configured cron.
+        assert.match(text, /^sweeper_batch_period_seconds\{batch="drop-canceling-builds"\} 3600$/m)
+        assert.match(text, /^sweeper_batch_period_seconds\{batch="stuck-export-jobs"\} 1$/m)
+        assert.match(text, /^sweeper_batch_period_seconds\{batch="reschedule-stuck-issue-rebalances"\} 2$/m)
+
+        // `up` comes from Prometheus itself.
+        for (const expr of [...dashboardExprs, ...variableQueries]) {
+          for (const name of metricNames(expr)) {
+            if (name !== "up") {
+              assert.isTrue(exposable.has(name), `dashboard queries ${name}, which Sweeper does not expose: ${expr}`)
+            }
+          }
+        }
+        // Every label selected on or grouped by is one of the metric's own labels on /metrics (a metric
+        // only defined, like a repair counter, has none of its own there: selecting on one fails).
+        const labels = exposedLabels(text)
+        for (const expr of [...dashboardExprs, ...variableQueries, ...ruleExprs()]) {
+          for (const use of labelUses(expr)) {
+            assert.isTrue(
+              use.metrics.some((metric) => labels.get(metric)?.has(use.label) === true),
+              `${use.label} is not a label of ${use.metrics.join(", ")} on /metrics: ${expr}`
+            )
+          }
+        }
+
+        // Alerts only on what a running supervisor really exposes (not merely defines).
+        const ruleMetrics = ruleExprs().flatMap(metricNames)
+        assert.includeMembers(ruleMetrics, [
+          "sweeper_last_success_age_seconds",
+          "sweeper_batch_period_seconds",
+          "sweeper_runs_total",
+          "sweeper_batch_breaker_open",
+          "sweeper_ticks_missed_total",
+          "sidekiq_concurrency_limit_queue_jobs",
+          "up"
+        ])
+        for (const name of ruleMetrics) {
+          if (name !== "up") assert.isTrue(live.has(name), `the rules query ${name}, which /metrics does not expose`)
+        }
+      }),
+    90_000
+  )
 })

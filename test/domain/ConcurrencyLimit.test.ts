@@ -88,22 +88,39 @@ describe("resumableCount", () => {
       assert.strictEqual(resumableCount(-5, 0), 0)
     }))
 
-  it.effect.prop("never more than the free capacity", [Schema.Int, Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))], ([limit, current]) =>
-    Effect.sync(() => {
-      const n = resumableCount(limit, current)
-      assert.isAtLeast(n, 0)
-      if (limit > 0) assert.isAtMost(n, Math.max(limit - current, 0))
-      if (limit < 0) assert.strictEqual(n, 0)
-    }))
+  it.effect.prop(
+    "never more than the free capacity",
+    [Schema.Int, Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))],
+    ([limit, current]) =>
+      Effect.sync(() => {
+        const n = resumableCount(limit, current)
+        assert.isAtLeast(n, 0)
+        if (limit > 0) assert.isAtMost(n, Math.max(limit - current, 0))
+        if (limit < 0) assert.strictEqual(n, 0)
+      })
+  )
 })
 
 describe("untrusted data", () => {
   it.effect("deferred elements: args required, context and buffered_at optional; anything else is unparsable", () =>
     Effect.sync(() => {
-      assert.isTrue(Option.isSome(parseDeferred(`{"args":[1,"a"],"context":{"meta.user":"root"},"buffered_at":1772366400.25}`)))
+      assert.isTrue(
+        Option.isSome(parseDeferred(`{"args":[1,"a"],"context":{"meta.user":"root"},"buffered_at":1772366400.25}`))
+      )
       assert.isTrue(Option.isSome(parseDeferred(`{"args":[]}`)))
       assert.isTrue(Option.isSome(parseDeferred(`{"args":[1],"context":null,"buffered_at":null}`)))
-      for (const bad of ["", "not json", "[1,2]", "null", `{"context":{}}`, `{"args":"x"}`, `{"args":[],"buffered_at":"soon"}`, `{"args":[],"context":[]}`]) {
+      for (
+        const bad of [
+          "",
+          "not json",
+          "[1,2]",
+          "null",
+          `{"context":{}}`,
+          `{"args":"x"}`,
+          `{"args":[],"buffered_at":"soon"}`,
+          `{"args":[],"context":[]}`
+        ]
+      ) {
         assert.isTrue(Option.isNone(parseDeferred(bad)), bad)
       }
     }))
@@ -113,7 +130,13 @@ describe("untrusted data", () => {
       const deferred = Option.getOrThrow(parseDeferred(
         `{"args":[7,{"k":"v"}],"context":{"meta.project":"a/b","jid":"forged","class":"Evil"},"buffered_at":1772366400.5}`
       ))
-      const job = resumedJob({ worker: "Releases::CreateEvidenceWorker", queue: "default", deferred, jid: "0123456789abcdef01234567", nowMillis: 1772366460123 })
+      const job = resumedJob({
+        worker: "Releases::CreateEvidenceWorker",
+        queue: "default",
+        deferred,
+        jid: "0123456789abcdef01234567",
+        nowMillis: 1772366460123
+      })
       assert.strictEqual(
         JSON.stringify(job),
         `{"class":"Releases::CreateEvidenceWorker","args":[7,{"k":"v"}],"jid":"0123456789abcdef01234567","queue":"default","retry":true,` +
@@ -124,7 +147,10 @@ describe("untrusted data", () => {
 
   it.effect("tracker fields <pid>:tid:<tid>; the pid may itself contain colons", () =>
     Effect.sync(() => {
-      assert.deepStrictEqual(parseTrackerField("host-1:4242:0a1b2c:tid:abc"), Option.some({ pid: "host-1:4242:0a1b2c", tid: "abc" }))
+      assert.deepStrictEqual(
+        parseTrackerField("host-1:4242:0a1b2c:tid:abc"),
+        Option.some({ pid: "host-1:4242:0a1b2c", tid: "abc" })
+      )
       assert.isTrue(Option.isNone(parseTrackerField("no-tid-here")))
       assert.isTrue(Option.isNone(parseTrackerField(":tid:abc")))
       assert.isTrue(Option.isNone(parseTrackerField("host:tid:")))
@@ -133,8 +159,14 @@ describe("untrusted data", () => {
   it.effect("Sidekiq work hash values: payload as a JSON string (Sidekiq 7) or an object", () =>
     Effect.sync(() => {
       const payload = JSON.stringify({ class: "Releases::CreateEvidenceWorker", args: [] })
-      assert.deepStrictEqual(runningJobClass(JSON.stringify({ queue: "default", payload, run_at: 1 })), Option.some("Releases::CreateEvidenceWorker"))
-      assert.deepStrictEqual(runningJobClass(JSON.stringify({ queue: "default", payload: { class: "X" }, run_at: 1 })), Option.some("X"))
+      assert.deepStrictEqual(
+        runningJobClass(JSON.stringify({ queue: "default", payload, run_at: 1 })),
+        Option.some("Releases::CreateEvidenceWorker")
+      )
+      assert.deepStrictEqual(
+        runningJobClass(JSON.stringify({ queue: "default", payload: { class: "X" }, run_at: 1 })),
+        Option.some("X")
+      )
       assert.isTrue(Option.isNone(runningJobClass("garbage")))
     }))
 })

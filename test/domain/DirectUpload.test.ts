@@ -19,12 +19,17 @@ const bytes = (...parts: ReadonlyArray<string | ReadonlyArray<number>>) =>
 
 const parsed = (field: string | Uint8Array, value: string): PendingDirectUpload => {
   const result = parseEntry({ field: typeof field === "string" ? utf8(field) : field, value: utf8(value) })
-  if (Result.isFailure(result)) return assert.fail(`expected ${String(field)}=${value} to parse, got ${result.failure.reason}`)
+  if (Result.isFailure(result)) {
+    return assert.fail(`expected ${String(field)}=${value} to parse, got ${result.failure.reason}`)
+  }
   return result.success
 }
 
 const reasonOf = (field: string | Uint8Array, value: string | Uint8Array): InvalidReason => {
-  const raw = { field: typeof field === "string" ? utf8(field) : field, value: typeof value === "string" ? utf8(value) : value }
+  const raw = {
+    field: typeof field === "string" ? utf8(field) : field,
+    value: typeof value === "string" ? utf8(value) : value
+  }
   const result = parseEntry(raw)
   if (Result.isSuccess(result)) return assert.fail(`expected ${String(field)}=${String(value)} to be invalid`)
   assert.deepStrictEqual(
@@ -136,7 +141,15 @@ describe("DirectUpload staleness", () => {
 describe("tallyOutcomes", () => {
   it("counts a step's outcomes as the summary does: missing is deleted, vanished is its own count", () => {
     assert.deepStrictEqual(
-      tallyOutcomes<string>(["deleted", "missing", "unconfigured", "vanished", "vanished", { failed: "403" }, "deleted"]),
+      tallyOutcomes<string>([
+        "deleted",
+        "missing",
+        "unconfigured",
+        "vanished",
+        "vanished",
+        { failed: "403" },
+        "deleted"
+      ]),
       { deleted: 3, skippedNoStore: 1, vanished: 2, failed: ["403"] }
     )
     assert.deepStrictEqual(tallyOutcomes([]), { deleted: 0, skippedNoStore: 0, vanished: 0, failed: [] })

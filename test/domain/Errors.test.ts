@@ -1,7 +1,7 @@
 /** A failure keeps its cause: the one-line rendering walks the whole reason/cause chain. */
 import { assert, describe, it } from "@effect/vitest"
-import { SqlError, SqlSyntaxError, ConnectionError } from "effect/sql/SqlError"
-import { describeError, RedisError, redactSecrets } from "../../src/domain/Errors.ts"
+import { ConnectionError, SqlError, SqlSyntaxError } from "effect/sql/SqlError"
+import { describeError, redactSecrets, RedisError } from "../../src/domain/Errors.ts"
 
 /** What PostgreSQL's driver hands over for `SELECT * FROM nope` (fields as observed on a real server). */
 const pgError = (message: string, code: string) => Object.assign(new Error(message), { severity: "ERROR", code })
@@ -9,7 +9,11 @@ const pgError = (message: string, code: string) => Object.assign(new Error(messa
 describe("describeError", () => {
   it("keeps the SQL state and the server's message under effect's wrapper", () => {
     const error = new SqlError({
-      reason: new SqlSyntaxError({ cause: pgError("relation \"ci_builds\" does not exist", "42P01"), message: "PgConnection: Query failed", operation: "execute" })
+      reason: new SqlSyntaxError({
+        cause: pgError("relation \"ci_builds\" does not exist", "42P01"),
+        message: "PgConnection: Query failed",
+        operation: "execute"
+      })
     })
     const text = describeError(error)
     assert.include(text, "SqlError")
@@ -19,19 +23,42 @@ describe("describeError", () => {
   })
 
   it("names the host of a refused connection", () => {
-    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5999"), { code: "ECONNREFUSED", address: "127.0.0.1", port: 5999 })
-    const text = describeError(new SqlError({ reason: new ConnectionError({ cause: refused, message: "PgConnection: Failed to connect" }) }))
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5999"), {
+      code: "ECONNREFUSED",
+      address: "127.0.0.1",
+      port: 5999
+    })
+    const text = describeError(
+      new SqlError({ reason: new ConnectionError({ cause: refused, message: "PgConnection: Failed to connect" }) })
+    )
     assert.include(text, "ECONNREFUSED")
     assert.include(text, "host 127.0.0.1:5999")
   })
 
   it("a RedisError says which operation and what Redis answered", () => {
-    const text = describeError(new RedisError({ operation: "hscan", server: "127.0.0.1:6379", cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value") }))
-    assert.strictEqual(text, "RedisError: WRONGTYPE Operation against a key holding the wrong kind of value (hscan on 127.0.0.1:6379)")
+    const text = describeError(
+      new RedisError({
+        operation: "hscan",
+        server: "127.0.0.1:6379",
+        cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value")
+      })
+    )
+    assert.strictEqual(
+      text,
+      "RedisError: WRONGTYPE Operation against a key holding the wrong kind of value (hscan on 127.0.0.1:6379)"
+    )
   })
 
   it("an AggregateError lists its inner errors; a plain value is itself", () => {
-    assert.include(describeError(new AggregateError([new Error("connect ECONNREFUSED ::1:6379"), new Error("connect ECONNREFUSED 127.0.0.1:6379")], "")), "127.0.0.1:6379")
+    assert.include(
+      describeError(
+        new AggregateError([
+          new Error("connect ECONNREFUSED ::1:6379"),
+          new Error("connect ECONNREFUSED 127.0.0.1:6379")
+        ], "")
+      ),
+      "127.0.0.1:6379"
+    )
     assert.strictEqual(describeError("boom"), "boom")
   })
 

@@ -18,8 +18,8 @@ import {
   RawHealth,
   type Sample,
   type SignalRule,
-  throttleStep,
   type ThrottleState,
+  throttleStep,
   unknown,
   value,
   worstOf
@@ -48,45 +48,115 @@ describe("SWEEPER_HEALTH", () => {
       longTransactions: { stop: "10m", resume: "5m", onUnknown: "hold" },
       redisMemory: { stop: 0.9, resume: 0.8 },
       queueLatency: { stop: "5m", resume: "1m" },
-      prometheus: { url: "http://127.0.0.1:9090", rules: [{ name: "patroniApdex", query: "apdex", stop: "< 0.99", resume: ">= 0.995" }] }
+      prometheus: {
+        url: "http://127.0.0.1:9090",
+        rules: [{ name: "patroniApdex", query: "apdex", stop: "< 0.99", resume: ">= 0.995" }]
+      }
     })
-    assert.deepStrictEqual(all.map((r) => [r.signal, r.unit, r.stop.op, r.stop.bound, r.resume.op, r.resume.bound, r.onUnknown]), [
-      ["replicationLag", "bytes", ">", { _tag: "Absolute", value: 64_000_000 }, "<=", { _tag: "Absolute", value: 16_000_000 }, "healthy"],
-      ["walRate", "bytes/s", ">", { _tag: "Relative", factor: 3 }, "<=", { _tag: "Relative", factor: 2 }, "healthy"],
-      ["autovacuum", "tables", ">", { _tag: "Absolute", value: 0 }, "<=", { _tag: "Absolute", value: 0 }, "healthy"],
-      ["longTransactions", "seconds", ">", { _tag: "Absolute", value: 600 }, "<=", { _tag: "Absolute", value: 300 }, "hold"],
-      ["queueLatency", "seconds", ">", { _tag: "Absolute", value: 300 }, "<=", { _tag: "Absolute", value: 60 }, "healthy"],
-      ["redisMemory", "ratio", ">", { _tag: "Absolute", value: 0.9 }, "<=", { _tag: "Absolute", value: 0.8 }, "healthy"],
-      ["patroniApdex", "value", "<", { _tag: "Absolute", value: 0.99 }, ">=", { _tag: "Absolute", value: 0.995 }, "healthy"]
-    ])
+    assert.deepStrictEqual(
+      all.map((r) => [r.signal, r.unit, r.stop.op, r.stop.bound, r.resume.op, r.resume.bound, r.onUnknown]),
+      [
+        ["replicationLag", "bytes", ">", { _tag: "Absolute", value: 64_000_000 }, "<=", {
+          _tag: "Absolute",
+          value: 16_000_000
+        }, "healthy"],
+        ["walRate", "bytes/s", ">", { _tag: "Relative", factor: 3 }, "<=", { _tag: "Relative", factor: 2 }, "healthy"],
+        ["autovacuum", "tables", ">", { _tag: "Absolute", value: 0 }, "<=", { _tag: "Absolute", value: 0 }, "healthy"],
+        [
+          "longTransactions",
+          "seconds",
+          ">",
+          { _tag: "Absolute", value: 600 },
+          "<=",
+          { _tag: "Absolute", value: 300 },
+          "hold"
+        ],
+        [
+          "queueLatency",
+          "seconds",
+          ">",
+          { _tag: "Absolute", value: 300 },
+          "<=",
+          { _tag: "Absolute", value: 60 },
+          "healthy"
+        ],
+        [
+          "redisMemory",
+          "ratio",
+          ">",
+          { _tag: "Absolute", value: 0.9 },
+          "<=",
+          { _tag: "Absolute", value: 0.8 },
+          "healthy"
+        ],
+        [
+          "patroniApdex",
+          "value",
+          "<",
+          { _tag: "Absolute", value: 0.99 },
+          ">=",
+          { _tag: "Absolute", value: 0.995 },
+          "healthy"
+        ]
+      ]
+    )
   })
 
   it("replicationLag as a duration reads replay_lag; walRate as an absolute rate; resume defaults to stop", () => {
     const lag = rule({ replicationLag: { stop: "10s" } })
     assert.deepStrictEqual(lag.source, { _tag: "ReplicationLag", measure: "seconds" })
-    assert.deepStrictEqual([lag.stop.bound, lag.resume.bound], [{ _tag: "Absolute", value: 10 }, { _tag: "Absolute", value: 10 }])
-    assert.deepStrictEqual(rule({ walRate: { stop: "48MB/s", resume: "32MiB/s" } }).resume.bound, { _tag: "Absolute", value: 32 * 1024 * 1024 })
+    assert.deepStrictEqual([lag.stop.bound, lag.resume.bound], [{ _tag: "Absolute", value: 10 }, {
+      _tag: "Absolute",
+      value: 10
+    }])
+    assert.deepStrictEqual(rule({ walRate: { stop: "48MB/s", resume: "32MiB/s" } }).resume.bound, {
+      _tag: "Absolute",
+      value: 32 * 1024 * 1024
+    })
     // A Prometheus rule without resume releases on the negation of its stop.
     const apdex = rule({ prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 0.99" }] } })
     assert.deepStrictEqual([apdex.resume.op, apdex.resume.bound], [">=", { _tag: "Absolute", value: 0.99 }])
   })
 
-  for (const [json, says] of [
-    [{ replicationLag: { stop: "lots" } }, `replicationLag.stop: expected a size like "64MB" or a duration like "10s", got "lots"`],
-    [{ replicationLag: { stop: "64MB", resume: "5s" } }, `replicationLag.resume: "5s" must be a size like stop`],
-    [{ replicationLag: { stop: "8MB", resume: "16MB" } }, `replicationLag.resume: "16MB" must be on the healthy side of stop "8MB"`],
-    [{ walRate: { stop: "fast" } }, `walRate.stop: expected a rate like "48MB/s" or a multiple of its median like "3x"`],
-    [{ walRate: { stop: "3x", resume: "10MB/s" } }, `walRate.resume: "10MB/s" must be on the healthy side of stop "3x"`],
-    [{ longTransactions: { stop: "forever" } }, `longTransactions.stop: expected a duration like "10m"`],
-    [{ replicationlag: { stop: "8MB" } }, `unknown signal "replicationlag"`],
-    [{ autovacuum: { stop: false } }, `autovacuum`],
-    [{ redisMemory: { stop: 1.5 } }, `redisMemory`],
-    [{ queueLatency: { stop: "5m", onUnknown: "wait" } }, `onUnknown`],
-    [{ prometheus: { url: "http://p", rules: [{ name: "apdex", query: "q", stop: "0.99" }] } }, `prometheus.rules[0].stop: expected a comparison like "< 0.99"`],
-    [{ prometheus: { url: "http://p", rules: [{ name: "apdex", query: "q", stop: "< 0.99", resume: "< 0.995" }] } }, `must be on the healthy side of stop "< 0.99"`],
-    [{ prometheus: { url: "http://p", rules: [{ name: "walRate", query: "q", stop: "< 1" }] } }, `"walRate" is already a signal's name`],
-    [{}, "no signal configured"]
-  ] as const) {
+  for (
+    const [json, says] of [
+      [
+        { replicationLag: { stop: "lots" } },
+        `replicationLag.stop: expected a size like "64MB" or a duration like "10s", got "lots"`
+      ],
+      [{ replicationLag: { stop: "64MB", resume: "5s" } }, `replicationLag.resume: "5s" must be a size like stop`],
+      [
+        { replicationLag: { stop: "8MB", resume: "16MB" } },
+        `replicationLag.resume: "16MB" must be on the healthy side of stop "8MB"`
+      ],
+      [
+        { walRate: { stop: "fast" } },
+        `walRate.stop: expected a rate like "48MB/s" or a multiple of its median like "3x"`
+      ],
+      [
+        { walRate: { stop: "3x", resume: "10MB/s" } },
+        `walRate.resume: "10MB/s" must be on the healthy side of stop "3x"`
+      ],
+      [{ longTransactions: { stop: "forever" } }, `longTransactions.stop: expected a duration like "10m"`],
+      [{ replicationlag: { stop: "8MB" } }, `unknown signal "replicationlag"`],
+      [{ autovacuum: { stop: false } }, `autovacuum`],
+      [{ redisMemory: { stop: 1.5 } }, `redisMemory`],
+      [{ queueLatency: { stop: "5m", onUnknown: "wait" } }, `onUnknown`],
+      [
+        { prometheus: { url: "http://p", rules: [{ name: "apdex", query: "q", stop: "0.99" }] } },
+        `prometheus.rules[0].stop: expected a comparison like "< 0.99"`
+      ],
+      [
+        { prometheus: { url: "http://p", rules: [{ name: "apdex", query: "q", stop: "< 0.99", resume: "< 0.995" }] } },
+        `must be on the healthy side of stop "< 0.99"`
+      ],
+      [
+        { prometheus: { url: "http://p", rules: [{ name: "walRate", query: "q", stop: "< 1" }] } },
+        `"walRate" is already a signal's name`
+      ],
+      [{}, "no signal configured"]
+    ] as const
+  ) {
     it(`${JSON.stringify(json)} is refused: ${says}`, () => {
       assert.include(failure(json), says)
     })
@@ -102,7 +172,9 @@ describe("SWEEPER_HEALTH", () => {
       assert.isTrue(Option.isNone(yield* load({})))
       const some = yield* load({ SWEEPER_HEALTH: JSON.stringify({ replicationLag: { stop: "8MB", resume: "1MB" } }) })
       assert.strictEqual(Option.getOrThrow(some).rules[0]!.signal, "replicationLag")
-      const error = yield* Effect.flip(load({ SWEEPER_HEALTH: JSON.stringify({ replicationLag: { stop: "8MB", resume: "16MB" } }) }))
+      const error = yield* Effect.flip(
+        load({ SWEEPER_HEALTH: JSON.stringify({ replicationLag: { stop: "8MB", resume: "16MB" } }) })
+      )
       assert.instanceOf(error, InvalidConfig)
       assert.strictEqual(error.variable, "SWEEPER_HEALTH")
       assert.include(error.message, "must be on the healthy side")
@@ -151,7 +223,9 @@ describe("hysteresis", () => {
   })
 
   it("a Prometheus rule holds below its stop and releases at or above its resume", () => {
-    const apdex = rule({ prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 0.99", resume: ">= 0.995" }] } })
+    const apdex = rule({
+      prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 0.99", resume: ">= 0.995" }] }
+    })
     assert.isFalse(nextHeld(apdex, false, value(0.99)))
     assert.isTrue(nextHeld(apdex, false, value(0.989)))
     assert.isTrue(nextHeld(apdex, true, value(0.994)))
@@ -237,7 +311,17 @@ describe("throttled concurrency limits (GitLab's numbers)", () => {
   })
 
   it("recovers by max(+1, ×1.1) per healthy pass up to the configured limit", () => {
-    assert.deepStrictEqual(walk(100, [true, true, true, true, false, false, false, false, false]), [80, 64, 51, 25, 27, 29, 31, 34, 37])
+    assert.deepStrictEqual(walk(100, [true, true, true, true, false, false, false, false, false]), [
+      80,
+      64,
+      51,
+      25,
+      27,
+      29,
+      31,
+      34,
+      37
+    ])
     assert.deepStrictEqual(walk(10, [true, false, false, false]), [8, 9, 10, 10])
   })
 
@@ -257,12 +341,30 @@ describe("open holds from a batch's stream (sweeper status)", () => {
   const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 6, 45, s))
   const held = (signal: string, runId: string, s: number, data: Record<string, unknown> = {}) => ({
     type: "RepairHeld",
-    data: { batch: "drop-canceling-builds", signal, value: 38_000_000, threshold: 8_000_000, stop: "8MB", unit: "bytes", ...data },
+    data: {
+      batch: "drop-canceling-builds",
+      signal,
+      value: 38_000_000,
+      threshold: 8_000_000,
+      stop: "8MB",
+      unit: "bytes",
+      ...data
+    },
     runId,
     occurredAt: at(s)
   })
-  const released = (signal: string, runId: string, s: number) => ({ type: "RepairReleased", data: { batch: "drop-canceling-builds", signal, heldMs: 1000 }, runId, occurredAt: at(s) })
-  const finished = (runId: string, s: number) => ({ type: "RunFinished", data: { batch: "drop-canceling-builds", outcome: "abandoned" }, runId, occurredAt: at(s) })
+  const released = (signal: string, runId: string, s: number) => ({
+    type: "RepairReleased",
+    data: { batch: "drop-canceling-builds", signal, heldMs: 1000 },
+    runId,
+    occurredAt: at(s)
+  })
+  const finished = (runId: string, s: number) => ({
+    type: "RunFinished",
+    data: { batch: "drop-canceling-builds", outcome: "abandoned" },
+    runId,
+    occurredAt: at(s)
+  })
 
   it("a RepairHeld without its RepairReleased, in a run not finished, is open; the line says value, threshold and since", () => {
     assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10)]).map((h) => h.text), [
@@ -273,7 +375,10 @@ describe("open holds from a batch's stream (sweeper status)", () => {
     assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), finished("r1", 50)]), [])
     // Prometheus rules carry their comparison; unknown readings say why.
     const apdex = held("patroniApdex", "r2", 20, { value: 0.95, threshold: 0.99, stop: "< 0.99", unit: "value" })
-    const unknownLag = held("replicationLag", "r2", 21, { value: null, unknown: "pg_stat_replication: needs pg_read_all_stats" })
+    const unknownLag = held("replicationLag", "r2", 21, {
+      value: null,
+      unknown: "pg_stat_replication: needs pg_read_all_stats"
+    })
     assert.deepStrictEqual(openHolds([apdex, unknownLag]).map((h) => h.text), [
       "drop-canceling-builds held by patroniApdex: 0.95 < 0.99 since 06:45:20",
       "drop-canceling-builds held by replicationLag: unknown (pg_stat_replication: needs pg_read_all_stats) > 8 MB since 06:45:21"

@@ -3,9 +3,9 @@ import { Duration } from "effect"
 import {
   MAX_NUMBER_OF_CONCURRENT_REBALANCES,
   parseRunningRebalances,
+  rebalanceMember,
   REBALANCING_QUEUE,
   REBALANCING_WORKER,
-  rebalanceMember,
   rebalancingWorkerArgs,
   REDIS_EXPIRY_TIME,
   RUNNING_REBALANCES_KEY
@@ -29,16 +29,44 @@ describe("Rebalancing", () => {
 
   it("splits members by type, ids ascending", () => {
     const parsed = parseRunningRebalances(["2/30", "1/9", "2/4", "1/100"])
-    assert.deepStrictEqual(parsed, { namespaceIds: [9, 100], projectIds: [4, 30], invalidMembers: 0, invalidSample: [] })
+    assert.deepStrictEqual(parsed, {
+      namespaceIds: [9, 100],
+      projectIds: [4, 30],
+      invalidMembers: 0,
+      invalidSample: []
+    })
   })
 
   it("empty set: nothing, nothing invalid", () => {
-    assert.deepStrictEqual(parseRunningRebalances([]), { namespaceIds: [], projectIds: [], invalidMembers: 0, invalidSample: [] })
+    assert.deepStrictEqual(parseRunningRebalances([]), {
+      namespaceIds: [],
+      projectIds: [],
+      invalidMembers: 0,
+      invalidSample: []
+    })
   })
 
   it("other types, non-numeric or non-canonical ids and junk are counted as invalid, never thrown", () => {
-    const invalid = ["3/5", "0/5", "2/abc", "junk", "", "1/", "/5", "1/0", "1/-3", "1/05", "1/1e3", "1/ 5", "1/5.0",
-      "1/0x10", "1/5/6", "01/5", "1/99999999999999999999", "2/9007199254740993"]
+    const invalid = [
+      "3/5",
+      "0/5",
+      "2/abc",
+      "junk",
+      "",
+      "1/",
+      "/5",
+      "1/0",
+      "1/-3",
+      "1/05",
+      "1/1e3",
+      "1/ 5",
+      "1/5.0",
+      "1/0x10",
+      "1/5/6",
+      "01/5",
+      "1/99999999999999999999",
+      "2/9007199254740993"
+    ]
     const parsed = parseRunningRebalances([...invalid, "1/5", "2/9007199254740991"])
     assert.deepStrictEqual(parsed.namespaceIds, [5])
     assert.deepStrictEqual(parsed.projectIds, [9007199254740991])

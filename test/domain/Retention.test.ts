@@ -10,9 +10,11 @@ import type { StoredEvent } from "../../src/domain/Events.ts"
 import { keptForState, prunable, pruneCutoff } from "../../src/domain/Retention.ts"
 import { randomHistory, type SeedEvent } from "../support/eventHistory.ts"
 
-const stored = (events: ReadonlyArray<SeedEvent>): ReadonlyArray<StoredEvent> => events.map((e, i) => ({ ...e, id: i + 1 }))
+const stored = (events: ReadonlyArray<SeedEvent>): ReadonlyArray<StoredEvent> =>
+  events.map((e, i) => ({ ...e, id: i + 1 }))
 
-const streams = (events: ReadonlyArray<StoredEvent>) => [...new Set(events.map((e) => e.stream))].filter((s) => s.startsWith("batch:"))
+const streams = (events: ReadonlyArray<StoredEvent>) =>
+  [...new Set(events.map((e) => e.stream))].filter((s) => s.startsWith("batch:"))
 
 const stateOf = (events: ReadonlyArray<StoredEvent>, stream: string) => {
   const mine = events.filter((e) => e.stream === stream)
@@ -40,11 +42,17 @@ describe("pruning keeps every batch's folded state", () => {
         const before = new Date(START.getTime() + (end - START.getTime()) * fraction)
         const after = prune(events, before)
         for (const stream of streams(events)) {
-          assert.deepStrictEqual(stateOf(after, stream), stateOf(events, stream), `seed ${seed}, cutoff ${before.toISOString()}, ${stream}`)
+          assert.deepStrictEqual(
+            stateOf(after, stream),
+            stateOf(events, stream),
+            `seed ${seed}, cutoff ${before.toISOString()}, ${stream}`
+          )
         }
         // Nothing at or after the cutoff goes.
         for (const event of events) {
-          if (event.occurredAt.getTime() >= before.getTime()) assert.isTrue(after.includes(event), `seed ${seed}: event ${event.id} is not older than the cutoff`)
+          if (event.occurredAt.getTime() >= before.getTime()) {
+            assert.isTrue(after.includes(event), `seed ${seed}: event ${event.id} is not older than the cutoff`)
+          }
         }
         deleted += events.length - after.length
         total += events.length
@@ -59,13 +67,21 @@ describe("pruning keeps every batch's folded state", () => {
     const before = new Date(START.getTime() + 100 * 86_400_000)
     const gone = new Set(prunable(events, before).map((e) => e.id))
     for (const event of events) {
-      if (!event.stream.startsWith("batch:")) assert.strictEqual(gone.has(event.id), event.occurredAt < before, `event ${event.id}`)
+      if (!event.stream.startsWith("batch:")) {
+        assert.strictEqual(gone.has(event.id), event.occurredAt < before, `event ${event.id}`)
+      }
     }
   })
 })
 
 describe("keptForState", () => {
-  const event = (id: number, type: string, data: Record<string, unknown>, runId: string | null = null, day = id): StoredEvent => ({
+  const event = (
+    id: number,
+    type: string,
+    data: Record<string, unknown>,
+    runId: string | null = null,
+    day = id
+  ): StoredEvent => ({
     id,
     stream: "batch:b",
     type,
@@ -90,7 +106,13 @@ describe("keptForState", () => {
   })
 
   it("the last success and every failure since stay (consecutiveFailures, the breaker); older runs go", () => {
-    const events = [...run(1, "r1", "failed"), ...run(3, "r2", "succeeded"), ...run(5, "r3", "failed"), ...run(7, "r4", "skipped"), ...run(9, "r5", "timed_out")]
+    const events = [
+      ...run(1, "r1", "failed"),
+      ...run(3, "r2", "succeeded"),
+      ...run(5, "r3", "failed"),
+      ...run(7, "r4", "skipped"),
+      ...run(9, "r5", "timed_out")
+    ]
     const kept = [...keptForState(events)].sort((a, b) => a - b)
     // r2's success, r3's failure, r5 (start: newest; finish: newest and a failure); r4's skip goes.
     assert.deepStrictEqual(kept, [4, 6, 9, 10])
@@ -100,7 +122,15 @@ describe("keptForState", () => {
   })
 
   it("a run killed before its RunFinished stays open (abandoned-run detection still finds it)", () => {
-    const events = [event(1, "RunStarted", { run_id: "killed", scheduled_at: null, node: "n", dryRun: false, budget_ms: 1000 }, "killed"), ...run(2, "r2", "succeeded")]
+    const events = [
+      event(
+        1,
+        "RunStarted",
+        { run_id: "killed", scheduled_at: null, node: "n", dryRun: false, budget_ms: 1000 },
+        "killed"
+      ),
+      ...run(2, "r2", "succeeded")
+    ]
     const after = prune(events, new Date("2027-01-01T00:00:00Z"))
     assert.deepStrictEqual(unfinishedRuns(after).map((r) => r.runId), ["killed"])
   })
@@ -122,7 +152,13 @@ describe("pruneCutoff", () => {
     assert.deepStrictEqual(pruneCutoff(now, now, Duration.days(90)), new Date("2026-03-03T00:00:00Z"))
   })
   it("a decision time in the past moves it back; one in the future never moves it into the retention period", () => {
-    assert.deepStrictEqual(pruneCutoff(DateTime.makeUnsafe("2026-05-01T00:00:00Z"), now, Duration.days(1)), new Date("2026-04-30T00:00:00Z"))
-    assert.deepStrictEqual(pruneCutoff(DateTime.makeUnsafe("2027-01-01T00:00:00Z"), now, Duration.days(1)), new Date("2026-05-31T00:00:00Z"))
+    assert.deepStrictEqual(
+      pruneCutoff(DateTime.makeUnsafe("2026-05-01T00:00:00Z"), now, Duration.days(1)),
+      new Date("2026-04-30T00:00:00Z")
+    )
+    assert.deepStrictEqual(
+      pruneCutoff(DateTime.makeUnsafe("2027-01-01T00:00:00Z"), now, Duration.days(1)),
+      new Date("2026-05-31T00:00:00Z")
+    )
   })
 })

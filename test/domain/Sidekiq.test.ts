@@ -25,7 +25,9 @@ describe("jids from effect's Random", () => {
       assert.deepStrictEqual(again, first)
       assert.notDeepEqual(other, first)
       // jidFrom (the synchronous form a move uses) draws the same as newJid from the same service.
-      const sync = yield* Effect.map(Random.Random, (random) => Array.from({ length: 5 }, () => jidFrom(random))).pipe(Random.withSeed("jids"))
+      const sync = yield* Effect.map(Random.Random, (random) => Array.from({ length: 5 }, () => jidFrom(random))).pipe(
+        Random.withSeed("jids")
+      )
       assert.deepStrictEqual(sync, first)
     }))
 
@@ -37,7 +39,19 @@ describe("jids from effect's Random", () => {
 
 describe("sidekiqJob (the one builder)", () => {
   it("Sidekiq's keys in Sidekiq's order, epoch seconds as floats, then the extra keys", () => {
-    const job = sidekiqJob({ workerClass: "W", args: [1], queue: "q", jid: "a".repeat(24), nowMillis: 1772366400123, extra: { x: 1 } })
-    assert.strictEqual(JSON.stringify(job), `{"class":"W","args":[1],"jid":"${"a".repeat(24)}","queue":"q","retry":true,"created_at":1772366400.123,"enqueued_at":1772366400.123,"x":1}`)
+    const job = sidekiqJob({
+      workerClass: "W",
+      args: [1],
+      queue: "q",
+      jid: "a".repeat(24),
+      nowMillis: 1772366400123,
+      extra: { x: 1 }
+    })
+    assert.strictEqual(
+      JSON.stringify(job),
+      `{"class":"W","args":[1],"jid":"${
+        "a".repeat(24)
+      }","queue":"q","retry":true,"created_at":1772366400.123,"enqueued_at":1772366400.123,"x":1}`
+    )
   })
 })

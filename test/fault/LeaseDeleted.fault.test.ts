@@ -4,8 +4,8 @@
  * `lease lost` and a LeaseLost event. Where a second runner starts meanwhile (and takes the lease
  * with a newer epoch), the two together still repair each record once (SQL) / at least once (Redis).
  */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { existsSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -47,7 +47,9 @@ const oldHolder = (run: RunOutput, type: string, deletedAt: number) =>
     const finished = yield* sql<{ reason: string | null }>`
       SELECT data->>'reason' AS reason FROM sweeper_events WHERE type = 'RunFinished' AND run_id = ${run.runId}`
     assert.deepStrictEqual(finished.map((r) => r.reason), ["lease lost"])
-    const lost = yield* sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'LeaseLost' AND run_id = ${run.runId}`
+    const lost = yield* sql<
+      { n: string }
+    >`SELECT count(*) AS n FROM sweeper_events WHERE type = 'LeaseLost' AND run_id = ${run.runId}`
     assert.strictEqual(Number(lost[0]!.n), 1)
     const after = yield* sql<{ n: string }>`
       SELECT count(*) AS n FROM sweeper_events WHERE type = ${type} AND run_id = ${run.runId} AND id > ${deletedAt}`
@@ -55,96 +57,136 @@ const oldHolder = (run: RunOutput, type: string, deletedAt: number) =>
   })
 
 describe("lease deleted under a running batch", () => {
-  it.live("drop-canceling-builds: the old holder stops at its next write; with a second runner each build is dropped once", () =>
-    Effect.gen(function*() {
-      const STUCK = 1000
-      const sql = yield* PgClient.PgClient
-      yield* seedStuckCancelingBuilds(STUCK)
-      const first = startRun("holder-1", "drop-canceling-builds", yield* env)
-      yield* untilEvents("BuildDropped", 20)
-      yield* deleteLease("ci/stuck_builds/drop_canceling_worker")
-      const deletedAt = yield* lastEventId
-      const second = startRun("holder-2", "drop-canceling-builds", yield* env)
+  it.live(
+    "drop-canceling-builds: the old holder stops at its next write; with a second runner each build is dropped once",
+    () =>
+      Effect.gen(function*() {
+        const STUCK = 1000
+        const sql = yield* PgClient.PgClient
+        yield* seedStuckCancelingBuilds(STUCK)
+        const first = startRun("holder-1", "drop-canceling-builds", yield* env)
+        yield* untilEvents("BuildDropped", 20)
+        yield* deleteLease("ci/stuck_builds/drop_canceling_worker")
+        const deletedAt = yield* lastEventId
+        const second = startRun("holder-2", "drop-canceling-builds", yield* env)
 
-      const old = yield* first.result
-      const afterDelete = yield* oldHolder(old.output, "BuildDropped", deletedAt)
-      // The page whose lease check passed just before the DEL may still commit (a page of
-      // DROP_BATCH_SIZE builds is one statement, so up to 100 events); nothing after it.
-      assert.isAtMost(afterDelete, DROP_BATCH_SIZE, "the old holder wrote nothing more than the page in flight once it noticed")
-      const next = yield* second.result
-      assert.strictEqual(next.output.outcome, "succeeded", next.log)
+        const old = yield* first.result
+        const afterDelete = yield* oldHolder(old.output, "BuildDropped", deletedAt)
+        // The page whose lease check passed just before the DEL may still commit (a page of
+        // DROP_BATCH_SIZE builds is one statement, so up to 100 events); nothing after it.
+        assert.isAtMost(
+          afterDelete,
+          DROP_BATCH_SIZE,
+          "the old holder wrote nothing more than the page in flight once it noticed"
+        )
+        const next = yield* second.result
+        assert.strictEqual(next.output.outcome, "succeeded", next.log)
 
-      const events = yield* eventsPerStream("BuildDropped")
-      assert.strictEqual(events.size, STUCK)
-      assert.isTrue([...events.values()].every((n) => n === 1), "exactly one BuildDropped per build")
-      const once = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
-      assert.strictEqual(Number(once[0]!.n), STUCK)
-      console.log("[fault] lease deleted: drop-canceling-builds", JSON.stringify({ builds: STUCK, oldHolderWritesAfterDelete: afterDelete }))
-    }).pipe(Effect.provide(Platform())), 120_000)
+        const events = yield* eventsPerStream("BuildDropped")
+        assert.strictEqual(events.size, STUCK)
+        assert.isTrue([...events.values()].every((n) => n === 1), "exactly one BuildDropped per build")
+        const once = yield* sql<
+          { n: string }
+        >`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
+        assert.strictEqual(Number(once[0]!.n), STUCK)
+        console.log(
+          "[fault] lease deleted: drop-canceling-builds",
+          JSON.stringify({ builds: STUCK, oldHolderWritesAfterDelete: afterDelete })
+        )
+      }).pipe(Effect.provide(Platform())),
+    120_000
+  )
 
-  it.live("delete-stale-direct-uploads: the old holder stops before its next delete; with a second runner every upload is recorded", () =>
-    Effect.gen(function*() {
-      const STALE = 1000
-      const { root } = yield* seedStaleUploads(STALE)
-      const redis = yield* Redis
-      const runEnv = { ...(yield* env), SWEEPER_OBJECT_STORAGE: JSON.stringify({ artifacts: root }) }
+  it.live(
+    "delete-stale-direct-uploads: the old holder stops before its next delete; with a second runner every upload is recorded",
+    () =>
+      Effect.gen(function*() {
+        const STALE = 1000
+        const { root } = yield* seedStaleUploads(STALE)
+        const redis = yield* Redis
+        const runEnv = { ...(yield* env), SWEEPER_OBJECT_STORAGE: JSON.stringify({ artifacts: root }) }
 
-      const first = startRun("holder-1", "delete-stale-direct-uploads", runEnv)
-      yield* untilEvents("StaleDirectUploadDeleted", 20)
-      yield* deleteLease("sweeper/delete_stale_direct_uploads")
-      const deletedAt = yield* lastEventId
-      const second = startRun("holder-2", "delete-stale-direct-uploads", runEnv)
+        const first = startRun("holder-1", "delete-stale-direct-uploads", runEnv)
+        yield* untilEvents("StaleDirectUploadDeleted", 20)
+        yield* deleteLease("sweeper/delete_stale_direct_uploads")
+        const deletedAt = yield* lastEventId
+        const second = startRun("holder-2", "delete-stale-direct-uploads", runEnv)
 
-      const old = yield* first.result
-      const afterDelete = yield* oldHolder(old.output, "StaleDirectUploadDeleted", deletedAt)
-      // Repairs go in steps (objects, one event INSERT, one compare-and-delete), the fence checked
-      // before each: after the lease went the old holder may finish the step in flight, no other.
-      const sql = yield* PgClient.PgClient
-      const steps = yield* sql<{ n: string }>`
+        const old = yield* first.result
+        const afterDelete = yield* oldHolder(old.output, "StaleDirectUploadDeleted", deletedAt)
+        // Repairs go in steps (objects, one event INSERT, one compare-and-delete), the fence checked
+        // before each: after the lease went the old holder may finish the step in flight, no other.
+        const sql = yield* PgClient.PgClient
+        const steps = yield* sql<{ n: string }>`
         SELECT count(DISTINCT occurred_at) AS n FROM sweeper_events
         WHERE type = 'StaleDirectUploadDeleted' AND run_id = ${old.output.runId} AND id > ${deletedAt}`
-      assert.isAtMost(Number(steps[0]!.n), 1, `the old holder wrote at most the step in flight once the lease was gone (${afterDelete} events)`)
-      const next = yield* second.result
-      assert.strictEqual(next.output.outcome, "succeeded", next.log)
+        assert.isAtMost(
+          Number(steps[0]!.n),
+          1,
+          `the old holder wrote at most the step in flight once the lease was gone (${afterDelete} events)`
+        )
+        const next = yield* second.result
+        assert.strictEqual(next.output.outcome, "succeeded", next.log)
 
-      assert.deepStrictEqual(yield* redis.use("test.hgetall", (client) => client.hgetall(PENDING_DIRECT_UPLOADS_KEY)), {})
-      const events = yield* eventsPerStream("StaleDirectUploadDeleted")
-      for (let i = 0; i < STALE; i++) {
-        assert.isAtLeast(events.get(`direct_upload:artifacts:u/${i}`) ?? 0, 1, `upload ${i}`)
-        assert.isFalse(existsSync(join(root, `u/${i}`)))
-      }
-      console.log("[fault] lease deleted: delete-stale-direct-uploads", JSON.stringify({ uploads: STALE, oldHolderWritesAfterDelete: afterDelete }))
-    }).pipe(Effect.provide(Platform())), 120_000)
+        assert.deepStrictEqual(
+          yield* redis.use("test.hgetall", (client) => client.hgetall(PENDING_DIRECT_UPLOADS_KEY)),
+          {}
+        )
+        const events = yield* eventsPerStream("StaleDirectUploadDeleted")
+        for (let i = 0; i < STALE; i++) {
+          assert.isAtLeast(events.get(`direct_upload:artifacts:u/${i}`) ?? 0, 1, `upload ${i}`)
+          assert.isFalse(existsSync(join(root, `u/${i}`)))
+        }
+        console.log(
+          "[fault] lease deleted: delete-stale-direct-uploads",
+          JSON.stringify({ uploads: STALE, oldHolderWritesAfterDelete: afterDelete })
+        )
+      }).pipe(Effect.provide(Platform())),
+    120_000
+  )
 
-  it.live("reschedule-stuck-issue-rebalances: the old holder pushes nothing more after it notices", () =>
-    Effect.gen(function*() {
-      // Many namespaces, few projects: the namespaces' push (after their events) is the window in
-      // which the lease goes; 20 000 of them keep it open for tens of milliseconds even when this
-      // process is slow to see their events (under a loaded suite 1000 were pushed, and the
-      // projects after them, before the DEL landed).
-      const NAMESPACES = 20_000
-      const PROJECTS = 1000
-      const sql = yield* PgClient.PgClient
-      yield* sql`INSERT INTO namespaces (id, name, path, type) SELECT g, 'n' || g, 'n' || g, 'Group' FROM generate_series(1, ${NAMESPACES}) g`
-      yield* sql`INSERT INTO projects (id, namespace_id, name, path) SELECT g, 1, 'p' || g, 'p' || g FROM generate_series(1, ${PROJECTS}) g`
-      const redis = yield* Redis
-      const members = [...Array.from({ length: NAMESPACES }, (_, i) => `1/${i + 1}`), ...Array.from({ length: PROJECTS }, (_, i) => `2/${i + 1}`)]
-      yield* redis.use("test.sadd", (client) => client.sadd(RUNNING_REBALANCES_KEY, ...members))
+  it.live(
+    "reschedule-stuck-issue-rebalances: the old holder pushes nothing more after it notices",
+    () =>
+      Effect.gen(function*() {
+        // Many namespaces, few projects: the namespaces' push (after their events) is the window in
+        // which the lease goes; 20 000 of them keep it open for tens of milliseconds even when this
+        // process is slow to see their events (under a loaded suite 1000 were pushed, and the
+        // projects after them, before the DEL landed).
+        const NAMESPACES = 20_000
+        const PROJECTS = 1000
+        const sql = yield* PgClient.PgClient
+        yield* sql`INSERT INTO namespaces (id, name, path, type) SELECT g, 'n' || g, 'n' || g, 'Group' FROM generate_series(1, ${NAMESPACES}) g`
+        yield* sql`INSERT INTO projects (id, namespace_id, name, path) SELECT g, 1, 'p' || g, 'p' || g FROM generate_series(1, ${PROJECTS}) g`
+        const redis = yield* Redis
+        const members = [
+          ...Array.from({ length: NAMESPACES }, (_, i) => `1/${i + 1}`),
+          ...Array.from({ length: PROJECTS }, (_, i) => `2/${i + 1}`)
+        ]
+        yield* redis.use("test.sadd", (client) => client.sadd(RUNNING_REBALANCES_KEY, ...members))
 
-      // Namespaces are pushed first, then one event each; the lease goes while those are written.
-      const first = startRun("holder-1", "reschedule-stuck-issue-rebalances", yield* env)
-      yield* untilEvents("RebalanceRescheduled", 0)
-      yield* deleteLease("sweeper/reschedule_stuck_issue_rebalances")
-      const old = yield* first.result
-      // Its namespace events record a push already made; what must not follow is another push.
-      yield* oldHolder(old.output, "RebalanceRescheduled", 0)
+        // Namespaces are pushed first, then one event each; the lease goes while those are written.
+        const first = startRun("holder-1", "reschedule-stuck-issue-rebalances", yield* env)
+        yield* untilEvents("RebalanceRescheduled", 0)
+        yield* deleteLease("sweeper/reschedule_stuck_issue_rebalances")
+        const old = yield* first.result
+        // Its namespace events record a push already made; what must not follow is another push.
+        yield* oldHolder(old.output, "RebalanceRescheduled", 0)
 
-      const jobs = yield* redis.use("test.lrange", (client) => client.lrange(queueKey(REBALANCING_QUEUE), 0, -1))
-      const args = jobs.map((job) => (JSON.parse(job) as { args: ReadonlyArray<number | null> }).args)
-      assert.lengthOf(args, NAMESPACES, "the namespaces' push happened")
-      assert.isTrue(args.every((a) => a[0] === null && a[1] === null), "no project was pushed after the lease was lost")
-      const events = yield* eventsPerStream("RebalanceRescheduled")
-      assert.isTrue([...events.keys()].every((stream) => stream.startsWith("rebalance:1/")), "no project event")
-      console.log("[fault] lease deleted: reschedule-stuck-issue-rebalances", JSON.stringify({ containers: NAMESPACES + PROJECTS, pushedBeforeLoss: args.length, events: events.size }))
-    }).pipe(Effect.provide(Platform())), 120_000)
+        const jobs = yield* redis.use("test.lrange", (client) => client.lrange(queueKey(REBALANCING_QUEUE), 0, -1))
+        const args = jobs.map((job) => (JSON.parse(job) as { args: ReadonlyArray<number | null> }).args)
+        assert.lengthOf(args, NAMESPACES, "the namespaces' push happened")
+        assert.isTrue(
+          args.every((a) => a[0] === null && a[1] === null),
+          "no project was pushed after the lease was lost"
+        )
+        const events = yield* eventsPerStream("RebalanceRescheduled")
+        assert.isTrue([...events.keys()].every((stream) => stream.startsWith("rebalance:1/")), "no project event")
+        console.log(
+          "[fault] lease deleted: reschedule-stuck-issue-rebalances",
+          JSON.stringify({ containers: NAMESPACES + PROJECTS, pushedBeforeLoss: args.length, events: events.size })
+        )
+      }).pipe(Effect.provide(Platform())),
+    120_000
+  )
 })

@@ -12,8 +12,8 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
-import { Redis } from "../../src/layers/Redis.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
+import { Redis } from "../../src/layers/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { seeded } from "../support/prng.ts"
 import { startSweeper } from "../support/processes.ts"
@@ -104,9 +104,16 @@ export const killRepeatedly = (options: {
       const child = startSweeper(`fault-${kill}`, options.env, ["run", options.batch, "--json"])
       child.listening.catch(() => {})
       const started = yield* untilRepairing(child.child, repairs, before + target - 1)
-      assert.strictEqual(started, "repairing", `kill ${kill}: the run ended before it could be killed (make the data larger)\n${child.output()}`)
+      assert.strictEqual(
+        started,
+        "repairing",
+        `kill ${kill}: the run ended before it could be killed (make the data larger)\n${child.output()}`
+      )
       yield* Effect.sleep(jitter)
-      assert.isNull(child.child.exitCode, `kill ${kill}: the run ended before the kill (make the data larger)\n${child.output()}`)
+      assert.isNull(
+        child.child.exitCode,
+        `kill ${kill}: the run ended before the kill (make the data larger)\n${child.output()}`
+      )
       child.child.kill("SIGKILL")
       const how = yield* Effect.promise(() => child.exited)
       assert.strictEqual(how, "SIGKILL")
@@ -156,6 +163,7 @@ export const seedStaleUploads = (count: number) =>
       entries[`artifacts:u/${i}`] = stale
       yield* Effect.promise(() => writeFile(join(root, `u/${i}`), "half an upload"))
     }
-    yield* Effect.flatMap(Redis, (redis) => redis.use("test.hset", (client) => client.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
+    yield* Effect.flatMap(Redis, (redis) =>
+      redis.use("test.hset", (client) => client.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
     return { root, entries }
   })

@@ -5,8 +5,8 @@
  * in Sidekiq's `retry` or `dead` set. The workers record what they ran to a Redis list; Sidekiq runs
  * on the test's claimed Redis db and is always stopped afterwards.
  */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
@@ -68,7 +68,11 @@ const sidekiq = (redisUrl: string, queues: ReadonlyArray<string>) =>
       const child: ChildProcess = spawn(
         "sidekiq",
         ["-r", join(dir, "workers.rb"), ...queues.flatMap((q) => ["-q", q]), "-c", "2", "-t", "1"],
-        { cwd: dir, env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", REDIS_URL: redisUrl }, stdio: ["ignore", "pipe", "pipe"] }
+        {
+          cwd: dir,
+          env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", REDIS_URL: redisUrl },
+          stdio: ["ignore", "pipe", "pipe"]
+        }
       )
       child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()))
       child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()))
@@ -79,7 +83,10 @@ const sidekiq = (redisUrl: string, queues: ReadonlyArray<string>) =>
       Effect.promise(async () => {
         if (child.exitCode === null && child.signalCode === null) {
           child.kill("SIGTERM")
-          const stopped = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 8_000))])
+          const stopped = await Promise.race([
+            exited.then(() => true),
+            new Promise<boolean>((r) => setTimeout(() => r(false), 8_000))
+          ])
           if (!stopped) {
             child.kill("SIGKILL")
             await exited
@@ -90,67 +97,88 @@ const sidekiq = (redisUrl: string, queues: ReadonlyArray<string>) =>
   )
 
 describe("Sidekiq runs what Sweeper enqueues (real Sidekiq 6, Redis, PostgreSQL)", () => {
-  it.live("rebalancing and resumed jobs run with GitLab's class and args; nothing in retry or dead", () =>
-    Effect.gen(function*() {
-      const version = spawnSync("ruby", ["-e", "require 'sidekiq'; print Sidekiq::VERSION"], { encoding: "utf8" })
-      assert.strictEqual(version.status, 0, `ruby-sidekiq is missing (.ci/run installs it): ${version.stderr}`)
+  it.live(
+    "rebalancing and resumed jobs run with GitLab's class and args; nothing in retry or dead",
+    () =>
+      Effect.gen(function*() {
+        const version = spawnSync("ruby", ["-e", "require 'sidekiq'; print Sidekiq::VERSION"], { encoding: "utf8" })
+        assert.strictEqual(version.status, 0, `ruby-sidekiq is missing (.ci/run installs it): ${version.stderr}`)
 
-      const sql = yield* PgClient.PgClient
-      yield* sql`INSERT INTO namespaces (id, name, path, type) VALUES (10, 'gitlab-org', 'gitlab-org', 'Group')`
-      yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (20, 10, 'gitlab', 'gitlab')`
-      yield* redisCall((c) => c.sadd("gitlab:issues-position-rebalances:running_rebalances", "1/10", "2/20"))
-      const deferred = [
-        { args: [101, "gid://gitlab/Release/101"], context: { "meta.project": "gitlab-org/gitlab" }, buffered_at: 1772366400.25 },
-        { args: [102, { nested: [1.5, null, "é"] }, []], context: { "meta.caller_id": "ReleasesController#create" }, buffered_at: 1772366401.5 },
-        { args: [103] }
-      ]
-      yield* redisCall((c) => c.rpush(workerKeys(EVIDENCE).deferred, ...deferred.map((d) => JSON.stringify(d))))
+        const sql = yield* PgClient.PgClient
+        yield* sql`INSERT INTO namespaces (id, name, path, type) VALUES (10, 'gitlab-org', 'gitlab-org', 'Group')`
+        yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (20, 10, 'gitlab', 'gitlab')`
+        yield* redisCall((c) => c.sadd("gitlab:issues-position-rebalances:running_rebalances", "1/10", "2/20"))
+        const deferred = [
+          {
+            args: [101, "gid://gitlab/Release/101"],
+            context: { "meta.project": "gitlab-org/gitlab" },
+            buffered_at: 1772366400.25
+          },
+          {
+            args: [102, { nested: [1.5, null, "é"] }, []],
+            context: { "meta.caller_id": "ReleasesController#create" },
+            buffered_at: 1772366401.5
+          },
+          { args: [103] }
+        ]
+        yield* redisCall((c) => c.rpush(workerKeys(EVIDENCE).deferred, ...deferred.map((d) => JSON.stringify(d))))
 
-      const redisUrl = yield* TestRedisUrl
-      const env = {
-        DATABASE_URL: yield* TestDatabaseUrl,
-        REDIS_URL: redisUrl,
-        SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [EVIDENCE]: { limit: 10, queue: "default" } })
-      }
-      for (const batch of ["reschedule-stuck-issue-rebalances", "concurrency-limit-resume"]) {
-        const result = yield* Effect.promise(() => runCli(["run", batch, "--json", "--budget", "3s"], env))
-        assert.strictEqual(result.code, 0, `${result.stderr}\n${result.stdout}`)
-        assert.include(result.stdout, `"outcome":"succeeded"`, result.stdout)
-      }
-      const enqueued = [
-        ...(yield* redisCall((c) => c.lrange("queue:issues_rebalancing", 0, -1))),
-        ...(yield* redisCall((c) => c.lrange("queue:default", 0, -1)))
-      ].map((raw) => JSON.parse(raw) as SidekiqJob)
-      assert.lengthOf(enqueued, 5)
+        const redisUrl = yield* TestRedisUrl
+        const env = {
+          DATABASE_URL: yield* TestDatabaseUrl,
+          REDIS_URL: redisUrl,
+          SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ [EVIDENCE]: { limit: 10, queue: "default" } })
+        }
+        for (const batch of ["reschedule-stuck-issue-rebalances", "concurrency-limit-resume"]) {
+          const result = yield* Effect.promise(() => runCli(["run", batch, "--json", "--budget", "3s"], env))
+          assert.strictEqual(result.code, 0, `${result.stderr}\n${result.stdout}`)
+          assert.include(result.stdout, `"outcome":"succeeded"`, result.stdout)
+        }
+        const enqueued = [
+          ...(yield* redisCall((c) => c.lrange("queue:issues_rebalancing", 0, -1))),
+          ...(yield* redisCall((c) => c.lrange("queue:default", 0, -1)))
+        ].map((raw) => JSON.parse(raw) as SidekiqJob)
+        assert.lengthOf(enqueued, 5)
 
-      const worker = yield* sidekiq(redisUrl, ["issues_rebalancing", "default"])
-      const client = (yield* Redis).client
-      const ran = yield* Effect.promise(() =>
-        waitFor(`Sidekiq to run 5 jobs\n${worker.output()}`, async () => {
-          const all = await client.lrange(RAN, 0, -1)
-          return all.length >= 5 ? all.map((raw) => JSON.parse(raw) as Ran) : undefined
-        }, 20_000, 200)
-      ).pipe(Effect.catchDefect((e) => Effect.die(new Error(`${String(e)}\n${worker.output()}`))))
+        const worker = yield* sidekiq(redisUrl, ["issues_rebalancing", "default"])
+        const client = (yield* Redis).client
+        const ran = yield* Effect.promise(() =>
+          waitFor(
+            `Sidekiq to run 5 jobs\n${worker.output()}`,
+            async () => {
+              const all = await client.lrange(RAN, 0, -1)
+              return all.length >= 5
+                ? all.map((raw) => JSON.parse(raw) as Ran)
+                : undefined
+            },
+            20_000,
+            200
+          )
+        ).pipe(Effect.catchDefect((e) => Effect.die(new Error(`${String(e)}\n${worker.output()}`))))
 
-      // Each enqueued job ran exactly once, with its class, args and jid as Sweeper wrote them.
-      const byJid = (jobs: ReadonlyArray<{ jid: string }>) => jobs.map((j) => j.jid).toSorted()
-      assert.deepStrictEqual(byJid(ran), byJid(enqueued))
-      for (const job of enqueued) {
-        const run = ran.find((r) => r.jid === job.jid)!
-        assert.strictEqual(run.class, job.class)
-        assert.deepStrictEqual(run.args, job.args)
-      }
-      assert.deepStrictEqual(
-        ran.filter((r) => r.class === "Issues::RebalancingWorker").map((r) => r.args).toSorted(),
-        [[null, 20, null], [null, null, 10]].toSorted()
-      )
-      assert.deepStrictEqual(
-        ran.filter((r) => r.class === EVIDENCE).map((r) => r.args).toSorted((a, b) => (a[0] as number) - (b[0] as number)),
-        deferred.map((d) => d.args)
-      )
-      assert.strictEqual(yield* redisCall((c) => c.zcard("retry")), 0, worker.output())
-      assert.strictEqual(yield* redisCall((c) => c.zcard("dead")), 0, worker.output())
-      assert.strictEqual(yield* redisCall((c) => c.llen("queue:default")), 0)
-      assert.strictEqual(yield* redisCall((c) => c.llen("queue:issues_rebalancing")), 0)
-    }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(PgTest, RedisTest))), 90_000)
+        // Each enqueued job ran exactly once, with its class, args and jid as Sweeper wrote them.
+        const byJid = (jobs: ReadonlyArray<{ jid: string }>) => jobs.map((j) => j.jid).toSorted()
+        assert.deepStrictEqual(byJid(ran), byJid(enqueued))
+        for (const job of enqueued) {
+          const run = ran.find((r) => r.jid === job.jid)!
+          assert.strictEqual(run.class, job.class)
+          assert.deepStrictEqual(run.args, job.args)
+        }
+        assert.deepStrictEqual(
+          ran.filter((r) => r.class === "Issues::RebalancingWorker").map((r) => r.args).toSorted(),
+          [[null, 20, null], [null, null, 10]].toSorted()
+        )
+        assert.deepStrictEqual(
+          ran.filter((r) => r.class === EVIDENCE).map((r) => r.args).toSorted((a, b) =>
+            (a[0] as number) - (b[0] as number)
+          ),
+          deferred.map((d) => d.args)
+        )
+        assert.strictEqual(yield* redisCall((c) => c.zcard("retry")), 0, worker.output())
+        assert.strictEqual(yield* redisCall((c) => c.zcard("dead")), 0, worker.output())
+        assert.strictEqual(yield* redisCall((c) => c.llen("queue:default")), 0)
+        assert.strictEqual(yield* redisCall((c) => c.llen("queue:issues_rebalancing")), 0)
+      }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(PgTest, RedisTest))),
+    90_000
+  )
 })

@@ -5,8 +5,8 @@
  * leaves it untouched with no event; a single-row drop/doom fails with RowLocked; once the lock is
  * gone the same writes go through.
  */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Context, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { type CancelingBuild, cancelingCutoff } from "../../src/domain/Build.ts"
 import { RowLocked } from "../../src/domain/Errors.ts"
@@ -32,47 +32,72 @@ class Rows extends Context.Service<Rows, {
   hold(ids: ReadonlyArray<number>): Effect.Effect<Effect.Effect<void>>
 }>()("test/layers/Builds.contract/Rows") {}
 
-const memory = Layer.effect(Rows, Effect.gen(function*() {
-  const state = yield* MemoryBuilds
-  const created = DateTime.makeUnsafe("2026-01-01T02:00:00Z")
-  return Rows.of({
-    seed: (ids) => Effect.sync(() => {
-      for (const id of ids) {
-        state.rows.set(id, {
-          id, projectId: id, runnerId: 7, type: "Ci::Build", status: "canceling", failureReason: null, lockVersion: 0,
-          createdAt: created, updatedAt: created, finishedAt: null
+const memory = Layer.effect(
+  Rows,
+  Effect.gen(function*() {
+    const state = yield* MemoryBuilds
+    const created = DateTime.makeUnsafe("2026-01-01T02:00:00Z")
+    return Rows.of({
+      seed: (ids) =>
+        Effect.sync(() => {
+          for (const id of ids) {
+            state.rows.set(id, {
+              id,
+              projectId: id,
+              runnerId: 7,
+              type: "Ci::Build",
+              status: "canceling",
+              failureReason: null,
+              lockVersion: 0,
+              createdAt: created,
+              updatedAt: created,
+              finishedAt: null
+            })
+          }
+        }),
+      statusOf: (id) =>
+        Effect.sync(() => ({ status: state.rows.get(id)!.status, lockVersion: state.rows.get(id)!.lockVersion })),
+      hold: (ids) =>
+        Effect.sync(() => {
+          for (const id of ids) state.locked.add(id)
+          return Effect.sync(() => {
+            for (const id of ids) state.locked.delete(id)
+          })
         })
-      }
-    }),
-    statusOf: (id) => Effect.sync(() => ({ status: state.rows.get(id)!.status, lockVersion: state.rows.get(id)!.lockVersion })),
-    hold: (ids) => Effect.sync(() => {
-      for (const id of ids) state.locked.add(id)
-      return Effect.sync(() => {
-        for (const id of ids) state.locked.delete(id)
-      })
     })
   })
-})).pipe(Layer.provideMerge(BuildsMemory), Layer.provideMerge(EventLogMemory))
+).pipe(Layer.provideMerge(BuildsMemory), Layer.provideMerge(EventLogMemory))
 
-const postgres = Layer.effect(Rows, Effect.gen(function*() {
-  const sql = yield* PgClient.PgClient
-  const url = yield* TestDatabaseUrl
-  return Rows.of({
-    seed: (ids) => Effect.orDie(sql`INSERT INTO ci_builds (id, project_id, runner_id, type, status, lock_version, created_at, updated_at)
-      SELECT i, i, 7, 'Ci::Build', 'canceling', 0, '2026-01-01 02:00:00', '2026-01-01 02:00:00' FROM unnest(${ids}::bigint[]) AS i`),
-    statusOf: (id) => Effect.orDie(Effect.map(
-      sql<{ status: string; lock_version: number }>`SELECT status, lock_version FROM ci_builds WHERE id = ${id}`,
-      (rows) => ({ status: rows[0]!.status, lockVersion: rows[0]!.lock_version })
-    )),
-    hold: (ids) => holdLocks((other) => other`SELECT 1 FROM ci_builds WHERE id = ANY(${ids}::bigint[]) FOR UPDATE`).pipe(
-      Effect.provideService(TestDatabaseUrl, url)
-    )
+const postgres = Layer.effect(
+  Rows,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const url = yield* TestDatabaseUrl
+    return Rows.of({
+      seed: (ids) =>
+        Effect.orDie(
+          sql`INSERT INTO ci_builds (id, project_id, runner_id, type, status, lock_version, created_at, updated_at)
+      SELECT i, i, 7, 'Ci::Build', 'canceling', 0, '2026-01-01 02:00:00', '2026-01-01 02:00:00' FROM unnest(${ids}::bigint[]) AS i`
+        ),
+      statusOf: (id) =>
+        Effect.orDie(Effect.map(
+          sql<{ status: string; lock_version: number }>`SELECT status, lock_version FROM ci_builds WHERE id = ${id}`,
+          (rows) => ({ status: rows[0]!.status, lockVersion: rows[0]!.lock_version })
+        )),
+      hold: (ids) =>
+        holdLocks((other) => other`SELECT 1 FROM ci_builds WHERE id = ANY(${ids}::bigint[]) FOR UPDATE`).pipe(
+          Effect.provideService(TestDatabaseUrl, url)
+        )
+    })
   })
-})).pipe(Layer.provideMerge(BuildsSql), Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
+).pipe(Layer.provideMerge(BuildsSql), Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
 
 const backends: Record<string, Layer.Layer<Rows | Builds | EventLog>> = { memory, postgres: Layer.orDie(postgres) }
 
-const stuckPage = Effect.flatMap(Builds, (builds) => builds.findStuckCanceling({ cutoff: CUTOFF, after: Option.none(), limit: 100 }))
+const stuckPage = Effect.flatMap(
+  Builds,
+  (builds) => builds.findStuckCanceling({ cutoff: CUTOFF, after: Option.none(), limit: 100 })
+)
 const ids = (builds: ReadonlyArray<CancelingBuild>) => builds.map((build) => build.id)
 const droppedStreams = Effect.map(
   Effect.flatMap(EventLog, (log) => log.query({ type: "BuildDropped" })),
@@ -80,7 +105,12 @@ const droppedStreams = Effect.map(
 )
 /** Fails the test instead of hanging when a write waits for the holder. */
 const noWait = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  effect.pipe(Effect.timeoutOrElse({ duration: NO_WAIT, orElse: () => Effect.die(new Error("the write waited for a locked row")) }))
+  effect.pipe(
+    Effect.timeoutOrElse({
+      duration: NO_WAIT,
+      orElse: () => Effect.die(new Error("the write waited for a locked row"))
+    })
+  )
 
 for (const [name, backend] of Object.entries(backends)) {
   describe(`Builds contract (${name}): rows held by another transaction`, () => {
@@ -104,7 +134,10 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.deepStrictEqual(ids((yield* noWait(builds.dropMany(again, NOW))).locked), [2, 4])
         yield* release
         const last = yield* noWait(builds.dropMany(yield* stuckPage, NOW))
-        assert.deepStrictEqual({ dropped: ids(last.dropped), locked: ids(last.locked) }, { dropped: [2, 4], locked: [] })
+        assert.deepStrictEqual({ dropped: ids(last.dropped), locked: ids(last.locked) }, {
+          dropped: [2, 4],
+          locked: []
+        })
         assert.deepStrictEqual(yield* droppedStreams, ["build:1", "build:3", "build:5", "build:2", "build:4"])
       }).pipe(Effect.provide(backend)))
 
@@ -118,7 +151,10 @@ for (const [name, backend] of Object.entries(backends)) {
         const stale = page.map((build) => build.id === 2 ? { ...build, lockVersion: build.lockVersion - 1 } : build)
         const release = yield* rows.hold([2])
         const result = yield* noWait(builds.dropMany(stale, NOW))
-        assert.deepStrictEqual({ dropped: ids(result.dropped), locked: ids(result.locked) }, { dropped: [1], locked: [] })
+        assert.deepStrictEqual({ dropped: ids(result.dropped), locked: ids(result.locked) }, {
+          dropped: [1],
+          locked: []
+        })
         yield* release
       }).pipe(Effect.provide(backend)))
 

@@ -3,24 +3,27 @@
  * guard, what a drop/doom writes (row and event, one transaction), fencing, and the query plan.
  * Every test gets a fresh migrated database. Timestamps are `timestamp without time zone` in UTC.
  */
-import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, layer } from "@effect/vitest"
 import { DateTime, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
-import { type BuildCursor, type CancelingBuild, cancelingCutoff, cursorOf } from "../../src/domain/Build.ts"
 import { CurrentRun, type Fence } from "../../src/domain/Batch.ts"
+import { type BuildCursor, type CancelingBuild, cancelingCutoff, cursorOf } from "../../src/domain/Build.ts"
 import { describeError, LeaseLost } from "../../src/domain/Errors.ts"
-import { FENCE_LOCK_TIMEOUT } from "../../src/layers/Fencing.ts"
 import { BuildsSql, revisitWrittenQuery, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
+import { FENCE_LOCK_TIMEOUT } from "../../src/layers/Fencing.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { Builds } from "../../src/services/Builds.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { at } from "../support/clock.ts"
 import { holdLocks, PgTest } from "../support/postgres.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
-const Sql = Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
+const Sql = Layer.mergeAll(BuildsSql, MetricsPrometheus).pipe(
+  Layer.provideMerge(EventLogSql),
+  Layer.provideMerge(PgTest)
+)
 
 const NOW = DateTime.makeUnsafe("2026-01-01T05:00:00Z")
 const CUTOFF = cancelingCutoff(NOW) // 04:00:00
@@ -41,11 +44,17 @@ interface Seed {
 const seed = (...rows: ReadonlyArray<Seed>) =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
-    yield* sql.withTransaction(Effect.forEach(rows, (row) =>
-      sql`INSERT INTO ci_builds (id, project_id, runner_id, type, status, lock_version, created_at, updated_at)
-        VALUES (${row.id}, ${row.projectId ?? 1}, ${row.runnerId === undefined ? 7 : row.runnerId}, ${row.type ?? "Ci::Build"},
+    yield* sql.withTransaction(Effect.forEach(
+      rows,
+      (row) =>
+        sql`INSERT INTO ci_builds (id, project_id, runner_id, type, status, lock_version, created_at, updated_at)
+        VALUES (${row.id}, ${row.projectId ?? 1}, ${row.runnerId === undefined ? 7 : row.runnerId}, ${
+          row.type ?? "Ci::Build"
+        },
           ${row.status ?? "canceling"}, ${row.lockVersion ?? 0},
-          ${row.createdAt ?? "2026-01-01 02:00:00"}::timestamp, ${row.updatedAt ?? "2026-01-01 02:00:00"}::timestamp)`, { discard: true }))
+          ${row.createdAt ?? "2026-01-01 02:00:00"}::timestamp, ${row.updatedAt ?? "2026-01-01 02:00:00"}::timestamp)`,
+      { discard: true }
+    ))
   })
 
 interface RawRow {
@@ -96,7 +105,10 @@ const withFence = (epoch: number, check: Fence["check"] = Effect.void) => <A, E,
   })
 
 /** One migrated database for the file; every test starts from empty tables. */
-const reset = Effect.flatMap(PgClient.PgClient, (sql) => sql`TRUNCATE ci_builds, sweeper_events, sweeper_lease_fences RESTART IDENTITY`)
+const reset = Effect.flatMap(
+  PgClient.PgClient,
+  (sql) => sql`TRUNCATE ci_builds, sweeper_events, sweeper_lease_fences RESTART IDENTITY`
+)
 
 layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
   it.effect("findStuckCanceling: canceling Ci::Build with both timestamps strictly older than the cutoff", () =>
@@ -112,7 +124,14 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         { id: 7, createdAt: "2026-01-01 04:00:00", updatedAt: "2026-01-01 04:00:00" }, // exactly at the cutoff
         { id: 8, createdAt: "2026-01-01 03:59:59.999", updatedAt: "2026-01-01 03:59:59.999" }, // 1 ms older
         { id: 9, createdAt: "2026-01-01 04:00:00", updatedAt: "2026-01-01 03:00:00" },
-        { id: 10, createdAt: "2025-06-01 00:00:00", updatedAt: "2025-06-01 00:00:00", runnerId: null, projectId: 99, lockVersion: 4 }
+        {
+          id: 10,
+          createdAt: "2025-06-01 00:00:00",
+          updatedAt: "2025-06-01 00:00:00",
+          runnerId: null,
+          projectId: 99,
+          lockVersion: 4
+        }
       )
       const builds = yield* Builds
       const found = yield* builds.findStuckCanceling({ cutoff: CUTOFF, after: Option.none(), limit: 100 })
@@ -167,7 +186,9 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         updatedAt: "2026-01-01 01:00:00.5"
       }))
       yield* seed(...rows)
-      const expected = [...rows].sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.projectId - b.projectId || a.id - b.id)
+      const expected = [...rows].sort((a, b) =>
+        a.createdAt.localeCompare(b.createdAt) || a.projectId - b.projectId || a.id - b.id
+      )
       for (const limit of [1, 7, 100]) {
         const seen = (yield* findAll(limit)).flat().map((b) => b.id)
         assert.deepStrictEqual(seen, expected.map((r) => r.id), `pages of ${limit}`)
@@ -175,7 +196,13 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       // The dry run of the program walks the same way: every build once.
       const summary = yield* DropCancelingBuilds.run.pipe(
         at(DateTime.formatIso(NOW)),
-        Effect.provideService(CurrentRun, { runId: null, batch: null, dryRun: true, budget: Option.none(), fence: Option.none() })
+        Effect.provideService(CurrentRun, {
+          runId: null,
+          batch: null,
+          dryRun: true,
+          budget: Option.none(),
+          fence: Option.none()
+        })
       )
       assert.deepStrictEqual(summary, { dropped: 30, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
     }))
@@ -188,7 +215,13 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       const build = yield* findBuild(1)
       const runId = randomUUID()
       const ok = yield* builds.drop(build, DateTime.makeUnsafe("2026-01-01T05:00:01.250Z")).pipe(
-        Effect.provideService(CurrentRun, { runId, batch: "b", dryRun: false, budget: Option.none(), fence: Option.none() })
+        Effect.provideService(CurrentRun, {
+          runId,
+          batch: "b",
+          dryRun: false,
+          budget: Option.none(),
+          fence: Option.none()
+        })
       )
       assert.isTrue(ok)
       assert.deepStrictEqual(yield* rowOf(1), {
@@ -250,32 +283,39 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.strictEqual(before.status, "canceling")
     }))
 
-  it.effect("a fence row another connection holds: the page and a single drop fail with a lock timeout after FENCE_LOCK_TIMEOUT, nothing written", () =>
-    Effect.gen(function*() {
-      yield* reset
-      yield* seed({ id: 1 }, { id: 2 })
-      const sql = yield* PgClient.PgClient
-      const builds = yield* Builds
-      yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 1)`
-      const page = (yield* findAll(10))[0]!
-      // As a holder whose process stopped in the middle of its own fenced transaction would.
-      const release = yield* holdLocks((other) => other`SELECT 1 FROM sweeper_lease_fences FOR UPDATE`)
-      const limit = Duration.toMillis(FENCE_LOCK_TIMEOUT)
-      const writes: ReadonlyArray<Effect.Effect<unknown, unknown>> = [builds.dropMany(page, NOW), builds.drop(page[0]!, NOW)]
-      for (const write of writes) {
-        const started = Date.now()
-        const error = yield* write.pipe(withFence(2), Effect.flip, Effect.timeout(Duration.millis(limit * 3)))
-        const waited = Date.now() - started
-        assert.isAtLeast(waited, limit - 100)
-        assert.isBelow(waited, limit * 2)
-        assert.match(describeError(error), /lock timeout/)
-      }
-      yield* release
-      assert.deepStrictEqual((yield* rowOf(1)).status, "canceling")
-      assert.lengthOf(yield* allEvents, 0)
-      // The holder gone, the same page goes through.
-      assert.lengthOf((yield* builds.dropMany(page, NOW).pipe(withFence(2))).dropped, 2)
-    }), { timeout: 60_000 })
+  it.effect(
+    "a fence row another connection holds: the page and a single drop fail with a lock timeout after FENCE_LOCK_TIMEOUT, nothing written",
+    () =>
+      Effect.gen(function*() {
+        yield* reset
+        yield* seed({ id: 1 }, { id: 2 })
+        const sql = yield* PgClient.PgClient
+        const builds = yield* Builds
+        yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 1)`
+        const page = (yield* findAll(10))[0]!
+        // As a holder whose process stopped in the middle of its own fenced transaction would.
+        const release = yield* holdLocks((other) => other`SELECT 1 FROM sweeper_lease_fences FOR UPDATE`)
+        const limit = Duration.toMillis(FENCE_LOCK_TIMEOUT)
+        const writes: ReadonlyArray<Effect.Effect<unknown, unknown>> = [
+          builds.dropMany(page, NOW),
+          builds.drop(page[0]!, NOW)
+        ]
+        for (const write of writes) {
+          const started = Date.now()
+          const error = yield* write.pipe(withFence(2), Effect.flip, Effect.timeout(Duration.millis(limit * 3)))
+          const waited = Date.now() - started
+          assert.isAtLeast(waited, limit - 100)
+          assert.isBelow(waited, limit * 2)
+          assert.match(describeError(error), /lock timeout/)
+        }
+        yield* release
+        assert.deepStrictEqual((yield* rowOf(1)).status, "canceling")
+        assert.lengthOf(yield* allEvents, 0)
+        // The holder gone, the same page goes through.
+        assert.lengthOf((yield* builds.dropMany(page, NOW).pipe(withFence(2))).dropped, 2)
+      }),
+    { timeout: 60_000 }
+  )
 
   it.effect("dropMany: one transaction for the page; rows changed since the read (lock_version, status) stay untouched", () =>
     Effect.gen(function*() {
@@ -396,7 +436,10 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       const fences = sql<{ name: string; epoch: string }>`SELECT name, epoch FROM sweeper_lease_fences`
 
       assert.isTrue(yield* builds.drop(yield* findBuild(1), NOW).pipe(withFence(2)))
-      assert.deepStrictEqual((yield* fences).map((f) => [f.name, Number(f.epoch)]), [["ci/stuck_builds/drop_canceling_worker", 2]])
+      assert.deepStrictEqual((yield* fences).map((f) => [f.name, Number(f.epoch)]), [[
+        "ci/stuck_builds/drop_canceling_worker",
+        2
+      ]])
 
       const before = yield* rowOf(2)
       const eventsBefore = yield* allEvents
@@ -447,7 +490,9 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       const explain = (after: Option.Option<BuildCursor>) =>
         sql.withTransaction(Effect.gen(function*() {
           yield* sql`SET LOCAL enable_seqscan = off`
-          const rows = yield* sql<{ "QUERY PLAN": string }>`EXPLAIN ${stuckCancelingQuery(sql, { cutoff: CUTOFF, after, limit: 100 })}`
+          const rows = yield* sql<{ "QUERY PLAN": string }>`EXPLAIN ${
+            stuckCancelingQuery(sql, { cutoff: CUTOFF, after, limit: 100 })
+          }`
           return rows.map((r) => r["QUERY PLAN"]).join("\n")
         }))
       const first = yield* explain(Option.none())
@@ -455,12 +500,17 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.notInclude(first, "Sort")
       // A later page, with the cursor as the walk builds it (exact created_at) and without.
       for (const createdAtExact of ["2026-01-01 00:10:00.000000", undefined]) {
-        const next = yield* explain(Option.some({ createdAt: DateTime.makeUnsafe("2026-01-01T00:10:00Z"), projectId: 3, id: 600, createdAtExact }))
+        const next = yield* explain(
+          Option.some({ createdAt: DateTime.makeUnsafe("2026-01-01T00:10:00Z"), projectId: 3, id: 600, createdAtExact })
+        )
         assert.include(next, "index_ci_builds_canceling_on_created_at_project_id_id")
         assert.notInclude(next, "Sort")
       }
       // And the plan's rows are what findStuckCanceling returns.
-      const page = yield* Effect.flatMap(Builds, (b) => b.findStuckCanceling({ cutoff: CUTOFF, after: Option.none(), limit: 100 }))
+      const page = yield* Effect.flatMap(
+        Builds,
+        (b) => b.findStuckCanceling({ cutoff: CUTOFF, after: Option.none(), limit: 100 })
+      )
       assert.lengthOf(page, 100)
     }))
 
@@ -516,7 +566,9 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.isBelow(first, 3000, JSON.stringify({ first }))
       assert.isBelow(second, 300, JSON.stringify({ second }))
       // Nothing is returned or changed: every build of both pages stays failed, once.
-      const counts = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
+      const counts = yield* sql<
+        { n: string }
+      >`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
       assert.strictEqual(Number(counts[0]!.n), 4000)
     }))
 })

@@ -9,8 +9,8 @@ import { assert, describe, it, layer, type Vitest } from "@effect/vitest"
 import { Context, Effect, Layer, Logger, Option, Random, References } from "effect"
 import { MAX_RESUME_UNLIMITED, processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../../src/layers/ConcurrencyLimitsShared.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { at } from "../support/clock.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
@@ -24,7 +24,11 @@ const CONFIG = { [W]: { limit: 5, queue: "default" }, [IDLE]: { limit: 2, queue:
 const K = workerKeys(W)
 
 const element = (i: number) =>
-  JSON.stringify({ args: [i, { nested: [1.5, null, "x"] }, []], context: { "meta.user": "root" }, buffered_at: NOW_S - 60 + i / 8 })
+  JSON.stringify({
+    args: [i, { nested: [1.5, null, "x"] }, []],
+    context: { "meta.user": "root" },
+    buffered_at: NOW_S - 60 + i / 8
+  })
 
 interface Snapshot {
   readonly deferred: ReadonlyArray<string>
@@ -54,32 +58,36 @@ class Raw extends Context.Service<Raw, {
 }>()("test/layers/ConcurrencyLimits/Raw") {}
 
 /** The suite's view, over the raw stores of whichever deployment runs it. */
-const RawOverStores = Layer.effect(Raw, Effect.gen(function*() {
-  const raw = yield* RawStores
-  const text = (bytes: ReadonlyArray<Buffer>) => bytes.map((b) => b.toString("utf8"))
-  return Raw.of({
-    store: raw.store,
-    flush: raw.flush,
-    rpush: (key, ...values) => raw.rpush("sharedState", key, ...values),
-    lpop: (key) => raw.lpop("sharedState", key),
-    // Trackers live in QueuesMetadata, Sidekiq's work hashes in Queues (SPEC §8.2).
-    hset: (key, fields) => raw.hset(key.endsWith(":work") ? "queues" : "queuesMetadata", key, fields),
-    set: (key, value) => raw.set(/:(current_limit|pending_resumed)$/.test(key) ? "queuesMetadata" : "sharedState", key, value),
-    snapshot: (worker, queue) =>
-      Effect.gen(function*() {
-        const keys = workerKeys(worker)
-        return {
-          deferred: text(yield* raw.list("sharedState", keys.deferred)),
-          dead: text(yield* raw.list("sharedState", keys.dead)),
-          queue: text(yield* raw.list("queues", queueKey(queue))),
-          queues: [...(yield* raw.smembers("queues", "queues"))].sort(),
-          pendingResumed: yield* raw.get("queuesMetadata", keys.pendingResumed),
-          pendingResumedTtlMs: ttlBucket(yield* raw.pttl("queuesMetadata", keys.pendingResumed)),
-          executing: Object.entries(yield* raw.hgetall("queuesMetadata", keys.executing)).sort()
-        }
-      })
+const RawOverStores = Layer.effect(
+  Raw,
+  Effect.gen(function*() {
+    const raw = yield* RawStores
+    const text = (bytes: ReadonlyArray<Buffer>) => bytes.map((b) => b.toString("utf8"))
+    return Raw.of({
+      store: raw.store,
+      flush: raw.flush,
+      rpush: (key, ...values) => raw.rpush("sharedState", key, ...values),
+      lpop: (key) => raw.lpop("sharedState", key),
+      // Trackers live in QueuesMetadata, Sidekiq's work hashes in Queues (SPEC §8.2).
+      hset: (key, fields) => raw.hset(key.endsWith(":work") ? "queues" : "queuesMetadata", key, fields),
+      set: (key, value) =>
+        raw.set(/:(current_limit|pending_resumed)$/.test(key) ? "queuesMetadata" : "sharedState", key, value),
+      snapshot: (worker, queue) =>
+        Effect.gen(function*() {
+          const keys = workerKeys(worker)
+          return {
+            deferred: text(yield* raw.list("sharedState", keys.deferred)),
+            dead: text(yield* raw.list("sharedState", keys.dead)),
+            queue: text(yield* raw.list("queues", queueKey(queue))),
+            queues: [...(yield* raw.smembers("queues", "queues"))].sort(),
+            pendingResumed: yield* raw.get("queuesMetadata", keys.pendingResumed),
+            pendingResumedTtlMs: ttlBucket(yield* raw.pttl("queuesMetadata", keys.pendingResumed)),
+            executing: Object.entries(yield* raw.hgetall("queuesMetadata", keys.executing)).sort()
+          }
+        })
+    })
   })
-}))
+)
 
 const Config = SweeperConfig.layerWith({ concurrencyLimits: CONFIG })
 const UnderTest = (deployment: Deployment) =>
@@ -95,9 +103,22 @@ const consumed = (snapshot: Snapshot) => [...snapshot.queue].reverse().map((raw)
 const seedScenario = Effect.gen(function*() {
   const raw = yield* Raw
   yield* raw.flush
-  yield* raw.rpush(K.deferred, element(0), "{broken", element(1), element(2), JSON.stringify({ args: {} }), element(3), element(4))
+  yield* raw.rpush(
+    K.deferred,
+    element(0),
+    "{broken",
+    element(1),
+    element(2),
+    JSON.stringify({ args: {} }),
+    element(3),
+    element(4)
+  )
   yield* raw.set(K.pendingResumed, "1")
-  const work = JSON.stringify({ queue: "default", payload: JSON.stringify({ class: W, args: [] }), run_at: NOW_S - 900 })
+  const work = JSON.stringify({
+    queue: "default",
+    payload: JSON.stringify({ class: W, args: [] }),
+    run_at: NOW_S - 900
+  })
   yield* raw.hset(processWorkKey("alive:1:a"), { t1: work })
   yield* raw.hset(K.executing, {
     "alive:1:a:tid:t1": String(NOW_S - 900),
@@ -142,16 +163,31 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       const raw = yield* Raw
       const limits = yield* ConcurrencyLimits
       yield* raw.flush
-      assert.deepStrictEqual(yield* limits.limitOf(W), Option.some({ limit: 5, queue: "default", source: "config" as const }))
+      assert.deepStrictEqual(
+        yield* limits.limitOf(W),
+        Option.some({ limit: 5, queue: "default", source: "config" as const })
+      )
       yield* raw.set(K.currentLimit, "-1")
-      assert.deepStrictEqual(yield* limits.limitOf(W), Option.some({ limit: -1, queue: "default", source: "redis" as const }))
+      assert.deepStrictEqual(
+        yield* limits.limitOf(W),
+        Option.some({ limit: -1, queue: "default", source: "redis" as const })
+      )
       yield* raw.set(workerKeys(IDLE).currentLimit, "0")
-      assert.deepStrictEqual(yield* limits.limitOf(IDLE), Option.some({ limit: 0, queue: "low", source: "redis" as const }))
+      assert.deepStrictEqual(
+        yield* limits.limitOf(IDLE),
+        Option.some({ limit: 0, queue: "low", source: "redis" as const })
+      )
       yield* raw.set(workerKeys(IDLE).currentLimit, "1.5")
-      assert.deepStrictEqual(yield* limits.limitOf(IDLE), Option.some({ limit: 2, queue: "low", source: "config" as const }))
+      assert.deepStrictEqual(
+        yield* limits.limitOf(IDLE),
+        Option.some({ limit: 2, queue: "low", source: "config" as const })
+      )
       assert.isTrue(Option.isNone(yield* limits.limitOf("Unknown::Worker")))
       yield* raw.set(workerKeys("Unknown::Worker").currentLimit, "3")
-      assert.deepStrictEqual(yield* limits.limitOf("Unknown::Worker"), Option.some({ limit: 3, queue: "default", source: "redis" as const }))
+      assert.deepStrictEqual(
+        yield* limits.limitOf("Unknown::Worker"),
+        Option.some({ limit: 3, queue: "default", source: "redis" as const })
+      )
     }))
 
   it.effect("queue size is LLEN; current is HLEN(executing) + pending_resumed (garbage or negative counts as 0)", () =>
@@ -214,7 +250,12 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       const pad = "x".repeat(1000)
       const big = (i: number) => JSON.stringify({ args: [i, pad], buffered_at: NOW_S - 60 })
       yield* raw.rpush(K.deferred, ...Array.from({ length: MAX_RESUME_UNLIMITED + 1 }, (_, i) => big(i)))
-      const result = yield* (yield* ConcurrencyLimits).resume({ worker: W, queue: "default", max: MAX_RESUME_UNLIMITED, dryRun: false })
+      const result = yield* (yield* ConcurrencyLimits).resume({
+        worker: W,
+        queue: "default",
+        max: MAX_RESUME_UNLIMITED,
+        dryRun: false
+      })
       assert.lengthOf(result.jids, MAX_RESUME_UNLIMITED)
       const after = yield* raw.snapshot(W, "default")
       const jobs = consumed(after)
@@ -243,17 +284,30 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       yield* raw.rpush(K.deferred, "a", "", "c")
       const logs: Array<{ level: string; message: string; annotations: unknown }> = []
       const collector = Logger.make((options) => {
-        logs.push({ level: options.logLevel, message: String(options.message), annotations: options.fiber.getRef(References.CurrentLogAnnotations) })
+        logs.push({
+          level: options.logLevel,
+          message: String(options.message),
+          annotations: options.fiber.getRef(References.CurrentLogAnnotations)
+        })
       })
       const limits = yield* ConcurrencyLimits
-      yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: true }).pipe(Effect.provide(Logger.layer([collector])))
+      yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: true }).pipe(
+        Effect.provide(Logger.layer([collector]))
+      )
       assert.deepStrictEqual(logs, [], "a dry run moves nothing to the dead list, so says nothing")
-      const result = yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: false }).pipe(Effect.provide(Logger.layer([collector])))
+      const result = yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: false }).pipe(
+        Effect.provide(Logger.layer([collector]))
+      )
       assert.deepStrictEqual(result.jids, [])
       assert.deepStrictEqual(result.dead.map(text), ["a", "", "c"])
       // One warning for the move, with the dead list and a preview of the first element.
       assert.deepStrictEqual(logs.map((log) => [log.level, log.message, log.annotations]), [
-        ["Warn", "Moved unparsable deferred jobs to the dead list", { worker: W, count: 3, dead_list: K.dead, sample: "a" }]
+        ["Warn", "Moved unparsable deferred jobs to the dead list", {
+          worker: W,
+          count: 3,
+          dead_list: K.dead,
+          sample: "a"
+        }]
       ])
       const after = yield* raw.snapshot(W, "default")
       assert.deepStrictEqual(after.dead, ["a", "", "c"])
@@ -270,9 +324,15 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       // GitLab's middleware RPUSHes between our read of the head and the move itself.
       const racing: ConcurrencyLimitStore = {
         ...raw.store,
-        beginMove: (prepared) => Effect.andThen(raw.rpush(K.deferred, element(3), element(4)), raw.store.beginMove(prepared))
+        beginMove: (prepared) =>
+          Effect.andThen(raw.rpush(K.deferred, element(3), element(4)), raw.store.beginMove(prepared))
       }
-      const result = yield* makeConcurrencyLimits(racing, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false })
+      const result = yield* makeConcurrencyLimits(racing, CONFIG).resume({
+        worker: W,
+        queue: "default",
+        max: 3,
+        dryRun: false
+      })
       assert.lengthOf(result.jids, 3)
       const after = yield* raw.snapshot(W, "default")
       assert.deepStrictEqual(consumed(after).map((job) => job.args[0]), [0, 1, 2])
@@ -293,7 +353,12 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
             return yield* raw.store.beginMove(prepared)
           })
       }
-      const result = yield* makeConcurrencyLimits(contended, CONFIG).resume({ worker: W, queue: "default", max: 2, dryRun: false })
+      const result = yield* makeConcurrencyLimits(contended, CONFIG).resume({
+        worker: W,
+        queue: "default",
+        max: 2,
+        dryRun: false
+      })
       assert.strictEqual(stolen, element(0))
       const after = yield* raw.snapshot(W, "default")
       assert.deepStrictEqual(consumed(after).map((job) => job.args[0]), [1, 2])
@@ -308,7 +373,9 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       const raw = yield* Raw
       const before = yield* raw.snapshot(W, "default")
       const dying: ConcurrencyLimitStore = { ...raw.store, beginMove: () => Effect.interrupt }
-      const exit = yield* Effect.exit(makeConcurrencyLimits(dying, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false }))
+      const exit = yield* Effect.exit(
+        makeConcurrencyLimits(dying, CONFIG).resume({ worker: W, queue: "default", max: 3, dryRun: false })
+      )
       assert.isTrue(exit._tag === "Failure")
       assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
     }))
@@ -319,15 +386,23 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       const limits = yield* ConcurrencyLimits
       yield* raw.flush
       const total = 150
-      const appender = Effect.forEach(Array.from({ length: total }, (_, i) => i), (i) =>
-        Effect.andThen(raw.rpush(K.deferred, i % 10 === 7 ? `junk-${i}` : element(i)), Effect.yieldNow), { discard: true })
-      const mover = Effect.forEach(Array.from({ length: 40 }, (_, i) => i), () =>
-        Effect.andThen(limits.resume({ worker: W, queue: "default", max: 3, dryRun: false }), Effect.yieldNow), { discard: true })
+      const appender = Effect.forEach(
+        Array.from({ length: total }, (_, i) => i),
+        (i) => Effect.andThen(raw.rpush(K.deferred, i % 10 === 7 ? `junk-${i}` : element(i)), Effect.yieldNow),
+        { discard: true }
+      )
+      const mover = Effect.forEach(
+        Array.from({ length: 40 }, (_, i) => i),
+        () => Effect.andThen(limits.resume({ worker: W, queue: "default", max: 3, dryRun: false }), Effect.yieldNow),
+        { discard: true }
+      )
       yield* Effect.all([appender, mover], { concurrency: 2, discard: true })
       const after = yield* raw.snapshot(W, "default")
       const all = Array.from({ length: total }, (_, i) => i)
       const resumed = consumed(after).map((job) => job.args[0] as number)
-      const deferredGood = after.deferred.filter((e) => !e.startsWith("junk-")).map((e) => (JSON.parse(e) as { args: [number] }).args[0])
+      const deferredGood = after.deferred.filter((e) => !e.startsWith("junk-")).map((e) =>
+        (JSON.parse(e) as { args: [number] }).args[0]
+      )
       const deferredJunk = after.deferred.filter((e) => e.startsWith("junk-"))
       assert.isAbove(resumed.length, 0)
       // Resumed first, then what is still deferred: every parsable job exactly once, in buffering order.
@@ -345,9 +420,12 @@ describe("ConcurrencyLimits contract", () => {
 
   // Every key in its GitLab store: one server, three servers (one per store), a cluster (SPEC §8.2).
   for (const topology of topologies) {
-    layer(UnderTest(topology), { excludeTestServices: true, timeout: "30 seconds" })(`ConcurrencyLimitsRedis (${topology})`, (it) => {
-      contract(it)
-    })
+    layer(UnderTest(topology), { excludeTestServices: true, timeout: "30 seconds" })(
+      `ConcurrencyLimitsRedis (${topology})`,
+      (it) => {
+        contract(it)
+      }
+    )
   }
 })
 

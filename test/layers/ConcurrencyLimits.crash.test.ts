@@ -14,8 +14,8 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer, Option, Random } from "effect"
 import { JOURNAL_KEY_PATTERN, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../../src/layers/ConcurrencyLimitsShared.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimits, type MovedJobs, type RecordMove } from "../../src/services/ConcurrencyLimits.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
 
@@ -24,12 +24,23 @@ const Q = "default"
 const CONFIG = { [W]: { limit: 0, queue: Q } }
 const K = workerKeys(W)
 
-const good = (i: number) => JSON.stringify({ args: [i, { deep: [1.5, null] }, []], context: { "meta.caller_id": `c${i}` }, buffered_at: 1772366400 + i })
+const good = (i: number) =>
+  JSON.stringify({
+    args: [i, { deep: [1.5, null] }, []],
+    context: { "meta.caller_id": `c${i}` },
+    buffered_at: 1772366400 + i
+  })
 /** Unparsable, one of them not even UTF-8 (the 0xFF of issue 7 item 3). */
-const JUNK: ReadonlyArray<Buffer> = [Buffer.from("{broken"), Buffer.from([0x7b, 0x22, 0x61, 0xff, 0x22, 0x7d]), Buffer.from(JSON.stringify({ args: 5 }))]
+const JUNK: ReadonlyArray<Buffer> = [
+  Buffer.from("{broken"),
+  Buffer.from([0x7b, 0x22, 0x61, 0xff, 0x22, 0x7d]),
+  Buffer.from(JSON.stringify({ args: 5 }))
+]
 const GOOD = 7
 /** Good jobs with the junk in between: g0 j0 g1 g2 j1 g3 g4 g5 j2 g6. */
-const seedElements = (): ReadonlyArray<string | Buffer> => [good(0), JUNK[0]!, good(1), good(2), JUNK[1]!, good(3), good(4), good(5), JUNK[2]!, good(6)]
+const seedElements = (): ReadonlyArray<
+  string | Buffer
+> => [good(0), JUNK[0]!, good(1), good(2), JUNK[1]!, good(3), good(4), good(5), JUNK[2]!, good(6)]
 
 /** The protocol's write steps, in the order a move makes them ("record" is the caller's event). */
 const STEPS = ["beginMove", "reserve", "registerQueue", "push", "record", "endMove", "forgetMarker"] as const
@@ -72,9 +83,15 @@ const seed = Effect.gen(function*() {
 /** The invariants after recovery and a full pass. */
 const checkExactlyOnce = Effect.gen(function*() {
   const raw = yield* RawStores
-  const queued = (yield* raw.list("queues", queueKey(Q))).map((bytes) => JSON.parse(bytes.toString("utf8")) as SidekiqJob).toReversed()
+  const queued = (yield* raw.list("queues", queueKey(Q))).map((bytes) =>
+    JSON.parse(bytes.toString("utf8")) as SidekiqJob
+  ).toReversed()
   const ids = queued.map((job) => job.args[0] as number)
-  assert.deepStrictEqual(ids.toSorted((a, b) => a - b), Array.from({ length: GOOD }, (_, i) => i), "every job exactly once in the queue")
+  assert.deepStrictEqual(
+    ids.toSorted((a, b) => a - b),
+    Array.from({ length: GOOD }, (_, i) => i),
+    "every job exactly once in the queue"
+  )
   for (const job of queued) {
     assert.deepStrictEqual(job.args, JSON.parse(good(job.args[0] as number)).args)
     assert.strictEqual(job.class, W)
@@ -82,12 +99,21 @@ const checkExactlyOnce = Effect.gen(function*() {
   }
   assert.strictEqual(new Set(queued.map((job) => job.jid)).size, queued.length, "no duplicate jids")
   const recorded = new Set(records.flatMap((move) => move.jids))
-  for (const job of queued) assert.isTrue(recorded.has(job.jid), `job ${job.args[0]} (${job.jid}) is in the queue but was never recorded`)
-  assert.isTrue([...recorded].every((jid) => queued.some((job) => job.jid === jid)), "a record names only jobs in the queue")
+  for (const job of queued) {
+    assert.isTrue(recorded.has(job.jid), `job ${job.args[0]} (${job.jid}) is in the queue but was never recorded`)
+  }
+  assert.isTrue(
+    [...recorded].every((jid) => queued.some((job) => job.jid === jid)),
+    "a record names only jobs in the queue"
+  )
   assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [], "deferred list empty")
   assert.isFalse(yield* raw.exists("sharedState", K.journal), "no journal left")
   const dead = yield* raw.list("sharedState", K.dead)
-  assert.deepStrictEqual(dead.map((b) => b.toString("hex")), JUNK.map((b) => b.toString("hex")), "junk in the dead list, byte for byte, once")
+  assert.deepStrictEqual(
+    dead.map((b) => b.toString("hex")),
+    JUNK.map((b) => b.toString("hex")),
+    "junk in the dead list, byte for byte, once"
+  )
   assert.isAbove(yield* raw.pttl("sharedState", K.dead), 0, "the dead list (Sweeper's key) has a TTL")
   // Each move's dead count is recorded at least once (a move recorded twice counts twice).
   assert.isAtLeast(records.reduce((sum, move) => sum + move.dead, 0), JUNK.length, "every dead element recorded")
@@ -108,10 +134,13 @@ const recoverAndDrain = (store: ConcurrencyLimitStore) =>
   })
 
 const crashSuite = (deployment: Deployment) =>
-  layer(ConcurrencyLimitsOn(deployment).pipe(Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: CONFIG }))), {
-    excludeTestServices: true,
-    timeout: "60 seconds"
-  })(`resume move killed at every step (${deployment})`, (it) => {
+  layer(
+    ConcurrencyLimitsOn(deployment).pipe(Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: CONFIG }))),
+    {
+      excludeTestServices: true,
+      timeout: "60 seconds"
+    }
+  )(`resume move killed at every step (${deployment})`, (it) => {
     it.effect("killed before or after each step of a move, then recovered: every job exactly once", () =>
       Effect.gen(function*() {
         const raw = yield* RawStores
@@ -120,10 +149,14 @@ const crashSuite = (deployment: Deployment) =>
             yield* seed
             // First pass takes 4 jobs (and the junk among them), killed at step k.
             const killed = killedAt(raw.store, k, after)
-            const exit = yield* Effect.exit(fresh(killed.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, killed.record))
+            const exit = yield* Effect.exit(
+              fresh(killed.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, killed.record)
+            )
             if (k <= STEPS.length - (after ? 1 : 0)) assert.isTrue(Exit.isFailure(exit), `killed at ${STEPS[k - 1]}`)
             yield* recoverAndDrain(raw.store)
-            yield* checkExactlyOnce.pipe(Effect.tapCause(() => Effect.logError(`killed ${after ? "after" : "before"} step ${k}`)))
+            yield* checkExactlyOnce.pipe(
+              Effect.tapCause(() => Effect.logError(`killed ${after ? "after" : "before"} step ${k}`))
+            )
           }
         }
       }).pipe(Random.withSeed("crash-every-step")))
@@ -143,7 +176,9 @@ const crashSuite = (deployment: Deployment) =>
             const exit = yield* Effect.exit(fresh(recovery.store).recoverMove(W, recovery.record))
             assert.isTrue(Exit.isFailure(exit))
             yield* recoverAndDrain(raw.store)
-            yield* checkExactlyOnce.pipe(Effect.tapCause(() => Effect.logError(`move killed at ${k}, recovery after ${j}`)))
+            yield* checkExactlyOnce.pipe(
+              Effect.tapCause(() => Effect.logError(`move killed at ${k}, recovery after ${j}`))
+            )
           }
         }
       }).pipe(Random.withSeed("crash-in-recovery")))
@@ -163,7 +198,9 @@ const crashSuite = (deployment: Deployment) =>
                 (raw.store[frozenBefore] as (...a: ReadonlyArray<never>) => Effect.Effect<unknown, never>)(...args)
               )
           }
-          const sleeper = yield* Effect.forkChild(fresh(freezing).resume({ worker: W, queue: Q, max: 4, dryRun: false }, record))
+          const sleeper = yield* Effect.forkChild(
+            fresh(freezing).resume({ worker: W, queue: Q, max: 4, dryRun: false }, record)
+          )
           yield* Deferred.await(frozen)
           // Another process takes over the worker: recovers the journal and drains the list.
           yield* recoverAndDrain(raw.store)
@@ -183,14 +220,24 @@ const crashSuite = (deployment: Deployment) =>
             yield* raw.flush
             yield* raw.rpush("sharedState", K.deferred, ...JUNK)
             const killed = killedAt(raw.store, k, after)
-            yield* Effect.exit(fresh(killed.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, killed.record))
+            yield* Effect.exit(
+              fresh(killed.store).resume({ worker: W, queue: Q, max: 4, dryRun: false }, killed.record)
+            )
             yield* recoverAndDrain(raw.store)
             const where = `killed ${after ? "after" : "before"} step ${k}`
-            assert.deepStrictEqual((yield* raw.list("sharedState", K.dead)).map((b) => b.toString("hex")), JUNK.map((b) => b.toString("hex")), where)
+            assert.deepStrictEqual(
+              (yield* raw.list("sharedState", K.dead)).map((b) => b.toString("hex")),
+              JUNK.map((b) => b.toString("hex")),
+              where
+            )
             assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [], where)
             assert.isFalse(yield* raw.exists("sharedState", K.journal), where)
             assert.deepStrictEqual(yield* raw.list("queues", queueKey(Q)), [], where)
-            assert.isAtLeast(records.reduce((sum, move) => sum + move.dead, 0), JUNK.length, `${where}: the dead elements were recorded`)
+            assert.isAtLeast(
+              records.reduce((sum, move) => sum + move.dead, 0),
+              JUNK.length,
+              `${where}: the dead elements were recorded`
+            )
           }
         }
       }).pipe(Random.withSeed("dead-only")))
@@ -200,7 +247,9 @@ const crashSuite = (deployment: Deployment) =>
         const raw = yield* RawStores
         yield* raw.flush
         yield* raw.rpush("sharedState", K.deferred, good(0), good(1))
-        yield* Effect.exit(fresh(killedAt(raw.store, 2, false).store).resume({ worker: W, queue: Q, max: 10, dryRun: false }))
+        yield* Effect.exit(
+          fresh(killedAt(raw.store, 2, false).store).resume({ worker: W, queue: Q, max: 10, dryRun: false })
+        )
         assert.deepStrictEqual(yield* raw.list("sharedState", K.deferred), [])
         const journals = yield* raw.keysWithTtl("sharedState", JOURNAL_KEY_PATTERN)
         assert.deepStrictEqual(journals.map(([key]) => key), [K.journal])
@@ -225,11 +274,16 @@ const crashSuite = (deployment: Deployment) =>
         yield* raw.rpush("sharedState", K.journal, ...garbage)
         assert.isTrue(Option.isNone(yield* limits.recoverMove(W)))
         assert.isFalse(yield* raw.exists("sharedState", K.journal))
-        assert.deepStrictEqual((yield* raw.list("sharedState", K.dead)).map((b) => b.toString("hex")), garbage.map((b) => b.toString("hex")))
+        assert.deepStrictEqual(
+          (yield* raw.list("sharedState", K.dead)).map((b) => b.toString("hex")),
+          garbage.map((b) => b.toString("hex"))
+        )
         assert.deepStrictEqual(yield* raw.list("queues", queueKey(Q)), [])
       }))
   })
 
 describe("ConcurrencyLimits: resume across stores survives a crash at every step", () => {
-  for (const deployment of ["memory", "single", "split", "cluster"] satisfies ReadonlyArray<Deployment>) crashSuite(deployment)
+  for (const deployment of ["memory", "single", "split", "cluster"] satisfies ReadonlyArray<Deployment>) {
+    crashSuite(deployment)
+  }
 })

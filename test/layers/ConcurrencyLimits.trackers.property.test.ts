@@ -11,8 +11,8 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Clock, Context, Effect, Layer, Schema } from "effect"
 import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimitsRedis } from "../../src/layers/ConcurrencyLimitsRedis.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimitsMemory } from "../../src/layers/memory/ConcurrencyLimitsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { Redis } from "../../src/layers/Redis.ts"
@@ -39,8 +39,14 @@ const Field = Schema.Union([
 type Field = typeof Field.Type
 
 const Value = Schema.Union([
-  Schema.Struct({ kind: Schema.Literals(["fresh", "fresh with 0xFF"]), age: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 590 })) }),
-  Schema.Struct({ kind: Schema.Literal("old"), age: Schema.Int.check(Schema.isBetween({ minimum: 610, maximum: 10_000_000 })) }),
+  Schema.Struct({
+    kind: Schema.Literals(["fresh", "fresh with 0xFF"]),
+    age: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 590 }))
+  }),
+  Schema.Struct({
+    kind: Schema.Literal("old"),
+    age: Schema.Int.check(Schema.isBetween({ minimum: 610, maximum: 10_000_000 }))
+  }),
   Schema.Struct({ kind: Schema.Literal("bytes"), bytes: Schema.Uint8Array })
 ])
 type Value = typeof Value.Type
@@ -49,7 +55,8 @@ const Case = { trackers: Schema.Array(Schema.Tuple([Field, Value])).check(Schema
 type Case = { readonly trackers: ReadonlyArray<readonly [Field, Value]> }
 
 const pidOf = (thread: number) => `host-${thread}:4242:abc`
-const workFor = (worker: string) => JSON.stringify({ queue: "default", payload: JSON.stringify({ class: worker, args: [] }), run_at: 1 })
+const workFor = (worker: string) =>
+  JSON.stringify({ queue: "default", payload: JSON.stringify({ class: worker, args: [] }), run_at: 1 })
 
 const fieldBytes = (field: Field): Buffer => {
   switch (field.kind) {
@@ -90,20 +97,27 @@ class Keys extends Context.Service<Keys, {
   hgetall(key: string): Effect.Effect<ReadonlyArray<readonly [Buffer, Buffer]>>
 }>()("test/layers/ConcurrencyLimits.trackers/Keys") {}
 
-const KeysMemory = Layer.effect(Keys, Effect.map(MemoryRedis, (redis) =>
-  Keys.of({
-    flush: Effect.sync(() => redis.flushAll()),
-    hset: (key, entries) => Effect.sync(() => void (entries.length > 0 && redis.hset(key, entries))),
-    hgetall: (key) => Effect.sync(() => redis.hgetallBuffer(key))
-  })))
+const KeysMemory = Layer.effect(
+  Keys,
+  Effect.map(MemoryRedis, (redis) =>
+    Keys.of({
+      flush: Effect.sync(() => redis.flushAll()),
+      hset: (key, entries) => Effect.sync(() => void (entries.length > 0 && redis.hset(key, entries))),
+      hgetall: (key) => Effect.sync(() => redis.hgetallBuffer(key))
+    }))
+)
 
-const KeysRedis = Layer.effect(Keys, Effect.map(Redis, ({ client }) =>
-  Keys.of({
-    flush: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
-    hset: (key, entries) => Effect.promise(async () => void (entries.length > 0 && await client.hset(key, ...entries.flat()))),
-    // callBuffer: ioredis's hgetallBuffer keys its result by the field decoded as text.
-    hgetall: (key) => Effect.promise(async () => pairs(await client.callBuffer("HGETALL", key) as Array<Buffer>))
-  })))
+const KeysRedis = Layer.effect(
+  Keys,
+  Effect.map(Redis, ({ client }) =>
+    Keys.of({
+      flush: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
+      hset: (key, entries) =>
+        Effect.promise(async () => void (entries.length > 0 && await client.hset(key, ...entries.flat()))),
+      // callBuffer: ioredis's hgetallBuffer keys its result by the field decoded as text.
+      hgetall: (key) => Effect.promise(async () => pairs(await client.callBuffer("HGETALL", key) as Array<Buffer>))
+    }))
+)
 
 /** HGETALL's flat reply as pairs (asked for as Buffers: field names may not be UTF-8). */
 const pairs = (flat: ReadonlyArray<Buffer>) => {
@@ -126,7 +140,11 @@ const checkCase = (c: Case) =>
     const work = new Map<string, { pid: string; tid: string; job: string }>()
     for (const [field, value] of c.trackers) {
       const bytes = fieldBytes(field)
-      trackers.set(hex(bytes), { field: bytes, value: valueBytes(value, nowSeconds), stale: expectedStale(field, value) })
+      trackers.set(hex(bytes), {
+        field: bytes,
+        value: valueBytes(value, nowSeconds),
+        stale: expectedStale(field, value)
+      })
       if (field.kind !== "thread") continue
       const tid = `t${field.thread}`
       if (field.badByte) {
@@ -139,14 +157,23 @@ const checkCase = (c: Case) =>
       if (field.runs === "nothing") work.delete(`${pid}/${tid}`)
       else work.set(`${pid}/${tid}`, { pid, tid, job: workFor(field.runs === "this worker" ? W : "OtherWorker") })
     }
-    for (const { job, pid, tid } of work.values()) yield* keys.hset(processWorkKey(pid), [[Buffer.from(tid), Buffer.from(job)]])
-    yield* keys.hset(K.executing, [...trackers.values()].map(({ field, value }) => [field, value] as const))
+    for (const { job, pid, tid } of work.values()) {
+      yield* keys.hset(processWorkKey(pid), [[Buffer.from(tid), Buffer.from(job)]])
+    }
+    yield* keys.hset(
+      K.executing,
+      [...trackers.values()].map(({ field, value }) => [field, value] as const)
+    )
 
     const removed = yield* limits.cleanupStaleTrackers(W)
 
     const left = (yield* keys.hgetall(K.executing)).map(([field, value]) => `${hex(field)}=${hex(value)}`).sort()
     const kept = [...trackers.values()].filter((t) => !t.stale)
-    assert.deepStrictEqual(left, kept.map(({ field, value }) => `${hex(field)}=${hex(value)}`).sort(), "exactly the live trackers are left, byte for byte")
+    assert.deepStrictEqual(
+      left,
+      kept.map(({ field, value }) => `${hex(field)}=${hex(value)}`).sort(),
+      "exactly the live trackers are left, byte for byte"
+    )
     assert.strictEqual(removed, trackers.size - kept.length, "every stale tracker removed and counted")
   })
 
@@ -155,9 +182,24 @@ const configFor = { concurrencyLimits: { [W]: { limit: 3, queue: "default" } } }
 /** Fixed cases the arbitraries might not hit in a short run: issue 7's 0xFF in each place. */
 const examples: ReadonlyArray<Case> = [
   { trackers: [[{ kind: "thread", thread: 1, runs: "nothing", badByte: true }, { kind: "old", age: 900 }]] },
-  { trackers: [[{ kind: "thread", thread: 1, runs: "this worker", badByte: false }, { kind: "fresh with 0xFF", age: 10 }]] },
-  { trackers: [[{ kind: "thread", thread: 2, runs: "nothing", badByte: false }, { kind: "bytes", bytes: new Uint8Array([0x31, 0x32]) }]] },
-  { trackers: [[{ kind: "bytes", bytes: new Uint8Array([0x61, 0x3a, 0x74]) }, { kind: "fresh", age: 5 }], [{ kind: "bytes", bytes: new Uint8Array([]) }, { kind: "old", age: 700 }]] }
+  {
+    trackers: [[{ kind: "thread", thread: 1, runs: "this worker", badByte: false }, {
+      kind: "fresh with 0xFF",
+      age: 10
+    }]]
+  },
+  {
+    trackers: [[{ kind: "thread", thread: 2, runs: "nothing", badByte: false }, {
+      kind: "bytes",
+      bytes: new Uint8Array([0x31, 0x32])
+    }]]
+  },
+  {
+    trackers: [[{ kind: "bytes", bytes: new Uint8Array([0x61, 0x3a, 0x74]) }, { kind: "fresh", age: 5 }], [{
+      kind: "bytes",
+      bytes: new Uint8Array([])
+    }, { kind: "old", age: 700 }]]
+  }
 ]
 
 const Memory = Layer.mergeAll(ConcurrencyLimitsMemory, KeysMemory).pipe(
@@ -168,9 +210,14 @@ const Memory = Layer.mergeAll(ConcurrencyLimitsMemory, KeysMemory).pipe(
 describe("stale executing trackers over arbitrary bytes (memory)", () => {
   it.effect("issue 7's cases: 0xFF in a field, a fresh value, an old value", () =>
     Effect.forEach(examples, checkCase, { discard: true }).pipe(Effect.provide(Memory)))
-  it.effect.prop("exactly the stale trackers removed, the rest byte for byte", Case, (c) => checkCase(c).pipe(Effect.provide(Memory)), {
-    arbitrary: { runs: 200 }
-  })
+  it.effect.prop(
+    "exactly the stale trackers removed, the rest byte for byte",
+    Case,
+    (c) => checkCase(c).pipe(Effect.provide(Memory)),
+    {
+      arbitrary: { runs: 200 }
+    }
+  )
 })
 
 const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, KeysRedis).pipe(
@@ -178,7 +225,13 @@ const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, KeysRedis).pipe(
   Layer.provideMerge(SweeperConfig.layerWith(configFor))
 )
 
-layer(RedisPlatform, { excludeTestServices: true, timeout: "60 seconds" })("stale executing trackers over arbitrary bytes (real Redis)", (it) => {
-  it.effect("issue 7's cases: 0xFF in a field, a fresh value, an old value", () => Effect.forEach(examples, checkCase, { discard: true }))
-  it.effect.prop("exactly the stale trackers removed, the rest byte for byte", Case, checkCase, { arbitrary: { runs: 80 } })
-})
+layer(RedisPlatform, { excludeTestServices: true, timeout: "60 seconds" })(
+  "stale executing trackers over arbitrary bytes (real Redis)",
+  (it) => {
+    it.effect("issue 7's cases: 0xFF in a field, a fresh value, an old value", () =>
+      Effect.forEach(examples, checkCase, { discard: true }))
+    it.effect.prop("exactly the stale trackers removed, the rest byte for byte", Case, checkCase, {
+      arbitrary: { runs: 80 }
+    })
+  }
+)

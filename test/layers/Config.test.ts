@@ -30,7 +30,10 @@ describe("SWEEPER_DROP_BATCH_SIZE", () => {
     Effect.gen(function*() {
       assert.deepStrictEqual(yield* load({ SWEEPER_DROP_BATCH_SIZE: "1000" }), { dropBatchSize: 1000, pageSize: 1000 })
       assert.deepStrictEqual(yield* load({ SWEEPER_DROP_BATCH_SIZE: "1" }), { dropBatchSize: 1, pageSize: 1 })
-      assert.deepStrictEqual(yield* load({ SWEEPER_DROP_BATCH_SIZE: "10000" }), { dropBatchSize: 10000, pageSize: 10000 })
+      assert.deepStrictEqual(yield* load({ SWEEPER_DROP_BATCH_SIZE: "10000" }), {
+        dropBatchSize: 10000,
+        pageSize: 10000
+      })
     }))
 
   for (const bad of ["0", "-5", "10001", "2.5", "many"]) {

@@ -3,12 +3,18 @@
  * PostgreSQL (a fresh migrated database per test). Timestamps come from a frozen Clock, run ids from
  * CurrentRun, exactly as the run guard provides them.
  */
-import { assert, describe, it, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
-import { BuildDropped, type DomainEvent, RunFinished, RunStarted, StaleDirectUploadDeleted } from "../../src/domain/Events.ts"
+import {
+  BuildDropped,
+  type DomainEvent,
+  RunFinished,
+  RunStarted,
+  StaleDirectUploadDeleted
+} from "../../src/domain/Events.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
@@ -30,7 +36,8 @@ const inRun = (runId: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 
 const append = (event: DomainEvent) => Effect.flatMap(EventLog, (log) => log.append(event))
 
-const dropped = (id: number) => new BuildDropped({ id, project_id: 10 + id, runner_id: id % 2 === 0 ? null : 7, failure_reason: 3 })
+const dropped = (id: number) =>
+  new BuildDropped({ id, project_id: 10 + id, runner_id: id % 2 === 0 ? null : 7, failure_reason: 3 })
 const started = (batch: string, runId: string) =>
   new RunStarted({ batch, run_id: runId, scheduled_at: null, node: "n1", trigger: "manual", dryRun: false })
 
@@ -38,7 +45,8 @@ const started = (batch: string, runId: string) =>
 type Register = (name: string, body: Effect.Effect<void, unknown, EventLog>) => void
 
 const eventLogContract = (test: Register) => {
-  test("append stores stream, type, data, run id from CurrentRun and occurred_at from the Clock",
+  test(
+    "append stores stream, type, data, run id from CurrentRun and occurred_at from the Clock",
     Effect.gen(function*() {
       const log = yield* EventLog
       const runId = randomUUID()
@@ -56,21 +64,49 @@ const eventLogContract = (test: Register) => {
     })
   )
 
-  test("data round-trips nested JSON (summary objects, arrays, nulls, unicode); absent optional keys stay absent",
+  test(
+    "data round-trips nested JSON (summary objects, arrays, nulls, unicode); absent optional keys stay absent",
     Effect.gen(function*() {
       const log = yield* EventLog
-      const summary = { dropped: 250, nested: { list: [1, "two", null, true], empty: {} }, text: "ünïcødé \"quoted\" \\ 💥" }
+      const summary = {
+        dropped: 250,
+        nested: { list: [1, "two", null, true], empty: {} },
+        text: "ünïcødé \"quoted\" \\ 💥"
+      }
       yield* append(new RunFinished({ batch: "b", outcome: "succeeded", summary, duration_ms: 1234.5, dryRun: false }))
-      yield* append(new RunFinished({ batch: "b", outcome: "failed", summary: null, duration_ms: 0, dryRun: true, error: "Error: x" }))
+      yield* append(
+        new RunFinished({
+          batch: "b",
+          outcome: "failed",
+          summary: null,
+          duration_ms: 0,
+          dryRun: true,
+          error: "Error: x"
+        })
+      )
       const [ok, failed] = yield* log.query({ stream: "batch:b" })
-      assert.deepStrictEqual(ok!.data, { batch: "b", outcome: "succeeded", summary, duration_ms: 1234.5, dryRun: false })
+      assert.deepStrictEqual(ok!.data, {
+        batch: "b",
+        outcome: "succeeded",
+        summary,
+        duration_ms: 1234.5,
+        dryRun: false
+      })
       assert.isFalse(Object.hasOwn(ok!.data, "error"))
-      assert.deepStrictEqual(failed!.data, { batch: "b", outcome: "failed", summary: null, duration_ms: 0, dryRun: true, error: "Error: x" })
+      assert.deepStrictEqual(failed!.data, {
+        batch: "b",
+        outcome: "failed",
+        summary: null,
+        duration_ms: 0,
+        dryRun: true,
+        error: "Error: x"
+      })
       assert.isNull(ok!.runId)
     })
   )
 
-  test("streams follow streamOf for every kind of event",
+  test(
+    "streams follow streamOf for every kind of event",
     Effect.gen(function*() {
       const log = yield* EventLog
       yield* append(started("drop-canceling-builds", randomUUID()))
@@ -85,7 +121,8 @@ const eventLogContract = (test: Register) => {
     })
   )
 
-  test("query filters: stream, streamPrefix (LIKE metacharacters literal), type, runId, since/until, order, limit",
+  test(
+    "query filters: stream, streamPrefix (LIKE metacharacters literal), type, runId, since/until, order, limit",
     Effect.gen(function*() {
       const log = yield* EventLog
       const runA = randomUUID()
@@ -94,11 +131,18 @@ const eventLogContract = (test: Register) => {
       yield* append(dropped(1)).pipe(inRun(runA), at("2026-01-01T01:00:00Z"))
       yield* append(dropped(2)).pipe(inRun(runA), at("2026-01-01T02:00:00Z"))
       yield* append(dropped(3)).pipe(inRun(runB), at("2026-01-01T03:00:00Z"))
-      yield* append(new StaleDirectUploadDeleted({ location: "a_b", path: "p", preparedAt: 0 })).pipe(at("2026-01-01T04:00:00Z"))
-      yield* append(new StaleDirectUploadDeleted({ location: "aXb", path: "p", preparedAt: 0 })).pipe(at("2026-01-01T05:00:00Z"))
-      yield* append(new StaleDirectUploadDeleted({ location: "a%", path: "p", preparedAt: 0 })).pipe(at("2026-01-01T06:00:00Z"))
+      yield* append(new StaleDirectUploadDeleted({ location: "a_b", path: "p", preparedAt: 0 })).pipe(
+        at("2026-01-01T04:00:00Z")
+      )
+      yield* append(new StaleDirectUploadDeleted({ location: "aXb", path: "p", preparedAt: 0 })).pipe(
+        at("2026-01-01T05:00:00Z")
+      )
+      yield* append(new StaleDirectUploadDeleted({ location: "a%", path: "p", preparedAt: 0 })).pipe(
+        at("2026-01-01T06:00:00Z")
+      )
 
-      const streams = (filter: Parameters<typeof log.query>[0]) => Effect.map(log.query(filter), (es) => es.map((e) => e.stream))
+      const streams = (filter: Parameters<typeof log.query>[0]) =>
+        Effect.map(log.query(filter), (es) => es.map((e) => e.stream))
 
       assert.deepStrictEqual(yield* streams({ stream: "build:2" }), ["build:2"])
       assert.deepStrictEqual(yield* streams({ stream: "build:" }), [])
@@ -111,19 +155,32 @@ const eventLogContract = (test: Register) => {
       assert.deepStrictEqual(yield* streams({ runId: runA }), ["batch:alpha", "build:1", "build:2"])
       assert.deepStrictEqual(yield* streams({ runId: runB }), ["build:3"])
       // since is inclusive, until exclusive.
-      assert.deepStrictEqual(yield* streams({ since: new Date("2026-01-01T02:00:00Z"), until: new Date("2026-01-01T04:00:00Z") }), [
-        "build:2",
-        "build:3"
-      ])
+      assert.deepStrictEqual(
+        yield* streams({ since: new Date("2026-01-01T02:00:00Z"), until: new Date("2026-01-01T04:00:00Z") }),
+        [
+          "build:2",
+          "build:3"
+        ]
+      )
       assert.deepStrictEqual(yield* streams({ since: new Date("2026-01-01T05:30:00Z") }), ["direct_upload:a%:p"])
       assert.deepStrictEqual(yield* streams({ until: new Date("2026-01-01T01:00:00Z") }), ["batch:alpha"])
       // Order and limit: newest first takes the newest N.
-      assert.deepStrictEqual(yield* streams({ type: "BuildDropped", newestFirst: true }), ["build:3", "build:2", "build:1"])
-      assert.deepStrictEqual(yield* streams({ type: "BuildDropped", newestFirst: true, limit: 2 }), ["build:3", "build:2"])
+      assert.deepStrictEqual(yield* streams({ type: "BuildDropped", newestFirst: true }), [
+        "build:3",
+        "build:2",
+        "build:1"
+      ])
+      assert.deepStrictEqual(yield* streams({ type: "BuildDropped", newestFirst: true, limit: 2 }), [
+        "build:3",
+        "build:2"
+      ])
       assert.deepStrictEqual(yield* streams({ type: "BuildDropped", limit: 2 }), ["build:1", "build:2"])
       assert.deepStrictEqual(yield* streams({ limit: 0 }), [])
       // Filters combine.
-      assert.deepStrictEqual(yield* streams({ streamPrefix: "build:", runId: runA, since: new Date("2026-01-01T01:30:00Z") }), ["build:2"])
+      assert.deepStrictEqual(
+        yield* streams({ streamPrefix: "build:", runId: runA, since: new Date("2026-01-01T01:30:00Z") }),
+        ["build:2"]
+      )
       // Ids grow in append order.
       const ids = (yield* log.query({})).map((e) => e.id)
       assert.deepStrictEqual(ids, [...ids].sort((a, b) => a - b))
@@ -131,7 +188,8 @@ const eventLogContract = (test: Register) => {
     })
   )
 
-  test("transaction commits its events when it succeeds",
+  test(
+    "transaction commits its events when it succeeds",
     Effect.gen(function*() {
       const log = yield* EventLog
       const result = yield* log.transaction(Effect.gen(function*() {
@@ -144,7 +202,8 @@ const eventLogContract = (test: Register) => {
     })
   )
 
-  test("transaction rolls back the events of a failed transaction, keeping earlier ones",
+  test(
+    "transaction rolls back the events of a failed transaction, keeping earlier ones",
     Effect.gen(function*() {
       const log = yield* EventLog
       yield* append(dropped(1))
@@ -155,14 +214,17 @@ const eventLogContract = (test: Register) => {
       })).pipe(Effect.flip)
       assert.strictEqual((error as Boom)._tag, "Boom")
       // A defect rolls back as well.
-      const exit = yield* log.transaction(append(dropped(4)).pipe(Effect.andThen(Effect.die("kaboom")))).pipe(Effect.exit)
+      const exit = yield* log.transaction(append(dropped(4)).pipe(Effect.andThen(Effect.die("kaboom")))).pipe(
+        Effect.exit
+      )
       assert.isTrue(exit._tag === "Failure")
       yield* append(dropped(5))
       assert.deepStrictEqual((yield* log.query({})).map((e) => e.stream), ["build:1", "build:5"])
     })
   )
 
-  test("a failed inner transaction caught inside an outer one rolls back only its own events",
+  test(
+    "a failed inner transaction caught inside an outer one rolls back only its own events",
     Effect.gen(function*() {
       const log = yield* EventLog
       yield* log.transaction(Effect.gen(function*() {
@@ -197,7 +259,8 @@ describe("EventLog contract", () => {
         const sql = yield* PgClient.PgClient
         const insertBuild = (id: number) =>
           sql`INSERT INTO ci_builds (id, project_id, status) VALUES (${id}, 1, 'canceling')`
-        const count = (id: number) => Effect.map(sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE id = ${id}`, (r) => Number(r[0]!.n))
+        const count = (id: number) =>
+          Effect.map(sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE id = ${id}`, (r) => Number(r[0]!.n))
 
         yield* log.transaction(insertBuild(1).pipe(Effect.andThen(append(dropped(1)))))
         assert.strictEqual(yield* count(1), 1)
@@ -217,7 +280,6 @@ describe("EventLog contract", () => {
         })).pipe(Effect.flip)
         assert.strictEqual((conflict as { _tag: string })._tag, "SqlError")
         assert.deepStrictEqual((yield* log.query({})).map((e) => e.stream), ["build:1"])
-
       }))
   })
 })

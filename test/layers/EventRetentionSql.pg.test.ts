@@ -4,8 +4,8 @@
  * page, the boundary is exact, every batch's folded state survives, and the page and kept-set scans
  * use the indexes migration 0004 adds.
  */
-import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
 import { foldHistory, unfinishedRuns } from "../../src/domain/BatchState.ts"
 import type { StoredEvent } from "../../src/domain/Events.ts"
@@ -14,12 +14,12 @@ import { MemoryBackends } from "../../src/layers/App.ts"
 import { SweeperConfig, TuningFromConfig } from "../../src/layers/Config.ts"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { EventRetentionSql, keptQuery, prunePageQuery } from "../../src/layers/EventRetentionSql.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { PruneEvents } from "../../src/programs/PruneEvents.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { randomHistory, type SeedEvent } from "../support/eventHistory.ts"
 import { holdLocks, PgTest } from "../support/postgres.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 // The real clock (the pool and the run guard's lease renewal need it): runs judge at NOW via asOf,
 // which is in the past by then, so the cutoff is exactly NOW − 90 days.
@@ -42,16 +42,30 @@ const reset = Effect.gen(function*() {
 const insert = (events: ReadonlyArray<SeedEvent>) =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
-    const rows = events.map((e) => ({ stream: e.stream, type: e.type, data: e.data, run_id: e.runId, occurred_at: e.occurredAt.toISOString() }))
+    const rows = events.map((e) => ({
+      stream: e.stream,
+      type: e.type,
+      data: e.data,
+      run_id: e.runId,
+      occurred_at: e.occurredAt.toISOString()
+    }))
     yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
       SELECT e.stream, e.type, e.data, e.run_id::uuid, e.occurred_at
-      FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (stream text, type text, data jsonb, run_id text, occurred_at timestamptz))
+      FROM ROWS FROM (jsonb_to_recordset(${
+      sql.json(rows)
+    }) AS (stream text, type text, data jsonb, run_id text, occurred_at timestamptz))
         WITH ORDINALITY AS e(stream, type, data, run_id, occurred_at, n)
       ORDER BY e.n`
   })
 
 const repairsAt = (times: ReadonlyArray<number>): ReadonlyArray<SeedEvent> =>
-  times.map((time, i) => ({ stream: `export_job:${i}`, type: "ExportJobFailed", data: { id: i }, runId: null, occurredAt: new Date(time) }))
+  times.map((time, i) => ({
+    stream: `export_job:${i}`,
+    type: "ExportJobFailed",
+    data: { id: i },
+    runId: null,
+    occurredAt: new Date(time)
+  }))
 
 const all = Effect.gen(function*() {
   return yield* (yield* EventLog).query({})
@@ -65,7 +79,8 @@ const folds = (events: ReadonlyArray<StoredEvent>) => {
   }))
 }
 
-const prune = (options: { dryRun?: boolean; budget?: Duration.Duration } = {}) => runBatch(PruneEvents, { trigger: "manual", asOf: new Date(NOW_MS), ...options })
+const prune = (options: { dryRun?: boolean; budget?: Duration.Duration } = {}) =>
+  runBatch(PruneEvents, { trigger: "manual", asOf: new Date(NOW_MS), ...options })
 
 layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRetentionSql (real PostgreSQL)", (it) => {
   it.effect("the SQL kept set is the domain rule's, on random histories and cutoffs", () =>
@@ -89,7 +104,9 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
     Effect.gen(function*() {
       yield* reset
       yield* insert([
-        ...randomHistory(9, { start: new Date(NOW_MS - 200 * DAY), steps: 700, stepMinutes: 400 }).filter((e) => e.occurredAt.getTime() < NOW_MS - DAY),
+        ...randomHistory(9, { start: new Date(NOW_MS - 200 * DAY), steps: 700, stepMinutes: 400 }).filter((e) =>
+          e.occurredAt.getTime() < NOW_MS - DAY
+        ),
         ...repairsAt([CUTOFF - 1, CUTOFF, CUTOFF + 1])
       ])
       const before = yield* all
@@ -106,7 +123,10 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
       // Exactly the events the domain rule names went; every batch folds the same.
       const gone = new Set(prunable(before, new Date(CUTOFF)).map((e) => e.id))
       const seeded = before.length
-      assert.deepStrictEqual(after.filter((e) => e.id <= seeded).map((e) => e.id), before.filter((e) => !gone.has(e.id)).map((e) => e.id))
+      assert.deepStrictEqual(
+        after.filter((e) => e.id <= seeded).map((e) => e.id),
+        before.filter((e) => !gone.has(e.id)).map((e) => e.id)
+      )
       assert.deepStrictEqual(folds(after.filter((e) => e.stream !== "batch:prune-events")), folds(before))
       const boundary = after.filter((e) => e.type === "ExportJobFailed").map((e) => e.occurredAt.getTime())
       assert.deepStrictEqual(boundary, [CUTOFF, CUTOFF + 1])
@@ -114,7 +134,10 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
       const pages = after.filter((e) => e.type === "EventsPruned")
       assert.strictEqual(pages.length, summary.pages)
       assert.strictEqual(pages.reduce((n, e) => n + Number(e.data.count), 0), summary.pruned)
-      assert.deepStrictEqual(after.filter((e) => e.runId === result.runId).map((e) => e.type).filter((t) => t.startsWith("Run")), ["RunStarted", "RunFinished"])
+      assert.deepStrictEqual(
+        after.filter((e) => e.runId === result.runId).map((e) => e.type).filter((t) => t.startsWith("Run")),
+        ["RunStarted", "RunFinished"]
+      )
     }))
 
   it.effect("events another transaction holds are skipped, counted once and logged, within the budget; the next run prunes them", () =>
@@ -128,7 +151,14 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
       assert.isBelow(Date.now() - started, 5_000, "the prune waited for the held rows")
       assert.strictEqual(result.outcome, "succeeded", result.error)
       assert.deepStrictEqual(result.summary, {
-        before: new Date(CUTOFF).toISOString(), pruned: 97, keptForState: 0, pages: 10, executionTimeout: false, skippedLocked: 3, heldMs: 0, heldBy: []
+        before: new Date(CUTOFF).toISOString(),
+        pruned: 97,
+        keptForState: 0,
+        pages: 10,
+        executionTimeout: false,
+        skippedLocked: 3,
+        heldMs: 0,
+        heldBy: []
       })
       assert.deepStrictEqual((yield* all).filter((e) => e.type === "ExportJobFailed").map((e) => e.id), [3, 4, 57, 101])
       yield* release
@@ -157,7 +187,9 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
       const plans = yield* sql.withTransaction(Effect.gen(function*() {
         // Priced as on a large table (an empty one is scanned sequentially either way).
         yield* sql`SET LOCAL enable_seqscan = off`
-        const page = yield* sql<{ "QUERY PLAN": string }>`EXPLAIN ${prunePageQuery(sql, new Date(CUTOFF), [1, 2], 10_000)}`
+        const page = yield* sql<{ "QUERY PLAN": string }>`EXPLAIN ${
+          prunePageQuery(sql, new Date(CUTOFF), [1, 2], 10_000)
+        }`
         const kept = yield* sql<{ "QUERY PLAN": string }>`EXPLAIN ${keptQuery(sql, new Date(CUTOFF))}`
         return { page: page.map((r) => r["QUERY PLAN"]).join("\n"), kept: kept.map((r) => r["QUERY PLAN"]).join("\n") }
       }))

@@ -4,8 +4,8 @@
  * the rows `FOR UPDATE`: the slice write skips them at once and names them (`locked`), fails the
  * rest, leaves them queued/started with no event; once the lock is gone the same write fails them.
  */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Context, DateTime, Duration, Effect, Layer } from "effect"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { ExportJobsSql } from "../../src/layers/ExportJobsSql.ts"
@@ -26,40 +26,53 @@ class Rows extends Context.Service<Rows, {
   hold(ids: ReadonlyArray<number>): Effect.Effect<Effect.Effect<void>>
 }>()("test/layers/ExportJobs.contract/Rows") {}
 
-const memory = Layer.effect(Rows, Effect.gen(function*() {
-  const state = yield* MemoryExportJobs
-  return Rows.of({
-    seed: (ids) => Effect.sync(() => {
-      for (const id of ids) state.jobs.set(id, { id, projectId: 5, jid: `j${id}`, status: 0, createdAt: CREATED, updatedAt: CREATED })
-    }),
-    statusOf: (id) => Effect.sync(() => state.jobs.get(id)!.status),
-    hold: (ids) => Effect.sync(() => {
-      for (const id of ids) state.locked.add(id)
-      return Effect.sync(() => ids.forEach((id) => state.locked.delete(id)))
+const memory = Layer.effect(
+  Rows,
+  Effect.gen(function*() {
+    const state = yield* MemoryExportJobs
+    return Rows.of({
+      seed: (ids) =>
+        Effect.sync(() => {
+          for (const id of ids) {
+            state.jobs.set(id, { id, projectId: 5, jid: `j${id}`, status: 0, createdAt: CREATED, updatedAt: CREATED })
+          }
+        }),
+      statusOf: (id) => Effect.sync(() => state.jobs.get(id)!.status),
+      hold: (ids) =>
+        Effect.sync(() => {
+          for (const id of ids) state.locked.add(id)
+          return Effect.sync(() => ids.forEach((id) => state.locked.delete(id)))
+        })
     })
   })
-})).pipe(Layer.provideMerge(ExportJobsMemory), Layer.provideMerge(EventLogMemory))
+).pipe(Layer.provideMerge(ExportJobsMemory), Layer.provideMerge(EventLogMemory))
 
-const postgres = Layer.effect(Rows, Effect.gen(function*() {
-  const sql = yield* PgClient.PgClient
-  const url = yield* TestDatabaseUrl
-  const created = DateTime.toDateUtc(CREATED)
-  return Rows.of({
-    seed: (ids) => Effect.orDie(Effect.gen(function*() {
-      yield* sql`INSERT INTO namespaces (id, name, path) VALUES (1, 'g', 'g')`
-      yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (5, 1, 'p', 'p')`
-      yield* sql`INSERT INTO project_export_jobs (id, project_id, jid, status, created_at, updated_at)
+const postgres = Layer.effect(
+  Rows,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const url = yield* TestDatabaseUrl
+    const created = DateTime.toDateUtc(CREATED)
+    return Rows.of({
+      seed: (ids) =>
+        Effect.orDie(Effect.gen(function*() {
+          yield* sql`INSERT INTO namespaces (id, name, path) VALUES (1, 'g', 'g')`
+          yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (5, 1, 'p', 'p')`
+          yield* sql`INSERT INTO project_export_jobs (id, project_id, jid, status, created_at, updated_at)
         SELECT i, 5, 'j' || i, 0, ${created}, ${created} FROM unnest(${ids}::bigint[]) AS i`
-    })),
-    statusOf: (id) => Effect.orDie(Effect.map(
-      sql<{ status: number }>`SELECT status FROM project_export_jobs WHERE id = ${id}`,
-      (rows) => rows[0]!.status
-    )),
-    hold: (ids) => holdLocks((other) => other`SELECT 1 FROM project_export_jobs WHERE id = ANY(${ids}::bigint[]) FOR UPDATE`).pipe(
-      Effect.provideService(TestDatabaseUrl, url)
-    )
+        })),
+      statusOf: (id) =>
+        Effect.orDie(Effect.map(
+          sql<{ status: number }>`SELECT status FROM project_export_jobs WHERE id = ${id}`,
+          (rows) => rows[0]!.status
+        )),
+      hold: (ids) =>
+        holdLocks((other) => other`SELECT 1 FROM project_export_jobs WHERE id = ANY(${ids}::bigint[]) FOR UPDATE`).pipe(
+          Effect.provideService(TestDatabaseUrl, url)
+        )
+    })
   })
-})).pipe(Layer.provideMerge(ExportJobsSql), Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
+).pipe(Layer.provideMerge(ExportJobsSql), Layer.provideMerge(EventLogSql), Layer.provideMerge(PgTest))
 
 const backends: Record<string, Layer.Layer<Rows | ExportJobs | EventLog>> = { memory, postgres: Layer.orDie(postgres) }
 
@@ -68,7 +81,12 @@ const failedStreams = Effect.map(
   (events) => events.map((event) => event.stream)
 )
 const noWait = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  effect.pipe(Effect.timeoutOrElse({ duration: NO_WAIT, orElse: () => Effect.die(new Error("the write waited for a locked row")) }))
+  effect.pipe(
+    Effect.timeoutOrElse({
+      duration: NO_WAIT,
+      orElse: () => Effect.die(new Error("the write waited for a locked row"))
+    })
+  )
 
 for (const [name, backend] of Object.entries(backends)) {
   describe(`ExportJobs contract (${name}): rows held by another transaction`, () => {

@@ -1,6 +1,6 @@
 /** ExportJobsSql on a real PostgreSQL: the reads, and the guards the fail UPDATE carries itself. */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
 import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { ExportJobsSql } from "../../src/layers/ExportJobsSql.ts"
@@ -24,15 +24,20 @@ const seed = Effect.gen(function*() {
 })
 
 const row = (id: number) =>
-  Effect.flatMap(PgClient.PgClient, (sql) =>
-    sql<{ status: number; updated_at: Date }>`SELECT status, updated_at FROM project_export_jobs WHERE id = ${id}`).pipe(
-      Effect.map((rows) => rows[0]!)
-    )
-
-const eventCount = Effect.flatMap(PgClient.PgClient, (sql) =>
-  sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'ExportJobFailed'`).pipe(
-    Effect.map((rows) => Number(rows[0]!.n))
+  Effect.flatMap(
+    PgClient.PgClient,
+    (sql) =>
+      sql<{ status: number; updated_at: Date }>`SELECT status, updated_at FROM project_export_jobs WHERE id = ${id}`
+  ).pipe(
+    Effect.map((rows) => rows[0]!)
   )
+
+const eventCount = Effect.flatMap(
+  PgClient.PgClient,
+  (sql) => sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'ExportJobFailed'`
+).pipe(
+  Effect.map((rows) => Number(rows[0]!.n))
+)
 
 describe("ExportJobsSql", () => {
   it.live("reads queued/started jobs, and re-reads them with their relation export counts", () =>
@@ -71,7 +76,11 @@ describe("ExportJobsSql", () => {
       assert.strictEqual(failed.status, 3)
       assert.strictEqual(failed.updated_at.toISOString(), DateTime.formatIso(NOW))
       const events = yield* sql<{ stream: string; data: unknown }>`SELECT stream, data FROM sweeper_events`
-      assert.deepStrictEqual(events.map((e) => [e.stream, e.data]), [["export_job:1", { id: 1, jid: "j1", project_id: 5 }]])
+      assert.deepStrictEqual(events.map((e) => [e.stream, e.data]), [["export_job:1", {
+        id: 1,
+        jid: "j1",
+        project_id: 5
+      }]])
       // Failing it again is a no-op.
       assert.deepStrictEqual(yield* jobs.failMany([first!], NOW), { failed: [], locked: [] })
       assert.strictEqual(yield* eventCount, 1)
@@ -93,7 +102,9 @@ describe("ExportJobsSql", () => {
       assert.deepStrictEqual(locked, [])
       assert.strictEqual(failed.length, 2498)
       assert.isFalse(failed.includes("jid-7") || failed.includes("jid-8"))
-      const counts = yield* sql<{ status: number; n: string }>`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
+      const counts = yield* sql<
+        { status: number; n: string }
+      >`SELECT status, count(*) AS n FROM project_export_jobs GROUP BY status ORDER BY status`
       assert.deepStrictEqual(counts.map((c) => [c.status, Number(c.n)]), [[0, 1], [2, 1], [3, 2498]])
       const events = yield* sql<{ stream: string; data: { id: number; jid: string; project_id: number } }>`
         SELECT stream, data FROM sweeper_events ORDER BY id`

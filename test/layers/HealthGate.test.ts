@@ -19,7 +19,10 @@ import { HealthReport } from "../../src/services/HealthReport.ts"
 import { prometheusText } from "../../src/services/Metrics.ts"
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
-const UPLOADS: GatedBatch = { name: "delete-stale-direct-uploads", writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] } }
+const UPLOADS: GatedBatch = {
+  name: "delete-stale-direct-uploads",
+  writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] }
+}
 const RESUME: GatedBatch = {
   name: "concurrency-limit-resume",
   writes: { tables: ["sweeper_events"], redisStores: ["queues"], concurrencyLimitQueues: true }
@@ -48,7 +51,9 @@ const seconds = (n: number) => Effect.repeat(second, { times: n - 1 })
 
 const gateEvents = Effect.gen(function*() {
   const events = yield* MemoryEvents
-  return events.filter((e) => e.type === "RepairHeld" || e.type === "RepairReleased").map((e): Record<string, unknown> => ({ type: e.type, ...e.data }))
+  return events.filter((e) => e.type === "RepairHeld" || e.type === "RepairReleased").map((
+    e
+  ): Record<string, unknown> => ({ type: e.type, ...e.data }))
 })
 
 describe("HealthGate layer", () => {
@@ -68,10 +73,23 @@ describe("HealthGate layer", () => {
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
       yield* Effect.yieldNow
-      assert.deepStrictEqual(yield* gateEvents, [{ type: "RepairHeld", batch: DROP.name, signal: "replicationLag", value: 38_000_000, threshold: 8_000_000, stop: "8MB", unit: "bytes" }])
+      assert.deepStrictEqual(yield* gateEvents, [{
+        type: "RepairHeld",
+        batch: DROP.name,
+        signal: "replicationLag",
+        value: 38_000_000,
+        threshold: 8_000_000,
+        stop: "8MB",
+        unit: "bytes"
+      }])
       const report = yield* (yield* HealthReport).snapshot
-      assert.deepStrictEqual(report.holds.map((h) => h.text), ["drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 00:00:01"])
-      assert.include(yield* prometheusText, `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 1`)
+      assert.deepStrictEqual(report.holds.map((h) => h.text), [
+        "drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 00:00:01"
+      ])
+      assert.include(
+        yield* prometheusText,
+        `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 1`
+      )
 
       // Under stop but over resume: still held (hysteresis), re-checked every second.
       values.replicationLagBytes = 5_000_000
@@ -90,7 +108,10 @@ describe("HealthGate layer", () => {
       assert.deepStrictEqual((yield* (yield* HealthReport).snapshot).holds, [])
       const text = yield* prometheusText
       assert.include(text, `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 0`)
-      const counted = Number(/sweeper_repair_held_seconds_total\{batch="drop-canceling-builds",signal="replicationLag"\} ([\d.]+)/.exec(text)?.[1])
+      const counted = Number(
+        /sweeper_repair_held_seconds_total\{batch="drop-canceling-builds",signal="replicationLag"\} ([\d.]+)/.exec(text)
+          ?.[1]
+      )
       assert.isAtLeast(counted, 4)
       // The next unit: healthy again, no new events.
       assert.deepStrictEqual(yield* gate.beforeUnit({ batch: DROP.name }), { proceed: true, heldMs: 0, heldBy: [] })
@@ -108,7 +129,10 @@ describe("HealthGate layer", () => {
       const verdict = yield* Fiber.join(fiber)
       assert.deepStrictEqual(verdict, { proceed: false, heldMs: 2_500, heldBy: ["replicationLag"] })
       const events = yield* gateEvents
-      assert.deepStrictEqual(events.map((e) => [e.type, e.reason]), [["RepairHeld", undefined], ["RepairReleased", "budget"]])
+      assert.deepStrictEqual(events.map((e) => [e.type, e.reason]), [["RepairHeld", undefined], [
+        "RepairReleased",
+        "budget"
+      ]])
     }).pipe(Effect.provide(Gate(LAG))))
 
   it.effect("signals apply to what the batch writes: autovacuum on its tables, memory of its stores, latency of its queues", () =>
@@ -134,7 +158,11 @@ describe("HealthGate layer", () => {
         gate.beforeUnit({ batch: UPLOADS.name, deadlineMillis: 1 }),
         gate.beforeUnit({ batch: RESUME.name, deadlineMillis: 1 })
       ])
-      assert.deepStrictEqual(held.map((v) => [v.proceed, v.heldBy]), [[false, ["autovacuum"]], [false, ["redisMemory"]], [false, ["queueLatency"]]])
+      assert.deepStrictEqual(held.map((v) => [v.proceed, v.heldBy]), [
+        [false, ["autovacuum"]],
+        [false, ["redisMemory"]],
+        [false, ["queueLatency"]]
+      ])
     }).pipe(Effect.provide(Gate({
       autovacuum: { stop: true },
       redisMemory: { stop: 0.9, resume: 0.8 },
@@ -151,7 +179,11 @@ describe("HealthGate layer", () => {
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
       yield* Effect.yieldNow
       const events = yield* gateEvents
-      assert.deepStrictEqual(events.map((e) => [e.signal, e.value, e.unknown]), [["longTransactions", null, "pg_stat_activity: connection refused"]])
+      assert.deepStrictEqual(events.map((e) => [e.signal, e.value, e.unknown]), [[
+        "longTransactions",
+        null,
+        "pg_stat_activity: connection refused"
+      ]])
       const text = yield* prometheusText
       assert.include(text, `sweeper_health_signal_unknown{signal="replicationLag"} 1`)
       assert.include(text, `sweeper_health_signal{signal="replicationLag"} NaN`, "unreadable is no reading, not 0")
@@ -194,7 +226,10 @@ describe("HealthGate layer", () => {
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
       yield* Effect.yieldNow
       assert.deepStrictEqual((yield* gateEvents).map((e) => [e.type, e.signal]), [["RepairHeld", "walRate"]])
-      assert.match((yield* (yield* HealthReport).snapshot).holds[0]!.text, /held by walRate: 50 MB\/s > 3x median \(30 MB\/s\)/)
+      assert.match(
+        (yield* (yield* HealthReport).snapshot).holds[0]!.text,
+        /held by walRate: 50 MB\/s > 3x median \(30 MB\/s\)/
+      )
       yield* at(20e6, 3)
       assert.isUndefined(fiber.pollUnsafe())
       yield* at(15e6, 2)
@@ -224,7 +259,9 @@ describe("HealthGate layer", () => {
       values.replicationLagBytes = 0
       yield* second
       const recovering: Array<number> = []
-      for (let pass = 0; pass < 10; pass++) recovering.push(yield* gate.effectiveLimit({ batch: RESUME.name, worker, limit: 10 }))
+      for (let pass = 0; pass < 10; pass++) {
+        recovering.push(yield* gate.effectiveLimit({ batch: RESUME.name, worker, limit: 10 }))
+      }
       assert.deepStrictEqual(recovering, [2, 3, 4, 5, 6, 7, 8, 9, 10, 10])
       assert.deepStrictEqual((yield* (yield* HealthReport).snapshot).throttled, [{ worker, limit: 10, effective: 10 }])
       // Other batches are held by the same signal as usual.
@@ -234,7 +271,9 @@ describe("HealthGate layer", () => {
       // queueLatency always holds concurrency-limit-resume.
       values.queueLatency = { evidence: 600 }
       yield* second
-      assert.deepStrictEqual((yield* gate.beforeUnit({ batch: RESUME.name, deadlineMillis: 1 })).heldBy, ["queueLatency"])
+      assert.deepStrictEqual((yield* gate.beforeUnit({ batch: RESUME.name, deadlineMillis: 1 })).heldBy, [
+        "queueLatency"
+      ])
     }).pipe(Effect.provide(Gate({ ...LAG, queueLatency: { stop: "5m", resume: "1m" }, throttleLimits: true }))))
 
   it.effect("without throttleLimits the limit is never touched", () =>
@@ -262,5 +301,3 @@ describe("HealthGate layer", () => {
       assert.isTrue(Option.isSome(Option.fromNullishOr(report.signals[0]!.readAt)))
     }).pipe(Effect.provide(Gate({ ...LAG, redisMemory: { stop: 0.9, resume: 0.8 } }))))
 })
-
-

@@ -11,17 +11,20 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import { spawn } from "node:child_process"
 import { HealthSignalsLive } from "../../src/layers/HealthSignalsLive.ts"
 import { HealthSignals, SignalUnreadable } from "../../src/services/HealthSignals.ts"
-import { replicatedPostgres, type ReplicatedPostgres } from "../support/pgStandby.ts"
+import { type ReplicatedPostgres, replicatedPostgres } from "../support/pgStandby.ts"
 
 class Pair extends Context.Service<Pair, ReplicatedPostgres>()("test/HealthSignals/Pair") {}
 const PairLive = Layer.effect(Pair, replicatedPostgres)
 
-const signalsOn = (url: string) => HealthSignalsLive.pipe(Layer.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
+const signalsOn = (url: string) =>
+  HealthSignalsLive.pipe(Layer.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
 
 const readWith = <A, E>(url: string, f: (signals: HealthSignals["Service"]) => Effect.Effect<A, E>) =>
-  Effect.scoped(Effect.gen(function*() {
-    return yield* f(yield* HealthSignals)
-  }).pipe(Effect.provide(signalsOn(url))))
+  Effect.scoped(
+    Effect.gen(function*() {
+      return yield* f(yield* HealthSignals)
+    }).pipe(Effect.provide(signalsOn(url)))
+  )
 
 const sleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))
 
@@ -34,7 +37,14 @@ let backgrounds = 0
  */
 const background = (pair: ReplicatedPostgres, statements: ReadonlyArray<string>) => {
   const name = `health-test-${process.pid}-${++backgrounds}`
-  const child = spawn("psql", [pair.primaryUrl, "-X", "-q", "-v", "ON_ERROR_STOP=1", ...statements.flatMap((s) => ["-c", s])], {
+  const child = spawn("psql", [
+    pair.primaryUrl,
+    "-X",
+    "-q",
+    "-v",
+    "ON_ERROR_STOP=1",
+    ...statements.flatMap((s) => ["-c", s])
+  ], {
     stdio: "ignore",
     env: { ...process.env, PGAPPNAME: name }
   })
@@ -46,137 +56,168 @@ const background = (pair: ReplicatedPostgres, statements: ReadonlyArray<string>)
 
 const SLOW_VACUUM = ["SET vacuum_cost_delay = 100", "SET vacuum_cost_limit = 1"]
 
-layer(PairLive, { excludeTestServices: true, timeout: "60 seconds" })("PostgreSQL health signals (primary + streaming standby)", (it) => {
-  it.effect("replicationLag: replay paused → bytes behind the primary's WAL position; resumed → caught up", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      const caughtUp = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
-      assert.strictEqual(caughtUp.standbys, 1)
-      assert.isBelow(caughtUp.bytes, 1_000_000)
+layer(PairLive, { excludeTestServices: true, timeout: "60 seconds" })(
+  "PostgreSQL health signals (primary + streaming standby)",
+  (it) => {
+    it.effect("replicationLag: replay paused → bytes behind the primary's WAL position; resumed → caught up", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        const caughtUp = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+        assert.strictEqual(caughtUp.standbys, 1)
+        assert.isBelow(caughtUp.bytes, 1_000_000)
 
-      yield* Effect.promise(() => pair.pauseReplay())
-      yield* Effect.promise(() => pair.primary("CREATE TABLE IF NOT EXISTS filler (id int, pad text); INSERT INTO filler SELECT g, repeat('x', 1000) FROM generate_series(1, 8000) g"))
-      const behind = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
-      const measured = yield* Effect.promise(() => pair.lagBytes())
-      assert.isAbove(behind.bytes, 8_000_000, "8000 rows of 1 kB are at least 8 MB of WAL the standby has not replayed")
-      assert.approximately(behind.bytes, measured, 200_000)
+        yield* Effect.promise(() => pair.pauseReplay())
+        yield* Effect.promise(() =>
+          pair.primary(
+            "CREATE TABLE IF NOT EXISTS filler (id int, pad text); INSERT INTO filler SELECT g, repeat('x', 1000) FROM generate_series(1, 8000) g"
+          )
+        )
+        const behind = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+        const measured = yield* Effect.promise(() => pair.lagBytes())
+        assert.isAbove(
+          behind.bytes,
+          8_000_000,
+          "8000 rows of 1 kB are at least 8 MB of WAL the standby has not replayed"
+        )
+        assert.approximately(behind.bytes, measured, 200_000)
 
-      yield* Effect.promise(() => pair.resumeReplay())
-      let after = behind
-      for (let i = 0; i < 100 && after.bytes > 100_000; i++) {
-        yield* sleep(100)
-        after = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
-      }
-      assert.isBelow(after.bytes, 100_000)
-    }))
-
-  it.effect("replicationLag as a duration: replay_lag grows while replay is paused and writes go on", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      yield* Effect.promise(() => pair.pauseReplay())
-      try {
-        for (let i = 0; i < 3; i++) {
-          yield* Effect.promise(() => pair.primary("CREATE TABLE IF NOT EXISTS ticks (at timestamptz); INSERT INTO ticks VALUES (now())"))
-          yield* sleep(700)
-        }
-        const lag = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
-        assert.isAbove(lag.seconds, 1, `replay_lag ${lag.seconds}s after ~2 s of unreplayed writes`)
-      } finally {
         yield* Effect.promise(() => pair.resumeReplay())
-      }
-    }))
+        let after = behind
+        for (let i = 0; i < 100 && after.bytes > 100_000; i++) {
+          yield* sleep(100)
+          after = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+        }
+        assert.isBelow(after.bytes, 100_000)
+      }))
 
-  it.effect("walPosition: advances by the WAL a write generates", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      const before = yield* readWith(pair.primaryUrl, (s) => s.walPosition)
-      yield* Effect.promise(() => pair.primary("CREATE TABLE IF NOT EXISTS wal_burst (pad text); INSERT INTO wal_burst SELECT repeat('y', 1000) FROM generate_series(1, 4000)"))
-      const after = yield* readWith(pair.primaryUrl, (s) => s.walPosition)
-      assert.isAbove(after - before, 4_000_000)
-    }))
+    it.effect("replicationLag as a duration: replay_lag grows while replay is paused and writes go on", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        yield* Effect.promise(() => pair.pauseReplay())
+        try {
+          for (let i = 0; i < 3; i++) {
+            yield* Effect.promise(() =>
+              pair.primary("CREATE TABLE IF NOT EXISTS ticks (at timestamptz); INSERT INTO ticks VALUES (now())")
+            )
+            yield* sleep(700)
+          }
+          const lag = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+          assert.isAbove(lag.seconds, 1, `replay_lag ${lag.seconds}s after ~2 s of unreplayed writes`)
+        } finally {
+          yield* Effect.promise(() => pair.resumeReplay())
+        }
+      }))
 
-  it.effect("vacuuming: a VACUUM on a batch's table (or a partition of it) is seen; other tables are not", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      yield* Effect.promise(() =>
-        pair.primary(`
+    it.effect("walPosition: advances by the WAL a write generates", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        const before = yield* readWith(pair.primaryUrl, (s) => s.walPosition)
+        yield* Effect.promise(() =>
+          pair.primary(
+            "CREATE TABLE IF NOT EXISTS wal_burst (pad text); INSERT INTO wal_burst SELECT repeat('y', 1000) FROM generate_series(1, 4000)"
+          )
+        )
+        const after = yield* readWith(pair.primaryUrl, (s) => s.walPosition)
+        assert.isAbove(after - before, 4_000_000)
+      }))
+
+    it.effect("vacuuming: a VACUUM on a batch's table (or a partition of it) is seen; other tables are not", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        yield* Effect.promise(() =>
+          pair.primary(`
           CREATE TABLE IF NOT EXISTS busy (id int, pad text);
           INSERT INTO busy SELECT g, repeat('z', 200) FROM generate_series(1, 20000) g;
           DELETE FROM busy WHERE id % 2 = 0;
           CREATE TABLE IF NOT EXISTS p_parts (id int, partition_id int, pad text) PARTITION BY LIST (partition_id);
           CREATE TABLE IF NOT EXISTS p_parts_100 PARTITION OF p_parts FOR VALUES IN (100);
           INSERT INTO p_parts SELECT g, 100, repeat('z', 200) FROM generate_series(1, 20000) g;
-          DELETE FROM p_parts WHERE id % 2 = 0;`))
-      assert.deepStrictEqual(yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["busy"])), [])
-      // Cost-based delay makes the VACUUM take seconds instead of milliseconds.
-      const stop = background(pair, [...SLOW_VACUUM, "VACUUM busy"])
-      try {
-        let seen: ReadonlyArray<string> = []
-        for (let i = 0; i < 50 && seen.length === 0; i++) {
-          yield* sleep(100)
-          seen = yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["busy", "ci_builds"]))
+          DELETE FROM p_parts WHERE id % 2 = 0;`)
+        )
+        assert.deepStrictEqual(yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["busy"])), [])
+        // Cost-based delay makes the VACUUM take seconds instead of milliseconds.
+        const stop = background(pair, [...SLOW_VACUUM, "VACUUM busy"])
+        try {
+          let seen: ReadonlyArray<string> = []
+          for (let i = 0; i < 50 && seen.length === 0; i++) {
+            yield* sleep(100)
+            seen = yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["busy", "ci_builds"]))
+          }
+          assert.deepStrictEqual(seen, ["busy"])
+          assert.deepStrictEqual(
+            yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["ci_builds", "sweeper_events"])),
+            []
+          )
+        } finally {
+          yield* stop
         }
-        assert.deepStrictEqual(seen, ["busy"])
-        assert.deepStrictEqual(yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["ci_builds", "sweeper_events"])), [])
-      } finally {
-        yield* stop
-      }
-      const partitions = background(pair, [...SLOW_VACUUM, "VACUUM p_parts_100"])
-      try {
-        let seen: ReadonlyArray<string> = []
-        for (let i = 0; i < 50 && seen.length === 0; i++) {
-          yield* sleep(100)
-          seen = yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["p_parts"]))
+        const partitions = background(pair, [...SLOW_VACUUM, "VACUUM p_parts_100"])
+        try {
+          let seen: ReadonlyArray<string> = []
+          for (let i = 0; i < 50 && seen.length === 0; i++) {
+            yield* sleep(100)
+            seen = yield* readWith(pair.primaryUrl, (s) => s.vacuuming(["p_parts"]))
+          }
+          assert.deepStrictEqual(seen, ["p_parts"], "a partition's vacuum counts for its partitioned parent")
+        } finally {
+          yield* partitions
         }
-        assert.deepStrictEqual(seen, ["p_parts"], "a partition's vacuum counts for its partitioned parent")
-      } finally {
-        yield* partitions
-      }
-    }))
+      }))
 
-  it.effect("oldestTransaction: the age of another connection's open transaction; none open → 0", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      const stop = background(pair, ["BEGIN", "SELECT txid_current()", "SELECT pg_sleep(30)", "COMMIT"])
-      try {
-        yield* sleep(1500)
-        const age = yield* readWith(pair.primaryUrl, (s) => s.oldestTransaction)
-        assert.isAbove(age, 1)
-        assert.isBelow(age, 10)
-      } finally {
-        yield* stop
-      }
-      let age = 1
-      for (let i = 0; i < 50 && age > 0; i++) {
-        yield* sleep(100)
-        age = yield* readWith(pair.primaryUrl, (s) => s.oldestTransaction)
-      }
-      assert.strictEqual(age, 0)
-    }))
+    it.effect("oldestTransaction: the age of another connection's open transaction; none open → 0", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        const stop = background(pair, ["BEGIN", "SELECT txid_current()", "SELECT pg_sleep(30)", "COMMIT"])
+        try {
+          yield* sleep(1500)
+          const age = yield* readWith(pair.primaryUrl, (s) => s.oldestTransaction)
+          assert.isAbove(age, 1)
+          assert.isBelow(age, 10)
+        } finally {
+          yield* stop
+        }
+        let age = 1
+        for (let i = 0; i < 50 && age > 0; i++) {
+          yield* sleep(100)
+          age = yield* readWith(pair.primaryUrl, (s) => s.oldestTransaction)
+        }
+        assert.strictEqual(age, 0)
+      }))
 
-  it.effect("a role without pg_monitor: readings are unreadable (naming the grant), not a false zero; with it they read", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      yield* Effect.promise(() => pair.primary("DROP ROLE IF EXISTS watcher; CREATE ROLE watcher LOGIN"))
-      const watcher = pair.primaryUrl.replace("postgres://postgres@", "postgres://watcher@")
-      const privileges = yield* readWith(watcher, (s) => s.privileges)
-      assert.deepStrictEqual(privileges, { role: "watcher", superuser: false, readAllStats: false, inRecovery: false })
-      for (const read of [(s: HealthSignals["Service"]) => Effect.asVoid(s.replicationLag), (s: HealthSignals["Service"]) => Effect.asVoid(s.oldestTransaction), (s: HealthSignals["Service"]) => Effect.asVoid(s.vacuuming(["busy"]))]) {
-        const error = yield* Effect.flip(readWith(watcher, read))
+    it.effect("a role without pg_monitor: readings are unreadable (naming the grant), not a false zero; with it they read", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        yield* Effect.promise(() => pair.primary("DROP ROLE IF EXISTS watcher; CREATE ROLE watcher LOGIN"))
+        const watcher = pair.primaryUrl.replace("postgres://postgres@", "postgres://watcher@")
+        const privileges = yield* readWith(watcher, (s) => s.privileges)
+        assert.deepStrictEqual(privileges, {
+          role: "watcher",
+          superuser: false,
+          readAllStats: false,
+          inRecovery: false
+        })
+        for (
+          const read of [
+            (s: HealthSignals["Service"]) => Effect.asVoid(s.replicationLag),
+            (s: HealthSignals["Service"]) => Effect.asVoid(s.oldestTransaction),
+            (s: HealthSignals["Service"]) => Effect.asVoid(s.vacuuming(["busy"]))
+          ]
+        ) {
+          const error = yield* Effect.flip(readWith(watcher, read))
+          assert.instanceOf(error, SignalUnreadable)
+          assert.include(error.message, "pg_monitor")
+        }
+        yield* Effect.promise(() => pair.primary("GRANT pg_monitor TO watcher"))
+        assert.strictEqual((yield* readWith(watcher, (s) => s.replicationLag)).standbys, 1)
+        assert.isTrue((yield* readWith(watcher, (s) => s.privileges)).readAllStats)
+      }))
+
+    it.effect("on the standby itself: in recovery, no WAL position to read", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        assert.isTrue((yield* readWith(pair.standbyUrl, (s) => s.privileges)).inRecovery)
+        const error = yield* Effect.flip(readWith(pair.standbyUrl, (s) => s.walPosition))
         assert.instanceOf(error, SignalUnreadable)
-        assert.include(error.message, "pg_monitor")
-      }
-      yield* Effect.promise(() => pair.primary("GRANT pg_monitor TO watcher"))
-      assert.strictEqual((yield* readWith(watcher, (s) => s.replicationLag)).standbys, 1)
-      assert.isTrue((yield* readWith(watcher, (s) => s.privileges)).readAllStats)
-    }))
-
-  it.effect("on the standby itself: in recovery, no WAL position to read", () =>
-    Effect.gen(function*() {
-      const pair = yield* Pair
-      assert.isTrue((yield* readWith(pair.standbyUrl, (s) => s.privileges)).inRecovery)
-      const error = yield* Effect.flip(readWith(pair.standbyUrl, (s) => s.walPosition))
-      assert.instanceOf(error, SignalUnreadable)
-    }))
-})
-
+      }))
+  }
+)

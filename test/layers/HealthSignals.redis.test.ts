@@ -9,13 +9,13 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { Redis as IORedis } from "ioredis"
 import { enqueuedAtMillis, HealthSignalsLive, memoryRatio, promNumber } from "../../src/layers/HealthSignalsLive.ts"
 import { QueuesRedis, SharedStateRedis } from "../../src/layers/Redis.ts"
 import { HealthSignals, SignalUnreadable } from "../../src/services/HealthSignals.ts"
 import { adminUrl } from "../support/postgres.ts"
-import { testPrometheus, type TestPrometheus } from "../support/prometheus.ts"
+import { type TestPrometheus, testPrometheus } from "../support/prometheus.ts"
 import { RedisTopologyTest, startCluster } from "../support/redisTopology.ts"
-import { Redis as IORedis } from "ioredis"
 
 // The PostgreSQL readers are not exercised here; the layer still wants a client (the shared test server).
 const Pg = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
@@ -24,58 +24,66 @@ const Signals = HealthSignalsLive.pipe(Layer.provideMerge(RedisTopologyTest("spl
 
 const infoField = (info: string, field: string) => Number(new RegExp(`^${field}:(\\d+)`, "m").exec(info)![1])
 
-layer(Signals, { excludeTestServices: true, timeout: "60 seconds" })("Redis and Sidekiq signals (real Redis, a server per store)", (it) => {
-  it.effect("redisMemory: used/max per store, each against its own maxmemory", () =>
-    Effect.gen(function*() {
-      const signals = yield* HealthSignals
-      const shared = yield* SharedStateRedis
-      const queues = yield* QueuesRedis
-      // Each store its own limit: SharedState at about a quarter of it, Queues nearly full.
-      const used = infoField(yield* shared.use("INFO", (c) => c.info("memory")), "used_memory")
-      yield* shared.use("CONFIG SET", (c) => c.config("SET", "maxmemory", String(used * 4)))
-      yield* queues.use("SET", (c) => c.set("ballast", "x".repeat(2_000_000)))
-      const queuesUsed = infoField(yield* queues.use("INFO", (c) => c.info("memory")), "used_memory")
-      yield* queues.use("CONFIG SET", (c) => c.config("SET", "maxmemory", String(Math.round(queuesUsed / 0.95))))
-      try {
-        assert.approximately(yield* signals.redisMemory("sharedState"), 0.25, 0.03)
-        assert.approximately(yield* signals.redisMemory("queues"), 0.95, 0.03)
-        // As much again on SharedState: the reading follows.
-        yield* shared.use("SET", (c) => c.set("ballast", "y".repeat(used)))
-        const info = yield* shared.use("INFO", (c) => c.info("memory"))
-        assert.approximately(yield* signals.redisMemory("sharedState"), infoField(info, "used_memory") / infoField(info, "maxmemory"), 0.02)
-        assert.isAbove(yield* signals.redisMemory("sharedState"), 0.4)
-        // QueuesMetadata has no maxmemory: there is no ratio to read.
-        const error = yield* Effect.flip(signals.redisMemory("queuesMetadata"))
-        assert.instanceOf(error, SignalUnreadable)
-        assert.include(error.message, "maxmemory is 0")
-      } finally {
-        yield* shared.use("CONFIG SET", (c) => c.config("SET", "maxmemory", "0")).pipe(Effect.ignore)
-        yield* queues.use("CONFIG SET", (c) => c.config("SET", "maxmemory", "0")).pipe(Effect.ignore)
-      }
-    }))
+layer(Signals, { excludeTestServices: true, timeout: "60 seconds" })(
+  "Redis and Sidekiq signals (real Redis, a server per store)",
+  (it) => {
+    it.effect("redisMemory: used/max per store, each against its own maxmemory", () =>
+      Effect.gen(function*() {
+        const signals = yield* HealthSignals
+        const shared = yield* SharedStateRedis
+        const queues = yield* QueuesRedis
+        // Each store its own limit: SharedState at about a quarter of it, Queues nearly full.
+        const used = infoField(yield* shared.use("INFO", (c) => c.info("memory")), "used_memory")
+        yield* shared.use("CONFIG SET", (c) => c.config("SET", "maxmemory", String(used * 4)))
+        yield* queues.use("SET", (c) => c.set("ballast", "x".repeat(2_000_000)))
+        const queuesUsed = infoField(yield* queues.use("INFO", (c) => c.info("memory")), "used_memory")
+        yield* queues.use("CONFIG SET", (c) => c.config("SET", "maxmemory", String(Math.round(queuesUsed / 0.95))))
+        try {
+          assert.approximately(yield* signals.redisMemory("sharedState"), 0.25, 0.03)
+          assert.approximately(yield* signals.redisMemory("queues"), 0.95, 0.03)
+          // As much again on SharedState: the reading follows.
+          yield* shared.use("SET", (c) => c.set("ballast", "y".repeat(used)))
+          const info = yield* shared.use("INFO", (c) => c.info("memory"))
+          assert.approximately(
+            yield* signals.redisMemory("sharedState"),
+            infoField(info, "used_memory") / infoField(info, "maxmemory"),
+            0.02
+          )
+          assert.isAbove(yield* signals.redisMemory("sharedState"), 0.4)
+          // QueuesMetadata has no maxmemory: there is no ratio to read.
+          const error = yield* Effect.flip(signals.redisMemory("queuesMetadata"))
+          assert.instanceOf(error, SignalUnreadable)
+          assert.include(error.message, "maxmemory is 0")
+        } finally {
+          yield* shared.use("CONFIG SET", (c) => c.config("SET", "maxmemory", "0")).pipe(Effect.ignore)
+          yield* queues.use("CONFIG SET", (c) => c.config("SET", "maxmemory", "0")).pipe(Effect.ignore)
+        }
+      }))
 
-  it.effect("queueLatency: now − enqueued_at of the oldest job (the tail), seconds or Sidekiq 8's milliseconds; empty → 0", () =>
-    Effect.gen(function*() {
-      const signals = yield* HealthSignals
-      const queues = yield* QueuesRedis
-      assert.strictEqual(yield* signals.queueLatency("default"), 0)
-      const now = Date.now()
-      // Sidekiq LPUSHes new jobs at the head: the oldest is at the tail.
-      const job = (jid: string, enqueuedAt: number) => JSON.stringify({ class: "HardWorker", args: [], jid, queue: "default", enqueued_at: enqueuedAt })
-      yield* queues.use("LPUSH", (c) => c.lpush("queue:default", job("old", (now - 3_600_000) / 1000)))
-      yield* queues.use("LPUSH", (c) => c.lpush("queue:default", job("new", now / 1000)))
-      assert.approximately(yield* signals.queueLatency("default"), 3600, 5)
-      // Sidekiq 8: integer milliseconds.
-      yield* queues.use("LPUSH", (c) => c.lpush("queue:mailers", job("ms", now - 600_000)))
-      assert.approximately(yield* signals.queueLatency("mailers"), 600, 5)
-      // Another queue is another latency.
-      assert.strictEqual(yield* signals.queueLatency("issues_rebalancing"), 0)
-      // Not a job: unreadable, never 0.
-      yield* queues.use("RPUSH", (c) => c.rpush("queue:broken", "not json"))
-      const error = yield* Effect.flip(signals.queueLatency("broken"))
-      assert.include(error.message, "queue:broken")
-    }))
-})
+    it.effect("queueLatency: now − enqueued_at of the oldest job (the tail), seconds or Sidekiq 8's milliseconds; empty → 0", () =>
+      Effect.gen(function*() {
+        const signals = yield* HealthSignals
+        const queues = yield* QueuesRedis
+        assert.strictEqual(yield* signals.queueLatency("default"), 0)
+        const now = Date.now()
+        // Sidekiq LPUSHes new jobs at the head: the oldest is at the tail.
+        const job = (jid: string, enqueuedAt: number) =>
+          JSON.stringify({ class: "HardWorker", args: [], jid, queue: "default", enqueued_at: enqueuedAt })
+        yield* queues.use("LPUSH", (c) => c.lpush("queue:default", job("old", (now - 3_600_000) / 1000)))
+        yield* queues.use("LPUSH", (c) => c.lpush("queue:default", job("new", now / 1000)))
+        assert.approximately(yield* signals.queueLatency("default"), 3600, 5)
+        // Sidekiq 8: integer milliseconds.
+        yield* queues.use("LPUSH", (c) => c.lpush("queue:mailers", job("ms", now - 600_000)))
+        assert.approximately(yield* signals.queueLatency("mailers"), 600, 5)
+        // Another queue is another latency.
+        assert.strictEqual(yield* signals.queueLatency("issues_rebalancing"), 0)
+        // Not a job: unreadable, never 0.
+        yield* queues.use("RPUSH", (c) => c.rpush("queue:broken", "not json"))
+        const error = yield* Effect.flip(signals.queueLatency("broken"))
+        assert.include(error.message, "queue:broken")
+      }))
+  }
+)
 
 const ClusterSignals = HealthSignalsLive.pipe(Layer.provideMerge(RedisTopologyTest("cluster")), Layer.provideMerge(Pg))
 
@@ -94,20 +102,28 @@ layer(ClusterSignals, { excludeTestServices: true, timeout: "60 seconds" })("red
             await client.quit()
           }
         })
-      const used = yield* Effect.forEach(ports, (port) => onNode(port, async (c) => infoField(await c.info("memory"), "used_memory")))
+      const used = yield* Effect.forEach(ports, (port) =>
+        onNode(port, async (c) => infoField(await c.info("memory"), "used_memory")))
       // The first master is nearly full, the others at about a tenth.
-      yield* Effect.forEach(ports, (port, i) => onNode(port, (c) => c.config("SET", "maxmemory", String(Math.round(used[i]! / (i === 0 ? 0.9 : 0.1))))))
+      yield* Effect.forEach(ports, (port, i) =>
+        onNode(port, (c) =>
+          c.config("SET", "maxmemory", String(Math.round(used[i]! / (i === 0 ? 0.9 : 0.1))))))
       try {
         assert.approximately(yield* signals.redisMemory("sharedState"), 0.9, 0.05)
       } finally {
-        yield* Effect.forEach(ports, (port) => onNode(port, (c) => c.config("SET", "maxmemory", "0")))
+        yield* Effect.forEach(ports, (port) =>
+          onNode(port, (c) =>
+            c.config("SET", "maxmemory", "0")))
       }
     }))
 })
 
 class Prom extends Context.Service<Prom, TestPrometheus>()("test/HealthSignals/Prom") {}
 
-layer(Layer.mergeAll(Layer.effect(Prom, testPrometheus), Signals), { excludeTestServices: true, timeout: "60 seconds" })(
+layer(Layer.mergeAll(Layer.effect(Prom, testPrometheus), Signals), {
+  excludeTestServices: true,
+  timeout: "60 seconds"
+})(
   "Prometheus signal (a real Prometheus scraping a test exporter)",
   (it) => {
     it.effect("an instant query's number follows the scraped value; several series, or nobody listening, is unreadable", () =>
@@ -141,11 +157,19 @@ describe("parsing what the servers answer", () => {
     assert.strictEqual(memoryRatio("used_memory:500\r\nmaxmemory:0\r\n"), "no-limit")
     assert.strictEqual(enqueuedAtMillis(1_700_000_000.5), 1_700_000_000_500)
     assert.strictEqual(enqueuedAtMillis(1_700_000_000_500), 1_700_000_000_500)
-    assert.deepStrictEqual(promNumber({ status: "success", data: { resultType: "vector", result: [{ metric: {}, value: [1, "0.5"] }] } }), { ok: 0.5 })
-    assert.deepStrictEqual(promNumber({ status: "success", data: { resultType: "scalar", result: [1, "2"] } }), { ok: 2 })
-    assert.deepStrictEqual(promNumber({ status: "error", error: "parse error" }), { error: "parse error" })
-    assert.deepStrictEqual(promNumber({ status: "success", data: { resultType: "vector", result: [{ metric: {}, value: [1, "NaN"] }] } }), {
-      error: "returned \"NaN\", not a number"
+    assert.deepStrictEqual(
+      promNumber({ status: "success", data: { resultType: "vector", result: [{ metric: {}, value: [1, "0.5"] }] } }),
+      { ok: 0.5 }
+    )
+    assert.deepStrictEqual(promNumber({ status: "success", data: { resultType: "scalar", result: [1, "2"] } }), {
+      ok: 2
     })
+    assert.deepStrictEqual(promNumber({ status: "error", error: "parse error" }), { error: "parse error" })
+    assert.deepStrictEqual(
+      promNumber({ status: "success", data: { resultType: "vector", result: [{ metric: {}, value: [1, "NaN"] }] } }),
+      {
+        error: "returned \"NaN\", not a number"
+      }
+    )
   })
 })

@@ -6,12 +6,18 @@ import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer, Random, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { RedisError } from "../../src/domain/Errors.ts"
-import { QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
+import { queueKey, QUEUES_SET } from "../../src/domain/Sidekiq.ts"
 import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
+import {
+  type ClaimHolder,
+  duplicateKey,
+  type JobQueueStore,
+  makeJobQueue,
+  type PreparedJob
+} from "../../src/layers/JobQueueShared.ts"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "../../src/layers/Redis.ts"
-import { type ClaimHolder, duplicateKey, type JobQueueStore, makeJobQueue, type PreparedJob } from "../../src/layers/JobQueueShared.ts"
 import { type EnqueueOutcome, JobQueue } from "../../src/services/JobQueue.ts"
 import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
@@ -27,33 +33,42 @@ class Keys extends Context.Service<Keys, {
 }>()("test/layers/JobQueue/Keys") {}
 
 /** Each key in its GitLab store (SPEC §8.2): claims in QueuesMetadata, the rest in Queues. */
-const RedisKeys = Layer.effect(Keys, Effect.gen(function*() {
-  const queues = yield* QueuesRedis
-  const metadata = yield* QueuesMetadataRedis
-  const store = (key: string) => (key.startsWith("resque:gitlab:duplicate:") ? metadata : queues)
-  return Keys.of({
-    list: (key) => Effect.orDie(store(key).use("LRANGE", (c) => c.lrange(key, 0, -1))),
-    members: (key) => Effect.orDie(store(key).use("SMEMBERS", (c) => c.smembers(key))),
-    get: (key) => Effect.orDie(store(key).use("GET", (c) => c.get(key))),
-    ttl: (key) => Effect.orDie(store(key).use("PTTL", (c) => c.pttl(key))).pipe(Effect.map((ms) => (ms < 0 ? ms : ms / 1000))),
-    del: (key) => Effect.orDie(store(key).use("DEL", (c) => c.del(key))),
-    setString: (key, value) => Effect.orDie(store(key).use("SET", (c) => c.set(key, value)))
+const RedisKeys = Layer.effect(
+  Keys,
+  Effect.gen(function*() {
+    const queues = yield* QueuesRedis
+    const metadata = yield* QueuesMetadataRedis
+    const store = (key: string) => (key.startsWith("resque:gitlab:duplicate:") ? metadata : queues)
+    return Keys.of({
+      list: (key) => Effect.orDie(store(key).use("LRANGE", (c) => c.lrange(key, 0, -1))),
+      members: (key) => Effect.orDie(store(key).use("SMEMBERS", (c) => c.smembers(key))),
+      get: (key) => Effect.orDie(store(key).use("GET", (c) => c.get(key))),
+      ttl: (key) =>
+        Effect.orDie(store(key).use("PTTL", (c) => c.pttl(key))).pipe(Effect.map((ms) => (ms < 0 ? ms : ms / 1000))),
+      del: (key) => Effect.orDie(store(key).use("DEL", (c) => c.del(key))),
+      setString: (key, value) => Effect.orDie(store(key).use("SET", (c) => c.set(key, value)))
+    })
   })
-}))
+)
 
 const backends: Record<string, Layer.Layer<JobQueue | Keys>> = {
   memory: JobQueueMemory.pipe(
-    Layer.merge(Layer.effect(Keys, Effect.map(MemoryRedis, (store) => Keys.of({
-      list: (key) => Effect.sync(() => store.lrange(key, 0, -1)),
-      members: (key) => Effect.sync(() => store.smembers(key)),
-      get: (key) => Effect.sync(() => store.get(key)),
-      ttl: (key) => Effect.sync(() => {
-        const pttl = store.pttl(key)
-        return pttl < 0 ? pttl : pttl / 1000
-      }),
-      del: (key) => Effect.sync(() => void store.del(key)),
-      setString: (key, value) => Effect.sync(() => void store.set(key, value))
-    })))),
+    Layer.merge(Layer.effect(
+      Keys,
+      Effect.map(MemoryRedis, (store) =>
+        Keys.of({
+          list: (key) => Effect.sync(() => store.lrange(key, 0, -1)),
+          members: (key) => Effect.sync(() => store.smembers(key)),
+          get: (key) => Effect.sync(() => store.get(key)),
+          ttl: (key) =>
+            Effect.sync(() => {
+              const pttl = store.pttl(key)
+              return pttl < 0 ? pttl : pttl / 1000
+            }),
+          del: (key) => Effect.sync(() => void store.del(key)),
+          setString: (key, value) => Effect.sync(() => void store.set(key, value))
+        }))
+    )),
     Layer.provideMerge(MemoryRedis.layer)
   ),
   ...Object.fromEntries(topologies.map((topology) => [
@@ -104,7 +119,15 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.match(jid, /^[0-9a-f]{24}$/)
         const [payload] = yield* keys.list(queueKey(QUEUE))
         const raw = JSON.parse(payload!) as Record<string, unknown>
-        assert.deepStrictEqual(Object.keys(raw).sort(), ["args", "class", "created_at", "enqueued_at", "jid", "queue", "retry"])
+        assert.deepStrictEqual(Object.keys(raw).sort(), [
+          "args",
+          "class",
+          "created_at",
+          "enqueued_at",
+          "jid",
+          "queue",
+          "retry"
+        ])
         assert.deepStrictEqual(parseJob(payload), {
           class: WORKER,
           args: [null, 42, null],
@@ -136,7 +159,12 @@ for (const [name, backend] of Object.entries(backends)) {
         const queue = yield* JobQueue
         const keys = yield* Keys
         const args = Array.from({ length: 2500 }, (_, i) => [null, i + 1, null])
-        const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+        const outcomes = yield* queue.bulkEnqueue({
+          workerClass: WORKER,
+          queue: QUEUE,
+          args,
+          deduplicate: "until_executed"
+        })
         assert.lengthOf(outcomes, 2500)
         assert.deepStrictEqual(outcomes.map((o) => o.args), args)
         const jids = outcomes.map(jidOf)
@@ -151,7 +179,12 @@ for (const [name, backend] of Object.entries(backends)) {
       Effect.gen(function*() {
         const queue = yield* JobQueue
         const keys = yield* Keys
-        const request = { workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]], deduplicate: "until_executed" } as const
+        const request = {
+          workerClass: WORKER,
+          queue: QUEUE,
+          args: [[null, null, 5]],
+          deduplicate: "until_executed"
+        } as const
         const key = duplicateKey(QUEUE, WORKER, [null, null, 5])
         assert.match(key, /^resque:gitlab:duplicate:issues_rebalancing:[0-9a-f]{64}$/)
 
@@ -180,10 +213,17 @@ for (const [name, backend] of Object.entries(backends)) {
         const queue = yield* JobQueue
         const keys = yield* Keys
         const outcomes = yield* queue.bulkEnqueue({
-          workerClass: WORKER, queue: QUEUE, args: [[null, 1, null], [null, 1, null], [null, 2, null]], deduplicate: "until_executed"
+          workerClass: WORKER,
+          queue: QUEUE,
+          args: [[null, 1, null], [null, 1, null], [null, 2, null]],
+          deduplicate: "until_executed"
         })
         assert.deepStrictEqual(outcomes.map((o) => o._tag), ["Enqueued", "Duplicate", "Enqueued"])
-        assert.deepStrictEqual(outcomes[1], { _tag: "Duplicate", args: [null, 1, null], existingJid: jidOf(outcomes[0]!) })
+        assert.deepStrictEqual(outcomes[1], {
+          _tag: "Duplicate",
+          args: [null, 1, null],
+          existingJid: jidOf(outcomes[0]!)
+        })
         assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 2)
       }).pipe(Effect.provide(backend)))
 
@@ -191,15 +231,41 @@ for (const [name, backend] of Object.entries(backends)) {
       Effect.gen(function*() {
         const queue = yield* JobQueue
         const keys = yield* Keys
-        yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]], deduplicate: "until_executed" })
+        yield* queue.bulkEnqueue({
+          workerClass: WORKER,
+          queue: QUEUE,
+          args: [[null, null, 5]],
+          deduplicate: "until_executed"
+        })
         const others = [
-          yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, 5, null]], deduplicate: "until_executed" }),
-          yield* queue.bulkEnqueue({ workerClass: "Other", queue: QUEUE, args: [[null, null, 5]], deduplicate: "until_executed" }),
-          yield* queue.bulkEnqueue({ workerClass: WORKER, queue: "default", args: [[null, null, 5]], deduplicate: "until_executed" }),
+          yield* queue.bulkEnqueue({
+            workerClass: WORKER,
+            queue: QUEUE,
+            args: [[null, 5, null]],
+            deduplicate: "until_executed"
+          }),
+          yield* queue.bulkEnqueue({
+            workerClass: "Other",
+            queue: QUEUE,
+            args: [[null, null, 5]],
+            deduplicate: "until_executed"
+          }),
+          yield* queue.bulkEnqueue({
+            workerClass: WORKER,
+            queue: "default",
+            args: [[null, null, 5]],
+            deduplicate: "until_executed"
+          }),
           yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]] }),
           yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[null, null, 5]], deduplicate: "none" })
         ]
-        assert.deepStrictEqual(others.map(([o]) => o!._tag), ["Enqueued", "Enqueued", "Enqueued", "Enqueued", "Enqueued"])
+        assert.deepStrictEqual(others.map(([o]) => o!._tag), [
+          "Enqueued",
+          "Enqueued",
+          "Enqueued",
+          "Enqueued",
+          "Enqueued"
+        ])
         assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 5)
       }).pipe(Effect.provide(backend)))
 
@@ -209,7 +275,10 @@ for (const [name, backend] of Object.entries(backends)) {
         const keys = yield* Keys
         yield* keys.setString(queueKey("broken"), "not a list")
         const error = yield* Effect.flip(queue.bulkEnqueue({
-          workerClass: WORKER, queue: "broken", args: [[null, null, 9]], deduplicate: "until_executed"
+          workerClass: WORKER,
+          queue: "broken",
+          args: [[null, null, 9]],
+          deduplicate: "until_executed"
         }))
         assert.instanceOf(error, RedisError)
         assert.strictEqual(yield* keys.get(duplicateKey("broken", WORKER, [null, null, 9])), null)
@@ -227,7 +296,9 @@ describe("makeJobQueue", () => {
       checkClaims: (keys) =>
         Effect.sync(() => {
           steps.push(`check ${keys.length}`)
-          return keys.map((key): ClaimHolder => key === duplicateKey(QUEUE, WORKER, [7]) ? { held: true, jid: "held" } : { held: false })
+          return keys.map((key): ClaimHolder =>
+            key === duplicateKey(QUEUE, WORKER, [7]) ? { held: true, jid: "held" } : { held: false }
+          )
         }),
       push: (_, jobs) =>
         Effect.sync(() => {
@@ -243,7 +314,12 @@ describe("makeJobQueue", () => {
       const { pushed, store } = recordingStore()
       const queue = makeJobQueue(store)
       const args = Array.from({ length: 2500 }, (_, i) => [i])
-      const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+      const outcomes = yield* queue.bulkEnqueue({
+        workerClass: WORKER,
+        queue: QUEUE,
+        args,
+        deduplicate: "until_executed"
+      })
       assert.deepStrictEqual(pushed.map((slice) => slice.length), [999, 1000, 500], "the duplicate [7] is not pushed")
       assert.deepStrictEqual(pushed.flat().map((job) => JSON.parse(job.payload).args), args.filter(([i]) => i !== 7))
       assert.isTrue(pushed.flat().every((job) => job.duplicateKey !== undefined))
@@ -257,7 +333,12 @@ describe("makeJobQueue", () => {
       const queue = makeJobQueue(store)
       const args = Array.from({ length: 1500 }, (_, i) => [i])
       const seen: Array<ReadonlyArray<EnqueueOutcome>> = []
-      const outcomes = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" }, (slice) =>
+      const outcomes = yield* queue.bulkEnqueue({
+        workerClass: WORKER,
+        queue: QUEUE,
+        args,
+        deduplicate: "until_executed"
+      }, (slice) =>
         Effect.sync(() => {
           steps.push(`before ${slice.length}`)
           seen.push(slice)
@@ -265,7 +346,11 @@ describe("makeJobQueue", () => {
       assert.deepStrictEqual(steps, ["check 1000", "before 1000", "push 999", "check 500", "before 500", "push 500"])
       assert.deepStrictEqual(seen.flat(), outcomes)
       const enqueuedJids = outcomes.flatMap((o) => (o._tag === "Enqueued" ? [o.jid] : []))
-      assert.deepStrictEqual(pushed.flat().map((job) => job.jid), enqueuedJids, "the jids seen before the push are the jids pushed")
+      assert.deepStrictEqual(
+        pushed.flat().map((job) => job.jid),
+        enqueuedJids,
+        "the jids seen before the push are the jids pushed"
+      )
       assert.deepStrictEqual(pushed.flat().map((job) => JSON.parse(job.payload).jid), enqueuedJids)
     }))
 
@@ -274,15 +359,21 @@ describe("makeJobQueue", () => {
       const { pushed, store } = recordingStore()
       const queue = makeJobQueue(store)
       let calls = 0
-      const error = yield* Effect.flip(queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: Array.from({ length: 1500 }, (_, i) => [i]) }, () =>
-        ++calls === 2 ? Effect.fail("event log down" as const) : Effect.void))
+      const error = yield* Effect.flip(
+        queue.bulkEnqueue(
+          { workerClass: WORKER, queue: QUEUE, args: Array.from({ length: 1500 }, (_, i) => [i]) },
+          () => ++calls === 2 ? Effect.fail("event log down" as const) : Effect.void
+        )
+      )
       assert.strictEqual(error, "event log down")
       assert.deepStrictEqual(pushed.map((slice) => slice.length), [1000], "the second slice was never pushed")
     }))
 
   it.effect("jids come from effect's Random: 24 lowercase hex, the same under the same seed", () =>
     Effect.gen(function*() {
-      const enqueue = Effect.suspend(() => makeJobQueue(recordingStore().store).bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[1], [2], [3]] }))
+      const enqueue = Effect.suspend(() =>
+        makeJobQueue(recordingStore().store).bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args: [[1], [2], [3]] })
+      )
       const jids = (outcomes: ReadonlyArray<EnqueueOutcome>) => outcomes.map(jidOf)
       const first = jids(yield* enqueue.pipe(Random.withSeed("job-queue")))
       const again = jids(yield* enqueue.pipe(Random.withSeed("job-queue")))
@@ -304,12 +395,17 @@ describe("makeJobQueue", () => {
  * The cross-store order (JobQueueRedis): push on Queues, then claim on QueuesMetadata. A failure
  * (or crash) between the two must leave the job pushed — at worst duplicated later, never lost.
  */
-const failingClaims = Layer.effect(QueuesMetadataRedis, Effect.map(QueuesMetadataRedis, (redis) =>
-  QueuesMetadataRedis.of({
-    ...redis,
-    use: (operation, f) =>
-      operation === "jobQueue.claim" ? Effect.fail(new RedisError({ operation, cause: new Error("injected: died before claiming") })) : redis.use(operation, f)
-  })))
+const failingClaims = Layer.effect(
+  QueuesMetadataRedis,
+  Effect.map(QueuesMetadataRedis, (redis) =>
+    QueuesMetadataRedis.of({
+      ...redis,
+      use: (operation, f) =>
+        operation === "jobQueue.claim"
+          ? Effect.fail(new RedisError({ operation, cause: new Error("injected: died before claiming") }))
+          : redis.use(operation, f)
+    }))
+)
 
 for (const topology of topologies) {
   describe(`JobQueueRedis across stores (${topology})`, () => {
@@ -317,18 +413,27 @@ for (const topology of topologies) {
       Effect.gen(function*() {
         const keys = yield* Keys
         const args = [[null, null, 77]]
-        const error = yield* Effect.flip(Effect.gen(function*() {
-          const queue = yield* JobQueue
-          return yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
-        }).pipe(Effect.provide(Layer.fresh(JobQueueRedis).pipe(Layer.provide(failingClaims)))))
+        const error = yield* Effect.flip(
+          Effect.gen(function*() {
+            const queue = yield* JobQueue
+            return yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+          }).pipe(Effect.provide(Layer.fresh(JobQueueRedis).pipe(Layer.provide(failingClaims))))
+        )
         assert.instanceOf(error, RedisError)
         assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 1)
         assert.isNull(yield* keys.get(duplicateKey(QUEUE, WORKER, [null, null, 77])))
         const queue = yield* JobQueue
-        const [outcome] = yield* queue.bulkEnqueue({ workerClass: WORKER, queue: QUEUE, args, deduplicate: "until_executed" })
+        const [outcome] = yield* queue.bulkEnqueue({
+          workerClass: WORKER,
+          queue: QUEUE,
+          args,
+          deduplicate: "until_executed"
+        })
         assert.strictEqual(outcome?._tag, "Enqueued")
         assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 2)
         assert.strictEqual(yield* keys.get(duplicateKey(QUEUE, WORKER, [null, null, 77])), jidOf(outcome!))
-      }).pipe(Effect.provide(Layer.mergeAll(JobQueueRedis, RedisKeys).pipe(Layer.provideMerge(RedisTopologyTest(topology))))))
+      }).pipe(
+        Effect.provide(Layer.mergeAll(JobQueueRedis, RedisKeys).pipe(Layer.provideMerge(RedisTopologyTest(topology))))
+      ))
   })
 }

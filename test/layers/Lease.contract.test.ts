@@ -7,11 +7,11 @@ import { assert, describe, layer, type Vitest } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
+import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../src/domain/Lease.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { LeaseMemory } from "../../src/layers/memory/LeaseMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { SharedStateRedis } from "../../src/layers/Redis.ts"
-import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../src/domain/Lease.ts"
 import { Lease, type LeaseHandle } from "../../src/services/Lease.ts"
 import { type RedisTopology, RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 
@@ -26,27 +26,33 @@ class RawKeys extends Context.Service<RawKeys, {
   del(key: string): Effect.Effect<void>
 }>()("test/layers/Lease/RawKeys") {}
 
-const RawMemory = Layer.effect(RawKeys, Effect.gen(function*() {
-  const store = yield* MemoryRedis
-  return RawKeys.of({
-    get: (key) => Effect.sync(() => store.get(key)),
-    pttl: (key) => Effect.sync(() => store.pttl(key)),
-    pexpire: (key, ms) => Effect.sync(() => void store.expire(key, ms / 1000)),
-    set: (key, value, seconds) => Effect.sync(() => void store.set(key, value, { exSeconds: seconds })),
-    del: (key) => Effect.sync(() => void store.del(key))
+const RawMemory = Layer.effect(
+  RawKeys,
+  Effect.gen(function*() {
+    const store = yield* MemoryRedis
+    return RawKeys.of({
+      get: (key) => Effect.sync(() => store.get(key)),
+      pttl: (key) => Effect.sync(() => store.pttl(key)),
+      pexpire: (key, ms) => Effect.sync(() => void store.expire(key, ms / 1000)),
+      set: (key, value, seconds) => Effect.sync(() => void store.set(key, value, { exSeconds: seconds })),
+      del: (key) => Effect.sync(() => void store.del(key))
+    })
   })
-}))
+)
 
-const RawRedis = Layer.effect(RawKeys, Effect.gen(function*() {
-  const { client } = yield* SharedStateRedis
-  return RawKeys.of({
-    get: (key) => Effect.promise(() => client.get(key)),
-    pttl: (key) => Effect.promise(() => client.pttl(key)),
-    pexpire: (key, ms) => Effect.promise(() => client.pexpire(key, ms)).pipe(Effect.asVoid),
-    set: (key, value, seconds) => Effect.promise(() => client.set(key, value, "EX", seconds)).pipe(Effect.asVoid),
-    del: (key) => Effect.promise(() => client.del(key)).pipe(Effect.asVoid)
+const RawRedis = Layer.effect(
+  RawKeys,
+  Effect.gen(function*() {
+    const { client } = yield* SharedStateRedis
+    return RawKeys.of({
+      get: (key) => Effect.promise(() => client.get(key)),
+      pttl: (key) => Effect.promise(() => client.pttl(key)),
+      pexpire: (key, ms) => Effect.promise(() => client.pexpire(key, ms)).pipe(Effect.asVoid),
+      set: (key, value, seconds) => Effect.promise(() => client.set(key, value, "EX", seconds)).pipe(Effect.asVoid),
+      del: (key) => Effect.promise(() => client.del(key)).pipe(Effect.asVoid)
+    })
   })
-}))
+)
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -266,7 +272,8 @@ const leaseContract = (it: Vitest.MethodsNonLive<Lease | RawKeys>, { wait }: Con
 }
 
 const MemoryLease = Layer.mergeAll(LeaseMemory, RawMemory).pipe(Layer.provideMerge(MemoryRedis.layer))
-const RedisLease = (topology: RedisTopology) => Layer.mergeAll(LeaseRedis, RawRedis).pipe(Layer.provideMerge(RedisTopologyTest(topology)))
+const RedisLease = (topology: RedisTopology) =>
+  Layer.mergeAll(LeaseRedis, RawRedis).pipe(Layer.provideMerge(RedisTopologyTest(topology)))
 
 describe("Lease contract", () => {
   // layer() builds MemoryRedis under the suite's TestClock, so adjusting it expires keys.
@@ -275,30 +282,33 @@ describe("Lease contract", () => {
   })
 
   for (const topology of topologies) {
-    layer(RedisLease(topology), { excludeTestServices: true, timeout: "60 seconds" })(`LeaseRedis (real Redis, ${topology})`, (it) => {
-      leaseContract(it, { wait: (duration) => Effect.sleep(duration) })
-      if (topology === "cluster") {
-        it.effect("CLUSTER KEYSLOT: every lease key and its epoch key share a slot (Sweeper's names, braces)", () =>
-          Effect.gen(function*() {
-            const { client } = yield* SharedStateRedis
-            const names = [
-              "sweeper/delete_stale_direct_uploads",
-              "ci/stuck_builds/drop_canceling_worker",
-              "sweeper/reschedule_stuck_issue_rebalances",
-              "sweeper/concurrency_limit_resume/concurrency_limit/resume_worker",
-              "a{tag}b",
-              "a{b",
-              "{",
-              uniqueName("random")
-            ]
-            for (const name of names) {
-              const slot = (key: string) => Effect.promise(() => client.cluster("KEYSLOT", key) as Promise<number>)
-              assert.strictEqual(yield* slot(epochKey(name)), yield* slot(leaseKey(name)), name)
-              // And the script runs (a CROSSSLOT error would fail here).
-              yield* acquired(name, "1 second")
-            }
-          }))
+    layer(RedisLease(topology), { excludeTestServices: true, timeout: "60 seconds" })(
+      `LeaseRedis (real Redis, ${topology})`,
+      (it) => {
+        leaseContract(it, { wait: (duration) => Effect.sleep(duration) })
+        if (topology === "cluster") {
+          it.effect("CLUSTER KEYSLOT: every lease key and its epoch key share a slot (Sweeper's names, braces)", () =>
+            Effect.gen(function*() {
+              const { client } = yield* SharedStateRedis
+              const names = [
+                "sweeper/delete_stale_direct_uploads",
+                "ci/stuck_builds/drop_canceling_worker",
+                "sweeper/reschedule_stuck_issue_rebalances",
+                "sweeper/concurrency_limit_resume/concurrency_limit/resume_worker",
+                "a{tag}b",
+                "a{b",
+                "{",
+                uniqueName("random")
+              ]
+              for (const name of names) {
+                const slot = (key: string) => Effect.promise(() => client.cluster("KEYSLOT", key) as Promise<number>)
+                assert.strictEqual(yield* slot(epochKey(name)), yield* slot(leaseKey(name)), name)
+                // And the script runs (a CROSSSLOT error would fail here).
+                yield* acquired(name, "1 second")
+              }
+            }))
+        }
       }
-    })
+    )
   }
 })

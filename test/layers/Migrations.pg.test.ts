@@ -2,8 +2,8 @@
  * Migrations on a real PostgreSQL: idempotent, SPEC §7's tables/columns/types/constraints, and safe
  * when two processes migrate the same fresh database at once (advisory lock).
  */
-import { assert, describe, it, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import { migrate } from "../../src/layers/Migrations.ts"
@@ -94,7 +94,9 @@ const EXPECTED: Record<string, Record<string, readonly [string, boolean, number?
 
 const columns = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
-  return yield* sql<ColumnRow>`SELECT table_name, column_name, data_type, is_nullable, character_maximum_length, column_default
+  return yield* sql<
+    ColumnRow
+  >`SELECT table_name, column_name, data_type, is_nullable, character_maximum_length, column_default
     FROM information_schema.columns WHERE table_schema = 'public' ORDER BY table_name, ordinal_position`
 })
 
@@ -135,8 +137,16 @@ describe("Migrations on PostgreSQL", () => {
         const applied = yield* migrate
         assert.deepStrictEqual(applied, [])
         assert.deepStrictEqual(yield* migrate, [])
-        const recorded = yield* sql<{ migration_id: number; name: string }>`SELECT migration_id, name FROM sweeper_migrations ORDER BY migration_id`
-        assert.deepStrictEqual(recorded.map((r) => [Number(r.migration_id), r.name]), [[1, "platform_tables"], [2, "sweeper_tables"], [3, "schema_ownership"], [4, "event_retention_indexes"], [5, "console_rollup"]])
+        const recorded = yield* sql<
+          { migration_id: number; name: string }
+        >`SELECT migration_id, name FROM sweeper_migrations ORDER BY migration_id`
+        assert.deepStrictEqual(recorded.map((r) => [Number(r.migration_id), r.name]), [
+          [1, "platform_tables"],
+          [2, "sweeper_tables"],
+          [3, "schema_ownership"],
+          [4, "event_retention_indexes"],
+          [5, "console_rollup"]
+        ])
         assert.deepStrictEqual(yield* columns, before)
       }))
 
@@ -149,10 +159,13 @@ describe("Migrations on PostgreSQL", () => {
             assert.isDefined(row, `${table}.${column} exists`)
             assert.strictEqual(row!.data_type, type, `${table}.${column} type`)
             assert.strictEqual(row!.is_nullable === "YES", nullable, `${table}.${column} nullable`)
-            if (length !== undefined) assert.strictEqual(Number(row!.character_maximum_length), length, `${table}.${column} length`)
+            if (length !== undefined) {
+              assert.strictEqual(Number(row!.character_maximum_length), length, `${table}.${column} length`)
+            }
           }
         }
-        const col = (table: string, column: string) => rows.find((r) => r.table_name === table && r.column_name === column)!
+        const col = (table: string, column: string) =>
+          rows.find((r) => r.table_name === table && r.column_name === column)!
         // Defaults GitLab relies on, and now() for timestamps so rows can be inserted by hand.
         assert.include(col("ci_builds", "type").column_default ?? "", "'Ci::Build'")
         assert.strictEqual(col("ci_builds", "lock_version").column_default, "0")
@@ -162,19 +175,35 @@ describe("Migrations on PostgreSQL", () => {
         for (const table of Object.keys(EXPECTED)) {
           assert.include(col(table, "id").column_default ?? "", "nextval(", `${table}.id is bigserial`)
         }
-        for (const [table, column] of [["ci_builds", "created_at"], ["ci_builds", "updated_at"], ["sweeper_events", "occurred_at"], ["projects", "created_at"]] as const) {
+        for (
+          const [table, column] of [["ci_builds", "created_at"], ["ci_builds", "updated_at"], [
+            "sweeper_events",
+            "occurred_at"
+          ], ["projects", "created_at"]] as const
+        ) {
           assert.include(col(table, column).column_default ?? "", "now()", `${table}.${column} defaults to now()`)
         }
-        assert.isTrue(rows.some((r) => r.table_name === "sweeper_lease_fences" && r.column_name === "epoch" && r.data_type === "bigint"))
+        assert.isTrue(
+          rows.some((r) =>
+            r.table_name === "sweeper_lease_fences" && r.column_name === "epoch" && r.data_type === "bigint"
+          )
+        )
       }))
 
     it.effect("keys and references: jid unique, (job, relation) unique, cascades, primary keys", () =>
       Effect.gen(function*() {
         const sql = yield* PgClient.PgClient
         assert.deepStrictEqual(yield* constraints("project_export_jobs", "UNIQUE"), ["jid"])
-        assert.deepStrictEqual(yield* constraints("project_relation_exports", "UNIQUE"), ["project_export_job_id,relation"])
-        for (const table of Object.keys(EXPECTED)) assert.deepStrictEqual(yield* constraints(table, "PRIMARY KEY"), ["id"], table)
-        assert.deepStrictEqual(yield* deleteRule("project_export_jobs", "project_id"), { delete_rule: "CASCADE", target: "projects" })
+        assert.deepStrictEqual(yield* constraints("project_relation_exports", "UNIQUE"), [
+          "project_export_job_id,relation"
+        ])
+        for (const table of Object.keys(EXPECTED)) {
+          assert.deepStrictEqual(yield* constraints(table, "PRIMARY KEY"), ["id"], table)
+        }
+        assert.deepStrictEqual(yield* deleteRule("project_export_jobs", "project_id"), {
+          delete_rule: "CASCADE",
+          target: "projects"
+        })
         assert.deepStrictEqual(yield* deleteRule("project_relation_exports", "project_export_job_id"), {
           delete_rule: "CASCADE",
           target: "project_export_jobs"
@@ -187,10 +216,14 @@ describe("Migrations on PostgreSQL", () => {
         yield* sql`INSERT INTO projects (id, namespace_id) VALUES (5, 1)`
         yield* sql`INSERT INTO project_export_jobs (id, project_id, jid) VALUES (9, 5, 'abc')`
         yield* sql`INSERT INTO project_relation_exports (project_export_job_id, relation) VALUES (9, 'issues')`
-        const duplicate = yield* sql`INSERT INTO project_export_jobs (project_id, jid) VALUES (5, 'abc')`.pipe(Effect.flip)
+        const duplicate = yield* sql`INSERT INTO project_export_jobs (project_id, jid) VALUES (5, 'abc')`.pipe(
+          Effect.flip
+        )
         assert.strictEqual(duplicate._tag, "SqlError")
         yield* sql`DELETE FROM projects WHERE id = 5`
-        const left = yield* sql<{ n: string }>`SELECT (SELECT count(*) FROM project_export_jobs) + (SELECT count(*) FROM project_relation_exports) AS n`
+        const left = yield* sql<
+          { n: string }
+        >`SELECT (SELECT count(*) FROM project_export_jobs) + (SELECT count(*) FROM project_relation_exports) AS n`
         assert.strictEqual(Number(left[0]!.n), 0)
         // The drop-canceling walk's partial index exists with its predicate.
         const index = yield* sql<{ indexdef: string }>`SELECT indexdef FROM pg_indexes
@@ -217,7 +250,10 @@ describe("Migrations on PostgreSQL", () => {
             return { applied: applied.map(([id]) => Number(id)), ready: Number(ready[0]!.n) }
           }))
           const results = yield* Effect.all([client, client], { concurrency: "unbounded" })
-          assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [[1, 2, 3, 4, 5], []])
+          assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [
+            [1, 2, 3, 4, 5],
+            []
+          ])
           assert.deepStrictEqual(results.map((r) => r.ready), [3, 3])
           const check = yield* onFresh(Effect.gen(function*() {
             const sql = yield* PgClient.PgClient

@@ -48,12 +48,16 @@ const LocalHarness = Layer.effect(
       (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
     )
     const rootsOf = (under: string, mapping: Mapping) =>
-      Object.fromEntries(Object.entries(mapping).map(([location, ref]) => [location, join(under, ref.bucket, ref.prefix)]))
+      Object.fromEntries(
+        Object.entries(mapping).map(([location, ref]) => [location, join(under, ref.bucket, ref.prefix)])
+      )
     const walk = async (dir: string): Promise<Array<string>> => {
       const entries = await readdir(dir, { withFileTypes: true })
-      const nested = await Promise.all(entries.map((entry) =>
-        entry.isDirectory() ? walk(join(dir, entry.name)) : Promise.resolve([join(dir, entry.name)])
-      ))
+      const nested = await Promise.all(
+        entries.map((entry) =>
+          entry.isDirectory() ? walk(join(dir, entry.name)) : Promise.resolve([join(dir, entry.name)])
+        )
+      )
       return nested.flat()
     }
     return Harness.of({
@@ -69,7 +73,10 @@ const LocalHarness = Layer.effect(
           await mkdir(dirname(join(base, bucket, key)), { recursive: true })
           await writeFile(join(base, bucket, key), "half an upload")
         }),
-      list: (bucket) => Effect.promise(async () => (await walk(join(base, bucket))).map((path) => relative(join(base, bucket), path)).sort()),
+      list: (bucket) =>
+        Effect.promise(async () =>
+          (await walk(join(base, bucket))).map((path) => relative(join(base, bucket), path)).sort()
+        ),
       store: (mapping) => ObjectStorageLocal(rootsOf(base, mapping)),
       // A local store that is "down" is an unmounted one: its roots are not there.
       down: (mapping) => Effect.succeed(ObjectStorageLocal(rootsOf(join(base, "not-mounted"), mapping))),
@@ -89,10 +96,17 @@ const S3Harness = Layer.effect(
       put: s3.put,
       list: s3.list,
       store: (buckets) => ObjectStorageS3({ connection: s3.connection, buckets }),
-      down: (buckets) => Effect.map(closedPort, (port) => ObjectStorageS3({ connection: s3Connection(`http://127.0.0.1:${port}`), buckets })),
+      down: (buckets) =>
+        Effect.map(
+          closedPort,
+          (port) => ObjectStorageS3({ connection: s3Connection(`http://127.0.0.1:${port}`), buckets })
+        ),
       // s3rver checks the access key id but not SigV4 signatures: a wrong key id is its "bad credentials".
       badCredentials: Option.some((buckets) =>
-        ObjectStorageS3({ connection: s3Connection(s3.endpoint, { accessKeyId: "NOT-A-KEY", secretAccessKey: "wrong" }), buckets })
+        ObjectStorageS3({
+          connection: s3Connection(s3.endpoint, { accessKeyId: "NOT-A-KEY", secretAccessKey: "wrong" }),
+          buckets
+        })
       )
     })
   })
@@ -111,16 +125,25 @@ const AzureHarness = Layer.effect(
       list: azure.list,
       store: (containers) => ObjectStorageAzure({ connection: azure.connection, containers }),
       down: (containers) =>
-        Effect.map(closedPort, (port) => ObjectStorageAzure({ connection: azureConnection(`http://127.0.0.1:${port}/devstoreaccount1`), containers })),
+        Effect.map(
+          closedPort,
+          (port) =>
+            ObjectStorageAzure({ connection: azureConnection(`http://127.0.0.1:${port}/devstoreaccount1`), containers })
+        ),
       badCredentials: Option.some((containers) =>
-        ObjectStorageAzure({ connection: azureConnection(azure.serviceUrl, Buffer.from("not the key").toString("base64")), containers })
+        ObjectStorageAzure({
+          connection: azureConnection(azure.serviceUrl, Buffer.from("not the key").toString("base64")),
+          containers
+        })
       )
     })
   })
 )
 
-const withStore = <A, E>(storage: Layer.Layer<ObjectStorage>, f: (storage: ObjectStorage["Service"]) => Effect.Effect<A, E>) =>
-  Effect.flatMap(ObjectStorage, f).pipe(Effect.provide(storage))
+const withStore = <A, E>(
+  storage: Layer.Layer<ObjectStorage>,
+  f: (storage: ObjectStorage["Service"]) => Effect.Effect<A, E>
+) => Effect.flatMap(ObjectStorage, f).pipe(Effect.provide(storage))
 
 const contract = (backend: Layer.Layer<Harness>) =>
   layer(backend, { excludeTestServices: true, timeout: "60 seconds" })((it) => {
@@ -128,8 +151,13 @@ const contract = (backend: Layer.Layer<Harness>) =>
       Effect.gen(function*() {
         const h = yield* Harness
         const bucket = yield* h.newBucket
-        for (const key of ["tmp/uploads/a", "tmp/uploads/ab", "tmp/uploads/abc/d", "tmp/other"]) yield* h.put(bucket, key)
-        const outcome = yield* withStore(h.store({ uploads: { bucket, prefix: "" } }), (s) => s.delete("uploads", "tmp/uploads/ab"))
+        for (const key of ["tmp/uploads/a", "tmp/uploads/ab", "tmp/uploads/abc/d", "tmp/other"]) {
+          yield* h.put(bucket, key)
+        }
+        const outcome = yield* withStore(
+          h.store({ uploads: { bucket, prefix: "" } }),
+          (s) => s.delete("uploads", "tmp/uploads/ab")
+        )
         assert.strictEqual(outcome, "deleted")
         assert.deepStrictEqual(yield* h.list(bucket), ["tmp/other", "tmp/uploads/a", "tmp/uploads/abc/d"])
       }))
@@ -139,7 +167,10 @@ const contract = (backend: Layer.Layer<Harness>) =>
         const h = yield* Harness
         const bucket = yield* h.newBucket
         yield* h.put(bucket, "tmp/keep")
-        const outcome = yield* withStore(h.store({ uploads: { bucket, prefix: "" } }), (s) => s.delete("uploads", "tmp/never-written"))
+        const outcome = yield* withStore(
+          h.store({ uploads: { bucket, prefix: "" } }),
+          (s) => s.delete("uploads", "tmp/never-written")
+        )
         assert.include(["deleted", "missing"], outcome)
         assert.deepStrictEqual(yield* h.list(bucket), ["tmp/keep"])
       }))
@@ -186,7 +217,9 @@ const contract = (backend: Layer.Layer<Harness>) =>
     it.effect("a bucket that does not exist is an ObjectStorageError, never `every object already gone`", () =>
       Effect.gen(function*() {
         const h = yield* Harness
-        const error = yield* Effect.flip(withStore(h.store({ uploads: { bucket: "never-created", prefix: "" } }), (s) => s.delete("uploads", "tmp/x")))
+        const error = yield* Effect.flip(
+          withStore(h.store({ uploads: { bucket: "never-created", prefix: "" } }), (s) => s.delete("uploads", "tmp/x"))
+        )
         assert.strictEqual(error._tag, "ObjectStorageError")
         assert.deepStrictEqual([error.location, error.path], ["uploads", "tmp/x"])
       }))
@@ -201,7 +234,10 @@ const contract = (backend: Layer.Layer<Harness>) =>
         assert.deepStrictEqual([error.location, error.path], ["uploads", "tmp/x"])
         assert.isAbove(error.message.length, 0)
         const outcomes = yield* withStore(storage, (s) => s.deleteMany("uploads", ["tmp/a", "tmp/b"]))
-        assert.deepStrictEqual(outcomes.map((outcome) => Result.isFailure(outcome) ? outcome.failure.path : "succeeded"), ["tmp/a", "tmp/b"])
+        assert.deepStrictEqual(
+          outcomes.map((outcome) => Result.isFailure(outcome) ? outcome.failure.path : "succeeded"),
+          ["tmp/a", "tmp/b"]
+        )
       }))
 
     it.effect("bad credentials: an ObjectStorageError and the object stays", () =>
@@ -214,7 +250,9 @@ const contract = (backend: Layer.Layer<Harness>) =>
         }
         const bucket = yield* h.newBucket
         yield* h.put(bucket, "tmp/x")
-        const error = yield* Effect.flip(withStore(h.badCredentials.value({ uploads: { bucket, prefix: "" } }), (s) => s.delete("uploads", "tmp/x")))
+        const error = yield* Effect.flip(
+          withStore(h.badCredentials.value({ uploads: { bucket, prefix: "" } }), (s) => s.delete("uploads", "tmp/x"))
+        )
         assert.strictEqual(error._tag, "ObjectStorageError")
         assert.match(error.message, /403|SignatureDoesNotMatch|AuthorizationFailure|InvalidAccessKeyId|Forbidden/)
         assert.deepStrictEqual(yield* h.list(bucket), ["tmp/x"])
@@ -231,12 +269,17 @@ const contract = (backend: Layer.Layer<Harness>) =>
         yield* h.put(bucket, "tmp/u0000")
         yield* h.put(bucket, "pre/keep")
         const asked = [...paths.slice(0, 150), "../keep", ...paths.slice(150)]
-        const outcomes = yield* withStore(h.store({ uploads: { bucket, prefix: "pre" } }), (s) => s.deleteMany("uploads", asked))
+        const outcomes = yield* withStore(
+          h.store({ uploads: { bucket, prefix: "pre" } }),
+          (s) => s.deleteMany("uploads", asked)
+        )
         assert.lengthOf(outcomes, asked.length)
         asked.forEach((path, i) => {
           const outcome = outcomes[i]!
           if (path === "../keep") {
-            assert.isTrue(Result.isFailure(outcome) && outcome.failure.path === "../keep" && outcome.failure.location === "uploads")
+            assert.isTrue(
+              Result.isFailure(outcome) && outcome.failure.path === "../keep" && outcome.failure.location === "uploads"
+            )
           } else if (present.includes(path)) {
             assert.deepStrictEqual(outcome, Result.succeed("deleted"), path)
           } else {

@@ -29,7 +29,9 @@ const touch = (path: string) =>
 
 /** Runs `delete` against a store configured with `objectStorage`. */
 const deleteWith = (roots: Partial<Record<Location, string>>, location: Location, path: string) =>
-  Effect.flatMap(ObjectStorage, (storage) => storage.delete(location, path)).pipe(Effect.provide(ObjectStorageLocal(roots)))
+  Effect.flatMap(ObjectStorage, (storage) => storage.delete(location, path)).pipe(
+    Effect.provide(ObjectStorageLocal(roots))
+  )
 
 describe("ObjectStorageLocal", () => {
   it.effect("deletes <root>/<path> and nothing else", () =>

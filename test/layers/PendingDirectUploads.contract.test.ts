@@ -32,30 +32,44 @@ const hexRecord = (entries: ReadonlyArray<readonly [Uint8Array, Uint8Array]>) =>
 
 const backends: Record<string, Layer.Layer<PendingDirectUploads | Hash>> = {
   memory: PendingDirectUploadsMemory.pipe(
-    Layer.merge(Layer.effect(Hash, Effect.map(MemoryRedis, (store) => Hash.of({
-      set: (fields) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, fields)),
-      setString: (value) => Effect.sync(() => void store.set(PENDING_DIRECT_UPLOADS_KEY, value)),
-      setBytes: (entries) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, entries)),
-      all: Effect.sync(() => store.hgetall(PENDING_DIRECT_UPLOADS_KEY)),
-      allHex: Effect.sync(() => hexRecord(store.hgetallBuffer(PENDING_DIRECT_UPLOADS_KEY)))
-    })))),
+    Layer.merge(Layer.effect(
+      Hash,
+      Effect.map(MemoryRedis, (store) =>
+        Hash.of({
+          set: (fields) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, fields)),
+          setString: (value) => Effect.sync(() => void store.set(PENDING_DIRECT_UPLOADS_KEY, value)),
+          setBytes: (entries) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, entries)),
+          all: Effect.sync(() => store.hgetall(PENDING_DIRECT_UPLOADS_KEY)),
+          allHex: Effect.sync(() => hexRecord(store.hgetallBuffer(PENDING_DIRECT_UPLOADS_KEY)))
+        }))
+    )),
     Layer.provideMerge(MemoryRedis.layer)
   ),
   ...Object.fromEntries(topologies.map((topology) => [
     `redis ${topology}`,
     PendingDirectUploadsRedis.pipe(
-      Layer.merge(Layer.effect(Hash, Effect.map(SharedStateRedis, (redis) => Hash.of({
-        set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
-        setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(PENDING_DIRECT_UPLOADS_KEY, value))),
-        setBytes: (entries) =>
-          Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, new Map(entries.map(([f, v]) => [Buffer.from(f), Buffer.from(v)]))))),
-        all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))),
-        // ioredis's hgetallBuffer decodes the fields (object keys); the raw reply keeps them as bytes.
-        allHex: Effect.orDie(redis.use("HGETALL", async (c) => {
-          const flat = (await c.callBuffer("HGETALL", PENDING_DIRECT_UPLOADS_KEY)) as Array<Buffer>
-          return hexRecord(flat.flatMap((field, i) => (i % 2 === 0 ? [[field, flat[i + 1]!] as const] : [])))
-        }))
-      })))),
+      Layer.merge(Layer.effect(
+        Hash,
+        Effect.map(SharedStateRedis, (redis) =>
+          Hash.of({
+            set: (fields) => Effect.orDie(redis.use("HSET", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, fields))),
+            setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(PENDING_DIRECT_UPLOADS_KEY, value))),
+            setBytes: (entries) =>
+              Effect.orDie(
+                redis.use("HSET", (c) =>
+                  c.hset(
+                    PENDING_DIRECT_UPLOADS_KEY,
+                    new Map(entries.map(([f, v]) => [Buffer.from(f), Buffer.from(v)]))
+                  ))
+              ),
+            all: Effect.orDie(redis.use("HGETALL", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))),
+            // ioredis's hgetallBuffer decodes the fields (object keys); the raw reply keeps them as bytes.
+            allHex: Effect.orDie(redis.use("HGETALL", async (c) => {
+              const flat = (await c.callBuffer("HGETALL", PENDING_DIRECT_UPLOADS_KEY)) as Array<Buffer>
+              return hexRecord(flat.flatMap((field, i) => (i % 2 === 0 ? [[field, flat[i + 1]!] as const] : [])))
+            }))
+          }))
+      )),
       Layer.provideMerge(RedisTopologyTest(topology))
     )
   ]))
@@ -180,7 +194,9 @@ for (const [name, backend] of Object.entries(backends)) {
         const byField = new Map(read.map((e) => [hex(e.field), e]))
         const entry = (field: Uint8Array) => byField.get(hex(field))!
         assert.deepStrictEqual(
-          (yield* pending.values([utf8("artifacts:a"), bin, utf8("artifacts:gone")])).map((v) => v === null ? null : hex(v)),
+          (yield* pending.values([utf8("artifacts:a"), bin, utf8("artifacts:gone")])).map((v) =>
+            v === null ? null : hex(v)
+          ),
           [hex(utf8("100")), hex(Uint8Array.from([0x31, 0xfe])), null]
         )
         // Between the read and the delete: b is re-registered (new value), c completes (HDEL).
@@ -212,7 +228,11 @@ for (const [name, backend] of Object.entries(backends)) {
           yield* Effect.flip(Stream.runDrain(pending.scan())),
           yield* Effect.flip(pending.remove(utf8("uploads:x")))
         ]
-        assert.deepStrictEqual(errors.map((e) => e.operation), ["HLEN pending_direct_uploads", "HSCAN pending_direct_uploads", "HDEL pending_direct_uploads"])
+        assert.deepStrictEqual(errors.map((e) => e.operation), [
+          "HLEN pending_direct_uploads",
+          "HSCAN pending_direct_uploads",
+          "HDEL pending_direct_uploads"
+        ])
         for (const error of errors) {
           assert.instanceOf(error, RedisError)
           assert.match(error.message, /^WRONGTYPE /)

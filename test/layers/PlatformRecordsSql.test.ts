@@ -1,6 +1,6 @@
 /** PlatformRecordsSql on a real PostgreSQL, and the memory implementation held to the same cases. */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { MemoryPlatformRecords, PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { PlatformRecordsSql } from "../../src/layers/PlatformRecordsSql.ts"
@@ -26,7 +26,11 @@ for (const [name, backend] of Object.entries(seeded)) {
     it.live("keeps only ids with a row, ascending, per table", () =>
       Effect.gen(function*() {
         const records = yield* PlatformRecords
-        assert.deepStrictEqual(yield* records.existingNamespaceIds([9007199254740991, 5, 2, 1, 77]), [1, 2, 9007199254740991])
+        assert.deepStrictEqual(yield* records.existingNamespaceIds([9007199254740991, 5, 2, 1, 77]), [
+          1,
+          2,
+          9007199254740991
+        ])
         assert.deepStrictEqual(yield* records.existingProjectIds([1, 2, 6, 5]), [5, 6])
         assert.deepStrictEqual(yield* records.existingProjectIds([404]), [])
       }).pipe(Effect.provide(backend)))

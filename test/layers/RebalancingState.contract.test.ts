@@ -19,21 +19,36 @@ class RawSet extends Context.Service<RawSet, {
 
 const backends: Record<string, Layer.Layer<RebalancingState | RawSet>> = {
   memory: RebalancingStateMemory.pipe(
-    Layer.merge(Layer.effect(RawSet, Effect.map(MemoryRedis, (store) => RawSet.of({
-      add: (...members) => Effect.sync(() => void store.sadd(RUNNING_REBALANCES_KEY, ...members)),
-      setString: (value) => Effect.sync(() => void store.set(RUNNING_REBALANCES_KEY, value)),
-      ttlSeconds: Effect.sync(() => Math.round(store.pttl(RUNNING_REBALANCES_KEY) / 1000))
-    })))),
+    Layer.merge(Layer.effect(
+      RawSet,
+      Effect.map(MemoryRedis, (store) =>
+        RawSet.of({
+          add: (...members) => Effect.sync(() => void store.sadd(RUNNING_REBALANCES_KEY, ...members)),
+          setString: (value) => Effect.sync(() => void store.set(RUNNING_REBALANCES_KEY, value)),
+          ttlSeconds: Effect.sync(() => Math.round(store.pttl(RUNNING_REBALANCES_KEY) / 1000))
+        }))
+    )),
     Layer.provideMerge(MemoryRedis.layer)
   ),
   ...Object.fromEntries(topologies.map((topology) => [
     `redis ${topology}`,
     RebalancingStateRedis.pipe(
-      Layer.merge(Layer.effect(RawSet, Effect.map(SharedStateRedis, (redis) => RawSet.of({
-        add: (...members) => Effect.orDie(redis.use("SADD", (c) => c.sadd(RUNNING_REBALANCES_KEY, ...members.map((m) => (typeof m === "string" ? m : Buffer.from(m)))))),
-        setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(RUNNING_REBALANCES_KEY, value))),
-        ttlSeconds: Effect.orDie(redis.use("TTL", (c) => c.ttl(RUNNING_REBALANCES_KEY)))
-      })))),
+      Layer.merge(Layer.effect(
+        RawSet,
+        Effect.map(SharedStateRedis, (redis) =>
+          RawSet.of({
+            add: (...members) =>
+              Effect.orDie(
+                redis.use(
+                  "SADD",
+                  (c) =>
+                    c.sadd(RUNNING_REBALANCES_KEY, ...members.map((m) => (typeof m === "string" ? m : Buffer.from(m))))
+                )
+              ),
+            setString: (value) => Effect.orDie(redis.use("SET", (c) => c.set(RUNNING_REBALANCES_KEY, value))),
+            ttlSeconds: Effect.orDie(redis.use("TTL", (c) => c.ttl(RUNNING_REBALANCES_KEY)))
+          }))
+      )),
       Layer.provideMerge(RedisTopologyTest(topology))
     )
   ]))
@@ -61,7 +76,10 @@ for (const [name, backend] of Object.entries(backends)) {
         const bad = Uint8Array.from([0x31, 0x2f, 0x39, 0xff])
         yield* (yield* RawSet).add(bad, "1/9\uFFFD", "1/9")
         const members = yield* (yield* RebalancingState).runningMembers
-        assert.deepStrictEqual(members.map(hex).sort(), [bad, new TextEncoder().encode("1/9\uFFFD"), new TextEncoder().encode("1/9")].map(hex).sort())
+        assert.deepStrictEqual(
+          members.map(hex).sort(),
+          [bad, new TextEncoder().encode("1/9\uFFFD"), new TextEncoder().encode("1/9")].map(hex).sort()
+        )
       }).pipe(Effect.provide(backend)))
 
     it.effect("track adds \"<type>/<id>\" and refreshes the 10-day expiry", () =>

@@ -38,7 +38,10 @@ describe("RedisError classification", () => {
     ["ECONNRESET", true],
     ["ETIMEDOUT", true],
     ["Command timed out", true],
-    ["Reached the max retries per request limit (which is 2). Refer to \"maxRetriesPerRequest\" option for details.", true],
+    [
+      "Reached the max retries per request limit (which is 2). Refer to \"maxRetriesPerRequest\" option for details.",
+      true
+    ],
     ["", true],
     // Replies that say "try again".
     ["LOADING Redis is loading the dataset in memory", true],
@@ -71,10 +74,20 @@ describe("RedisError classification", () => {
   }
 
   it("the message carries the server's words, the operation and the server; the code when there are no words", () => {
-    const error = new RedisError({ operation: "HLEN pending_direct_uploads", cause: new Error(WRONGTYPE), server: "127.0.0.1:6379" })
-    assert.strictEqual(`${error.name}: ${error.message}`, `RedisError: ${WRONGTYPE} (HLEN pending_direct_uploads on 127.0.0.1:6379)`)
+    const error = new RedisError({
+      operation: "HLEN pending_direct_uploads",
+      cause: new Error(WRONGTYPE),
+      server: "127.0.0.1:6379"
+    })
+    assert.strictEqual(
+      `${error.name}: ${error.message}`,
+      `RedisError: ${WRONGTYPE} (HLEN pending_direct_uploads on 127.0.0.1:6379)`
+    )
     const refused = Object.assign(new AggregateError([]), { code: "ECONNREFUSED" })
-    assert.strictEqual(new RedisError({ operation: "connect", cause: refused, server: "::1:6379" }).message, "ECONNREFUSED (connect on ::1:6379)")
+    assert.strictEqual(
+      new RedisError({ operation: "connect", cause: refused, server: "::1:6379" }).message,
+      "ECONNREFUSED (connect on ::1:6379)"
+    )
     assert.strictEqual(new RedisError({ operation: "x", cause: undefined }).message, "failed (x)")
   })
 
@@ -91,29 +104,35 @@ class Calls extends Context.Service<Calls, { count: number }>()("test/layers/Red
   static readonly layer = Layer.sync(Calls, () => ({ count: 0 }))
 }
 
-const CountedPending = Layer.effect(PendingDirectUploads, Effect.gen(function*() {
-  const real = yield* PendingDirectUploads
-  const calls = yield* Calls
-  return PendingDirectUploads.of({
-    ...real,
-    count: Effect.suspend(() => {
-      calls.count++
-      return real.count
+const CountedPending = Layer.effect(
+  PendingDirectUploads,
+  Effect.gen(function*() {
+    const real = yield* PendingDirectUploads
+    const calls = yield* Calls
+    return PendingDirectUploads.of({
+      ...real,
+      count: Effect.suspend(() => {
+        calls.count++
+        return real.count
+      })
     })
   })
-})).pipe(Layer.provide(PendingDirectUploadsRedis))
+).pipe(Layer.provide(PendingDirectUploadsRedis))
 
-const CountedRebalancing = Layer.effect(RebalancingState, Effect.gen(function*() {
-  const real = yield* RebalancingState
-  const calls = yield* Calls
-  return RebalancingState.of({
-    ...real,
-    runningMembers: Effect.suspend(() => {
-      calls.count++
-      return real.runningMembers
+const CountedRebalancing = Layer.effect(
+  RebalancingState,
+  Effect.gen(function*() {
+    const real = yield* RebalancingState
+    const calls = yield* Calls
+    return RebalancingState.of({
+      ...real,
+      runningMembers: Effect.suspend(() => {
+        calls.count++
+        return real.runningMembers
+      })
     })
   })
-})).pipe(Layer.provide(RebalancingStateRedis))
+).pipe(Layer.provide(RebalancingStateRedis))
 
 /** Real Redis behind the two services; everything else of the platform in memory. */
 const Platform = Layer.mergeAll(CountedPending, CountedRebalancing).pipe(
@@ -121,7 +140,8 @@ const Platform = Layer.mergeAll(CountedPending, CountedRebalancing).pipe(
   Layer.provideMerge(RedisTest)
 )
 
-const redisCall = <A>(f: (client: RedisClient) => Promise<A>) => Effect.flatMap(Redis, (redis) => Effect.orDie(redis.use("test", f)))
+const redisCall = <A>(f: (client: RedisClient) => Promise<A>) =>
+  Effect.flatMap(Redis, (redis) => Effect.orDie(redis.use("test", f)))
 
 const runOnce = <S>(batch: Batch<S, unknown, unknown>) =>
   Effect.gen(function*() {
@@ -137,7 +157,10 @@ describe("wrong-type keys on real Redis: the run fails once, with the reason, no
       const { calls, finished, result } = yield* runOnce(DeleteStaleDirectUploads)
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(calls, 1, "a WRONGTYPE never heals: no retry")
-      assert.match(result.error ?? "", /^RedisError: WRONGTYPE Operation against a key holding the wrong kind of value \(HLEN pending_direct_uploads on 127\.0\.0\.1:\d+\)$/)
+      assert.match(
+        result.error ?? "",
+        /^RedisError: WRONGTYPE Operation against a key holding the wrong kind of value \(HLEN pending_direct_uploads on 127\.0\.0\.1:\d+\)$/
+      )
       assert.lengthOf(finished, 1)
       assert.strictEqual((finished[0]!.data as { error?: string }).error, result.error)
       // The key is untouched, and the next run says the same.
@@ -169,13 +192,21 @@ describe("wrong-type keys on real Redis: the run fails once, with the reason, no
       const lost = yield* Effect.flip(Effect.acquireUseRelease(
         Effect.promise(async () => {
           // RedisTest is one server, never a cluster.
-          const client = (redis.client as IORedis).duplicate({ lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false })
+          const client = (redis.client as IORedis).duplicate({
+            lazyConnect: true,
+            maxRetriesPerRequest: 0,
+            enableOfflineQueue: false
+          })
           client.on("error", () => {})
           await client.connect()
           client.disconnect()
           return client
         }),
-        (client) => Effect.tryPromise({ try: () => client.get("x"), catch: (cause) => new RedisError({ operation: "GET x", cause, server: serverName(client.options) }) }),
+        (client) =>
+          Effect.tryPromise({
+            try: () => client.get("x"),
+            catch: (cause) => new RedisError({ operation: "GET x", cause, server: serverName(client.options) })
+          }),
         (client) => Effect.sync(() => client.disconnect())
       ))
       assert.isTrue(isTransient(lost), lost.message)
@@ -194,8 +225,11 @@ describe("connecting", () => {
             const { port } = server.address() as AddressInfo
             server.close(() => resolve(port))
           })
-        }))
-      const error = yield* Effect.flip(Layer.build(Redis.layer(Redacted.make(`redis://someone:s3cret-pw@127.0.0.1:${port}/0`))).pipe(Effect.scoped))
+        })
+      )
+      const error = yield* Effect.flip(
+        Layer.build(Redis.layer(Redacted.make(`redis://someone:s3cret-pw@127.0.0.1:${port}/0`))).pipe(Effect.scoped)
+      )
       assert.instanceOf(error, RedisError)
       assert.include(error.message, `(connect on 127.0.0.1:${port})`)
       assert.include(error.message, "ECONNREFUSED")

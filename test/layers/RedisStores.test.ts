@@ -4,7 +4,14 @@
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { parseRedisUrl, QueuesMetadataRedis, QueuesRedis, Redis, RedisStores, SharedStateRedis } from "../../src/layers/Redis.ts"
+import {
+  parseRedisUrl,
+  QueuesMetadataRedis,
+  QueuesRedis,
+  Redis,
+  RedisStores,
+  SharedStateRedis
+} from "../../src/layers/Redis.ts"
 import { RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"
 
 const stores = Effect.all({
@@ -20,7 +27,10 @@ describe("parseRedisUrl", () => {
   {
     it.effect("a single URL is one server, a comma list is a cluster of seed nodes with shared credentials", () =>
       Effect.sync(() => {
-        assert.deepStrictEqual(parseRedisUrl("redis://127.0.0.1:6379/3"), { kind: "single", url: "redis://127.0.0.1:6379/3" })
+        assert.deepStrictEqual(parseRedisUrl("redis://127.0.0.1:6379/3"), {
+          kind: "single",
+          url: "redis://127.0.0.1:6379/3"
+        })
         assert.deepStrictEqual(parseRedisUrl("redis://:s3cret@10.0.0.1:7000, redis://10.0.0.2:7001"), {
           kind: "cluster",
           nodes: [{ host: "10.0.0.1", port: 7000 }, { host: "10.0.0.2", port: 7001 }],
@@ -47,8 +57,11 @@ for (const topology of topologies) {
           yield* s.sharedState.use("t", (c) => c.set("probe:shared", "1", "EX", 60))
           yield* s.queues.use("t", (c) => c.set("probe:queues", "1", "EX", 60))
           yield* s.queuesMetadata.use("t", (c) => c.set("probe:meta", "1", "EX", 60))
-          const seen = yield* Effect.all([s.sharedState, s.queues, s.queuesMetadata].map((store) =>
-            store.use("t", (c) => Promise.all(["probe:shared", "probe:queues", "probe:meta"].map((k) => c.exists(k))))))
+          const seen = yield* Effect.all(
+            [s.sharedState, s.queues, s.queuesMetadata].map((store) =>
+              store.use("t", (c) => Promise.all(["probe:shared", "probe:queues", "probe:meta"].map((k) => c.exists(k))))
+            )
+          )
           if (topology === "split") {
             assert.notStrictEqual(s.sharedState, s.queues)
             assert.notStrictEqual(s.queues, s.queuesMetadata)

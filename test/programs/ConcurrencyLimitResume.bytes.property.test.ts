@@ -10,16 +10,16 @@ import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { MAX_RESUME_UNLIMITED, parseDeferred, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimitsRedis } from "../../src/layers/ConcurrencyLimitsRedis.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { resumeWorker } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 import { RedisTest } from "../support/redis.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const W = "Releases::CreateEvidenceWorker"
 const K = workerKeys(W)
@@ -29,7 +29,11 @@ const Arg = Schema.Union([Schema.String, Schema.Int, Schema.Boolean, Schema.Null
 const Element = Schema.Union([
   Schema.Struct({ kind: Schema.Literal("bytes"), bytes: Schema.Uint8Array }),
   Schema.Struct({ kind: Schema.Literal("job"), args: Schema.Array(Arg).check(Schema.isMaxLength(4)) }),
-  Schema.Struct({ kind: Schema.Literal("corrupt"), args: Schema.Array(Arg).check(Schema.isMaxLength(4)), at: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1000 })) })
+  Schema.Struct({
+    kind: Schema.Literal("corrupt"),
+    args: Schema.Array(Arg).check(Schema.isMaxLength(4)),
+    at: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1000 }))
+  })
 ])
 type Element = typeof Element.Type
 
@@ -46,7 +50,9 @@ const bytesOf = (element: Element, i: number): Buffer => {
       return Buffer.from(element.bytes)
     case "job":
       // `i` makes every valid element distinct, so "exactly once" is checkable by args.
-      return Buffer.from(JSON.stringify({ args: [i, ...element.args], context: { "meta.caller_id": "c" }, buffered_at: 1772366400 + i }))
+      return Buffer.from(
+        JSON.stringify({ args: [i, ...element.args], context: { "meta.caller_id": "c" }, buffered_at: 1772366400 + i })
+      )
     case "corrupt": {
       const valid = Buffer.from(JSON.stringify({ args: [i, ...element.args] }))
       valid[element.at % valid.length] = 0xff
@@ -64,25 +70,32 @@ class Keys extends Context.Service<Keys, {
   exists(key: string): Effect.Effect<boolean>
 }>()("test/programs/ConcurrencyLimitResume.bytes/Keys") {}
 
-const KeysMemory = Layer.effect(Keys, Effect.map(MemoryRedis, (redis) =>
-  Keys.of({
-    flush: Effect.sync(() => redis.flushAll()),
-    rpush: (key, values) => Effect.sync(() => void (values.length > 0 && redis.rpush(key, ...values))),
-    set: (key, value) => Effect.sync(() => void redis.set(key, value)),
-    hset: (key, fields) => Effect.sync(() => void redis.hset(key, fields)),
-    list: (key) => Effect.sync(() => redis.lrangeBuffer(key, 0, -1)),
-    exists: (key) => Effect.sync(() => redis.exists(key))
-  })))
+const KeysMemory = Layer.effect(
+  Keys,
+  Effect.map(MemoryRedis, (redis) =>
+    Keys.of({
+      flush: Effect.sync(() => redis.flushAll()),
+      rpush: (key, values) => Effect.sync(() => void (values.length > 0 && redis.rpush(key, ...values))),
+      set: (key, value) => Effect.sync(() => void redis.set(key, value)),
+      hset: (key, fields) => Effect.sync(() => void redis.hset(key, fields)),
+      list: (key) => Effect.sync(() => redis.lrangeBuffer(key, 0, -1)),
+      exists: (key) => Effect.sync(() => redis.exists(key))
+    }))
+)
 
-const KeysRedis = Layer.effect(Keys, Effect.map(Redis, ({ client }) =>
-  Keys.of({
-    flush: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
-    rpush: (key, values) => Effect.promise(async () => void (values.length > 0 && await client.rpush(key, ...values))),
-    set: (key, value) => Effect.promise(() => client.set(key, value)).pipe(Effect.asVoid),
-    hset: (key, fields) => Effect.promise(() => client.hset(key, fields)).pipe(Effect.asVoid),
-    list: (key) => Effect.promise(() => client.lrangeBuffer(key, 0, -1)),
-    exists: (key) => Effect.promise(async () => (await client.exists(key)) === 1)
-  })))
+const KeysRedis = Layer.effect(
+  Keys,
+  Effect.map(Redis, ({ client }) =>
+    Keys.of({
+      flush: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
+      rpush: (key, values) =>
+        Effect.promise(async () => void (values.length > 0 && await client.rpush(key, ...values))),
+      set: (key, value) => Effect.promise(() => client.set(key, value)).pipe(Effect.asVoid),
+      hset: (key, fields) => Effect.promise(() => client.hset(key, fields)).pipe(Effect.asVoid),
+      list: (key) => Effect.promise(() => client.lrangeBuffer(key, 0, -1)),
+      exists: (key) => Effect.promise(async () => (await client.exists(key)) === 1)
+    }))
+)
 
 const onePass = Effect.provideService(CurrentRun, {
   runId: null,
@@ -100,7 +113,9 @@ const checkCase = (c: Case) =>
     yield* keys.flush
     const elements = c.elements.map(bytesOf)
     yield* keys.rpush(K.deferred, elements)
-    for (let t = 0; t < c.executing; t++) yield* keys.hset(K.executing, { [`host:${t}:x:tid:t${t}`]: String(Date.now() / 1000) })
+    for (let t = 0; t < c.executing; t++) {
+      yield* keys.hset(K.executing, { [`host:${t}:x:tid:t${t}`]: String(Date.now() / 1000) })
+    }
     yield* keys.set(K.currentLimit, String(c.limit))
 
     yield* onePass(resumeWorker(W))
@@ -111,7 +126,9 @@ const checkCase = (c: Case) =>
       if (element.kind === "job") assert.isTrue(valid[i], `job ${i} valid`)
       if (element.kind === "corrupt") assert.isFalse(valid[i], `corrupt ${i} invalid`)
     })
-    const queued = (yield* keys.list(queueKey("default"))).toReversed().map((b) => JSON.parse(b.toString("utf8")) as SidekiqJob)
+    const queued = (yield* keys.list(queueKey("default"))).toReversed().map((b) =>
+      JSON.parse(b.toString("utf8")) as SidekiqJob
+    )
     const dead = yield* keys.list(K.dead)
     const deferred = yield* keys.list(K.deferred)
 
@@ -119,9 +136,19 @@ const checkCase = (c: Case) =>
     const taken = elements.length - deferred.length
     assert.deepStrictEqual(deferred.map(hex), elements.slice(taken).map(hex), "the rest still deferred, in order")
     const head = elements.slice(0, taken)
-    assert.deepStrictEqual(dead.map(hex), head.filter((_, i) => !valid[i]).map(hex), "invalid ones in the dead list, byte for byte")
-    const expectedJobs = head.filter((_, i) => valid[i]).map((b) => (JSON.parse(b.toString("utf8")) as { args: Array<unknown> }).args)
-    assert.deepStrictEqual(queued.map((job) => job.args), expectedJobs, "valid ones in the queue with their stored args, FIFO")
+    assert.deepStrictEqual(
+      dead.map(hex),
+      head.filter((_, i) => !valid[i]).map(hex),
+      "invalid ones in the dead list, byte for byte"
+    )
+    const expectedJobs = head.filter((_, i) => valid[i]).map((b) =>
+      (JSON.parse(b.toString("utf8")) as { args: Array<unknown> }).args
+    )
+    assert.deepStrictEqual(
+      queued.map((job) => job.args),
+      expectedJobs,
+      "valid ones in the queue with their stored args, FIFO"
+    )
     assert.strictEqual(new Set(queued.map((job) => job.jid)).size, queued.length)
     assert.isFalse(yield* keys.exists(K.journal), "no move journal left")
 
@@ -137,8 +164,12 @@ const checkCase = (c: Case) =>
 const configFor = { concurrencyLimits: { [W]: { limit: 3, queue: "default" } } }
 
 describe("concurrency-limit-resume over arbitrary bytes (memory)", () => {
-  it.effect.prop("every element once: queue, dead list (byte-exact) or still deferred", Case, (c) =>
-    checkCase(c).pipe(Effect.provide(KeysMemory.pipe(Layer.provideMerge(MemoryPlatform(configFor))))), { arbitrary: { runs: 200 } })
+  it.effect.prop(
+    "every element once: queue, dead list (byte-exact) or still deferred",
+    Case,
+    (c) => checkCase(c).pipe(Effect.provide(KeysMemory.pipe(Layer.provideMerge(MemoryPlatform(configFor))))),
+    { arbitrary: { runs: 200 } }
+  )
 })
 
 const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRedis, MetricsPrometheus).pipe(
@@ -147,6 +178,11 @@ const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRed
   Layer.provideMerge(SweeperConfig.layerWith(configFor))
 )
 
-layer(RedisPlatform, { excludeTestServices: true, timeout: "60 seconds" })("concurrency-limit-resume over arbitrary bytes (real Redis)", (it) => {
-  it.effect.prop("every element once: queue, dead list (byte-exact) or still deferred", Case, checkCase, { arbitrary: { runs: 60 } })
-})
+layer(RedisPlatform, { excludeTestServices: true, timeout: "60 seconds" })(
+  "concurrency-limit-resume over arbitrary bytes (real Redis)",
+  (it) => {
+    it.effect.prop("every element once: queue, dead list (byte-exact) or still deferred", Case, checkCase, {
+      arbitrary: { runs: 60 }
+    })
+  }
+)

@@ -9,16 +9,16 @@ import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { MAX_RESUME_UNLIMITED, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimitsRedis } from "../../src/layers/ConcurrencyLimitsRedis.ts"
+import { SweeperConfig } from "../../src/layers/Config.ts"
 import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { resumeWorker } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 import { RedisTest } from "../support/redis.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const W = "Releases::CreateEvidenceWorker"
 const K = workerKeys(W)
@@ -43,25 +43,32 @@ class Keys extends Context.Service<Keys, {
   lrange(key: string): Effect.Effect<ReadonlyArray<string>>
 }>()("test/programs/ConcurrencyLimitResume.property/Keys") {}
 
-const KeysMemory = Layer.effect(Keys, Effect.map(MemoryRedis, (redis) =>
-  Keys.of({
-    flush: Effect.sync(() => redis.flushAll()),
-    rpush: (key, ...values) => Effect.sync(() => void redis.rpush(key, ...values)),
-    hset: (key, fields) => Effect.sync(() => void redis.hset(key, fields)),
-    set: (key, value) => Effect.sync(() => void redis.set(key, value)),
-    lrange: (key) => Effect.sync(() => redis.lrange(key, 0, -1))
-  })))
+const KeysMemory = Layer.effect(
+  Keys,
+  Effect.map(MemoryRedis, (redis) =>
+    Keys.of({
+      flush: Effect.sync(() => redis.flushAll()),
+      rpush: (key, ...values) => Effect.sync(() => void redis.rpush(key, ...values)),
+      hset: (key, fields) => Effect.sync(() => void redis.hset(key, fields)),
+      set: (key, value) => Effect.sync(() => void redis.set(key, value)),
+      lrange: (key) => Effect.sync(() => redis.lrange(key, 0, -1))
+    }))
+)
 
-const KeysRedis = Layer.effect(Keys, Effect.map(Redis, ({ client }) =>
-  Keys.of({
-    flush: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
-    rpush: (key, ...values) => Effect.promise(() => client.rpush(key, ...values)).pipe(Effect.asVoid),
-    hset: (key, fields) => Effect.promise(() => client.hset(key, fields)).pipe(Effect.asVoid),
-    set: (key, value) => Effect.promise(() => client.set(key, value)).pipe(Effect.asVoid),
-    lrange: (key) => Effect.promise(() => client.lrange(key, 0, -1))
-  })))
+const KeysRedis = Layer.effect(
+  Keys,
+  Effect.map(Redis, ({ client }) =>
+    Keys.of({
+      flush: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
+      rpush: (key, ...values) => Effect.promise(() => client.rpush(key, ...values)).pipe(Effect.asVoid),
+      hset: (key, fields) => Effect.promise(() => client.hset(key, fields)).pipe(Effect.asVoid),
+      set: (key, value) => Effect.promise(() => client.set(key, value)).pipe(Effect.asVoid),
+      lrange: (key) => Effect.promise(() => client.lrange(key, 0, -1))
+    }))
+)
 
-const good = (i: number) => JSON.stringify({ args: [i], context: { "meta.caller_id": `c${i}` }, buffered_at: 1772366400 + i })
+const good = (i: number) =>
+  JSON.stringify({ args: [i], context: { "meta.caller_id": `c${i}` }, buffered_at: 1772366400 + i })
 const bad = (i: number) => (i % 2 === 0 ? `{"args":${i}` : JSON.stringify({ context: {}, id: i }))
 
 /**
@@ -84,7 +91,9 @@ const checkCase = (c: Case) =>
     const elements = c.queue.map((isGood, i) => (isGood ? good(i) : bad(i)))
     if (elements.length > 0) yield* keys.rpush(K.deferred, ...elements)
     const nowSeconds = (yield* Clock.currentTimeMillis) / 1000
-    for (let t = 0; t < c.executing; t++) yield* keys.hset(K.executing, { [`host:${t}:x:tid:t${t}`]: String(nowSeconds) })
+    for (let t = 0; t < c.executing; t++) {
+      yield* keys.hset(K.executing, { [`host:${t}:x:tid:t${t}`]: String(nowSeconds) })
+    }
     if (c.pending > 0) yield* keys.set(K.pendingResumed, String(c.pending))
     if (c.viaRedis) yield* keys.set(K.currentLimit, String(c.limit))
 
@@ -114,7 +123,10 @@ const checkCase = (c: Case) =>
       [...resumedElements, ...deferred.filter((e) => goodIds.some((i) => good(i) === e))],
       goodIds.map(good)
     )
-    assert.deepStrictEqual([...dead, ...deferred.filter((e) => !goodIds.some((i) => good(i) === e))], c.queue.flatMap((isGood, i) => (isGood ? [] : [bad(i)])))
+    assert.deepStrictEqual(
+      [...dead, ...deferred.filter((e) => !goodIds.some((i) => good(i) === e))],
+      c.queue.flatMap((isGood, i) => (isGood ? [] : [bad(i)]))
+    )
   })
 
 /** Configuration holds a different limit when Redis overrides it, so the override must win. */
@@ -135,8 +147,16 @@ const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, LeaseRedis, KeysRed
   Layer.provideMerge(SweeperConfig.layerWith({ concurrencyLimits: { [W]: { limit: 3, queue: "default" } } }))
 )
 
-layer(RedisPlatform, { excludeTestServices: true, timeout: "30 seconds" })("concurrency-limit-resume properties (real Redis)", (it) => {
-  it.effect.prop("capacity, breaker, FIFO and conservation of jobs", Case, (c) => checkCase({ ...c, viaRedis: true }), {
-    arbitrary: { runs: 60 }
-  })
-})
+layer(RedisPlatform, { excludeTestServices: true, timeout: "30 seconds" })(
+  "concurrency-limit-resume properties (real Redis)",
+  (it) => {
+    it.effect.prop(
+      "capacity, breaker, FIFO and conservation of jobs",
+      Case,
+      (c) => checkCase({ ...c, viaRedis: true }),
+      {
+        arbitrary: { runs: 60 }
+      }
+    )
+  }
+)

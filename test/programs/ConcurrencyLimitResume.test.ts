@@ -3,14 +3,14 @@ import { Clock, DateTime, Duration, Effect, Fiber, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { workerLeaseName } from "../../src/domain/ConcurrencyLimit.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { workerLeaseName } from "../../src/domain/ConcurrencyLimit.ts"
 import { ConcurrencyLimitResume, resumeWorker } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
-import { leaseKey } from "../../src/domain/Lease.ts"
 import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -21,14 +21,20 @@ const K = workerKeys(W)
 
 const platform = (limits: Record<string, number | { limit: number; queue: string }>) =>
   MemoryPlatform({
-    concurrencyLimits: Object.fromEntries(Object.entries(limits).map(([worker, setting]) =>
-      [worker, typeof setting === "number" ? { limit: setting, queue: "default" } : setting]
-    ))
+    concurrencyLimits: Object.fromEntries(
+      Object.entries(limits).map((
+        [worker, setting]
+      ) => [worker, typeof setting === "number" ? { limit: setting, queue: "default" } : setting])
+    )
   })
 
 /** A deferred element as GitLab's middleware writes it. */
 const element = (i: number) =>
-  JSON.stringify({ args: [i, `project/${i}`], context: { "meta.user": "root", correlation_id: `c${i}` }, buffered_at: NOW_S - 300 + i / 4 })
+  JSON.stringify({
+    args: [i, `project/${i}`],
+    context: { "meta.user": "root", correlation_id: `c${i}` },
+    buffered_at: NOW_S - 300 + i / 4
+  })
 
 const elements = (from: number, to: number) => Array.from({ length: to - from }, (_, k) => element(from + k))
 
@@ -42,12 +48,17 @@ const seed = (worker: string, values: ReadonlyArray<string>) =>
 /** `n` running jobs of `worker`, started `ageSeconds` ago. */
 const executing = (worker: string, n: number, ageSeconds = 5) =>
   Effect.map(MemoryRedis, (redis) => {
-    for (let i = 0; i < n; i++) redis.hset(workerKeys(worker).executing, { [`host-${i}:1:abc:tid:t${i}`]: String(NOW_S - ageSeconds) })
+    for (let i = 0; i < n; i++) {
+      redis.hset(workerKeys(worker).executing, { [`host-${i}:1:abc:tid:t${i}`]: String(NOW_S - ageSeconds) })
+    }
   })
 
 /** The queue in the order Sidekiq consumes it (BRPOP from the right). */
 const consumed = (queue = "default") =>
-  Effect.map(MemoryRedis, (redis) => redis.lrange(queueKey(queue), 0, -1).reverse().map((raw) => JSON.parse(raw) as SidekiqJob))
+  Effect.map(
+    MemoryRedis,
+    (redis) => redis.lrange(queueKey(queue), 0, -1).reverse().map((raw) => JSON.parse(raw) as SidekiqJob)
+  )
 
 /**
  * Forks `program` and returns once its first passes are done, at NOW. The program starts from a
@@ -145,7 +156,13 @@ describe("concurrency-limit-resume", () => {
       assert.isFalse(redis.exists(K.pendingResumed))
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.stream, e.type, e.data]), [
-        [`concurrency_limit:${W}`, "ConcurrencyLimitJobsResumed", { worker: W, queue: "default", count: 3, limit: 5, jids: jobs.map((j) => j.jid) }]
+        [`concurrency_limit:${W}`, "ConcurrencyLimitJobsResumed", {
+          worker: W,
+          queue: "default",
+          count: 3,
+          limit: 5,
+          jids: jobs.map((j) => j.jid)
+        }]
       ])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
@@ -168,7 +185,14 @@ describe("concurrency-limit-resume", () => {
       assert.strictEqual(redis.pttl(K.pendingResumed), 60_000) // the move refreshed the TTL
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 2, effectiveLimit: 5 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 5,
+        queueSize: 10,
+        current: 3,
+        resumed: 2,
+        effectiveLimit: 5
+      }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("limit 0 is unlimited: moves of up to 5000, back to back with no sleep, until the list is empty", () =>
@@ -183,9 +207,20 @@ describe("concurrency-limit-resume", () => {
       assert.isDefined(fiber.pollUnsafe())
       assert.strictEqual(yield* Clock.currentTimeMillis, DateTime.toEpochMillis(NOW))
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 0, queueSize: 10_001, current: 50, resumed: 10_001, effectiveLimit: 0 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 0,
+        queueSize: 10_001,
+        current: 50,
+        resumed: 10_001,
+        effectiveLimit: 0
+      }])
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[5000, 0], [5000, 0], [1, 0]])
+      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [
+        [5000, 0],
+        [5000, 0],
+        [1, 0]
+      ])
       const jobs = yield* consumed()
       assert.deepStrictEqual(jobs.map((job) => job.args[0]), Array.from({ length: 10_001 }, (_, i) => i))
       assert.strictEqual(new Set(jobs.map((job) => job.jid)).size, 10_001)
@@ -211,9 +246,20 @@ describe("concurrency-limit-resume", () => {
       redis.del(K.pendingResumed)
       yield* TestClock.adjust("1 second")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 12, current: 0, resumed: 12, effectiveLimit: 5 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 5,
+        queueSize: 12,
+        current: 0,
+        resumed: 12,
+        effectiveLimit: 5
+      }])
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[5, 0], [5, 1000], [2, 2000]])
+      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [
+        [5, 0],
+        [5, 1000],
+        [2, 2000]
+      ])
       assert.deepStrictEqual(renewals, [1000, 2000])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
@@ -225,7 +271,13 @@ describe("concurrency-limit-resume", () => {
       const exit = fiber.pollUnsafe()
       assert.isDefined(exit)
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: -1, queueSize: 3, current: 0, resumed: 0, effectiveLimit: -1 }], resumedJobs: 0, failedWorkers: [], heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, {
+        workers: [{ worker: W, limit: -1, queueSize: 3, current: 0, resumed: 0, effectiveLimit: -1 }],
+        resumedJobs: 0,
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
+      })
       assert.lengthOf(yield* consumed(), 0)
       assert.lengthOf((yield* MemoryRedis).lrange(K.deferred, 0, -1), 3)
       assert.lengthOf(yield* MemoryEvents, 0)
@@ -241,7 +293,14 @@ describe("concurrency-limit-resume", () => {
       yield* TestClock.adjust("1 second")
       assert.isDefined(fiber.pollUnsafe())
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 10, current: 0, resumed: 2, effectiveLimit: 2 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 2,
+        queueSize: 10,
+        current: 0,
+        resumed: 2,
+        effectiveLimit: 2
+      }])
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 8)
     }).pipe(Effect.provide(platform({ [W]: 2 }))))
 
@@ -251,7 +310,14 @@ describe("concurrency-limit-resume", () => {
       const redis = yield* MemoryRedis
       redis.set(K.currentLimit, "1")
       const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 1, queueSize: 10, current: 0, resumed: 1, effectiveLimit: 1 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 1,
+        queueSize: 10,
+        current: 0,
+        resumed: 1,
+        effectiveLimit: 1
+      }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("a worker found only by SCAN with a Redis limit is resumed to the default queue; an unparsable override is ignored", () =>
@@ -276,7 +342,13 @@ describe("concurrency-limit-resume", () => {
       yield* seed(unknown, elements(0, 4))
       yield* seed(W, elements(0, 1))
       const summary = yield* run
-      assert.deepStrictEqual(summary, { workers: [{ worker: W, limit: 5, queueSize: 1, current: 0, resumed: 1, effectiveLimit: 5 }], resumedJobs: 1, failedWorkers: [], heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, {
+        workers: [{ worker: W, limit: 5, queueSize: 1, current: 0, resumed: 1, effectiveLimit: 5 }],
+        resumedJobs: 1,
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
+      })
       const redis = yield* MemoryRedis
       assert.deepStrictEqual(redis.lrange(workerKeys(unknown).deferred, 0, -1), elements(0, 4))
       assert.isTrue((yield* consumed()).every((job) => job.class === W))
@@ -288,7 +360,12 @@ describe("concurrency-limit-resume", () => {
     Effect.gen(function*() {
       yield* seed(W, elements(0, 10))
       const redis = yield* MemoryRedis
-      const work = (workerClass: string) => JSON.stringify({ queue: "default", payload: JSON.stringify({ class: workerClass, args: [] }), run_at: NOW_S - 700 })
+      const work = (workerClass: string) =>
+        JSON.stringify({
+          queue: "default",
+          payload: JSON.stringify({ class: workerClass, args: [] }),
+          run_at: NOW_S - 700
+        })
       redis.hset(processWorkKey("alive:1:a"), { t1: work(W) })
       redis.hset(processWorkKey("reused:1:b"), { t1: work("OtherWorker") })
       redis.hset(K.executing, {
@@ -301,7 +378,11 @@ describe("concurrency-limit-resume", () => {
         "gone:3:x:tid:t1": "not-a-time" // unreadable start counts as old; nothing runs it: stale
       })
       const fiber = yield* start(ConcurrencyLimitResume.run)
-      assert.deepStrictEqual(Object.keys(redis.hgetall(K.executing)).sort(), ["alive:1:a:tid:t1", "garbage-but-fresh", "gone:2:x:tid:t1"])
+      assert.deepStrictEqual(Object.keys(redis.hgetall(K.executing)).sort(), [
+        "alive:1:a:tid:t1",
+        "garbage-but-fresh",
+        "gone:2:x:tid:t1"
+      ])
       assert.lengthOf(yield* consumed(), 2)
       // One second later the 600 s tracker is 601 s old: removed, and its slot is resumed.
       yield* TestClock.adjust("1 second")
@@ -309,7 +390,14 @@ describe("concurrency-limit-resume", () => {
       assert.lengthOf(yield* consumed(), 3)
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 10, current: 3, resumed: 3, effectiveLimit: 5 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 5,
+        queueSize: 10,
+        current: 3,
+        resumed: 3,
+        effectiveLimit: 5
+      }])
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("repeats every second while jobs remain, resuming as capacity frees", () =>
@@ -331,9 +419,19 @@ describe("concurrency-limit-resume", () => {
       assert.isUndefined(fiber.pollUnsafe())
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 10, current: 2, resumed: 3, effectiveLimit: 2 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 2,
+        queueSize: 10,
+        current: 2,
+        resumed: 3,
+        effectiveLimit: 2
+      }])
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[1, 1000], [2, 3000]])
+      assert.deepStrictEqual(events.map((e) => [e.data.count, e.occurredAt.getTime() - DateTime.toEpochMillis(NOW)]), [[
+        1,
+        1000
+      ], [2, 3000]])
       assert.deepStrictEqual((yield* consumed()).map((job) => job.args[0]), [0, 1, 2])
     }).pipe(Effect.provide(platform({ [W]: 2 }))))
 
@@ -348,7 +446,14 @@ describe("concurrency-limit-resume", () => {
       }
       const summary = yield* Fiber.join(fiber)
       // Passes at t = 0, 1, 2, 3, 4; the pass due at t = 5 would start at the budget.
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 1, queueSize: 100, current: 0, resumed: 5, effectiveLimit: 1 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 1,
+        queueSize: 100,
+        current: 0,
+        resumed: 5,
+        effectiveLimit: 1
+      }])
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 95)
     }).pipe(Effect.provide(platform({ [W]: 1 }))))
 
@@ -371,13 +476,23 @@ describe("concurrency-limit-resume", () => {
       const bad2 = JSON.stringify({ args: "not-an-array" })
       yield* seed(W, [element(0), bad1, element(1), bad2, element(2)])
       const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 2, queueSize: 5, current: 0, resumed: 2, effectiveLimit: 2 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 2,
+        queueSize: 5,
+        current: 0,
+        resumed: 2,
+        effectiveLimit: 2
+      }])
       const redis = yield* MemoryRedis
       assert.deepStrictEqual((yield* consumed()).map((job) => job.args[0]), [0, 1])
       assert.deepStrictEqual(redis.lrange(K.dead, 0, -1), [bad1])
       assert.deepStrictEqual(redis.lrange(K.deferred, 0, -1), [bad2, element(2)])
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => [e.type, e.data.count]), [["ConcurrencyLimitJobsResumed", 2], ["ConcurrencyLimitJobsDead", 1]])
+      assert.deepStrictEqual(events.map((e) => [e.type, e.data.count]), [["ConcurrencyLimitJobsResumed", 2], [
+        "ConcurrencyLimitJobsDead",
+        1
+      ]])
     }).pipe(Effect.provide(platform({ [W]: 2 }))))
 
   it.effect("a list holding only unparsable elements is emptied into the dead list", () =>
@@ -402,7 +517,10 @@ describe("concurrency-limit-resume under the run guard", () => {
       yield* seed(OTHER, elements(0, 3))
       const redis = yield* MemoryRedis
       redis.set(leaseKey(workerLeaseName(W)), "another-process", { exSeconds: 3600 })
-      assert.strictEqual(leaseKey(workerLeaseName(W)), "gitlab:exclusive_lease:sweeper/concurrency_limit_resume/releases/create_evidence_worker")
+      assert.strictEqual(
+        leaseKey(workerLeaseName(W)),
+        "gitlab:exclusive_lease:sweeper/concurrency_limit_resume/releases/create_evidence_worker"
+      )
       const result = yield* toCompletion(runBatch(ConcurrencyLimitResume, { trigger: "manual" }))
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, {
@@ -477,9 +595,19 @@ describe("concurrency-limit-resume under the run guard", () => {
       yield* seed(W, elements(0, 1))
       const redis = yield* MemoryRedis
       const GONE = "Old::GoneWorker"
-      const header = (worker: string, batch: string) => JSON.stringify({ sweeper_move: 1, batch, queue: "default", worker })
+      const header = (worker: string, batch: string) =>
+        JSON.stringify({ sweeper_move: 1, batch, queue: "default", worker })
       const job = (worker: string, jid: string, i: number) =>
-        JSON.stringify({ class: worker, args: [i], jid, queue: "default", retry: true, created_at: NOW_S, enqueued_at: NOW_S, concurrency_limit_resume: true })
+        JSON.stringify({
+          class: worker,
+          args: [i],
+          jid,
+          queue: "default",
+          retry: true,
+          created_at: NOW_S,
+          enqueued_at: NOW_S,
+          concurrency_limit_resume: true
+        })
       // Journals as a process leaves them when it dies after BEGIN (jobs off the list, not yet pushed).
       redis.rpush(K.journal, header(W, "a".repeat(24)), job(W, "b".repeat(24), 100))
       redis.expire(K.journal, 3600)
@@ -487,28 +615,61 @@ describe("concurrency-limit-resume under the run guard", () => {
       redis.expire(workerKeys(GONE).journal, 3600)
 
       const summary = yield* run
-      assert.deepStrictEqual(summary.workers, [{ worker: W, limit: 5, queueSize: 1, current: 1, resumed: 2, effectiveLimit: 5 }])
+      assert.deepStrictEqual(summary.workers, [{
+        worker: W,
+        limit: 5,
+        queueSize: 1,
+        current: 1,
+        resumed: 2,
+        effectiveLimit: 5
+      }])
       const jobs = yield* consumed()
       assert.deepStrictEqual(jobs.map((j) => j.class).toSorted(), [GONE, W, W])
       assert.deepStrictEqual(jobs.map((j) => j.args[0]).toSorted(), [0, 100, 200])
       assert.isFalse(redis.exists(K.journal))
       assert.isFalse(redis.exists(workerKeys(GONE).journal))
       // Every finished move has its event, the gone worker's too (it has no limit any more: null).
-      const resumedEvents = (yield* MemoryEvents).filter((e) => e.type === "ConcurrencyLimitJobsResumed").map((e) => [e.stream, e.data] as const)
-      const byWorker = (worker: string) => resumedEvents.filter(([stream]) => stream === `concurrency_limit:${worker}`).map(([, data]) => data)
-      assert.deepStrictEqual(byWorker(GONE), [{ worker: GONE, queue: "default", count: 1, limit: null, jids: ["d".repeat(24)] }])
-      assert.deepStrictEqual(byWorker(W)[0], { worker: W, queue: "default", count: 1, limit: 5, jids: ["b".repeat(24)] })
-      assert.deepStrictEqual(byWorker(W).flatMap((data) => data.jids as ReadonlyArray<string>).toSorted(), jobs.filter((j) => j.class === W).map((j) => j.jid).toSorted())
+      const resumedEvents = (yield* MemoryEvents).filter((e) => e.type === "ConcurrencyLimitJobsResumed").map((e) =>
+        [e.stream, e.data] as const
+      )
+      const byWorker = (worker: string) =>
+        resumedEvents.filter(([stream]) => stream === `concurrency_limit:${worker}`).map(([, data]) => data)
+      assert.deepStrictEqual(byWorker(GONE), [{
+        worker: GONE,
+        queue: "default",
+        count: 1,
+        limit: null,
+        jids: ["d".repeat(24)]
+      }])
+      assert.deepStrictEqual(byWorker(W)[0], {
+        worker: W,
+        queue: "default",
+        count: 1,
+        limit: 5,
+        jids: ["b".repeat(24)]
+      })
+      assert.deepStrictEqual(
+        byWorker(W).flatMap((data) => data.jids as ReadonlyArray<string>).toSorted(),
+        jobs.filter((j) => j.class === W).map((j) => j.jid).toSorted()
+      )
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
   it.effect("the RunFinished summary is the program's summary", () =>
     Effect.gen(function*() {
       yield* seed(W, elements(0, 2))
-      const result = yield* toCompletion(runBatch(ConcurrencyLimitResume, { trigger: "manual", budget: Duration.seconds(3) }))
+      const result = yield* toCompletion(
+        runBatch(ConcurrencyLimitResume, { trigger: "manual", budget: Duration.seconds(3) })
+      )
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "ConcurrencyLimitJobsResumed", "RunFinished"])
       assert.deepStrictEqual(events[2]!.data.summary, result.summary)
-      assert.deepStrictEqual(result.summary, { workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2, effectiveLimit: 5 }], resumedJobs: 2, failedWorkers: [], heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, {
+        workers: [{ worker: W, limit: 5, queueSize: 2, current: 0, resumed: 2, effectiveLimit: 5 }],
+        resumedJobs: 2,
+        failedWorkers: [],
+        heldMs: 0,
+        heldBy: []
+      })
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
   it.effect("health gate: a throttled limit (HealthGate.effectiveLimit) resumes fewer, and is in the worker's summary", () =>
     Effect.gen(function*() {
@@ -525,16 +686,28 @@ describe("concurrency-limit-resume under the run guard", () => {
       assert.lengthOf(redis.lrange(K.deferred, 0, -1), 8)
       yield* TestClock.adjust("2 minutes")
       const summary = yield* Fiber.join(fiber)
-      assert.deepStrictEqual(summary.workers.map(({ limit, effectiveLimit }) => ({ limit, effectiveLimit })), [{ limit: 4, effectiveLimit: 2 }])
+      assert.deepStrictEqual(summary.workers.map(({ limit, effectiveLimit }) => ({ limit, effectiveLimit })), [{
+        limit: 4,
+        effectiveLimit: 2
+      }])
       assert.strictEqual(asked[0], `concurrency-limit-resume ${W} 4`)
     }).pipe(Effect.provide(platform({ [W]: 4 }))))
 
   it.effect("health gate: held past the deadline before the first pass → nothing moved, the hold in the summary", () =>
     Effect.gen(function*() {
       yield* seed(W, elements(0, 3))
-      const gate = { ...openGate, beforeUnit: () => Effect.succeed({ proceed: false, heldMs: 55_000, heldBy: ["queueLatency"] }) }
+      const gate = {
+        ...openGate,
+        beforeUnit: () => Effect.succeed({ proceed: false, heldMs: 55_000, heldBy: ["queueLatency"] })
+      }
       const summary = yield* ConcurrencyLimitResume.run.pipe(Effect.provideService(HealthGate, gate))
-      assert.deepStrictEqual(summary, { workers: [], resumedJobs: 0, failedWorkers: [], heldMs: 55_000, heldBy: ["queueLatency"] })
+      assert.deepStrictEqual(summary, {
+        workers: [],
+        resumedJobs: 0,
+        failedWorkers: [],
+        heldMs: 55_000,
+        heldBy: ["queueLatency"]
+      })
       assert.lengthOf((yield* MemoryRedis).lrange(K.deferred, 0, -1), 3)
     }).pipe(Effect.provide(platform({ [W]: 4 }))))
 })

@@ -3,8 +3,8 @@
  * Redis, objects in local object-storage directories, events in a real PostgreSQL, and the CLI run
  * as an operator would (`sweeper run delete-stale-direct-uploads --json --now …`).
  */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { existsSync } from "node:fs"
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises"
@@ -43,9 +43,15 @@ const put = (path: string) =>
   })
 
 const hset = (entries: Record<string, string>) =>
-  Effect.flatMap(SharedStateRedis, (redis) => redis.use("test.hset", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
+  Effect.flatMap(
+    SharedStateRedis,
+    (redis) => redis.use("test.hset", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, entries))
+  )
 
-const hgetall = Effect.flatMap(SharedStateRedis, (redis) => redis.use("test.hgetall", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY)))
+const hgetall = Effect.flatMap(
+  SharedStateRedis,
+  (redis) => redis.use("test.hgetall", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))
+)
 
 const events = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
@@ -62,7 +68,8 @@ const runJson = (roots: Record<string, string>, ...extra: ReadonlyArray<string>)
       SWEEPER_OBJECT_STORAGE: JSON.stringify(roots)
     }
     const result = yield* Effect.promise(() =>
-      runCli(["run", "delete-stale-direct-uploads", "--json", "--now", NOW, ...extra], env))
+      runCli(["run", "delete-stale-direct-uploads", "--json", "--now", NOW, ...extra], env)
+    )
     assert.strictEqual(result.code, 0, `${result.stderr}\n${result.stdout}`)
     const lines = result.stdout.split("\n").filter((line) => line.length > 0)
     assert.lengthOf(lines, 1, result.stdout)
@@ -73,78 +80,120 @@ const runJson = (roots: Record<string, string>, ...extra: ReadonlyArray<string>)
 
 describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + local object storage, CLI)", () => {
   // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
-  for (const topology of topologies) it.live(`deletes stale objects then their entries, keeps what it must, records every deletion under the run id (redis ${topology})`, () =>
-    Effect.gen(function*() {
-      const { base, roots } = yield* objectStore
-      const kept = {
-        "artifacts:tmp/uploads/fresh": FRESH,
-        "artifacts:tmp/uploads/almost": ALMOST_STALE,
-        // Storage errors: the object is a directory; a path escaping the root.
-        "artifacts:tmp/uploads/is-a-dir": STALE,
-        "artifacts:../outside/victim": STALE,
-        // Malformed.
-        "artifacts:tmp/uploads/nan": "not-a-time",
-        "no_colon_here": STALE,
-        "avatars:tmp/uploads/x": STALE
-      }
-      yield* hset({
-        ...kept,
-        "artifacts:tmp/uploads/stale-1": STALE,
-        "lfs:tmp/uploads/with:colons:in:path": STALE,
-        "artifacts:tmp/uploads/already-gone": STALE,
-        "uploads:tmp/uploads/unconfigured": STALE
-      })
-      for (const path of ["tmp/uploads/fresh", "tmp/uploads/almost", "tmp/uploads/stale-1", "tmp/uploads/nan", "tmp/uploads/is-a-dir/inner"]) {
-        yield* put(join(roots.artifacts, path))
-      }
-      yield* put(join(roots.lfs, "tmp/uploads/with:colons:in:path"))
-      yield* put(join(base, "outside/victim"))
+  for (const topology of topologies) {
+    it.live(
+      `deletes stale objects then their entries, keeps what it must, records every deletion under the run id (redis ${topology})`,
+      () =>
+        Effect.gen(function*() {
+          const { base, roots } = yield* objectStore
+          const kept = {
+            "artifacts:tmp/uploads/fresh": FRESH,
+            "artifacts:tmp/uploads/almost": ALMOST_STALE,
+            // Storage errors: the object is a directory; a path escaping the root.
+            "artifacts:tmp/uploads/is-a-dir": STALE,
+            "artifacts:../outside/victim": STALE,
+            // Malformed.
+            "artifacts:tmp/uploads/nan": "not-a-time",
+            "no_colon_here": STALE,
+            "avatars:tmp/uploads/x": STALE
+          }
+          yield* hset({
+            ...kept,
+            "artifacts:tmp/uploads/stale-1": STALE,
+            "lfs:tmp/uploads/with:colons:in:path": STALE,
+            "artifacts:tmp/uploads/already-gone": STALE,
+            "uploads:tmp/uploads/unconfigured": STALE
+          })
+          for (
+            const path of [
+              "tmp/uploads/fresh",
+              "tmp/uploads/almost",
+              "tmp/uploads/stale-1",
+              "tmp/uploads/nan",
+              "tmp/uploads/is-a-dir/inner"
+            ]
+          ) {
+            yield* put(join(roots.artifacts, path))
+          }
+          yield* put(join(roots.lfs, "tmp/uploads/with:colons:in:path"))
+          yield* put(join(base, "outside/victim"))
 
-      const result = yield* runJson(roots)
-      assert.strictEqual(result.batch, "delete-stale-direct-uploads")
-      assert.strictEqual(result.outcome, "succeeded")
-      assert.match(result.runId, /^[0-9a-f-]{36}$/)
-      const summary = { totalPendingEntries: 11, totalDeletedStaleEntries: 3, executionTimeout: false, invalidEntries: 3, failedDeletes: 2, skippedNoStore: 1, vanished: 0, heldMs: 0, heldBy: [] }
-      assert.deepStrictEqual(result.summary, summary)
+          const result = yield* runJson(roots)
+          assert.strictEqual(result.batch, "delete-stale-direct-uploads")
+          assert.strictEqual(result.outcome, "succeeded")
+          assert.match(result.runId, /^[0-9a-f-]{36}$/)
+          const summary = {
+            totalPendingEntries: 11,
+            totalDeletedStaleEntries: 3,
+            executionTimeout: false,
+            invalidEntries: 3,
+            failedDeletes: 2,
+            skippedNoStore: 1,
+            vanished: 0,
+            heldMs: 0,
+            heldBy: []
+          }
+          assert.deepStrictEqual(result.summary, summary)
 
-      assert.deepStrictEqual(yield* hgetall, kept)
-      assert.isFalse(existsSync(join(roots.artifacts, "tmp/uploads/stale-1")))
-      assert.isFalse(existsSync(join(roots.lfs, "tmp/uploads/with:colons:in:path")))
-      for (const path of ["tmp/uploads/fresh", "tmp/uploads/almost", "tmp/uploads/nan", "tmp/uploads/is-a-dir/inner"]) {
-        assert.isTrue(existsSync(join(roots.artifacts, path)), path)
-      }
-      assert.isTrue(existsSync(join(base, "outside/victim")))
-      // One warning for all malformed entries, one for all failed deletes.
-      assert.strictEqual(result.stderr.split("\n").filter((line) => line.includes("Skipped malformed")).length, 1)
-      assert.strictEqual(result.stderr.split("\n").filter((line) => line.includes("Could not delete")).length, 1)
+          assert.deepStrictEqual(yield* hgetall, kept)
+          assert.isFalse(existsSync(join(roots.artifacts, "tmp/uploads/stale-1")))
+          assert.isFalse(existsSync(join(roots.lfs, "tmp/uploads/with:colons:in:path")))
+          for (
+            const path of ["tmp/uploads/fresh", "tmp/uploads/almost", "tmp/uploads/nan", "tmp/uploads/is-a-dir/inner"]
+          ) {
+            assert.isTrue(existsSync(join(roots.artifacts, path)), path)
+          }
+          assert.isTrue(existsSync(join(base, "outside/victim")))
+          // One warning for all malformed entries, one for all failed deletes.
+          assert.strictEqual(result.stderr.split("\n").filter((line) => line.includes("Skipped malformed")).length, 1)
+          assert.strictEqual(result.stderr.split("\n").filter((line) => line.includes("Could not delete")).length, 1)
 
-      const recorded = yield* events
-      assert.deepStrictEqual(recorded.map((e) => e.type), [
-        "RunStarted",
-        ...Array.from({ length: 4 }, () => "StaleDirectUploadDeleted"),
-        "RunFinished"
-      ])
-      assert.isTrue(recorded.every((e) => e.run_id === result.runId))
-      assert.deepStrictEqual(recorded.at(-1)!.data.summary, summary)
-      const deleted = recorded.filter((e) => e.type === "StaleDirectUploadDeleted")
-      assert.deepStrictEqual(new Set(deleted.map((e) => e.stream)), new Set([
-        "direct_upload:artifacts:tmp/uploads/stale-1",
-        "direct_upload:lfs:tmp/uploads/with:colons:in:path",
-        "direct_upload:artifacts:tmp/uploads/already-gone",
-        "direct_upload:uploads:tmp/uploads/unconfigured"
-      ]))
-      const colons = deleted.find((e) => e.stream.startsWith("direct_upload:lfs:"))!
-      assert.deepStrictEqual(colons.data, { location: "lfs", path: "tmp/uploads/with:colons:in:path", preparedAt: Number(STALE) })
+          const recorded = yield* events
+          assert.deepStrictEqual(recorded.map((e) => e.type), [
+            "RunStarted",
+            ...Array.from({ length: 4 }, () => "StaleDirectUploadDeleted"),
+            "RunFinished"
+          ])
+          assert.isTrue(recorded.every((e) => e.run_id === result.runId))
+          assert.deepStrictEqual(recorded.at(-1)!.data.summary, summary)
+          const deleted = recorded.filter((e) => e.type === "StaleDirectUploadDeleted")
+          assert.deepStrictEqual(
+            new Set(deleted.map((e) => e.stream)),
+            new Set([
+              "direct_upload:artifacts:tmp/uploads/stale-1",
+              "direct_upload:lfs:tmp/uploads/with:colons:in:path",
+              "direct_upload:artifacts:tmp/uploads/already-gone",
+              "direct_upload:uploads:tmp/uploads/unconfigured"
+            ])
+          )
+          const colons = deleted.find((e) => e.stream.startsWith("direct_upload:lfs:"))!
+          assert.deepStrictEqual(colons.data, {
+            location: "lfs",
+            path: "tmp/uploads/with:colons:in:path",
+            preparedAt: Number(STALE)
+          })
 
-      // The next run finds only what it keeps.
-      const again = yield* runJson(roots)
-      assert.deepStrictEqual(again.summary, { ...summary, totalPendingEntries: 7, totalDeletedStaleEntries: 0, skippedNoStore: 0 })
-    }).pipe(Effect.provide(Platform(topology))), 120_000)
+          // The next run finds only what it keeps.
+          const again = yield* runJson(roots)
+          assert.deepStrictEqual(again.summary, {
+            ...summary,
+            totalPendingEntries: 7,
+            totalDeletedStaleEntries: 0,
+            skippedNoStore: 0
+          })
+        }).pipe(Effect.provide(Platform(topology))),
+      120_000
+    )
+  }
 
   it.live("--budget 0s handles exactly one entry and reports executionTimeout", () =>
     Effect.gen(function*() {
       const { roots } = yield* objectStore
-      const entries = { "artifacts:tmp/uploads/a": STALE, "artifacts:tmp/uploads/b": STALE, "artifacts:tmp/uploads/c": STALE }
+      const entries = {
+        "artifacts:tmp/uploads/a": STALE,
+        "artifacts:tmp/uploads/b": STALE,
+        "artifacts:tmp/uploads/c": STALE
+      }
       yield* hset(entries)
       for (const path of ["a", "b", "c"]) yield* put(join(roots.artifacts, "tmp/uploads", path))
 

@@ -4,8 +4,8 @@
  * seeded through the vendors' SDKs, `pending_direct_uploads` in a real Redis, events in a real
  * PostgreSQL, and the CLI run as an operator would.
  */
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, type Scope } from "effect"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -62,11 +62,16 @@ const azureStore = Effect.map(startAzurite, (azure): Store => ({
 const hset = (entries: Record<string, string>) =>
   Effect.flatMap(Redis, (redis) => redis.use("test.hset", (c) => c.hset(PENDING_DIRECT_UPLOADS_KEY, entries)))
 
-const hgetall = Effect.flatMap(Redis, (redis) => redis.use("test.hgetall", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY)))
+const hgetall = Effect.flatMap(
+  Redis,
+  (redis) => redis.use("test.hgetall", (c) => c.hgetall(PENDING_DIRECT_UPLOADS_KEY))
+)
 
 const deletedStreams = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
-  const rows = yield* sql<{ stream: string }>`SELECT stream FROM sweeper_events WHERE type = 'StaleDirectUploadDeleted' ORDER BY id`
+  const rows = yield* sql<
+    { stream: string }
+  >`SELECT stream FROM sweeper_events WHERE type = 'StaleDirectUploadDeleted' ORDER BY id`
   return rows.map((row) => row.stream).sort()
 })
 
@@ -78,88 +83,106 @@ const runWith = (objectStorage: unknown) =>
       SWEEPER_DATA_DIR: join(tmpdir(), "sweeper-it-data"),
       SWEEPER_OBJECT_STORAGE: JSON.stringify(objectStorage)
     }
-    const result = yield* Effect.promise(() => runCli(["run", "delete-stale-direct-uploads", "--json", "--now", NOW], env))
+    const result = yield* Effect.promise(() =>
+      runCli(["run", "delete-stale-direct-uploads", "--json", "--now", NOW], env)
+    )
     assert.strictEqual(result.code, 0, `${result.stderr}\n${result.stdout}`)
-    return { ...(JSON.parse(result.stdout.trim()) as { outcome: string; summary: Record<string, unknown> }), stderr: result.stderr }
+    return {
+      ...(JSON.parse(result.stdout.trim()) as { outcome: string; summary: Record<string, unknown> }),
+      stderr: result.stderr
+    }
   })
 
 const scenario = (name: string, store: Effect.Effect<Store, never, Scope.Scope>) =>
   describe(`sweeper run delete-stale-direct-uploads on ${name} (real Redis + PostgreSQL, CLI)`, () => {
-    it.live("stale objects and their fields go; fresh ones, other keys and the same path outside the prefix stay; no store → skippedNoStore", () =>
-      Effect.gen(function*() {
-        const s = yield* store
-        yield* s.createBucket("artifacts")
-        yield* s.createBucket("gitlab")
-        for (const key of ["tmp/stale-1", "tmp/fresh"]) yield* s.put("artifacts", key)
-        // uploads live under the prefix "uploads/" of the shared bucket "gitlab".
-        for (const key of ["uploads/tmp/stale-2", "uploads/tmp/fresh-2", "tmp/stale-2", "other/x"]) yield* s.put("gitlab", key)
-        const kept = {
-          "artifacts:tmp/fresh": FRESH,
-          "uploads:tmp/fresh-2": FRESH,
-          // Refused (it would climb out of the prefix): counted as a failed delete, field kept.
-          "uploads:../tmp/stale-2": STALE
-        }
-        yield* hset({
-          ...kept,
-          "artifacts:tmp/stale-1": STALE,
-          "artifacts:tmp/already-gone": STALE,
-          "uploads:tmp/stale-2": STALE,
-          "lfs:tmp/no-store": STALE
-        })
+    it.live(
+      "stale objects and their fields go; fresh ones, other keys and the same path outside the prefix stay; no store → skippedNoStore",
+      () =>
+        Effect.gen(function*() {
+          const s = yield* store
+          yield* s.createBucket("artifacts")
+          yield* s.createBucket("gitlab")
+          for (const key of ["tmp/stale-1", "tmp/fresh"]) yield* s.put("artifacts", key)
+          // uploads live under the prefix "uploads/" of the shared bucket "gitlab".
+          for (const key of ["uploads/tmp/stale-2", "uploads/tmp/fresh-2", "tmp/stale-2", "other/x"]) {
+            yield* s.put("gitlab", key)
+          }
+          const kept = {
+            "artifacts:tmp/fresh": FRESH,
+            "uploads:tmp/fresh-2": FRESH,
+            // Refused (it would climb out of the prefix): counted as a failed delete, field kept.
+            "uploads:../tmp/stale-2": STALE
+          }
+          yield* hset({
+            ...kept,
+            "artifacts:tmp/stale-1": STALE,
+            "artifacts:tmp/already-gone": STALE,
+            "uploads:tmp/stale-2": STALE,
+            "lfs:tmp/no-store": STALE
+          })
 
-        const result = yield* runWith({
-          connection: s.connection(false),
-          objects: { artifacts: { bucket: "artifacts" }, uploads: { bucket: "gitlab/uploads" } }
-        })
-        assert.strictEqual(result.outcome, "succeeded")
-        assert.deepStrictEqual(result.summary, {
-          totalPendingEntries: 7,
-          totalDeletedStaleEntries: 3,
-          executionTimeout: false,
-          invalidEntries: 0,
-          failedDeletes: 1,
-          skippedNoStore: 1,
-          vanished: 0,
-          heldMs: 0,
-          heldBy: []
-        })
-        assert.deepStrictEqual(yield* hgetall, kept)
-        assert.deepStrictEqual(yield* s.list("artifacts"), ["tmp/fresh"])
-        assert.deepStrictEqual(yield* s.list("gitlab"), ["other/x", "tmp/stale-2", "uploads/tmp/fresh-2"])
-        // The entry of a location without a store was removed too (as GitLab does), so it has its event.
-        assert.deepStrictEqual(yield* deletedStreams, [
-          "direct_upload:artifacts:tmp/already-gone",
-          "direct_upload:artifacts:tmp/stale-1",
-          "direct_upload:lfs:tmp/no-store",
-          "direct_upload:uploads:tmp/stale-2"
-        ])
-      }).pipe(Effect.provide(Platform())), 120_000)
+          const result = yield* runWith({
+            connection: s.connection(false),
+            objects: { artifacts: { bucket: "artifacts" }, uploads: { bucket: "gitlab/uploads" } }
+          })
+          assert.strictEqual(result.outcome, "succeeded")
+          assert.deepStrictEqual(result.summary, {
+            totalPendingEntries: 7,
+            totalDeletedStaleEntries: 3,
+            executionTimeout: false,
+            invalidEntries: 0,
+            failedDeletes: 1,
+            skippedNoStore: 1,
+            vanished: 0,
+            heldMs: 0,
+            heldBy: []
+          })
+          assert.deepStrictEqual(yield* hgetall, kept)
+          assert.deepStrictEqual(yield* s.list("artifacts"), ["tmp/fresh"])
+          assert.deepStrictEqual(yield* s.list("gitlab"), ["other/x", "tmp/stale-2", "uploads/tmp/fresh-2"])
+          // The entry of a location without a store was removed too (as GitLab does), so it has its event.
+          assert.deepStrictEqual(yield* deletedStreams, [
+            "direct_upload:artifacts:tmp/already-gone",
+            "direct_upload:artifacts:tmp/stale-1",
+            "direct_upload:lfs:tmp/no-store",
+            "direct_upload:uploads:tmp/stale-2"
+          ])
+        }).pipe(Effect.provide(Platform())),
+      120_000
+    )
 
-    it.live("credentials the store refuses: every stale field kept, counted as failedDeletes, the run still succeeds", () =>
-      Effect.gen(function*() {
-        const s = yield* store
-        yield* s.createBucket("artifacts")
-        yield* s.put("artifacts", "tmp/stale")
-        const entries = { "artifacts:tmp/stale": STALE, "artifacts:tmp/stale-gone": STALE }
-        yield* hset(entries)
-        const result = yield* runWith({ connection: s.connection(true), objects: { artifacts: { bucket: "artifacts" } } })
-        assert.strictEqual(result.outcome, "succeeded")
-        assert.deepStrictEqual(result.summary, {
-          totalPendingEntries: 2,
-          totalDeletedStaleEntries: 0,
-          executionTimeout: false,
-          invalidEntries: 0,
-          failedDeletes: 2,
-          skippedNoStore: 0,
-          vanished: 0,
-          heldMs: 0,
-          heldBy: []
-        })
-        assert.deepStrictEqual(yield* hgetall, entries)
-        assert.deepStrictEqual(yield* s.list("artifacts"), ["tmp/stale"])
-        assert.deepStrictEqual(yield* deletedStreams, [])
-        assert.strictEqual(result.stderr.split("\n").filter((line) => line.includes("Could not delete")).length, 1)
-      }).pipe(Effect.provide(Platform())), 120_000)
+    it.live(
+      "credentials the store refuses: every stale field kept, counted as failedDeletes, the run still succeeds",
+      () =>
+        Effect.gen(function*() {
+          const s = yield* store
+          yield* s.createBucket("artifacts")
+          yield* s.put("artifacts", "tmp/stale")
+          const entries = { "artifacts:tmp/stale": STALE, "artifacts:tmp/stale-gone": STALE }
+          yield* hset(entries)
+          const result = yield* runWith({
+            connection: s.connection(true),
+            objects: { artifacts: { bucket: "artifacts" } }
+          })
+          assert.strictEqual(result.outcome, "succeeded")
+          assert.deepStrictEqual(result.summary, {
+            totalPendingEntries: 2,
+            totalDeletedStaleEntries: 0,
+            executionTimeout: false,
+            invalidEntries: 0,
+            failedDeletes: 2,
+            skippedNoStore: 0,
+            vanished: 0,
+            heldMs: 0,
+            heldBy: []
+          })
+          assert.deepStrictEqual(yield* hgetall, entries)
+          assert.deepStrictEqual(yield* s.list("artifacts"), ["tmp/stale"])
+          assert.deepStrictEqual(yield* deletedStreams, [])
+          assert.strictEqual(result.stderr.split("\n").filter((line) => line.includes("Could not delete")).length, 1)
+        }).pipe(Effect.provide(Platform())),
+      120_000
+    )
   })
 
 scenario("S3 (s3rver)", s3Store)

@@ -23,13 +23,13 @@ import { SweeperConfig } from "../../src/layers/Config.ts"
 import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../../src/layers/memory/PendingDirectUploadsMemory.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
 import { PendingDirectUploadsRedis } from "../../src/layers/PendingDirectUploadsRedis.ts"
-import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { Redis } from "../../src/layers/Redis.ts"
+import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { RedisTest } from "../support/redis.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const NOW = Date.parse("2026-01-01T05:00:00Z")
 const STALE = String(NOW / 1000 - 4 * 3600)
@@ -42,8 +42,21 @@ const utf8 = (text: string) => [...Buffer.from(text, "utf8")]
  * the entry's own random byte.
  */
 const TOKENS: ReadonlyArray<ReadonlyArray<number> | null> = [
-  utf8("a"), utf8("a"), utf8("b"), utf8("b"), utf8("victim"), utf8("/"), utf8("/"), utf8(".."), utf8("."),
-  utf8(":"), [], utf8("é"), utf8("12"), utf8("\\"), utf8("\uFFFD"),
+  utf8("a"),
+  utf8("a"),
+  utf8("b"),
+  utf8("b"),
+  utf8("victim"),
+  utf8("/"),
+  utf8("/"),
+  utf8(".."),
+  utf8("."),
+  utf8(":"),
+  [],
+  utf8("é"),
+  utf8("12"),
+  utf8("\\"),
+  utf8("\uFFFD"),
   [0x00], // NUL
   [0xff],
   [0xed, 0xa0, 0x80], // a lone surrogate (U+D800) as CESU-8
@@ -53,9 +66,16 @@ const TOKENS: ReadonlyArray<ReadonlyArray<number> | null> = [
   null
 ]
 const LOCATION_TOKENS: ReadonlyArray<ReadonlyArray<number>> = [
-  utf8("uploads"), utf8("uploads"), utf8("uploads"), utf8("artifacts"), utf8("artifacts"),
+  utf8("uploads"),
+  utf8("uploads"),
+  utf8("uploads"),
+  utf8("artifacts"),
+  utf8("artifacts"),
   utf8("lfs"), // a GitLab location with no store configured
-  utf8("bogus"), [], [...utf8("uploads"), 0xff], [0xef, 0xbb, 0xbf, ...utf8("uploads")]
+  utf8("bogus"),
+  [],
+  [...utf8("uploads"), 0xff],
+  [0xef, 0xbb, 0xbf, ...utf8("uploads")]
 ]
 
 const index = (n: number) => Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: n - 1 }))
@@ -73,8 +93,7 @@ const Entry = Schema.Struct({
 const Case = { entries: Schema.Array(Entry).check(Schema.isMaxLength(12)) }
 type Entry = typeof Entry.Type
 
-const bytesOf = (tokens: ReadonlyArray<number>, byte: number) =>
-  Buffer.from(tokens.flatMap((t) => TOKENS[t] ?? [byte]))
+const bytesOf = (tokens: ReadonlyArray<number>, byte: number) => Buffer.from(tokens.flatMap((t) => TOKENS[t] ?? [byte]))
 
 const gitlabShaped = (entry: Entry) => entry.shape < 3
 
@@ -117,7 +136,8 @@ const below = (root: string, target: string) => {
 
 const listFiles = (dir: string): Array<string> =>
   readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
-    d.isDirectory() ? listFiles(join(dir, d.name)) : [join(dir, d.name)])
+    d.isDirectory() ? listFiles(join(dir, d.name)) : [join(dir, d.name)]
+  )
 
 const tryPut = (file: string) => {
   if (file.includes("\0")) return
@@ -137,25 +157,33 @@ class RawHash extends Context.Service<RawHash, {
   all: Effect.Effect<Map<string, string>>
 }>()("test/programs/DeleteStaleDirectUploads.property/RawHash") {}
 
-const hexMap = (pairs: ReadonlyArray<readonly [Buffer, Buffer]>) => new Map(pairs.map(([f, v]) => [f.toString("hex"), v.toString("hex")]))
+const hexMap = (pairs: ReadonlyArray<readonly [Buffer, Buffer]>) =>
+  new Map(pairs.map(([f, v]) => [f.toString("hex"), v.toString("hex")]))
 
-const RawHashMemory = Layer.effect(RawHash, Effect.map(MemoryRedis, (store) =>
-  RawHash.of({
-    reset: Effect.sync(() => store.flushAll()),
-    set: (entries) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, entries)),
-    all: Effect.sync(() => hexMap(store.hgetallBuffer(PENDING_DIRECT_UPLOADS_KEY)))
-  })))
+const RawHashMemory = Layer.effect(
+  RawHash,
+  Effect.map(MemoryRedis, (store) =>
+    RawHash.of({
+      reset: Effect.sync(() => store.flushAll()),
+      set: (entries) => Effect.sync(() => void store.hset(PENDING_DIRECT_UPLOADS_KEY, entries)),
+      all: Effect.sync(() => hexMap(store.hgetallBuffer(PENDING_DIRECT_UPLOADS_KEY)))
+    }))
+)
 
-const RawHashRedis = Layer.effect(RawHash, Effect.map(Redis, ({ client }) =>
-  RawHash.of({
-    reset: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
-    set: (entries) => Effect.promise(() => client.hset(PENDING_DIRECT_UPLOADS_KEY, new Map(entries))).pipe(Effect.asVoid),
-    all: Effect.promise(async () => {
-      // The raw reply: hgetallBuffer would decode the fields (they become object keys).
-      const flat = (await client.callBuffer("HGETALL", PENDING_DIRECT_UPLOADS_KEY)) as Array<Buffer>
-      return hexMap(flat.flatMap((field, i) => (i % 2 === 0 ? [[field, flat[i + 1]!] as const] : [])))
-    })
-  })))
+const RawHashRedis = Layer.effect(
+  RawHash,
+  Effect.map(Redis, ({ client }) =>
+    RawHash.of({
+      reset: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
+      set: (entries) =>
+        Effect.promise(() => client.hset(PENDING_DIRECT_UPLOADS_KEY, new Map(entries))).pipe(Effect.asVoid),
+      all: Effect.promise(async () => {
+        // The raw reply: hgetallBuffer would decode the fields (they become object keys).
+        const flat = (await client.callBuffer("HGETALL", PENDING_DIRECT_UPLOADS_KEY)) as Array<Buffer>
+        return hexMap(flat.flatMap((field, i) => (i % 2 === 0 ? [[field, flat[i + 1]!] as const] : [])))
+      })
+    }))
+)
 
 interface Expected {
   readonly field: Buffer
@@ -229,7 +257,9 @@ const checkCase = ({ entries }: { readonly entries: ReadonlyArray<Entry> }) =>
 
     // Every malformed entry counted and kept byte for byte; every fresh one kept.
     assert.strictEqual(summary.invalidEntries, expected.filter((e) => e.kind === "invalid").length)
-    for (const e of expected) if (e.kind !== "stale") assert.isTrue(still(e), `${e.kind} ${e.field.toString("hex")} kept`)
+    for (const e of expected) {
+      if (e.kind !== "stale") assert.isTrue(still(e), `${e.kind} ${e.field.toString("hex")} kept`)
+    }
 
     // Valid stale entries: handled, or kept and counted as a failed delete when the store refused;
     // those of a location without a store are removed but counted apart (skippedNoStore, SPEC §8.4).
@@ -268,18 +298,39 @@ const Common = Layer.mergeAll(ObjectStorageLocal(roots), EventLogMemory, Metrics
 )
 
 describe("delete-stale-direct-uploads over arbitrary bytes", () => {
-  layer(StaleUploadRepairLive.pipe(Layer.provideMerge(Layer.mergeAll(PendingDirectUploadsMemory, RawHashMemory)), Layer.provideMerge(MemoryRedis.layer), Layer.provideMerge(Common)))(
+  layer(
+    StaleUploadRepairLive.pipe(
+      Layer.provideMerge(Layer.mergeAll(PendingDirectUploadsMemory, RawHashMemory)),
+      Layer.provideMerge(MemoryRedis.layer),
+      Layer.provideMerge(Common)
+    )
+  )(
     "memory",
     (it) => {
-      it.effect.prop("deletes only what a valid stale entry names; counts and keeps the malformed", Case, (c) =>
-        Effect.andThen(TestClock.setTime(NOW), checkCase(c)), { arbitrary: { runs: 50 } })
+      it.effect.prop(
+        "deletes only what a valid stale entry names; counts and keeps the malformed",
+        Case,
+        (c) => Effect.andThen(TestClock.setTime(NOW), checkCase(c)),
+        { arbitrary: { runs: 50 } }
+      )
     }
   )
-  layer(StaleUploadRepairLive.pipe(Layer.provideMerge(Layer.mergeAll(PendingDirectUploadsRedis, RawHashRedis)), Layer.provideMerge(RedisTest), Layer.provideMerge(Common)), {
-    timeout: "60 seconds"
-  })("real Redis", (it) => {
-    it.effect.prop("deletes only what a valid stale entry names; counts and keeps the malformed", Case, (c) =>
-      Effect.andThen(TestClock.setTime(NOW), checkCase(c)), { arbitrary: { runs: 40 } })
+  layer(
+    StaleUploadRepairLive.pipe(
+      Layer.provideMerge(Layer.mergeAll(PendingDirectUploadsRedis, RawHashRedis)),
+      Layer.provideMerge(RedisTest),
+      Layer.provideMerge(Common)
+    ),
+    {
+      timeout: "60 seconds"
+    }
+  )("real Redis", (it) => {
+    it.effect.prop(
+      "deletes only what a valid stale entry names; counts and keeps the malformed",
+      Case,
+      (c) => Effect.andThen(TestClock.setTime(NOW), checkCase(c)),
+      { arbitrary: { runs: 40 } }
+    )
 
     // The case from issue 7, spelled out: before, this deleted `ok/bin\uFFFD` and kept its own field.
     it.effect("uploads:ok/bin\\xff is counted and kept; ok/bin\uFFFD and ok/bin survive", () =>

@@ -7,12 +7,16 @@ import { LeaseLost } from "../../src/domain/Errors.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryObjectStorage, putObjects } from "../../src/layers/memory/ObjectStorageMemory.ts"
+import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
+import {
+  directUploadsDeletedTotal,
+  directUploadsSkippedNoStoreTotal,
+  directUploadsVanishedTotal
+} from "../../src/services/Metrics.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
-import { directUploadsDeletedTotal, directUploadsSkippedNoStoreTotal, directUploadsVanishedTotal } from "../../src/services/Metrics.ts"
-import { StaleUploadRepairLive } from "../../src/layers/StaleUploadRepairLive.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -40,7 +44,17 @@ const runProgram = (run: Partial<RunInfo> = {}) =>
     return yield* DeleteStaleDirectUploads.run.pipe(Effect.provideService(CurrentRun, { ...defaults, ...run }))
   })
 
-const zero = { totalPendingEntries: 0, totalDeletedStaleEntries: 0, executionTimeout: false, invalidEntries: 0, failedDeletes: 0, skippedNoStore: 0, vanished: 0, heldMs: 0, heldBy: [] }
+const zero = {
+  totalPendingEntries: 0,
+  totalDeletedStaleEntries: 0,
+  executionTimeout: false,
+  invalidEntries: 0,
+  failedDeletes: 0,
+  skippedNoStore: 0,
+  vanished: 0,
+  heldMs: 0,
+  heldBy: []
+}
 
 describe("delete-stale-direct-uploads", () => {
   it.effect("nothing to do: an empty hash", () =>
@@ -97,14 +111,26 @@ describe("delete-stale-direct-uploads", () => {
       yield* seed({ "terraform_state:state/1": STALE, "artifacts:gone": STALE })
       putObjects(yield* MemoryObjectStorage, "artifacts")
       const summary = yield* runProgram()
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, skippedNoStore: 1 })
+      assert.deepStrictEqual(summary, {
+        ...zero,
+        totalPendingEntries: 2,
+        totalDeletedStaleEntries: 1,
+        skippedNoStore: 1
+      })
       const count = (metric: Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
       assert.strictEqual(yield* count(directUploadsSkippedNoStoreTotal), 1)
       assert.strictEqual(yield* count(directUploadsDeletedTotal), 1)
       assert.deepStrictEqual(yield* hash, {})
       const storage = yield* MemoryObjectStorage
-      assert.deepStrictEqual(storage.deletes.filter((d) => d.location === "terraform_state"), [{ location: "terraform_state", path: "state/1", outcome: "unconfigured" }])
-      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream).sort(), ["direct_upload:artifacts:gone", "direct_upload:terraform_state:state/1"])
+      assert.deepStrictEqual(storage.deletes.filter((d) => d.location === "terraform_state"), [{
+        location: "terraform_state",
+        path: "state/1",
+        outcome: "unconfigured"
+      }])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream).sort(), [
+        "direct_upload:artifacts:gone",
+        "direct_upload:terraform_state:state/1"
+      ])
     }).pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.provide(MemoryPlatform())))
 
   it.effect("an object already gone counts as deleted", () =>
@@ -125,10 +151,18 @@ describe("delete-stale-direct-uploads", () => {
       putObjects(storage, "packages", "a", "b", "c")
       storage.failures.set("packages:b", "503 Service Unavailable")
       const summary = yield* runProgram()
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, totalDeletedStaleEntries: 2, failedDeletes: 1 })
+      assert.deepStrictEqual(summary, {
+        ...zero,
+        totalPendingEntries: 3,
+        totalDeletedStaleEntries: 2,
+        failedDeletes: 1
+      })
       assert.deepStrictEqual(yield* hash, { "packages:b": STALE })
       assert.deepStrictEqual([...storage.stores.get("packages")!], ["b"])
-      assert.deepStrictEqual(storage.deletes.map((d) => [d.path, d.outcome]), [["a", "deleted"], ["b", "failed"], ["c", "deleted"]])
+      assert.deepStrictEqual(storage.deletes.map((d) => [d.path, d.outcome]), [["a", "deleted"], ["b", "failed"], [
+        "c",
+        "deleted"
+      ]])
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["a", "c"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -142,12 +176,18 @@ describe("delete-stale-direct-uploads", () => {
         const pending = yield* PendingDirectUploads
         const killed = Effect.die(new Error("kill -9"))
         // The repair step is built over the crashing backend, as the composition root builds it over the real ones.
-        const crashed = yield* Effect.exit(runProgram().pipe(
-          Effect.provide(Layer.fresh(StaleUploadRepairLive)),
-          crash === "event"
-            ? Effect.provideService(EventLog, { ...events, append: () => killed, appendAll: () => killed })
-            : Effect.provideService(PendingDirectUploads, { ...pending, remove: () => killed, removeUnchanged: () => killed })
-        ))
+        const crashed = yield* Effect.exit(
+          runProgram().pipe(
+            Effect.provide(Layer.fresh(StaleUploadRepairLive)),
+            crash === "event"
+              ? Effect.provideService(EventLog, { ...events, append: () => killed, appendAll: () => killed })
+              : Effect.provideService(PendingDirectUploads, {
+                ...pending,
+                remove: () => killed,
+                removeUnchanged: () => killed
+              })
+          )
+        )
         assert.isTrue(crashed._tag === "Failure")
         assert.deepStrictEqual(Object.keys(yield* hash), ["artifacts:crash/a"], "the entry outlives the crash")
         assert.lengthOf(yield* MemoryEvents, crash === "event" ? 0 : 1)
@@ -157,7 +197,10 @@ describe("delete-stale-direct-uploads", () => {
         assert.deepStrictEqual(yield* hash, {})
         assert.deepStrictEqual((yield* MemoryObjectStorage).deletes.map((d) => d.outcome), ["deleted", "missing"])
         const recorded = (yield* MemoryEvents).map((e) => e.stream)
-        assert.deepStrictEqual(recorded, Array.from({ length: crash === "event" ? 1 : 2 }, () => "direct_upload:artifacts:crash/a"))
+        assert.deepStrictEqual(
+          recorded,
+          Array.from({ length: crash === "event" ? 1 : 2 }, () => "direct_upload:artifacts:crash/a")
+        )
       }).pipe(Effect.provide(MemoryPlatform())))
   }
 
@@ -172,12 +215,20 @@ describe("delete-stale-direct-uploads", () => {
       const fence = {
         lease: "sweeper/delete_stale_direct_uploads",
         epoch: 1,
-        check: Effect.suspend(() => held ? Effect.void : Effect.fail(new LeaseLost({ lease: "sweeper/delete_stale_direct_uploads", epoch: 1 })))
+        check: Effect.suspend(() =>
+          held ? Effect.void : Effect.fail(new LeaseLost({ lease: "sweeper/delete_stale_direct_uploads", epoch: 1 }))
+        )
       }
       const exit = yield* Effect.exit(runProgram({ fence: Option.some(fence) }))
-      assert.isTrue(exit._tag === "Failure" && Cause.findErrorOption(exit.cause).pipe(Option.exists((e) => e instanceof LeaseLost)))
+      assert.isTrue(
+        exit._tag === "Failure" && Cause.findErrorOption(exit.cause).pipe(Option.exists((e) => e instanceof LeaseLost))
+      )
       assert.lengthOf(storage.deletes, 1)
-      assert.lengthOf(Object.keys(yield* hash), 2, "the first entry, once its event is written, is removed; the others stay")
+      assert.lengthOf(
+        Object.keys(yield* hash),
+        2,
+        "the first entry, once its event is written, is removed; the others stay"
+      )
       assert.lengthOf(yield* MemoryEvents, 1)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -199,7 +250,12 @@ describe("delete-stale-direct-uploads", () => {
         })
       })
       const summary = yield* runProgram().pipe(Effect.provide(Logger.layer([collector])))
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 4, totalDeletedStaleEntries: 1, invalidEntries: 3 })
+      assert.deepStrictEqual(summary, {
+        ...zero,
+        totalPendingEntries: 4,
+        totalDeletedStaleEntries: 1,
+        invalidEntries: 3
+      })
       assert.deepStrictEqual(yield* hash, malformed)
       assert.deepStrictEqual((yield* MemoryObjectStorage).deletes.map((d) => d.path), ["tmp/good"])
       const warnings = logs.filter((log) => log.level === "Warn")
@@ -207,7 +263,11 @@ describe("delete-stale-direct-uploads", () => {
       assert.match(warnings[0]!.message, /malformed/)
       const annotations = warnings[0]!.annotations as { invalid_entries: number; sample: Array<{ reason: string }> }
       assert.strictEqual(annotations.invalid_entries, 3)
-      assert.deepStrictEqual(annotations.sample.map((s) => s.reason), ["non_numeric_value", "no_colon", "unknown_location"])
+      assert.deepStrictEqual(annotations.sample.map((s) => s.reason), [
+        "non_numeric_value",
+        "no_colon",
+        "unknown_location"
+      ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("a path containing further colons is kept whole", () =>
@@ -234,8 +294,17 @@ describe("delete-stale-direct-uploads", () => {
       yield* TestClock.adjust("20 minutes")
       const summary = yield* Fiber.join(fiber)
       // 100 s, 200 s, 300 s ≥ 250 s: three entries, then stop.
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 6, totalDeletedStaleEntries: 3, executionTimeout: true })
-      assert.deepStrictEqual(Object.keys(yield* hash), ["ci_secure_files:f3", "ci_secure_files:f4", "ci_secure_files:f5"])
+      assert.deepStrictEqual(summary, {
+        ...zero,
+        totalPendingEntries: 6,
+        totalDeletedStaleEntries: 3,
+        executionTimeout: true
+      })
+      assert.deepStrictEqual(Object.keys(yield* hash), [
+        "ci_secure_files:f3",
+        "ci_secure_files:f4",
+        "ci_secure_files:f5"
+      ])
       assert.lengthOf(storage.deletes, 3)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -252,7 +321,12 @@ describe("delete-stale-direct-uploads", () => {
       yield* seed({ "pages:a": STALE, "pages:b": STALE, "pages:c": STALE })
       putObjects(yield* MemoryObjectStorage, "pages")
       const summary = yield* runProgram({ budget: Option.some(Duration.zero) })
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 3, totalDeletedStaleEntries: 1, executionTimeout: true })
+      assert.deepStrictEqual(summary, {
+        ...zero,
+        totalPendingEntries: 3,
+        totalDeletedStaleEntries: 1,
+        executionTimeout: true
+      })
       assert.deepStrictEqual(Object.keys(yield* hash), ["pages:b", "pages:c"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -270,11 +344,23 @@ describe("delete-stale-direct-uploads", () => {
 
   it.effect("dry run: counts what would be deleted, deletes nothing", () =>
     Effect.gen(function*() {
-      yield* seed({ "artifacts:a": STALE, "artifacts:b": STALE, "artifacts:fresh": FRESH, "bad": STALE, "pages:no-store": STALE })
+      yield* seed({
+        "artifacts:a": STALE,
+        "artifacts:b": STALE,
+        "artifacts:fresh": FRESH,
+        "bad": STALE,
+        "pages:no-store": STALE
+      })
       const storage = yield* MemoryObjectStorage
       putObjects(storage, "artifacts", "a", "b", "fresh")
       const summary = yield* runProgram({ dryRun: true })
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 5, totalDeletedStaleEntries: 2, invalidEntries: 1, skippedNoStore: 1 })
+      assert.deepStrictEqual(summary, {
+        ...zero,
+        totalPendingEntries: 5,
+        totalDeletedStaleEntries: 2,
+        invalidEntries: 1,
+        skippedNoStore: 1
+      })
       assert.lengthOf(Object.keys(yield* hash), 5)
       assert.lengthOf(storage.deletes, 0)
       assert.strictEqual(storage.stores.get("artifacts")!.size, 3)
@@ -332,10 +418,13 @@ describe("delete-stale-direct-uploads", () => {
           ...pending,
           remove: (field) => Effect.andThen(Effect.sync(() => calls.push("remove")), pending.remove(field)),
           removeUnchanged: (batch) =>
-            Effect.andThen(Effect.sync(() => {
-              calls.push("removeUnchanged")
-              sizes.push(batch.length)
-            }), pending.removeUnchanged(batch))
+            Effect.andThen(
+              Effect.sync(() => {
+                calls.push("removeUnchanged")
+                sizes.push(batch.length)
+              }),
+              pending.removeUnchanged(batch)
+            )
         })
       )
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2000, totalDeletedStaleEntries: 2000 })
@@ -351,7 +440,9 @@ describe("delete-stale-direct-uploads", () => {
 
   it.effect("many entries across HSCAN pages, half of them stale: each handled once", () =>
     Effect.gen(function*() {
-      const entries = Object.fromEntries(Array.from({ length: 750 }, (_, i) => [`uploads:u/${i}`, i % 2 === 0 ? STALE : FRESH]))
+      const entries = Object.fromEntries(
+        Array.from({ length: 750 }, (_, i) => [`uploads:u/${i}`, i % 2 === 0 ? STALE : FRESH])
+      )
       yield* seed(entries)
       const storage = yield* MemoryObjectStorage
       putObjects(storage, "uploads")
@@ -370,7 +461,12 @@ describe("delete-stale-direct-uploads under the run guard", () => {
       putObjects(yield* MemoryObjectStorage, "artifacts", "a", "b")
       const result = yield* runBatch(DeleteStaleDirectUploads, { trigger: "manual", budget: Duration.zero })
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, executionTimeout: true })
+      assert.deepStrictEqual(result.summary, {
+        ...zero,
+        totalPendingEntries: 2,
+        totalDeletedStaleEntries: 1,
+        executionTimeout: true
+      })
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "StaleDirectUploadDeleted", "RunFinished"])
       assert.isTrue(events.every((e) => e.runId === result.runId))

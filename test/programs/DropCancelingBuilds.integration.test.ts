@@ -3,14 +3,14 @@
  * a real Redis, and the CLI run as an operator would (`sweeper run drop-canceling-builds --json --now …`).
  * Also the CLI's own failure modes: unknown batch, bad configuration, bad flags.
  */
-import { assert, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 // The lease lives in SharedState (SPEC §8.2), which `Redis` is in Sweeper's composition.
-import { SharedStateRedis as Redis } from "../../src/layers/Redis.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
+import { SharedStateRedis as Redis } from "../../src/layers/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { type RedisTopology, RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"
@@ -97,140 +97,204 @@ const runJson = (...extra: ReadonlyArray<string>) =>
 
 // Every test on each Redis deployment of SPEC §8.2: one server, a server per store, a cluster.
 const suite = (topology: RedisTopology) =>
-layer(Platform(topology), { excludeTestServices: true })(`sweeper run drop-canceling-builds (real PostgreSQL + Redis ${topology}, CLI)`, (it) => {
-  it.effect("drops the 250 stuck builds in 3 batches, records every drop under the run id, releases the lease", () =>
-    Effect.gen(function*() {
-      yield* reset
-      yield* seed
-      const before = yield* snapshot
-      const result = yield* runJson()
-      assert.strictEqual(result.batch, "drop-canceling-builds")
-      assert.strictEqual(result.outcome, "succeeded")
-      assert.match(result.runId, /^[0-9a-f-]{36}$/)
-      assert.deepStrictEqual(result.summary, { dropped: STUCK, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
+  layer(Platform(topology), { excludeTestServices: true })(
+    `sweeper run drop-canceling-builds (real PostgreSQL + Redis ${topology}, CLI)`,
+    (it) => {
+      it.effect(
+        "drops the 250 stuck builds in 3 batches, records every drop under the run id, releases the lease",
+        () =>
+          Effect.gen(function*() {
+            yield* reset
+            yield* seed
+            const before = yield* snapshot
+            const result = yield* runJson()
+            assert.strictEqual(result.batch, "drop-canceling-builds")
+            assert.strictEqual(result.outcome, "succeeded")
+            assert.match(result.runId, /^[0-9a-f-]{36}$/)
+            assert.deepStrictEqual(result.summary, {
+              dropped: STUCK,
+              doomed: 0,
+              batches: 3,
+              skippedLocked: 0,
+              heldMs: 0,
+              heldBy: []
+            })
 
-      const after = yield* snapshot
-      const now = Date.parse(NOW)
-      for (const row of after) {
-        const id = Number(row.id)
-        const old = before.find((b) => b.id === row.id)!
-        if (id <= STUCK) {
-          assert.strictEqual(row.status, "failed", `build ${id}`)
-          assert.strictEqual(row.failure_reason, 3)
-          assert.strictEqual(row.lock_version, old.lock_version + 1)
-          // --now only sets the decision instant: the write carries the real time, never the fake one.
-          const finished = row.finished_at!.getTime()
-          assert.isAbove(finished, now, `build ${id} finished_at`)
-          assert.isBelow(Math.abs(finished - Date.now()), 60_000)
-          assert.strictEqual(row.updated_at.getTime(), finished)
-        } else {
-          assert.deepStrictEqual(row, old, `control build ${id} untouched`)
-        }
-      }
+            const after = yield* snapshot
+            const now = Date.parse(NOW)
+            for (const row of after) {
+              const id = Number(row.id)
+              const old = before.find((b) => b.id === row.id)!
+              if (id <= STUCK) {
+                assert.strictEqual(row.status, "failed", `build ${id}`)
+                assert.strictEqual(row.failure_reason, 3)
+                assert.strictEqual(row.lock_version, old.lock_version + 1)
+                // --now only sets the decision instant: the write carries the real time, never the fake one.
+                const finished = row.finished_at!.getTime()
+                assert.isAbove(finished, now, `build ${id} finished_at`)
+                assert.isBelow(Math.abs(finished - Date.now()), 60_000)
+                assert.strictEqual(row.updated_at.getTime(), finished)
+              } else {
+                assert.deepStrictEqual(row, old, `control build ${id} untouched`)
+              }
+            }
 
-      const recorded = yield* events
-      assert.strictEqual(recorded[0]!.type, "RunStarted")
-      assert.strictEqual(recorded.at(-1)!.type, "RunFinished")
-      assert.deepStrictEqual(recorded.at(-1)!.data.summary, { dropped: STUCK, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
-      assert.strictEqual(recorded.at(-1)!.data.outcome, "succeeded")
-      const drops = recorded.filter((e) => e.type === "BuildDropped")
-      assert.lengthOf(drops, STUCK)
-      assert.lengthOf(recorded, STUCK + 2)
-      assert.isTrue(recorded.every((e) => e.run_id === result.runId))
-      assert.deepStrictEqual(new Set(drops.map((e) => e.stream)), new Set(Array.from({ length: STUCK }, (_, i) => `build:${i + 1}`)))
-      const five = drops.find((e) => e.stream === "build:5")!
-      assert.deepStrictEqual(five.data, { id: 5, project_id: 105, runner_id: null, failure_reason: 3 })
+            const recorded = yield* events
+            assert.strictEqual(recorded[0]!.type, "RunStarted")
+            assert.strictEqual(recorded.at(-1)!.type, "RunFinished")
+            assert.deepStrictEqual(recorded.at(-1)!.data.summary, {
+              dropped: STUCK,
+              doomed: 0,
+              batches: 3,
+              skippedLocked: 0,
+              heldMs: 0,
+              heldBy: []
+            })
+            assert.strictEqual(recorded.at(-1)!.data.outcome, "succeeded")
+            const drops = recorded.filter((e) => e.type === "BuildDropped")
+            assert.lengthOf(drops, STUCK)
+            assert.lengthOf(recorded, STUCK + 2)
+            assert.isTrue(recorded.every((e) => e.run_id === result.runId))
+            assert.deepStrictEqual(
+              new Set(drops.map((e) => e.stream)),
+              new Set(Array.from({ length: STUCK }, (_, i) => `build:${i + 1}`))
+            )
+            const five = drops.find((e) => e.stream === "build:5")!
+            assert.deepStrictEqual(five.data, { id: 5, project_id: 105, runner_id: null, failure_reason: 3 })
 
-      const redis = yield* Redis
-      assert.isNull(yield* redis.use("test.get", (c) => c.get(LEASE)))
+            const redis = yield* Redis
+            assert.isNull(yield* redis.use("test.get", (c) => c.get(LEASE)))
 
-      // Running again finds nothing left.
-      const again = yield* runJson()
-      assert.deepStrictEqual(again.summary, { dropped: 0, doomed: 0, batches: 0, skippedLocked: 0, heldMs: 0, heldBy: [] })
-    }), 120_000)
+            // Running again finds nothing left.
+            const again = yield* runJson()
+            assert.deepStrictEqual(again.summary, {
+              dropped: 0,
+              doomed: 0,
+              batches: 0,
+              skippedLocked: 0,
+              heldMs: 0,
+              heldBy: []
+            })
+          }),
+        120_000
+      )
 
-  // The rest does not depend on where the stores are: one deployment is enough.
-  if (topology !== "single") return
-  it.effect("lease held by someone else → skipped, exit 0, nothing changed, their lease kept", () =>
-    Effect.gen(function*() {
-      yield* reset
-      yield* seed
-      const redis = yield* Redis
-      yield* redis.use("test.set", (c) => c.set(LEASE, "another-sidekiq-process", "EX", 1800))
-      const before = yield* snapshot
-      const result = yield* runJson()
-      assert.strictEqual(result.outcome, "skipped")
-      assert.isNull(result.summary)
-      assert.deepStrictEqual(yield* snapshot, before)
-      const recorded = yield* events
-      assert.deepStrictEqual(recorded.map((e) => e.type), ["RunStarted", "RunFinished"])
-      assert.strictEqual(recorded[1]!.data.outcome, "skipped")
-      assert.strictEqual(recorded[1]!.data.reason, "lease held")
-      assert.strictEqual(yield* redis.use("test.get", (c) => c.get(LEASE)), "another-sidekiq-process")
-    }), 60_000)
+      // The rest does not depend on where the stores are: one deployment is enough.
+      if (topology !== "single") return
+      it.effect("lease held by someone else → skipped, exit 0, nothing changed, their lease kept", () =>
+        Effect.gen(function*() {
+          yield* reset
+          yield* seed
+          const redis = yield* Redis
+          yield* redis.use("test.set", (c) =>
+            c.set(LEASE, "another-sidekiq-process", "EX", 1800))
+          const before = yield* snapshot
+          const result = yield* runJson()
+          assert.strictEqual(result.outcome, "skipped")
+          assert.isNull(result.summary)
+          assert.deepStrictEqual(yield* snapshot, before)
+          const recorded = yield* events
+          assert.deepStrictEqual(recorded.map((e) => e.type), ["RunStarted", "RunFinished"])
+          assert.strictEqual(recorded[1]!.data.outcome, "skipped")
+          assert.strictEqual(recorded[1]!.data.reason, "lease held")
+          assert.strictEqual(yield* redis.use("test.get", (c) => c.get(LEASE)), "another-sidekiq-process")
+        }), 60_000)
 
-  it.effect("--dry-run reports what it would drop and changes nothing", () =>
-    Effect.gen(function*() {
-      yield* reset
-      yield* seed
-      const before = yield* snapshot
-      const result = yield* runJson("--dry-run")
-      assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: STUCK, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
-      assert.deepStrictEqual(yield* snapshot, before)
-      const recorded = yield* events
-      assert.deepStrictEqual(recorded.map((e) => e.type), ["RunStarted", "RunFinished"])
-      assert.strictEqual(recorded[0]!.data.dryRun, true)
-      assert.strictEqual(recorded[1]!.data.dryRun, true)
-      const redis = yield* Redis
-      assert.isNull(yield* redis.use("test.get", (c) => c.get(LEASE)))
-    }), 60_000)
+      it.effect("--dry-run reports what it would drop and changes nothing", () =>
+        Effect.gen(function*() {
+          yield* reset
+          yield* seed
+          const before = yield* snapshot
+          const result = yield* runJson("--dry-run")
+          assert.strictEqual(result.outcome, "succeeded")
+          assert.deepStrictEqual(result.summary, {
+            dropped: STUCK,
+            doomed: 0,
+            batches: 3,
+            skippedLocked: 0,
+            heldMs: 0,
+            heldBy: []
+          })
+          assert.deepStrictEqual(yield* snapshot, before)
+          const recorded = yield* events
+          assert.deepStrictEqual(
+            recorded.map((e) =>
+              e.type
+            ),
+            ["RunStarted", "RunFinished"]
+          )
+          assert.strictEqual(recorded[0]!.data.dryRun, true)
+          assert.strictEqual(recorded[1]!.data.dryRun, true)
+          const redis = yield* Redis
+          assert.isNull(yield* redis.use("test.get", (c) => c.get(LEASE)))
+        }), 60_000)
 
-  it.effect("SWEEPER_DROP_BATCH_SIZE=60: 250 builds in 5 pages, each page one transaction", () =>
-    Effect.gen(function*() {
-      yield* reset
-      yield* seed
-      const result = yield* sweeper(["run", "drop-canceling-builds", "--json", "--now", NOW], { SWEEPER_DROP_BATCH_SIZE: "60" })
-      assert.strictEqual(result.code, 0, result.stderr)
-      const parsed = JSON.parse(result.stdout) as { outcome: string; summary: unknown }
-      assert.strictEqual(parsed.outcome, "succeeded")
-      assert.deepStrictEqual(parsed.summary, { dropped: STUCK, doomed: 0, batches: 5, skippedLocked: 0, heldMs: 0, heldBy: [] })
-      // Rows written by one transaction share its xmin: 60 + 60 + 60 + 60 + 10.
-      const sql = yield* PgClient.PgClient
-      const perTransaction = yield* sql<{ n: string }>`
+      it.effect("SWEEPER_DROP_BATCH_SIZE=60: 250 builds in 5 pages, each page one transaction", () =>
+        Effect.gen(function*() {
+          yield* reset
+          yield* seed
+          const result = yield* sweeper(["run", "drop-canceling-builds", "--json", "--now", NOW], {
+            SWEEPER_DROP_BATCH_SIZE: "60"
+          })
+          assert.strictEqual(result.code, 0, result.stderr)
+          const parsed = JSON.parse(result.stdout) as { outcome: string; summary: unknown }
+          assert.strictEqual(parsed.outcome, "succeeded")
+          assert.deepStrictEqual(parsed.summary, {
+            dropped: STUCK,
+            doomed: 0,
+            batches: 5,
+            skippedLocked: 0,
+            heldMs: 0,
+            heldBy: []
+          })
+          // Rows written by one transaction share its xmin: 60 + 60 + 60 + 60 + 10.
+          const sql = yield* PgClient.PgClient
+          const perTransaction = yield* sql<{ n: string }>`
         SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' GROUP BY xmin::text ORDER BY count(*) DESC`
-      assert.deepStrictEqual(perTransaction.map((r) => Number(r.n)), [60, 60, 60, 60, 10])
-      assert.lengthOf((yield* events).filter((e) => e.type === "BuildDropped"), STUCK)
-    }), 60_000)
+          assert.deepStrictEqual(
+            perTransaction.map((r) =>
+              Number(r.n)
+            ),
+            [60, 60, 60, 60, 10]
+          )
+          assert.lengthOf((yield* events).filter((e) => e.type === "BuildDropped"), STUCK)
+        }), 60_000)
 
-  it.effect("usage errors: unknown batch → 2 naming the known batches; --budget garbage → 2; bad config → one line naming the variable", () =>
-    Effect.gen(function*() {
-      yield* reset
-      const before = yield* snapshot
-      // Three independent processes: run them side by side.
-      const [unknown, budget, badPort] = yield* Effect.all([
-        sweeper(["run", "no-such-batch"]),
-        sweeper(["run", "drop-canceling-builds", "--budget", "soon-ish"]),
-        sweeper(["run", "drop-canceling-builds", "--json"], { SWEEPER_HTTP_PORT: "abc" })
-      ], { concurrency: "unbounded" })
-      assert.strictEqual(unknown.code, 2, unknown.stderr)
-      assert.include(unknown.stderr, "no-such-batch")
-      assert.include(unknown.stderr, "drop-canceling-builds")
-      assert.strictEqual(unknown.stdout, "")
+      it.effect(
+        "usage errors: unknown batch → 2 naming the known batches; --budget garbage → 2; bad config → one line naming the variable",
+        () =>
+          Effect.gen(function*() {
+            yield* reset
+            const before = yield* snapshot
+            // Three independent processes: run them side by side.
+            const [unknown, budget, badPort] = yield* Effect.all([
+              sweeper(["run", "no-such-batch"]),
+              sweeper(["run", "drop-canceling-builds", "--budget", "soon-ish"]),
+              sweeper(["run", "drop-canceling-builds", "--json"], { SWEEPER_HTTP_PORT: "abc" })
+            ], { concurrency: "unbounded" })
+            assert.strictEqual(unknown.code, 2, unknown.stderr)
+            assert.include(unknown.stderr, "no-such-batch")
+            assert.include(unknown.stderr, "drop-canceling-builds")
+            assert.strictEqual(unknown.stdout, "")
 
-      assert.strictEqual(budget.code, 2, budget.stderr)
-      assert.include(budget.stderr, "--budget")
+            assert.strictEqual(budget.code, 2, budget.stderr)
+            assert.include(budget.stderr, "--budget")
 
-      assert.strictEqual(badPort.code, 2, badPort.stderr)
-      const lines = badPort.stderr.split("\n").filter((line) => line.trim().length > 0)
-      assert.lengthOf(lines, 1, badPort.stderr)
-      assert.include(lines[0]!, "SWEEPER_HTTP_PORT")
-      assert.strictEqual(badPort.stdout, "")
+            assert.strictEqual(badPort.code, 2, badPort.stderr)
+            const lines = badPort.stderr.split("\n").filter((line) =>
+              line.trim().length > 0
+            )
+            assert.lengthOf(lines, 1, badPort.stderr)
+            assert.include(lines[0]!, "SWEEPER_HTTP_PORT")
+            assert.strictEqual(badPort.stdout, "")
 
-      // None of them touched the database.
-      assert.deepStrictEqual(yield* snapshot, before)
-      assert.lengthOf(yield* events, 0)
-    }), 60_000)
-})
+            // None of them touched the database.
+            assert.deepStrictEqual(yield* snapshot, before)
+            assert.lengthOf(yield* events, 0)
+          }),
+        60_000
+      )
+    }
+  )
 
 for (const topology of topologies) suite(topology)

@@ -1,13 +1,13 @@
 import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { type BuildRecord, MemoryBuilds } from "../../src/layers/memory/BuildsMemory.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
-import { leaseKey } from "../../src/domain/Lease.ts"
 import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -156,17 +156,22 @@ describe("drop-canceling-builds", () => {
       state.conflicts.set(racing.id, 1)
       // The concurrent writer also moved it to canceled.
       const original = state.rows.get(racing.id)!
-      state.rows.set(racing.id, new Proxy(original, {
-        get: (target, key) => key === "status" && target.lockVersion > 0 ? "canceled" : Reflect.get(target, key)
-      }))
+      state.rows.set(
+        racing.id,
+        new Proxy(original, {
+          get: (target, key) => key === "status" && target.lockVersion > 0 ? "canceled" : Reflect.get(target, key)
+        })
+      )
       const summary = yield* runProgram
       assert.deepStrictEqual(summary, { dropped: 0, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("250 stuck builds: three keyset batches of at most 100, each build exactly once", () =>
     Effect.gen(function*() {
-      const rows = Array.from({ length: 250 }, (_, i) =>
-        build({ projectId: i % 7, createdAt: ago(`${7200 + (i % 13)} seconds`) }))
+      const rows = Array.from(
+        { length: 250 },
+        (_, i) => build({ projectId: i % 7, createdAt: ago(`${7200 + (i % 13)} seconds`) })
+      )
       yield* seed(...rows)
       const summary = yield* runProgram
       assert.deepStrictEqual(summary, { dropped: 250, doomed: 0, batches: 3, skippedLocked: 0, heldMs: 0, heldBy: [] })
@@ -190,9 +195,12 @@ describe("drop-canceling-builds", () => {
       state.conflicts.set(retried.id, 1)
       state.conflicts.set(hopeless.id, 4)
       const original = state.rows.get(finished.id)!
-      state.rows.set(finished.id, new Proxy(original, {
-        get: (target, key) => key === "status" && state.pages.length > 0 ? "canceled" : Reflect.get(target, key)
-      }))
+      state.rows.set(
+        finished.id,
+        new Proxy(original, {
+          get: (target, key) => key === "status" && state.pages.length > 0 ? "canceled" : Reflect.get(target, key)
+        })
+      )
       const summary = yield* runProgram
       assert.deepStrictEqual(summary, { dropped: 4, doomed: 1, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
       // The page (1) + retried's second attempt (1) + hopeless's attempts 2 to 4 (3) + its doom (1).
@@ -206,8 +214,11 @@ describe("drop-canceling-builds", () => {
       const events = yield* MemoryEvents
       // The page's drops commit together, in page order; the retried ones follow.
       assert.deepStrictEqual(events.map((e) => [e.type, e.data.id]), [
-        ["BuildDropped", plain[0]!.id], ["BuildDropped", plain[1]!.id], ["BuildDropped", plain[2]!.id],
-        ["BuildDropped", retried.id], ["BuildDoomed", hopeless.id]
+        ["BuildDropped", plain[0]!.id],
+        ["BuildDropped", plain[1]!.id],
+        ["BuildDropped", plain[2]!.id],
+        ["BuildDropped", retried.id],
+        ["BuildDoomed", hopeless.id]
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -230,9 +241,19 @@ describe("drop-canceling-builds", () => {
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.id), [free[0]!.id, free[1]!.id])
       // The lock is gone: the next run drops both, each once.
       state.locked.clear()
-      assert.deepStrictEqual(yield* runProgram, { dropped: 2, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(yield* runProgram, {
+        dropped: 2,
+        doomed: 0,
+        batches: 1,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => [e.type, e.data.id]), [
-        ["BuildDropped", free[0]!.id], ["BuildDropped", free[1]!.id], ["BuildDropped", held.id], ["BuildDropped", heldOnRetry.id]
+        ["BuildDropped", free[0]!.id],
+        ["BuildDropped", free[1]!.id],
+        ["BuildDropped", held.id],
+        ["BuildDropped", heldOnRetry.id]
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -250,7 +271,14 @@ describe("drop-canceling-builds", () => {
   it.effect("a page exactly the batch size ends with one empty read, no extra transaction", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 14 }, () => build()))
-      assert.deepStrictEqual(yield* runProgram, { dropped: 14, doomed: 0, batches: 2, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(yield* runProgram, {
+        dropped: 14,
+        doomed: 0,
+        batches: 2,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       const state = yield* MemoryBuilds
       assert.deepStrictEqual(state.pages.map((page) => page.length), [7, 7, 0])
       assert.strictEqual(state.transactions, 2)
@@ -282,12 +310,21 @@ describe("drop-canceling-builds under the run guard", () => {
       const gate = {
         ...openGate,
         beforeUnit: ({ batch }: { batch: string }) =>
-          Effect.succeed(batch === "drop-canceling-builds" && ++asked <= 2
-            ? { proceed: true, heldMs: 700, heldBy: ["replicationLag"] }
-            : { proceed: false, heldMs: 1000, heldBy: ["walRate"] })
+          Effect.succeed(
+            batch === "drop-canceling-builds" && ++asked <= 2
+              ? { proceed: true, heldMs: 700, heldBy: ["replicationLag"] }
+              : { proceed: false, heldMs: 1000, heldBy: ["walRate"] }
+          )
       }
       const summary = yield* runProgram.pipe(Effect.provideService(HealthGate, gate))
-      assert.deepStrictEqual(summary, { dropped: 200, doomed: 0, batches: 2, skippedLocked: 0, heldMs: 2400, heldBy: ["replicationLag", "walRate"] })
+      assert.deepStrictEqual(summary, {
+        dropped: 200,
+        doomed: 0,
+        batches: 2,
+        skippedLocked: 0,
+        heldMs: 2400,
+        heldBy: ["replicationLag", "walRate"]
+      })
       assert.strictEqual(asked, 3)
       assert.lengthOf([...(yield* MemoryBuilds).rows.values()].filter((row) => row.status === "canceling"), 50)
     }).pipe(Effect.provide(MemoryPlatform())))
@@ -312,7 +349,14 @@ describe("drop-canceling-builds under the run guard", () => {
       yield* seed(build())
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, {
+        dropped: 1,
+        doomed: 0,
+        batches: 1,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(leaseKey("ci/stuck_builds/drop_canceling_worker")))
       const events = yield* MemoryEvents
@@ -328,7 +372,14 @@ describe("drop-canceling-builds under the run guard", () => {
       redis.set(leaseKey("ci/stuck_builds/drop_canceling_worker"), "someone-else", { exSeconds: 1800 })
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 1, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, {
+        dropped: 1,
+        doomed: 0,
+        batches: 1,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.strictEqual((yield* statusOf(stuck.id)).status, "canceling")
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.type, e.data.dryRun]), [["RunStarted", true], ["RunFinished", true]])
@@ -342,12 +393,17 @@ describe("drop-canceling-builds under the run guard", () => {
       const state = yield* MemoryBuilds
       // While the first page (2 builds) is written, the lease expires and another process takes it.
       const first = rows[0]!
-      state.rows.set(first.id, new Proxy(first, {
-        set: (target, key, value) => {
-          if (key === "status" && value === "failed") redis.set(leaseKey("ci/stuck_builds/drop_canceling_worker"), "other", { exSeconds: 1800 })
-          return Reflect.set(target, key, value)
-        }
-      }))
+      state.rows.set(
+        first.id,
+        new Proxy(first, {
+          set: (target, key, value) => {
+            if (key === "status" && value === "failed") {
+              redis.set(leaseKey("ci/stuck_builds/drop_canceling_worker"), "other", { exSeconds: 1800 })
+            }
+            return Reflect.set(target, key, value)
+          }
+        })
+      )
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(result.reason, "lease lost")

@@ -9,12 +9,12 @@ import { DateTime, Duration, Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { foldHistory, unfinishedRuns } from "../../src/domain/BatchState.ts"
 import type { StoredEvent } from "../../src/domain/Events.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { PrunePageSize } from "../../src/domain/Retention.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PruneEvents } from "../../src/programs/PruneEvents.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
-import { leaseKey } from "../../src/domain/Lease.ts"
 import { randomHistory } from "../support/eventHistory.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -30,7 +30,14 @@ const seedRepairs = (times: ReadonlyArray<number>) =>
     const events = yield* MemoryEvents
     for (const time of times) {
       const id = events.length + 1
-      events.push({ id, stream: `build:${id}`, type: "BuildDropped", data: { id }, runId: null, occurredAt: new Date(time) })
+      events.push({
+        id,
+        stream: `build:${id}`,
+        type: "BuildDropped",
+        data: { id },
+        runId: null,
+        occurredAt: new Date(time)
+      })
     }
   })
 
@@ -40,14 +47,24 @@ const guarded = (options: { dryRun?: boolean; budget?: Duration.Duration } = {})
     return yield* runBatch(PruneEvents, { trigger: "manual", ...options })
   })
 
-const streamsOf = (events: ReadonlyArray<StoredEvent>) => [...new Set(events.map((e) => e.stream))].filter((s) => s.startsWith("batch:"))
+const streamsOf = (events: ReadonlyArray<StoredEvent>) =>
+  [...new Set(events.map((e) => e.stream))].filter((s) => s.startsWith("batch:"))
 
 describe("prune-events", () => {
   it.effect("nothing to do: every event is within the retention period", () =>
     Effect.gen(function*() {
       yield* seedRepairs([CUTOFF, NOW_MS - DAY])
       const summary = yield* PruneEvents.run
-      assert.deepStrictEqual(summary, { before: new Date(CUTOFF).toISOString(), pruned: 0, keptForState: 0, pages: 0, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(summary, {
+        before: new Date(CUTOFF).toISOString(),
+        pruned: 0,
+        keptForState: 0,
+        pages: 0,
+        executionTimeout: false,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.lengthOf(yield* MemoryEvents, 2)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -73,11 +90,28 @@ describe("prune-events", () => {
       yield* seedRepairs(Array.from({ length: 25 }, (_, i) => CUTOFF - DAY - i * 1000))
       const result = yield* guarded().pipe(Effect.provideService(PrunePageSize, 10))
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { before: new Date(CUTOFF).toISOString(), pruned: 25, keptForState: 0, pages: 3, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, {
+        before: new Date(CUTOFF).toISOString(),
+        pruned: 25,
+        keptForState: 0,
+        pages: 3,
+        executionTimeout: false,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "EventsPruned", "EventsPruned", "EventsPruned", "RunFinished"])
-      assert.deepStrictEqual(events.filter((e) => e.type === "EventsPruned").map((e) => [e.stream, e.data]), [10, 10, 5].map((count) =>
-        ["retention:sweeper_events", { before: new Date(CUTOFF).toISOString(), count }]))
+      assert.deepStrictEqual(events.map((e) => e.type), [
+        "RunStarted",
+        "EventsPruned",
+        "EventsPruned",
+        "EventsPruned",
+        "RunFinished"
+      ])
+      assert.deepStrictEqual(
+        events.filter((e) => e.type === "EventsPruned").map((e) => [e.stream, e.data]),
+        [10, 10, 5].map((count) => ["retention:sweeper_events", { before: new Date(CUTOFF).toISOString(), count }])
+      )
       // The run's own events are all there, under its id.
       assert.isTrue(events.every((e) => e.runId === result.runId))
     }).pipe(Effect.provide(MemoryPlatform())))
@@ -89,7 +123,16 @@ describe("prune-events", () => {
       redis.set(leaseKey("sweeper/prune_events"), "someone-else", { exSeconds: 900 })
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { before: new Date(CUTOFF).toISOString(), pruned: 2, keptForState: 0, pages: 0, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, {
+        before: new Date(CUTOFF).toISOString(),
+        pruned: 2,
+        keptForState: 0,
+        pages: 0,
+        executionTimeout: false,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.lengthOf((yield* MemoryEvents).filter((e) => e.type === "BuildDropped"), 3)
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -112,23 +155,48 @@ describe("prune-events", () => {
       // When the first EventsPruned is appended, another process takes the lease.
       const push = events.push.bind(events)
       events.push = (...items: Array<StoredEvent>) => {
-        if (items.some((e) => e.type === "EventsPruned")) redis.set(leaseKey("sweeper/prune_events"), "other", { exSeconds: 900 })
+        if (items.some((e) => e.type === "EventsPruned")) {
+          redis.set(leaseKey("sweeper/prune_events"), "other", { exSeconds: 900 })
+        }
         return push(...items)
       }
       const result = yield* guarded().pipe(Effect.provideService(PrunePageSize, 10))
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(result.reason, "lease lost")
       assert.lengthOf(events.filter((e) => e.type === "BuildDropped"), 15)
-      assert.deepStrictEqual(events.filter((e) => e.type !== "BuildDropped").map((e) => e.type), ["RunStarted", "EventsPruned", "LeaseLost", "RunFinished"])
+      assert.deepStrictEqual(events.filter((e) => e.type !== "BuildDropped").map((e) => e.type), [
+        "RunStarted",
+        "EventsPruned",
+        "LeaseLost",
+        "RunFinished"
+      ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("budget: stops after the page that spends it (executionTimeout), the next run carries on", () =>
     Effect.gen(function*() {
       yield* seedRepairs(Array.from({ length: 25 }, (_, i) => CUTOFF - DAY - i * 1000))
       const first = yield* guarded({ budget: Duration.zero }).pipe(Effect.provideService(PrunePageSize, 10))
-      assert.deepStrictEqual(first.summary, { before: new Date(CUTOFF).toISOString(), pruned: 10, keptForState: 0, pages: 1, executionTimeout: true, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(first.summary, {
+        before: new Date(CUTOFF).toISOString(),
+        pruned: 10,
+        keptForState: 0,
+        pages: 1,
+        executionTimeout: true,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       const second = yield* guarded().pipe(Effect.provideService(PrunePageSize, 10))
-      assert.deepStrictEqual(second.summary, { before: new Date(CUTOFF).toISOString(), pruned: 15, keptForState: 0, pages: 2, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(second.summary, {
+        before: new Date(CUTOFF).toISOString(),
+        pruned: 15,
+        keptForState: 0,
+        pages: 2,
+        executionTimeout: false,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("every batch's folded state is the same after a prune; the prune's own run is intact", () =>

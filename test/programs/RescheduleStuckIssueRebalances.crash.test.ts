@@ -8,19 +8,19 @@
  * `RebalanceRescheduled` naming its jid. With the old order (push, then events) the kill after the
  * push followed by the job running lost the event; here the events go first.
  */
-import { RebalanceRescheduleLive } from "../../src/layers/RebalanceRescheduleLive.ts"
 import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Effect, Exit, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
+import { duplicateKey, type JobQueueStore, makeJobQueue } from "../../src/layers/JobQueueShared.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { jobQueueMemoryStore } from "../../src/layers/memory/JobQueueMemory.ts"
-import { MemoryPlatformRecords } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { MemoryPlatformRecords } from "../../src/layers/memory/PlatformRecordsMemory.ts"
+import { RebalanceRescheduleLive } from "../../src/layers/RebalanceRescheduleLive.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { duplicateKey, type JobQueueStore, makeJobQueue } from "../../src/layers/JobQueueShared.ts"
 import { JobQueue } from "../../src/services/JobQueue.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -30,7 +30,9 @@ const MEMBERS = ["1/10", "1/11", "2/20", "2/21"]
 /** Per container type: check claims, INSERT events, push. */
 const STEPS = 6
 
-const Job = Schema.fromJsonString(Schema.Struct({ jid: Schema.String, args: Schema.Array(Schema.NullOr(Schema.Number)) }))
+const Job = Schema.fromJsonString(
+  Schema.Struct({ jid: Schema.String, args: Schema.Array(Schema.NullOr(Schema.Number)) })
+)
 const parseJob = Schema.decodeUnknownSync(Job)
 const containerOf = (args: ReadonlyArray<number | null>) => (args[2] !== null ? `1/${args[2]}` : `2/${args[1]}`)
 
@@ -97,17 +99,29 @@ describe("reschedule-stuck-issue-rebalances killed at every write step", () => {
               const next = yield* runKilledAt(Number.POSITIVE_INFINITY, false)
               assert.isTrue(Exit.isSuccess(next))
 
-              const pushed = [...ranBetween, ...redis.lrange(queueKey(QUEUE), 0, -1).map((payload) => parseJob(payload).jid)]
+              const pushed = [
+                ...ranBetween,
+                ...redis.lrange(queueKey(QUEUE), 0, -1).map((payload) => parseJob(payload).jid)
+              ]
               const events = (yield* MemoryEvents).filter((event) => event.type === "RebalanceRescheduled")
-              const recorded = new Set(events.filter((event) => event.data.duplicate === false).map((event) => event.data.jid))
+              const recorded = new Set(
+                events.filter((event) => event.data.duplicate === false).map((event) => event.data.jid)
+              )
               for (const jid of pushed) {
-                assert.isTrue(recorded.has(jid), `killed ${after ? "after" : "before"} step ${k}: pushed job ${jid} has no event`)
+                assert.isTrue(
+                  recorded.has(jid),
+                  `killed ${after ? "after" : "before"} step ${k}: pushed job ${jid} has no event`
+                )
               }
               // Every container still running after the second run is recorded by it; extra events
               // are those of pushes a kill stopped (written, then the push never happened).
               const streams = new Set(events.map((event) => event.stream))
-              for (const member of redis.smembers(RUNNING_REBALANCES_KEY)) assert.isTrue(streams.has(`rebalance:${member}`))
-              extraEvents += events.filter((event) => event.data.duplicate === false && !pushed.includes(event.data.jid as string)).length
+              for (const member of redis.smembers(RUNNING_REBALANCES_KEY)) {
+                assert.isTrue(streams.has(`rebalance:${member}`))
+              }
+              extraEvents += events.filter((event) =>
+                event.data.duplicate === false && !pushed.includes(event.data.jid as string)
+              ).length
             }).pipe(Effect.provide(MemoryPlatform()))
           }
         }

@@ -10,26 +10,47 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Schema } from "effect"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
+import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
 import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryPlatformRecords, PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { RebalancingStateMemory } from "../../src/layers/memory/RebalancingStateMemory.ts"
-import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { RebalanceRescheduleLive } from "../../src/layers/RebalanceRescheduleLive.ts"
 import { RebalancingStateRedis } from "../../src/layers/RebalancingStateRedis.ts"
 import { Redis } from "../../src/layers/Redis.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
 import { RedisTest } from "../support/redis.ts"
-import { RebalanceRescheduleLive } from "../../src/layers/RebalanceRescheduleLive.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 const utf8 = (text: string) => [...Buffer.from(text, "utf8")]
 const TYPES: ReadonlyArray<ReadonlyArray<number>> = [
-  utf8("1"), utf8("1"), utf8("2"), utf8("2"), utf8("3"), utf8("0"), utf8("01"), [], [0xff], [0xef, 0xbb, 0xbf, ...utf8("1")]
+  utf8("1"),
+  utf8("1"),
+  utf8("2"),
+  utf8("2"),
+  utf8("3"),
+  utf8("0"),
+  utf8("01"),
+  [],
+  [0xff],
+  [0xef, 0xbb, 0xbf, ...utf8("1")]
 ]
 /** Pieces after the id digits. */
 const SUFFIXES: ReadonlyArray<ReadonlyArray<number>> = [
-  [], [], [], [], [0xff], [0xed, 0xa0, 0x80], [0xc3], [0x00], utf8("\uFFFD"), utf8("/6"), utf8(".0"), utf8("e3"), utf8(" ")
+  [],
+  [],
+  [],
+  [],
+  [0xff],
+  [0xed, 0xa0, 0x80],
+  [0xc3],
+  [0x00],
+  utf8("\uFFFD"),
+  utf8("/6"),
+  utf8(".0"),
+  utf8("e3"),
+  utf8(" ")
 ]
 const index = (n: number) => Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: n - 1 }))
 const Member = Schema.Struct({
@@ -66,21 +87,29 @@ class Raw extends Context.Service<Raw, {
 
 const QUEUE = queueKey("issues_rebalancing")
 
-const RawMemory = Layer.effect(Raw, Effect.map(MemoryRedis, (store) =>
-  Raw.of({
-    reset: Effect.sync(() => store.flushAll()),
-    add: (members) => Effect.sync(() => void store.sadd(RUNNING_REBALANCES_KEY, ...members)),
-    membersHex: Effect.sync(() => store.smembersBuffer(RUNNING_REBALANCES_KEY).map((m) => m.toString("hex")).sort()),
-    queued: Effect.sync(() => store.lrange(QUEUE, 0, -1))
-  })))
+const RawMemory = Layer.effect(
+  Raw,
+  Effect.map(MemoryRedis, (store) =>
+    Raw.of({
+      reset: Effect.sync(() => store.flushAll()),
+      add: (members) => Effect.sync(() => void store.sadd(RUNNING_REBALANCES_KEY, ...members)),
+      membersHex: Effect.sync(() => store.smembersBuffer(RUNNING_REBALANCES_KEY).map((m) => m.toString("hex")).sort()),
+      queued: Effect.sync(() => store.lrange(QUEUE, 0, -1))
+    }))
+)
 
-const RawRedis = Layer.effect(Raw, Effect.map(Redis, ({ client }) =>
-  Raw.of({
-    reset: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
-    add: (members) => Effect.promise(() => client.sadd(RUNNING_REBALANCES_KEY, ...members)).pipe(Effect.asVoid),
-    membersHex: Effect.promise(async () => (await client.smembersBuffer(RUNNING_REBALANCES_KEY)).map((m) => m.toString("hex")).sort()),
-    queued: Effect.promise(() => client.lrange(QUEUE, 0, -1))
-  })))
+const RawRedis = Layer.effect(
+  Raw,
+  Effect.map(Redis, ({ client }) =>
+    Raw.of({
+      reset: Effect.promise(() => client.flushdb()).pipe(Effect.asVoid),
+      add: (members) => Effect.promise(() => client.sadd(RUNNING_REBALANCES_KEY, ...members)).pipe(Effect.asVoid),
+      membersHex: Effect.promise(async () =>
+        (await client.smembersBuffer(RUNNING_REBALANCES_KEY)).map((m) => m.toString("hex")).sort()
+      ),
+      queued: Effect.promise(() => client.lrange(QUEUE, 0, -1))
+    }))
+)
 
 const checkCase = ({ members }: { readonly members: ReadonlyArray<Member> }) =>
   Effect.gen(function*() {
@@ -96,15 +125,20 @@ const checkCase = ({ members }: { readonly members: ReadonlyArray<Member> }) =>
       const v = validOf(m)
       return v === undefined ? [] : [v]
     })
-    const ids = (type: 1 | 2) => [...new Set(valid.filter(([t]) => t === type).map(([, id]) => id))].sort((a, b) => a - b)
+    const ids = (type: 1 | 2) =>
+      [...new Set(valid.filter(([t]) => t === type).map(([, id]) => id))].sort((a, b) => a - b)
     assert.strictEqual(summary.invalidMembers, distinct.length - valid.length)
     assert.deepStrictEqual(summary.namespaceIds, ids(1))
     assert.deepStrictEqual(summary.projectIds, ids(2))
-    const args = (yield* raw.queued).map((payload) => JSON.stringify((JSON.parse(payload) as { args: unknown }).args)).sort()
-    assert.deepStrictEqual(args, [
-      ...ids(1).map((id) => JSON.stringify([null, null, id])),
-      ...ids(2).map((id) => JSON.stringify([null, id, null]))
-    ].sort())
+    const args = (yield* raw.queued).map((payload) => JSON.stringify((JSON.parse(payload) as { args: unknown }).args))
+      .sort()
+    assert.deepStrictEqual(
+      args,
+      [
+        ...ids(1).map((id) => JSON.stringify([null, null, id])),
+        ...ids(2).map((id) => JSON.stringify([null, id, null]))
+      ].sort()
+    )
     assert.strictEqual(summary.enqueuedNamespaces + summary.enqueuedProjects, args.length)
     assert.deepStrictEqual(yield* raw.membersHex, before)
   })
@@ -121,15 +155,34 @@ const Records = Layer.effectDiscard(Effect.map(MemoryPlatformRecords, (records) 
 const Events = EventLogMemory.pipe(Layer.provideMerge(MemoryEvents.layer))
 
 describe("reschedule-stuck-issue-rebalances over arbitrary bytes", () => {
-  layer(RebalanceRescheduleLive.pipe(Layer.provideMerge(Layer.mergeAll(RebalancingStateMemory, JobQueueMemory, RawMemory, Records, Events, MetricsPrometheus)), Layer.provideMerge(MemoryRedis.layer)))(
+  layer(
+    RebalanceRescheduleLive.pipe(
+      Layer.provideMerge(
+        Layer.mergeAll(RebalancingStateMemory, JobQueueMemory, RawMemory, Records, Events, MetricsPrometheus)
+      ),
+      Layer.provideMerge(MemoryRedis.layer)
+    )
+  )(
     "memory",
     (it) => {
-      it.effect.prop("malformed members counted and never enqueued; valid ones enqueued once", Case, checkCase, { arbitrary: { runs: 50 } })
+      it.effect.prop("malformed members counted and never enqueued; valid ones enqueued once", Case, checkCase, {
+        arbitrary: { runs: 50 }
+      })
     }
   )
-  layer(RebalanceRescheduleLive.pipe(Layer.provideMerge(Layer.mergeAll(RebalancingStateRedis, JobQueueRedis, RawRedis, Records, Events, MetricsPrometheus)), Layer.provideMerge(RedisTest)), {
-    timeout: "60 seconds"
-  })("real Redis", (it) => {
-    it.effect.prop("malformed members counted and never enqueued; valid ones enqueued once", Case, checkCase, { arbitrary: { runs: 40 } })
+  layer(
+    RebalanceRescheduleLive.pipe(
+      Layer.provideMerge(
+        Layer.mergeAll(RebalancingStateRedis, JobQueueRedis, RawRedis, Records, Events, MetricsPrometheus)
+      ),
+      Layer.provideMerge(RedisTest)
+    ),
+    {
+      timeout: "60 seconds"
+    }
+  )("real Redis", (it) => {
+    it.effect.prop("malformed members counted and never enqueued; valid ones enqueued once", Case, checkCase, {
+      arbitrary: { runs: 40 }
+    })
   })
 })

@@ -4,11 +4,11 @@ import { TestClock } from "effect/testing"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { LeaseLost, RedisError } from "../../src/domain/Errors.ts"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
-import { QUEUES_SET, queueKey } from "../../src/domain/Sidekiq.ts"
+import { queueKey, QUEUES_SET } from "../../src/domain/Sidekiq.ts"
 import { duplicateKey } from "../../src/layers/JobQueueShared.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
-import { MemoryPlatformRecords } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { MemoryPlatformRecords } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { prometheusText } from "../../src/services/Metrics.ts"
@@ -45,11 +45,15 @@ const seed = (options: {
   })
 
 /** The queue as a Sidekiq consumer sees it, oldest job (next to run) first. */
-const queuedJobs = Effect.map(MemoryRedis, (redis) =>
-  redis.lrange(queueKey(QUEUE), 0, -1).reverse().map((payload) => Schema.decodeUnknownSync(Job)(payload)))
+const queuedJobs = Effect.map(
+  MemoryRedis,
+  (redis) => redis.lrange(queueKey(QUEUE), 0, -1).reverse().map((payload) => Schema.decodeUnknownSync(Job)(payload))
+)
 
-const rescheduledEvents = Effect.map(MemoryEvents, (events) =>
-  events.filter((e) => e.type === "RebalanceRescheduled").map((e) => [e.stream, e.data] as const))
+const rescheduledEvents = Effect.map(
+  MemoryEvents,
+  (events) => events.filter((e) => e.type === "RebalanceRescheduled").map((e) => [e.stream, e.data] as const)
+)
 
 const program = RescheduleStuckIssueRebalances.run
 
@@ -59,7 +63,14 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: [], namespaces: [1], projects: [2] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
+        namespaceIds: [],
+        projectIds: [],
+        enqueuedNamespaces: 0,
+        enqueuedProjects: 0,
+        duplicates: 0,
+        invalidMembers: 0,
+        heldMs: 0,
+        heldBy: []
       })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(queueKey(QUEUE)))
@@ -73,7 +84,14 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["2/20", "1/11", "1/10"], namespaces: [10, 11], projects: [20] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [10, 11], projectIds: [20], enqueuedNamespaces: 2, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
+        namespaceIds: [10, 11],
+        projectIds: [20],
+        enqueuedNamespaces: 2,
+        enqueuedProjects: 1,
+        duplicates: 0,
+        invalidMembers: 0,
+        heldMs: 0,
+        heldBy: []
       })
       const jobs = yield* queuedJobs
       assert.deepStrictEqual(jobs.map((job) => [job.class, job.queue, job.args]), [
@@ -114,7 +132,14 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["1/10", "1/99", "2/20", "2/98"], namespaces: [10], projects: [20] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [10, 99], projectIds: [20, 98], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
+        namespaceIds: [10, 99],
+        projectIds: [20, 98],
+        enqueuedNamespaces: 1,
+        enqueuedProjects: 1,
+        duplicates: 0,
+        invalidMembers: 0,
+        heldMs: 0,
+        heldBy: []
       })
       assert.deepStrictEqual((yield* queuedJobs).map((job) => job.args), [[null, null, 10], [null, 20, null]])
       assert.deepStrictEqual((yield* rescheduledEvents).map(([stream]) => stream), ["rebalance:1/10", "rebalance:2/20"])
@@ -136,7 +161,14 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["3/5", "2/abc", "junk", "", "1/10"], namespaces: [10, 5] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [10], projectIds: [], enqueuedNamespaces: 1, enqueuedProjects: 0, duplicates: 0, invalidMembers: 4, heldMs: 0, heldBy: []
+        namespaceIds: [10],
+        projectIds: [],
+        enqueuedNamespaces: 1,
+        enqueuedProjects: 0,
+        duplicates: 0,
+        invalidMembers: 4,
+        heldMs: 0,
+        heldBy: []
       })
       assert.deepStrictEqual((yield* queuedJobs).map((job) => job.args), [[null, null, 10]])
     }).pipe(Effect.provide(MemoryPlatform())))
@@ -146,7 +178,14 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* seed({ members: ["3/5", "junk"], namespaces: [5] })
       const summary = yield* program
       assert.deepStrictEqual(summary, {
-        namespaceIds: [], projectIds: [], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 0, invalidMembers: 2, heldMs: 0, heldBy: []
+        namespaceIds: [],
+        projectIds: [],
+        enqueuedNamespaces: 0,
+        enqueuedProjects: 0,
+        duplicates: 0,
+        invalidMembers: 2,
+        heldMs: 0,
+        heldBy: []
       })
       assert.deepStrictEqual((yield* MemoryPlatformRecords).lookups, [])
       assert.isFalse((yield* MemoryRedis).exists(queueKey(QUEUE)))
@@ -162,7 +201,14 @@ describe("reschedule-stuck-issue-rebalances", () => {
       yield* TestClock.adjust("599 seconds")
       const again = yield* program
       assert.deepStrictEqual(again, {
-        namespaceIds: [10], projectIds: [20], enqueuedNamespaces: 0, enqueuedProjects: 0, duplicates: 2, invalidMembers: 0, heldMs: 0, heldBy: []
+        namespaceIds: [10],
+        projectIds: [20],
+        enqueuedNamespaces: 0,
+        enqueuedProjects: 0,
+        duplicates: 2,
+        invalidMembers: 0,
+        heldMs: 0,
+        heldBy: []
       })
       assert.lengthOf(yield* queuedJobs, 2)
       assert.deepStrictEqual((yield* rescheduledEvents).slice(2), [
@@ -226,11 +272,23 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "succeeded")
       const summary = {
-        namespaceIds: [10], projectIds: [20], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 1, heldMs: 0, heldBy: []
+        namespaceIds: [10],
+        projectIds: [20],
+        enqueuedNamespaces: 1,
+        enqueuedProjects: 1,
+        duplicates: 0,
+        invalidMembers: 1,
+        heldMs: 0,
+        heldBy: []
       }
       assert.deepStrictEqual(result.summary, summary)
       const events = yield* MemoryEvents
-      assert.deepStrictEqual(events.map((e) => e.type), ["RunStarted", "RebalanceRescheduled", "RebalanceRescheduled", "RunFinished"])
+      assert.deepStrictEqual(events.map((e) => e.type), [
+        "RunStarted",
+        "RebalanceRescheduled",
+        "RebalanceRescheduled",
+        "RunFinished"
+      ])
       assert.isTrue(events.every((e) => e.runId === result.runId))
       assert.deepStrictEqual(events[3]!.data.summary, summary)
       const text = yield* prometheusText
@@ -243,7 +301,14 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, {
-        namespaceIds: [10, 99], projectIds: [20], enqueuedNamespaces: 1, enqueuedProjects: 1, duplicates: 0, invalidMembers: 1, heldMs: 0, heldBy: []
+        namespaceIds: [10, 99],
+        projectIds: [20],
+        enqueuedNamespaces: 1,
+        enqueuedProjects: 1,
+        duplicates: 0,
+        invalidMembers: 1,
+        heldMs: 0,
+        heldBy: []
       })
       const redis = yield* MemoryRedis
       assert.isFalse(redis.exists(queueKey(QUEUE)))
@@ -259,7 +324,14 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       const result = yield* guarded({ dryRun: true })
       assert.strictEqual(result.outcome, "succeeded", result.error)
       assert.deepStrictEqual(result.summary, {
-        namespaceIds: [10], projectIds: [], enqueuedNamespaces: 1, enqueuedProjects: 0, duplicates: 0, invalidMembers: 0, heldMs: 0, heldBy: []
+        namespaceIds: [10],
+        projectIds: [],
+        enqueuedNamespaces: 1,
+        enqueuedProjects: 0,
+        duplicates: 0,
+        invalidMembers: 0,
+        heldMs: 0,
+        heldBy: []
       })
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -267,7 +339,9 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
     Effect.gen(function*() {
       yield* seed({ members: ["1/10"], namespaces: [10] })
       const redis = yield* MemoryRedis
-      redis.set("gitlab:exclusive_lease:sweeper/reschedule_stuck_issue_rebalances", "another-replica", { exSeconds: 360 })
+      redis.set("gitlab:exclusive_lease:sweeper/reschedule_stuck_issue_rebalances", "another-replica", {
+        exSeconds: 360
+      })
       const result = yield* guarded()
       assert.strictEqual(result.outcome, "skipped")
       assert.strictEqual(result.reason, "lease held")
@@ -289,9 +363,15 @@ describe("reschedule-stuck-issue-rebalances under the run guard", () => {
       // The lease is lost right after the namespaces are pushed (the second safe point).
       let checks = 0
       const lost = new LeaseLost({ lease: "sweeper/reschedule_stuck_issue_rebalances", epoch: 1 })
-      const fence = { lease: lost.lease, epoch: 1, check: Effect.suspend(() => ++checks > 1 ? Effect.fail(lost) : Effect.void) }
+      const fence = {
+        lease: lost.lease,
+        epoch: 1,
+        check: Effect.suspend(() => ++checks > 1 ? Effect.fail(lost) : Effect.void)
+      }
       const defaults = yield* CurrentRun
-      const exit = yield* Effect.exit(program.pipe(Effect.provideService(CurrentRun, { ...defaults, fence: Option.some(fence) })))
+      const exit = yield* Effect.exit(
+        program.pipe(Effect.provideService(CurrentRun, { ...defaults, fence: Option.some(fence) }))
+      )
       assert.isTrue(exit._tag === "Failure" && Option.getOrUndefined(Cause.findErrorOption(exit.cause)) === lost)
       assert.deepStrictEqual((yield* queuedJobs).map((job) => job.args), [[null, null, 10]])
       assert.deepStrictEqual((yield* rescheduledEvents).map(([stream]) => stream), ["rebalance:1/10"])

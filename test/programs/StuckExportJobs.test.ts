@@ -40,7 +40,9 @@ const seed = (...rows: ReadonlyArray<ExportJobRecord>) =>
 const withRelations = (row: ExportJobRecord, relations: ReadonlyArray<string> = ["issues", "merge_requests"]) =>
   Effect.gen(function*() {
     const state = yield* MemoryExportJobs
-    for (const relation of relations) state.relationExports.push({ id: nextRelationId++, projectExportJobId: row.id, relation })
+    for (const relation of relations) {
+      state.relationExports.push({ id: nextRelationId++, projectExportJobId: row.id, relation })
+    }
   })
 
 /** Its Sidekiq job is still queued or running. */
@@ -57,7 +59,17 @@ const runProgram = Effect.gen(function*() {
   return yield* StuckExportJobs.run
 })
 
-const empty = { checked: 0, completed: 0, failed: 0, skippedParallel: 0, skippedRequeued: 0, skippedLocked: 0, failedJids: [], heldMs: 0, heldBy: [] }
+const empty = {
+  checked: 0,
+  completed: 0,
+  failed: 0,
+  skippedParallel: 0,
+  skippedRequeued: 0,
+  skippedLocked: 0,
+  failedJids: [],
+  heldMs: 0,
+  heldBy: []
+}
 
 describe("stuck-export-jobs", () => {
   it.effect("a large backlog fails in slices of 1000, every job with its event; the summary lists only the first 100 jids", () =>
@@ -113,7 +125,8 @@ describe("stuck-export-jobs", () => {
         completed: 2,
         failed: 2,
         skippedParallel: 0,
-        skippedRequeued: 0, skippedLocked: 0,
+        skippedRequeued: 0,
+        skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuckQueued.jid, stuckStarted.jid]
@@ -126,8 +139,16 @@ describe("stuck-export-jobs", () => {
       assert.strictEqual((yield* rowOf(alive.id)).status, 1)
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => [e.stream, e.type, e.data]), [
-        [`export_job:${stuckQueued.id}`, "ExportJobFailed", { id: stuckQueued.id, jid: stuckQueued.jid, project_id: 7 }],
-        [`export_job:${stuckStarted.id}`, "ExportJobFailed", { id: stuckStarted.id, jid: stuckStarted.jid, project_id: 8 }]
+        [`export_job:${stuckQueued.id}`, "ExportJobFailed", {
+          id: stuckQueued.id,
+          jid: stuckQueued.jid,
+          project_id: 7
+        }],
+        [`export_job:${stuckStarted.id}`, "ExportJobFailed", {
+          id: stuckStarted.id,
+          jid: stuckStarted.jid,
+          project_id: 8
+        }]
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
@@ -181,7 +202,8 @@ describe("stuck-export-jobs", () => {
         completed: 2,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 1, skippedLocked: 0,
+        skippedRequeued: 1,
+        skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]
@@ -235,12 +257,22 @@ describe("stuck-export-jobs", () => {
       const state = yield* MemoryExportJobs
       state.locked.add(held.id)
       const summary = yield* runProgram
-      assert.deepStrictEqual(summary, { ...empty, checked: 2, completed: 2, failed: 1, skippedLocked: 1, failedJids: [stuck.jid] })
+      assert.deepStrictEqual(summary, {
+        ...empty,
+        checked: 2,
+        completed: 2,
+        failed: 1,
+        skippedLocked: 1,
+        failedJids: [stuck.jid]
+      })
       assert.strictEqual((yield* rowOf(held.id)).status, 1)
       state.locked.clear()
       const next = yield* runProgram
       assert.deepStrictEqual(next, { ...empty, checked: 1, completed: 1, failed: 1, failedJids: [held.jid] })
-      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), [`export_job:${stuck.id}`, `export_job:${held.id}`])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream), [
+        `export_job:${stuck.id}`,
+        `export_job:${held.id}`
+      ])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("an expired status key counts as completed (the worker died without cleaning up)", () =>
@@ -280,7 +312,8 @@ describe("stuck-export-jobs under the run guard", () => {
         completed: 1,
         failed: 1,
         skippedParallel: 0,
-        skippedRequeued: 0, skippedLocked: 0,
+        skippedRequeued: 0,
+        skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]
@@ -305,7 +338,8 @@ describe("stuck-export-jobs under the run guard", () => {
         completed: 2,
         failed: 1,
         skippedParallel: 1,
-        skippedRequeued: 0, skippedLocked: 0,
+        skippedRequeued: 0,
+        skippedLocked: 0,
         heldMs: 0,
         heldBy: [],
         failedJids: [stuck.jid]

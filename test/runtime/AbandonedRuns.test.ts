@@ -35,27 +35,43 @@ const fake = (overrides: Partial<Batch<unknown, never, never>> = {}): Batch<unkn
 })
 
 /** What a process killed with -9 mid-run leaves behind: its RunStarted, nothing more. */
-const killedRun = (batch: Batch<unknown, never, never>, fields: { dryRun?: boolean; lease_epoch?: number; budget_ms?: number } = {}) =>
+const killedRun = (
+  batch: Batch<unknown, never, never>,
+  fields: { dryRun?: boolean; lease_epoch?: number; budget_ms?: number } = {}
+) =>
   Effect.gen(function*() {
     const events = yield* EventLog
     const runId = randomUUID()
-    yield* events.append(new RunStarted({
-      batch: batch.name,
-      run_id: runId,
-      scheduled_at: null,
-      node: "dead-node:1",
-      trigger: "schedule",
-      dryRun: fields.dryRun ?? false,
-      ...(fields.budget_ms === undefined ? {} : { budget_ms: fields.budget_ms }),
-      ...(fields.lease_epoch === undefined ? {} : { lease_epoch: fields.lease_epoch })
-    })).pipe(Effect.provideService(CurrentRun, { runId, batch: batch.name, dryRun: false, budget: Option.none(), fence: Option.none() }))
+    yield* events.append(
+      new RunStarted({
+        batch: batch.name,
+        run_id: runId,
+        scheduled_at: null,
+        node: "dead-node:1",
+        trigger: "schedule",
+        dryRun: fields.dryRun ?? false,
+        ...(fields.budget_ms === undefined ? {} : { budget_ms: fields.budget_ms }),
+        ...(fields.lease_epoch === undefined ? {} : { lease_epoch: fields.lease_epoch })
+      })
+    ).pipe(
+      Effect.provideService(CurrentRun, {
+        runId,
+        batch: batch.name,
+        dryRun: false,
+        budget: Option.none(),
+        fence: Option.none()
+      })
+    )
     return runId
   })
 
 const batchEvents = (name: string) => Effect.map(MemoryEvents, (all) => all.filter((e) => e.stream === `batch:${name}`))
 
 const abandonedOf = (name: string) =>
-  Effect.map(batchEvents(name), (events) => events.filter((e) => e.type === "RunFinished" && e.data.outcome === "abandoned"))
+  Effect.map(
+    batchEvents(name),
+    (events) => events.filter((e) => e.type === "RunFinished" && e.data.outcome === "abandoned")
+  )
 
 const run = (batch: Batch<unknown, never, never>, dryRun = false) =>
   Effect.gen(function*() {
@@ -69,11 +85,17 @@ describe("abandoned runs", () => {
     Effect.gen(function*() {
       yield* TestClock.setTime(START)
       const leaseName = `fake/${randomUUID()}`
-      const batch = fake({ lease: Option.some({ name: leaseName, ttl: Duration.minutes(5) }), budget: Duration.hours(2) })
+      const batch = fake({
+        lease: Option.some({ name: leaseName, ttl: Duration.minutes(5) }),
+        budget: Duration.hours(2)
+      })
       // The killed process took the lease (epoch 1) and wrote its RunStarted.
       const lease = yield* Lease
       const dead = Option.getOrThrow(yield* lease.tryAcquire(leaseName, Duration.minutes(5)))
-      const killed = yield* killedRun(batch, { lease_epoch: dead.epoch, budget_ms: Duration.toMillis(Duration.hours(2)) })
+      const killed = yield* killedRun(batch, {
+        lease_epoch: dead.epoch,
+        budget_ms: Duration.toMillis(Duration.hours(2))
+      })
 
       // Its lease is still held: the old run might be alive, nothing is closed.
       yield* TestClock.adjust("1 minute")
@@ -100,9 +122,12 @@ describe("abandoned runs", () => {
       yield* run(batch)
       assert.lengthOf(yield* abandonedOf(batch.name), 1)
       const text = yield* PrometheusMetrics.format()
-      assert.isTrue(text.split("\n").some((l) =>
-        l.startsWith("sweeper_runs_total{") && l.includes(`batch="${batch.name}"`) && l.includes(`outcome="abandoned"`) && l.endsWith(" 1")
-      ))
+      assert.isTrue(
+        text.split("\n").some((l) =>
+          l.startsWith("sweeper_runs_total{") && l.includes(`batch="${batch.name}"`) &&
+          l.includes(`outcome="abandoned"`) && l.endsWith(" 1")
+        )
+      )
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("batch without a lease: closed only once budget + grace + slack has passed since RunStarted", () =>
@@ -171,7 +196,10 @@ describe("abandoned runs", () => {
       const snapshot = (yield* Context.get(context, Scheduler).snapshots)[0]!
       assert.strictEqual(snapshot.history.lastRun?.outcome, "abandoned")
       assert.strictEqual(snapshot.history.openRun?.runId, recent)
-      assert.strictEqual(DateTime.toEpochMillis(DateTime.fromDateUnsafe(snapshot.history.lastRun!.finishedAt)), START + 11 * 60_000)
+      assert.strictEqual(
+        DateTime.toEpochMillis(DateTime.fromDateUnsafe(snapshot.history.lastRun!.finishedAt)),
+        START + 11 * 60_000
+      )
       yield* Scope.close(scope, Exit.void)
     }).pipe(Effect.provide(MemoryPlatform())))
 })

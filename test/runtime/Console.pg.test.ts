@@ -4,22 +4,22 @@
  * the history windows hold exactly the runs finished in them; the backlog's bounded reads count what
  * waits (capped beyond BACKLOG_CAP) and put it on /metrics.
  */
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
-import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { randomUUID } from "node:crypto"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
 import { MemoryBackends } from "../../src/layers/App.ts"
 import { BacklogLive } from "../../src/layers/Backlog.ts"
 import { SweeperConfig } from "../../src/layers/Config.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { RunHistorySql } from "../../src/layers/RunHistorySql.ts"
-import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
+import { readHistory, readRun } from "../../src/runtime/ConsoleApi.ts"
 import { Backlog, BACKLOG_CAP } from "../../src/services/Backlog.ts"
 import { prometheusText } from "../../src/services/Metrics.ts"
 import { RunHistory } from "../../src/services/RunHistory.ts"
-import { readHistory, readRun } from "../../src/runtime/ConsoleApi.ts"
 import { PgTest } from "../support/postgres.ts"
 
 const Console = Layer.mergeAll(RunHistorySql, BacklogLive).pipe(
@@ -43,7 +43,16 @@ const seedRun = Effect.fn(function*(options: {
   const started = new Date(finished.getTime() - 1000)
   const stream = `batch:${options.batch}`
   yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at) VALUES
-    (${stream}, 'RunStarted', ${sql.json({ batch: options.batch, run_id: runId, scheduled_at: null, node: "test", trigger: "manual", dryRun: false })}, ${runId}, ${started})`
+    (${stream}, 'RunStarted', ${
+    sql.json({
+      batch: options.batch,
+      run_id: runId,
+      scheduled_at: null,
+      node: "test",
+      trigger: "manual",
+      dryRun: false
+    })
+  }, ${runId}, ${started})`
   const per = options.perStatement ?? 1000
   const first = options.firstBuild ?? 1
   for (let start = 0; start < options.repairs; start += per) {
@@ -54,73 +63,92 @@ const seedRun = Effect.fn(function*(options: {
       FROM generate_series(${first + start}::bigint, ${first + start + count - 1}::bigint) g`
   }
   yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at) VALUES
-    (${stream}, 'RunFinished', ${sql.json({ batch: options.batch, outcome: "succeeded", summary: { dropped: options.repairs }, duration_ms: 1000, dryRun: false })}, ${runId}, ${finished})`
+    (${stream}, 'RunFinished', ${
+    sql.json({
+      batch: options.batch,
+      outcome: "succeeded",
+      summary: { dropped: options.repairs },
+      duration_ms: 1000,
+      dryRun: false
+    })
+  }, ${runId}, ${finished})`
   return runId
 })
 
 describe("console reads on PostgreSQL", () => {
-  it.live("a run of 10 000 repairs pages by keyset, to exactly its repairs, filterable by type", () =>
-    Effect.gen(function*() {
-      const big = yield* seedRun({ batch: "drop-canceling-builds", repairs: 10_000, perStatement: 700 })
-      // Another run's repairs, appended after: never on the first run's pages.
-      const other = yield* seedRun({ batch: "drop-canceling-builds", repairs: 50, firstBuild: 20_000 })
+  it.live(
+    "a run of 10 000 repairs pages by keyset, to exactly its repairs, filterable by type",
+    () =>
+      Effect.gen(function*() {
+        const big = yield* seedRun({ batch: "drop-canceling-builds", repairs: 10_000, perStatement: 700 })
+        // Another run's repairs, appended after: never on the first run's pages.
+        const other = yield* seedRun({ batch: "drop-canceling-builds", repairs: 50, firstBuild: 20_000 })
 
-      const first = yield* readRun(big, {})
-      assert.isNotNull(first)
-      assert.strictEqual(first!.run.outcome, "succeeded")
-      assert.strictEqual(first!.run.trigger, "manual")
-      assert.strictEqual(first!.run.repairs, 10_000, "the rollup summed 15 statements of repairs")
-      assert.lengthOf(first!.page.events, 100)
+        const first = yield* readRun(big, {})
+        assert.isNotNull(first)
+        assert.strictEqual(first!.run.outcome, "succeeded")
+        assert.strictEqual(first!.run.trigger, "manual")
+        assert.strictEqual(first!.run.repairs, 10_000, "the rollup summed 15 statements of repairs")
+        assert.lengthOf(first!.page.events, 100)
 
-      const seen = new Set<number>()
-      let after: number | undefined = undefined
-      let pages = 0
-      for (;;) {
-        const found: Effect.Success<ReturnType<typeof readRun>> = yield* readRun(big, { after, limit: 1000 })
-        pages++
-        for (const event of found!.page.events) {
-          assert.strictEqual(event.runId, big)
-          assert.isFalse(seen.has(event.id))
-          if (after !== undefined) assert.isAbove(event.id, after)
-          seen.add(event.id)
+        const seen = new Set<number>()
+        let after: number | undefined = undefined
+        let pages = 0
+        for (;;) {
+          const found: Effect.Success<ReturnType<typeof readRun>> = yield* readRun(big, { after, limit: 1000 })
+          pages++
+          for (const event of found!.page.events) {
+            assert.strictEqual(event.runId, big)
+            assert.isFalse(seen.has(event.id))
+            if (after !== undefined) assert.isAbove(event.id, after)
+            seen.add(event.id)
+          }
+          const next: number | null = found!.page.next
+          if (next === null) break
+          after = next
         }
-        const next: number | null = found!.page.next
-        if (next === null) break
-        after = next
-      }
-      assert.strictEqual(seen.size, 10_000)
-      assert.strictEqual(pages, 10)
+        assert.strictEqual(seen.size, 10_000)
+        assert.strictEqual(pages, 10)
 
-      const doomed = yield* readRun(big, { type: "BuildDoomed", limit: 1000 })
-      assert.lengthOf(doomed!.page.events, 1000)
-      assert.isTrue(doomed!.page.events.every((e) => e.type === "BuildDoomed"))
-      assert.isNull(doomed!.page.next)
+        const doomed = yield* readRun(big, { type: "BuildDoomed", limit: 1000 })
+        assert.lengthOf(doomed!.page.events, 1000)
+        assert.isTrue(doomed!.page.events.every((e) => e.type === "BuildDoomed"))
+        assert.isNull(doomed!.page.next)
 
-      const small = yield* readRun(other, {})
-      assert.strictEqual(small!.run.repairs, 50)
-      assert.deepStrictEqual(small!.page.events.map((e) => e.stream), Array.from({ length: 50 }, (_, i) => `build:${20_000 + i}`))
-      assert.isNull(yield* readRun(randomUUID(), {}))
-      assert.isNull(yield* readRun("not-a-uuid", {}))
-    }).pipe(Effect.provide(Console)), 120_000)
+        const small = yield* readRun(other, {})
+        assert.strictEqual(small!.run.repairs, 50)
+        assert.deepStrictEqual(
+          small!.page.events.map((e) => e.stream),
+          Array.from({ length: 50 }, (_, i) => `build:${20_000 + i}`)
+        )
+        assert.isNull(yield* readRun(randomUUID(), {}))
+        assert.isNull(yield* readRun("not-a-uuid", {}))
+      }).pipe(Effect.provide(Console)),
+    120_000
+  )
 
-  it.live("history windows hold the runs finished in them, oldest first, with their repairs", () =>
-    Effect.gen(function*() {
-      const hour = 3600_000
-      const runs = [
-        yield* seedRun({ batch: "stuck-export-jobs", repairs: 3, finishedAgoMs: 40 * 24 * hour }),
-        yield* seedRun({ batch: "stuck-export-jobs", repairs: 2, finishedAgoMs: 10 * 24 * hour }),
-        yield* seedRun({ batch: "stuck-export-jobs", repairs: 1, finishedAgoMs: 2 * 24 * hour }),
-        yield* seedRun({ batch: "stuck-export-jobs", repairs: 0, finishedAgoMs: hour })
-      ]
-      yield* seedRun({ batch: "drop-canceling-builds", repairs: 5, finishedAgoMs: hour })
-      const day = yield* readHistory("stuck-export-jobs", "24h")
-      const week = yield* readHistory("stuck-export-jobs", "7d")
-      const month = yield* readHistory("stuck-export-jobs", "30d")
-      assert.deepStrictEqual(day.runs.map((r) => r.runId), [runs[3]])
-      assert.deepStrictEqual(week.runs.map((r) => r.runId), [runs[2], runs[3]])
-      assert.deepStrictEqual(month.runs.map((r) => [r.runId, r.repairs]), [[runs[1], 2], [runs[2], 1], [runs[3], 0]])
-      assert.isTrue(month.runs.every((r) => r.outcome === "succeeded" && r.durationMs === 1000))
-    }).pipe(Effect.provide(Console)), 60_000)
+  it.live(
+    "history windows hold the runs finished in them, oldest first, with their repairs",
+    () =>
+      Effect.gen(function*() {
+        const hour = 3600_000
+        const runs = [
+          yield* seedRun({ batch: "stuck-export-jobs", repairs: 3, finishedAgoMs: 40 * 24 * hour }),
+          yield* seedRun({ batch: "stuck-export-jobs", repairs: 2, finishedAgoMs: 10 * 24 * hour }),
+          yield* seedRun({ batch: "stuck-export-jobs", repairs: 1, finishedAgoMs: 2 * 24 * hour }),
+          yield* seedRun({ batch: "stuck-export-jobs", repairs: 0, finishedAgoMs: hour })
+        ]
+        yield* seedRun({ batch: "drop-canceling-builds", repairs: 5, finishedAgoMs: hour })
+        const day = yield* readHistory("stuck-export-jobs", "24h")
+        const week = yield* readHistory("stuck-export-jobs", "7d")
+        const month = yield* readHistory("stuck-export-jobs", "30d")
+        assert.deepStrictEqual(day.runs.map((r) => r.runId), [runs[3]])
+        assert.deepStrictEqual(week.runs.map((r) => r.runId), [runs[2], runs[3]])
+        assert.deepStrictEqual(month.runs.map((r) => [r.runId, r.repairs]), [[runs[1], 2], [runs[2], 1], [runs[3], 0]])
+        assert.isTrue(month.runs.every((r) => r.outcome === "succeeded" && r.durationMs === 1000))
+      }).pipe(Effect.provide(Console)),
+    60_000
+  )
 
   it.live("backlog: what waits per batch, the oldest's due time, capped counts, gauges", () =>
     Effect.gen(function*() {
@@ -148,7 +176,10 @@ describe("console reads on PostgreSQL", () => {
       })
       // Deferred jobs of one worker, the oldest buffered 10 minutes ago.
       const deferred = workerKeys("Releases::CreateEvidenceWorker").deferred
-      redis.rpush(deferred, ...[600, 300, 10].map((age) => JSON.stringify({ args: [1], context: {}, buffered_at: now / 1000 - age })))
+      redis.rpush(
+        deferred,
+        ...[600, 300, 10].map((age) => JSON.stringify({ args: [1], context: {}, buffered_at: now / 1000 - age }))
+      )
       redis.sadd("gitlab:issues-position-rebalances:running_rebalances", "1/7", "2/9")
 
       const snapshot = yield* (yield* Backlog).refresh
@@ -179,17 +210,21 @@ describe("console reads on PostgreSQL", () => {
       assert.deepStrictEqual(yield* (yield* Backlog).current, snapshot)
     }).pipe(Effect.provide(Console)), 60_000)
 
-  it.live("the history read stays bounded: at most the newest HISTORY_MAX_RUNS runs of the window", () =>
-    Effect.gen(function*() {
-      const sql = yield* PgClient.PgClient
-      // 2100 runs in the last day, straight into the rollup's source (RunStarted/RunFinished pairs).
-      yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+  it.live(
+    "the history read stays bounded: at most the newest HISTORY_MAX_RUNS runs of the window",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        // 2100 runs in the last day, straight into the rollup's source (RunStarted/RunFinished pairs).
+        yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
         SELECT 'batch:concurrency-limit-resume', t, jsonb_build_object('batch', 'concurrency-limit-resume', 'outcome', 'succeeded', 'duration_ms', 5),
           md5(g::text)::uuid, now() - (g * interval '30 seconds')
         FROM generate_series(1, 2100) g, unnest(ARRAY['RunStarted', 'RunFinished']) t`
-      const day = yield* (yield* RunHistory).history("concurrency-limit-resume", new Date(Date.now() - 24 * 3600_000))
-      assert.lengthOf(day, 2000)
-      // The newest are kept: the oldest kept finished about 2000 × 30 s ago.
-      assert.isBelow(Date.now() - day[0]!.finishedAt.getTime(), 2001 * 30_000)
-    }).pipe(Effect.provide(Console)), 60_000)
+        const day = yield* (yield* RunHistory).history("concurrency-limit-resume", new Date(Date.now() - 24 * 3600_000))
+        assert.lengthOf(day, 2000)
+        // The newest are kept: the oldest kept finished about 2000 × 30 s ago.
+        assert.isBelow(Date.now() - day[0]!.finishedAt.getTime(), 2001 * 30_000)
+      }).pipe(Effect.provide(Console)),
+    60_000
+  )
 })

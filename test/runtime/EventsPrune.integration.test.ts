@@ -4,8 +4,8 @@
  * state folds from, a T inside the retention period is refused with one line and exit 2), and on
  * the embedded default, where the running supervisor holds the database and does the prune.
  */
-import { assert, describe, it, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -37,9 +37,13 @@ const seed = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
   yield* sql`TRUNCATE sweeper_events, sweeper_lease_fences RESTART IDENTITY`
   yield* sql`INSERT INTO sweeper_events (stream, type, data, occurred_at)
-    VALUES ('batch:stuck-export-jobs', 'BatchPaused', '{"batch": "stuck-export-jobs", "by": "cli:ops"}', ${new Date(NOW - 300 * DAY)})`
+    VALUES ('batch:stuck-export-jobs', 'BatchPaused', '{"batch": "stuck-export-jobs", "by": "cli:ops"}', ${new Date(
+    NOW - 300 * DAY
+  )})`
   yield* sql`INSERT INTO sweeper_events (stream, type, data, occurred_at)
-    SELECT 'build:' || i, 'BuildDropped', jsonb_build_object('id', i), ${new Date(NOW - 200 * DAY)}::timestamptz + i * interval '1 second'
+    SELECT 'build:' || i, 'BuildDropped', jsonb_build_object('id', i), ${new Date(
+    NOW - 200 * DAY
+  )}::timestamptz + i * interval '1 second'
     FROM generate_series(1, 30) AS i`
   yield* sql`INSERT INTO sweeper_events (stream, type, data, occurred_at)
     SELECT 'build:' || i, 'BuildDropped', jsonb_build_object('id', i), ${new Date(NOW - 50 * DAY)}::timestamptz
@@ -63,14 +67,32 @@ layer(Platform, { excludeTestServices: true })("sweeper events prune (real Postg
       const planned = JSON.parse(dry.stdout)
       assert.strictEqual(planned.batch, "prune-events")
       assert.strictEqual(planned.dryRun, true)
-      assert.deepStrictEqual(planned.summary, { before: new Date(before).toISOString(), pruned: 30, keptForState: 1, pages: 0, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(planned.summary, {
+        before: new Date(before).toISOString(),
+        pruned: 30,
+        keptForState: 1,
+        pages: 0,
+        executionTimeout: false,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.strictEqual(yield* count("BuildDropped"), 35)
 
       const real = yield* sweeper(["events", "prune", "--before", before, "--json"])
       assert.strictEqual(real.code, 0, real.stderr)
       const done = JSON.parse(real.stdout)
       assert.strictEqual(done.outcome, "succeeded")
-      assert.deepStrictEqual(done.summary, { before: new Date(before).toISOString(), pruned: 30, keptForState: 1, pages: 1, executionTimeout: false, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(done.summary, {
+        before: new Date(before).toISOString(),
+        pruned: 30,
+        keptForState: 1,
+        pages: 1,
+        executionTimeout: false,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.strictEqual(yield* count("BuildDropped"), 5)
       assert.strictEqual(yield* count("BatchPaused"), 1)
       assert.strictEqual(yield* count("EventsPruned"), 1)
@@ -94,7 +116,10 @@ layer(Platform, { excludeTestServices: true })("sweeper events prune (real Postg
       }
       const bad = yield* sweeper(["events", "prune", "--before", "last year"])
       assert.strictEqual(bad.code, 2)
-      assert.match(errorLines(bad.stderr)[0]!, /^sweeper: Invalid value for flag --before: "last year"\. .*expected an ISO-8601 instant/)
+      assert.match(
+        errorLines(bad.stderr)[0]!,
+        /^sweeper: Invalid value for flag --before: "last year"\. .*expected an ISO-8601 instant/
+      )
       assert.strictEqual(yield* count("BuildDropped"), 35)
     }))
 })
@@ -114,7 +139,9 @@ describe("sweeper events prune on the embedded default", () => {
         assert.strictEqual(done.summary.before, "2020-01-01T00:00:00.000Z")
         // The supervisor ran it: its node name is on the run's RunStarted.
         const events = await runCli(["events", "--stream", "batch:prune-events", "--json"], env)
-        const started = events.stdout.trim().split("\n").map((line) => JSON.parse(line)).find((e) => e.type === "RunStarted")
+        const started = events.stdout.trim().split("\n").map((line) => JSON.parse(line)).find((e) =>
+          e.type === "RunStarted"
+        )
         assert.strictEqual(started.data.node, "prune-supervisor")
         assert.strictEqual(started.runId, done.runId)
         const refused = await runCli(["events", "prune", "--before", iso(Date.now() - DAY)], env)

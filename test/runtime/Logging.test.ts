@@ -16,11 +16,26 @@ describe("JSON logs", () => {
       const lines = yield* capture(Effect.gen(function*() {
         yield* Effect.logInfo("Backends", { postgres: "db:5432", redis: "in-memory" })
         yield* Effect.logInfo("Applied migrations", ["1_a", "2_b"])
-        yield* Effect.logWarning("Run failed").pipe(Effect.annotateLogs({ batch: "drop-canceling-builds", run_id: "r1", outcome: "failed" }))
+        yield* Effect.logWarning("Run failed").pipe(
+          Effect.annotateLogs({ batch: "drop-canceling-builds", run_id: "r1", outcome: "failed" })
+        )
       }))
-      assert.deepInclude(lines[0], { level: "INFO", message: "Backends", service: "sweeper", node: "node-a", postgres: "db:5432", redis: "in-memory" })
+      assert.deepInclude(lines[0], {
+        level: "INFO",
+        message: "Backends",
+        service: "sweeper",
+        node: "node-a",
+        postgres: "db:5432",
+        redis: "in-memory"
+      })
       assert.deepInclude(lines[1], { message: "Applied migrations", details: ["1_a", "2_b"] })
-      assert.deepInclude(lines[2], { level: "WARN", message: "Run failed", batch: "drop-canceling-builds", run_id: "r1", outcome: "failed" })
+      assert.deepInclude(lines[2], {
+        level: "WARN",
+        message: "Run failed",
+        batch: "drop-canceling-builds",
+        run_id: "r1",
+        outcome: "failed"
+      })
       for (const line of lines) {
         assert.isString(line.message)
         assert.notProperty(line, "annotations")
@@ -31,7 +46,8 @@ describe("JSON logs", () => {
 
   it.effect("the same warning at most once per run; other runs and other warnings still log", () =>
     Effect.gen(function*() {
-      const warn = (runId: string, message: string) => Effect.logWarning(message).pipe(Effect.annotateLogs({ run_id: runId }))
+      const warn = (runId: string, message: string) =>
+        Effect.logWarning(message).pipe(Effect.annotateLogs({ run_id: runId }))
       const lines = yield* capture(Effect.gen(function*() {
         for (let i = 0; i < 5; i++) yield* warn("r1", "Exclusive lease lost")
         yield* warn("r1", "Tick lease unavailable")
@@ -69,7 +85,10 @@ describe("text logs (a terminal)", () => {
         yield* Effect.logWarning("Backends", { postgres: "embedded (PGlite)" })
       }))
       assert.lengthOf(out, 2)
-      assert.match(out[0]!, /^\d\d:\d\d:\d\d\.\d{3}  INFO   drop-canceling-builds  Run succeeded  run=4b36a462 outcome=succeeded summary=\{"dropped":3\}$/)
+      assert.match(
+        out[0]!,
+        /^\d\d:\d\d:\d\d\.\d{3}  INFO   drop-canceling-builds  Run succeeded  run=4b36a462 outcome=succeeded summary=\{"dropped":3\}$/
+      )
       assert.match(out[1]!, /^\d\d:\d\d:\d\d\.\d{3}  WARN   -  Backends  postgres="embedded \(PGlite\)"$/)
       for (const line of out) assert.notInclude(line, "\n")
     }))
@@ -82,7 +101,12 @@ describe("text logs (a terminal)", () => {
   })
 
   it("a cause goes on the lines after, indented", () => {
-    const text = textLine({ timestamp: "2026-11-24T14:50:00.026Z", level: "ERROR", message: "Run failed", cause: "SqlError: down\n  at x" })
+    const text = textLine({
+      timestamp: "2026-11-24T14:50:00.026Z",
+      level: "ERROR",
+      message: "Run failed",
+      cause: "SqlError: down\n  at x"
+    })
     assert.strictEqual(text, "14:50:00.026  ERROR  -  Run failed\n  SqlError: down\n    at x")
   })
 })

@@ -25,7 +25,9 @@ const FlakyEvents = Layer.effect(
   Effect.gen(function*() {
     const inner = yield* EventLog
     const outage = yield* Outage
-    const refuse = Effect.fail(new RedisError({ operation: "sql", cause: new Error("connect ECONNREFUSED 127.0.0.1:5432") }) as never)
+    const refuse = Effect.fail(
+      new RedisError({ operation: "sql", cause: new Error("connect ECONNREFUSED 127.0.0.1:5432") }) as never
+    )
     return EventLog.of({
       append: (event) => outage.down ? refuse : inner.append(event),
       appendAll: (events) => outage.down ? refuse : inner.appendAll(events),
@@ -42,7 +44,9 @@ const platform = FlakyEvents.pipe(
 const missedTotal = (batch: string) =>
   Effect.map(PrometheusMetrics.format(), (text) => {
     const line = text.split("\n").find((l) =>
-      l.startsWith("sweeper_ticks_missed_total{") && l.includes(`batch="${batch}"`) && l.includes(`reason="database_unavailable"`))
+      l.startsWith("sweeper_ticks_missed_total{") && l.includes(`batch="${batch}"`) &&
+      l.includes(`reason="database_unavailable"`)
+    )
     return line === undefined ? 0 : Number(line.split(" ").at(-1))
   })
 

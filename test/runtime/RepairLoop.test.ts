@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, Duration, Effect, Exit, Fiber, Logger, Option, References, Stream } from "effect"
-import { WrongTypeKey } from "../../src/domain/Errors.ts"
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
+import { WrongTypeKey } from "../../src/domain/Errors.ts"
 import { each, growingSteps, isolatedEach, keysetPages, passes, repeatUntilDone } from "../../src/runtime/RepairLoop.ts"
 import { type GateVerdict, HealthGate, openGate } from "../../src/services/HealthGate.ts"
 
@@ -26,12 +26,16 @@ describe("repair loop", () => {
   it.effect("isolatedEach: a failure the caller isolates is reported with its key, the others' results kept", () =>
     Effect.gen(function*() {
       const logged: Array<string> = []
-      const result = yield* isolatedEach(["a", "bad", "c"], (key) => key === "bad" ? Effect.fail({ _tag: "Permanent" as const, key }) : Effect.succeed(key.toUpperCase()), {
-        concurrency: 2,
-        isolate: (key, error) => error._tag === "Permanent" ? Option.some({ key }) : Option.none(),
-        logIsolated: ({ key }) => Effect.sync(() => void logged.push(`isolated ${key}`)),
-        logFailure: (key) => Effect.sync(() => void logged.push(`failed ${key}`))
-      })
+      const result = yield* isolatedEach(
+        ["a", "bad", "c"],
+        (key) => key === "bad" ? Effect.fail({ _tag: "Permanent" as const, key }) : Effect.succeed(key.toUpperCase()),
+        {
+          concurrency: 2,
+          isolate: (key, error) => error._tag === "Permanent" ? Option.some({ key }) : Option.none(),
+          logIsolated: ({ key }) => Effect.sync(() => void logged.push(`isolated ${key}`)),
+          logFailure: (key) => Effect.sync(() => void logged.push(`failed ${key}`))
+        }
+      )
       assert.deepStrictEqual(result, { results: ["A", "C"], isolated: [{ key: "bad" }] })
       assert.deepStrictEqual(logged, ["isolated bad"])
     }))
@@ -40,29 +44,52 @@ describe("repair loop", () => {
     Effect.gen(function*() {
       const logs: Array<{ level: string; message: string; annotations: unknown }> = []
       const collector = Logger.make((options) => {
-        logs.push({ level: options.logLevel, message: String(options.message), annotations: options.fiber.getRef(References.CurrentLogAnnotations) })
+        logs.push({
+          level: options.logLevel,
+          message: String(options.message),
+          annotations: options.fiber.getRef(References.CurrentLogAnnotations)
+        })
       })
       const wrong = new WrongTypeKey({ key: "k:bad", operation: "LLEN", message: "WRONGTYPE" })
-      const result = yield* isolatedEach(["a", "bad"], (key) => key === "bad" ? Effect.fail(wrong) : Effect.succeed(key), { concurrency: 2, label: "Spec", noun: "worker" })
+      const result = yield* isolatedEach(
+        ["a", "bad"],
+        (key) => key === "bad" ? Effect.fail(wrong) : Effect.succeed(key),
+        { concurrency: 2, label: "Spec", noun: "worker" }
+      )
         .pipe(Effect.provide(Logger.layer([collector])))
       assert.deepStrictEqual(result, { results: ["a"], isolated: [{ of: "bad", key: "k:bad", error: "WRONGTYPE" }] })
-      assert.deepStrictEqual(logs.map((log) => [log.level, log.message]), [["Error", "Spec skipped worker bad: key k:bad holds the wrong type (WRONGTYPE)"]])
+      assert.deepStrictEqual(logs.map((log) => [log.level, log.message]), [[
+        "Error",
+        "Spec skipped worker bad: key k:bad holds the wrong type (WRONGTYPE)"
+      ]])
       assert.deepStrictEqual(logs[0]!.annotations, { worker: "bad", key: "k:bad" })
-      const exit = yield* Effect.exit(isolatedEach(["boom"], () => Effect.fail("transient"), { concurrency: 1, label: "Spec", noun: "worker" }).pipe(Effect.provide(Logger.layer([collector]))))
+      const exit = yield* Effect.exit(
+        isolatedEach(["boom"], () => Effect.fail("transient"), { concurrency: 1, label: "Spec", noun: "worker" }).pipe(
+          Effect.provide(Logger.layer([collector]))
+        )
+      )
       assert.isTrue(Exit.isFailure(exit))
-      assert.deepStrictEqual(logs.slice(1).map((log) => [log.message, log.annotations]), [["Spec failed for a worker", { worker: "boom" }]])
+      assert.deepStrictEqual(logs.slice(1).map((log) => [log.message, log.annotations]), [["Spec failed for a worker", {
+        worker: "boom"
+      }]])
     }))
 
   it.effect("isolatedEach: any other failure neither stops nor hides the other keys, and fails the whole once all finished", () =>
     Effect.gen(function*() {
       const ran: Array<string> = []
       const logged: Array<string> = []
-      const exit = yield* Effect.exit(isolatedEach(["boom", "b", "c"], (key) => key === "boom" ? Effect.fail("transient") : Effect.sync(() => void ran.push(key)), {
-        concurrency: 1,
-        isolate: () => Option.none(),
-        logIsolated: () => Effect.void,
-        logFailure: (key) => Effect.sync(() => void logged.push(`failed ${key}`))
-      }))
+      const exit = yield* Effect.exit(
+        isolatedEach(
+          ["boom", "b", "c"],
+          (key) => key === "boom" ? Effect.fail("transient") : Effect.sync(() => void ran.push(key)),
+          {
+            concurrency: 1,
+            isolate: () => Option.none(),
+            logIsolated: () => Effect.void,
+            logFailure: (key) => Effect.sync(() => void logged.push(`failed ${key}`))
+          }
+        )
+      )
       assert.isTrue(Exit.isFailure(exit))
       assert.deepStrictEqual(ran, ["b", "c"])
       assert.deepStrictEqual(logged, ["failed boom"])
@@ -109,7 +136,8 @@ describe("repair loop", () => {
           target: String,
           dry: () => ({ seen: 0 }),
           fence: false,
-          write: (slice, commit) => Effect.andThen(Effect.sync(() => sizes.push(slice.length)), commit({ seen: slice.length }))
+          write: (slice, commit) =>
+            Effect.andThen(Effect.sync(() => sizes.push(slice.length)), commit({ seen: slice.length }))
         }
       })
       // The first page of 5000: 1 + 8 + 64 + 512 + 4096 = 4681, then its last 319; then a whole page.
@@ -133,7 +161,10 @@ describe("repair loop", () => {
           fence: false,
           // 1 ms per item.
           write: (slice, commit) =>
-            Effect.andThen(TestClock.adjust(Duration.millis(slice.length)), Effect.andThen(Effect.sync(() => sizes.push(slice.length)), commit({ seen: slice.length })))
+            Effect.andThen(
+              TestClock.adjust(Duration.millis(slice.length)),
+              Effect.andThen(Effect.sync(() => sizes.push(slice.length)), commit({ seen: slice.length }))
+            )
         }
       })
       // After 1 + 8 + 64 = 73 ms, 27 items fit the 100 ms budget: the step is 27, not 512.
@@ -196,10 +227,17 @@ describe("repair loop", () => {
         budget: Duration.minutes(1),
         initial: { dropped: 0 },
         size: 2,
-        read: (after: Option.Option<number>) => Effect.succeed([1, 2, 3].filter((id) => Option.match(after, { onNone: () => true, onSome: (a) => id > a })).slice(0, 2)),
+        read: (after: Option.Option<number>) =>
+          Effect.succeed(
+            [1, 2, 3].filter((id) => Option.match(after, { onNone: () => true, onSome: (a) => id > a })).slice(0, 2)
+          ),
         cursor: (id) => id,
         revisit: () => Effect.die("a dry run revisits nothing"),
-        unit: { target: (id) => `build:${id}`, dry: (page) => ({ dropped: page.length }), write: () => Effect.die("a dry run writes nothing") }
+        unit: {
+          target: (id) => `build:${id}`,
+          dry: (page) => ({ dropped: page.length }),
+          write: () => Effect.die("a dry run writes nothing")
+        }
       }).pipe(withRun({ dryRun: true, wouldChange: (stream) => Effect.sync(() => noted.push(stream)) }))
       assert.deepStrictEqual(noted, ["build:1", "build:2", "build:3"])
       assert.deepStrictEqual(result.totals, { dropped: 3 })
@@ -269,7 +307,8 @@ describe("repair loop", () => {
         budget: Duration.minutes(10),
         initial: { pruned: 0 },
         dry: Effect.succeed({ pruned: 0 }),
-        write: (commit) => Effect.andThen(Effect.sync(() => ++calls), (n) => Effect.as(commit({ pruned: n <= 3 ? 1 : 0 }), n < 5))
+        write: (commit) =>
+          Effect.andThen(Effect.sync(() => ++calls), (n) => Effect.as(commit({ pruned: n <= 3 ? 1 : 0 }), n < 5))
       })
       assert.strictEqual(calls, 5)
       assert.strictEqual(result.skipped, 1)

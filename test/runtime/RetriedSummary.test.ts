@@ -37,18 +37,21 @@ const seedCanceling = (count: number) =>
     const state = yield* MemoryBuilds
     const old = DateTime.subtractDuration(NOW, Duration.hours(2))
     for (let id = 1; id <= count; id++) {
-      state.rows.set(id, {
+      state.rows.set(
         id,
-        projectId: 1,
-        runnerId: 7,
-        type: "Ci::Build",
-        status: "canceling",
-        failureReason: null,
-        lockVersion: 0,
-        createdAt: old,
-        updatedAt: old,
-        finishedAt: null
-      } satisfies BuildRecord)
+        {
+          id,
+          projectId: 1,
+          runnerId: 7,
+          type: "Ci::Build",
+          status: "canceling",
+          failureReason: null,
+          lockVersion: 0,
+          createdAt: old,
+          updatedAt: old,
+          finishedAt: null
+        } satisfies BuildRecord
+      )
     }
     return state
   })
@@ -100,7 +103,14 @@ describe("summaries of retried runs add up all attempts", () => {
       const batch = { ...DropCancelingBuilds, run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, flaky)) }
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.summary, { dropped: 5, doomed: 0, batches: 1, skippedLocked: 0, heldMs: 0, heldBy: [] })
+      assert.deepStrictEqual(result.summary, {
+        dropped: 5,
+        doomed: 0,
+        batches: 1,
+        skippedLocked: 0,
+        heldMs: 0,
+        heldBy: []
+      })
       assert.isTrue([...state.rows.values()].every((row) => row.status === "failed"))
       const dropped = (yield* MemoryEvents).filter((e) => e.type === "BuildDropped")
       assert.lengthOf(dropped, 5)
@@ -114,10 +124,16 @@ describe("summaries of retried runs add up all attempts", () => {
       const builds = yield* Builds
       let pages = 0
       const permanent = new RedisError({ operation: "test", cause: new Error("ERR unknown command") })
-      const broken = Builds.of({ ...builds, dropMany: (page, now) => ++pages >= 4 ? Effect.fail(permanent as never) : builds.dropMany(page, now) })
+      const broken = Builds.of({
+        ...builds,
+        dropMany: (page, now) => ++pages >= 4 ? Effect.fail(permanent as never) : builds.dropMany(page, now)
+      })
       const batch = {
         ...DropCancelingBuilds,
-        run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, broken), Effect.provideService(DropBatchSize, 1))
+        run: DropCancelingBuilds.run.pipe(
+          Effect.provideService(Builds, broken),
+          Effect.provideService(DropBatchSize, 1)
+        )
       }
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "failed")
@@ -141,7 +157,10 @@ describe("summaries of retried runs add up all attempts", () => {
 
   /** RunFinished's summary: what the run's `--json` prints too (RunResult.summary). */
   const finishedSummary = (name: string) =>
-    Effect.map(MemoryEvents, (events) => events.find((e) => e.type === "RunFinished" && e.stream === `batch:${name}`)!.data.summary)
+    Effect.map(
+      MemoryEvents,
+      (events) => events.find((e) => e.type === "RunFinished" && e.stream === `batch:${name}`)!.data.summary
+    )
 
   it.effect("a run that repairs, is retried, repairs more, then fails permanently: failed, with every attempt's reported repairs", () =>
     Effect.gen(function*() {
@@ -149,7 +168,12 @@ describe("summaries of retried runs add up all attempts", () => {
       const batch = yield* fake(Duration.minutes(5), (n) =>
         Effect.gen(function*() {
           yield* reportProgress({ repaired: n, ids: [n] })
-          return yield* (n === 1 ? transient : new RedisError({ operation: "test", cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value") }))
+          return yield* (n === 1
+            ? transient
+            : new RedisError({
+              operation: "test",
+              cause: new Error("WRONGTYPE Operation against a key holding the wrong kind of value")
+            }))
         }))
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "failed")
@@ -186,8 +210,10 @@ describe("summaries of retried runs add up all attempts", () => {
   it.effect("a run that loses its lease after repairs: failed (lease lost), with the repairs it made", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
-      const batch = yield* fake(Duration.minutes(5), () =>
-        Effect.andThen(reportProgress({ repaired: 5 }), new LeaseLost({ lease: "sweeper/fake", epoch: 1 })))
+      const batch = yield* fake(
+        Duration.minutes(5),
+        () => Effect.andThen(reportProgress({ repaired: 5 }), new LeaseLost({ lease: "sweeper/fake", epoch: 1 }))
+      )
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(result.reason, "lease lost")
@@ -197,7 +223,8 @@ describe("summaries of retried runs add up all attempts", () => {
   it.effect("a failed run that reported nothing keeps summary null", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
-      const batch = yield* fake(Duration.minutes(5), () => new RedisError({ operation: "test", cause: new Error("ERR syntax error") }))
+      const batch = yield* fake(Duration.minutes(5), () =>
+        new RedisError({ operation: "test", cause: new Error("ERR syntax error") }))
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "failed")
       assert.isNull(result.summary)

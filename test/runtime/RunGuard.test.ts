@@ -10,10 +10,10 @@ import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
 import { type Batch, checkFence, CurrentRun, HARD_TIMEOUT_GRACE } from "../../src/domain/Batch.ts"
 import { RedisError } from "../../src/domain/Errors.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { runBatch, type RunOptions, type RunResult } from "../../src/runtime/RunGuard.ts"
-import { leaseKey } from "../../src/domain/Lease.ts"
 import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -47,7 +47,8 @@ const eventsOf = (result: RunResult) =>
 const runsTotal = (batch: string, outcome: string) =>
   Effect.map(PrometheusMetrics.format(), (text) => {
     const line = text.split("\n").find((l) =>
-      l.startsWith("sweeper_runs_total{") && l.includes(`batch="${batch}"`) && l.includes(`outcome="${outcome}"`))
+      l.startsWith("sweeper_runs_total{") && l.includes(`batch="${batch}"`) && l.includes(`outcome="${outcome}"`)
+    )
     return line === undefined ? 0 : Number(line.split(" ").at(-1))
   })
 
@@ -119,9 +120,11 @@ describe("runBatch (run guard)", () => {
     Effect.gen(function*() {
       yield* setup
       const attempts = yield* Ref.make(0)
-      const batch = fake(Ref.update(attempts, (k) => k + 1).pipe(
-        Effect.andThen(Effect.fail(new RedisError({ operation: "get", cause: new Error("down") })))
-      ))
+      const batch = fake(
+        Ref.update(attempts, (k) => k + 1).pipe(
+          Effect.andThen(Effect.fail(new RedisError({ operation: "get", cause: new Error("down") })))
+        )
+      )
       const result = yield* guard(batch, {}, "1 minute")
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(yield* Ref.get(attempts), 4)
@@ -132,9 +135,11 @@ describe("runBatch (run guard)", () => {
     Effect.gen(function*() {
       yield* setup
       const attempts = yield* Ref.make(0)
-      const batch = fake(Ref.update(attempts, (k) => k + 1).pipe(
-        Effect.andThen(Effect.fail(new PlainError({ message: "row 42 is inconsistent" })))
-      ))
+      const batch = fake(
+        Ref.update(attempts, (k) => k + 1).pipe(
+          Effect.andThen(Effect.fail(new PlainError({ message: "row 42 is inconsistent" })))
+        )
+      )
       const result = yield* guard(batch, {}, "1 minute")
       assert.strictEqual(result.outcome, "failed")
       assert.include(result.error ?? "", "row 42 is inconsistent")
@@ -220,12 +225,15 @@ describe("runBatch (run guard)", () => {
       const redis = yield* MemoryRedis
       const name = `fake/${randomUUID()}`
       const fenceSeen = yield* Ref.make<number | undefined>(undefined)
-      const batch = fake(Effect.gen(function*() {
-        const run = yield* CurrentRun
-        yield* Ref.set(fenceSeen, Option.getOrUndefined(Option.map(run.fence, (f) => f.epoch)))
-        assert.isNotNull(redis.get(leaseKey(name)))
-        return yield* new PlainError({ message: "broken" })
-      }), { lease: Option.some({ name, ttl: Duration.minutes(5) }) })
+      const batch = fake(
+        Effect.gen(function*() {
+          const run = yield* CurrentRun
+          yield* Ref.set(fenceSeen, Option.getOrUndefined(Option.map(run.fence, (f) => f.epoch)))
+          assert.isNotNull(redis.get(leaseKey(name)))
+          return yield* new PlainError({ message: "broken" })
+        }),
+        { lease: Option.some({ name, ttl: Duration.minutes(5) }) }
+      )
       const result = yield* guard(batch)
       assert.strictEqual(result.outcome, "failed")
       const first = yield* Ref.get(fenceSeen)
@@ -253,17 +261,22 @@ describe("runBatch (run guard)", () => {
             isHeld: (handle) =>
               Effect.flatMap(Ref.updateAndGet(reads, (n) => n + 1), (n) =>
                 n >= 2 && n < 2 + failures
-                  ? Effect.fail(new RedisError({ operation: "GET lease", cause: new Error("connect ECONNREFUSED 127.0.0.1:6390") }))
+                  ? Effect.fail(
+                    new RedisError({ operation: "GET lease", cause: new Error("connect ECONNREFUSED 127.0.0.1:6390") })
+                  )
                   : lease.isHeld(handle))
           })
           const writes: Array<string> = []
-          const batch = fake(Effect.gen(function*() {
-            for (const step of ["a", "b"]) {
-              yield* checkFence
-              writes.push(step)
-            }
-            return { writes: writes.length }
-          }), { lease: Option.some({ name: `fake/${randomUUID()}`, ttl: Duration.minutes(5) }) })
+          const batch = fake(
+            Effect.gen(function*() {
+              for (const step of ["a", "b"]) {
+                yield* checkFence
+                writes.push(step)
+              }
+              return { writes: writes.length }
+            }),
+            { lease: Option.some({ name: `fake/${randomUUID()}`, ttl: Duration.minutes(5) }) }
+          )
           const result = yield* guard(batch, {}, "1 minute").pipe(Effect.provideService(Lease, flaky))
           return { result, writes, reads: yield* Ref.get(reads) }
         })
@@ -287,10 +300,13 @@ describe("runBatch (run guard)", () => {
       yield* setup
       const redis = yield* MemoryRedis
       const name = `fake/${randomUUID()}`
-      const batch = fake(Effect.sleep("100 seconds").pipe(Effect.andThen(Effect.sync(() => redis.get(leaseKey(name))))), {
-        lease: Option.some({ name, ttl: Duration.seconds(30) }),
-        budget: Duration.minutes(5)
-      })
+      const batch = fake(
+        Effect.sleep("100 seconds").pipe(Effect.andThen(Effect.sync(() => redis.get(leaseKey(name))))),
+        {
+          lease: Option.some({ name, ttl: Duration.seconds(30) }),
+          budget: Duration.minutes(5)
+        }
+      )
       const result = yield* guard(batch, {}, "100 seconds")
       assert.strictEqual(result.outcome, "succeeded")
       assert.isString(result.summary, "the lease was still held after 100 s with a 30 s TTL")
@@ -305,7 +321,9 @@ describe("runBatch (run guard)", () => {
       yield* guard(a)
       yield* guard(a)
       yield* guard(b)
-      const held = fake(Effect.succeed(1), { lease: Option.some({ name: `fake/${randomUUID()}`, ttl: Duration.minutes(1) }) })
+      const held = fake(Effect.succeed(1), {
+        lease: Option.some({ name: `fake/${randomUUID()}`, ttl: Duration.minutes(1) })
+      })
       const redis = yield* MemoryRedis
       redis.set(leaseKey(Option.getOrThrow(held.lease).name), "other", { exSeconds: 60 })
       const skipped = yield* guard(held)

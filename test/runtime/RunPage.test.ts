@@ -20,8 +20,22 @@ const failed: RunDetail = {
   summary: { dropped: 200, doomed: 0 },
   error: "SqlError: connection lost\n  caused by: ECONNRESET <db>",
   holds: [
-    { id: 9, stream: "batch:drop-canceling-builds", type: "RepairHeld", data: { signal: "replicationLag" }, runId: RUN, occurredAt: at("2026-11-24T03:45:30Z") },
-    { id: 10, stream: "batch:drop-canceling-builds", type: "RepairReleased", data: { signal: "replicationLag", heldMs: 20_000 }, runId: RUN, occurredAt: at("2026-11-24T03:45:50Z") }
+    {
+      id: 9,
+      stream: "batch:drop-canceling-builds",
+      type: "RepairHeld",
+      data: { signal: "replicationLag" },
+      runId: RUN,
+      occurredAt: at("2026-11-24T03:45:30Z")
+    },
+    {
+      id: 10,
+      stream: "batch:drop-canceling-builds",
+      type: "RepairReleased",
+      data: { signal: "replicationLag", heldMs: 20_000 },
+      runId: RUN,
+      occurredAt: at("2026-11-24T03:45:50Z")
+    }
   ],
   repairs: 200
 }
@@ -38,7 +52,18 @@ const repair = (id: number) => ({
 describe("run page", () => {
   it("outcome, trigger, node, timings with holds, summary, the error with its cause (escaped), repairs and the next page", () => {
     const html = runPage(failed, { events: [repair(101), repair(102)], next: 102 }, { type: null, after: undefined })
-    for (const text of ["outcome-failed", "schedule", "sweeper-1", "RepairHeld", "RepairReleased", "replicationLag", "dropped</span> 200", "caused by: ECONNRESET &lt;db&gt;"]) {
+    for (
+      const text of [
+        "outcome-failed",
+        "schedule",
+        "sweeper-1",
+        "RepairHeld",
+        "RepairReleased",
+        "replicationLag",
+        "dropped</span> 200",
+        "caused by: ECONNRESET &lt;db&gt;"
+      ]
+    ) {
       assert.include(html, text)
     }
     assert.include(html, `<a class="entity" href="/?stream=build%3A101#history">build:101</a>`)
@@ -54,7 +79,10 @@ describe("run page", () => {
   })
 
   it("no repairs of the type: says so", () => {
-    const html = runPage({ ...failed, error: null, outcome: "succeeded" }, { events: [], next: null }, { type: "BuildDoomed", after: undefined })
+    const html = runPage({ ...failed, error: null, outcome: "succeeded" }, { events: [], next: null }, {
+      type: "BuildDoomed",
+      after: undefined
+    })
     assert.include(html, "No repairs of type BuildDoomed.")
     assert.notInclude(html, "class=\"cause\"")
   })

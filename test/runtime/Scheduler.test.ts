@@ -4,13 +4,13 @@ import { ConnectionError, SqlError } from "effect/sql/SqlError"
 import { TestClock } from "effect/testing"
 import { type InvalidConfig, RedisError } from "../../src/domain/Errors.ts"
 import { BatchPaused, BatchResumed, RunStarted } from "../../src/domain/Events.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import type { SweeperSettings } from "../../src/layers/Config.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import type { RegisteredBatch } from "../../src/programs/index.ts"
 import { Scheduler, schedulerLayer, supervise } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { leaseKey } from "../../src/domain/Lease.ts"
 import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -43,8 +43,7 @@ const events = (type: string) =>
     return all.filter((e) => e.type === type)
   })
 
-const scheduledAts = (type: string) =>
-  Effect.map(events(type), (found) => found.map((e) => e.data.scheduled_at))
+const scheduledAts = (type: string) => Effect.map(events(type), (found) => found.map((e) => e.data.scheduled_at))
 
 /** Builds the scheduler in its own scope so a test can close it (shutdown) explicitly. */
 const startScheduler = (batch: RegisteredBatch, env: Record<string, string> = {}) =>
@@ -133,9 +132,17 @@ describe("Scheduler: batch actors", () => {
       const { batch, runs } = yield* testBatch(() => Effect.void)
       const log = yield* EventLog
       const down = yield* Ref.make(false)
-      const refused = new SqlError({ reason: new ConnectionError({ cause: new Error("connect ECONNREFUSED 127.0.0.1:5432"), message: "PgClient: Connection refused" }) })
+      const refused = new SqlError({
+        reason: new ConnectionError({
+          cause: new Error("connect ECONNREFUSED 127.0.0.1:5432"),
+          message: "PgClient: Connection refused"
+        })
+      })
       // The database refuses writes while `down`; reads still answer, so the refresh before each tick sees the log.
-      const flaky = EventLog.of({ ...log, append: (event) => Effect.flatMap(Ref.get(down), (isDown) => isDown ? Effect.fail(refused) : log.append(event)) })
+      const flaky = EventLog.of({
+        ...log,
+        append: (event) => Effect.flatMap(Ref.get(down), (isDown) => isDown ? Effect.fail(refused) : log.append(event))
+      })
       const { scheduler } = yield* startScheduler(batch).pipe(Effect.provideService(EventLog, flaky))
 
       yield* Ref.set(down, true)
@@ -183,7 +190,8 @@ describe("Scheduler: batch actors", () => {
     Effect.gen(function*() {
       yield* TestClock.setTime(T0)
       const { batch, runs } = yield* testBatch((n) =>
-        n === 1 ? Effect.fail("boom") : n === 2 ? Effect.die(new Error("defect")) : Effect.succeed("fine"))
+        n === 1 ? Effect.fail("boom") : n === 2 ? Effect.die(new Error("defect")) : Effect.succeed("fine")
+      )
       const { scheduler } = yield* startScheduler(batch)
       yield* TestClock.adjust("29 minutes")
       assert.strictEqual(yield* Ref.get(runs), 3)
@@ -230,14 +238,26 @@ describe("Scheduler: batch actors", () => {
     Effect.gen(function*() {
       yield* TestClock.setTime(Date.parse(at("00:00:00")))
       const log = yield* EventLog
-      yield* log.append(new RunStarted({ batch: "test-batch", run_id: "00000000-0000-0000-0000-000000000001", scheduled_at: at("00:00:00"), node: "old", trigger: "schedule", dryRun: false }))
+      yield* log.append(
+        new RunStarted({
+          batch: "test-batch",
+          run_id: "00000000-0000-0000-0000-000000000001",
+          scheduled_at: at("00:00:00"),
+          node: "old",
+          trigger: "schedule",
+          dryRun: false
+        })
+      )
       yield* TestClock.setTime(Date.parse(at("00:25:00")))
       const { batch, runs } = yield* testBatch(() => Effect.void)
       yield* startScheduler(batch)
       yield* TestClock.adjust("1 second")
       assert.strictEqual(yield* Ref.get(runs), 1)
       const started = yield* events("RunStarted")
-      assert.deepStrictEqual(started.slice(1).map((e) => [e.data.scheduled_at, e.data.trigger]), [[at("00:20:00"), "startup"]])
+      assert.deepStrictEqual(started.slice(1).map((e) => [e.data.scheduled_at, e.data.trigger]), [[
+        at("00:20:00"),
+        "startup"
+      ]])
       const missed = yield* events("TickMissed")
       assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "downtime"]])
       // And the normal schedule carries on.
@@ -249,7 +269,16 @@ describe("Scheduler: batch actors", () => {
     Effect.gen(function*() {
       yield* TestClock.setTime(Date.parse(at("00:00:00")))
       const log = yield* EventLog
-      yield* log.append(new RunStarted({ batch: "test-batch", run_id: "00000000-0000-0000-0000-000000000001", scheduled_at: at("00:00:00"), node: "old", trigger: "schedule", dryRun: false }))
+      yield* log.append(
+        new RunStarted({
+          batch: "test-batch",
+          run_id: "00000000-0000-0000-0000-000000000001",
+          scheduled_at: at("00:00:00"),
+          node: "old",
+          trigger: "schedule",
+          dryRun: false
+        })
+      )
       yield* TestClock.setTime(Date.parse(at("00:35:00")))
       const { batch, runs } = yield* testBatch(() => Effect.void, { missedRuns: "skip" })
       yield* startScheduler(batch)
@@ -355,13 +384,17 @@ describe("Scheduler: batch actors", () => {
       const missed = (yield* events("TickMissed")).map((e) => [e.data.scheduled_at, e.data.reason])
       assert.deepStrictEqual(missed, [[at("00:10:00"), "lease_unavailable"]])
     }).pipe(
-      Effect.provide(Layer.succeed(Lease, Lease.of({
-        tryAcquire: () => Effect.fail(new RedisError({ operation: "lease.acquire", cause: new Error("ECONNREFUSED") })),
-        renew: () => Effect.succeed(false),
-        release: () => Effect.succeed(false),
-        isHeld: () => Effect.succeed(false),
-        claim: () => Effect.fail(new RedisError({ operation: "lease.claim", cause: new Error("ECONNREFUSED") }))
-      }))),
+      Effect.provide(Layer.succeed(
+        Lease,
+        Lease.of({
+          tryAcquire: () =>
+            Effect.fail(new RedisError({ operation: "lease.acquire", cause: new Error("ECONNREFUSED") })),
+          renew: () => Effect.succeed(false),
+          release: () => Effect.succeed(false),
+          isHeld: () => Effect.succeed(false),
+          claim: () => Effect.fail(new RedisError({ operation: "lease.claim", cause: new Error("ECONNREFUSED") }))
+        })
+      )),
       Effect.provide(platform())
     ))
 

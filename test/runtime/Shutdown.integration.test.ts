@@ -18,13 +18,21 @@ describe("shutdown on the embedded default", () => {
       const dataDir = mkdtempSync(join(tmpdir(), "sweeper-shutdown-"))
       const sweeper = startSweeper("shutdown-during-startup", { SWEEPER_DATA_DIR: dataDir, SWEEPER_HTTP_PORT: "0" })
       try {
-        await waitFor("the start-up line", async () => sweeper.output().includes("Sweeper starting") || undefined, 30_000, 20)
+        await waitFor(
+          "the start-up line",
+          async () => sweeper.output().includes("Sweeper starting") || undefined,
+          30_000,
+          20
+        )
         // Initialising a fresh data directory blocks the event loop for seconds: the signal is
         // handled when PGlite is up and the client is connecting.
         await new Promise((resolve) => setTimeout(resolve, 1000))
         assert.isFalse(sweeper.output().includes("HTTP listening"), "too late: start-up had finished")
         sweeper.child.kill("SIGTERM")
-        const code = await Promise.race([sweeper.exited, new Promise((resolve) => setTimeout(() => resolve("still running"), 20_000))])
+        const code = await Promise.race([
+          sweeper.exited,
+          new Promise((resolve) => setTimeout(() => resolve("still running"), 20_000))
+        ])
         assert.oneOf(code, [0, 130], sweeper.output())
         assert.isFalse(existsSync(join(dataDir, "embedded.lock")), "the lock is released on shutdown")
       } finally {

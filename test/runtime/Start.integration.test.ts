@@ -30,53 +30,73 @@ const isAlive = (pid: number) => {
 }
 
 describe("npm start", () => {
-  it.live("comes up on the embedded default, answers /healthz, and SIGTERM to npm stops it (no orphan)", () =>
-    Effect.promise(async () => {
-      const scratch = mkdtempSync(join(tmpdir(), "sweeper-start-"))
-      copyFileSync(join(root, "package.json"), join(scratch, "package.json"))
-      symlinkSync(join(root, "src"), join(scratch, "src"))
-      symlinkSync(join(root, "bin"), join(scratch, "bin"))
-      symlinkSync(join(root, "node_modules"), join(scratch, "node_modules"))
-      // Only what a shell always has, plus a free port: no DATABASE_URL, REDIS_URL or data dir.
-      const child = spawn("npm", ["start", "--silent"], {
-        cwd: scratch,
-        env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_HTTP_PORT: "0" },
-        stdio: ["ignore", "pipe", "pipe"],
-        detached: true
-      })
-      let output = ""
-      child.stdout.on("data", (chunk) => (output += chunk))
-      child.stderr.on("data", (chunk) => (output += chunk))
-      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-      const lockFile = join(scratch, ".sweeper", "embedded.lock")
-      let supervisorPid: number | undefined
-      try {
-        const base = await waitFor("the HTTP address", async () => /HTTP listening on (http:\/\/[^\s"\\]+)/.exec(output)?.[1], 75_000)
-        const health = await (await fetch(`${base}/healthz`)).text()
-        assert.strictEqual(health.trim(), "ok")
-        const lines = output.split("\n").filter((line) => line.trim().startsWith("{"))
-        assert.include(lines[0], "embedded default")
-        assert.include(lines[0], "PGlite")
-        for (const batch of ["drop-canceling-builds", "stuck-export-jobs", "delete-stale-direct-uploads", "reschedule-stuck-issue-rebalances", "concurrency-limit-resume", "prune-events"]) {
-          assert.include(output, `Scheduled ${batch}`)
-        }
-        // The supervisor published its address in the (default, scratch) data directory.
-        const published = JSON.parse(readFileSync(join(scratch, ".sweeper", "supervisor.json"), "utf8"))
-        assert.strictEqual(published.url, base)
-        supervisorPid = Number(readFileSync(lockFile, "utf8"))
-        assert.notStrictEqual(supervisorPid, child.pid, "npm is not the supervisor")
+  it.live(
+    "comes up on the embedded default, answers /healthz, and SIGTERM to npm stops it (no orphan)",
+    () =>
+      Effect.promise(async () => {
+        const scratch = mkdtempSync(join(tmpdir(), "sweeper-start-"))
+        copyFileSync(join(root, "package.json"), join(scratch, "package.json"))
+        symlinkSync(join(root, "src"), join(scratch, "src"))
+        symlinkSync(join(root, "bin"), join(scratch, "bin"))
+        symlinkSync(join(root, "node_modules"), join(scratch, "node_modules"))
+        // Only what a shell always has, plus a free port: no DATABASE_URL, REDIS_URL or data dir.
+        const child = spawn("npm", ["start", "--silent"], {
+          cwd: scratch,
+          env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_HTTP_PORT: "0" },
+          stdio: ["ignore", "pipe", "pipe"],
+          detached: true
+        })
+        let output = ""
+        child.stdout.on("data", (chunk) => (output += chunk))
+        child.stderr.on("data", (chunk) => (output += chunk))
+        const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+        const lockFile = join(scratch, ".sweeper", "embedded.lock")
+        let supervisorPid: number | undefined
+        try {
+          const base = await waitFor(
+            "the HTTP address",
+            async () => /HTTP listening on (http:\/\/[^\s"\\]+)/.exec(output)?.[1],
+            75_000
+          )
+          const health = await (await fetch(`${base}/healthz`)).text()
+          assert.strictEqual(health.trim(), "ok")
+          const lines = output.split("\n").filter((line) => line.trim().startsWith("{"))
+          assert.include(lines[0], "embedded default")
+          assert.include(lines[0], "PGlite")
+          for (
+            const batch of [
+              "drop-canceling-builds",
+              "stuck-export-jobs",
+              "delete-stale-direct-uploads",
+              "reschedule-stuck-issue-rebalances",
+              "concurrency-limit-resume",
+              "prune-events"
+            ]
+          ) {
+            assert.include(output, `Scheduled ${batch}`)
+          }
+          // The supervisor published its address in the (default, scratch) data directory.
+          const published = JSON.parse(readFileSync(join(scratch, ".sweeper", "supervisor.json"), "utf8"))
+          assert.strictEqual(published.url, base)
+          supervisorPid = Number(readFileSync(lockFile, "utf8"))
+          assert.notStrictEqual(supervisorPid, child.pid, "npm is not the supervisor")
 
-        // SIGTERM to npm itself, never to node: `exec` makes npm's child the supervisor.
-        process.kill(child.pid!, "SIGTERM")
-        assert.strictEqual(await exited, 0, output)
-        await waitFor("the supervisor to be gone", async () => isAlive(supervisorPid!) ? undefined : true, 10_000)
-        assert.isFalse(existsSync(lockFile), "the lock is released on shutdown")
-        assert.isFalse(existsSync(join(scratch, ".sweeper", "supervisor.json")), "the address is withdrawn on shutdown")
-        assert.include(output, "Shutting down", "the supervisor shut down gracefully")
-      } finally {
-        if (child.exitCode === null) process.kill(-child.pid!, "SIGKILL")
-        if (supervisorPid !== undefined && isAlive(supervisorPid)) process.kill(supervisorPid, "SIGKILL")
-        rmSync(scratch, { recursive: true, force: true })
-      }
-    }), 120_000)
+          // SIGTERM to npm itself, never to node: `exec` makes npm's child the supervisor.
+          process.kill(child.pid!, "SIGTERM")
+          assert.strictEqual(await exited, 0, output)
+          await waitFor("the supervisor to be gone", async () => isAlive(supervisorPid!) ? undefined : true, 10_000)
+          assert.isFalse(existsSync(lockFile), "the lock is released on shutdown")
+          assert.isFalse(
+            existsSync(join(scratch, ".sweeper", "supervisor.json")),
+            "the address is withdrawn on shutdown"
+          )
+          assert.include(output, "Shutting down", "the supervisor shut down gracefully")
+        } finally {
+          if (child.exitCode === null) process.kill(-child.pid!, "SIGKILL")
+          if (supervisorPid !== undefined && isAlive(supervisorPid)) process.kill(supervisorPid, "SIGKILL")
+          rmSync(scratch, { recursive: true, force: true })
+        }
+      }),
+    120_000
+  )
 })

@@ -12,8 +12,17 @@ import { LeaseLost } from "../../src/domain/Errors.ts"
 import { runBatch, transientDefectsAsFailures } from "../../src/runtime/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
-const lost = () => new SqlError({ reason: new ConnectionError({ cause: new Error("Connection closed"), message: "PgConnection: Connection closed" }) })
-const syntax = () => new SqlError({ reason: new SqlSyntaxError({ cause: Object.assign(new Error("relation does not exist"), { code: "42P01" }), message: "PgConnection: Query failed" }) })
+const lost = () =>
+  new SqlError({
+    reason: new ConnectionError({ cause: new Error("Connection closed"), message: "PgConnection: Connection closed" })
+  })
+const syntax = () =>
+  new SqlError({
+    reason: new SqlSyntaxError({
+      cause: Object.assign(new Error("relation does not exist"), { code: "42P01" }),
+      message: "PgConnection: Query failed"
+    })
+  })
 
 /** What a cut connection inside `withTransaction` gives: the statement's error, then ROLLBACK's defect. */
 const cutTransaction = Effect.failCause(Cause.combine(Cause.fail(lost()), Cause.die(lost())))
@@ -65,7 +74,13 @@ describe("transient defects", () => {
 
   it.effect("a permanent SQL error (42P01) is not retried, also as a defect", () =>
     Effect.gen(function*() {
-      for (const failure of [Effect.fail(syntax()), Effect.die(syntax()), Effect.failCause(Cause.combine(Cause.fail(syntax()), Cause.die(lost())))]) {
+      for (
+        const failure of [
+          Effect.fail(syntax()),
+          Effect.die(syntax()),
+          Effect.failCause(Cause.combine(Cause.fail(syntax()), Cause.die(lost())))
+        ]
+      ) {
         const { attempts, run } = yield* attemptsThen(1, failure, "done")
         const result = yield* guard(fake(run))
         assert.strictEqual(result.outcome, "failed")
@@ -75,7 +90,11 @@ describe("transient defects", () => {
 
   it.effect("a bug beside a lost connection is not retried", () =>
     Effect.gen(function*() {
-      const { attempts, run } = yield* attemptsThen(1, Effect.failCause(Cause.combine(Cause.fail(lost()), Cause.die(new TypeError("x is undefined")))), "done")
+      const { attempts, run } = yield* attemptsThen(
+        1,
+        Effect.failCause(Cause.combine(Cause.fail(lost()), Cause.die(new TypeError("x is undefined")))),
+        "done"
+      )
       const result = yield* guard(fake(run))
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(yield* Ref.get(attempts), 1)
@@ -84,7 +103,9 @@ describe("transient defects", () => {
   it.effect("LeaseLost beside a ROLLBACK defect stays LeaseLost", () =>
     Effect.gen(function*() {
       const leaseLost = new LeaseLost({ lease: "x", epoch: 1 })
-      const exit = yield* Effect.exit(transientDefectsAsFailures(Effect.failCause(Cause.combine(Cause.fail(leaseLost), Cause.die(lost())))))
+      const exit = yield* Effect.exit(
+        transientDefectsAsFailures(Effect.failCause(Cause.combine(Cause.fail(leaseLost), Cause.die(lost()))))
+      )
       assert.isTrue(exit._tag === "Failure" && Option.getOrUndefined(Cause.findErrorOption(exit.cause)) === leaseLost)
       assert.isTrue(exit._tag === "Failure" && Cause.hasDies(exit.cause), "the cause is left as it was")
     }))

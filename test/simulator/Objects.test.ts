@@ -9,8 +9,8 @@ import { Effect, Layer } from "effect"
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { ObjectStorageSettings } from "../../src/layers/ObjectStorageConfig.ts"
 import { objectStorageLayer } from "../../src/layers/App.ts"
+import type { ObjectStorageSettings } from "../../src/layers/ObjectStorageConfig.ts"
 import { ObjectStorage } from "../../src/services/ObjectStorage.ts"
 import { SimulatorObjects, simulatorObjectsLayer } from "../../src/simulator/Objects.ts"
 import { startAzurite, startS3rver } from "../support/objectServers.ts"
@@ -47,7 +47,11 @@ describe("simulator objects are the ones Sweeper deletes", () => {
     Effect.gen(function*() {
       const s3 = yield* startS3rver
       yield* s3.createBucket("uploads")
-      const { where, first } = yield* roundTrip({ _tag: "S3", connection: s3.connection, buckets: { uploads: { bucket: "uploads", prefix: "gitlab" } } })
+      const { where, first } = yield* roundTrip({
+        _tag: "S3",
+        connection: s3.connection,
+        buckets: { uploads: { bucket: "uploads", prefix: "gitlab" } }
+      })
       assert.strictEqual(where, `s3://uploads/gitlab/${PATH}`)
       assert.strictEqual(first, "deleted")
       assert.deepStrictEqual(yield* s3.list("uploads"), [])
@@ -57,7 +61,11 @@ describe("simulator objects are the ones Sweeper deletes", () => {
     Effect.gen(function*() {
       const azure = yield* startAzurite
       yield* azure.createContainer("uploads")
-      const { where, first, second } = yield* roundTrip({ _tag: "Azure", connection: azure.connection, containers: { uploads: { bucket: "uploads", prefix: "gitlab" } } })
+      const { where, first, second } = yield* roundTrip({
+        _tag: "Azure",
+        connection: azure.connection,
+        containers: { uploads: { bucket: "uploads", prefix: "gitlab" } }
+      })
       assert.strictEqual(where, `${azure.serviceUrl}/uploads/gitlab/${PATH}`)
       assert.strictEqual(first, "deleted")
       assert.strictEqual(second, "missing")

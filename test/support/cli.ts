@@ -20,7 +20,13 @@ export const runCli = (args: ReadonlyArray<string>, env: Record<string, string> 
     // process.execPath is the Node 24 that runs vitest (npm puts it first on PATH).
     const child = spawn(process.execPath, ["src/main.ts", ...args], {
       cwd: root,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_DATA_DIR: scratchDataDir, SWEEPER_HTTP_PORT: "0", ...env },
+      env: {
+        PATH: process.env.PATH ?? "",
+        HOME: process.env.HOME ?? "/tmp",
+        SWEEPER_DATA_DIR: scratchDataDir,
+        SWEEPER_HTTP_PORT: "0",
+        ...env
+      },
       stdio: ["ignore", "pipe", "pipe"]
     })
     let stdout = ""

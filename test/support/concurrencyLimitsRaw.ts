@@ -6,11 +6,11 @@
 import { Context, Effect, Layer } from "effect"
 import { Cluster } from "ioredis"
 import { ConcurrencyLimitsRedis, makeRedisStore } from "../../src/layers/ConcurrencyLimitsRedis.ts"
+import type { ConcurrencyLimitStore } from "../../src/layers/ConcurrencyLimitsShared.ts"
+import type { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimitsMemory, makeMemoryStore } from "../../src/layers/memory/ConcurrencyLimitsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../../src/layers/Redis.ts"
-import type { SweeperConfig } from "../../src/layers/Config.ts"
-import type { ConcurrencyLimitStore } from "../../src/layers/ConcurrencyLimitsShared.ts"
 import type { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { type RedisTopology, RedisTopologyTest } from "./redisTopology.ts"
 
@@ -36,64 +36,75 @@ export class RawStores extends Context.Service<RawStores, {
   keysWithTtl(store: StoreName, pattern: string): Effect.Effect<ReadonlyArray<readonly [string, number]>>
 }>()("test/support/concurrencyLimitsRaw/RawStores") {}
 
-const RawMemory = Layer.effect(RawStores, Effect.gen(function*() {
-  const redis = yield* MemoryRedis
-  return RawStores.of({
-    store: makeMemoryStore(redis),
-    flush: Effect.sync(() => redis.flushAll()),
-    rpush: (_store, key, ...values) => Effect.sync(() => void redis.rpush(key, ...values)),
-    set: (_store, key, value) => Effect.sync(() => void redis.set(key, value)),
-    hset: (_store, key, fields) => Effect.sync(() => void redis.hset(key, fields)),
-    list: (_store, key) => Effect.sync(() => redis.lrangeBuffer(key, 0, -1)),
-    get: (_store, key) => Effect.sync(() => redis.get(key)),
-    lpop: (_store, key) => Effect.sync(() => redis.lpop(key, 1)[0] ?? null),
-    smembers: (_store, key) => Effect.sync(() => redis.smembers(key)),
-    hgetall: (_store, key) => Effect.sync(() => redis.hgetall(key)),
-    pttl: (_store, key) => Effect.sync(() => redis.pttl(key)),
-    exists: (_store, key) => Effect.sync(() => redis.exists(key)),
-    keysWithTtl: (_store, pattern) => Effect.sync(() => redis.keys(pattern).map((key) => [key, redis.pttl(key)] as const))
+const RawMemory = Layer.effect(
+  RawStores,
+  Effect.gen(function*() {
+    const redis = yield* MemoryRedis
+    return RawStores.of({
+      store: makeMemoryStore(redis),
+      flush: Effect.sync(() => redis.flushAll()),
+      rpush: (_store, key, ...values) => Effect.sync(() => void redis.rpush(key, ...values)),
+      set: (_store, key, value) => Effect.sync(() => void redis.set(key, value)),
+      hset: (_store, key, fields) => Effect.sync(() => void redis.hset(key, fields)),
+      list: (_store, key) => Effect.sync(() => redis.lrangeBuffer(key, 0, -1)),
+      get: (_store, key) => Effect.sync(() => redis.get(key)),
+      lpop: (_store, key) => Effect.sync(() => redis.lpop(key, 1)[0] ?? null),
+      smembers: (_store, key) => Effect.sync(() => redis.smembers(key)),
+      hgetall: (_store, key) => Effect.sync(() => redis.hgetall(key)),
+      pttl: (_store, key) => Effect.sync(() => redis.pttl(key)),
+      exists: (_store, key) => Effect.sync(() => redis.exists(key)),
+      keysWithTtl: (_store, pattern) =>
+        Effect.sync(() => redis.keys(pattern).map((key) => [key, redis.pttl(key)] as const))
+    })
   })
-}))
+)
 
 /** A command on every node that holds keys: the server itself, or each master of a cluster. */
 const onEveryNode = async <A>(client: RedisClient, f: (node: RedisClient) => Promise<A>): Promise<Array<A>> =>
   client instanceof Cluster ? Promise.all(client.nodes("master").map(f)) : [await f(client)]
 
-const RawRedis = Layer.effect(RawStores, Effect.gen(function*() {
-  const stores = {
-    sharedState: yield* SharedStateRedis,
-    queues: yield* QueuesRedis,
-    queuesMetadata: yield* QueuesMetadataRedis
-  }
-  const client = (store: StoreName) => stores[store].client
-  const p = <A>(f: () => Promise<A>) => Effect.promise(f)
-  const distinct = [...new Set([stores.sharedState.client, stores.queues.client, stores.queuesMetadata.client])]
-  return RawStores.of({
-    store: makeRedisStore(stores),
-    flush: p(() => Promise.all(distinct.map((c) => onEveryNode(c, (node) => node.flushdb())))).pipe(Effect.asVoid),
-    rpush: (store, key, ...values) =>
-      p(() => client(store).rpush(key, ...values.map((v) => (typeof v === "string" ? v : Buffer.from(v))))).pipe(Effect.asVoid),
-    set: (store, key, value) => p(() => client(store).set(key, value)).pipe(Effect.asVoid),
-    hset: (store, key, fields) => p(() => client(store).hset(key, fields)).pipe(Effect.asVoid),
-    list: (store, key) => p(() => client(store).lrangeBuffer(key, 0, -1)),
-    get: (store, key) => p(() => client(store).get(key)),
-    lpop: (store, key) => p(() => client(store).lpop(key)),
-    smembers: (store, key) => p(() => client(store).smembers(key)),
-    hgetall: (store, key) => p(() => client(store).hgetall(key)),
-    pttl: (store, key) => p(() => client(store).pttl(key)),
-    exists: (store, key) => p(async () => (await client(store).exists(key)) === 1),
-    keysWithTtl: (store, pattern) =>
-      p(async () => {
-        const found = (await onEveryNode(client(store), (node) => node.keys(pattern))).flat()
-        return Promise.all(found.map(async (key) => [key, await client(store).pttl(key)] as const))
-      })
+const RawRedis = Layer.effect(
+  RawStores,
+  Effect.gen(function*() {
+    const stores = {
+      sharedState: yield* SharedStateRedis,
+      queues: yield* QueuesRedis,
+      queuesMetadata: yield* QueuesMetadataRedis
+    }
+    const client = (store: StoreName) => stores[store].client
+    const p = <A>(f: () => Promise<A>) => Effect.promise(f)
+    const distinct = [...new Set([stores.sharedState.client, stores.queues.client, stores.queuesMetadata.client])]
+    return RawStores.of({
+      store: makeRedisStore(stores),
+      flush: p(() => Promise.all(distinct.map((c) => onEveryNode(c, (node) => node.flushdb())))).pipe(Effect.asVoid),
+      rpush: (store, key, ...values) =>
+        p(() => client(store).rpush(key, ...values.map((v) => (typeof v === "string" ? v : Buffer.from(v))))).pipe(
+          Effect.asVoid
+        ),
+      set: (store, key, value) => p(() => client(store).set(key, value)).pipe(Effect.asVoid),
+      hset: (store, key, fields) => p(() => client(store).hset(key, fields)).pipe(Effect.asVoid),
+      list: (store, key) => p(() => client(store).lrangeBuffer(key, 0, -1)),
+      get: (store, key) => p(() => client(store).get(key)),
+      lpop: (store, key) => p(() => client(store).lpop(key)),
+      smembers: (store, key) => p(() => client(store).smembers(key)),
+      hgetall: (store, key) => p(() => client(store).hgetall(key)),
+      pttl: (store, key) => p(() => client(store).pttl(key)),
+      exists: (store, key) => p(async () => (await client(store).exists(key)) === 1),
+      keysWithTtl: (store, pattern) =>
+        p(async () => {
+          const found = (await onEveryNode(client(store), (node) => node.keys(pattern))).flat()
+          return Promise.all(found.map(async (key) => [key, await client(store).pttl(key)] as const))
+        })
+    })
   })
-}))
+)
 
 export type Deployment = "memory" | RedisTopology
 
 /** ConcurrencyLimits plus RawStores on the deployment's stores (SweeperConfig still to provide). */
-export const ConcurrencyLimitsOn = (deployment: Deployment): Layer.Layer<ConcurrencyLimits | RawStores, never, SweeperConfig> =>
+export const ConcurrencyLimitsOn = (
+  deployment: Deployment
+): Layer.Layer<ConcurrencyLimits | RawStores, never, SweeperConfig> =>
   deployment === "memory"
     ? Layer.mergeAll(ConcurrencyLimitsMemory, RawMemory).pipe(Layer.provide(MemoryRedis.layer))
     : Layer.mergeAll(ConcurrencyLimitsRedis, RawRedis).pipe(Layer.provide(RedisTopologyTest(deployment)))

@@ -49,7 +49,15 @@ export const randomHistory = (seed: number, options: {
       const runId = randomUUID()
       const dry = random() < 0.15
       const scheduled = random() < 0.7 ? new Date(clock - (clock % 600_000)).toISOString() : null
-      emit(stream, "RunStarted", { batch, run_id: runId, scheduled_at: scheduled, node: "n1", trigger: scheduled ? "schedule" : "manual", dryRun: dry, budget_ms: 60_000 }, runId)
+      emit(stream, "RunStarted", {
+        batch,
+        run_id: runId,
+        scheduled_at: scheduled,
+        node: "n1",
+        trigger: scheduled ? "schedule" : "manual",
+        dryRun: dry,
+        budget_ms: 60_000
+      }, runId)
       runs.push({ runId, dry })
     } else if (roll < 0.7 && runs.length > 0) {
       // Usually the run that started last; now and then an older one (overlapping manual runs).
@@ -58,15 +66,33 @@ export const randomHistory = (seed: number, options: {
       const failing = batch === batches.at(-1) && step >= failingFrom
       const outcome = failing ? pick(["failed", "timed_out", "skipped"] as const) : pick(OUTCOMES)
       if (random() < 0.08) continue // killed: no RunFinished, ever (or until closed below)
-      emit(stream, "RunFinished", { batch, outcome, summary: { n: step }, duration_ms: 10, dryRun: run!.dry }, run!.runId)
+      emit(
+        stream,
+        "RunFinished",
+        { batch, outcome, summary: { n: step }, duration_ms: 10, dryRun: run!.dry },
+        run!.runId
+      )
     } else if (roll < 0.74) {
       // A killed run closed as abandoned by a later run (under the old run's id).
       const killed = runs.shift()
-      if (killed !== undefined) emit(stream, "RunFinished", { batch, outcome: "abandoned", summary: null, duration_ms: 99, dryRun: killed.dry, reason: "no RunFinished" }, killed.runId)
+      if (killed !== undefined) {
+        emit(stream, "RunFinished", {
+          batch,
+          outcome: "abandoned",
+          summary: null,
+          duration_ms: 99,
+          dryRun: killed.dry,
+          reason: "no RunFinished"
+        }, killed.runId)
+      }
     } else if (roll < 0.8) {
       // A tick missed; after an outage the record comes late, for a tick older than others recorded.
       const late = random() < 0.3 ? 3 * 86_400_000 * random() : 0
-      emit(stream, "TickMissed", { batch, scheduled_at: new Date(clock - late).toISOString(), reason: pick(["downtime", "overlap", "breaker_open"]) }, null)
+      emit(stream, "TickMissed", {
+        batch,
+        scheduled_at: new Date(clock - late).toISOString(),
+        reason: pick(["downtime", "overlap", "breaker_open"])
+      }, null)
     } else if (roll < 0.83) {
       emit(stream, pick(["BatchPaused", "BatchResumed"]), { batch, by: "cli:ops" }, null)
     } else if (roll < 0.84) {

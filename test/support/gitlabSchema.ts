@@ -196,7 +196,11 @@ const buildColumns = `
 
 /** GitLab's indexes on builds: [parent name, partition suffix, definition]. */
 const buildIndexes: ReadonlyArray<readonly [string, string, string]> = [
-  ["p_ci_builds_status_created_at_project_id_idx", "status_created_at_project_id_idx", "(status, created_at, project_id) WHERE ((type)::text = 'Ci::Build'::text)"],
+  [
+    "p_ci_builds_status_created_at_project_id_idx",
+    "status_created_at_project_id_idx",
+    "(status, created_at, project_id) WHERE ((type)::text = 'Ci::Build'::text)"
+  ],
   ["p_ci_builds_commit_id_status_type_idx", "commit_id_status_type_idx", "(commit_id, status, type)"],
   ["p_ci_builds_runner_id_id_idx", "runner_id_id_idx", "(runner_id, id DESC)"],
   ["p_ci_builds_project_id_id_idx", "project_id_id_idx", "(project_id, id)"],
@@ -214,20 +218,32 @@ export interface GitLabLayout {
 }
 
 const builds = (layout: GitLabLayout) => {
-  const indexes = buildIndexes.filter(([name]) => !(layout.withoutStatusIndex === true && name.includes("status_created_at")))
+  const indexes = buildIndexes.filter(([name]) =>
+    !(layout.withoutStatusIndex === true && name.includes("status_created_at"))
+  )
   if (!layout.partitioned) {
     return [
-      `CREATE TABLE ci_builds (${buildColumns.replace("partition_id bigint NOT NULL", "partition_id bigint DEFAULT 100 NOT NULL")}\n  )`,
+      `CREATE TABLE ci_builds (${
+        buildColumns.replace("partition_id bigint NOT NULL", "partition_id bigint DEFAULT 100 NOT NULL")
+      }\n  )`,
       `ALTER TABLE ONLY ci_builds ADD CONSTRAINT ci_builds_pkey PRIMARY KEY (id)`,
-      ...indexes.map(([, suffix, definition]) => `CREATE INDEX index_ci_builds_on_${suffix.replace(/_idx$/, "")} ON ci_builds USING btree ${definition}`)
+      ...indexes.map(([, suffix, definition]) =>
+        `CREATE INDEX index_ci_builds_on_${suffix.replace(/_idx$/, "")} ON ci_builds USING btree ${definition}`
+      )
     ]
   }
-  const partitions = [["ci_builds", "ci_builds", 100], ["gitlab_partitions_dynamic.ci_builds_101", "ci_builds_101", 101]] as const
+  const partitions = [["ci_builds", "ci_builds", 100], [
+    "gitlab_partitions_dynamic.ci_builds_101",
+    "ci_builds_101",
+    101
+  ]] as const
   return [
     `CREATE SCHEMA IF NOT EXISTS gitlab_partitions_dynamic`,
     `CREATE TABLE p_ci_builds (${buildColumns}\n  ) PARTITION BY LIST (partition_id)`,
     `CREATE SEQUENCE ci_builds_id_seq START WITH 1 INCREMENT BY 1 NO MINVALUE NO MAXVALUE CACHE 1`,
-    ...partitions.map(([qualified, , value]) => `CREATE TABLE ${qualified} PARTITION OF p_ci_builds FOR VALUES IN (${value})`),
+    ...partitions.map(([qualified, , value]) =>
+      `CREATE TABLE ${qualified} PARTITION OF p_ci_builds FOR VALUES IN (${value})`
+    ),
     `ALTER TABLE ONLY ci_builds ALTER COLUMN id SET DEFAULT nextval('ci_builds_id_seq'::regclass)`,
     // The primary key GitLab has: (id, partition_id), on the parent and every partition.
     `ALTER TABLE p_ci_builds ADD CONSTRAINT p_ci_builds_pkey PRIMARY KEY (id, partition_id)`,
@@ -235,7 +251,9 @@ const builds = (layout: GitLabLayout) => {
       `CREATE INDEX ${name} ON ONLY p_ci_builds USING btree ${definition}`,
       ...partitions.flatMap(([qualified, bare]) => [
         `CREATE INDEX ${bare}_${suffix} ON ${qualified} USING btree ${definition}`,
-        `ALTER INDEX ${name} ATTACH PARTITION ${qualified.includes(".") ? "gitlab_partitions_dynamic." : ""}${bare}_${suffix}`
+        `ALTER INDEX ${name} ATTACH PARTITION ${
+          qualified.includes(".") ? "gitlab_partitions_dynamic." : ""
+        }${bare}_${suffix}`
       ])
     ])
   ]

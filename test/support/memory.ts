@@ -7,16 +7,27 @@ import { Layer } from "effect"
 import { MemoryBackends, RepairSteps } from "../../src/layers/App.ts"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemory.ts"
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
+import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
   RepairSteps.pipe(
-    Layer.provideMerge(Layer.mergeAll(BuildsMemory, ExportJobsMemory, ObjectStorageMemory(), PlatformRecordsMemory, EventRetentionMemory, MemoryBackends, TuningFromConfig, MetricsPrometheus)),
+    Layer.provideMerge(
+      Layer.mergeAll(
+        BuildsMemory,
+        ExportJobsMemory,
+        ObjectStorageMemory(),
+        PlatformRecordsMemory,
+        EventRetentionMemory,
+        MemoryBackends,
+        TuningFromConfig,
+        MetricsPrometheus
+      )
+    ),
     // Backends that read configuration (e.g. concurrency limits) get the spec's settings.
     Layer.provideMerge(SweeperConfig.layerWith(settings)),
     Layer.provideMerge(EventLogMemory)

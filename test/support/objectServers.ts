@@ -31,7 +31,10 @@ const startChild = (name: string, script: string, args: (dir: string) => Readonl
   Effect.acquireRelease(
     Effect.promise(async () => {
       const dir = await mkdtemp(join(tmpdir(), `sweeper-${name}-`))
-      const child = spawn(process.execPath, [join(root, script), ...args(dir)], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] })
+      const child = spawn(process.execPath, [join(root, script), ...args(dir)], {
+        cwd: dir,
+        stdio: ["ignore", "pipe", "pipe"]
+      })
       let output = ""
       const port = await new Promise<number>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`${name} did not start within 30 s:\n${output}`)), 30_000)
@@ -125,8 +128,11 @@ export const startS3rver = Effect.gen(function*() {
     endpoint,
     connection: s3Connection(endpoint),
     client,
-    createBucket: (bucket) => Effect.promise(() => client.send(new CreateBucketCommand({ Bucket: bucket }))).pipe(Effect.asVoid),
-    put: (bucket, key) => Effect.promise(() => client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: "half an upload" }))).pipe(Effect.asVoid),
+    createBucket: (bucket) =>
+      Effect.promise(() => client.send(new CreateBucketCommand({ Bucket: bucket }))).pipe(Effect.asVoid),
+    put: (bucket, key) =>
+      Effect.promise(() => client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: "half an upload" })))
+        .pipe(Effect.asVoid),
     list,
     stop: Effect.sync(() => void server.child.kill("SIGKILL")).pipe(Effect.andThen(Effect.promise(() => server.exited)))
   } satisfies S3Server
@@ -152,18 +158,35 @@ export const startAzurite = Effect.gen(function*() {
   const server = yield* startChild(
     "azurite",
     "node_modules/azurite/dist/src/blob/main.js",
-    (dir) => ["--blobHost", "127.0.0.1", "--blobPort", "0", "--location", dir, "--silent", "--skipApiVersionCheck", "--disableTelemetry"],
+    (
+      dir
+    ) => [
+      "--blobHost",
+      "127.0.0.1",
+      "--blobPort",
+      "0",
+      "--location",
+      dir,
+      "--silent",
+      "--skipApiVersionCheck",
+      "--disableTelemetry"
+    ],
     /listens on http:\/\/127\.0\.0\.1:(\d+)/
   )
   const serviceUrl = `http://127.0.0.1:${server.port}/${AZURITE_ACCOUNT.name}`
-  const service = new BlobServiceClient(serviceUrl, new StorageSharedKeyCredential(AZURITE_ACCOUNT.name, AZURITE_ACCOUNT.key))
+  const service = new BlobServiceClient(
+    serviceUrl,
+    new StorageSharedKeyCredential(AZURITE_ACCOUNT.name, AZURITE_ACCOUNT.key)
+  )
   return {
     serviceUrl,
     connection: azureConnection(serviceUrl),
     service,
-    createContainer: (container) => Effect.promise(() => service.getContainerClient(container).createIfNotExists()).pipe(Effect.asVoid),
+    createContainer: (container) =>
+      Effect.promise(() => service.getContainerClient(container).createIfNotExists()).pipe(Effect.asVoid),
     put: (container, name) =>
-      Effect.promise(() => service.getContainerClient(container).getBlockBlobClient(name).upload("half an upload", 14)).pipe(Effect.asVoid),
+      Effect.promise(() => service.getContainerClient(container).getBlockBlobClient(name).upload("half an upload", 14))
+        .pipe(Effect.asVoid),
     list: (container) =>
       Effect.promise(async () => {
         const names: Array<string> = []

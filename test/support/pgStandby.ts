@@ -20,7 +20,9 @@ const binDir = (): string => {
   const root = "/usr/lib/postgresql"
   const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(join(root, v, "bin", "initdb"))) : []
   const newest = versions.sort((a, b) => Number(b) - Number(a))[0]
-  if (newest === undefined) throw new Error("initdb not found under /usr/lib/postgresql/*/bin (Debian package postgresql)")
+  if (newest === undefined) {
+    throw new Error("initdb not found under /usr/lib/postgresql/*/bin (Debian package postgresql)")
+  }
   return join(root, newest, "bin")
 }
 
@@ -32,7 +34,11 @@ const run = (dir: string, command: string, args: ReadonlyArray<string>) => {
   const [file, argv] = asRoot ? ["runuser", ["-u", "postgres", "--", bin, ...args]] : [bin, [...args]]
   const result = spawnSync(file, argv, { cwd: dir, encoding: "utf8", timeout: 60_000 })
   if (result.status !== 0) {
-    throw new Error(`${command} ${args.join(" ")} failed (${result.status}): ${result.stdout}${result.stderr}${result.error?.message ?? ""}`)
+    throw new Error(
+      `${command} ${args.join(" ")} failed (${result.status}): ${result.stdout}${result.stderr}${
+        result.error?.message ?? ""
+      }`
+    )
   }
   return result.stdout
 }
@@ -43,7 +49,9 @@ const freePort = () =>
     server.once("error", reject)
     server.listen(0, "127.0.0.1", () => {
       const address = server.address()
-      server.close(() => typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port")))
+      server.close(() =>
+        typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))
+      )
     })
   })
 
@@ -63,7 +71,10 @@ export interface ReplicatedPostgres {
 
 /** One statement through psql (no client library needed); rows of tab-separated text columns. */
 const query = async (url: string, text: string): Promise<ReadonlyArray<ReadonlyArray<string>>> => {
-  const result = spawnSync("psql", [url, "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c", text], { encoding: "utf8", timeout: 60_000 })
+  const result = spawnSync("psql", [url, "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c", text], {
+    encoding: "utf8",
+    timeout: 60_000
+  })
   if (result.status !== 0) throw new Error(`psql ${text.slice(0, 80)}: ${result.stderr}${result.error?.message ?? ""}`)
   return result.stdout.split("\n").filter((line) => line.length > 0).map((line) => line.split("\t"))
 }
@@ -98,14 +109,45 @@ export const replicatedPostgres = Effect.acquireRelease(
     }
     const [primaryPort, standbyPort] = [await freePort(), await freePort()]
     run(dir, "initdb", ["-D", join(dir, "primary"), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
-    run(dir, "pg_ctl", ["-D", join(dir, "primary"), "-l", join(dir, "primary.log"), "-w", "-o", settings(primaryPort, dir), "start"])
-    run(dir, "pg_basebackup", ["-h", "127.0.0.1", "-p", String(primaryPort), "-U", "postgres", "-D", join(dir, "standby"), "-R", "-X", "stream", "--no-sync"])
-    run(dir, "pg_ctl", ["-D", join(dir, "standby"), "-l", join(dir, "standby.log"), "-w", "-o", settings(standbyPort, dir), "start"])
+    run(dir, "pg_ctl", [
+      "-D",
+      join(dir, "primary"),
+      "-l",
+      join(dir, "primary.log"),
+      "-w",
+      "-o",
+      settings(primaryPort, dir),
+      "start"
+    ])
+    run(dir, "pg_basebackup", [
+      "-h",
+      "127.0.0.1",
+      "-p",
+      String(primaryPort),
+      "-U",
+      "postgres",
+      "-D",
+      join(dir, "standby"),
+      "-R",
+      "-X",
+      "stream",
+      "--no-sync"
+    ])
+    run(dir, "pg_ctl", [
+      "-D",
+      join(dir, "standby"),
+      "-l",
+      join(dir, "standby.log"),
+      "-w",
+      "-o",
+      settings(standbyPort, dir),
+      "start"
+    ])
     const urlOf = (database: string) => `postgres://postgres@127.0.0.1:${primaryPort}/${database}`
     const primaryUrl = urlOf("postgres")
     const standbyUrl = `postgres://postgres@127.0.0.1:${standbyPort}/postgres`
     // Streaming, with a replay position, before anyone measures lag.
-    for (let i = 0; ; i++) {
+    for (let i = 0;; i++) {
       const rows = await query(primaryUrl, "SELECT state FROM pg_stat_replication WHERE replay_lsn IS NOT NULL")
       if (rows.some((row) => row[0] === "streaming")) break
       if (i > 200) throw new Error("standby never started streaming")
@@ -131,7 +173,10 @@ export const replicatedPostgres = Effect.acquireRelease(
         await query(standbyUrl, "SELECT pg_wal_replay_resume()")
       },
       lagBytes: async () => {
-        const [row] = await query(primaryUrl, "SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 AS lag FROM pg_stat_replication")
+        const [row] = await query(
+          primaryUrl,
+          "SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 AS lag FROM pg_stat_replication"
+        )
         return Number(row?.[0] || 0)
       }
     }

@@ -19,10 +19,21 @@ export interface SweeperProcess {
   readonly listening: Promise<string>
 }
 
-export const startSweeper = (name: string, env: Record<string, string>, args: ReadonlyArray<string> = ["start"]): SweeperProcess => {
+export const startSweeper = (
+  name: string,
+  env: Record<string, string>,
+  args: ReadonlyArray<string> = ["start"]
+): SweeperProcess => {
   const child = spawn(process.execPath, ["src/main.ts", ...args], {
     cwd: root,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", SWEEPER_DATA_DIR: scratchDataDir, SWEEPER_HTTP_PORT: "0", SWEEPER_NODE_NAME: name, ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/tmp",
+      SWEEPER_DATA_DIR: scratchDataDir,
+      SWEEPER_HTTP_PORT: "0",
+      SWEEPER_NODE_NAME: name,
+      ...env
+    },
     stdio: ["ignore", "pipe", "pipe"]
   })
   let output = ""
@@ -36,7 +47,8 @@ export const startSweeper = (name: string, env: Record<string, string>, args: Re
   child.stdout!.on("data", collect)
   child.stderr!.on("data", collect)
   const exited = new Promise<number | string>((resolve) =>
-    child.on("exit", (code, signal) => resolve(code ?? signal ?? "unknown")))
+    child.on("exit", (code, signal) => resolve(code ?? signal ?? "unknown"))
+  )
   // A process that dies before it listens fails the wait instead of hanging it.
   const listeningOrDied = Promise.race([
     listening,

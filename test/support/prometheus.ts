@@ -27,7 +27,9 @@ const freePort = () =>
     server.once("error", reject)
     server.listen(0, "127.0.0.1", () => {
       const address = server.address()
-      server.close(() => typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port")))
+      server.close(() =>
+        typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))
+      )
     })
   })
 
@@ -50,18 +52,22 @@ export const testPrometheus = Effect.acquireRelease(
       response.end(Object.entries(series).map(([name, value]) => `${name} ${value}\n`).join(""))
     })
     const exporterPort = await new Promise<number>((resolve) =>
-      exporter.listen(0, "127.0.0.1", () => resolve((exporter.address() as { port: number }).port)))
+      exporter.listen(0, "127.0.0.1", () => resolve((exporter.address() as { port: number }).port))
+    )
     const dir = mkdtempSync(join(tmpdir(), "sweeper-prometheus-"))
-    writeFileSync(join(dir, "prometheus.yml"), [
-      "global:",
-      "  scrape_interval: 1s",
-      "  evaluation_interval: 1s",
-      "scrape_configs:",
-      "  - job_name: test",
-      "    static_configs:",
-      `      - targets: ["127.0.0.1:${exporterPort}"]`,
-      ""
-    ].join("\n"))
+    writeFileSync(
+      join(dir, "prometheus.yml"),
+      [
+        "global:",
+        "  scrape_interval: 1s",
+        "  evaluation_interval: 1s",
+        "scrape_configs:",
+        "  - job_name: test",
+        "    static_configs:",
+        `      - targets: ["127.0.0.1:${exporterPort}"]`,
+        ""
+      ].join("\n")
+    )
     const port = await freePort()
     const child = spawn("prometheus", [
       `--config.file=${join(dir, "prometheus.yml")}`,
@@ -70,8 +76,12 @@ export const testPrometheus = Effect.acquireRelease(
     ], { stdio: ["ignore", "ignore", "pipe"] })
     let stderr = ""
     child.stderr!.on("data", (chunk) => (stderr += chunk))
-    const spawned = new Promise<void>((_resolve, reject) => child.once("error", (error) =>
-      reject(new Error(`prometheus is required (Debian package prometheus): ${error.message}`))))
+    const spawned = new Promise<void>((_resolve, reject) =>
+      child.once(
+        "error",
+        (error) => reject(new Error(`prometheus is required (Debian package prometheus): ${error.message}`))
+      )
+    )
     spawned.catch(() => {})
     const url = `http://127.0.0.1:${port}`
     const ready = async () => {
@@ -103,7 +113,9 @@ export const testPrometheus = Effect.acquireRelease(
     }
     // Removed only once Prometheus has exited: it writes its data dir while shutting down.
     const stop = async () => {
-      const exited = new Promise<void>((resolve) => child.exitCode !== null ? resolve() : child.once("exit", () => resolve()))
+      const exited = new Promise<void>((resolve) =>
+        child.exitCode !== null ? resolve() : child.once("exit", () => resolve())
+      )
       child.kill("SIGTERM")
       const killer = setTimeout(() => child.kill("SIGKILL"), 5_000)
       await exited

@@ -24,20 +24,34 @@ const privateRedis = Effect.acquireRelease(
   Effect.promise(async () => {
     const port = await freePort()
     const dir = mkdtempSync(join(tmpdir(), "sweeper-redis-claim-"))
-    execFileSync("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "yes"])
+    execFileSync("redis-server", [
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      "--dir",
+      dir,
+      "--daemonize",
+      "yes"
+    ])
     const client = new IORedis(`redis://127.0.0.1:${port}`, { maxRetriesPerRequest: 20 })
     await client.ping()
     return { url: `redis://127.0.0.1:${port}`, client, dir, port }
   }),
-  ({ client, dir, port }) => Effect.promise(async () => {
-    client.disconnect()
-    try {
-      execFileSync("redis-cli", ["-p", String(port), "shutdown", "nosave"])
-    } catch {
-      // shutdown closes the connection before replying
-    }
-    rmSync(dir, { recursive: true, force: true })
-  })
+  ({ client, dir, port }) =>
+    Effect.promise(async () => {
+      client.disconnect()
+      try {
+        execFileSync("redis-cli", ["-p", String(port), "shutdown", "nosave"])
+      } catch {
+        // shutdown closes the connection before replying
+      }
+      rmSync(dir, { recursive: true, force: true })
+    })
 )
 
 const seed = (client: IORedis, db: number, key: string) =>
@@ -64,7 +78,10 @@ describe("test Redis claim", () => {
       // Every database holds someone else's keys: refused, with a message that says so; nothing flushed.
       const refused = yield* Effect.exit(Effect.scoped(freshRedisUrlOn(redis.url)))
       assert.isTrue(Exit.isFailure(refused))
-      assert.match(String(Exit.isFailure(refused) ? refused.cause : ""), /refusing to flush Redis .* keys this test suite did not write/)
+      assert.match(
+        String(Exit.isFailure(refused) ? refused.cause : ""),
+        /refusing to flush Redis .* keys this test suite did not write/
+      )
       for (let db = 1; db <= 15; db++) assert.deepStrictEqual(yield* keysIn(redis.client, db), [`someone-elses:${db}`])
 
       // One database the suite marked as its own (a previous run's leftovers): that one is used and flushed.

@@ -9,8 +9,8 @@
  * else's keys is left alone, and if all are like that the claim fails saying so.
  */
 import { Context, Effect, Layer, Redacted } from "effect"
-import { randomUUID } from "node:crypto"
 import { Redis as IORedis } from "ioredis"
+import { randomUUID } from "node:crypto"
 import { Redis } from "../../src/layers/Redis.ts"
 
 export const redisServer = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
@@ -45,7 +45,10 @@ export class ForeignRedisData extends Error {
   }
 }
 
-type Claimed = { readonly _tag: "claimed"; readonly n: number } | { readonly _tag: "busy"; readonly foreign: ReadonlyArray<number> }
+type Claimed = { readonly _tag: "claimed"; readonly n: number } | {
+  readonly _tag: "busy"
+  readonly foreign: ReadonlyArray<number>
+}
 
 const claim = (server: string, token: string) =>
   withAdmin(server, async (admin): Promise<Claimed> => {
@@ -108,5 +111,9 @@ export const freshRedisUrl = freshRedisUrlOn(redisServer)
 export class TestRedisUrl extends Context.Service<TestRedisUrl, string>()("test/support/TestRedisUrl") {}
 
 /** The Redis service on a freshly flushed database, plus its URL for child processes. */
-export const RedisTest = Layer.unwrap(Effect.map(freshRedisUrl, (url) =>
-  Redis.layerSingle(Redacted.make(url)).pipe(Layer.merge(Layer.succeed(TestRedisUrl, url)), Layer.orDie)))
+export const RedisTest = Layer.unwrap(
+  Effect.map(
+    freshRedisUrl,
+    (url) => Redis.layerSingle(Redacted.make(url)).pipe(Layer.merge(Layer.succeed(TestRedisUrl, url)), Layer.orDie)
+  )
+)

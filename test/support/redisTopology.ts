@@ -21,14 +21,14 @@
  *   startSplitServers() / startCluster()   the raw servers (memoised per file), with `flushAll()`
  *   scanKeys(client, pattern)        SCAN every master (a cluster's SCAN only sees one node)
  */
+import { Context, Effect, Layer, Redacted } from "effect"
+import { Cluster, Redis as IORedis } from "ioredis"
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Context, Effect, Layer, Redacted } from "effect"
 import { afterAll } from "vitest"
-import { Cluster, Redis as IORedis } from "ioredis"
 import { Redis, type RedisClient } from "../../src/layers/Redis.ts"
 import { freshRedisUrl } from "./redis.ts"
 
@@ -88,13 +88,20 @@ const freePort = () =>
     server.once("error", reject)
     server.listen(0, "127.0.0.1", () => {
       const address = server.address()
-      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))))
+      server.close(
+        () => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port")))
+      )
     })
   })
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-const waitUntil = async (what: string, probe: () => Promise<boolean>, gaveUp: () => boolean = () => false, timeoutMs = 30_000) => {
+const waitUntil = async (
+  what: string,
+  probe: () => Promise<boolean>,
+  gaveUp: () => boolean = () => false,
+  timeoutMs = 30_000
+) => {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   while (Date.now() < deadline && !gaveUp()) {
@@ -109,7 +116,13 @@ const waitUntil = async (what: string, probe: () => Promise<boolean>, gaveUp: ()
 }
 
 const withClient = async <A>(port: number, f: (client: IORedis) => Promise<A>) => {
-  const client = new IORedis({ host: "127.0.0.1", port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  const client = new IORedis({
+    host: "127.0.0.1",
+    port,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null
+  })
   client.on("error", () => {})
   await client.connect()
   try {
@@ -133,12 +146,21 @@ export interface RedisServers {
  * that exits before it answers is started again on new ports.
  */
 const startServer = async (dir: string, extra: (nodeDir: string, port: number) => Promise<ReadonlyArray<string>>) => {
-  for (let attempt = 1; ; attempt++) {
+  for (let attempt = 1;; attempt++) {
     const port = await freePort()
     const nodeDir = join(dir, String(port))
     mkdirSync(nodeDir, { recursive: true })
     const child = spawn("redis-server", [
-      "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", nodeDir,
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      "--dir",
+      nodeDir,
       ...(await extra(nodeDir, port))
     ], { stdio: "ignore" })
     children.add(child)
@@ -158,7 +180,10 @@ const startServer = async (dir: string, extra: (nodeDir: string, port: number) =
   }
 }
 
-const startServers = async (count: number, extra: (nodeDir: string, port: number) => Promise<ReadonlyArray<string>>) => {
+const startServers = async (
+  count: number,
+  extra: (nodeDir: string, port: number) => Promise<ReadonlyArray<string>>
+) => {
   const dir = mkdtempSync(join(tmpdir(), "sweeper-redis-"))
   dirs.add(dir)
   const started: Array<{ port: number; child: ChildProcess }> = []
@@ -178,41 +203,56 @@ const startServers = async (count: number, extra: (nodeDir: string, port: number
 }
 
 /** Three independent servers, one per store; started once per test file. */
-export const startSplitServers = (): Promise<RedisServers> =>
-  (split ??= startServers(3, async () => []).then(({ ports, stop }) => ({
-    ports,
-    stop,
-    flushAll: async () => {
-      for (const port of ports) await withClient(port, (c) => c.flushall())
-    }
-  })))
+export const startSplitServers = (): Promise<
+  RedisServers
+> => (split ??= startServers(3, async () => []).then(({ ports, stop }) => ({
+  ports,
+  stop,
+  flushAll: async () => {
+    for (const port of ports) await withClient(port, (c) => c.flushall())
+  }
+})))
 
 /** A Redis Cluster of three masters (no replicas); started once per test file. */
-export const startCluster = (): Promise<RedisServers> =>
-  (cluster ??= startServers(3, async (dir) => [
-    "--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf"), "--cluster-node-timeout", "5000",
-    // The bus port defaults to port + 10000, which may be taken (or past 65535): pick a free one too.
-    "--cluster-port", String(await freePort())
-  ])
-    .then(async ({ ports, stop }) => {
-      const created = spawnSync("redis-cli", ["--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-yes"], {
-        encoding: "utf8",
-        timeout: 30_000
-      })
-      if (created.status !== 0) throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
-      for (const port of ports) {
-        await waitUntil(`cluster_state:ok on ${port}`, () =>
-          withClient(port, async (c) => String(await c.cluster("INFO")).includes("cluster_state:ok")))
+export const startCluster = (): Promise<RedisServers> => (cluster ??= startServers(3, async (dir) => [
+  "--cluster-enabled",
+  "yes",
+  "--cluster-config-file",
+  join(dir, "nodes.conf"),
+  "--cluster-node-timeout",
+  "5000",
+  // The bus port defaults to port + 10000, which may be taken (or past 65535): pick a free one too.
+  "--cluster-port",
+  String(await freePort())
+])
+  .then(async ({ ports, stop }) => {
+    const created = spawnSync("redis-cli", [
+      "--cluster",
+      "create",
+      ...ports.map((p) => `127.0.0.1:${p}`),
+      "--cluster-yes"
+    ], {
+      encoding: "utf8",
+      timeout: 30_000
+    })
+    if (created.status !== 0) {
+      throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
+    }
+    for (const port of ports) {
+      await waitUntil(
+        `cluster_state:ok on ${port}`,
+        () => withClient(port, async (c) => String(await c.cluster("INFO")).includes("cluster_state:ok"))
+      )
+    }
+    return {
+      ports,
+      stop,
+      flushAll: async () => {
+        // Every node is a master here; FLUSHALL is refused on a replica, and there are none.
+        for (const port of ports) await withClient(port, (c) => c.flushall())
       }
-      return {
-        ports,
-        stop,
-        flushAll: async () => {
-          // Every node is a master here; FLUSHALL is refused on a replica, and there are none.
-          for (const port of ports) await withClient(port, (c) => c.flushall())
-        }
-      }
-    }))
+    }
+  }))
 
 /** The URL list a Sweeper process takes for the test cluster (SPEC §8.2 seed-node form). */
 export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `redis://127.0.0.1:${p}`).join(",")
@@ -237,13 +277,19 @@ export const topologyUrls = (topology: RedisTopology) =>
         const servers = yield* Effect.promise(startSplitServers)
         yield* Effect.promise(servers.flushAll)
         const [a, b, c] = servers.ports.map((p) => `redis://127.0.0.1:${p}`)
-        return { urls: { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings, flush: Effect.promise(servers.flushAll) }
+        return {
+          urls: { sharedState: a!, queues: b!, queuesMetadata: c! } satisfies StoreUrlStrings,
+          flush: Effect.promise(servers.flushAll)
+        }
       }
       case "cluster": {
         const servers = yield* Effect.promise(startCluster)
         yield* Effect.promise(servers.flushAll)
         const url = clusterUrl(servers)
-        return { urls: { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings, flush: Effect.promise(servers.flushAll) }
+        return {
+          urls: { sharedState: url, queues: url, queuesMetadata: url } satisfies StoreUrlStrings,
+          flush: Effect.promise(servers.flushAll)
+        }
       }
     }
   })

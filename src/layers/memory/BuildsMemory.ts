@@ -5,13 +5,13 @@
  * row as another open transaction would (`FOR UPDATE`) until `locked.delete(id)`: writes skip it.
  */
 import { Context, DateTime, Effect, Layer, Option, Order } from "effect"
-import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { checkFence } from "../../domain/Batch.ts"
+import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import { Builds } from "../../services/Builds.ts"
-import { retryOrDoom } from "../DropRetry.ts"
 import { EventLog } from "../../services/EventLog.ts"
+import { retryOrDoom } from "../DropRetry.ts"
 
 export interface BuildRecord {
   id: number
@@ -36,7 +36,10 @@ export class MemoryBuilds extends Context.Service<MemoryBuilds, {
   /** Write transactions begun (drop, dropMany, doom), committed or not. */
   transactions: number
 }>()("sweeper/layers/memory/MemoryBuilds") {
-  static readonly layer = Layer.sync(MemoryBuilds, () => ({ rows: new Map(), conflicts: new Map(), locked: new Set<number>(), pages: [], transactions: 0 }))
+  static readonly layer = Layer.sync(
+    MemoryBuilds,
+    () => ({ rows: new Map(), conflicts: new Map(), locked: new Set<number>(), pages: [], transactions: 0 })
+  )
 }
 
 const toBuild = (row: BuildRecord): CancelingBuild => ({
@@ -74,9 +77,13 @@ export const BuildsMemory = Layer.effect(
         state.conflicts.set(build.id, pending - 1)
         row.lockVersion++
       }
-      if (row.status !== "canceling" || (outcome === "dropped" && row.lockVersion !== build.lockVersion)) return undefined
+      if (row.status !== "canceling" || (outcome === "dropped" && row.lockVersion !== build.lockVersion)) {
+        return undefined
+      }
       if (state.locked.has(build.id)) return "locked" as const
-      const reason = outcome === "dropped" ? FailureReason.stuck_or_timeout_failure : FailureReason.data_integrity_failure
+      const reason = outcome === "dropped"
+        ? FailureReason.stuck_or_timeout_failure
+        : FailureReason.data_integrity_failure
       row.status = "failed"
       row.failureReason = reason
       row.finishedAt = now
@@ -119,7 +126,8 @@ export const BuildsMemory = Layer.effect(
         return { dropped, locked }
       }))
 
-    const find = ({ id }: { readonly id: number }) => Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild))
+    const find = ({ id }: { readonly id: number }) =>
+      Effect.sync(() => Option.map(Option.fromNullishOr(state.rows.get(id)), toBuild))
     const drop = (build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "dropped")
     const doom = (build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed")
     return Builds.of({

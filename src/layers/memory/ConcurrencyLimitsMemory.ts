@@ -28,7 +28,9 @@ export const makeMemoryStore = (redis: MemoryRedisStore): ConcurrencyLimitStore 
     command("concurrency_limit.begin_move", () => {
       if (redis.exists(keys.journal)) return "busy" as const
       const head = redis.lrangeBuffer(keys.deferred, 0, expected.length - 1)
-      if (head.length !== expected.length || head.some((element, i) => !sameBytes(element, expected[i]!))) return "changed" as const
+      if (head.length !== expected.length || head.some((element, i) => !sameBytes(element, expected[i]!))) {
+        return "changed" as const
+      }
       redis.ltrimFrom(keys.deferred, expected.length)
       const jobs = payloads.filter((payload) => payload !== null)
       head.forEach((element, i) => {

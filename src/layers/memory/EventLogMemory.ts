@@ -1,10 +1,12 @@
 /** EventLog in memory: the events of a failed `transaction` are rolled back like SQL's. */
 import { Context, DateTime, Effect, Exit, Layer } from "effect"
 import { CurrentRun } from "../../domain/Batch.ts"
-import { dataOf, type DomainEvent, streamOf, type StoredEvent } from "../../domain/Events.ts"
+import { dataOf, type DomainEvent, type StoredEvent, streamOf } from "../../domain/Events.ts"
 import { type EventFilter, EventLog } from "../../services/EventLog.ts"
 
-export class MemoryEvents extends Context.Service<MemoryEvents, Array<StoredEvent>>()("sweeper/layers/memory/MemoryEvents") {
+export class MemoryEvents
+  extends Context.Service<MemoryEvents, Array<StoredEvent>>()("sweeper/layers/memory/MemoryEvents")
+{
   static readonly layer = Layer.sync(MemoryEvents, () => [])
 }
 

@@ -101,7 +101,9 @@ export const ExportJobsMemory = Layer.effect(
             row.updatedAt = now
             return [row]
           })
-          yield* events.appendAll(failed.map((row) => new ExportJobFailed({ id: row.id, jid: row.jid, project_id: row.projectId })))
+          yield* events.appendAll(
+            failed.map((row) => new ExportJobFailed({ id: row.id, jid: row.jid, project_id: row.projectId }))
+          )
           return { failed: failed.map((row) => row.jid), locked }
         }))
     })

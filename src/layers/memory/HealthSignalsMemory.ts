@@ -24,7 +24,9 @@ export interface SignalValues {
   readonly reads: Record<string, number>
 }
 
-export class MemorySignalValues extends Context.Service<MemorySignalValues, SignalValues>()("sweeper/layers/memory/MemorySignalValues") {
+export class MemorySignalValues
+  extends Context.Service<MemorySignalValues, SignalValues>()("sweeper/layers/memory/MemorySignalValues")
+{
   static readonly layer = Layer.sync(MemorySignalValues, (): SignalValues => ({ reads: {} }))
 }
 

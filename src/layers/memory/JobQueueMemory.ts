@@ -5,7 +5,7 @@
  */
 import { Effect, Layer } from "effect"
 import { RedisError } from "../../domain/Errors.ts"
-import { DUPLICATE_KEY_TTL_SECONDS, QUEUES_SET, queueKey } from "../../domain/Sidekiq.ts"
+import { DUPLICATE_KEY_TTL_SECONDS, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import { JobQueue } from "../../services/JobQueue.ts"
 import { type ClaimHolder, type JobQueueStore, makeJobQueue, type PreparedJob } from "../JobQueueShared.ts"
 import { MemoryRedis, type MemoryRedisStore } from "./MemoryRedis.ts"
@@ -20,7 +20,8 @@ const holderOf = (store: MemoryRedisStore, key: string): ClaimHolder => {
   }
 }
 
-const step = <A>(operation: string, f: () => A) => Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
+const step = <A>(operation: string, f: () => A) =>
+  Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
 
 /** The two steps over an in-memory Redis (exported so fault tests can wrap them). */
 export const jobQueueMemoryStore = (store: MemoryRedisStore): JobQueueStore => ({
@@ -33,10 +34,15 @@ export const jobQueueMemoryStore = (store: MemoryRedisStore): JobQueueStore => (
       })
       yield* step("jobQueue.claim", () => {
         for (const job of jobs) {
-          if (job.duplicateKey !== undefined) store.set(job.duplicateKey, job.jid, { nx: true, exSeconds: DUPLICATE_KEY_TTL_SECONDS })
+          if (job.duplicateKey !== undefined) {
+            store.set(job.duplicateKey, job.jid, { nx: true, exSeconds: DUPLICATE_KEY_TTL_SECONDS })
+          }
         }
       })
     })
 })
 
-export const JobQueueMemory = Layer.effect(JobQueue, Effect.map(MemoryRedis, (store) => makeJobQueue(jobQueueMemoryStore(store))))
+export const JobQueueMemory = Layer.effect(
+  JobQueue,
+  Effect.map(MemoryRedis, (store) => makeJobQueue(jobQueueMemoryStore(store)))
+)

@@ -23,7 +23,8 @@ export const LeaseMemory = Layer.effect(
             store.set(key, String(epoch), { exSeconds: EPOCH_TTL_SECONDS })
             return Option.some<LeaseHandle>({ name, token, epoch, ttl })
           })),
-      claim: (name, ttl) => Effect.sync(() => store.set(leaseKey(name), randomUUID(), { nx: true, exSeconds: ttlSeconds(ttl) })),
+      claim: (name, ttl) =>
+        Effect.sync(() => store.set(leaseKey(name), randomUUID(), { nx: true, exSeconds: ttlSeconds(ttl) })),
       renew: (handle) => Effect.sync(() => ours(handle) && store.expire(leaseKey(handle.name), ttlSeconds(handle.ttl))),
       release: (handle) => Effect.sync(() => ours(handle) && store.del(leaseKey(handle.name)) === 1),
       isHeld: (handle) => Effect.sync(() => ours(handle))

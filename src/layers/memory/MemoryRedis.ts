@@ -30,7 +30,9 @@ export type Bytes = string | Uint8Array
  * while staying cheap to copy and to use as keys.
  */
 const toBinary = (value: Bytes): string =>
-  (typeof value === "string" ? Buffer.from(value, "utf8") : Buffer.from(value.buffer, value.byteOffset, value.byteLength)).toString("latin1")
+  (typeof value === "string"
+    ? Buffer.from(value, "utf8")
+    : Buffer.from(value.buffer, value.byteOffset, value.byteLength)).toString("latin1")
 const toBuffer = (binary: string): Buffer => Buffer.from(binary, "latin1")
 /** What ioredis hands back for a reply it decodes: UTF-8 with U+FFFD for invalid bytes. */
 const toText = (binary: string): string => toBuffer(binary).toString("utf8")
@@ -194,7 +196,9 @@ export class MemoryRedisStore {
 
   /** Decoded as ioredis's HGETALL does (fields that decode alike collapse, as they do there). */
   hgetall(key: string): Record<string, string> {
-    return Object.fromEntries([...(this.typed(key, "hash")?.value ?? [])].map(([field, value]) => [toText(field), toText(value)]))
+    return Object.fromEntries(
+      [...(this.typed(key, "hash")?.value ?? [])].map(([field, value]) => [toText(field), toText(value)])
+    )
   }
 
   /** The exact bytes of every field and value. */

@@ -15,7 +15,9 @@ export interface MemoryObjectStorageState {
   /** `<location>:<path>` → message: deleting that object fails with ObjectStorageError. */
   readonly failures: Map<string, string>
   /** Every delete, in call order, with what it did. */
-  readonly deletes: Array<{ readonly location: string; readonly path: string; readonly outcome: DeleteOutcome | "failed" }>
+  readonly deletes: Array<
+    { readonly location: string; readonly path: string; readonly outcome: DeleteOutcome | "failed" }
+  >
   /** Called at the start of each delete (e.g. to look at Redis at that moment). */
   onDelete: ((location: string, path: string) => void) | undefined
   /** How long each delete of a configured location takes. */
@@ -53,23 +55,25 @@ export const ObjectStorageMemory = (options: MemoryObjectStorageOptions = {}) =>
     ObjectStorage,
     Effect.gen(function*() {
       const state = yield* MemoryObjectStorage
-      const remove = Effect.fnUntraced(function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
-        state.onDelete?.(location, path)
-        const store = state.stores.get(location)
-        if (store === undefined) {
-          state.deletes.push({ location, path, outcome: "unconfigured" })
-          return "unconfigured"
+      const remove = Effect.fnUntraced(
+        function*(location: Location, path: string): Effect.fn.Return<DeleteOutcome, ObjectStorageError> {
+          state.onDelete?.(location, path)
+          const store = state.stores.get(location)
+          if (store === undefined) {
+            state.deletes.push({ location, path, outcome: "unconfigured" })
+            return "unconfigured"
+          }
+          if (Duration.isGreaterThan(state.latency, Duration.zero)) yield* Effect.sleep(state.latency)
+          const failure = state.failures.get(fieldOf(location, path))
+          if (failure !== undefined) {
+            state.deletes.push({ location, path, outcome: "failed" })
+            return yield* new ObjectStorageError({ location, path, message: failure })
+          }
+          const outcome: DeleteOutcome = store.delete(path) ? "deleted" : "missing"
+          state.deletes.push({ location, path, outcome })
+          return outcome
         }
-        if (Duration.isGreaterThan(state.latency, Duration.zero)) yield* Effect.sleep(state.latency)
-        const failure = state.failures.get(fieldOf(location, path))
-        if (failure !== undefined) {
-          state.deletes.push({ location, path, outcome: "failed" })
-          return yield* new ObjectStorageError({ location, path, message: failure })
-        }
-        const outcome: DeleteOutcome = store.delete(path) ? "deleted" : "missing"
-        state.deletes.push({ location, path, outcome })
-        return outcome
-      })
+      )
       return ObjectStorage.of({
         hasStore: (location) => state.stores.has(location),
         delete: remove,

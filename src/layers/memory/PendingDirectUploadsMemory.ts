@@ -11,7 +11,8 @@ export const PendingDirectUploadsMemory = Layer.effect(
     const store = yield* MemoryRedis
     const key = PENDING_DIRECT_UPLOADS_KEY
     // The store throws Redis's own words (e.g. WRONGTYPE) for a key of another type: a RedisError here too.
-    const attempt = <A>(operation: string, f: () => A) => Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
+    const attempt = <A>(operation: string, f: () => A) =>
+      Effect.try({ try: f, catch: (cause) => new RedisError({ operation, cause }) })
     return PendingDirectUploads.of({
       count: attempt("HLEN pending_direct_uploads", () => store.hlen(key)),
       scan: (options) =>
@@ -24,7 +25,8 @@ export const PendingDirectUploadsMemory = Layer.effect(
             ] as const
           })),
       exists: (field) => attempt("HEXISTS pending_direct_uploads", () => store.hget(key, field) !== null),
-      values: (fields) => attempt("HMGET pending_direct_uploads", () => fields.map((field) => store.hgetBuffer(key, field))),
+      values: (fields) =>
+        attempt("HMGET pending_direct_uploads", () => fields.map((field) => store.hgetBuffer(key, field))),
       // One synchronous step, like the Lua script on Redis: nothing runs between the compare and the delete.
       removeUnchanged: (entries) =>
         attempt("EVAL compare-and-delete pending_direct_uploads", () =>

@@ -11,7 +11,10 @@ export class MemoryPlatformRecords extends Context.Service<MemoryPlatformRecords
   /** Every non-empty look-up, in order. */
   readonly lookups: Array<{ readonly table: "namespaces" | "projects"; readonly ids: ReadonlyArray<number> }>
 }>()("sweeper/layers/memory/MemoryPlatformRecords") {
-  static readonly layer = Layer.sync(MemoryPlatformRecords, () => ({ namespaces: new Set<number>(), projects: new Set<number>(), lookups: [] }))
+  static readonly layer = Layer.sync(
+    MemoryPlatformRecords,
+    () => ({ namespaces: new Set<number>(), projects: new Set<number>(), lookups: [] })
+  )
 }
 
 export const PlatformRecordsMemory = Layer.effect(
@@ -24,6 +27,9 @@ export const PlatformRecordsMemory = Layer.effect(
         state.lookups.push({ table, ids: [...ids] })
         return [...new Set(ids)].filter((id) => state[table].has(id)).sort((a, b) => a - b)
       })
-    return PlatformRecords.of({ existingNamespaceIds: existing("namespaces"), existingProjectIds: existing("projects") })
+    return PlatformRecords.of({
+      existingNamespaceIds: existing("namespaces"),
+      existingProjectIds: existing("projects")
+    })
   })
 ).pipe(Layer.provideMerge(MemoryPlatformRecords.layer))

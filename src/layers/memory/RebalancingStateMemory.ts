@@ -1,7 +1,12 @@
 /** RebalancingState over the in-memory Redis, same key and member format as RebalancingStateRedis. */
 import { Duration, Effect, Layer } from "effect"
 import { RedisError } from "../../domain/Errors.ts"
-import { REDIS_EXPIRY_TIME, rebalanceMember, type RebalanceType, RUNNING_REBALANCES_KEY } from "../../domain/Rebalancing.ts"
+import {
+  rebalanceMember,
+  type RebalanceType,
+  REDIS_EXPIRY_TIME,
+  RUNNING_REBALANCES_KEY
+} from "../../domain/Rebalancing.ts"
 import { RebalancingState } from "../../services/RebalancingState.ts"
 import { MemoryRedis } from "./MemoryRedis.ts"
 

@@ -26,7 +26,8 @@ export const RunHistoryMemory = Layer.effect(
       repairs: (runId, options) =>
         Effect.sync(() => {
           const found = ofRun(runId).filter((e) =>
-            isRepair(e.stream) && (options.after === undefined || e.id > options.after) && (options.type === undefined || e.type === options.type)
+            isRepair(e.stream) && (options.after === undefined || e.id > options.after) &&
+            (options.type === undefined || e.type === options.type)
           )
           const page = found.slice(0, options.limit)
           return { events: page, next: found.length > options.limit ? page.at(-1)!.id : null }
@@ -35,7 +36,10 @@ export const RunHistoryMemory = Layer.effect(
         Effect.sync(() => {
           const points: Array<RunPoint> = []
           for (const finished of events) {
-            if (finished.type !== "RunFinished" || finished.stream !== `batch:${batch}` || finished.runId === null || finished.occurredAt < since) continue
+            if (
+              finished.type !== "RunFinished" || finished.stream !== `batch:${batch}` || finished.runId === null ||
+              finished.occurredAt < since
+            ) continue
             const all = ofRun(finished.runId)
             points.push({
               runId: finished.runId,
