@@ -12,7 +12,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Cause, ConfigProvider, Console, Effect, Exit, Layer, Runtime } from "effect"
 import { CliOutput } from "effect/cli"
-import { environment } from "./layers/Config.ts"
+import { environment } from "./config/Config.ts"
 import { cli, supervisor } from "./runtime/Cli.ts"
 import { LoggingLive } from "./runtime/Logging.ts"
 

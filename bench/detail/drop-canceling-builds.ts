@@ -10,13 +10,13 @@ import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
+import { SweeperConfig } from "../../src/config/Config.ts"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../../src/domain/Build.ts"
-import { BuildsSql, stuckCancelingQuery } from "../../src/layers/BuildsSql.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
-import { EventLogSql } from "../../src/layers/EventLogSql.ts"
-import { LeaseRedis } from "../../src/layers/LeaseRedis.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { BuildsSql, stuckCancelingQuery } from "../../src/layers/postgres/BuildsSql.ts"
+import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
+import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
+import { Redis } from "../../src/layers/redis/Redis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
@@ -64,7 +64,7 @@ const program = Effect.gen(function*() {
   )
 
   const Database = migratedDatabase(url)
-  // Exactly the production layers drop-canceling-builds runs on (see layers/App.ts).
+  // Exactly the production layers drop-canceling-builds runs on (see runtime/App.ts).
   const Platform = Layer.mergeAll(BuildsSql, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(

@@ -1,14 +1,14 @@
 /**
- * The production layers a Sweeper phase runs on (layers/App.ts's SQL and Redis backends over the
+ * The production layers a Sweeper phase runs on (runtime/App.ts's SQL and Redis backends over the
  * phase's fresh database and Redis db), and running one batch through the run guard on them.
  */
 import { type Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
+import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/config/Config.ts"
 import type { Batch } from "../../src/domain/Batch.ts"
-import { healthLayer, RedisBackends, RepairSteps, SqlBackends } from "../../src/layers/App.ts"
-import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
-import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
+import { ObjectStorageLocal } from "../../src/layers/objectStorage/ObjectStorageLocal.ts"
+import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { healthLayer, RedisBackends, RepairSteps, SqlBackends } from "../../src/runtime/App.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
 import { runBatch, type RunResult } from "../../src/runtime/RunGuard.ts"
 import type { PhaseContext } from "../support/compare.ts"

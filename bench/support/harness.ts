@@ -12,8 +12,8 @@ import { subscribe, unsubscribe } from "node:diagnostics_channel"
 import { performance } from "node:perf_hooks"
 import { setFlagsFromString } from "node:v8"
 import { runInNewContext } from "node:vm"
-import { migrate } from "../../src/layers/Migrations.ts"
-import { layerServer } from "../../src/layers/Postgres.ts"
+import { migrate } from "../../src/layers/postgres/Migrations.ts"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 
 export const adminUrl = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
 export const redisUrl = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379/12"
@@ -63,7 +63,7 @@ export const benchDatabase = (synchronousCommit: string | undefined) =>
       }).pipe(Effect.provide(admin), Effect.orDie)
   )
 
-/** The production PostgreSQL client (layers/Postgres.ts) on `url`, migrated. */
+/** The production PostgreSQL client (layers/postgres/Postgres.ts) on `url`, migrated. */
 export const migratedDatabase = (url: string) =>
   Layer.effectDiscard(migrate).pipe(Layer.provideMerge(layerServer(Redacted.make(url))))
 

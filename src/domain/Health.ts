@@ -2,7 +2,7 @@
  * The health gate's rules (SPEC §9), pure: what `SWEEPER_HEALTH` says, how a reading compares with
  * a threshold, the hysteresis between `stop` and `resume`, relative baselines (a signal's own
  * median over the last hour) and the throttled concurrency limit. The layer
- * (src/layers/HealthGateLive.ts) reads the signals and keeps the state; everything it decides is
+ * (src/layers/health/HealthGateLive.ts) reads the signals and keeps the state; everything it decides is
  * decided here, so a spec can walk every transition under TestClock.
  *
  * Units, fixed per signal so a gauge and a threshold always agree: sizes in bytes, durations in

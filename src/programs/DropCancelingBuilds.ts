@@ -9,7 +9,7 @@
  * it): counted in `skippedLocked`, logged once per page with its ids, and found again by the next run.
  *
  * Paging, read-ahead, the revisit walk of committed pages, budget, gate and dry run are the repair
- * loop's (runtime/RepairLoop.ts `keysetPages`).
+ * loop's (repair/RepairLoop.ts `keysetPages`).
  *
  * GitLab's parent StuckCiJobsWorker runs at :00 and schedules this worker 45 minutes later; Sweeper
  * uses :45 as its own cron so that a restart between :00 and :45 cannot lose the run.
@@ -24,7 +24,7 @@ import {
   DROPPING_MESSAGE,
   droppingFields
 } from "../domain/Build.ts"
-import { type Held, keysetPages, logIds } from "../runtime/RepairLoop.ts"
+import { type Held, keysetPages, logIds } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 

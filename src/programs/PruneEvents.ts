@@ -13,7 +13,7 @@
 import { DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
-import { type Held, logIds, repeatUntilDone } from "../runtime/RepairLoop.ts"
+import { type Held, logIds, repeatUntilDone } from "../repair/RepairLoop.ts"
 import { EventRetention } from "../services/EventRetention.ts"
 import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
 

@@ -27,7 +27,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import * as R from "../domain/Rebalancing.ts"
-import { each, type Held, NOT_HELD } from "../runtime/RepairLoop.ts"
+import { each, type Held, NOT_HELD } from "../repair/RepairLoop.ts"
 import * as M from "../services/Metrics.ts"
 import { PlatformRecords } from "../services/PlatformRecords.ts"
 import { RebalanceReschedule } from "../services/RebalanceReschedule.ts"

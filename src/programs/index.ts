@@ -5,7 +5,7 @@
 import { Effect } from "effect"
 import type { Batch } from "../domain/Batch.ts"
 import { UnknownBatch } from "../domain/Errors.ts"
-import type { PlatformServices } from "../layers/App.ts"
+import type { PlatformServices } from "../services/Platform.ts"
 import { ConcurrencyLimitResume } from "./ConcurrencyLimitResume.ts"
 import { DeleteStaleDirectUploads } from "./DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "./DropCancelingBuilds.ts"

@@ -13,6 +13,7 @@ import { Cause, Context, DateTime, type Duration, Effect, Layer, Option, Schema 
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
 import { userInfo } from "node:os"
+import { configureBatches, SweeperConfig } from "../config/Config.ts"
 import {
   BatchDisabled,
   describeError,
@@ -23,11 +24,10 @@ import {
   type UnknownBatch
 } from "../domain/Errors.ts"
 import { openHolds } from "../domain/Health.ts"
-import { AppLayer, describeBackends, ReadOnlyAppLayer } from "../layers/App.ts"
-import { configureBatches, SweeperConfig } from "../layers/Config.ts"
 import { batches, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { AnyApiError, type BatchViewSchema, type EventSchema, type RunResultSchema, SweeperApi } from "./Api.ts"
+import { AppLayer, describeBackends, ReadOnlyAppLayer } from "./App.ts"
 import { batchView } from "./BatchView.ts"
 import { runBatch } from "./RunGuard.ts"
 import { loadHistory, recordPause } from "./Scheduler.ts"

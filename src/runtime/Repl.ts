@@ -7,10 +7,10 @@
  */
 import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
 import repl from "node:repl"
-import { AppLayer } from "../layers/App.ts"
-import { environment } from "../layers/Config.ts"
+import { environment } from "../config/Config.ts"
 import { batchNames, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
+import { AppLayer } from "./App.ts"
 import { LoggingLive } from "./Logging.ts"
 import { runBatch } from "./RunGuard.ts"
 

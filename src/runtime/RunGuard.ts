@@ -9,12 +9,12 @@
  */
 import { Cause, DateTime, Duration, Effect, Exit, Option, Ref, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
+import { SweeperConfig } from "../config/Config.ts"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
 import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { RunProgress } from "../domain/Summary.ts"
-import { SweeperConfig } from "../layers/Config.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
 import {

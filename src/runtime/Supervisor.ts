@@ -1,5 +1,5 @@
 /**
- * The composition root of the long-running process: the platform's backends (layers/App.ts, which
+ * The composition root of the long-running process: the platform's backends (runtime/App.ts, which
  * chooses them by configuration), the scheduler over the batch registry, the HTTP server, and the
  * announcement that they are up — once, here, for `start`, `simulate --supervise` and `demo`. The
  * CLI's one-off commands take the same backends through Operator.ts.
@@ -7,13 +7,13 @@
 import { Console, Effect, Layer, Option } from "effect"
 import { HttpServer } from "effect/http"
 import { join } from "node:path"
+import { SweeperConfig } from "../config/Config.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { cronVariable } from "../domain/Schedule.ts"
-import { AppLayer, databaseClientLayer } from "../layers/App.ts"
-import { SweeperConfig } from "../layers/Config.ts"
-import { detectSchemaMode } from "../layers/DatabaseSchema.ts"
+import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { batches } from "../programs/index.ts"
 import { simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
+import { AppLayer, databaseClientLayer } from "./App.ts"
 import { HttpLive } from "./Http.ts"
 import { Scheduler, schedulerLayer } from "./Scheduler.ts"
 import { publishAddress } from "./SupervisorAddress.ts"

@@ -8,7 +8,7 @@ import { Effect, Option, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { isAlive } from "../layers/Postgres.ts"
+import { isAlive } from "../layers/postgres/Postgres.ts"
 
 const Published = Schema.fromJsonString(Schema.Struct({ pid: Schema.Number, url: Schema.String, token: Schema.String }))
 

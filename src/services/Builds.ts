@@ -63,7 +63,7 @@ export class Builds extends Context.Service<Builds, {
    * re-read row (`drop`), doomed (`doom`) when MAX_DROP_ATTEMPTS run out — so a row that keeps
    * changing cannot stay stuck forever; "changed_meanwhile" once it is no longer stuck; "locked"
    * when another open transaction holds its row (never waited for, never doomed: the next run
-   * finds it again). One rule for every backend (layers/DropRetry.ts); `now` is the run's decision
+   * finds it again). One rule for every backend (repair/DropRetry.ts); `now` is the run's decision
    * time.
    */
   retryOrDoom(lost: CancelingBuild, now: DateTime.Utc): Effect.Effect<DropOutcome, SqlError | FenceError>

@@ -27,7 +27,7 @@ import {
   RUNNING_REBALANCES_KEY
 } from "../domain/Rebalancing.ts"
 import { queueKey } from "../domain/Sidekiq.ts"
-import { duplicateKey } from "../layers/JobQueueShared.ts"
+import { duplicateKey } from "../layers/protocols/JobQueueShared.ts"
 import type { Ledger } from "./Ledger.ts"
 import { deferJob } from "./Seed.ts"
 import { SimulatorStores } from "./Stores.ts"

@@ -15,7 +15,7 @@ import { join } from "node:path"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../domain/DirectUpload.ts"
 import { EXPORT_JOB_STATUS_TTL, jobStatusKey } from "../domain/SidekiqStatus.ts"
-import type { RedisClient } from "../layers/Redis.ts"
+import type { RedisClient } from "../layers/redis/Redis.ts"
 
 /**
  * `rows` builds in `ci_builds` over the 60 days before `now` − 2 h: finished ones mostly, some

@@ -8,10 +8,10 @@
 import { Context, Effect, Layer, Redacted } from "effect"
 import { mkdir, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
+import { SweeperConfig } from "../config/Config.ts"
+import { objectKey, type ObjectStorageSettings } from "../config/ObjectStorageConfig.ts"
 import type { Location } from "../domain/DirectUpload.ts"
-import { SweeperConfig } from "../layers/Config.ts"
-import { objectKey, type ObjectStorageSettings } from "../layers/ObjectStorageConfig.ts"
-import { clientOf, loadSdk } from "../layers/ObjectStorageS3.ts"
+import { clientOf, loadSdk } from "../layers/objectStorage/ObjectStorageS3.ts"
 
 export class SimulatorObjects extends Context.Service<SimulatorObjects, {
   /** Whether `location` has a store (else an upload there leaves only its Redis field). */

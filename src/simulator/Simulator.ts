@@ -23,6 +23,7 @@ import type { PgClient } from "@effect/sql-pg"
 import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
+import { SweeperConfig } from "../config/Config.ts"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { type Location, LOCATIONS } from "../domain/DirectUpload.ts"
 import {
@@ -31,7 +32,6 @@ import {
   rebalanceMember,
   RUNNING_REBALANCES_KEY
 } from "../domain/Rebalancing.ts"
-import { SweeperConfig } from "../layers/Config.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
 import { runConsumer } from "./Consumer.ts"
 import { emptyLedger, type Ledger, ledgerCounts } from "./Ledger.ts"

@@ -11,7 +11,7 @@
  */
 import { Context, Effect, Layer, Option } from "effect"
 import { MemoryRedis, type MemoryRedisStore } from "../layers/memory/MemoryRedis.ts"
-import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../layers/Redis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../layers/redis/Redis.ts"
 
 export type Store = "sharedState" | "queues" | "queuesMetadata"
 

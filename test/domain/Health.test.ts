@@ -7,6 +7,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, ConfigProvider, Duration, Effect, Option, Result, Schema } from "effect"
 import { TestClock } from "effect/testing"
+import { SweeperConfig } from "../../src/config/Config.ts"
 import { InvalidConfig } from "../../src/domain/Errors.ts"
 import {
   addSample,
@@ -24,7 +25,6 @@ import {
   value,
   worstOf
 } from "../../src/domain/Health.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 
 const decode = (json: unknown) => Schema.decodeUnknownResult(HealthJson)(JSON.stringify(json))
 const rules = (json: unknown): ReadonlyArray<SignalRule> => {

@@ -7,10 +7,13 @@
  */
 import { assert, describe, it, layer, type Vitest } from "@effect/vitest"
 import { Context, Effect, Layer, Logger, Option, Random, References } from "effect"
+import { SweeperConfig } from "../../src/config/Config.ts"
 import { MAX_RESUME_UNLIMITED, processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../../src/layers/ConcurrencyLimitsShared.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
+import {
+  type ConcurrencyLimitStore,
+  makeConcurrencyLimits
+} from "../../src/layers/protocols/ConcurrencyLimitsShared.ts"
 import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { at } from "../support/clock.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"

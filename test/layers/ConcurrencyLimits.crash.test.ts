@@ -12,10 +12,13 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer, Option, Random } from "effect"
+import { SweeperConfig } from "../../src/config/Config.ts"
 import { JOURNAL_KEY_PATTERN, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
-import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../../src/layers/ConcurrencyLimitsShared.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
+import {
+  type ConcurrencyLimitStore,
+  makeConcurrencyLimits
+} from "../../src/layers/protocols/ConcurrencyLimitsShared.ts"
 import { ConcurrencyLimits, type MovedJobs, type RecordMove } from "../../src/services/ConcurrencyLimits.ts"
 import { ConcurrencyLimitsOn, type Deployment, RawStores } from "../support/concurrencyLimitsRaw.ts"
 

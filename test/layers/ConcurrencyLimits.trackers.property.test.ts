@@ -10,12 +10,12 @@
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Clock, Context, Effect, Layer, Schema } from "effect"
+import { SweeperConfig } from "../../src/config/Config.ts"
 import { processWorkKey, workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
-import { ConcurrencyLimitsRedis } from "../../src/layers/ConcurrencyLimitsRedis.ts"
-import { SweeperConfig } from "../../src/layers/Config.ts"
 import { ConcurrencyLimitsMemory } from "../../src/layers/memory/ConcurrencyLimitsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { Redis } from "../../src/layers/Redis.ts"
+import { ConcurrencyLimitsRedis } from "../../src/layers/redis/ConcurrencyLimitsRedis.ts"
+import { Redis } from "../../src/layers/redis/Redis.ts"
 import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { RedisTest } from "../support/redis.ts"
 

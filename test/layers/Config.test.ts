@@ -6,9 +6,9 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer } from "effect"
+import { SweeperConfig, TuningFromConfig } from "../../src/config/Config.ts"
 import { DropBatchSize } from "../../src/domain/Build.ts"
 import { InvalidConfig } from "../../src/domain/Errors.ts"
-import { SweeperConfig, TuningFromConfig } from "../../src/layers/Config.ts"
 
 const load = (env: Record<string, string>) =>
   Effect.gen(function*() {

@@ -7,7 +7,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { historyQuery, repairsQuery, runEndsQuery } from "../../src/layers/RunHistorySql.ts"
+import { historyQuery, repairsQuery, runEndsQuery } from "../../src/layers/postgres/RunHistorySql.ts"
 import { PgTest } from "../support/postgres.ts"
 
 const EVENTS = 1_000_000

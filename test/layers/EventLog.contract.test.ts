@@ -15,8 +15,8 @@ import {
   RunStarted,
   StaleDirectUploadDeleted
 } from "../../src/domain/Events.ts"
-import { EventLogSql } from "../../src/layers/EventLogSql.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
+import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { at } from "../support/clock.ts"
 import { PgTest } from "../support/postgres.ts"

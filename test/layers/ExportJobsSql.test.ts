@@ -2,8 +2,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
-import { EventLogSql } from "../../src/layers/EventLogSql.ts"
-import { ExportJobsSql } from "../../src/layers/ExportJobsSql.ts"
+import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
+import { ExportJobsSql } from "../../src/layers/postgres/ExportJobsSql.ts"
 import { ExportJobs } from "../../src/services/ExportJobs.ts"
 import { PgTest } from "../support/postgres.ts"
 

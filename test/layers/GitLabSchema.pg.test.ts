@@ -11,7 +11,7 @@ import { DateTime, Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { DropBatchSize } from "../../src/domain/Build.ts"
-import { BuildsSql } from "../../src/layers/BuildsSql.ts"
+import { BuildsSql } from "../../src/layers/postgres/BuildsSql.ts"
 import {
   checkColumns,
   detectBuildsTable,
@@ -19,13 +19,13 @@ import {
   MissingColumn,
   PartitionedBuilds,
   PlainBuilds
-} from "../../src/layers/DatabaseSchema.ts"
-import { EventLogSql } from "../../src/layers/EventLogSql.ts"
-import { cancelingIndex, createStatements, judgeScan, partitionsOf, scans } from "../../src/layers/Indexes.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
-import { migrate, pendingMigrations } from "../../src/layers/Migrations.ts"
-import { layerServer } from "../../src/layers/Postgres.ts"
+} from "../../src/layers/postgres/DatabaseSchema.ts"
+import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
+import { migrate, pendingMigrations } from "../../src/layers/postgres/Migrations.ts"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
+import { cancelingIndex, createStatements, judgeScan, partitionsOf, scans } from "../../src/runtime/Indexes.ts"
 import { Builds } from "../../src/services/Builds.ts"
 import { at } from "../support/clock.ts"
 import { allIndexes, createGitLabSchema, gitlabColumns, type GitLabLayout } from "../support/gitlabSchema.ts"

@@ -9,7 +9,7 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { spawn } from "node:child_process"
-import { HealthSignalsLive } from "../../src/layers/HealthSignalsLive.ts"
+import { HealthSignalsLive } from "../../src/layers/health/HealthSignalsLive.ts"
 import { HealthSignals, SignalUnreadable } from "../../src/services/HealthSignals.ts"
 import { type ReplicatedPostgres, replicatedPostgres } from "../support/pgStandby.ts"
 

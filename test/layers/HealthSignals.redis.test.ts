@@ -10,8 +10,13 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { Redis as IORedis } from "ioredis"
-import { enqueuedAtMillis, HealthSignalsLive, memoryRatio, promNumber } from "../../src/layers/HealthSignalsLive.ts"
-import { QueuesRedis, SharedStateRedis } from "../../src/layers/Redis.ts"
+import {
+  enqueuedAtMillis,
+  HealthSignalsLive,
+  memoryRatio,
+  promNumber
+} from "../../src/layers/health/HealthSignalsLive.ts"
+import { QueuesRedis, SharedStateRedis } from "../../src/layers/redis/Redis.ts"
 import { HealthSignals, SignalUnreadable } from "../../src/services/HealthSignals.ts"
 import { adminUrl } from "../support/postgres.ts"
 import { type TestPrometheus, testPrometheus } from "../support/prometheus.ts"

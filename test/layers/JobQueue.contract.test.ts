@@ -7,17 +7,17 @@ import { Context, Effect, Layer, Random, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { RedisError } from "../../src/domain/Errors.ts"
 import { queueKey, QUEUES_SET } from "../../src/domain/Sidekiq.ts"
-import { JobQueueRedis } from "../../src/layers/JobQueueRedis.ts"
+import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
+import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import {
   type ClaimHolder,
   duplicateKey,
   type JobQueueStore,
   makeJobQueue,
   type PreparedJob
-} from "../../src/layers/JobQueueShared.ts"
-import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
-import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { QueuesMetadataRedis, QueuesRedis } from "../../src/layers/Redis.ts"
+} from "../../src/layers/protocols/JobQueueShared.ts"
+import { JobQueueRedis } from "../../src/layers/redis/JobQueueRedis.ts"
+import { QueuesMetadataRedis, QueuesRedis } from "../../src/layers/redis/Redis.ts"
 import { type EnqueueOutcome, JobQueue } from "../../src/services/JobQueue.ts"
 import { RedisTopologyTest, topologies } from "../support/redisTopology.ts"
 

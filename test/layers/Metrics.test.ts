@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Effect, Layer, type Metric } from "effect"
 import { TestClock } from "effect/testing"
 import { MemoryExportJobs } from "../../src/layers/memory/ExportJobsMemory.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
 import {
   directUploadsPending,

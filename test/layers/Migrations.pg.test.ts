@@ -6,8 +6,8 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
-import { migrate } from "../../src/layers/Migrations.ts"
-import { layerServer } from "../../src/layers/Postgres.ts"
+import { migrate } from "../../src/layers/postgres/Migrations.ts"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { freshDatabase, PgTest } from "../support/postgres.ts"
 
 interface ColumnRow {

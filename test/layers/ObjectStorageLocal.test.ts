@@ -7,7 +7,7 @@ import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import type { Location } from "../../src/domain/DirectUpload.ts"
-import { ObjectStorageLocal } from "../../src/layers/ObjectStorageLocal.ts"
+import { ObjectStorageLocal } from "../../src/layers/objectStorage/ObjectStorageLocal.ts"
 import { ObjectStorage } from "../../src/services/ObjectStorage.ts"
 
 /** A temp dir with `artifacts/` (the configured root) and `outside/` next to it; removed afterwards. */

@@ -3,7 +3,7 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { MemoryPlatformRecords, PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
-import { PlatformRecordsSql } from "../../src/layers/PlatformRecordsSql.ts"
+import { PlatformRecordsSql } from "../../src/layers/postgres/PlatformRecordsSql.ts"
 import { PlatformRecords } from "../../src/services/PlatformRecords.ts"
 import { PgTest } from "../support/postgres.ts"
 

@@ -4,14 +4,8 @@
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import {
-  parseRedisUrl,
-  QueuesMetadataRedis,
-  QueuesRedis,
-  Redis,
-  RedisStores,
-  SharedStateRedis
-} from "../../src/layers/Redis.ts"
+import { parseRedisUrl } from "../../src/config/RedisUrl.ts"
+import { QueuesMetadataRedis, QueuesRedis, Redis, RedisStores, SharedStateRedis } from "../../src/layers/redis/Redis.ts"
 import { RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"
 
 const stores = Effect.all({

@@ -14,7 +14,7 @@ import {
   type Redis,
   type RedisClient,
   SharedStateRedis
-} from "../../src/layers/Redis.ts"
+} from "../../src/layers/redis/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 // The lease lives in SharedState (SPEC §8.2), which `Redis` is in Sweeper's composition.
 import { leaseKey } from "../../src/domain/Lease.ts"
-import { SharedStateRedis as Redis } from "../../src/layers/Redis.ts"
+import { SharedStateRedis as Redis } from "../../src/layers/redis/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { type RedisTopology, RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"

@@ -5,7 +5,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { QueuesMetadataRedis } from "../../src/layers/Redis.ts"
+import { QueuesMetadataRedis } from "../../src/layers/redis/Redis.ts"
 import { runCli } from "../support/cli.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { type RedisTopology, RedisTopologyTest, TestRedisStores, topologies } from "../support/redisTopology.ts"

@@ -13,7 +13,7 @@ import {
   NoObjectStorage,
   ObjectStorageJson,
   type ObjectStorageSettings
-} from "../../src/layers/ObjectStorageConfig.ts"
+} from "../../src/config/ObjectStorageConfig.ts"
 import { runCli } from "../support/cli.ts"
 
 const decode = (json: string) =>

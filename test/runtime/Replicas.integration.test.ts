@@ -6,7 +6,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Redacted } from "effect"
-import { layerServer } from "../../src/layers/Postgres.ts"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { batchNames } from "../../src/programs/index.ts"
 import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { freshDatabase } from "../support/postgres.ts"

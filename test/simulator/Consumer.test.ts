@@ -17,9 +17,9 @@ import {
   RUNNING_REBALANCES_KEY
 } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
-import { duplicateKey } from "../../src/layers/JobQueueShared.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { RebalancingStateMemory } from "../../src/layers/memory/RebalancingStateMemory.ts"
+import { duplicateKey } from "../../src/layers/protocols/JobQueueShared.ts"
 import { runConsumer } from "../../src/simulator/Consumer.ts"
 import { emptyLedger } from "../../src/simulator/Ledger.ts"
 import { pushJob, seedIssues, seedProject, stallRebalance } from "../../src/simulator/Seed.ts"

@@ -5,12 +5,12 @@
  */
 import { Context, Effect, Layer } from "effect"
 import { Cluster } from "ioredis"
-import { ConcurrencyLimitsRedis, makeRedisStore } from "../../src/layers/ConcurrencyLimitsRedis.ts"
-import type { ConcurrencyLimitStore } from "../../src/layers/ConcurrencyLimitsShared.ts"
-import type { SweeperConfig } from "../../src/layers/Config.ts"
+import type { SweeperConfig } from "../../src/config/Config.ts"
 import { ConcurrencyLimitsMemory, makeMemoryStore } from "../../src/layers/memory/ConcurrencyLimitsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../../src/layers/Redis.ts"
+import type { ConcurrencyLimitStore } from "../../src/layers/protocols/ConcurrencyLimitsShared.ts"
+import { ConcurrencyLimitsRedis, makeRedisStore } from "../../src/layers/redis/ConcurrencyLimitsRedis.ts"
+import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../../src/layers/redis/Redis.ts"
 import type { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { type RedisTopology, RedisTopologyTest } from "./redisTopology.ts"
 

@@ -4,15 +4,15 @@
  * and inspection. Build it inside the test (Effect.provide) so expiry follows the TestClock.
  */
 import { Layer } from "effect"
-import { MemoryBackends, RepairSteps } from "../../src/layers/App.ts"
-import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/layers/Config.ts"
+import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/config/Config.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemory.ts"
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
-import { MetricsPrometheus } from "../../src/layers/MetricsPrometheus.ts"
+import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { MemoryBackends, RepairSteps } from "../../src/runtime/App.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
   RepairSteps.pipe(

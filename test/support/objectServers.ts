@@ -14,7 +14,7 @@ import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import type { AzureConnection, S3Connection } from "../../src/layers/ObjectStorageConfig.ts"
+import type { AzureConnection, S3Connection } from "../../src/config/ObjectStorageConfig.ts"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
 

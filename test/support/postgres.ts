@@ -6,8 +6,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Deferred, Effect, Fiber, Layer, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
-import { migrate } from "../../src/layers/Migrations.ts"
-import { layerServer } from "../../src/layers/Postgres.ts"
+import { migrate } from "../../src/layers/postgres/Migrations.ts"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 
 export const adminUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
 

@@ -11,7 +11,7 @@
 import { Context, Effect, Layer, Redacted } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { randomUUID } from "node:crypto"
-import { Redis } from "../../src/layers/Redis.ts"
+import { Redis } from "../../src/layers/redis/Redis.ts"
 
 export const redisServer = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
 

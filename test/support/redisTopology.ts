@@ -29,7 +29,7 @@ import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import { Redis, type RedisClient } from "../../src/layers/Redis.ts"
+import { Redis, type RedisClient } from "../../src/layers/redis/Redis.ts"
 import { freshRedisUrl } from "./redis.ts"
 
 export type RedisTopology = "single" | "split" | "cluster"

@@ -9,9 +9,9 @@ import { checkFence } from "../../domain/Batch.ts"
 import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
+import { retryOrDoom } from "../../repair/DropRetry.ts"
 import { Builds } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
-import { retryOrDoom } from "../DropRetry.ts"
 
 export interface BuildRecord {
   id: number

@@ -6,12 +6,12 @@
  * fails as a RedisError, as on Redis.
  */
 import { Effect, Layer } from "effect"
+import { SweeperConfig } from "../../config/Config.ts"
 import { processWorkKey } from "../../domain/ConcurrencyLimit.ts"
 import { RedisError } from "../../domain/Errors.ts"
 import { queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import { ConcurrencyLimits } from "../../services/ConcurrencyLimits.ts"
-import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../ConcurrencyLimitsShared.ts"
-import { SweeperConfig } from "../Config.ts"
+import { type ConcurrencyLimitStore, makeConcurrencyLimits } from "../protocols/ConcurrencyLimitsShared.ts"
 import { MemoryRedis, type MemoryRedisStore } from "./MemoryRedis.ts"
 
 const command = <A>(operation: string, f: () => A): Effect.Effect<A, RedisError> =>

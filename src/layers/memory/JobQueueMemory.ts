@@ -7,7 +7,7 @@ import { Effect, Layer } from "effect"
 import { RedisError } from "../../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import { JobQueue } from "../../services/JobQueue.ts"
-import { type ClaimHolder, type JobQueueStore, makeJobQueue, type PreparedJob } from "../JobQueueShared.ts"
+import { type ClaimHolder, type JobQueueStore, makeJobQueue, type PreparedJob } from "../protocols/JobQueueShared.ts"
 import { MemoryRedis, type MemoryRedisStore } from "./MemoryRedis.ts"
 
 const holderOf = (store: MemoryRedisStore, key: string): ClaimHolder => {

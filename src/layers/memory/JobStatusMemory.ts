@@ -2,7 +2,7 @@
 import { Effect, Layer } from "effect"
 import { JOB_STATUS_VALUE, jobStatusKey } from "../../domain/SidekiqStatus.ts"
 import { JobStatus } from "../../services/JobStatus.ts"
-import { ttlSeconds } from "../LeaseRedis.ts"
+import { ttlSeconds } from "../redis/LeaseRedis.ts"
 import { MemoryRedis } from "./MemoryRedis.ts"
 
 export const JobStatusMemory = Layer.effect(

@@ -3,7 +3,7 @@ import { Clock, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../domain/Lease.ts"
 import { Lease, type LeaseHandle } from "../../services/Lease.ts"
-import { ttlSeconds } from "../LeaseRedis.ts"
+import { ttlSeconds } from "../redis/LeaseRedis.ts"
 import { MemoryRedis } from "./MemoryRedis.ts"
 
 export const LeaseMemory = Layer.effect(

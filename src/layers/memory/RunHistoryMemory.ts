@@ -1,7 +1,7 @@
 /** RunHistory over the in-memory event log (MemoryEvents), for specs: the same answers, no indexes. */
 import { Effect, Layer } from "effect"
 import { HISTORY_MAX_RUNS, RunHistory, type RunPoint } from "../../services/RunHistory.ts"
-import { runDetailOf } from "../RunHistorySql.ts"
+import { runDetailOf } from "../postgres/RunHistorySql.ts"
 import { MemoryEvents } from "./EventLogMemory.ts"
 
 const isRepair = (stream: string) => !stream.startsWith("batch:")

@@ -1,0 +1,349 @@
+/**
+ * Sweeper's configuration, read once from the environment with effect `Config`, every variable
+ * decoded by its own Schema at the edge. A bad value fails start-up with one message naming the
+ * variable (`InvalidConfig`); nothing falls back to a default because it was malformed or empty.
+ */
+import {
+  Config,
+  ConfigProvider,
+  Context,
+  type Cron,
+  DateTime,
+  Duration,
+  Effect,
+  Layer,
+  Option,
+  Redacted,
+  Result,
+  Schema,
+  SchemaTransformation
+} from "effect"
+import { hostname } from "node:os"
+import type { Batch } from "../domain/Batch.ts"
+import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
+import type { ConcurrencyLimitSetting } from "../domain/ConcurrencyLimit.ts"
+import { InvalidConfig } from "../domain/Errors.ts"
+import { type HealthConfig, HealthJson } from "../domain/Health.ts"
+import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
+import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
+import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
+import { parseRedisUrl } from "./RedisUrl.ts"
+
+export interface SweeperSettings {
+  readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  readonly redisUrl: Option.Option<Redacted.Redacted<string>>
+  /** GitLab's three Redis stores (SPEC §8.2), each defaulting to REDIS_URL; a comma list is a cluster. */
+  readonly redisStoreUrls: RedisStoreUrlSettings
+  /** Embedded PGlite data lives here (`<dataDir>/pgdata`). */
+  readonly dataDir: string
+  /** Names this process in RunStarted events and tick leases. */
+  readonly node: string
+  /** Where each location's objects live (`SWEEPER_OBJECT_STORAGE`, see ObjectStorageConfig.ts). */
+  readonly objectStorage: ObjectStorageSettings
+  /** worker class name → limit and queue (`SWEEPER_CONCURRENCY_LIMITS`). */
+  readonly concurrencyLimits: Readonly<Record<string, ConcurrencyLimitSetting>>
+  readonly httpHost: string
+  readonly httpPort: number
+  readonly timezone: string
+  readonly disabledBatches: ReadonlyArray<string>
+  readonly shutdownGrace: Duration.Duration
+  /** Bearer token for the HTTP API's mutating actions (run now, pause, resume); none disables them. */
+  readonly apiToken: Option.Option<Redacted.Redacted<string>>
+  /** `SWEEPER_SCHEMA`: who owns the platform tables (SPEC §8.1); none detects it from the database. */
+  readonly schema: Option.Option<"gitlab" | "standalone">
+  /** `SWEEPER_DROP_BATCH_SIZE`: drop-canceling-builds' page, read and repaired per transaction. */
+  readonly dropBatchSize: number
+  /** `SWEEPER_EVENT_RETENTION`: events older than this are pruned (prune-events, `sweeper events prune`). */
+  readonly eventRetention: Duration.Duration
+  /** `SWEEPER_HEALTH`: the health gate's signals and thresholds (SPEC §9); none = no gate. */
+  readonly health: Option.Option<HealthConfig>
+}
+
+export interface RedisStoreUrlSettings {
+  readonly sharedState: Option.Option<Redacted.Redacted<string>>
+  readonly queues: Option.Option<Redacted.Redacted<string>>
+  readonly queuesMetadata: Option.Option<Redacted.Redacted<string>>
+}
+
+const noStoreUrls: RedisStoreUrlSettings = {
+  sharedState: Option.none(),
+  queues: Option.none(),
+  queuesMetadata: Option.none()
+}
+
+const STORE_VARIABLES = {
+  sharedState: "REDIS_SHARED_STATE_URL",
+  queues: "REDIS_QUEUES_URL",
+  queuesMetadata: "REDIS_QUEUES_METADATA_URL"
+} as const
+
+/** Each store's URL: its own variable, else REDIS_URL; None when neither is set. */
+export const resolveStoreUrls = (settings: Pick<SweeperSettings, "redisUrl" | "redisStoreUrls">) => ({
+  sharedState: Option.orElse(settings.redisStoreUrls.sharedState, () => settings.redisUrl),
+  queues: Option.orElse(settings.redisStoreUrls.queues, () => settings.redisUrl),
+  queuesMetadata: Option.orElse(settings.redisStoreUrls.queuesMetadata, () => settings.redisUrl)
+})
+
+/** Any Redis configured at all (REDIS_URL or a store URL). */
+export const redisConfigured = (settings: Pick<SweeperSettings, "redisUrl" | "redisStoreUrls">) =>
+  Option.isSome(settings.redisUrl) || Object.values(settings.redisStoreUrls).some(Option.isSome)
+
+/**
+ * SPEC §8.2: the in-memory Redis exists only for the all-embedded default. A real PostgreSQL with
+ * the in-memory Redis would run the Redis batches on an empty store and report ready, and the
+ * reverse would keep Sweeper's history in a local PGlite nobody else sees: both are start-up errors.
+ * Every store URL must also parse (a comma list is a cluster, which has only database 0).
+ */
+const checkHalfEmbedded = (settings: SweeperSettings): Option.Option<InvalidConfig> => {
+  const hasDatabase = Option.isSome(settings.databaseUrl)
+  if (!redisConfigured(settings)) {
+    return hasDatabase
+      ? Option.some(
+        new InvalidConfig({
+          variable: "REDIS_URL",
+          message:
+            "DATABASE_URL is set but REDIS_URL is not: set both (a real GitLab) or neither (the embedded default)"
+        })
+      )
+      : Option.none()
+  }
+  if (!hasDatabase) {
+    const variable = Option.isSome(settings.redisUrl) ? "REDIS_URL" : "REDIS_*_URL"
+    return Option.some(
+      new InvalidConfig({
+        variable: "DATABASE_URL",
+        message:
+          `${variable} is set but DATABASE_URL is not: set both (a real GitLab) or neither (the embedded default)`
+      })
+    )
+  }
+  const urls = resolveStoreUrls(settings)
+  for (const store of ["sharedState", "queues", "queuesMetadata"] as const) {
+    const variable = STORE_VARIABLES[store]
+    const url = urls[store]
+    if (Option.isNone(url)) {
+      return Option.some(new InvalidConfig({ variable, message: `neither ${variable} nor REDIS_URL is set` }))
+    }
+    const parsed = parseRedisUrl(Redacted.value(url.value))
+    if (parsed.kind === "invalid") {
+      return Option.some(
+        new InvalidConfig({
+          variable: Option.isSome(settings.redisStoreUrls[store]) ? variable : "REDIS_URL",
+          message: parsed.message
+        })
+      )
+    }
+  }
+  return Option.none()
+}
+
+/**
+ * The process environment as Sweeper reads it. Effect's default provider treats `VAR=""` as unset,
+ * which silently turned an empty cron or port into the default: here an empty value is a value,
+ * and each variable's schema says whether it is allowed (main.ts and the REPL install it).
+ */
+export const environment = ConfigProvider.fromEnv({ preserveEmptyStrings: true })
+
+const NonEmpty = Schema.String.check(Schema.isNonEmpty({ message: "must not be empty" }))
+
+/** Decimal digits only: `Number()` also takes `0x50` (port 80), `1e3`, ` 80` and `""` (0). */
+const HttpPort = Schema.String.check(
+  Schema.isPattern(/^[0-9]{1,5}$/, { message: "expected a decimal port number 0-65535" })
+).pipe(
+  Schema.decodeTo(
+    Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })),
+    SchemaTransformation.numberFromString
+  )
+)
+
+/** An IANA zone (or fixed offset) that DateTime, and so Cron, understands. */
+const TimeZone = NonEmpty.check(
+  Schema.makeFilter((zone: string) => Option.isSome(DateTime.zoneFromString(zone)) || `unknown time zone "${zone}"`)
+)
+
+/** At least one second: the lease is renewed every TTL/3, so "0 seconds" renews in a busy loop. */
+export const LeaseTtl = Schema.DurationFromString.check(
+  Schema.makeFilter((ttl: Duration.Duration) =>
+    Duration.toMillis(ttl) >= 1000 || `must be at least 1 second, got ${Duration.format(ttl)}`
+  )
+)
+
+/** At least MIN_EVENT_RETENTION (1 day): domain/Retention.ts says why. */
+export const EventRetentionDuration = Schema.DurationFromString.check(
+  Schema.makeFilter((retention: Duration.Duration) =>
+    Duration.toMillis(retention) >= Duration.toMillis(MIN_EVENT_RETENTION) ||
+    `must be at least ${Duration.format(MIN_EVENT_RETENTION)} (the prune runs daily), got ${Duration.format(retention)}`
+  )
+)
+
+/** A Sidekiq worker class name as GitLab writes it: the jobs we enqueue carry it as `class`. */
+const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
+
+// The key check is a filter on the whole record: a refined key schema in Schema.Record silently
+// drops the keys it refuses, and a typo'd worker would vanish instead of failing start-up.
+const ConcurrencyLimitsJson = Schema.fromJsonString(
+  Schema.Record(
+    Schema.String,
+    Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(NonEmpty) })
+  ).check(Schema.makeFilter((limits) => {
+    const bad = Object.keys(limits).find((worker) => !WORKER_CLASS.test(worker))
+    return bad === undefined ||
+      `worker ${JSON.stringify(bad)} is not a class name like "Releases::CreateEvidenceWorker"`
+  }))
+)
+
+const settings = Config.all({
+  databaseUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "DATABASE_URL")),
+  redisUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "REDIS_URL")),
+  dataDir: Config.schema(NonEmpty, "SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
+  node: Config.schema(NonEmpty, "SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
+  redisStoreUrls: Config.all({
+    sharedState: Config.option(Config.Redacted(STORE_VARIABLES.sharedState)),
+    queues: Config.option(Config.Redacted(STORE_VARIABLES.queues)),
+    queuesMetadata: Config.option(Config.Redacted(STORE_VARIABLES.queuesMetadata))
+  }),
+  objectStorage: Config.schema(ObjectStorageJson, "SWEEPER_OBJECT_STORAGE").pipe(Config.withDefault(NoObjectStorage)),
+  concurrencyLimits: Config.schema(ConcurrencyLimitsJson, "SWEEPER_CONCURRENCY_LIMITS").pipe(
+    Config.withDefault({}),
+    Config.map((limits) =>
+      Object.fromEntries(
+        Object.entries(limits).map(([worker, s]) => [worker, { limit: s.limit, queue: s.queue ?? "default" }])
+      )
+    )
+  ),
+  httpHost: Config.schema(NonEmpty, "SWEEPER_HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
+  // 0 asks the OS for a free port (tests, several replicas on one machine).
+  httpPort: Config.schema(HttpPort, "SWEEPER_HTTP_PORT").pipe(Config.withDefault(9394)),
+  timezone: Config.schema(TimeZone, "SWEEPER_TIMEZONE").pipe(Config.withDefault("UTC")),
+  disabledBatches: Config.String("SWEEPER_DISABLED_BATCHES").pipe(
+    Config.withDefault(""),
+    Config.map((list) => list.split(",").map((name) => name.trim()).filter((name) => name.length > 0))
+  ),
+  shutdownGrace: Config.Duration("SWEEPER_SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(25))),
+  // Empty is refused, not "disabled": a bearer token "" would be too easy to match.
+  apiToken: Config.option(Config.schema(Schema.Redacted(NonEmpty), "SWEEPER_API_TOKEN")),
+  schema: Config.option(Config.schema(Schema.Literals(["gitlab", "standalone"]), "SWEEPER_SCHEMA")),
+  dropBatchSize: Config.schema(
+    Schema.NumberFromString.pipe(
+      Schema.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: DROP_BATCH_SIZE_MAX }))
+    ),
+    "SWEEPER_DROP_BATCH_SIZE"
+  ).pipe(Config.withDefault(DROP_BATCH_SIZE)),
+  eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(
+    Config.withDefault(EVENT_RETENTION)
+  ),
+  health: Config.option(Config.schema(HealthJson, "SWEEPER_HEALTH"))
+})
+
+/** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
+export interface ConfiguredBatch<B> {
+  /** The batch, its exclusive lease's TTL overridden when SWEEPER_LEASE_TTL_<BATCH> is set. */
+  readonly batch: B
+  readonly cronText: string
+  readonly cron: Cron.Cron
+  readonly disabled: boolean
+}
+
+const invalidAs = (variable: string) => (error: Config.ConfigError) =>
+  new InvalidConfig({ variable, message: error.message })
+
+/**
+ * The per-batch variables, validated in one place for every command that runs batches (`start`,
+ * `run`): each cron must parse in SWEEPER_TIMEZONE and fire within CRON_HORIZON; a lease TTL must be
+ * at least 1 s and belong to a batch that takes a lease; disabled names must be registered batches.
+ * Every error names the variable it comes from.
+ */
+export const configureBatches = <B extends Batch<any, any, any>>(batches: ReadonlyArray<B>) =>
+  Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const known = batches.map((batch) => batch.name)
+    const unknownDisabled = settings.disabledBatches.filter((name) => !known.includes(name))
+    if (unknownDisabled.length > 0) {
+      return yield* new InvalidConfig({
+        variable: "SWEEPER_DISABLED_BATCHES",
+        message: `unknown batch ${unknownDisabled.join(", ")}; known: ${known.join(", ")}`
+      })
+    }
+    const now = DateTime.toDateUtc(yield* DateTime.now)
+    const configured: Array<ConfiguredBatch<B>> = []
+    for (const batch of batches) {
+      const cronVar = cronVariable(batch.name)
+      const cronText = yield* Config.schema(NonEmpty, cronVar).pipe(
+        Config.withDefault(batch.cron),
+        Effect.mapError(invalidAs(cronVar))
+      )
+      const cron = parseCron(cronText, settings.timezone)
+      if (Result.isFailure(cron)) {
+        return yield* new InvalidConfig({
+          variable: cronVar,
+          message: `batch ${batch.name}: invalid cron "${cronText}" (${cron.failure})`
+        })
+      }
+      if (!firesWithin(cron.success, now, CRON_HORIZON)) {
+        return yield* new InvalidConfig({
+          variable: cronVar,
+          message: `batch ${batch.name}: cron "${cronText}" never fires (no tick in the next 8 years)`
+        })
+      }
+      const ttlVar = leaseTtlVariable(batch.name)
+      const ttl = yield* Config.option(Config.schema(LeaseTtl, ttlVar)).pipe(Effect.mapError(invalidAs(ttlVar)))
+      let lease = batch.lease
+      if (Option.isSome(ttl)) {
+        if (Option.isNone(lease)) {
+          return yield* new InvalidConfig({ variable: ttlVar, message: `batch ${batch.name} takes no exclusive lease` })
+        }
+        lease = Option.some({ ...lease.value, ttl: ttl.value })
+      }
+      configured.push({
+        batch: { ...batch, lease },
+        cronText,
+        cron: cron.success,
+        disabled: settings.disabledBatches.includes(batch.name)
+      })
+    }
+    return configured
+  })
+
+/** Pulls the variable name out of a ConfigError so the message leads with it. */
+const variableOf = (message: string): string => /\["([A-Z0-9_]+)"\]/.exec(message)?.[1] ?? "environment"
+
+export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSettings>()("sweeper/config/Config") {
+  static readonly layer = Layer.effect(
+    SweeperConfig,
+    settings.pipe(
+      Effect.mapError((error) => new InvalidConfig({ variable: variableOf(error.message), message: error.message })),
+      Effect.flatMap((loaded) =>
+        Option.match(checkHalfEmbedded(loaded), { onNone: () => Effect.succeed(loaded), onSome: Effect.fail })
+      )
+    )
+  )
+
+  /** For specs and embedded tools: defaults with overrides, no environment read. */
+  static readonly layerWith = (overrides: Partial<SweeperSettings>) =>
+    Layer.succeed(SweeperConfig, {
+      databaseUrl: Option.none(),
+      redisUrl: Option.none(),
+      redisStoreUrls: noStoreUrls,
+      dataDir: ".sweeper",
+      node: "test-node",
+      objectStorage: NoObjectStorage,
+      concurrencyLimits: {},
+      httpHost: "127.0.0.1",
+      httpPort: 0,
+      timezone: "UTC",
+      disabledBatches: [],
+      shutdownGrace: Duration.seconds(25),
+      apiToken: Option.none(),
+      schema: Option.none(),
+      dropBatchSize: DROP_BATCH_SIZE,
+      eventRetention: EVENT_RETENTION,
+      health: Option.none(),
+      ...overrides
+    })
+}
+
+/** Programs' tuning references (DropBatchSize, EventRetentionPeriod) set from SweeperConfig. */
+export const TuningFromConfig = Layer.mergeAll(
+  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)),
+  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.eventRetention))
+)

@@ -1,0 +1,304 @@
+/**
+ * HealthSignals read from the real servers (SPEC §9):
+ *
+ * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` (largest replay lag in bytes
+ *   behind `pg_current_wal_lsn()`, and `replay_lag`), `pg_current_wal_lsn()` for the WAL rate,
+ *   `pg_stat_progress_vacuum` joined to the batch's tables and their partitions, and the oldest
+ *   `xact_start` in `pg_stat_activity` of any other backend. Without pg_read_all_stats (or
+ *   pg_monitor, which includes it) PostgreSQL hides other roles' rows' columns, which would read as
+ *   "healthy": such a reading is refused as unreadable, naming the role to grant.
+ * - Redis: `INFO memory` per store (every master of a cluster, the worst one counts).
+ * - Sidekiq: the oldest job of `queue:<name>` is at its tail (LPUSH at the head, BRPOP from the
+ *   tail); its `enqueued_at` is epoch seconds (Sidekiq ≤ 7) or milliseconds (Sidekiq 8).
+ * - Prometheus: `GET /api/v1/query`, which must answer one number (one series or a scalar).
+ *
+ * Each reading has a deadline (READ_TIMEOUT): a server that hangs is an unknown reading, never a
+ * stuck sampler.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Cluster } from "ioredis"
+import { describeError } from "../../domain/Errors.ts"
+import type { RedisStoreName } from "../../domain/Health.ts"
+import { HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+import { type RedisClient, RedisStores } from "../redis/Redis.ts"
+
+/** Longer than this and the reading is unknown: the sampler reads once a second. */
+export const READ_TIMEOUT = Duration.seconds(2)
+
+const MISSING_PRIVILEGE =
+  "needs pg_read_all_stats (GRANT pg_monitor TO <role>): without it other backends' rows are hidden"
+
+const unreadable = (source: string) => (cause: unknown) =>
+  cause instanceof SignalUnreadable ? cause : new SignalUnreadable({ source, reason: describeError(cause) })
+
+const bounded = <A, E>(source: string, effect: Effect.Effect<A, E>): Effect.Effect<A, SignalUnreadable> =>
+  effect.pipe(
+    Effect.timeoutOrElse({
+      duration: READ_TIMEOUT,
+      orElse: () =>
+        Effect.fail(new SignalUnreadable({ source, reason: `no answer within ${Duration.format(READ_TIMEOUT)}` }))
+    }),
+    Effect.mapError(unreadable(source))
+  )
+
+/** `used_memory:123` and `maxmemory:456` from an INFO memory reply. */
+export const memoryRatio = (info: string): Option.Option<number> | "no-limit" => {
+  const field = (name: string) => {
+    const match = new RegExp(`^${name}:(\\d+)\\s*$`, "m").exec(info)
+    return match === null ? undefined : Number(match[1])
+  }
+  const used = field("used_memory")
+  const max = field("maxmemory")
+  if (used === undefined || max === undefined) return Option.none()
+  if (max === 0) return "no-limit"
+  return Option.some(used / max)
+}
+
+const SidekiqJobTime = Schema.fromJsonString(Schema.Struct({ enqueued_at: Schema.Number }))
+
+/** Sidekiq 8 writes enqueued_at in milliseconds, earlier versions in (fractional) seconds. */
+export const enqueuedAtMillis = (enqueuedAt: number): number => enqueuedAt > 1e11 ? enqueuedAt : enqueuedAt * 1000
+
+const PromAnswer = Schema.Struct({
+  status: Schema.String,
+  error: Schema.optionalKey(Schema.String),
+  data: Schema.optionalKey(Schema.Struct({
+    resultType: Schema.String,
+    result: Schema.Unknown
+  }))
+})
+const Sample = Schema.Tuple([Schema.Number, Schema.String])
+const VectorResult = Schema.Array(Schema.Struct({ value: Sample }))
+
+/** One number out of an instant query's answer, or why not. */
+export const promNumber = (body: unknown): { ok: number } | { error: string } => {
+  const answer = Schema.decodeUnknownOption(PromAnswer)(body)
+  if (Option.isNone(answer)) return { error: "not a Prometheus API answer" }
+  if (answer.value.status !== "success" || answer.value.data === undefined) {
+    return { error: answer.value.error ?? answer.value.status }
+  }
+  const { resultType, result } = answer.value.data
+  let text: string | undefined
+  if (resultType === "scalar") {
+    text = Option.getOrUndefined(Schema.decodeUnknownOption(Sample)(result))?.[1]
+  } else if (resultType === "vector") {
+    const series = Option.getOrUndefined(Schema.decodeUnknownOption(VectorResult)(result))
+    if (series === undefined) return { error: "unexpected vector shape" }
+    if (series.length !== 1) {
+      return { error: `returned ${series.length} series, expected one (aggregate it, e.g. min(...))` }
+    }
+    text = series[0]!.value[1]
+  } else {
+    return { error: `returned a ${resultType}, expected one number` }
+  }
+  const n = text === undefined ? Number.NaN : Number(text)
+  return Number.isFinite(n) ? { ok: n } : { error: `returned ${JSON.stringify(text)}, not a number` }
+}
+
+const infoMemory = (client: RedisClient): Promise<Array<string>> =>
+  client instanceof Cluster
+    ? Promise.all(client.nodes("master").map((node) => node.info("memory")))
+    : client.info("memory").then((info) => [info])
+
+export const HealthSignalsLive = Layer.effect(
+  HealthSignals,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const stores = yield* Effect.serviceOption(RedisStores)
+
+    /** The role may see other backends' statistics (superuser, pg_read_all_stats, pg_monitor). */
+    const canReadAll = sql`
+      (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+        OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')`
+
+    const requireStats = <A extends { can_read: boolean }>(source: string, rows: ReadonlyArray<A>) =>
+      rows[0] === undefined || !rows[0].can_read
+        ? Effect.fail(new SignalUnreadable({ source, reason: MISSING_PRIVILEGE }))
+        : Effect.succeed(rows[0])
+
+    const replicationLag = bounded(
+      "pg_stat_replication",
+      Effect.gen(function*() {
+        const rows = yield* sql<
+          { can_read: boolean; standbys: string; hidden: string; bytes: number | null; seconds: number | null }
+        >`
+        SELECT ${canReadAll} AS can_read,
+               count(*)::text AS standbys,
+               count(*) FILTER (WHERE state IS NULL)::text AS hidden,
+               max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 AS bytes,
+               max(extract(epoch FROM replay_lag))::float8 AS seconds
+        FROM pg_stat_replication`
+        const row = yield* requireStats("pg_stat_replication", rows)
+        if (Number(row.hidden) > 0) {
+          return yield* new SignalUnreadable({ source: "pg_stat_replication", reason: MISSING_PRIVILEGE })
+        }
+        return {
+          standbys: Number(row.standbys),
+          bytes: Math.max(0, row.bytes ?? 0),
+          seconds: Math.max(0, row.seconds ?? 0)
+        }
+      })
+    )
+
+    const walPosition = bounded(
+      "pg_current_wal_lsn()",
+      Effect.gen(function*() {
+        const rows = yield* sql<
+          { position: number }
+        >`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 AS position`
+        return rows[0]!.position
+      })
+    )
+
+    const vacuuming = (tables: ReadonlyArray<string>) =>
+      bounded(
+        "pg_stat_progress_vacuum",
+        Effect.gen(function*() {
+          if (tables.length === 0) return []
+          // A partition's vacuum counts for its partitioned parent (GitLab's p_ci_builds).
+          const rows = yield* sql<{ can_read: boolean; tables: ReadonlyArray<string> | null }>`
+          SELECT ${canReadAll} AS can_read,
+                 array_agg(DISTINCT COALESCE(CASE WHEN p.relname IN ${
+            sql.in(tables)
+          } THEN p.relname END, c.relname)) AS tables
+          FROM pg_stat_progress_vacuum v
+          JOIN pg_class c ON c.oid = v.relid
+          LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+          LEFT JOIN pg_class p ON p.oid = i.inhparent
+          WHERE v.datname = current_database() AND (c.relname IN ${sql.in(tables)} OR p.relname IN ${sql.in(tables)})`
+          const row = yield* requireStats("pg_stat_progress_vacuum", rows)
+          return row.tables ?? []
+        })
+      )
+
+    const oldestTransaction = bounded(
+      "pg_stat_activity",
+      Effect.gen(function*() {
+        // clock_timestamp(), not now(): now() is this statement's own transaction start.
+        const rows = yield* sql<{ can_read: boolean; seconds: number | null }>`
+        SELECT ${canReadAll} AS can_read,
+               max(extract(epoch FROM clock_timestamp() - xact_start))::float8 AS seconds
+        FROM pg_stat_activity
+        WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL AND backend_type = 'client backend'`
+        const row = yield* requireStats("pg_stat_activity", rows)
+        return Math.max(0, row.seconds ?? 0)
+      })
+    )
+
+    const storeOf = (store: RedisStoreName) =>
+      Option.flatMap(stores, (all) => Option.fromUndefinedOr(all.find((s) => s.store === store)?.redis))
+
+    const redisMemory = (store: RedisStoreName) => {
+      const source = `INFO memory on ${store}`
+      return bounded(
+        source,
+        Effect.gen(function*() {
+          const redis = storeOf(store)
+          if (Option.isNone(redis)) {
+            return yield* new SignalUnreadable({
+              source,
+              reason: "in-memory Redis (embedded): no memory limit to read"
+            })
+          }
+          const infos = yield* redis.value.use("INFO memory", infoMemory)
+          let worst = 0
+          for (const info of infos) {
+            const ratio = memoryRatio(info)
+            if (ratio === "no-limit") {
+              return yield* new SignalUnreadable({
+                source,
+                reason: "maxmemory is 0 (no limit): used/max has no meaning"
+              })
+            }
+            if (Option.isNone(ratio)) {
+              return yield* new SignalUnreadable({ source, reason: "no used_memory/maxmemory in the reply" })
+            }
+            worst = Math.max(worst, ratio.value)
+          }
+          return worst
+        })
+      )
+    }
+
+    const queueLatency = (queue: string) => {
+      const source = `queue:${queue}`
+      return bounded(
+        source,
+        Effect.gen(function*() {
+          const redis = storeOf("queues")
+          if (Option.isNone(redis)) {
+            return yield* new SignalUnreadable({
+              source,
+              reason: "in-memory Redis (embedded): no Sidekiq queue to read"
+            })
+          }
+          const oldest = yield* redis.value.use(
+            `LINDEX queue:${queue}`,
+            (client) => client.lindex(`queue:${queue}`, -1)
+          )
+          if (oldest === null) return 0
+          const job = Schema.decodeUnknownOption(SidekiqJobTime)(oldest)
+          if (Option.isNone(job)) {
+            return yield* new SignalUnreadable({ source, reason: "oldest job has no numeric enqueued_at" })
+          }
+          const now = yield* Clock.currentTimeMillis
+          return Math.max(0, (now - enqueuedAtMillis(job.value.enqueued_at)) / 1000)
+        })
+      )
+    }
+
+    const prometheus = (url: string, query: string) => {
+      const source = `Prometheus query ${JSON.stringify(query)}`
+      return bounded(
+        source,
+        Effect.gen(function*() {
+          const endpoint = `${url.replace(/\/+$/, "")}/api/v1/query?query=${encodeURIComponent(query)}`
+          const body = yield* Effect.tryPromise({
+            try: async (signal) => {
+              const response = await fetch(endpoint, { signal })
+              const text = await response.text()
+              try {
+                return JSON.parse(text) as unknown
+              } catch {
+                throw new Error(`HTTP ${response.status}: ${text.slice(0, 200)}`)
+              }
+            },
+            catch: unreadable(source)
+          })
+          const parsed = promNumber(body)
+          return "ok" in parsed ? parsed.ok : yield* new SignalUnreadable({ source, reason: parsed.error })
+        })
+      )
+    }
+
+    const privileges = bounded(
+      "pg_roles",
+      Effect.gen(function*() {
+        const rows = yield* sql<{ role: string; superuser: boolean; read_all: boolean; in_recovery: boolean }>`
+        SELECT current_user AS role,
+               (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser,
+               pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS read_all,
+               pg_is_in_recovery() AS in_recovery`
+        const row = rows[0]!
+        return {
+          role: row.role,
+          superuser: row.superuser,
+          readAllStats: row.superuser || row.read_all,
+          inRecovery: row.in_recovery
+        }
+      })
+    )
+
+    return HealthSignals.of({
+      replicationLag,
+      walPosition,
+      vacuuming,
+      oldestTransaction,
+      redisMemory,
+      queueLatency,
+      prometheus,
+      privileges
+    })
+  })
+)

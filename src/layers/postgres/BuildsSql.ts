@@ -1,0 +1,308 @@
+/**
+ * Builds on PostgreSQL, timestamps without time zone holding UTC. GitLab ≥ 16 keeps them in
+ * `p_ci_builds`, LIST-partitioned on `partition_id` (`ci_builds` = 100,
+ * `gitlab_partitions_dynamic.ci_builds_<n>`): reading through the parent covers every partition, and
+ * every statement names a build by its whole primary key `(id, partition_id)`, which also lets
+ * PostgreSQL prune to one partition. Older GitLab and standalone databases: plain `ci_builds`.
+ * The table and its key columns come from one `BuildsTable` value (DatabaseSchema.ts), so every
+ * statement here is built from the same description.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { DateTime, Effect, Layer, Option } from "effect"
+import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
+import { RowLocked } from "../../domain/Errors.ts"
+import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
+import { retryOrDoom } from "../../repair/DropRetry.ts"
+import { Builds, type DropManyResult } from "../../services/Builds.ts"
+import { EventLog } from "../../services/EventLog.ts"
+import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
+import { eventsForWrittenCte } from "./EventLogSql.ts"
+import { fencedCte, fenceWrite } from "./Fencing.ts"
+
+interface BuildRow {
+  readonly id: string
+  /** Only selected from p_ci_builds. */
+  readonly partition_id?: string
+  readonly project_id: string
+  readonly runner_id: string | null
+  readonly status: string
+  readonly lock_version: number
+  readonly created_at: Date
+  readonly updated_at: Date
+  /** created_at with its microseconds, for the keyset cursor (a Date keeps milliseconds). */
+  readonly created_at_exact: string
+}
+
+const toBuild = (row: BuildRow): CancelingBuild => ({
+  id: Number(row.id),
+  ...(row.partition_id === undefined ? {} : { partitionId: Number(row.partition_id) }),
+  projectId: Number(row.project_id),
+  runnerId: row.runner_id === null ? null : Number(row.runner_id),
+  status: row.status,
+  lockVersion: row.lock_version,
+  createdAt: DateTime.fromDateUnsafe(row.created_at),
+  updatedAt: DateTime.fromDateUnsafe(row.updated_at),
+  createdAtExact: row.created_at_exact
+})
+
+const columns = (sql: PgClient.PgClient, table: BuildsTable) =>
+  sql`id, ${
+    table.partitioned ? sql`partition_id, ` : sql``
+  }project_id, runner_id, status, lock_version, created_at, updated_at,
+    to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact`
+
+/** `id = … [AND partition_id = …]`: the whole primary key of one build. */
+export const keyMatch = (sql: PgClient.PgClient, table: BuildsTable, key: BuildKey) => {
+  if (!table.partitioned) return sql`id = ${key.id}`
+  if (key.partitionId === undefined) throw new Error(`build ${key.id} read from ${table.name} without its partition_id`)
+  return sql`id = ${key.id} AND partition_id = ${key.partitionId}`
+}
+
+/**
+ * A page's builds as one jsonb parameter for `jsonb_to_recordset`: key and the lock_version read.
+ * One parameter whatever the page size, far from PostgreSQL's 65,535-parameter limit.
+ */
+const pageRecordset = (sql: PgClient.PgClient, table: BuildsTable, builds: ReadonlyArray<CancelingBuild>) => {
+  const rows = builds.map((build) => {
+    if (!table.partitioned) return { id: build.id, read_lock_version: build.lockVersion }
+    if (build.partitionId === undefined) {
+      throw new Error(`build ${build.id} read from ${table.name} without its partition_id`)
+    }
+    return { id: build.id, partition_id: build.partitionId, read_lock_version: build.lockVersion }
+  })
+  const shape = table.partitioned
+    ? "id bigint, partition_id bigint, read_lock_version integer"
+    : "id bigint, read_lock_version integer"
+  return sql`jsonb_to_recordset(${sql.json(rows)}) AS r(${sql.literal(shape)})`
+}
+
+/** `b.id = r.id [AND b.partition_id = r.partition_id]`: the page's rows matched by their whole key. */
+const keyJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
+  sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
+
+/** `c.id = b.id [AND …]`: a row of the table matched to the claimed rows. */
+const claimedJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
+  sql.literal(table.key.map((column) => `c.${column} = b.${column}`).join(" AND "))
+
+/** `id[, partition_id]`: the primary key's columns. */
+const keyColumns = (sql: PgClient.PgClient, table: BuildsTable) => sql.literal(table.key.join(", "))
+
+const keyString = (
+  table: BuildsTable,
+  key: { readonly id: number | string; readonly partitionId?: number | string | undefined }
+) => table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
+
+/** The keyset order: (created_at, project_id) then the primary key. */
+const keysetColumns = (table: BuildsTable) => ["created_at", "project_id", ...table.key].join(", ")
+
+/**
+ * The canceling walk's page query (exported so storage tests and `sweeper doctor` EXPLAIN the exact
+ * text). On a standalone database it is served by the partial index
+ * `index_ci_builds_canceling_on_created_at_project_id_id` (see Indexes.ts for GitLab's databases).
+ */
+export const stuckCancelingQuery = (sql: PgClient.PgClient, options: {
+  readonly cutoff: DateTime.Utc
+  readonly after: Option.Option<BuildCursor>
+  readonly limit: number
+}, table: BuildsTable = PlainBuilds) => {
+  const cutoff = DateTime.toDateUtc(options.cutoff)
+  const order = sql.literal(keysetColumns(table))
+  const after = Option.match(options.after, {
+    onNone: () => sql``,
+    onSome: (c) => {
+      const createdAt = c.createdAtExact !== undefined
+        ? sql`${c.createdAtExact}::timestamp`
+        : sql`${DateTime.toDateUtc(c.createdAt)}`
+      const key = table.partitioned ? sql`${c.id}, ${c.partitionId ?? 0}` : sql`${c.id}`
+      return sql`AND (${order}) > (${createdAt}, ${c.projectId}, ${key})`
+    }
+  })
+  return sql<BuildRow>`
+    SELECT ${columns(sql, table)} FROM ${sql(table.name)}
+    WHERE status = 'canceling' AND type = 'Ci::Build'
+      AND created_at < ${cutoff} AND updated_at < ${cutoff} ${after}
+    ORDER BY ${order}
+    LIMIT ${options.limit}`
+}
+
+/**
+ * Walks the canceling index from `after` to the first build still stuck (see
+ * Builds.revisitWritten): the page query itself with LIMIT 1, so the same ordered index scan that
+ * reads the pages, because only an index scan marks entries dead as it meets them
+ * (kill_prior_tuple). A bounded range count is not that: on 1 M builds PostgreSQL served a
+ * 1000-row range with a bitmap scan, which marks nothing (measured: the next run's first scan still
+ * took 642 ms). Exported for the storage test's EXPLAIN.
+ */
+export const revisitWrittenQuery = (sql: PgClient.PgClient, from: {
+  readonly cutoff: DateTime.Utc
+  readonly after: Option.Option<BuildCursor>
+}, table: BuildsTable = PlainBuilds) => stuckCancelingQuery(sql, { ...from, limit: 1 }, table)
+
+export const BuildsSql = Layer.effect(
+  Builds,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const events = yield* EventLog
+    // Decided once per process: GitLab converts ci_builds to p_ci_builds in a migration, not live.
+    const table = yield* detectBuildsTable
+
+    const findStuckCanceling = Effect.fn("Builds.findStuckCanceling")(function*(options: {
+      readonly cutoff: DateTime.Utc
+      readonly after: Option.Option<BuildCursor>
+      readonly limit: number
+    }) {
+      const rows = yield* stuckCancelingQuery(sql, options, table)
+      return rows.map(toBuild)
+    })
+
+    const find = Effect.fn("Builds.find")(function*(key: BuildKey) {
+      const rows = yield* sql<BuildRow>`SELECT ${columns(sql, table)} FROM ${sql(table.name)} WHERE ${
+        keyMatch(sql, table, key)
+      }`
+      return Option.map(Option.fromNullishOr(rows[0]), toBuild)
+    })
+
+    /**
+     * Fails a canceling build with `reason` and appends its event, in one fenced transaction.
+     * `lockVersion` set: optimistic (drop); undefined: only the status guard (doom). The row is
+     * claimed with `FOR UPDATE SKIP LOCKED` so a row another transaction holds is never waited for:
+     * then nothing changes and, if the row still matched the guard in this statement's snapshot,
+     * the build is RowLocked (the transaction, fence write included, rolls back).
+     */
+    const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
+      const reason = outcome === "dropped"
+        ? FailureReason.stuck_or_timeout_failure
+        : FailureReason.data_integrity_failure
+      const lockGuard = outcome === "dropped" ? sql`AND lock_version = ${build.lockVersion}` : sql``
+      const at = DateTime.toDateUtc(now)
+      return events.transaction(Effect.gen(function*() {
+        yield* fenceWrite(sql)
+        const rows = yield* sql<{ readonly updated: string | number; readonly matched: boolean }>`
+          WITH claimed AS (
+            SELECT ${keyColumns(sql, table)} FROM ${sql(table.name)}
+            WHERE ${keyMatch(sql, table, build)} AND status = 'canceling' ${lockGuard}
+            FOR UPDATE SKIP LOCKED),
+          updated AS (
+            UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+              finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+            FROM claimed r WHERE ${keyJoin(sql, table)} AND b.status = 'canceling'
+            RETURNING b.id)
+          SELECT (SELECT count(*) FROM updated) AS updated,
+            EXISTS (SELECT FROM ${sql(table.name)} WHERE ${
+          keyMatch(sql, table, build)
+        } AND status = 'canceling' ${lockGuard}) AS matched`
+        if (Number(rows[0]!.updated) === 0) {
+          if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
+          return false
+        }
+        const fields = {
+          id: build.id,
+          ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+          project_id: build.projectId,
+          runner_id: build.runnerId,
+          failure_reason: reason
+        }
+        yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
+        return true
+      }))
+    }
+
+    /**
+     * A page in ONE statement, so one round trip and one commit: the fence, one UPDATE … FROM the
+     * page's (key, lock_version) with each row's own guard, and the INSERT of the events of exactly
+     * the rows that UPDATE changed, as data-modifying CTEs of a single autocommitted statement (all
+     * of it commits or none). A row that changed since it was read (status or lock_version) is not
+     * in `dropped`: it stays as it is, gets no event, and the caller retries it on its own. Measured
+     * against BEGIN, fence, UPDATE, INSERT, COMMIT as five round trips: see BENCHMARKS.md.
+     *
+     * The rows are claimed first with `FOR UPDATE SKIP LOCKED` (`claimed`), and only claimed rows
+     * are updated: a row held by another open transaction is passed over instead of waited for (a
+     * plain UPDATE waits for that transaction to end, however long: issue 18). `locked` tells those
+     * from lost races: page rows that still match their guard in the statement's snapshot but were
+     * not claimed. It is read only when fewer rows were claimed than the page holds (a one-time
+     * filter: PostgreSQL does not scan at all otherwise). A row changed and committed by another
+     * writer in the instant between the snapshot and the claim also lands in `locked`: skipped
+     * rather than retried, and the next run reads it as it is then.
+     */
+    const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
+      if (builds.length === 0) return { dropped: [], locked: [] }
+      const reason = FailureReason.stuck_or_timeout_failure
+      const at = DateTime.toDateUtc(now)
+      const recordset = pageRecordset(sql, table, builds)
+      const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
+      const fence = yield* fencedCte(sql)
+      const events = yield* eventsForWrittenCte(
+        sql,
+        builds.map((build) => ({
+          key: keyString(table, build),
+          event: new BuildDropped({
+            id: build.id,
+            ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+            project_id: build.projectId,
+            runner_id: build.runnerId,
+            failure_reason: reason
+          })
+        })),
+        "dropped"
+      )
+      const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
+      const rows = yield* sql<{
+        readonly fenced: string | number
+        readonly keys: ReadonlyArray<string>
+        readonly locked: ReadonlyArray<string>
+      }>`
+        WITH fenced AS (${fence.cte}),
+        page AS (SELECT * FROM ${recordset}),
+        claimed AS (
+          SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${
+        keyJoin(sql, table)
+      }
+          WHERE b.status = 'canceling' AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
+          FOR UPDATE OF b SKIP LOCKED),
+        dropped AS (
+          UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+            finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+          FROM claimed r
+          WHERE ${keyJoin(sql, table)} AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
+          RETURNING ${key} AS key),
+        logged AS (${events}),
+        locked AS (
+          SELECT ${key} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
+          WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)
+            AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
+            AND NOT EXISTS (SELECT FROM claimed c WHERE ${claimedJoin(sql, table)}))
+        SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
+          (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
+      if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+      const won = new Set(rows[0]!.keys)
+      const held = new Set(rows[0]!.locked)
+      // In page order, as the keyset read them.
+      return {
+        dropped: builds.filter((build) => won.has(keyString(table, build))),
+        locked: builds.filter((build) => held.has(keyString(table, build)))
+      } satisfies DropManyResult
+    })
+
+    const revisitWritten = Effect.fn("Builds.revisitWritten")(function*(from: {
+      readonly cutoff: DateTime.Utc
+      readonly after: Option.Option<BuildCursor>
+    }) {
+      yield* revisitWrittenQuery(sql, from, table)
+    })
+
+    const drop = Effect.fn("Builds.drop")((build: CancelingBuild, now: DateTime.Utc) =>
+      failBuild(build, now, "dropped")
+    )
+    const doom = Effect.fn("Builds.doom")((build: CancelingBuild, now: DateTime.Utc) => failBuild(build, now, "doomed"))
+
+    return Builds.of({
+      findStuckCanceling,
+      find,
+      drop,
+      dropMany,
+      revisitWritten,
+      doom,
+      retryOrDoom: retryOrDoom({ find, drop, doom })
+    })
+  })
+)

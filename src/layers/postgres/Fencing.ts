@@ -1,0 +1,58 @@
+/**
+ * Fenced SQL writes. Inside the write's transaction, record the run's lease epoch in
+ * `sweeper_lease_fences` unless a newer epoch is already there; if one is, a newer holder has
+ * written since our lease expired and this write must not happen (LeaseLost rolls it back). Runs
+ * without a lease (no fence in CurrentRun) write unfenced.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Duration, Effect, Option } from "effect"
+import { CurrentRun } from "../../domain/Batch.ts"
+import { LeaseLost } from "../../domain/Errors.ts"
+
+/**
+ * The longest a fence write waits for the lease's fence row (issue 18's progress guarantee). Only
+ * writers of the same lease lock that row, each for one statement or one short transaction that
+ * waits on nothing else (their row writes skip locked rows), so a wait past this means another
+ * holder's connection hangs mid-transaction (a stopped process, a partition): the write fails with
+ * PostgreSQL's lock timeout (55P03, retried by the run guard as transient, within its budget)
+ * instead of waiting until that connection dies. Set with `set_config(…, true)` in the statement
+ * itself, so it lasts for the write's own transaction and costs no round trip.
+ */
+export const FENCE_LOCK_TIMEOUT = Duration.seconds(5)
+
+/** `INSERT … SELECT lease, epoch FROM (set_config lock_timeout)`: the fence upsert, bounded. */
+const fenceUpsert = (sql: PgClient.PgClient, lease: string, epoch: number) =>
+  sql`INSERT INTO sweeper_lease_fences (name, epoch)
+    SELECT ${lease}::text, ${epoch}::bigint
+    FROM (SELECT set_config('lock_timeout', ${`${Duration.toMillis(FENCE_LOCK_TIMEOUT)}ms`}, true)) AS bounded
+    ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
+    WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
+    RETURNING epoch`
+
+export const fenceWrite = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
+  const run = yield* CurrentRun
+  if (Option.isNone(run.fence)) return
+  const { lease, epoch } = run.fence.value
+  yield* run.fence.value.check
+  const accepted = yield* fenceUpsert(sql, lease, epoch)
+  if (accepted.length === 0) return yield* new LeaseLost({ lease, epoch })
+})
+
+/**
+ * The fence for a write that is ONE statement (data-modifying CTEs, autocommit): the same check,
+ * as a CTE body to name `fenced`. It yields one row when the write may happen (our epoch
+ * recorded, or no fence at all) and none when a newer holder has written; the statement guards
+ * each of its writes with `EXISTS (SELECT FROM fenced)` and reports `(SELECT count(*) FROM fenced)`,
+ * and the caller fails with `lost` when that is 0 (nothing was written). One round trip for fence,
+ * write and events instead of BEGIN, fence, write, events, COMMIT.
+ */
+export const fencedCte = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
+  const run = yield* CurrentRun
+  if (Option.isNone(run.fence)) return { cte: sql`SELECT 1 AS epoch`, lost: Option.none<LeaseLost>() }
+  const { lease, epoch } = run.fence.value
+  yield* run.fence.value.check
+  return {
+    cte: fenceUpsert(sql, lease, epoch),
+    lost: Option.some(new LeaseLost({ lease, epoch }))
+  }
+})

@@ -1,0 +1,242 @@
+/**
+ * The composition root. Configuration picks the backends:
+ *   DATABASE_URL set → that PostgreSQL server; absent → embedded PGlite under SWEEPER_DATA_DIR.
+ *   REDIS_URL set    → that Redis (and REDIS_{SHARED_STATE,QUEUES,QUEUES_METADATA}_URL per GitLab store,
+ *                      each a server or a cluster); absent → the in-memory implementations.
+ *   Setting one side without the other is a start-up error (Config.ts, SPEC §8.2).
+ * Everything above the backends (programs, run guard, scheduler) is the same either way.
+ */
+import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
+import { join } from "node:path"
+import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "../config/Config.ts"
+import { describeObjectStorage, type ObjectStorageSettings } from "../config/ObjectStorageConfig.ts"
+import { redactUrl } from "../config/RedisUrl.ts"
+import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
+import { HealthGateLive } from "../layers/health/HealthGateLive.ts"
+import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
+import { ConcurrencyLimitsMemory } from "../layers/memory/ConcurrencyLimitsMemory.ts"
+import { JobQueueMemory } from "../layers/memory/JobQueueMemory.ts"
+import { JobStatusMemory } from "../layers/memory/JobStatusMemory.ts"
+import { LeaseMemory } from "../layers/memory/LeaseMemory.ts"
+import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
+import { PendingDirectUploadsMemory } from "../layers/memory/PendingDirectUploadsMemory.ts"
+import { RebalancingStateMemory } from "../layers/memory/RebalancingStateMemory.ts"
+import { ObjectStorageAzure } from "../layers/objectStorage/ObjectStorageAzure.ts"
+import { ObjectStorageLocal } from "../layers/objectStorage/ObjectStorageLocal.ts"
+import { ObjectStorageS3 } from "../layers/objectStorage/ObjectStorageS3.ts"
+import { BuildsSql } from "../layers/postgres/BuildsSql.ts"
+import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "../layers/postgres/DatabaseSchema.ts"
+import { EventLogSql } from "../layers/postgres/EventLogSql.ts"
+import { EventRetentionSql } from "../layers/postgres/EventRetentionSql.ts"
+import { ExportJobsSql } from "../layers/postgres/ExportJobsSql.ts"
+import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts"
+import { PlatformRecordsSql } from "../layers/postgres/PlatformRecordsSql.ts"
+import { layerEmbedded, layerServer } from "../layers/postgres/Postgres.ts"
+import { MetricsPrometheus } from "../layers/prometheus/MetricsPrometheus.ts"
+import { RebalanceRescheduleLive } from "../layers/protocols/RebalanceRescheduleLive.ts"
+import { StaleUploadRepairLive } from "../layers/protocols/StaleUploadRepairLive.ts"
+import { ConcurrencyLimitsRedis } from "../layers/redis/ConcurrencyLimitsRedis.ts"
+import { JobQueueRedis } from "../layers/redis/JobQueueRedis.ts"
+import { JobStatusRedis } from "../layers/redis/JobStatusRedis.ts"
+import { LeaseRedis } from "../layers/redis/LeaseRedis.ts"
+import { PendingDirectUploadsRedis } from "../layers/redis/PendingDirectUploadsRedis.ts"
+import { RebalancingStateRedis } from "../layers/redis/RebalancingStateRedis.ts"
+import { Redis, type StoreUrls } from "../layers/redis/Redis.ts"
+import { batches } from "../programs/index.ts"
+import type { ObjectStorage } from "../services/ObjectStorage.ts"
+
+/**
+ * Write steps that span several backends (objects, then events, then entries…), one implementation
+ * over whichever backends are chosen: programs call them as contracts (issue 17), and every
+ * composition provides them on top of its backends.
+ */
+export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive, RebalanceRescheduleLive)
+
+/** The services backed by Redis, given the store connections (Redis.layerStores). */
+export const RedisServices = Layer.mergeAll(
+  LeaseRedis,
+  JobStatusRedis,
+  PendingDirectUploadsRedis,
+  JobQueueRedis,
+  RebalancingStateRedis,
+  ConcurrencyLimitsRedis
+)
+
+/** The services backed by Redis, each on its GitLab store (SPEC §8.2). */
+export const RedisBackends = (urls: StoreUrls) =>
+  RedisServices.pipe(
+    Layer.provideMerge(Redis.layerStores(urls)),
+    // Which store failed is in the RedisError's server; the one-line error names every store host.
+    unavailable(
+      "Redis",
+      Redacted.make([...new Set([urls.sharedState, urls.queues, urls.queuesMetadata].map(Redacted.value))].join(","))
+    )
+  )
+
+/** The same services in memory (embedded default, specs). */
+export const MemoryBackends = Layer.mergeAll(
+  LeaseMemory,
+  JobStatusMemory,
+  PendingDirectUploadsMemory,
+  JobQueueMemory,
+  RebalancingStateMemory,
+  ConcurrencyLimitsMemory
+).pipe(Layer.provideMerge(MemoryRedis.layer))
+
+/** The services backed by PostgreSQL, given a PgClient. */
+export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql, EventRetentionSql).pipe(
+  Layer.provideMerge(EventLogSql)
+)
+
+/**
+ * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first
+ * (`start`, `run`, `migrate`); `read-only` (`status`, `events`, `run --dry-run`, `doctor`) never
+ * runs DDL and stops with one line when something is pending. The embedded database is Sweeper's
+ * own, so every command migrates it.
+ */
+export type SchemaAccess = "migrate" | "read-only"
+
+/** The object-storage backend `SWEEPER_OBJECT_STORAGE` names (SPEC §8.4): one layer per provider. */
+export const objectStorageLayer = (settings: ObjectStorageSettings): Layer.Layer<ObjectStorage> => {
+  switch (settings._tag) {
+    case "Local":
+      return ObjectStorageLocal(settings.roots)
+    case "S3":
+      return ObjectStorageS3(settings)
+    case "Azure":
+      return ObjectStorageAzure(settings)
+  }
+}
+
+const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    if (access === "migrate" || Option.isNone(settings.databaseUrl)) {
+      const applied = yield* migrateWith(settings.schema)
+      if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
+    } else {
+      const { mode } = yield* detectSchemaMode(settings.schema)
+      const pending = yield* pendingMigrations(mode)
+      if (pending.length > 0) return yield* new SchemaNotMigrated({ pending })
+    }
+    // Every column a batch uses, before anything runs: a missing one stops start-up naming it.
+    yield* checkColumns
+  }))
+
+/** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
+const unavailable =
+  (service: InfrastructureUnavailable["service"], url: Redacted.Redacted<string>) =>
+  <A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, InfrastructureUnavailable, R> =>
+    Layer.catchCause(
+      layer,
+      (cause: Cause.Cause<E>) =>
+        Layer.effectContext<A, InfrastructureUnavailable, never>(Effect.fail(
+          new InfrastructureUnavailable({
+            service,
+            // A cluster URL is a comma list of seed nodes: every host of it.
+            host: [...new Set(Redacted.value(url).split(",").map((part) => hostOfUrl(part.trim())))].join(","),
+            detail: describeError(Cause.squash(cause))
+          })
+        ))
+    )
+
+type Embedded = ReturnType<typeof layerEmbedded>
+
+/** The PostgreSQL client configuration picks, nothing checked or migrated (`sweeper migrate`). */
+export const databaseClientLayer = (
+  settings: SweeperSettings
+): Layer.Layer<Layer.Success<Embedded>, Layer.Error<Embedded> | InfrastructureUnavailable> =>
+  Option.match(settings.databaseUrl, {
+    onNone: () => layerEmbedded(settings.dataDir),
+    onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
+  })
+
+/** effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query. */
+const isConnectionFailure = (error: unknown) => {
+  const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
+  return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError")
+}
+
+export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") => {
+  const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+  if (Option.isNone(settings.databaseUrl)) return layer
+  const url = settings.databaseUrl.value
+  // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
+  return Layer.catchCause(
+    layer,
+    (cause) =>
+      Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
+        isConnectionFailure(Cause.squash(cause))
+          ? Effect.fail(
+            new InfrastructureUnavailable({
+              service: "PostgreSQL",
+              host: hostOfUrl(Redacted.value(url)),
+              detail: describeError(Cause.squash(cause))
+            })
+          )
+          : Effect.failCause(cause)
+      )
+  )
+}
+
+export const describeBackends = (settings: SweeperSettings) => ({
+  postgres: Option.match(settings.databaseUrl, {
+    onNone: () => `embedded PGlite (${join(settings.dataDir, "pgdata")})`,
+    onSome: (url) => redactUrl(Redacted.value(url))
+  }),
+  redis: Option.match(storeUrls(settings), {
+    onNone: () => "in-memory (embedded, this process only)",
+    onSome: (urls) => {
+      const describe = (url: Redacted.Redacted<string>) => {
+        const raw = Redacted.value(url)
+        return `${raw.includes(",") ? "cluster " : ""}${redactUrl(raw)}`
+      }
+      const all = [urls.sharedState, urls.queues, urls.queuesMetadata].map(describe)
+      return all[0] === all[1] && all[1] === all[2]
+        ? all[0]!
+        : `sharedState ${all[0]}, queues ${all[1]}, queuesMetadata ${all[2]}`
+    }
+  }),
+  objectStorage: describeObjectStorage(settings.objectStorage)
+})
+
+/** The three store URLs when Redis is configured (Config has checked each resolves). */
+export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> => Option.all(resolveStoreUrls(settings))
+
+/**
+ * The health gate (SPEC §9) when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
+ * batch in the registry, its signals read on the database and Redis stores configured here.
+ * Absent, both references keep their defaults (a gate that never holds, a report saying so).
+ */
+export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
+  Option.match(settings.health, {
+    onNone: () => Layer.empty,
+    onSome: (config) =>
+      HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(
+        Layer.provide(HealthSignalsLive)
+      )
+  })
+
+/** Platform backends chosen by configuration, with SweeperConfig; the schema as `access` says. */
+export const appLayer = (access: SchemaAccess) =>
+  Layer.unwrap(Effect.gen(function*() {
+    const settings = yield* SweeperConfig
+    const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
+    return Layer.merge(healthLayer(settings), RepairSteps).pipe(
+      Layer.provideMerge(
+        Layer.mergeAll(
+          SqlBackends,
+          redisBacked,
+          objectStorageLayer(settings.objectStorage),
+          TuningFromConfig,
+          MetricsPrometheus
+        )
+      ),
+      Layer.provideMerge(databaseLayer(settings, access))
+    )
+  })).pipe(Layer.provideMerge(SweeperConfig.layer))
+
+/** Platform backends chosen by configuration, migrated, with SweeperConfig. */
+export const AppLayer = appLayer("migrate")
+
+/** The same backends for commands that only read: nothing migrated (SPEC §8.1). */
+export const ReadOnlyAppLayer = appLayer("read-only")
