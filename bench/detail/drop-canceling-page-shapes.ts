@@ -83,7 +83,7 @@ const program = Effect.scoped(Effect.gen(function*() {
             WHERE b.id = r.id AND b.status = 'canceling' AND b.lock_version = r.read_lock_version RETURNING b.id`
           if (v === "five") {
             const won = new Set(upd.map((r: any) => String(r.id)))
-            const batch = evs.filter((e: any) => won.has(e.key)).map(({ key, ...e }: any) => e)
+            const batch = evs.filter((e: any) => won.has(e.key)).map(({ key: _key, ...e }: any) => e)
             yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
               SELECT e.stream, e.type, e.data, ${runId}::uuid, ${NOW}::timestamptz
               FROM ROWS FROM (jsonb_to_recordset(${

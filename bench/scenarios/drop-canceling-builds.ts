@@ -146,10 +146,10 @@ export const scenario: Scenario<Size> = {
             return { ms: seconds * 1000, dropped: Number(summary.dropped ?? 0) }
           })
           yield* timedRun
-          const afterRepair = yield* timedRun
-          const scan = yield* explainScan.pipe(Effect.provideService(PgClient.PgClient, sql))
+          const repaired = yield* timedRun
+          const plan = yield* explainScan.pipe(Effect.provideService(PgClient.PgClient, sql))
           yield* sql`VACUUM ANALYZE ci_builds`
-          return [afterRepair, yield* timedRun, scan] as const
+          return [repaired, yield* timedRun, plan] as const
         }))
       return {
         repaired: 0,

@@ -160,7 +160,9 @@ export const runScenario = <Size>(scenario: Scenario<Size>, scale: Scale, option
       ["raw", scenario.raw(size)],
       ["per-record", scenario.perRecord(size)]
     ] as const
-    for (const [name, phase] of chosen.filter(([name]) => name !== "per-record" || options.perRecord !== false)) {
+    for (
+      const [name, phase] of chosen.filter(([phaseName]) => phaseName !== "per-record" || options.perRecord !== false)
+    ) {
       phases.push(
         yield* withFreshData(seed, (context, n) => {
           stuck = n

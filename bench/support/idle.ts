@@ -64,12 +64,12 @@ export const idleFootprint = Effect.scoped(Effect.gen(function*() {
         stdio: ["ignore", "pipe", "pipe"]
       })
     ),
-    (child) =>
+    (started) =>
       Effect.promise(() =>
         new Promise<void>((resolve) => {
-          if (child.exitCode !== null) return resolve()
-          child.once("exit", () => resolve())
-          child.kill("SIGTERM")
+          if (started.exitCode !== null) return resolve()
+          started.once("exit", () => resolve())
+          started.kill("SIGTERM")
         })
       )
   )

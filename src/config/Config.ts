@@ -255,9 +255,9 @@ const invalidAs = (variable: string) => (error: Config.ConfigError) =>
  */
 export const configureBatches = <B extends Batch<any, any, any>>(batches: ReadonlyArray<B>) =>
   Effect.gen(function*() {
-    const settings = yield* SweeperConfig
+    const config = yield* SweeperConfig
     const known = batches.map((batch) => batch.name)
-    const unknownDisabled = settings.disabledBatches.filter((name) => !known.includes(name))
+    const unknownDisabled = config.disabledBatches.filter((name) => !known.includes(name))
     if (unknownDisabled.length > 0) {
       return yield* new InvalidConfig({
         variable: "SWEEPER_DISABLED_BATCHES",
@@ -272,7 +272,7 @@ export const configureBatches = <B extends Batch<any, any, any>>(batches: Readon
         Config.withDefault(batch.cron),
         Effect.mapError(invalidAs(cronVar))
       )
-      const cron = parseCron(cronText, settings.timezone)
+      const cron = parseCron(cronText, config.timezone)
       if (Result.isFailure(cron)) {
         return yield* new InvalidConfig({
           variable: cronVar,
@@ -298,7 +298,7 @@ export const configureBatches = <B extends Batch<any, any, any>>(batches: Readon
         batch: { ...batch, lease },
         cronText,
         cron: cron.success,
-        disabled: settings.disabledBatches.includes(batch.name)
+        disabled: config.disabledBatches.includes(batch.name)
       })
     }
     return configured
@@ -344,6 +344,6 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
 
 /** Programs' tuning references (DropBatchSize, EventRetentionPeriod) set from SweeperConfig. */
 export const TuningFromConfig = Layer.mergeAll(
-  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)),
-  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.eventRetention))
+  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (config: SweeperSettings) => config.dropBatchSize)),
+  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (config: SweeperSettings) => config.eventRetention))
 )

@@ -54,7 +54,7 @@ const run = Effect.fn("PruneEvents.run")(function*() {
     budget: PRUNE_BUDGET,
     initial: { pruned: 0, pages: 0 },
     fence: false,
-    dry: Effect.map(retention.countPrunable(cutoff, kept), (pruned) => ({ pruned, pages: 0 })),
+    dry: Effect.map(retention.countPrunable(cutoff, kept), (count) => ({ pruned: count, pages: 0 })),
     write: (commit) =>
       Effect.gen(function*() {
         const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)

@@ -77,15 +77,15 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
       dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid), skippedLocked: 0 }),
       fence: false, // failMany fences its own statement
-      write: (toFail, commit) =>
+      write: (jobs, commit) =>
         Effect.gen(function*() {
-          const { failed: done, locked } = yield* exportJobs.failMany(toFail, yield* DateTime.now)
+          const { failed: done, locked } = yield* exportJobs.failMany(jobs, yield* DateTime.now)
           yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
           yield* logIds("Export jobs locked by another transaction, skipped", "export_job_ids", locked)
           yield* logIds(
             "Export jobs changed meanwhile, not failed",
             "export_job_ids",
-            toFail.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
+            jobs.filter((job) => !done.includes(job.jid) && !locked.includes(job.id)).map((job) => job.id)
           )
         })
     }

@@ -250,17 +250,18 @@ export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
       if (yield* loop.before) loop.fold(yield* options.dry)
       return yield* loop.result
     }
-    let more = true
+    // Set by each write: a field, so the loop's condition visibly reads state the unit changes.
+    const pending = { more: true }
     const unit: Unit<ReadonlyArray<null>, null, C, E, R> = {
       target: () => "",
       dry: () => options.initial,
-      write: (_, commit) => Effect.map(options.write(commit), (m) => void (more = m)),
+      write: (_, commit) => Effect.map(options.write(commit), (m) => void (pending.more = m)),
       fence: options.fence
     }
-    while (more && (yield* loop.before)) {
+    while (pending.more && (yield* loop.before)) {
       const done = yield* loop.unit(unit, [null])
       if (yield* loop.stalled("repeat", done)) break
-      if (!more) loop.fold(done)
+      if (!pending.more) loop.fold(done)
       else if (!(yield* loop.after(done))) break
     }
     return yield* loop.result

@@ -25,7 +25,7 @@ export { supervisor } from "./Supervisor.ts"
 /** The API's own cap on one page of events (Http.ts): the CLI asks for no more, on either road. */
 const MAX_EVENTS = 1000
 
-const json = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON on stdout"), Flag.withDefault(false))
+const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON on stdout"), Flag.withDefault(false))
 const batchArgument = Argument.Literals("batch", batchNames).pipe(
   Argument.withDescription(`One of: ${batchNames.join(", ")}`)
 )
@@ -33,7 +33,7 @@ const batchArgument = Argument.Literals("batch", batchNames).pipe(
 /** Runs `body` with the Operator configuration picks (the supervisor's API, or the backends). */
 const withOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.layer)
 
-const run = Command.make(
+const runCommand = Command.make(
   "run",
   {
     batch: batchArgument,
@@ -41,7 +41,7 @@ const run = Command.make(
       Flag.withDescription("Report what would change (up to 100 targets listed); change nothing"),
       Flag.withDefault(false)
     ),
-    json,
+    json: jsonFlag,
     now: instantFlag("now").pipe(
       Flag.withDescription(
         "Judge thresholds at this instant: ISO-8601, or a duration ago (1h); a future one only with --dry-run"
@@ -122,7 +122,7 @@ const events = Command.make(
       Flag.withDescription(`At most this many, the newest (1 to ${MAX_EVENTS})`),
       Flag.withDefault(50)
     ),
-    json
+    json: jsonFlag
   },
   Effect.fn("Cli.events")(function*({ stream, type, run, since, until, limit, json }) {
     const operator = yield* Operator.Operator
@@ -158,7 +158,7 @@ const eventsPrune = Command.make(
       Flag.withDescription("Report how many events would be pruned; delete nothing"),
       Flag.withDefault(false)
     ),
-    json
+    json: jsonFlag
   },
   Effect.fn("Cli.eventsPrune")(
     function*({ before, dryRun, json }) {
@@ -190,7 +190,7 @@ const eventsPrune = Command.make(
 
 const status = Command.make(
   "status",
-  { json },
+  { json: jsonFlag },
   Effect.fn("Cli.status")(function*({ json }) {
     yield* printStatus(yield* (yield* Operator.Operator).views, json)
   }, withOperator)
@@ -233,7 +233,7 @@ export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
   Command.withSubcommands([
     start,
-    run,
+    runCommand,
     status,
     pauseOrResume("pause"),
     pauseOrResume("resume"),

@@ -222,8 +222,8 @@ describe("connecting", () => {
         new Promise<number>((resolve) => {
           const server = createServer()
           server.listen(0, "127.0.0.1", () => {
-            const { port } = server.address() as AddressInfo
-            server.close(() => resolve(port))
+            const bound = (server.address() as AddressInfo).port
+            server.close(() => resolve(bound))
           })
         })
       )

@@ -142,7 +142,7 @@ const scenario = (databaseUrl: string) =>
     assert.strictEqual(Number(rows[0]!.n), STUCK_BUILDS)
 
     // 4. The survivors shut down gracefully on SIGTERM.
-    for (const p of processes.filter((p) => p !== victim)) p.child.kill("SIGTERM")
+    for (const p of processes.filter((other) => other !== victim)) p.child.kill("SIGTERM")
     const codes = yield* Effect.promise(() => Promise.all(processes.filter((p) => p !== victim).map((p) => p.exited)))
     assert.deepStrictEqual(codes, [0, 0])
   }).pipe(Effect.scoped)

@@ -60,9 +60,9 @@ describe("npm start", () => {
           )
           const health = await (await fetch(`${base}/healthz`)).text()
           assert.strictEqual(health.trim(), "ok")
-          const lines = output.split("\n").filter((line) => line.trim().startsWith("{"))
-          assert.include(lines[0], "embedded default")
-          assert.include(lines[0], "PGlite")
+          const first = output.split("\n").find((line) => line.trim().startsWith("{"))
+          assert.include(first, "embedded default")
+          assert.include(first, "PGlite")
           for (
             const batch of [
               "drop-canceling-builds",

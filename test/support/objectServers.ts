@@ -111,7 +111,7 @@ export const startS3rver = Effect.gen(function*() {
   const endpoint = `http://127.0.0.1:${server.port}`
   const client = yield* Effect.acquireRelease(
     Effect.sync(() => new S3Client({ region: "us-east-1", endpoint, forcePathStyle: true, credentials: S3RVER_KEY })),
-    (client) => Effect.sync(() => client.destroy())
+    (opened) => Effect.sync(() => opened.destroy())
   )
   const list = (bucket: string) =>
     Effect.promise(async () => {

@@ -353,7 +353,7 @@ export const makeHealthGate = (options: GateOptions) =>
                 : { proceed: true, heldMs: now - started, heldBy: [...heldBy] }
             }
             if (deadlineMillis !== undefined && now >= deadlineMillis) {
-              for (const signal of [...held.keys()]) yield* endHold(batch, signal, now, "budget")
+              for (const signal of Array.from(held.keys())) yield* endHold(batch, signal, now, "budget")
               return { proceed: false, heldMs: now - started, heldBy: [...heldBy] }
             }
             const wait = deadlineMillis === undefined
@@ -366,7 +366,7 @@ export const makeHealthGate = (options: GateOptions) =>
           Effect.onInterrupt(() =>
             Effect.gen(function*() {
               const now = yield* Clock.currentTimeMillis
-              for (const signal of [...holdsOf(batch).keys()]) yield* endHold(batch, signal, now, "budget")
+              for (const signal of Array.from(holdsOf(batch).keys())) yield* endHold(batch, signal, now, "budget")
             })
           )
         ),

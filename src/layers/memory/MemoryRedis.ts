@@ -105,7 +105,7 @@ export class MemoryRedisStore {
   scan(cursor: string, pattern: string, count: number): [string, Array<string>] {
     const re = globToRegExp(pattern)
     const order: Array<[string, number]> = []
-    for (const key of [...this.entries.keys()]) {
+    for (const key of Array.from(this.entries.keys())) {
       if (this.live(key) === undefined) continue
       let seq = this.keyScanOrder.get(key)
       if (seq === undefined) {

@@ -61,7 +61,7 @@ export const ObjectStorageS3 = (settings: S3Settings) =>
         cause instanceof S3ServiceException ? cause.name : undefined
       const client = yield* Effect.acquireRelease(
         Effect.sync(() => clientOf(sdk, settings.connection)),
-        (client) => Effect.sync(() => client.destroy())
+        (opened) => Effect.sync(() => opened.destroy())
       )
       const where = (ref: BucketRef, key: string) => `s3://${ref.bucket}/${key}`
 

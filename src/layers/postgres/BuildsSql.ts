@@ -231,7 +231,7 @@ export const BuildsSql = Layer.effect(
       const recordset = pageRecordset(sql, table, builds)
       const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
       const fence = yield* fencedCte(sql)
-      const events = yield* eventsForWrittenCte(
+      const eventsCte = yield* eventsForWrittenCte(
         sql,
         builds.map((build) => ({
           key: keyString(table, build),
@@ -265,7 +265,7 @@ export const BuildsSql = Layer.effect(
           FROM claimed r
           WHERE ${keyJoin(sql, table)} AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
           RETURNING ${key} AS key),
-        logged AS (${events}),
+        logged AS (${eventsCte}),
         locked AS (
           SELECT ${key} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
           WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)

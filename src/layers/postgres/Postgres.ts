@@ -96,20 +96,20 @@ export const layerEmbedded = (dataDir: string | undefined) =>
           ])
           const db = await PGlite.create(dataDir === undefined ? undefined : join(dataDir, "pgdata"))
           // Exactly one connection: PGlite interleaves protocol messages of concurrent connections.
-          const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
-          await server.start()
-          return { db, server, sockets: trackSockets(server) }
+          const socketServer = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
+          await socketServer.start()
+          return { db, server: socketServer, sockets: trackSockets(socketServer) }
         },
         catch: (cause) => new EmbeddedDatabaseError({ dataDir: dataDir ?? "(memory)", cause })
       }),
-      ({ db, server, sockets }) =>
+      (opened) =>
         Effect.promise(async () => {
           // stop() stops accepting and closes the sockets its handlers read; the ones no handler
           // reads (turned away) only close if destroyed.
-          const stopped = server.stop()
-          for (const socket of sockets) if (socket.listenerCount("data") === 0) socket.destroy()
+          const stopped = opened.server.stop()
+          for (const socket of opened.sockets) if (socket.listenerCount("data") === 0) socket.destroy()
           await stopped
-          await db.close()
+          await opened.db.close()
         })
     )
     const [host, port] = server.getServerConn().split(":")

@@ -43,8 +43,8 @@ export const PendingDirectUploadsRedis = Layer.effect(
     const page = (cursor: string, pageSize: number) =>
       redis.use("HSCAN pending_direct_uploads", (client) => client.hscanBuffer(key, cursor, "COUNT", pageSize)).pipe(
         Effect.map(([next, flat]) => {
-          const cursor = next.toString("latin1")
-          return [toEntries(flat), cursor === "0" ? Option.none<string>() : Option.some(cursor)] as const
+          const following = next.toString("latin1")
+          return [toEntries(flat), following === "0" ? Option.none<string>() : Option.some(following)] as const
         })
       )
 

@@ -116,7 +116,7 @@ const connect = (url: Redacted.Redacted<string>) =>
     const serverOf = (client: RedisClient) => server ?? serverName((client as IORedis).options)
     const client = yield* Effect.acquireRelease(
       Effect.gen(function*() {
-        const client = yield* Effect.try({
+        const opened = yield* Effect.try({
           try: (): RedisClient =>
             parsed.kind === "single"
               ? new IORedis(parsed.url, { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5_000 })
@@ -136,19 +136,19 @@ const connect = (url: Redacted.Redacted<string>) =>
         // Without a listener ioredis prints every reconnect error to stderr. The last one says why
         // a connect failed (e.g. ECONNREFUSED), where connect() itself only says "Connection is closed."
         let lastError: unknown = undefined
-        client.on("error", (error: unknown) => {
+        opened.on("error", (error: unknown) => {
           lastError = error
         })
         // connect() on a cluster resolves once the slot map is loaded; a PING proves a node answers.
         yield* Effect.tryPromise({
-          try: () => client.connect().then(() => client.ping()),
-          catch: (cause) => toRedisError("connect", serverOf(client))(lastError ?? cause)
+          try: () => opened.connect().then(() => opened.ping()),
+          catch: (cause) => toRedisError("connect", serverOf(opened))(lastError ?? cause)
         }).pipe(
-          Effect.tapError(() => Effect.sync(() => client.disconnect()))
+          Effect.tapError(() => Effect.sync(() => opened.disconnect()))
         )
-        return client
+        return opened
       }),
-      (client) => Effect.promise(() => client.quit().then(() => {}, () => client.disconnect()))
+      (opened) => Effect.promise(() => opened.quit().then(() => {}, () => opened.disconnect()))
     )
     const use = <A>(operation: string, f: (client: RedisClient) => Promise<A>) =>
       Effect.tryPromise({ try: () => f(client), catch: toRedisError(operation, serverOf(client)) })
