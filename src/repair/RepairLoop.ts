@@ -72,13 +72,16 @@ export interface Budget {
   readonly fits: (handled: number) => Effect.Effect<number>
 }
 
-/** The run's budget (`--budget` / the guard's), else the batch's own default. */
+/**
+ * The run's budget: its deadline is the run's (set once by the run guard, see `CurrentRun`); a bare
+ * run without one ends `--budget` (else the batch's own default) after this loop starts.
+ */
 export const budget = (fallback: Duration.Duration): Effect.Effect<Budget> =>
   Effect.gen(function*() {
     const run = yield* CurrentRun
-    const millis = Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
     const startedMillis = yield* Clock.currentTimeMillis
-    const deadlineMillis = startedMillis + millis
+    const deadlineMillis = run.deadline ??
+      startedMillis + Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
     return {
       startedMillis,
       deadlineMillis,
@@ -89,6 +92,18 @@ export const budget = (fallback: Duration.Duration): Effect.Effect<Budget> =>
           return elapsed === 0 || handled === 0 ? Infinity : Math.floor((deadlineMillis - now) / (elapsed / handled))
         })
     }
+  })
+
+/**
+ * `effect` under one deadline for all its loops: the run's if it has one, else set now from
+ * `--budget` or `fallback` (a bare run of a batch whose loops run one after another).
+ */
+export const withDeadline = (fallback: Duration.Duration) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const run = yield* CurrentRun
+    if (run.deadline !== undefined) return yield* effect
+    const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
+    return yield* Effect.provideService(effect, CurrentRun, { ...run, deadline })
   })
 
 /**
@@ -366,6 +381,11 @@ export const passes = <P, E, R>(options: {
     const step = (first: boolean): Effect.Effect<Next, E, R> =>
       Effect.gen(function*() {
         if (!first && options.between !== undefined && !(yield* options.between)) return "stop"
+        // No pass starts at or after the deadline, a loop's first included (it may have waited for a slot).
+        if (first && (yield* loop.clock.spent)) {
+          loop.setStop("budget")
+          return "stop"
+        }
         if (!(yield* loop.before)) return "stop"
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"

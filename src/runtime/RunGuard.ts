@@ -169,11 +169,14 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       Effect.sync(() => {
         if (targetsTotal++ < MAX_LISTED_TARGETS) targets.push(stream)
       })
+    // One deadline for the whole run, whatever runs under it (loops, workers, retried attempts).
+    const deadline = startedMs + Duration.toMillis(budget)
     const runInfo = (fence: Option.Option<Fence>) => ({
       runId,
       batch: batch.name,
       dryRun,
       budget: Option.some(budget),
+      deadline,
       fence,
       asOf: options.asOf,
       wouldChange: dryRun ? wouldChange : undefined
