@@ -68,8 +68,11 @@ export interface Budget {
   readonly deadlineMillis: number
   /** The budget is spent: stop after the unit that spent it. */
   readonly spent: Effect.Effect<boolean>
-  /** How many more items, at the rate of `handled` so far, still fit the budget. */
-  readonly fits: (handled: number) => Effect.Effect<number>
+  /**
+   * How many more items, at the rate of `handled` so far, still fit the budget. The rate is per
+   * millisecond of work: `heldMillis` (time spent waiting on the gate) is not work time.
+   */
+  readonly fits: (handled: number, heldMillis?: number) => Effect.Effect<number>
 }
 
 /**
@@ -86,9 +89,9 @@ export const budget = (fallback: Duration.Duration): Effect.Effect<Budget> =>
       startedMillis,
       deadlineMillis,
       spent: Effect.map(Clock.currentTimeMillis, (now) => now >= deadlineMillis),
-      fits: (handled) =>
+      fits: (handled, heldMillis = 0) =>
         Effect.map(Clock.currentTimeMillis, (now) => {
-          const elapsed = now - startedMillis
+          const elapsed = Math.max(0, now - startedMillis - heldMillis)
           return elapsed === 0 || handled === 0 ? Infinity : Math.floor((deadlineMillis - now) / (elapsed / handled))
         })
     }
@@ -193,7 +196,9 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
     const h = yield* Ref.get(held)
     return { totals, units, stop, skipped, heldMs: h.heldMs, heldBy: [...h.heldBy].sort() } satisfies LoopResult<C>
   })
-  return { run, clock, before, unit, after, fold, stalled, result, setStop: (s: Stop) => void (stop = s) }
+  /** Time this loop has waited on the gate so far. */
+  const heldMillis = Effect.map(Ref.get(held), (h) => h.heldMs)
+  return { run, clock, before, unit, after, fold, stalled, result, heldMillis, setStop: (s: Stop) => void (stop = s) }
 })
 
 /**
@@ -316,7 +321,11 @@ export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
           if (!(yield* loop.after(done))) return false
           step = Math.max(
             1,
-            Math.min(step * options.growth.factor, yield* loop.clock.fits(handled), options.growth.max)
+            Math.min(
+              step * options.growth.factor,
+              yield* loop.clock.fits(handled, yield* loop.heldMillis),
+              options.growth.max
+            )
           )
         }
         return true
