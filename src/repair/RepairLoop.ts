@@ -442,7 +442,11 @@ export const logIds = (message: string, key: string, ids: ReadonlyArray<string |
 /**
  * `body` under its own exclusive lease `name` (a dry run takes none: it writes nothing), released
  * at the end: None when another process holds it. `body` gets `renew`, which extends the lease
- * (before each further pass) and says false once it was lost.
+ * (before each further pass) and says false once it was lost. Between those, the lease is also
+ * renewed every TTL/3 in the background, so it outlives a gate hold (or any wait) longer than its
+ * TTL: a lease that lapsed while held would let another process run the same work at once. A
+ * background renewal that errs is left to the next one (and to `renew`, which reports the error);
+ * one that finds another token marks the lease lost.
  */
 export const underLease = <A, E, R>(
   name: string,
@@ -458,7 +462,18 @@ export const underLease = <A, E, R>(
         (held) => Option.isSome(held) ? Effect.ignore(lease.release(held.value)) : Effect.void
       )
       if (!dryRun && Option.isNone(handle)) return Option.none<A>()
-      return Option.some(yield* body(Option.isNone(handle) ? Effect.succeed(true) : lease.renew(handle.value)))
+      if (Option.isNone(handle)) return Option.some(yield* body(Effect.succeed(true)))
+      let lost = false
+      const renew = Effect.map(lease.renew(handle.value), (kept) => {
+        if (!kept) lost = true
+        return kept
+      })
+      yield* Effect.suspend(() => lost ? Effect.succeed(false) : Effect.orElseSucceed(renew, () => true)).pipe(
+        Effect.delay(Duration.divideUnsafe(ttl, 3)),
+        Effect.repeat({ while: (kept) => kept }),
+        Effect.forkScoped
+      )
+      return Option.some(yield* body(Effect.suspend(() => lost ? Effect.succeed(false) : renew)))
     }))
   })
 
