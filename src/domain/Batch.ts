@@ -82,6 +82,13 @@ export interface RunInfo {
   readonly batch: string | null
   readonly dryRun: boolean
   readonly budget: Option.Option<Duration.Duration>
+  /**
+   * When the run's work must end (epoch ms), set once when the run starts: every loop, retried
+   * attempt and gate wait of the run derives from it, so running loops one after another (workers
+   * waiting for a slot) or retrying never buys a fresh budget. Absent in a bare spec: then the
+   * first loop sets its own from `budget`.
+   */
+  readonly deadline?: number | undefined
   readonly fence: Option.Option<Fence>
   /** Where `reportProgress` counts go; the run guard provides one per run (absent in bare specs). */
   readonly progress?: ProgressSink | undefined

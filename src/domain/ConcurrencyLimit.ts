@@ -430,6 +430,8 @@ export type WorkerOutcome =
   | { readonly _tag: "Held"; readonly worker: string; readonly held: HeldTime }
   /** No limit configured nor set in Redis. */
   | { readonly _tag: "UnknownWorker"; readonly worker: string }
+  /** The run's deadline came before the worker's first pass (it waited for a slot): the next tick. */
+  | { readonly _tag: "NotReached"; readonly worker: string }
   | { readonly _tag: "Processed"; readonly summary: WorkerResumeSummary; readonly held: HeldTime }
 
 /** A worker's outcome from its passes (none: unknown worker, or held before the first). */
@@ -441,6 +443,8 @@ export const workerOutcome = (
   if (first === undefined) {
     return stop === "held"
       ? { _tag: "Held", worker, held: { heldMs, heldBy } }
+      : stop === "budget"
+      ? { _tag: "NotReached", worker }
       : { _tag: "UnknownWorker", worker }
   }
   return { _tag: "Processed", summary: workerSummary(worker, [first, ...rest]), held: { heldMs, heldBy } }

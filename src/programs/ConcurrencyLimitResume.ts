@@ -21,7 +21,7 @@
 import { Effect, Option } from "effect"
 import { type Batch, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import * as C from "../domain/ConcurrencyLimit.ts"
-import { isolatedEach, passes, sumHeld, underLease } from "../repair/RepairLoop.ts"
+import { isolatedEach, passes, sumHeld, underLease, withDeadline } from "../repair/RepairLoop.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import * as M from "../services/Metrics.ts"
@@ -137,7 +137,7 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
     })
   )
   return { ...summary, ...sumHeld(held) } satisfies C.ConcurrencyLimitResumeSummary
-})
+}, withDeadline(C.RUN_BUDGET))
 
 export const ConcurrencyLimitResume = {
   name: NAME,

@@ -68,27 +68,45 @@ export interface Budget {
   readonly deadlineMillis: number
   /** The budget is spent: stop after the unit that spent it. */
   readonly spent: Effect.Effect<boolean>
-  /** How many more items, at the rate of `handled` so far, still fit the budget. */
-  readonly fits: (handled: number) => Effect.Effect<number>
+  /**
+   * How many more items, at the rate of `handled` so far, still fit the budget. The rate is per
+   * millisecond of work: `heldMillis` (time spent waiting on the gate) is not work time.
+   */
+  readonly fits: (handled: number, heldMillis?: number) => Effect.Effect<number>
 }
 
-/** The run's budget (`--budget` / the guard's), else the batch's own default. */
+/**
+ * The run's budget: its deadline is the run's (set once by the run guard, see `CurrentRun`); a bare
+ * run without one ends `--budget` (else the batch's own default) after this loop starts.
+ */
 export const budget = (fallback: Duration.Duration): Effect.Effect<Budget> =>
   Effect.gen(function*() {
     const run = yield* CurrentRun
-    const millis = Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
     const startedMillis = yield* Clock.currentTimeMillis
-    const deadlineMillis = startedMillis + millis
+    const deadlineMillis = run.deadline ??
+      startedMillis + Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
     return {
       startedMillis,
       deadlineMillis,
       spent: Effect.map(Clock.currentTimeMillis, (now) => now >= deadlineMillis),
-      fits: (handled) =>
+      fits: (handled, heldMillis = 0) =>
         Effect.map(Clock.currentTimeMillis, (now) => {
-          const elapsed = now - startedMillis
+          const elapsed = Math.max(0, now - startedMillis - heldMillis)
           return elapsed === 0 || handled === 0 ? Infinity : Math.floor((deadlineMillis - now) / (elapsed / handled))
         })
     }
+  })
+
+/**
+ * `effect` under one deadline for all its loops: the run's if it has one, else set now from
+ * `--budget` or `fallback` (a bare run of a batch whose loops run one after another).
+ */
+export const withDeadline = (fallback: Duration.Duration) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const run = yield* CurrentRun
+    if (run.deadline !== undefined) return yield* effect
+    const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(Option.getOrElse(run.budget, () => fallback))
+    return yield* Effect.provideService(effect, CurrentRun, { ...run, deadline })
   })
 
 /**
@@ -178,7 +196,9 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
     const h = yield* Ref.get(held)
     return { totals, units, stop, skipped, heldMs: h.heldMs, heldBy: [...h.heldBy].sort() } satisfies LoopResult<C>
   })
-  return { run, clock, before, unit, after, fold, stalled, result, setStop: (s: Stop) => void (stop = s) }
+  /** Time this loop has waited on the gate so far. */
+  const heldMillis = Effect.map(Ref.get(held), (h) => h.heldMs)
+  return { run, clock, before, unit, after, fold, stalled, result, heldMillis, setStop: (s: Stop) => void (stop = s) }
 })
 
 /**
@@ -302,7 +322,11 @@ export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
           if (!(yield* loop.after(done))) return false
           step = Math.max(
             1,
-            Math.min(step * options.growth.factor, yield* loop.clock.fits(handled), options.growth.max)
+            Math.min(
+              step * options.growth.factor,
+              yield* loop.clock.fits(handled, yield* loop.heldMillis),
+              options.growth.max
+            )
           )
         }
         return true
@@ -367,6 +391,11 @@ export const passes = <P, E, R>(options: {
     const step = (first: boolean): Effect.Effect<Next, E, R> =>
       Effect.gen(function*() {
         if (!first && options.between !== undefined && !(yield* options.between)) return "stop"
+        // No pass starts at or after the deadline, a loop's first included (it may have waited for a slot).
+        if (first && (yield* loop.clock.spent)) {
+          loop.setStop("budget")
+          return "stop"
+        }
         if (!(yield* loop.before)) return "stop"
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"
@@ -414,7 +443,11 @@ export const logIds = (message: string, key: string, ids: ReadonlyArray<string |
 /**
  * `body` under its own exclusive lease `name` (a dry run takes none: it writes nothing), released
  * at the end: None when another process holds it. `body` gets `renew`, which extends the lease
- * (before each further pass) and says false once it was lost.
+ * (before each further pass) and says false once it was lost. Between those, the lease is also
+ * renewed every TTL/3 in the background, so it outlives a gate hold (or any wait) longer than its
+ * TTL: a lease that lapsed while held would let another process run the same work at once. A
+ * background renewal that errs is left to the next one (and to `renew`, which reports the error);
+ * one that finds another token marks the lease lost.
  */
 export const underLease = <A, E, R>(
   name: string,
@@ -430,7 +463,18 @@ export const underLease = <A, E, R>(
         (held) => Option.isSome(held) ? Effect.ignore(lease.release(held.value)) : Effect.void
       )
       if (!dryRun && Option.isNone(handle)) return Option.none<A>()
-      return Option.some(yield* body(Option.isNone(handle) ? Effect.succeed(true) : lease.renew(handle.value)))
+      if (Option.isNone(handle)) return Option.some(yield* body(Effect.succeed(true)))
+      let lost = false
+      const renew = Effect.map(lease.renew(handle.value), (kept) => {
+        if (!kept) lost = true
+        return kept
+      })
+      yield* Effect.suspend(() => lost ? Effect.succeed(false) : Effect.orElseSucceed(renew, () => true)).pipe(
+        Effect.delay(Duration.divideUnsafe(ttl, 3)),
+        Effect.repeat({ while: (kept) => kept }),
+        Effect.forkScoped
+      )
+      return Option.some(yield* body(Effect.suspend(() => lost ? Effect.succeed(false) : renew)))
     }))
   })
 

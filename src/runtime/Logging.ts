@@ -7,7 +7,9 @@
  * One JSON schema for every line: `timestamp`, `level`, `message` (always a string), `service`
  * ("sweeper"), `node`, then the annotations flat (`batch`, `run_id`, …) and any structured values
  * logged after the message (`Effect.logInfo("Backends", {postgres, redis})` → `postgres`, `redis`).
- * No empty `annotations`/`spans` objects. The same warning is logged at most once per run.
+ * No empty `annotations`/`spans` objects. Every warning is logged: a warning stands for one item or
+ * one incident (a hold, a dead-list move, a doomed build), so collapsing repeats would hide all but
+ * the first; a source that would repeat itself (a signal staying unknown) says so once on its own.
  */
 import { Config, Effect, Layer, Logger, Option, References } from "effect"
 import { hostname } from "node:os"
@@ -22,19 +24,12 @@ const plain = (value: unknown): unknown => {
   return value
 }
 
-/** How many (run, warning) pairs are remembered for de-duplication before the oldest are dropped. */
-const SEEN_LIMIT = 10_000
-
 export interface LogLine {
   readonly [field: string]: unknown
 }
 
-/**
- * Builds one flat line from effect's structured log record; undefined when it repeats a warning
- * already logged in the same run.
- */
+/** Builds one flat line from effect's structured log record. */
 export const makeFlattener = (node: string) => {
-  const seen = new Set<string>()
   return (record: {
     readonly message: unknown
     readonly level: string
@@ -42,7 +37,7 @@ export const makeFlattener = (node: string) => {
     readonly cause?: string | undefined
     readonly annotations: Record<string, unknown>
     readonly spans: Record<string, number>
-  }): LogLine | undefined => {
+  }): LogLine => {
     const parts = Array.isArray(record.message) ? record.message : [record.message]
     const texts: Array<string> = []
     const fields: Record<string, unknown> = {}
@@ -68,12 +63,6 @@ export const makeFlattener = (node: string) => {
     }
     Object.assign(line, fields)
     if (record.cause !== undefined && record.cause.length > 0) line.cause = record.cause
-    if (record.level === "WARN" && typeof line.run_id === "string") {
-      const key = `${line.run_id}\u0000${message}`
-      if (seen.has(key)) return undefined
-      if (seen.size >= SEEN_LIMIT) seen.delete(seen.values().next().value!)
-      seen.add(key)
-    }
     return line
   }
 }
@@ -85,7 +74,7 @@ export const jsonLogger = (
   const flatten = makeFlattener(node)
   return Logger.map(Logger.formatStructured, (record) => {
     const line = flatten(record as Parameters<typeof flatten>[0])
-    if (line !== undefined) write(JSON.stringify(line))
+    write(JSON.stringify(line))
   })
 }
 
@@ -131,7 +120,7 @@ export const textLogger = (
   const flatten = makeFlattener(node)
   return Logger.map(Logger.formatStructured, (record) => {
     const line = flatten(record as Parameters<typeof flatten>[0])
-    if (line !== undefined) write(textLine(line, colour))
+    write(textLine(line, colour))
   })
 }
 

@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto"
 import { SweeperConfig } from "../config/Config.ts"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"
 import type { LastRun } from "../domain/BatchState.ts"
-import { describeError, isTransient, LeaseLost } from "../domain/Errors.ts"
+import { describeError, isTransient, LeaseLost, type RedisError } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
 import { RunProgress } from "../domain/Summary.ts"
 import { EventLog } from "../services/EventLog.ts"
@@ -105,26 +105,49 @@ export const tickLeaseName = (batch: string, scheduledAt: DateTime.Utc) =>
 /** The failure as one line with its whole cause chain (SQL state and message, Redis error, host). */
 export const describe = (cause: Cause.Cause<unknown>): string => describeError(Cause.squash(cause))
 
+/** A renewal that errs is tried again soon (≈ 1.5 s in all), far inside the TTL/3 before the next one. */
+const renewalRetry = Schedule.exponential("100 millis").pipe(Schedule.upTo({ times: 4 }))
+
 /**
- * Holds the batch's exclusive lease for the scope: renewed every TTL/3; a failed renewal marks it
- * lost so the next safe point (`Fence.check`) stops the run. Each check reads the lease; a read
- * that fails fails the check (the run, as transient). Released when the scope closes.
+ * Holds the batch's exclusive lease for the scope: renewed every TTL/3. Only a renewal that finds
+ * another token (or none) means lost: the next safe point (`Fence.check`) stops the run with
+ * LeaseLost. A renewal that errs is retried on `renewalRetry`; if it still errs, the cause is
+ * logged and every check fails with that error (transient: the guard retries the run) until a
+ * later renewal gets through, since an error says nothing about who holds the lease. Each check
+ * also reads the lease; a read that fails fails the check the same way. Released when the scope closes.
  */
 const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
   const lease = yield* Lease
-  const lost = yield* Ref.make(false)
+  const state = yield* Ref.make<"held" | "lost" | RedisError>("held")
   const renewEvery = Duration.divideUnsafe(handle.ttl, 3)
-  const renewal = Effect.gen(function*() {
-    const renewed = yield* lease.renew(handle).pipe(Effect.orElseSucceed(() => false))
-    if (!renewed) {
-      yield* Ref.set(lost, true)
-      yield* Effect.logWarning("Exclusive lease lost").pipe(Effect.annotateLogs({ lease: handle.name }))
-    }
-    return renewed
-  })
+  const renewal = lease.renew(handle).pipe(
+    Effect.retry(renewalRetry),
+    Effect.matchEffect({
+      onFailure: (error) =>
+        Effect.as(
+          Effect.andThen(
+            Ref.set(state, error),
+            Effect.logWarning("Exclusive lease renewal failed; writing nothing until it is renewed", error).pipe(
+              Effect.annotateLogs({ lease: handle.name })
+            )
+          ),
+          true
+        ),
+      onSuccess: (renewed) =>
+        renewed
+          ? Effect.as(Ref.set(state, "held"), true)
+          : Effect.as(
+            Effect.andThen(
+              Ref.set(state, "lost"),
+              Effect.logWarning("Exclusive lease lost").pipe(Effect.annotateLogs({ lease: handle.name }))
+            ),
+            false
+          )
+    })
+  )
   yield* renewal.pipe(
     Effect.delay(renewEvery),
-    Effect.repeat({ while: (renewed) => renewed }),
+    Effect.repeat({ while: (kept) => kept }),
     Effect.forkScoped
   )
   yield* Effect.addFinalizer(() => lease.release(handle).pipe(Effect.ignore))
@@ -133,7 +156,9 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
     lease: handle.name,
     epoch: handle.epoch,
     check: Effect.gen(function*() {
-      if (yield* Ref.get(lost)) return yield* fail
+      const now = yield* Ref.get(state)
+      if (now === "lost") return yield* fail
+      if (now !== "held") return yield* now
       // A read that fails says nothing about who holds the lease: no write on an unknown lease.
       // The RedisError is transient, so the guard retries the run, whose first write checks again.
       const held = yield* lease.isHeld(handle).pipe(
@@ -145,7 +170,7 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
         )
       )
       if (!held) {
-        yield* Ref.set(lost, true)
+        yield* Ref.set(state, "lost")
         return yield* fail
       }
     })
@@ -169,11 +194,14 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       Effect.sync(() => {
         if (targetsTotal++ < MAX_LISTED_TARGETS) targets.push(stream)
       })
+    // One deadline for the whole run, whatever runs under it (loops, workers, retried attempts).
+    const deadline = startedMs + Duration.toMillis(budget)
     const runInfo = (fence: Option.Option<Fence>) => ({
       runId,
       batch: batch.name,
       dryRun,
       budget: Option.some(budget),
+      deadline,
       fence,
       asOf: options.asOf,
       wouldChange: dryRun ? wouldChange : undefined

@@ -653,6 +653,28 @@ describe("concurrency-limit-resume under the run guard", () => {
       )
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
+  it.effect("one deadline per run: with more busy workers than run at once, no pass starts after it", () =>
+    Effect.gen(function*() {
+      // 17 workers with capacity every second: 16 run at once, the 17th waits for a slot.
+      const workers = Array.from({ length: 17 }, (_, i) => `Busy${i}Worker`)
+      for (const worker of workers) yield* seed(worker, elements(0, 200))
+      const redis = yield* MemoryRedis
+      const fiber = yield* start(runBatch(ConcurrencyLimitResume, { trigger: "manual" }))
+      for (let second = 1; second < 120; second++) {
+        for (const worker of workers) redis.del(workerKeys(worker).pendingResumed)
+        yield* TestClock.adjust("1 second")
+      }
+      const result = yield* Fiber.join(fiber)
+      // Not timed out: the 17th worker's loop has no budget of its own to start at 55 s.
+      assert.strictEqual(result.outcome, "succeeded")
+      const summary = result.summary as { workers: ReadonlyArray<{ resumed: number }>; resumedJobs: number }
+      // The first 16 pass at 0 … 54 s; the 17th gets the slot freed at 54 s, one pass, and no more.
+      assert.deepStrictEqual(summary.workers.map((w) => w.resumed), [...Array(16).fill(55), 1])
+      assert.isAtMost(result.durationMs, 55_000)
+    }).pipe(Effect.provide(platform(Object.fromEntries(
+      Array.from({ length: 17 }, (_, i) => [`Busy${i}Worker`, 1])
+    )))))
+
   it.effect("the RunFinished summary is the program's summary", () =>
     Effect.gen(function*() {
       yield* seed(W, elements(0, 2))

@@ -172,6 +172,41 @@ describe("repair loop", () => {
       assert.strictEqual(result.stop, "budget")
     }))
 
+  it.effect("growing steps: time held by the gate is not work time, so a hold does not shrink the steps", () =>
+    Effect.gen(function*() {
+      const sizes: Array<number> = []
+      let asked = 0
+      // The third unit waits 60 s on the gate (the hold), then proceeds.
+      const gate = Effect.provideService(HealthGate, {
+        ...openGate,
+        beforeUnit: () =>
+          ++asked === 3
+            ? Effect.as(TestClock.adjust("60 seconds"), { proceed: true, heldMs: 60_000, heldBy: ["replicationLag"] })
+            : Effect.succeed({ proceed: true, heldMs: 0, heldBy: [] })
+      })
+      const result = yield* growingSteps({
+        batch: "b",
+        budget: Duration.seconds(250),
+        initial: { seen: 0 },
+        source: Stream.fromIterable(Array.from({ length: 10_000 }, (_, i) => i)).pipe(Stream.rechunk(5000)),
+        growth: { first: 1, factor: 8, max: 5000 },
+        unit: {
+          target: String,
+          dry: () => ({ seen: 0 }),
+          fence: false,
+          // 2 ms per item: 9 items take 18 ms of work.
+          write: (slice, commit) =>
+            Effect.andThen(
+              TestClock.adjust(Duration.millis(2 * slice.length)),
+              Effect.andThen(Effect.sync(() => sizes.push(slice.length)), commit({ seen: slice.length }))
+            )
+        }
+      }).pipe(gate)
+      // Counted as work, the 60 s hold would say 9 items took 60 s: the next step ≈ 28 items.
+      assert.deepStrictEqual(sizes.slice(0, 5), [1, 8, 64, 512, 4096])
+      assert.strictEqual(result.heldMs, 60_000)
+    }))
+
   it.effect("cadence: one delay between passes that wait, none between passes that go on at once", () =>
     Effect.gen(function*() {
       const at: Array<number> = []

@@ -1,4 +1,4 @@
-/** One log schema: message always a string, service and node, annotations flat, no empty objects; a warning once per run. */
+/** One log schema: message always a string, service and node, annotations flat, no empty objects; every warning logged. */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Logger } from "effect"
 import { chooseLogFormat, jsonLogger, textLine, textLogger } from "../../src/runtime/Logging.ts"
@@ -44,23 +44,28 @@ describe("JSON logs", () => {
       }
     }))
 
-  it.effect("the same warning at most once per run; other runs and other warnings still log", () =>
+  it.effect("every warning of a run is logged: each hold, each dead-list move, each doomed build", () =>
     Effect.gen(function*() {
-      const warn = (runId: string, message: string) =>
-        Effect.logWarning(message).pipe(Effect.annotateLogs({ run_id: runId }))
+      const warn = (runId: string, message: string, fields: Record<string, unknown> = {}) =>
+        Effect.logWarning(message, fields).pipe(Effect.annotateLogs({ run_id: runId }))
       const lines = yield* capture(Effect.gen(function*() {
-        for (let i = 0; i < 5; i++) yield* warn("r1", "Exclusive lease lost")
-        yield* warn("r1", "Tick lease unavailable")
-        yield* warn("r2", "Exclusive lease lost")
-        yield* Effect.logWarning("no run")
-        yield* Effect.logWarning("no run")
+        // Two holds of one run on the same signal at the same reading are two incidents.
+        yield* warn("r1", "Repair held", { signal: "replicationLag", value: "9 MB" })
+        yield* warn("r1", "Repair held", { signal: "replicationLag", value: "9 MB" })
+        yield* warn("r1", "Moved unparsable deferred jobs to the dead list", { worker: "A" })
+        yield* warn("r1", "Moved unparsable deferred jobs to the dead list", { worker: "B" })
+        yield* warn("r1", "Dooming build that could not be dropped", { build_id: 1 })
+        yield* warn("r1", "Dooming build that could not be dropped", { build_id: 2 })
+        yield* warn("r2", "Repair held", { signal: "replicationLag", value: "9 MB" })
       }))
-      assert.deepStrictEqual(lines.map((l) => [l.run_id ?? null, l.message]), [
-        ["r1", "Exclusive lease lost"],
-        ["r1", "Tick lease unavailable"],
-        ["r2", "Exclusive lease lost"],
-        [null, "no run"],
-        [null, "no run"]
+      assert.deepStrictEqual(lines.map((l) => [l.run_id, l.message]), [
+        ["r1", "Repair held"],
+        ["r1", "Repair held"],
+        ["r1", "Moved unparsable deferred jobs to the dead list"],
+        ["r1", "Moved unparsable deferred jobs to the dead list"],
+        ["r1", "Dooming build that could not be dropped"],
+        ["r1", "Dooming build that could not be dropped"],
+        ["r2", "Repair held"]
       ])
     }))
 })

@@ -1,0 +1,44 @@
+/**
+ * A lease taken with `underLease` (concurrency-limit-resume's per-worker lease) on real Redis is
+ * kept alive while the gate holds the passes under it: a hold longer than the TTL must not let
+ * another process take the lease and run the same worker at the same time.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Duration, Effect, Layer, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
+import { passes, underLease } from "../../src/repair/RepairLoop.ts"
+import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
+import { Lease } from "../../src/services/Lease.ts"
+import { RedisTest } from "../support/redis.ts"
+
+describe("underLease on real Redis", () => {
+  it.live("the lease is kept alive through a gate hold longer than its TTL", () =>
+    Effect.gen(function*() {
+      const lease = yield* Lease
+      const name = `sweeper/test/${randomUUID()}`
+      let asked = 0
+      // The second pass is held for 3.5 s, over three times the lease's 1 s TTL.
+      const holding = Effect.provideService(HealthGate, {
+        ...openGate,
+        beforeUnit: () =>
+          ++asked === 2
+            ? Effect.as(Effect.sleep("3500 millis"), { proceed: true, heldMs: 3500, heldBy: ["replicationLag"] })
+            : Effect.succeed({ proceed: true, heldMs: 0, heldBy: [] })
+      })
+      const worker = underLease(name, Duration.seconds(1), (renew) =>
+        passes({
+          batch: "b",
+          budget: Duration.minutes(1),
+          delay: Duration.millis(10),
+          pass: (first) => Effect.succeed(Option.some(first)),
+          next: (first) => first ? "wait" : "stop",
+          between: renew
+        }).pipe(holding))
+      // Another process tries to take the lease in the middle of the hold.
+      const rival = Effect.sleep("2500 millis").pipe(Effect.andThen(lease.tryAcquire(name, Duration.seconds(1))))
+      const [ran, taken] = yield* Effect.all([worker, rival], { concurrency: 2 })
+      assert.isTrue(Option.isNone(taken), "another process took the lease during the hold")
+      assert.deepStrictEqual(Option.map(ran, (r) => r.results), Option.some([true, false]))
+    }).pipe(Effect.provide(LeaseRedis.pipe(Layer.provideMerge(RedisTest)))), 20_000)
+})
