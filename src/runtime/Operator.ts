@@ -9,11 +9,13 @@
  * `layer` picks: with DATABASE_URL the CLI reads the database itself; on the embedded default it
  * asks the supervisor that published its address, if one runs.
  */
-import { Cause, Context, DateTime, type Duration, Effect, Layer, Option, Schema } from "effect"
-import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import { Cause, Context, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
 import { userInfo } from "node:os"
 import { configureBatches, SweeperConfig } from "../config/Config.ts"
+import { HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import {
   BatchDisabled,
   describeError,
@@ -29,6 +31,7 @@ import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { AnyApiError, type BatchViewSchema, type EventSchema, type RunResultSchema, SweeperApi } from "./Api.ts"
 import { AppLayer, describeBackends, ReadOnlyAppLayer } from "./App.ts"
 import { batchView } from "./BatchView.ts"
+import { parseDuration } from "./CliFlags.ts"
 import { runBatch } from "./RunGuard.ts"
 import { loadHistory, recordPause } from "./Scheduler.ts"
 import { findSupervisor, type SupervisorEndpoint } from "./SupervisorAddress.ts"
@@ -70,6 +73,28 @@ export class Operator extends Context.Service<Operator, {
 }>()("sweeper/runtime/Operator") {}
 
 const actor = () => `cli:${userInfo().username}`
+
+/** Room for the request itself and the actor's turn, beyond the runs' own deadlines. */
+const RUN_WAIT_SLACK = Duration.seconds(30)
+
+/**
+ * How long a remote run may take before its answer: the run ahead of it in the batch's mailbox and
+ * its own, each at most its budget plus the hard-timeout grace (the run guard ends a run there).
+ * Past that the supervisor is not merely busy.
+ */
+export const runWait = (budget: Duration.Duration): Duration.Duration =>
+  Duration.sum(Duration.times(Duration.sum(budget, HARD_TIMEOUT_GRACE), 2), RUN_WAIT_SLACK)
+
+/** A budget as the API writes it (Duration.format: `25m`, `1h 30m`, `55s 500ms`). */
+export const parseBudget = (text: string): Option.Option<Duration.Duration> => {
+  if (text.trim() === "0") return Option.some(Duration.zero)
+  const pieces = text.trim().split(/\s+/).map(parseDuration)
+  return pieces.length === 0 || pieces.some(Option.isNone)
+    ? Option.none()
+    : Option.some(
+      pieces.reduce((sum: Duration.Duration, piece) => Duration.sum(sum, Option.getOrThrow(piece)), Duration.zero)
+    )
+}
 
 /** The supervisor's API, through the client derived from its definition. */
 export const remote = (endpoint: SupervisorEndpoint) =>
@@ -120,14 +145,39 @@ export const remote = (endpoint: SupervisorEndpoint) =>
                 message: "not available while the supervisor holds the embedded database; stop it, or set DATABASE_URL"
               })
             )
-            : answered(client.actions.run({
-              params: { name: batch },
-              payload: {
-                dryRun: request.dryRun,
-                force: request.force,
-                ...(request.asOf === undefined ? {} : { now: request.asOf.toISOString() })
-              }
-            })),
+            : Effect.gen(function*() {
+              // The answer comes when the run ends, which may be long after any fixed HTTP patience
+              // (a held run, a 25-minute budget): wait as long as this batch's run may take.
+              const views = yield* answered(client.batches.list())
+              const budget = Option.flatMap(
+                Option.fromNullishOr(views.find((view) => view.name === batch)),
+                (view) => parseBudget(view.config.budget)
+              )
+              const wait = runWait(Option.getOrElse(budget, () => Duration.hours(1)))
+              return yield* answered(client.actions.run({
+                params: { name: batch },
+                payload: {
+                  dryRun: request.dryRun,
+                  force: request.force,
+                  ...(request.asOf === undefined ? {} : { now: request.asOf.toISOString() })
+                }
+              })).pipe(
+                // Giving up cancels the request: the supervisor withdraws it if it has not started.
+                Effect.timeoutOrElse({
+                  duration: wait,
+                  orElse: () =>
+                    Effect.fail(
+                      new InfrastructureUnavailable({
+                        service: "Sweeper supervisor",
+                        host,
+                        detail: `no answer to run ${batch} within ${
+                          Duration.format(wait)
+                        }, longer than such a run may take (see sweeper status)`
+                      })
+                    )
+                })
+              )
+            }),
         setPaused: (batch, action) =>
           answered(
             action === "pause"
@@ -137,7 +187,8 @@ export const remote = (endpoint: SupervisorEndpoint) =>
           )
       })
     })
-  ).pipe(Layer.provide(FetchHttpClient.layer))
+    // node:http, not fetch: fetch gives up on headers after five minutes, and a run's answer may take longer.
+  ).pipe(Layer.provide(NodeHttpClient.layerNodeHttp))
 
 /** The configured database and Redis, through the supervisor's own layers. */
 export const local = Layer.succeed(
