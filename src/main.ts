@@ -67,6 +67,7 @@ cli.pipe(
         process.exitCode = 2
       }),
     InfrastructureUnavailable: (error) => fail(3, error.message),
+    NoSupervisor: (error) => fail(3, error.message),
     PauseNotRecorded: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),

@@ -4,6 +4,13 @@
  */
 import { Schema } from "effect"
 
+/**
+ * A run's id as the run guard makes it (a UUID): a filter by anything else can match nothing, and
+ * PostgreSQL would refuse it as a bad uuid, so the edges refuse it first, naming their own flag.
+ */
+export const isRunId = (text: string): boolean =>
+  /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text)
+
 const Outcome = Schema.Literals(["succeeded", "failed", "timed_out", "skipped", "abandoned"])
 
 export class RunStarted extends Schema.TaggedClass<RunStarted>()("RunStarted", {

@@ -13,7 +13,7 @@ import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts
 import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
 import { databaseClientLayer, describeBackends } from "./App.ts"
-import { attachDashedValues, budgetFlag, instantFlag, intFlag } from "./CliFlags.ts"
+import { attachDashedValues, budgetFlag, instantFlag, intFlag, runIdFlag } from "./CliFlags.ts"
 import { printEvent, printRun, printStatus } from "./CliPrint.ts"
 import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
 import { doctorCommand } from "./Doctor.ts"
@@ -109,7 +109,7 @@ const events = Command.make(
   {
     stream: Flag.String("stream").pipe(Flag.withDescription("Exact stream, e.g. build:123"), Flag.optional),
     type: Flag.String("type").pipe(Flag.withDescription("Event type, e.g. BuildDropped"), Flag.optional),
-    run: Flag.String("run").pipe(Flag.withDescription("Run id"), Flag.optional),
+    run: runIdFlag("run").pipe(Flag.withDescription("Run id (a UUID, as `run --json` prints it)"), Flag.optional),
     since: instantFlag("since").pipe(
       Flag.withDescription("From this instant on: ISO-8601, or a duration ago (1h, 30m, 7d)"),
       Flag.optional

@@ -5,6 +5,7 @@
  */
 import { DateTime, Duration, Effect, Option, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { Flag } from "effect/cli"
+import { isRunId } from "../domain/Events.ts"
 
 const UNITS: Record<string, number> = {
   ms: 1,
@@ -112,6 +113,15 @@ export const intFlag = (name: string, min: number, max: number) =>
   Flag.Int(name).pipe(
     Flag.filter((n) => Number.isSafeInteger(n) && n >= min && n <= max, (n) =>
       `expected a whole number from ${min} to ${max}, got ${n}`)
+  )
+
+/** `--run`: a run id as the run guard makes them (a UUID), refused as one line otherwise. */
+export const runIdFlag = (name: string) =>
+  Flag.String(name).pipe(
+    Flag.filter(
+      isRunId,
+      (text) => `expected a run id (a UUID like 0f8a1c2e-5b7d-4e9a-9c3f-2a6b8d4e1f70), got "${text}"`
+    )
   )
 
 export const durationFlag = (name: string) => Flag.String(name).pipe(Flag.withSchema(DurationText))

@@ -22,6 +22,7 @@ import { createServer } from "node:http"
 import { SweeperConfig } from "../config/Config.ts"
 import { refusesLookAhead } from "../domain/Batch.ts"
 import { describeError, type PauseNotRecorded } from "../domain/Errors.ts"
+import { isRunId } from "../domain/Events.ts"
 import { currentPeriod } from "../domain/Schedule.ts"
 import { RedisStores } from "../layers/redis/Redis.ts"
 import { Backlog } from "../services/Backlog.ts"
@@ -287,6 +288,9 @@ const BatchesLive = HttpApiBuilder.group(
           if (Option.isNone(until)) return yield* badRequest("until: expected an ISO-8601 instant")
           const limit = integer(query.limit ?? null, DEFAULT_EVENTS, MAX_EVENTS)
           if (Option.isNone(limit)) return yield* badRequest("limit: expected a positive integer")
+          if (query.run !== undefined && query.run !== "" && !isRunId(query.run)) {
+            return yield* badRequest(`run: expected a run id (a UUID), got ${JSON.stringify(query.run.slice(0, 80))}`)
+          }
           const found = yield* orInternal(events.query({
             stream: query.stream || undefined,
             type: query.type || undefined,

@@ -9,11 +9,15 @@
  * `layer` picks: with DATABASE_URL the CLI reads the database itself; on the embedded default it
  * asks the supervisor that published its address, if one runs.
  */
-import { Cause, Context, DateTime, type Duration, Effect, Layer, Option, Schema } from "effect"
-import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import { Cause, Config, Context, DateTime, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
+import { existsSync } from "node:fs"
 import { userInfo } from "node:os"
+import { join, resolve } from "node:path"
 import { configureBatches, SweeperConfig } from "../config/Config.ts"
+import { HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import {
   BatchDisabled,
   describeError,
@@ -29,6 +33,7 @@ import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { AnyApiError, type BatchViewSchema, type EventSchema, type RunResultSchema, SweeperApi } from "./Api.ts"
 import { AppLayer, describeBackends, ReadOnlyAppLayer } from "./App.ts"
 import { batchView } from "./BatchView.ts"
+import { parseDuration } from "./CliFlags.ts"
 import { runBatch } from "./RunGuard.ts"
 import { loadHistory, recordPause } from "./Scheduler.ts"
 import { findSupervisor, type SupervisorEndpoint } from "./SupervisorAddress.ts"
@@ -62,7 +67,20 @@ type Failure =
   | InvalidConfig
   | Cause.YieldableError
 
+const NonEmptyText = Schema.String.check(Schema.isNonEmpty({ message: "must not be empty" }))
+
+/** Nothing to talk to: no supervisor runs for the default data directory, and nothing is configured. */
+export class NoSupervisor extends Schema.TaggedError<NoSupervisor>()("NoSupervisor", { dataDir: Schema.String }) {
+  override get message() {
+    return `no Sweeper supervisor is running for ${this.dataDir} and nothing else is configured: ` +
+      "start one (npx sweeper start, or npm run demo, which prints how to reach it), or name one with " +
+      "SWEEPER_DATA_DIR (its data directory), SWEEPER_URL or DATABASE_URL"
+  }
+}
+
 export class Operator extends Context.Service<Operator, {
+  /** What this road talks to, in words: "the supervisor at http://… (pid 42, data directory …)". */
+  readonly target: string
   readonly views: Effect.Effect<ReadonlyArray<View>, Failure>
   events(filter: EventFilter): Effect.Effect<ReadonlyArray<EventView>, Failure>
   run(batch: string, request: RunRequest): Effect.Effect<RunView, Failure>
@@ -71,8 +89,30 @@ export class Operator extends Context.Service<Operator, {
 
 const actor = () => `cli:${userInfo().username}`
 
+/** Room for the request itself and the actor's turn, beyond the runs' own deadlines. */
+const RUN_WAIT_SLACK = Duration.seconds(30)
+
+/**
+ * How long a remote run may take before its answer: the run ahead of it in the batch's mailbox and
+ * its own, each at most its budget plus the hard-timeout grace (the run guard ends a run there).
+ * Past that the supervisor is not merely busy.
+ */
+export const runWait = (budget: Duration.Duration): Duration.Duration =>
+  Duration.sum(Duration.times(Duration.sum(budget, HARD_TIMEOUT_GRACE), 2), RUN_WAIT_SLACK)
+
+/** A budget as the API writes it (Duration.format: `25m`, `1h 30m`, `55s 500ms`). */
+export const parseBudget = (text: string): Option.Option<Duration.Duration> => {
+  if (text.trim() === "0") return Option.some(Duration.zero)
+  const pieces = text.trim().split(/\s+/).map(parseDuration)
+  return pieces.length === 0 || pieces.some(Option.isNone)
+    ? Option.none()
+    : Option.some(
+      pieces.reduce((sum: Duration.Duration, piece) => Duration.sum(sum, Option.getOrThrow(piece)), Duration.zero)
+    )
+}
+
 /** The supervisor's API, through the client derived from its definition. */
-export const remote = (endpoint: SupervisorEndpoint) =>
+export const remote = (endpoint: SupervisorEndpoint, target: string) =>
   Layer.effect(
     Operator,
     Effect.gen(function*() {
@@ -93,13 +133,17 @@ export const remote = (endpoint: SupervisorEndpoint) =>
           const body = Schema.decodeUnknownOption(AnyApiError)(error)
           const code = Option.isSome(body) ? body.value.error.code : undefined
           const message = Option.isSome(body) ? body.value.error.message : describeError(error)
-          if (code === "unknown_batch" || code === "batch_disabled" || code === "bad_request") {
+          if (
+            code === "unknown_batch" || code === "batch_disabled" || code === "bad_request" ||
+            code === "unauthorized" || code === "api_disabled"
+          ) {
             return Effect.fail(new RemoteRefusal({ message }))
           }
           if (code === "unavailable" && onUnavailable !== undefined) return Effect.fail(onUnavailable(message))
           return Effect.fail(new InfrastructureUnavailable({ service: "Sweeper supervisor", host, detail: message }))
         }))
       return Operator.of({
+        target,
         views: answered(client.batches.list()),
         events: (filter) =>
           answered(client.batches.events({
@@ -120,14 +164,39 @@ export const remote = (endpoint: SupervisorEndpoint) =>
                 message: "not available while the supervisor holds the embedded database; stop it, or set DATABASE_URL"
               })
             )
-            : answered(client.actions.run({
-              params: { name: batch },
-              payload: {
-                dryRun: request.dryRun,
-                force: request.force,
-                ...(request.asOf === undefined ? {} : { now: request.asOf.toISOString() })
-              }
-            })),
+            : Effect.gen(function*() {
+              // The answer comes when the run ends, which may be long after any fixed HTTP patience
+              // (a held run, a 25-minute budget): wait as long as this batch's run may take.
+              const views = yield* answered(client.batches.list())
+              const budget = Option.flatMap(
+                Option.fromNullishOr(views.find((view) => view.name === batch)),
+                (view) => parseBudget(view.config.budget)
+              )
+              const wait = runWait(Option.getOrElse(budget, () => Duration.hours(1)))
+              return yield* answered(client.actions.run({
+                params: { name: batch },
+                payload: {
+                  dryRun: request.dryRun,
+                  force: request.force,
+                  ...(request.asOf === undefined ? {} : { now: request.asOf.toISOString() })
+                }
+              })).pipe(
+                // Giving up cancels the request: the supervisor withdraws it if it has not started.
+                Effect.timeoutOrElse({
+                  duration: wait,
+                  orElse: () =>
+                    Effect.fail(
+                      new InfrastructureUnavailable({
+                        service: "Sweeper supervisor",
+                        host,
+                        detail: `no answer to run ${batch} within ${
+                          Duration.format(wait)
+                        }, longer than such a run may take (see sweeper status)`
+                      })
+                    )
+                })
+              )
+            }),
         setPaused: (batch, action) =>
           answered(
             action === "pause"
@@ -137,67 +206,90 @@ export const remote = (endpoint: SupervisorEndpoint) =>
           )
       })
     })
-  ).pipe(Layer.provide(FetchHttpClient.layer))
+    // node:http, not fetch: fetch gives up on headers after five minutes, and a run's answer may take longer.
+  ).pipe(Layer.provide(NodeHttpClient.layerNodeHttp))
 
 /** The configured database and Redis, through the supervisor's own layers. */
-export const local = Layer.succeed(
-  Operator,
-  Operator.of({
-    // Computed here from the database: every batch's folded history, no supervisor involved.
-    views: Effect.gen(function*() {
-      const settings = yield* SweeperConfig
-      const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
-      const events = yield* EventLog
-      return yield* Effect.forEach(
-        yield* configureBatches(batches),
-        ({ batch, cronText, cron, disabled }) =>
-          Effect.gen(function*() {
-            const history = yield* loadHistory(batch.name)
-            // What holds it now, from its stream (whichever process holds it): SPEC §9.
-            const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
-            const holds = openHolds([...recent].reverse()).map((hold) => hold.text)
-            return {
-              ...batchView(
-                { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history },
-                now
-              ),
-              holds
-            }
-          })
-      )
-    }).pipe(Effect.provide(ReadOnlyAppLayer)),
-    events: (filter) =>
-      Effect.flatMap(EventLog, (log) => log.query(filter)).pipe(
-        Effect.map((found) => found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() }))),
-        Effect.provide(ReadOnlyAppLayer)
-      ),
-    run: (name, request) =>
-      Effect.gen(function*() {
-        // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
-        const configured = yield* configureBatches(batches)
-        const batch = configured.find((c) => c.batch.name === name)?.batch ?? (yield* findBatch(name))
+export const local = (target: string) =>
+  Layer.succeed(
+    Operator,
+    Operator.of({
+      target,
+      // Computed here from the database: every batch's folded history, no supervisor involved.
+      views: Effect.gen(function*() {
         const settings = yield* SweeperConfig
-        if (settings.disabledBatches.includes(batch.name) && !request.force) {
-          return yield* new BatchDisabled({ name: batch.name })
-        }
-        yield* Effect.logInfo("Backends", describeBackends(settings))
-        return yield* runBatch(batch, {
-          trigger: "manual",
-          dryRun: request.dryRun,
-          budget: request.budget,
-          asOf: request.asOf
-        })
-        // A dry run only reads, so it never migrates (SPEC §8.1).
-      }).pipe(Effect.provide(request.dryRun ? ReadOnlyAppLayer : AppLayer)),
-    setPaused: (batch, action) => recordPause(batch, action, actor()).pipe(Effect.provide(AppLayer))
-  })
-)
+        const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
+        const events = yield* EventLog
+        return yield* Effect.forEach(
+          yield* configureBatches(batches),
+          ({ batch, cronText, cron, disabled }) =>
+            Effect.gen(function*() {
+              const history = yield* loadHistory(batch.name)
+              // What holds it now, from its stream (whichever process holds it): SPEC §9.
+              const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
+              const holds = openHolds([...recent].reverse()).map((hold) => hold.text)
+              return {
+                ...batchView(
+                  { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history },
+                  now
+                ),
+                holds
+              }
+            })
+        )
+      }).pipe(Effect.provide(ReadOnlyAppLayer)),
+      events: (filter) =>
+        Effect.flatMap(EventLog, (log) => log.query(filter)).pipe(
+          Effect.map((found) => found.map((e) => ({ ...e, occurredAt: e.occurredAt.toISOString() }))),
+          Effect.provide(ReadOnlyAppLayer)
+        ),
+      run: (name, request) =>
+        Effect.gen(function*() {
+          // Every batch's variables are checked, not only this one's: bad configuration is refused at the edge.
+          const configured = yield* configureBatches(batches)
+          const batch = configured.find((c) => c.batch.name === name)?.batch ?? (yield* findBatch(name))
+          const settings = yield* SweeperConfig
+          if (settings.disabledBatches.includes(batch.name) && !request.force) {
+            return yield* new BatchDisabled({ name: batch.name })
+          }
+          yield* Effect.logInfo("Backends", describeBackends(settings))
+          return yield* runBatch(batch, {
+            trigger: "manual",
+            dryRun: request.dryRun,
+            budget: request.budget,
+            asOf: request.asOf
+          })
+          // A dry run only reads, so it never migrates (SPEC §8.1).
+        }).pipe(Effect.provide(request.dryRun ? ReadOnlyAppLayer : AppLayer)),
+      setPaused: (batch, action) => recordPause(batch, action, actor()).pipe(Effect.provide(AppLayer))
+    })
+  )
 
-/** The road configuration picks (see the header). */
+/** The road configuration picks (see the header), said once in the log: which supervisor, or which database. */
 export const layer = Layer.unwrap(
   Effect.gen(function*() {
     const settings = yield* SweeperConfig
-    if (Option.isSome(settings.databaseUrl)) return local
-    return Option.match(yield* findSupervisor(settings.dataDir), { onNone: () => local, onSome: remote })
+    const url = yield* Config.option(Config.schema(NonEmptyText, "SWEEPER_URL"))
+    if (Option.isSome(url)) {
+      const token = Option.match(settings.apiToken, { onNone: () => "", onSome: Redacted.value })
+      const target = `the supervisor at ${url.value} (SWEEPER_URL)`
+      yield* Effect.logInfo(`Talking to ${target}`)
+      return remote({ url: url.value, token }, target)
+    }
+    if (Option.isSome(settings.databaseUrl)) return local(`the database at ${describeBackends(settings).postgres}`)
+    const found = yield* findSupervisor(settings.dataDir)
+    if (Option.isSome(found)) {
+      const { url, pid } = found.value
+      const target = `the supervisor at ${url} (pid ${pid}, data directory ${resolve(settings.dataDir)})`
+      yield* Effect.logInfo(`Talking to ${target}`)
+      return remote(found.value, target)
+    }
+    // Nothing named and nothing there: opening the default directory would create an empty store
+    // and answer from it as if it were Sweeper's state.
+    const named = Option.isSome(yield* Config.option(Config.schema(Schema.String, "SWEEPER_DATA_DIR")))
+    if (!named && !existsSync(join(settings.dataDir, "pgdata"))) {
+      return yield* new NoSupervisor({ dataDir: settings.dataDir })
+    }
+    return local(`the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`)
   }).pipe(Effect.provide(SweeperConfig.layer))
 )

@@ -1,34 +1,68 @@
 /**
- * `npm run repl`: a Node REPL with the same runtime and registry as the supervisor.
+ * `npm run repl`: a Node REPL over the same Operator as the CLI (Operator.ts). It finds the running
+ * supervisor of its data directory (or SWEEPER_URL) on its own and says which one it talks to; a
+ * one-off run then goes through that supervisor — its run guard, lease, mailbox and events, as a
+ * scheduled run would — which is also how it works on the embedded default, whose database and
+ * Redis live inside the supervisor's process. With DATABASE_URL and no supervisor it runs here.
  *
  *   sweeper> await sweeper.run("drop-canceling-builds", { dryRun: true })
- *   sweeper> await sweeper.events({ stream: "build:123" })
+ *   sweeper> await sweeper.events({ type: "BuildDropped" })
+ *   sweeper> await sweeper.status()
  *   sweeper> sweeper.batches
  */
 import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
 import repl from "node:repl"
 import { environment } from "../config/Config.ts"
-import { batchNames, findBatch } from "../programs/index.ts"
-import { type EventFilter, EventLog } from "../services/EventLog.ts"
-import { AppLayer } from "./App.ts"
+import { batchNames } from "../programs/index.ts"
+import type { EventFilter } from "../services/EventLog.ts"
 import { LoggingLive } from "./Logging.ts"
-import { runBatch } from "./RunGuard.ts"
+import * as Operator from "./Operator.ts"
 
 const runtime = ManagedRuntime.make(
-  AppLayer.pipe(Layer.provideMerge(LoggingLive), Layer.provide(ConfigProvider.layer(environment)))
+  Operator.layer.pipe(Layer.provideMerge(LoggingLive), Layer.provide(ConfigProvider.layer(environment)))
 )
+
+/** One line, as the CLI says it: the REPL prints a rejected promise's message. */
+const call = <A>(effect: Effect.Effect<A, unknown, Operator.Operator>) =>
+  runtime.runPromise(effect.pipe(
+    Effect.mapError((error) => new Error(error instanceof Error ? error.message : String(error)))
+  ))
+
+const operator = await runtime.runPromise(Operator.Operator).catch(async (error: unknown) => {
+  process.stderr.write(`sweeper: ${error instanceof Error ? error.message : String(error)}\n`)
+  await runtime.dispose()
+  process.exit(3)
+})
+
+export interface RunOptions {
+  readonly dryRun?: boolean
+  /** Run a batch listed in SWEEPER_DISABLED_BATCHES. */
+  readonly force?: boolean
+  /** Judge thresholds at this instant (a future one only with dryRun). */
+  readonly now?: Date | string
+}
 
 const sweeper = {
   batches: batchNames,
-  run: (name: string, options: { readonly dryRun?: boolean } = {}) =>
-    runtime.runPromise(Effect.flatMap(findBatch(name), (batch) => runBatch(batch, { trigger: "manual", ...options }))),
-  events: (filter: EventFilter = {}) =>
-    runtime.runPromise(Effect.gen(function*() {
-      const log = yield* EventLog
-      return yield* log.query({ newestFirst: true, limit: 20, ...filter })
-    }))
+  /** Which supervisor (or database) this session talks to. */
+  target: operator.target,
+  run: (name: string, options: RunOptions = {}) =>
+    call(operator.run(name, {
+      dryRun: options.dryRun === true,
+      force: options.force === true,
+      asOf: options.now === undefined ? undefined : new Date(options.now)
+    })),
+  events: (filter: EventFilter = {}) => call(operator.events({ newestFirst: true, limit: 20, ...filter })),
+  status: () => call(operator.views),
+  pause: (name: string) => call(operator.setPaused(name, "pause")),
+  resume: (name: string) => call(operator.setPaused(name, "resume"))
 }
 
+process.stdout.write(
+  `Sweeper REPL, talking to ${operator.target}.\n` +
+    `Try: await sweeper.run("drop-canceling-builds", { dryRun: true }), await sweeper.status(), ` +
+    `await sweeper.events({ type: "BuildDropped" }); sweeper.batches lists the batches.\n`
+)
 const server = repl.start({ prompt: "sweeper> " })
 server.context.sweeper = sweeper
 server.on("exit", () => {

@@ -413,6 +413,8 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
         for (const message of messages) {
           switch (message._tag) {
             case "RunNow": {
+              // Its asker gave up while it waited (a cancelled request, a client gone): nobody wants it now.
+              if (yield* Deferred.isDone(message.reply)) break
               if (yield* Ref.get(shuttingDown)) {
                 yield* Deferred.succeed(message.reply, {
                   batch: actor.batch.name,
@@ -554,11 +556,12 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
             asOf: options.asOf,
             reply
           })
-          return yield* Deferred.await(reply)
+          // An asker that leaves withdraws its request: the actor skips a reply that is already done.
+          return yield* Deferred.await(reply).pipe(Effect.onInterrupt(() =>
+            Deferred.interrupt(reply)
+          ))
         }),
-      pause: (name, by) =>
-        Effect.flatMap(actorNamed(name), (actor) =>
-          setPaused(actor, "pause", by)),
+      pause: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "pause", by)),
       resume: (name, by) => Effect.flatMap(actorNamed(name), (actor) => setPaused(actor, "resume", by))
     })
   })

@@ -22,6 +22,8 @@ export const localToken = randomBytes(24).toString("hex")
 export interface SupervisorEndpoint {
   readonly url: string
   readonly token: string
+  /** The supervisor's process, when it published one (SWEEPER_URL names none). */
+  readonly pid?: number | undefined
 }
 
 export const addressFile = (dataDir: string) => join(dataDir, "supervisor.json")
@@ -50,7 +52,9 @@ export const findSupervisor = (dataDir: string): Effect.Effect<Option.Option<Sup
         ? Effect.succeedNone
         : Schema.decodeUnknownEffect(Published)(text).pipe(
           Effect.map((p) =>
-            isAlive(p.pid) && p.pid !== process.pid ? Option.some({ url: p.url, token: p.token }) : Option.none()
+            isAlive(p.pid) && p.pid !== process.pid
+              ? Option.some({ url: p.url, token: p.token, pid: p.pid })
+              : Option.none()
           ),
           Effect.orElseSucceed(() => Option.none<SupervisorEndpoint>())
         )

@@ -1,0 +1,58 @@
+/**
+ * The CLI and the REPL find the supervisor they are meant for on their own — the one running on
+ * the same data directory, or SWEEPER_URL — and say which one they talk to. With none running and
+ * nothing configured they say so, instead of creating an empty `./.sweeper` and answering from it
+ * as if it were Sweeper's state.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
+const repl = fileURLToPath(new URL("../../src/runtime/Repl.ts", import.meta.url))
+
+/** A command run in `cwd` with nothing configured: no SWEEPER_* variable, no DATABASE_URL. */
+const bare = (cwd: string, args: ReadonlyArray<string>, input?: string) =>
+  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, args, {
+      cwd,
+      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" },
+      stdio: ["pipe", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.on("data", (chunk) => (stdout += chunk))
+    child.stderr.on("data", (chunk) => (stderr += chunk))
+    child.on("error", reject)
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+    child.stdin.end(input ?? "")
+  })
+
+describe("nothing running, nothing configured", () => {
+  it.live("status, run and the REPL say so in one line and create no ./.sweeper", () =>
+    Effect.promise(async () => {
+      const cwd = mkdtempSync(join(tmpdir(), "sweeper-bare-"))
+      try {
+        for (const args of [["status"], ["run", "drop-canceling-builds", "--dry-run"], ["events"]]) {
+          const result = await bare(cwd, [main, ...args])
+          assert.strictEqual(result.code, 3, `${args.join(" ")}: ${result.stderr}`)
+          const lines = result.stderr.split("\n").filter((line) => line.trim() !== "")
+          assert.lengthOf(lines, 1, result.stderr)
+          assert.match(lines[0]!, /^sweeper: no Sweeper supervisor is running for \.sweeper/)
+          assert.include(lines[0]!, "SWEEPER_DATA_DIR")
+          assert.strictEqual(result.stdout, "")
+          assert.isFalse(existsSync(join(cwd, ".sweeper")), `${args.join(" ")} created ./.sweeper`)
+        }
+        const session = await bare(cwd, [repl], "1 + 1\n.exit\n")
+        assert.notStrictEqual(session.code, 0)
+        assert.include(session.stderr, "no Sweeper supervisor is running for .sweeper")
+        assert.isFalse(existsSync(join(cwd, ".sweeper")), "the REPL created ./.sweeper")
+      } finally {
+        rmSync(cwd, { recursive: true, force: true })
+      }
+    }), 120_000)
+})
