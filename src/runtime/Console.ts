@@ -1,12 +1,12 @@
 /**
- * The console's pages and services (issue 19), registered on the HTTP router beside the JSON API:
+ * The console's pages and services, registered on the HTTP router beside the JSON API:
  *
  *   GET /                  every batch as a card, with its backlog and, while it runs, its progress
- *   GET /batches/:name     a batch: its card, configuration, history charts (?window=1h|24h|7d|30d; by default the one its runs call for), runs
+ *   GET /batches/:name     a batch: its card, configuration, history charts (?window=1h|24h|7d|30d;
+ *                          by default the one its runs call for), runs
  *   GET /runs/:id          a run: outcome, trigger, node, timings, summary, error, holds, and its
  *                          repairs paged by keyset (?type=…&after=<event id>)
  *   GET /favicon.svg, /favicon.ico
-
  *   GET /api/stream        SSE: one shared feed of view changes (ConsoleFeed), heartbeats, capped
  *   GET /console/dashboard.js, /console/dashboard.css
  *   + the ConsoleApi group (/api/runs/:id, /api/batches/:name/history, /api/backlog)

@@ -141,9 +141,11 @@ const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null 
         ? `<span class="error">unreadable: ${e(backlog.error)}</span>`
         : backlog.count === 0
         ? `<span class="muted">nothing waits</span>`
-        : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${
-          e(backlog.what)
-        }</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`
+        : `<span class="muted">${e(backlog.what)}:</span> <strong>${
+          backlog.capped ? "more than " : ""
+        }${backlog.count}</strong>${
+          backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`
+        }`
     }${
       backlog.sampledAt === null
         ? ""

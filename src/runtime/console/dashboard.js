@@ -46,7 +46,11 @@
   /** @param {number} n */
   const pad = (n) => String(n).padStart(2, "0")
 
-  /** The one date format; `utc` false gives the viewer's local time in the same shape. @param {Date} d @param {boolean} utc */
+  /**
+   * The one date format; `utc` false gives the viewer's local time in the same shape.
+   * @param {Date} d
+   * @param {boolean} utc
+   */
   function format(d, utc) {
     const parts = utc
       ? [d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()]
