@@ -6,9 +6,35 @@
  */
 import type { RunPoint } from "../services/RunHistory.ts"
 
-export const WINDOWS = { "24h": 24 * 3600_000, "7d": 7 * 24 * 3600_000, "30d": 30 * 24 * 3600_000 } as const
+export const WINDOWS = {
+  "1h": 3600_000,
+  "24h": 24 * 3600_000,
+  "7d": 7 * 24 * 3600_000,
+  "30d": 30 * 24 * 3600_000
+} as const
 export type HistoryWindow = keyof typeof WINDOWS
 export const isWindow = (value: string): value is HistoryWindow => Object.hasOwn(WINDOWS, value)
+export const WINDOW_WORDS: Record<HistoryWindow, string> = {
+  "1h": "hour",
+  "24h": "24 hours",
+  "7d": "7 days",
+  "30d": "30 days"
+}
+
+/** Enough marks in the last hour to read a trend from; fewer, and a day shows more. */
+const HOUR_RUNS = 10
+
+/**
+ * The window a batch page opens on when none is asked for, from the runs of the last 24 hours: the
+ * last hour when it holds enough runs (a batch every few seconds, as in the demo, would otherwise
+ * collapse into one bar at the right edge), 24 hours when the day has runs, else a wider window.
+ */
+export const chooseWindow = (runsInDay: ReadonlyArray<RunPoint>, now: Date): HistoryWindow => {
+  if (runsInDay.length === 0) return "7d"
+  const hourAgo = now.getTime() - WINDOWS["1h"]
+  const inHour = runsInDay.filter((r) => r.finishedAt.getTime() >= hourAgo).length
+  return inHour >= HOUR_RUNS || inHour === runsInDay.length ? "1h" : "24h"
+}
 
 const WIDTH = 640
 const HEIGHT = 150
@@ -40,8 +66,14 @@ export const niceMax = (max: number) => {
   return 10 * power
 }
 
+/** The console's one date format (Dashboard.ts has the same): seconds only when there are some. */
+const formatUtc = (at: Date) => {
+  const text = at.toISOString().replace("T", " ").slice(0, 19)
+  return `${text.endsWith(":00") ? text.slice(0, 16) : text} UTC`
+}
+
 const label = (run: RunPoint) =>
-  `${run.finishedAt.toISOString().replace("T", " ").slice(0, 19)} UTC · ${run.outcome} · ${run.repairs} repair${
+  `${formatUtc(run.finishedAt)} · ${run.outcome.replace("_", " ")} · ${run.repairs} repair${
     run.repairs === 1 ? "" : "s"
   } · ${formatMs(run.durationMs)}`
 
@@ -58,10 +90,8 @@ const frame = (kind: string, title: string, yMax: string, body: string, input: C
 <line class="axis" x1="${LEFT}" y1="${TOP}" x2="${LEFT}" y2="${HEIGHT - BOTTOM}"/>
 <text class="tick" x="${LEFT - 4}" y="${TOP + 8}" text-anchor="end">${esc(yMax)}</text>
 <text class="tick" x="${LEFT - 4}" y="${HEIGHT - BOTTOM}" text-anchor="end">0</text>
-<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(input.since.toISOString().slice(0, 16).replace("T", " "))}</text>
-<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${
-    esc(input.until.toISOString().slice(0, 16).replace("T", " "))
-  } UTC</text>
+<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(formatUtc(input.since))}</text>
+<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(formatUtc(input.until))}</text>
 ${body}</svg></figure>`
 
 const xOf = (input: ChartInput) => {
@@ -69,7 +99,8 @@ const xOf = (input: ChartInput) => {
   return (at: Date) => LEFT + 2 + ((at.getTime() - input.since.getTime()) / span) * (WIDTH - LEFT - 6)
 }
 
-const barWidth = (n: number) => Math.max(1, Math.min(8, ((WIDTH - LEFT) / Math.max(1, n)) * 0.7))
+/** At least 2 units wide, so each of a busy hour's marks can still be seen and hovered. */
+const barWidth = (n: number) => Math.max(2, Math.min(8, ((WIDTH - LEFT) / Math.max(1, n)) * 0.7))
 
 const bars = (
   kind: string,
@@ -115,12 +146,8 @@ const outcomes = (input: ChartInput) => {
   return `<figure class="chart" data-chart="outcomes"><figcaption>Outcomes</figcaption>
 <svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="Outcomes: ${input.runs.length} runs">
 <line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
-${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${
-    esc(input.since.toISOString().slice(0, 16).replace("T", " "))
-  }</text>
-<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${
-    esc(input.until.toISOString().slice(0, 16).replace("T", " "))
-  } UTC</text>
+${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(formatUtc(input.since))}</text>
+<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(formatUtc(input.until))}</text>
 ${marks}</svg></figure>`
 }
 

@@ -4,6 +4,7 @@
  */
 import { Cause, ConfigProvider, Console, type Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
+import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -13,6 +14,7 @@ import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
 import { parseScenarios, simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
 import { AppLayer, describeBackends } from "./App.ts"
 import { durationFlag, intFlag } from "./CliFlags.ts"
+import { demoReachText } from "./DemoReach.ts"
 import { demoEnvironment, refuseGitLabDatabase, superviseWithSimulator } from "./Supervisor.ts"
 
 /** The simulator's rate per scenario beyond which a laptop only measures its own queueing. */
@@ -90,7 +92,14 @@ export const demo = Command.make(
   Effect.fn("Cli.demo")(function*({ rate }) {
     // A fresh directory per demo unless one is given; ours is removed when the demo stops.
     const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
-    const env = { ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!), ...process.env } as Record<string, string>
+    // The buttons need a token and the demo must not open its write API to anyone: it makes one,
+    // unless the operator gave their own, and hands it to the browser once (DemoReach.ts).
+    const token = process.env.SWEEPER_API_TOKEN === undefined ? randomBytes(24).toString("hex") : undefined
+    const env = {
+      ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!),
+      ...(token === undefined ? {} : { SWEEPER_API_TOKEN: token }),
+      ...process.env
+    } as Record<string, string>
     const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
     yield* Console.log(
       `Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`
@@ -102,7 +111,8 @@ export const demo = Command.make(
       if (Option.isSome(settings.databaseUrl) || redisConfigured(settings)) {
         yield* Effect.logInfo("Demo on the configured backends", describeBackends(settings))
       }
-      return yield* Layer.launch(superviseWithSimulator(options))
+      const reach = (url: string) => Console.log(demoReachText({ url, dataDir: env.SWEEPER_DATA_DIR!, token }))
+      return yield* Layer.launch(superviseWithSimulator(options, reach))
     }).pipe(
       Effect.provide(SweeperConfig.layer),
       Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env, preserveEmptyStrings: true })),

@@ -1,17 +1,20 @@
 /**
- * The console's pages and services (issue 19), registered on the HTTP router beside the JSON API:
+ * The console's pages and services, registered on the HTTP router beside the JSON API:
  *
  *   GET /                  every batch as a card, with its backlog and, while it runs, its progress
- *   GET /batches/:name     a batch: its card, configuration, history charts (?window=24h|7d|30d), runs
+ *   GET /batches/:name     a batch: its card, configuration, history charts (?window=1h|24h|7d|30d;
+ *                          by default the one its runs call for), runs
  *   GET /runs/:id          a run: outcome, trigger, node, timings, summary, error, holds, and its
  *                          repairs paged by keyset (?type=…&after=<event id>)
  *   GET /favicon.svg, /favicon.ico
+ *   GET /api/stream        SSE: one shared feed of view changes (ConsoleFeed), heartbeats, capped
+ *   GET /console/dashboard.js, /console/dashboard.css
  *   + the ConsoleApi group (/api/runs/:id, /api/batches/:name/history, /api/backlog)
  *
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
-import { DateTime, Effect, Layer, Option, Schedule } from "effect"
+import { Context, DateTime, Effect, Layer, Option, Schedule, Schema, Stream, SubscriptionRef } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { describeError } from "../domain/Errors.ts"
 import { RunHistorySql } from "../layers/postgres/RunHistorySql.ts"
@@ -21,9 +24,10 @@ import { HealthReport } from "../services/HealthReport.ts"
 import { RunHistory } from "../services/RunHistory.ts"
 import { BacklogLive } from "./Backlog.ts"
 import { snapshotView } from "./BatchView.ts"
-import { isWindow } from "./Charts.ts"
+import { chooseWindow, isWindow, WINDOWS } from "./Charts.ts"
+import { ASSET_VERSION, SCRIPT, SCRIPT_PATH, STYLE, STYLE_PATH } from "./console/assets.ts"
 import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
-import { batchPage, type CardView, dashboardPage, FAVICON, runPage } from "./Dashboard.ts"
+import { batchPage, card, type CardView, dashboardPage, FAVICON, holdsBanner, runPage } from "./Dashboard.ts"
 import { liveRun } from "./LiveProgress.ts"
 import { recentRuns } from "./Runs.ts"
 import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
@@ -49,6 +53,80 @@ export const consoleViews = Effect.gen(function*() {
   const sample = Option.isSome(backlog) ? yield* backlog.value.current : undefined
   return (yield* scheduler.snapshots).map((s) => cardView(s, now, sample))
 })
+
+/** The most `/api/stream` connections served at once; one more is answered 503. */
+export const MAX_STREAMS = 100
+/** A comment line on every open stream this often, so proxies and browsers keep idle ones open. */
+export const HEARTBEAT = "15 seconds"
+/** How often the shared feed looks at the views (memory only: the scheduler, the backlog's last sample). */
+const FEED_PERIOD = "1 second"
+
+/**
+ * One feed of view changes for every console client. A single fiber reads the views once a second,
+ * and only when they differ from the last reading renders the SSE frames once: `batches` (the views
+ * as JSON, for scripts) and `page` (each card's HTML and the holds banner, which the page script
+ * swaps in). Each client's stream is the ref's changes: the current frames first, then each change.
+ * So an open tab costs neither a read nor a render of its own, however many are open.
+ */
+export class ConsoleFeed extends Context.Service<ConsoleFeed, {
+  /** The SSE frames now, then every change; fails with `TooManyStreams` beyond MAX_STREAMS. */
+  readonly open: Effect.Effect<Stream.Stream<Uint8Array>, TooManyStreams>
+  /** Streams open now. */
+  readonly clients: Effect.Effect<number>
+}>()("sweeper/runtime/ConsoleFeed") {}
+
+export class TooManyStreams extends Schema.TaggedError<TooManyStreams>()("TooManyStreams", {
+  max: Schema.Number
+}) {}
+
+const encoder = new TextEncoder()
+
+/** The frames of one reading: what every client is sent when the key changes. */
+const frames = (views: ReadonlyArray<CardView>, holds: ReadonlyArray<string>) => {
+  const page = { cards: Object.fromEntries(views.map((v) => [v.name, card(v)])), holds: holdsBanner(holds) }
+  return encoder.encode(
+    `event: batches\ndata: ${JSON.stringify(views)}\n\nevent: page\ndata: ${JSON.stringify(page)}\n\n`
+  )
+}
+
+export const ConsoleFeedLive = (options: { readonly maxStreams?: number } = {}) =>
+  Layer.effect(
+    ConsoleFeed,
+    Effect.gen(function*() {
+      const maxStreams = options.maxStreams ?? MAX_STREAMS
+      const health = yield* HealthReport
+      const context = yield* Effect.context<Backlog | Scheduler>()
+      const reading = Effect.gen(function*() {
+        const views = yield* consoleViews.pipe(Effect.provideContext(context))
+        const holds = (yield* health.snapshot).holds.map((h) => h.text)
+        // Times inside the views (next ticks, "3m ago") move every second; the key leaves out what
+        // only the clock changed, so an idle console sends nothing until something happens.
+        return { views, holds, key: JSON.stringify([views.map(({ nextTicks: _, ...rest }) => rest), holds]) }
+      })
+      const first = yield* reading
+      const latest = yield* SubscriptionRef.make(frames(first.views, first.holds))
+      yield* Stream.fromEffectSchedule(reading, Schedule.spaced(FEED_PERIOD)).pipe(
+        Stream.changesWith((a, b) => a.key === b.key),
+        Stream.drop(1),
+        Stream.runForEach(({ holds, views }) => SubscriptionRef.set(latest, frames(views, holds))),
+        Effect.forkScoped
+      )
+      let open = 0
+      const heartbeat = Stream.tick(HEARTBEAT).pipe(Stream.drop(1), Stream.map(() => encoder.encode(": heartbeat\n\n")))
+      return {
+        clients: Effect.sync(() => open),
+        open: Effect.suspend(() => {
+          if (open >= maxStreams) return Effect.fail(new TooManyStreams({ max: maxStreams }))
+          open++
+          const stream = Stream.concat(
+            Stream.make(encoder.encode("retry: 3000\n\n")),
+            SubscriptionRef.changes(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
+          ).pipe(Stream.ensuring(Effect.sync(() => open--)))
+          return Effect.succeed(stream)
+        })
+      }
+    })
+  )
 
 const html = (page: string, status = 200) =>
   HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8", status })
@@ -84,6 +162,32 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     headers: { "cache-control": "max-age=86400" }
   })
   yield* router.add("GET", "/favicon.svg", Effect.succeed(favicon))
+  // The script and styles: their URLs carry ASSET_VERSION, so a day's caching never mixes versions.
+  const asset = (body: string, contentType: string) =>
+    Effect.succeed(HttpServerResponse.text(body, { contentType, headers: { "cache-control": "max-age=86400" } }))
+  yield* router.add("GET", SCRIPT_PATH, asset(SCRIPT, "text/javascript; charset=utf-8"))
+  yield* router.add("GET", STYLE_PATH, asset(STYLE, "text/css; charset=utf-8"))
+  void ASSET_VERSION
+
+  // Server-sent events: the shared feed's frames (ConsoleFeed), capped at MAX_STREAMS connections.
+  const feed = yield* ConsoleFeed
+  yield* router.add(
+    "GET",
+    "/api/stream",
+    feed.open.pipe(
+      Effect.map((stream) =>
+        HttpServerResponse.stream(stream, {
+          contentType: "text/event-stream",
+          headers: { "cache-control": "no-cache" }
+        })
+      ),
+      Effect.catch((error) =>
+        Effect.succeed(HttpServerResponse.jsonUnsafe({
+          error: { code: "unavailable", message: `the console serves at most ${error.max} streams at once` }
+        }, { status: 503, headers: { "retry-after": "10" } }))
+      )
+    )
+  )
   yield* router.add("GET", "/favicon.ico", Effect.succeed(favicon))
 
   yield* router.add(
@@ -110,9 +214,8 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
           404
         )
       }
-      const requested = (yield* query).get("window") ?? "24h"
-      const window = isWindow(requested) ? requested : "24h"
-      const history = yield* readHistory(view.name, window)
+      const requested = (yield* query).get("window") ?? ""
+      const history = isWindow(requested) ? yield* readHistory(view.name, requested) : yield* chosenHistory(view.name)
       return html(batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }), history))
     }))
   )
@@ -134,7 +237,20 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   )
 }))
 
-export const ConsoleServices = Layer.mergeAll(RunHistorySql, BacklogLive)
+/**
+ * A batch page opened without `?window=`: the window its runs call for (Charts.ts's chooseWindow),
+ * from the day's runs; a day without runs reads the week instead.
+ */
+const chosenHistory = Effect.fnUntraced(function*(batch: string) {
+  const day = yield* readHistory(batch, "24h")
+  const window = chooseWindow(day.runs, day.until)
+  if (window === "24h") return day
+  if (window !== "1h") return yield* readHistory(batch, window)
+  const since = new Date(day.until.getTime() - WINDOWS["1h"])
+  return { ...day, window, since, runs: day.runs.filter((r) => r.finishedAt >= since) }
+})
+
+export const ConsoleServices = ConsoleFeedLive().pipe(Layer.provideMerge(Layer.mergeAll(RunHistorySql, BacklogLive)))
 
 /**
  * A run changes what waits: the backlog is sampled again as soon as any batch's last run changes

@@ -3,7 +3,7 @@
  * `HttpApi` with one line (`.add(ConsoleApi)`), and their handlers with `consoleHandlers`:
  *
  *   GET /api/runs/:id?after=&type=&limit=    a run (timings, error, holds) and a page of its repairs
- *   GET /api/batches/:name/history?window=   a batch's runs over 24h | 7d | 30d (the charts' numbers)
+ *   GET /api/batches/:name/history?window=   a batch's runs over 1h | 24h | 7d | 30d (the charts' numbers)
  *   GET /api/backlog                         what waits per batch and the oldest's age (last sample)
  *
  * Errors have the API's one shape, `{"error": {"code", "message"}}`.
@@ -64,7 +64,7 @@ export const RunResponse = Schema.Struct({
   })
 })
 
-export const Window = Schema.Literals(["24h", "7d", "30d"])
+export const Window = Schema.Literals(["1h", "24h", "7d", "30d"])
 
 export const HistoryResponse = Schema.Struct({
   batch: Schema.String,
@@ -214,7 +214,7 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
       withServices(Effect.gen(function*() {
         if (!batchNames.includes(params.name)) return yield* notFound("unknown_batch", `unknown batch "${params.name}"`)
         const window = query.window ?? "24h"
-        if (!isWindow(window)) return yield* badRequest("window: expected 24h, 7d or 30d")
+        if (!isWindow(window)) return yield* badRequest("window: expected 1h, 24h, 7d or 30d")
         const found = yield* readHistory(params.name, window).pipe(internal)
         return {
           ...found,

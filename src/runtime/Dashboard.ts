@@ -12,7 +12,8 @@ import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
 import type { RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
 import type { BatchView } from "./BatchView.ts"
-import { historyCharts, type HistoryWindow, WINDOWS } from "./Charts.ts"
+import { historyCharts, type HistoryWindow, WINDOW_WORDS, WINDOWS } from "./Charts.ts"
+import { ASSET_VERSION, SCRIPT_PATH, STYLE_PATH } from "./console/assets.ts"
 import type { LiveRun } from "./LiveProgress.ts"
 import type { RunRecord } from "./Runs.ts"
 
@@ -28,13 +29,24 @@ export const escapeHtml = (text: string) =>
 const e = (value: unknown) =>
   escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
 
-/** A time the script shows as "3m ago" / local time; the UTC ISO text stays in the title. */
-const time = (iso: string | null, mode: "ago" | "local" | "utc" = "ago") =>
+/**
+ * One date format on every page: `2026-11-25 17:56 UTC`, seconds only when there are some (a
+ * seconds cron's ticks), so minute crons stay short. The script writes the viewer's local time into
+ * the tooltip; "ago" times (how fresh a run or a sample is) say "3m ago" with both in the tooltip.
+ */
+export const formatUtc = (iso: string) => {
+  const [date = "", clock = ""] = iso.split("T")
+  const hms = clock.replace(/(\.\d+)?Z$/, "")
+  return `${date} ${hms.endsWith(":00") ? hms.slice(0, 5) : hms} UTC`
+}
+
+const time = (iso: string | null, mode: "ago" | "at" = "ago") =>
   iso === null
     ? "<span class=\"muted\">never</span>"
-    : `<time datetime="${e(iso)}" data-mode="${mode}" title="${e(iso)}">${
-      e(iso.replace("T", " ").replace(/\.\d+Z$/, "Z"))
-    }</time>`
+    : `<time datetime="${e(iso)}" data-mode="${mode}" title="${e(formatUtc(iso))}">${e(formatUtc(iso))}</time>`
+
+/** "1 run", "2 runs". */
+export const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`
 
 const duration = (ms: number | null | undefined) => {
   if (ms === null || ms === undefined) return ""
@@ -55,7 +67,7 @@ const stateBadge = (view: BatchView) => {
   const detail = view.state === "paused"
     ? ` by ${e(view.paused?.by ?? "?")} ${time(view.paused?.at ?? null)}`
     : view.state === "breaker_open"
-    ? ` until ${time(view.breaker.until, "local")}`
+    ? ` until ${time(view.breaker.until, "at")}`
     : ""
   return `<span class="badge state-${view.state}" data-state="${view.state}">${STATE_LABEL[view.state]}</span>${detail}`
 }
@@ -65,14 +77,46 @@ const outcomeBadge = (outcome: string | null, dryRun = false) =>
     ? "<span class=\"muted\">—</span>"
     : `<span class="badge outcome-${e(outcome)}">${e(outcome)}${dryRun ? " (dry run)" : ""}</span>`
 
-/** The summary's scalar counts (`dropped 3 · doomed 0`); nested values are left to the batch page. */
+/** Summary keys in words where splitting the name would not say it (the rest: `dryRun` → "dry run"). */
+const SUMMARY_LABELS: Record<string, string> = {
+  skippedNoStore: "skipped, no object store",
+  totalDeletedStaleEntries: "deleted",
+  totalStaleEntries: "stale",
+  enqueuedProjects: "projects enqueued",
+  enqueuedNamespaces: "namespaces enqueued",
+  resumedJobs: "jobs resumed",
+  failedWorkers: "workers failed",
+  held: "held by the gate",
+  heldMs: "held by the gate for"
+}
+
+/** A summary key as words: the table above, else its camelCase or snake_case split (`Ms` dropped). */
+export const summaryLabel = (key: string) =>
+  SUMMARY_LABELS[key] ??
+    key.replace(/Ms$/, "").replace(/_/g, " ").replace(/([a-z0-9])([A-Z])/g, "$1 $2").toLowerCase()
+
+const countValue = (key: string, value: unknown) =>
+  typeof value === "number" && /Ms$/.test(key)
+    ? duration(value)
+    : typeof value === "boolean"
+    ? (value ? "yes" : "no")
+    : e(value)
+
+/**
+ * The summary's scalar counts (`dropped 3 · doomed 0`) under human labels; the key itself stays in
+ * `data-key` for scripts and tests. Nested values are left to the run page.
+ */
 const counts = (summary: unknown) => {
   if (summary === null || typeof summary !== "object" || Array.isArray(summary)) {
     return summary === null || summary === undefined ? "" : e(summary)
   }
   return Object.entries(summary as Record<string, unknown>)
     .filter(([, v]) => typeof v === "number" || typeof v === "boolean")
-    .map(([k, v]) => `<span class="count"><span class="muted">${e(k)}</span> ${e(v)}</span>`)
+    .map(([k, v]) =>
+      `<span class="count" data-key="${e(k)}" data-value="${e(v)}"><span class="muted">${e(summaryLabel(k))}</span> ${
+        countValue(k, v)
+      }</span>`
+    )
     .join(" ")
 }
 
@@ -97,9 +141,11 @@ const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null 
         ? `<span class="error">unreadable: ${e(backlog.error)}</span>`
         : backlog.count === 0
         ? `<span class="muted">nothing waits</span>`
-        : `<strong>${backlog.capped ? "more than " : ""}${backlog.count}</strong> <span class="muted">${
-          e(backlog.what)
-        }</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`
+        : `<span class="muted">${e(backlog.what)}:</span> <strong>${
+          backlog.capped ? "more than " : ""
+        }${backlog.count}</strong>${
+          backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`
+        }`
     }${
       backlog.sampledAt === null
         ? ""
@@ -109,13 +155,14 @@ const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null 
 const progressLine = (live: LiveRun | null | undefined) =>
   live === null || live === undefined
     ? ""
-    : `<dt>Progress</dt><dd class="progress" data-units="${live.units}"><a href="/runs/${
-      e(live.runId)
-    }">${live.units} unit${live.units === 1 ? "" : "s"} done</a> ${counts(live.counts)}</dd>`
+    : `<dt>Progress</dt><dd class="progress" data-units="${live.units}"><a href="/runs/${e(live.runId)}">${
+      plural(live.units, "unit")
+    } done</a> ${counts(live.counts)}</dd>`
 
-const card = (view: CardView) => {
+/** A batch's card: the overview draws them all, and the shared stream sends one when it changes. */
+export const card = (view: CardView) => {
   const last = view.lastRun
-  return `<section class="card" data-batch="${e(view.name)}">
+  return `<section class="card" data-batch="${e(view.name)}" data-last-run="${e(last?.runId ?? "")}">
 <header><h2><a href="/batches/${encodeURIComponent(view.name)}">${e(view.name)}</a></h2>${stateBadge(view)}</header>
 <p class="muted small">${e(view.description)}</p>
 <dl>
@@ -125,9 +172,7 @@ const card = (view: CardView) => {
   <dt>Next</dt><dd class="ticks">${
     view.nextTicks.length === 0
       ? "<span class=\"muted\">nothing scheduled</span>"
-      : view.nextTicks.map((t) => `<div>${time(t, "utc")} <span class="muted">·</span> ${time(t, "local")}</div>`).join(
-        ""
-      )
+      : view.nextTicks.map((t) => `<div>${time(t, "at")}</div>`).join("")
   }</dd>
   <dt>Last run</dt><dd class="last-run">${
     last === null
@@ -149,7 +194,7 @@ ${buttons(view)}
 }
 
 const eventRow = (event: StoredEvent) =>
-  `<tr><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${
+  `<tr><td>${time(event.occurredAt.toISOString(), "at")}</td><td><code>${
     e(event.type)
   }</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${
     event.runId === null
@@ -177,74 +222,15 @@ const searchResults = (stream: string, events: ReadonlyArray<StoredEvent>) =>
         }</tbody></table></div>`
     }</section>`
 
-const STYLE = `
-*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2430;background:#f4f6f9}
-a{color:#1f5fbf;text-decoration:none}a:hover{text-decoration:underline}
-.top{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;align-items:center;padding:.8rem 1.2rem;background:#1d2430;color:#fff}
-.top h1{font-size:1.15rem;margin:0}.top a{color:#cfe0ff}.top nav{display:flex;gap:1rem;flex-wrap:wrap;font-size:.9rem}
-main{padding:1rem 1.2rem;max-width:1600px;margin:0 auto}
-.search{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:0 0 1rem}.search input{flex:1 1 16rem;min-width:0;padding:.45rem .6rem;border:1px solid #b8c2d0;border-radius:6px;font:inherit}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,340px),1fr));gap:1rem}
-.card{background:#fff;border:1px solid #dde3ea;border-radius:10px;padding:.9rem 1rem;display:flex;flex-direction:column;min-width:0}
-.card header{display:flex;flex-wrap:wrap;gap:.4rem .6rem;align-items:baseline;justify-content:space-between}
-.card h2{font-size:1.02rem;margin:0;overflow-wrap:anywhere}
-dl{display:grid;grid-template-columns:5.5rem 1fr;gap:.25rem .6rem;margin:.6rem 0;flex:1}dt{color:#5b6677}dd{margin:0;min-width:0;overflow-wrap:anywhere}
-code{font:12.5px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eef1f5;padding:0 .25rem;border-radius:4px;overflow-wrap:anywhere}
-.badge{display:inline-block;padding:.05rem .5rem;border-radius:999px;font-size:.8rem;font-weight:600;background:#e6e9ee;color:#333}
-.state-idle{background:#e3f4e8;color:#14632f}.state-running{background:#ddeafe;color:#1747a6}.state-paused{background:#fff1cc;color:#7a5600}
-.state-disabled{background:#e6e9ee;color:#555}.state-breaker_open{background:#fde2e1;color:#9b1c1c}
-.outcome-succeeded{background:#e3f4e8;color:#14632f}.outcome-failed,.outcome-timed_out,.outcome-abandoned{background:#fde2e1;color:#9b1c1c}.outcome-skipped{background:#eef1f5;color:#555}
-.muted{color:#6b7687}.small{font-size:.85rem}.bad{color:#9b1c1c}.error{color:#9b1c1c;font-size:.85rem}
-.count{margin-right:.6rem;white-space:nowrap}
-.actions{display:flex;flex-wrap:wrap;gap:.4rem}button{font:inherit;padding:.35rem .8rem;border-radius:6px;border:1px solid #b8c2d0;background:#fff;cursor:pointer}
-button:hover:not([disabled]){background:#eef3fb}button[disabled]{opacity:.5;cursor:not-allowed}button[data-action=run]{background:#1f5fbf;color:#fff;border-color:#1f5fbf}
-.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:.35rem .6rem;border-bottom:1px solid #e3e8ee;text-align:left;vertical-align:top}
-th{font-size:.8rem;color:#5b6677;font-weight:600}td.data code{white-space:pre-wrap;word-break:break-all}
-.history,.config,.runs{margin-top:1.4rem}.history h2,.runs h2,.config h2{font-size:1.05rem}
-#flash{min-height:1.2em;margin:.2rem 0 .8rem}#flash.bad{color:#9b1c1c}
-a:focus-visible,button:focus-visible,input:focus-visible,select:focus-visible,summary:focus-visible{outline:3px solid #f0a000;outline-offset:2px;border-radius:3px}
-.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,560px),1fr));gap:1rem}
-.chart{margin:0;background:#fff;border:1px solid #dde3ea;border-radius:10px;padding:.6rem .8rem}.chart figcaption{font-weight:600;font-size:.9rem;margin-bottom:.3rem}
-.chart svg{width:100%;height:auto;display:block}.chart .axis{stroke:#b8c2d0;stroke-width:1}.chart .tick{font-size:12px;fill:#5b6677}.chart .mark:hover{opacity:.7}
-.windows{display:flex;gap:.4rem;flex-wrap:wrap;margin:.4rem 0 .8rem}.windows a{padding:.2rem .7rem;border:1px solid #b8c2d0;border-radius:999px;background:#fff}.windows a[aria-current=page]{background:#1d2430;color:#fff;border-color:#1d2430}
-.filter{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.6rem 0}.filter select{font:inherit;padding:.3rem}
-.pager{display:flex;gap:1rem;margin:.6rem 0}.runinfo dl{grid-template-columns:7rem 1fr}
-@media (max-width:600px){main{padding:.8rem}dl{grid-template-columns:4.6rem 1fr}.hide-narrow{display:none}}
-`
-
-/**
- * The page script: token once per tab, buttons, local times, live re-render over SSE. Times show
- * seconds only when they have some (a seconds cron's next ticks), so minute crons stay short.
- */
-const SCRIPT = `
-(function(){
-  function token(){var t=sessionStorage.getItem("sweeper-token");if(!t){t=window.prompt("API token (SWEEPER_API_TOKEN)");if(t)sessionStorage.setItem("sweeper-token",t)}return t}
-  function flash(text,bad){var f=document.getElementById("flash");if(f){f.textContent=text;f.className=bad?"bad":""}}
-  function ago(ms){var s=Math.max(0,Math.round(ms/1000));return s<120?s+"s ago":s<7200?Math.round(s/60)+"m ago":s<172800?Math.round(s/3600)+"h ago":Math.round(s/86400)+"d ago"}
-  function localize(root){root.querySelectorAll("time[datetime]").forEach(function(el){var d=new Date(el.getAttribute("datetime"));var m=el.getAttribute("data-mode");
-    if(m==="ago")el.textContent=ago(Date.now()-d.getTime());else{var s=d.getUTCSeconds()!==0;if(m==="local")el.textContent=d.toLocaleString([], {dateStyle:"medium",timeStyle:s?"medium":"short"})+" local";else el.textContent=d.toISOString().slice(0,s?19:16).replace("T"," ")+" UTC"}})}
-  async function act(button){var batch=button.getAttribute("data-batch"),action=button.getAttribute("data-action");var t=token();if(!t){flash("No token given; nothing done.",true);return}
-    var path="/api/batches/"+encodeURIComponent(batch)+"/"+(action==="dry-run"?"run":action);var body=action==="dry-run"?JSON.stringify({dryRun:true}):action==="run"?"{}":undefined;
-    button.disabled=true;flash((action==="dry-run"?"Dry run of ":action==="run"?"Running ":action==="pause"?"Pausing ":"Resuming ")+batch+"…");
-    try{var r=await fetch(path,{method:"POST",headers:{"authorization":"Bearer "+t,"content-type":"application/json","x-sweeper-actor":"dashboard"},body:body});var j=await r.json();
-      if(!r.ok){if(r.status===401)sessionStorage.removeItem("sweeper-token");flash(batch+": "+(j.error?j.error.message:r.status),true)}
-      else if(j.outcome){flash(batch+" "+j.outcome+(j.dryRun?" (dry run"+(j.targetsTotal!==undefined?", would change "+j.targetsTotal+(j.targets&&j.targets.length?": "+j.targets.slice(0,10).join(", ")+(j.targetsTotal>10?", …":""):""):"")+")":"")+(j.error?": "+j.error:""),j.outcome==="failed"||j.outcome==="timed_out")}
-      else flash(batch+" "+(action==="pause"?"paused":"resumed"))}
-    catch(err){flash(String(err),true)}finally{button.disabled=false;refresh()}}
-  async function refresh(){try{var r=await fetch(location.href,{headers:{accept:"text/html"}});var doc=new DOMParser().parseFromString(await r.text(),"text/html");var next=doc.querySelector("main [data-live]"),cur=document.querySelector("main [data-live]");
-    if(next&&cur){cur.replaceWith(next);localize(next)}}catch(err){}}
-  document.addEventListener("click",function(ev){var b=ev.target.closest("button[data-action]");if(b){ev.preventDefault();act(b)}});
-  localize(document);setInterval(function(){localize(document)},15000);
-  if(window.EventSource){var first=true;var es=new EventSource("/api/stream");es.addEventListener("batches",function(){if(first){first=false;return}refresh()})}
-})();
-`
-
-const layout = (title: string, body: string) =>
+const layout = (title: string, body: string, bodyAttributes = "") =>
   `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>${e(title)}</title><link rel="icon" href="/favicon.svg" type="image/svg+xml"><style>${STYLE}</style></head><body>
+<title>${e(title)}</title><link rel="icon" href="/favicon.svg" type="image/svg+xml">
+<link rel="stylesheet" href="${STYLE_PATH}?v=${ASSET_VERSION}">
+<script src="${SCRIPT_PATH}?v=${ASSET_VERSION}" defer></script>
+</head><body${bodyAttributes}>
 <div class="top"><h1><a href="/">Sweeper</a></h1><nav><a href="/api/batches">API</a><a href="/metrics">metrics</a><a href="/readyz">readiness</a></nav></div>
-<main>${body}</main><script>${SCRIPT}</script></body></html>`
+<main>${body}</main></body></html>`
 
 export const dashboardPage = (
   views: ReadonlyArray<CardView>,
@@ -257,12 +243,12 @@ export const dashboardPage = (
   layout(
     "Sweeper",
     `${searchForm(search.stream)}<div id="flash" role="status"></div>
-<div data-live>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
+<div data-live data-overview>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
 ${searchResults(search.stream, search.events)}</div>`
   )
 
 /** The health gate's holds (SPEC §9), one line each: what holds which batch, since when. */
-const holdsBanner = (holds: ReadonlyArray<string>) =>
+export const holdsBanner = (holds: ReadonlyArray<string>) =>
   holds.length === 0
     ? ""
     : `<section class="card holds" id="holds" role="status"><h2>Held by the health gate</h2><ul>${
@@ -272,8 +258,8 @@ const holdsBanner = (holds: ReadonlyArray<string>) =>
 const runRow = (run: RunRecord) =>
   `<tr data-run="${e(run.runId)}"><td>${
     run.runId === null
-      ? time(run.startedAt ?? run.finishedAt, "local")
-      : `<a class="run-link" href="/runs/${e(run.runId)}">${time(run.startedAt ?? run.finishedAt, "local")}</a>`
+      ? time(run.startedAt ?? run.finishedAt, "at")
+      : `<a class="run-link" href="/runs/${e(run.runId)}">${time(run.startedAt ?? run.finishedAt, "at")}</a>`
   }</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${
     duration(run.durationMs)
   }</td>
@@ -295,7 +281,7 @@ const windowLinks = (name: string, current: HistoryWindow) =>
     (Object.keys(WINDOWS) as Array<HistoryWindow>).map((w) =>
       `<a href="/batches/${encodeURIComponent(name)}?window=${w}#history"${
         w === current ? " aria-current=\"page\"" : ""
-      }>${w === "24h" ? "24 hours" : w === "7d" ? "7 days" : "30 days"}</a>`
+      }>${WINDOW_WORDS[w]}</a>`
     ).join("")
   }</nav>`
 
@@ -312,12 +298,10 @@ const historySection = (name: string, history: HistoryView) =>
 ${windowLinks(name, history.window)}
 ${
     history.runs.length === 0
-      ? `<p class="muted">No finished runs in the last ${history.window}.</p>`
-      : `<p class="muted small">${history.runs.length} run${
-        history.runs.length === 1 ? "" : "s"
-      } finished in the last ${history.window}: ${
-        history.runs.reduce((sum, r) => sum + r.repairs, 0)
-      } repairs. Hover a mark for its numbers.</p>`
+      ? `<p class="muted">No finished runs in the last ${WINDOW_WORDS[history.window]}.</p>`
+      : `<p class="muted small">${plural(history.runs.length, "run")} finished in the last ${
+        WINDOW_WORDS[history.window]
+      }: ${plural(history.runs.reduce((sum, r) => sum + r.repairs, 0), "repair")}. Hover a mark for its numbers.</p>`
   }
 <div class="charts">${historyCharts(history)}</div>
 ${
@@ -325,7 +309,7 @@ ${
       "" :
       `<details><summary>Numbers behind the charts</summary><div class="scroll"><table><thead><tr><th>Finished</th><th>Outcome</th><th>Repairs</th><th>Duration</th></tr></thead><tbody>${
         [...history.runs].reverse().map((r) =>
-          `<tr><td><a href="/runs/${e(r.runId)}">${time(r.finishedAt.toISOString(), "local")}</a></td><td>${
+          `<tr><td><a href="/runs/${e(r.runId)}">${time(r.finishedAt.toISOString(), "at")}</a></td><td>${
             outcomeBadge(r.outcome)
           }</td><td>${r.repairs}</td><td>${duration(r.durationMs)}</td></tr>`
         ).join("")
@@ -362,10 +346,13 @@ export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, histor
 <dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
 </dl></section>${backlogDetail(view.backlog)}</div>
 ${historySection(view.name, history)}
-<section class="runs"><h2>Last ${runs.length} runs</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
+<section class="runs"><h2>${
+      runs.length === 1 ? "The last run" : `Last ${runs.length} runs`
+    }</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
 <tbody>${
       runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
-    }</tbody></table></div></section></div>`
+    }</tbody></table></div></section></div>`,
+    " data-batch-page"
   )
 
 /** The repair event types a run page can filter by (every stream but `batch:…`). */
@@ -381,7 +368,7 @@ export const REPAIR_TYPES = [
 ] as const
 
 const repairRow = (event: StoredEvent) =>
-  `<tr data-event="${event.id}"><td>${time(event.occurredAt.toISOString(), "local")}</td><td><code>${
+  `<tr data-event="${event.id}"><td>${time(event.occurredAt.toISOString(), "at")}</td><td><code>${
     e(event.type)
   }</code></td>
 <td><a class="entity" href="/?stream=${encodeURIComponent(event.stream)}#history">${
@@ -414,18 +401,18 @@ export const runPage = (
 <dt>Batch</dt><dd><a href="/batches/${encodeURIComponent(run.batch)}">${e(run.batch)}</a></dd>
 <dt>Trigger</dt><dd>${e(run.trigger ?? "—")}</dd>
 <dt>Node</dt><dd>${e(run.node ?? "—")}</dd>
-<dt>Started</dt><dd>${time(run.startedAt?.toISOString() ?? null, "local")}</dd>
+<dt>Started</dt><dd>${time(run.startedAt?.toISOString() ?? null, "at")}</dd>
 <dt>Holds</dt><dd>${
       run.holds.length === 0
         ? "<span class=\"muted\">none</span>"
         : run.holds.map((h) =>
-          `<div>${time(h.occurredAt.toISOString(), "local")} <code>${e(h.type)}</code> ${e(h.data.signal ?? "")}</div>`
+          `<div>${time(h.occurredAt.toISOString(), "at")} <code>${e(h.type)}</code> ${e(h.data.signal ?? "")}</div>`
         ).join("")
     }</dd>
 <dt>Finished</dt><dd>${
       run.finishedAt === null
         ? "<span class=\"muted\">not yet</span>"
-        : `${time(run.finishedAt.toISOString(), "local")} <span class="muted">in</span> ${duration(run.durationMs)}`
+        : `${time(run.finishedAt.toISOString(), "at")} <span class="muted">in</span> ${duration(run.durationMs)}`
     }</dd>
 ${run.reason === null ? "" : `<dt>Reason</dt><dd>${e(run.reason)}</dd>`}
 <dt>Summary</dt><dd>${counts(run.summary) || "<span class=\"muted\">—</span>"}</dd>

@@ -5,8 +5,7 @@
  *     POST /api/batches/:name/run, …/pause, …/resume — implemented below as HttpApiBuilder groups
  *   plain routes: /healthz, /readyz (PostgreSQL and Redis reachable), /metrics (Prometheus text),
  *     /api/health (the health gate: each signal's reading, thresholds and state; what holds which batch),
- *     /api/stream (SSE: batches as they change)
- *   GET  / (dashboard), /batches/:name, /runs/:id and the console's JSON group: Console.ts
+ *   GET  / (dashboard), /batches/:name, /runs/:id, /api/stream (SSE) and the console's JSON group: Console.ts
  *
  * POSTs need `Authorization: Bearer <SWEEPER_API_TOKEN>` (or the local token the supervisor
  * publishes in its data directory for the CLI), compared in constant time. Every error is JSON of
@@ -14,7 +13,7 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, Schema, Stream } from "effect"
+import { DateTime, Duration, Effect, Layer, Metric, Option, Redacted, Schema } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder, HttpApiMiddleware } from "effect/http-api"
 import { createHash, timingSafeEqual } from "node:crypto"
@@ -115,9 +114,6 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
   const health = yield* HealthReport
 
   const nowDate = Effect.map(DateTime.now, (now) => new Date(DateTime.toEpochMillis(now)))
-  // Each batch's view with its live run and backlog (Console.ts), for /api/batches and /api/stream.
-  const views = consoleViews.pipe(Effect.provideContext(yield* Effect.context<Backlog | Scheduler>()))
-
   const check = <E>(probe: Effect.Effect<unknown, E>) =>
     probe.pipe(
       Effect.timeoutOption(CHECK_TIMEOUT),
@@ -185,32 +181,6 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
     "GET",
     "/api/health",
     Effect.map(health.snapshot, (snapshot) => HttpServerResponse.jsonUnsafe(snapshot))
-  )
-  // Server-sent events: the batch views now, then again whenever they change (checked each second).
-  yield* router.add(
-    "GET",
-    "/api/stream",
-    Effect.sync(() => {
-      let last = ""
-      const encoder = new TextEncoder()
-      // A hold starting or ending is a change too (the dashboard shows it), though the views are the same.
-      const changes = Stream.fromEffectSchedule(Effect.zip(views, health.snapshot), Schedule.spaced("1 second")).pipe(
-        Stream.map(([all, snapshot]) => ({
-          json: JSON.stringify(all),
-          key: JSON.stringify(all) + JSON.stringify(snapshot.holds.map((h) => h.text))
-        })),
-        Stream.filter(({ key }) => {
-          const changed = key !== last
-          last = key
-          return changed
-        }),
-        Stream.map(({ json }) => encoder.encode(`event: batches\ndata: ${json}\n\n`))
-      )
-      return HttpServerResponse.stream(changes, {
-        contentType: "text/event-stream",
-        headers: { "cache-control": "no-cache" }
-      })
-    })
   )
   // The pages (/, /batches/:name, /runs/:id) and the console's JSON group: ConsoleRoutes (Console.ts).
 }))

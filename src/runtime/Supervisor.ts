@@ -53,10 +53,15 @@ export const Supervisor = Announce.pipe(
 )
 
 /** The supervisor with the simulator running inside it, printing the dashboard's URL on stdout. */
-export const superviseWithSimulator = (options: SimulateOptions) =>
+export const superviseWithSimulator = (
+  options: SimulateOptions,
+  announce: (url: string) => Effect.Effect<void> = () => Effect.void
+) =>
   Layer.effectDiscard(Effect.gen(function*() {
     const server = yield* HttpServer.HttpServer
-    yield* Console.log(`Dashboard: ${HttpServer.formatAddress(server.address)}/`)
+    const url = `${HttpServer.formatAddress(server.address)}/`
+    yield* Console.log(`Dashboard: ${url}`)
+    yield* announce(url)
     yield* Effect.forkScoped(simulate(options).pipe(Effect.provide(SimulatorLive)))
   })).pipe(Layer.provide(Supervisor))
 

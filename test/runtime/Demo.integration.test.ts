@@ -36,12 +36,10 @@ const CARD_REPAIRS: Record<string, ReadonlyArray<string>> = {
 /** The batches whose card on the dashboard page shows a last run with a non-zero repair count. */
 const cardsShowingRepairs = (html: string) =>
   Object.entries(CARD_REPAIRS).filter(([batch, keys]) => {
-    const start = html.indexOf(`<section class="card" data-batch="${batch}">`)
+    const start = html.indexOf(`<section class="card" data-batch="${batch}"`)
     if (start < 0) return false
     const card = html.slice(start, html.indexOf("</section>", start))
-    return keys.some((key) =>
-      Number(new RegExp(`<span class="muted">${key}</span> (\\d+)</span>`).exec(card)?.[1] ?? "0") > 0
-    )
+    return keys.some((key) => Number(new RegExp(`data-key="${key}" data-value="(\\d+)"`).exec(card)?.[1] ?? "0") > 0)
   }).map(([batch]) => batch)
 
 const exitOf = (child: ChildProcess) =>
