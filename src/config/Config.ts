@@ -26,6 +26,7 @@ import { InvalidConfig } from "../domain/Errors.ts"
 import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
+import { CurrentFailureReasonSet, FAILURE_REASON_SETS, type FailureReasonSet } from "../domain/StuckBuilds.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 import { parseRedisUrl } from "./RedisUrl.ts"
 
@@ -53,6 +54,8 @@ export interface SweeperSettings {
   readonly schema: Option.Option<"gitlab" | "standalone">
   /** `SWEEPER_DROP_BATCH_SIZE`: drop-canceling-builds' page, read and repaired per transaction. */
   readonly dropBatchSize: number
+  /** `SWEEPER_FAILURE_REASONS`: which GitLab's failure reasons the stuck-builds drops write. */
+  readonly failureReasons: FailureReasonSet
   /** `SWEEPER_EVENT_RETENTION`: events older than this are pruned (prune-events, `sweeper events prune`). */
   readonly eventRetention: Duration.Duration
   /** `SWEEPER_HEALTH`: the health gate's signals and thresholds (SPEC §9); none = no gate. */
@@ -229,6 +232,9 @@ const settings = Config.all({
     ),
     "SWEEPER_DROP_BATCH_SIZE"
   ).pipe(Config.withDefault(DROP_BATCH_SIZE)),
+  failureReasons: Config.schema(Schema.Literals(FAILURE_REASON_SETS), "SWEEPER_FAILURE_REASONS").pipe(
+    Config.withDefault<FailureReasonSet>("legacy")
+  ),
   eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(
     Config.withDefault(EVENT_RETENTION)
   ),
@@ -336,6 +342,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       apiToken: Option.none(),
       schema: Option.none(),
       dropBatchSize: DROP_BATCH_SIZE,
+      failureReasons: "legacy",
       eventRetention: EVENT_RETENTION,
       health: Option.none(),
       ...overrides
@@ -344,6 +351,10 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
 
 /** Programs' tuning references (DropBatchSize, EventRetentionPeriod) set from SweeperConfig. */
 export const TuningFromConfig = Layer.mergeAll(
-  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (config: SweeperSettings) => config.dropBatchSize)),
-  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (config: SweeperSettings) => config.eventRetention))
+  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)),
+  Layer.effect(
+    CurrentFailureReasonSet,
+    Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.failureReasons)
+  ),
+  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.eventRetention))
 )

@@ -74,7 +74,11 @@ export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropp
   partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
-  failure_reason: Schema.Number
+  failure_reason: Schema.Number,
+  /** The stuck-builds family's rule that dropped it (GitLab's build_stuck_type); absent for canceling. */
+  stuck_type: Schema.optionalKey(Schema.Literals(["outdated", "stuck"])),
+  /** Which batch's rule (pending_outdated, pending_stuck, running_outdated, scheduled_outdated). */
+  rule: Schema.optionalKey(Schema.String)
 }) {}
 
 export class BuildDoomed extends Schema.TaggedClass<BuildDoomed>()("BuildDoomed", {

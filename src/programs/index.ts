@@ -9,6 +9,9 @@ import type { PlatformServices } from "../services/Platform.ts"
 import { ConcurrencyLimitResume } from "./ConcurrencyLimitResume.ts"
 import { DeleteStaleDirectUploads } from "./DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "./DropCancelingBuilds.ts"
+import { DropPendingBuilds } from "./DropPendingBuilds.ts"
+import { DropRunningBuilds } from "./DropRunningBuilds.ts"
+import { DropScheduledBuilds } from "./DropScheduledBuilds.ts"
 import { PruneEvents } from "./PruneEvents.ts"
 import { RescheduleStuckIssueRebalances } from "./RescheduleStuckIssueRebalances.ts"
 import { StuckExportJobs } from "./StuckExportJobs.ts"
@@ -21,7 +24,11 @@ export const batches: ReadonlyArray<RegisteredBatch> = [
   DeleteStaleDirectUploads,
   RescheduleStuckIssueRebalances,
   ConcurrencyLimitResume,
-  // Sweeper's own: the five above port GitLab's workers, this one keeps the event log bounded.
+  // GitLab's StuckCiJobsWorker family beside drop-canceling, each on the minute GitLab staggers it to.
+  DropPendingBuilds,
+  DropRunningBuilds,
+  DropScheduledBuilds,
+  // Sweeper's own: the eight above port GitLab's workers, this one keeps the event log bounded.
   PruneEvents
 ]
 

@@ -32,6 +32,7 @@ import { ExportJobsSql } from "../layers/postgres/ExportJobsSql.ts"
 import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts"
 import { PlatformRecordsSql } from "../layers/postgres/PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "../layers/postgres/Postgres.ts"
+import { StuckBuildsSql } from "../layers/postgres/StuckBuildsSql.ts"
 import { MetricsPrometheus } from "../layers/prometheus/MetricsPrometheus.ts"
 import { RebalanceRescheduleLive } from "../layers/protocols/RebalanceRescheduleLive.ts"
 import { StaleUploadRepairLive } from "../layers/protocols/StaleUploadRepairLive.ts"
@@ -84,7 +85,13 @@ export const MemoryBackends = Layer.mergeAll(
 ).pipe(Layer.provideMerge(MemoryRedis.layer))
 
 /** The services backed by PostgreSQL, given a PgClient. */
-export const SqlBackends = Layer.mergeAll(BuildsSql, ExportJobsSql, PlatformRecordsSql, EventRetentionSql).pipe(
+export const SqlBackends = Layer.mergeAll(
+  BuildsSql,
+  StuckBuildsSql,
+  ExportJobsSql,
+  PlatformRecordsSql,
+  EventRetentionSql
+).pipe(
   Layer.provideMerge(EventLogSql)
 )
 

@@ -17,9 +17,11 @@ import type { PlatformRecords } from "./PlatformRecords.ts"
 import type { RebalanceReschedule } from "./RebalanceReschedule.ts"
 import type { RebalancingState } from "./RebalancingState.ts"
 import type { StaleUploadRepair } from "./StaleUploadRepair.ts"
+import type { StuckBuilds } from "./StuckBuilds.ts"
 
 export type PlatformServices =
   | Builds
+  | StuckBuilds
   | EventLog
   | EventRetention
   | Lease

@@ -21,6 +21,7 @@ import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemo
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { MemoryPlatformRecords, PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
+import { StuckBuildsMemory } from "../../src/layers/memory/StuckBuildsMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { RedisStores, SharedStateRedis } from "../../src/layers/redis/Redis.ts"
 import { batches } from "../../src/programs/index.ts"
@@ -37,6 +38,7 @@ const Platform = (topology: RedisTopology) =>
     Layer.provideMerge(
       Layer.mergeAll(
         BuildsMemory,
+        StuckBuildsMemory,
         ExportJobsMemory,
         ObjectStorageMemory(),
         PlatformRecordsMemory,

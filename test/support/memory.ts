@@ -11,6 +11,7 @@ import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemo
 import { ExportJobsMemory } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
+import { StuckBuildsMemory } from "../../src/layers/memory/StuckBuildsMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { MemoryBackends, RepairSteps } from "../../src/runtime/App.ts"
 
@@ -19,6 +20,7 @@ export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
     Layer.provideMerge(
       Layer.mergeAll(
         BuildsMemory,
+        StuckBuildsMemory,
         ExportJobsMemory,
         ObjectStorageMemory(),
         PlatformRecordsMemory,

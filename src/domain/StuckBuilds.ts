@@ -1,0 +1,153 @@
+/**
+ * The stuck-builds family's rules, as GitLab's `Ci::StuckBuilds::Drop*Service`s state them: which
+ * builds each batch fails, after how long, and with which `failure_reason`. Pure data and functions:
+ * the SQL and memory layers read the same rule values, so every backend decides alike.
+ *
+ * GitLab re-queries "the first 100 matching rows" until the query comes back empty, so a row that
+ * cannot leave the scope (a trigger refusing the update, a row another transaction holds) is read
+ * again forever. Sweeper walks each rule's scope once, in keyset order, and counts such rows.
+ */
+import { Context, DateTime, Duration } from "effect"
+import type { BuildStatus } from "./Build.ts"
+
+/**
+ * `failure_reason` integers as GitLab's `Enums::Ci::CommitStatus.failure_reasons` defines them. The
+ * legacy names keep their numbers in every version; GitLab 19 only adds the split reasons.
+ */
+export const FailureReasons = {
+  stuck_or_timeout_failure: 3,
+  stale_schedule: 7,
+  job_execution_timeout: 8,
+  data_integrity_failure: 12,
+  stuck_pending_with_matching_runners: 25,
+  stuck_pending_no_matching_runners: 26,
+  no_updates_running: 27,
+  no_updates_canceling: 28,
+  server_timeout_running: 29,
+  server_timeout_canceling: 30
+} as const
+export type FailureReasonName = keyof typeof FailureReasons
+
+/**
+ * Which reasons the drops write. "legacy": GitLab before 19.0 (one stuck_or_timeout_failure for
+ * every stuck build). "gitlab-19": 19.0's split, so that `retry:when` lists written for 19 match the
+ * builds Sweeper fails (a build failed with the legacy reason no longer matches them).
+ */
+export const FAILURE_REASON_SETS = ["legacy", "gitlab-19"] as const
+export type FailureReasonSet = typeof FAILURE_REASON_SETS[number]
+
+/** `SWEEPER_FAILURE_REASONS`; the composition root provides it, a bare program sees the legacy set. */
+export const CurrentFailureReasonSet = Context.Reference<FailureReasonSet>(
+  "sweeper/domain/StuckBuilds/CurrentFailureReasonSet",
+  { defaultValue: () => "legacy" }
+)
+
+/** What GitLab's log line calls the drop (`build_stuck_type`). */
+export type StuckType = "outdated" | "stuck"
+
+export type StuckRuleName = "pending_outdated" | "pending_stuck" | "running_outdated" | "scheduled_outdated"
+
+export interface StuckRule {
+  readonly name: StuckRuleName
+  readonly status: Extract<BuildStatus, "pending" | "running" | "scheduled">
+  readonly stuckType: StuckType
+  /** How long ago the rule's timestamps must be. */
+  readonly timeout: Duration.Duration
+  /**
+   * Which timestamps must be older than the cutoff: created_at and updated_at (pending, running), or
+   * scheduled_at (scheduled: a delayed job whose start time passed long ago).
+   */
+  readonly timestamps: "created_and_updated" | "scheduled_at"
+  /** Also requires that no online runner could pick the build (GitLab's `build.stuck?`). */
+  readonly noOnlineRunner: boolean
+  readonly reason: Readonly<Record<FailureReasonSet, FailureReasonName>>
+}
+
+/** BUILD_PENDING_OUTDATED_TIMEOUT: pending for a day, whatever the runners. */
+export const PENDING_OUTDATED: StuckRule = {
+  name: "pending_outdated",
+  status: "pending",
+  stuckType: "outdated",
+  timeout: Duration.days(1),
+  timestamps: "created_and_updated",
+  noOnlineRunner: false,
+  reason: { legacy: "stuck_or_timeout_failure", "gitlab-19": "stuck_pending_with_matching_runners" }
+}
+
+/** BUILD_PENDING_STUCK_TIMEOUT: pending for an hour and no online runner can pick it. */
+export const PENDING_STUCK: StuckRule = {
+  name: "pending_stuck",
+  status: "pending",
+  stuckType: "stuck",
+  timeout: Duration.hours(1),
+  timestamps: "created_and_updated",
+  noOnlineRunner: true,
+  reason: { legacy: "stuck_or_timeout_failure", "gitlab-19": "stuck_pending_no_matching_runners" }
+}
+
+/**
+ * BUILD_RUNNING_OUTDATED_TIMEOUT: running with no update for an hour. GitLab's newer query also
+ * requires created_at before the cutoff (a build cannot have run an hour if created since), which is
+ * what lets it use the (status, created_at, project_id) index: kept.
+ */
+export const RUNNING_OUTDATED: StuckRule = {
+  name: "running_outdated",
+  status: "running",
+  stuckType: "outdated",
+  timeout: Duration.hours(1),
+  timestamps: "created_and_updated",
+  noOnlineRunner: false,
+  reason: { legacy: "stuck_or_timeout_failure", "gitlab-19": "no_updates_running" }
+}
+
+/** BUILD_SCHEDULED_OUTDATED_TIMEOUT: a delayed job whose scheduled_at passed an hour ago. */
+export const SCHEDULED_OUTDATED: StuckRule = {
+  name: "scheduled_outdated",
+  status: "scheduled",
+  stuckType: "outdated",
+  timeout: Duration.hours(1),
+  timestamps: "scheduled_at",
+  noOnlineRunner: false,
+  reason: { legacy: "stale_schedule", "gitlab-19": "stale_schedule" }
+}
+
+/**
+ * GitLab's `Ci::Runner::ONLINE_CONTACT_TIMEOUT`: a runner that contacted GitLab within this is
+ * online. A runner contacting less often is offline, and builds only it could take are stuck.
+ */
+export const RUNNER_ONLINE_CONTACT_TIMEOUT = Duration.hours(2)
+
+export const reasonOf = (rule: StuckRule, set: FailureReasonSet) => rule.reason[set]
+export const reasonCodeOf = (rule: StuckRule, set: FailureReasonSet): number => FailureReasons[reasonOf(rule, set)]
+
+/** Everything strictly before this instant is "older than" the rule's timeout. */
+export const ruleCutoff = (rule: StuckRule, now: DateTime.Utc): DateTime.Utc =>
+  DateTime.subtractDuration(now, rule.timeout)
+
+/** A build as the family's rules read it. */
+export interface FamilyBuildFacts {
+  readonly status: string
+  readonly createdAt: DateTime.Utc
+  readonly updatedAt: DateTime.Utc
+  readonly scheduledAt: DateTime.Utc | null
+  /** Whether some online runner could pick this build (only read by rules with `noOnlineRunner`). */
+  readonly onlineRunner: boolean
+}
+
+/** The rule's decision for one build at `now`: the same predicate every backend's query states. */
+export const matchesRule = (rule: StuckRule, build: FamilyBuildFacts, now: DateTime.Utc): boolean => {
+  if (build.status !== rule.status) return false
+  const cutoff = ruleCutoff(rule, now)
+  const old = rule.timestamps === "scheduled_at"
+    ? build.scheduledAt !== null && DateTime.isLessThan(build.scheduledAt, cutoff)
+    : DateTime.isLessThan(build.createdAt, cutoff) && DateTime.isLessThan(build.updatedAt, cutoff)
+  return old && (!rule.noOnlineRunner || !build.onlineRunner)
+}
+
+/** The reason-set line `sweeper doctor` prints. */
+export const describeReasonSet = (set: FailureReasonSet): string =>
+  set === "legacy"
+    ? "failure reasons: legacy (before GitLab 19.0): stuck builds fail with stuck_or_timeout_failure (3)"
+    : "failure reasons: gitlab-19: pending stuck_pending_with_matching_runners (25) / " +
+      "stuck_pending_no_matching_runners (26), running no_updates_running (27), " +
+      "canceling no_updates_canceling (28), scheduled stale_schedule (7)"

@@ -1,0 +1,337 @@
+/**
+ * The stuck-builds family on PostgreSQL: `p_ci_builds` when GitLab has it (every statement names a
+ * build by `(id, partition_id)`), else `ci_builds`. One predicate per rule (`ruleMatch`) serves the
+ * page read, the page write's guard and the re-read, so a row is repaired only while it still
+ * matches what was decided.
+ *
+ * Why a keyset walk and not GitLab's "first 100 matching rows until empty": a row that never leaves
+ * the scope (held by another transaction, refused by a trigger, a zombie) comes back first in every
+ * re-query, so GitLab's loop never ends; the cursor here moves past every row read.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { DateTime, Effect, Layer, Option } from "effect"
+import type { BuildCursor, BuildKey, CancelingBuild } from "../../domain/Build.ts"
+import { isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
+import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
+import {
+  FailureReasons,
+  type FailureReasonSet,
+  reasonCodeOf,
+  ruleCutoff,
+  RUNNER_ONLINE_CONTACT_TIMEOUT,
+  type StuckRule
+} from "../../domain/StuckBuilds.ts"
+import { retryOrDoomFamily } from "../../repair/StuckDropRetry.ts"
+import type { DropManyResult } from "../../services/Builds.ts"
+import { EventLog } from "../../services/EventLog.ts"
+import { type FamilyBuild, StuckBuilds } from "../../services/StuckBuilds.ts"
+import { keyMatch } from "./BuildsSql.ts"
+import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
+import { eventsForWrittenCte } from "./EventLogSql.ts"
+import { fencedCte, fenceWrite } from "./Fencing.ts"
+
+interface BuildRow {
+  readonly id: string
+  readonly partition_id?: string
+  readonly project_id: string
+  readonly runner_id: string | null
+  readonly status: string
+  readonly lock_version: number
+  readonly created_at: Date
+  readonly updated_at: Date
+  readonly created_at_exact: string
+}
+
+const toBuild = (row: BuildRow): CancelingBuild => ({
+  id: Number(row.id),
+  ...(row.partition_id === undefined ? {} : { partitionId: Number(row.partition_id) }),
+  projectId: Number(row.project_id),
+  runnerId: row.runner_id === null ? null : Number(row.runner_id),
+  status: row.status,
+  lockVersion: row.lock_version,
+  createdAt: DateTime.fromDateUnsafe(row.created_at),
+  updatedAt: DateTime.fromDateUnsafe(row.updated_at),
+  createdAtExact: row.created_at_exact
+})
+
+/** Which of GitLab's runner tables the database holds: decides how `build.stuck?` is asked. */
+export interface RunnerTables {
+  readonly runners: boolean
+  readonly runnerProjects: boolean
+  /** ci_runner_namespaces, and projects/namespaces beside it (absent in a decomposed ci database). */
+  readonly groupScope: boolean
+}
+
+const detectRunnerTables = Effect.gen(function*() {
+  const sql = yield* PgClient.PgClient
+  const rows = yield* sql<{ name: string; found: boolean }>`
+    SELECT name, to_regclass(name) IS NOT NULL AS found
+    FROM unnest(ARRAY['ci_runners', 'ci_runner_projects', 'ci_runner_namespaces', 'projects', 'namespaces']) AS name`
+  const has = (name: string) => rows.some((row) => row.name === name && row.found)
+  return {
+    runners: has("ci_runners"),
+    runnerProjects: has("ci_runner_projects"),
+    groupScope: has("ci_runner_namespaces") && has("projects") && has("namespaces")
+  } satisfies RunnerTables
+})
+
+/**
+ * GitLab's `build.stuck?`: pending and no online runner could pick it. Online: active and contacted
+ * within ONLINE_CONTACT_TIMEOUT. Could pick: an instance runner, a project runner assigned to the
+ * build's project, a group runner of one of the project's ancestor groups. Runner tags are not
+ * compared: a runner counts as able even when its tags do not fit, so Sweeper may leave a build
+ * GitLab would call stuck (the one-day rule fails it later) but never fails one a runner could take.
+ * Without a group scope to join, any online group runner counts as able, for the same reason.
+ * Without ci_runners (a standalone database) no runner exists, so no runner can pick anything.
+ */
+const noOnlineRunner = (sql: PgClient.PgClient, runners: RunnerTables, now: DateTime.Utc) => {
+  if (!runners.runners) return sql`TRUE`
+  const online = DateTime.toDateUtc(DateTime.subtractDuration(now, RUNNER_ONLINE_CONTACT_TIMEOUT))
+  const project = runners.runnerProjects
+    ? sql`(r.runner_type = 3 AND EXISTS (
+        SELECT FROM ci_runner_projects rp WHERE rp.runner_id = r.id AND rp.project_id = b.project_id))`
+    : sql`FALSE`
+  const group = runners.groupScope
+    ? sql`(r.runner_type = 2 AND EXISTS (
+        SELECT FROM ci_runner_namespaces rn JOIN namespaces n ON rn.namespace_id = ANY (n.traversal_ids)
+        JOIN projects p ON p.namespace_id = n.id WHERE rn.runner_id = r.id AND p.id = b.project_id))`
+    : sql`r.runner_type = 2`
+  return sql`NOT EXISTS (SELECT FROM ci_runners r WHERE r.active AND r.contacted_at > ${online}
+    AND (r.runner_type = 1 OR ${project} OR ${group}))`
+}
+
+/** The rule as a predicate on the builds table aliased `b`: status, age, and `stuck?` if it asks. */
+export const ruleMatch = (sql: PgClient.PgClient, runners: RunnerTables, rule: StuckRule, now: DateTime.Utc) => {
+  const cutoff = DateTime.toDateUtc(ruleCutoff(rule, now))
+  const age = rule.timestamps === "scheduled_at"
+    ? sql`b.scheduled_at IS NOT NULL AND b.scheduled_at < ${cutoff}`
+    : sql`b.created_at < ${cutoff} AND b.updated_at < ${cutoff}`
+  const stuck = rule.noOnlineRunner ? sql`AND ${noOnlineRunner(sql, runners, now)}` : sql``
+  return sql`b.status = ${rule.status} AND b.type = 'Ci::Build' AND ${age} ${stuck}`
+}
+
+const columns = (sql: PgClient.PgClient, table: BuildsTable) =>
+  sql`b.id, ${
+    table.partitioned ? sql`b.partition_id, ` : sql``
+  }b.project_id, b.runner_id, b.status, b.lock_version, b.created_at, b.updated_at,
+    to_char(b.created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact`
+
+const keysetColumns = (table: BuildsTable) => ["created_at", "project_id", ...table.key].map((c) => `b.${c}`).join(", ")
+
+/**
+ * One page of a rule in GitLab's order, (created_at, project_id), the primary key breaking ties so
+ * no row is read twice. Exported for the storage tests' EXPLAIN.
+ */
+export const stuckPageQuery = (
+  sql: PgClient.PgClient,
+  options: {
+    readonly rule: StuckRule
+    readonly now: DateTime.Utc
+    readonly after: Option.Option<BuildCursor>
+    readonly limit: number
+  },
+  table: BuildsTable = PlainBuilds,
+  runners: RunnerTables = { runners: false, runnerProjects: false, groupScope: false }
+) => {
+  const order = sql.literal(keysetColumns(table))
+  const after = Option.match(options.after, {
+    onNone: () => sql``,
+    onSome: (c) => {
+      const createdAt = c.createdAtExact !== undefined
+        ? sql`${c.createdAtExact}::timestamp`
+        : sql`${DateTime.toDateUtc(c.createdAt)}`
+      const key = table.partitioned ? sql`${c.id}, ${c.partitionId ?? 0}` : sql`${c.id}`
+      return sql`AND (${order}) > (${createdAt}, ${c.projectId}, ${key})`
+    }
+  })
+  return sql<BuildRow>`
+    SELECT ${columns(sql, table)} FROM ${sql(table.name)} AS b
+    WHERE ${ruleMatch(sql, runners, options.rule, options.now)} ${after}
+    ORDER BY ${order}
+    LIMIT ${options.limit}`
+}
+
+const keyString = (table: BuildsTable, key: BuildKey) =>
+  table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
+
+const droppedEvent = (table: BuildsTable, rule: StuckRule, build: FamilyBuild, reason: number) =>
+  new BuildDropped({
+    id: build.id,
+    ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+    project_id: build.projectId,
+    runner_id: build.runnerId,
+    failure_reason: reason,
+    stuck_type: rule.stuckType,
+    rule: rule.name
+  })
+
+export const StuckBuildsSql = Layer.effect(
+  StuckBuilds,
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const events = yield* EventLog
+    const table = yield* detectBuildsTable
+    const runners = yield* detectRunnerTables
+    const keyJoin = sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
+    const keyText = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
+
+    const findStuck = Effect.fn("StuckBuilds.findStuck")(function*(options: {
+      readonly rule: StuckRule
+      readonly now: DateTime.Utc
+      readonly after: Option.Option<BuildCursor>
+      readonly limit: number
+    }) {
+      return (yield* stuckPageQuery(sql, options, table, runners)).map(toBuild)
+    })
+
+    /** The page as one jsonb parameter: key and the lock_version read. */
+    const recordset = (builds: ReadonlyArray<FamilyBuild>) => {
+      const rows = builds.map((build) =>
+        table.partitioned
+          ? { id: build.id, partition_id: build.partitionId, read_lock_version: build.lockVersion }
+          : { id: build.id, read_lock_version: build.lockVersion }
+      )
+      const shape = table.partitioned
+        ? "id bigint, partition_id bigint, read_lock_version integer"
+        : "id bigint, read_lock_version integer"
+      return sql`jsonb_to_recordset(${sql.json(rows)}) AS r(${sql.literal(shape)})`
+    }
+
+    /**
+     * A page in one statement (fence, claim with SKIP LOCKED, guarded UPDATE, events), as
+     * drop-canceling's. A statement that fails for good (a trigger refusing one row aborts the whole
+     * UPDATE) writes nothing; the page's rows then go one by one (retryOrDoom), so only the refused
+     * row stays behind. A transient failure (connection, deadlock) is the run's, as everywhere.
+     */
+    const dropMany = Effect.fn("StuckBuilds.dropMany")(
+      function*(rule: StuckRule, reasons: FailureReasonSet, builds: ReadonlyArray<FamilyBuild>, now: DateTime.Utc) {
+        if (builds.length === 0) return { dropped: [], locked: [] } satisfies DropManyResult
+        const reason = reasonCodeOf(rule, reasons)
+        const at = DateTime.toDateUtc(yield* DateTime.now)
+        const fence = yield* fencedCte(sql)
+        const logged = yield* eventsForWrittenCte(
+          sql,
+          builds.map((build) => ({ key: keyString(table, build), event: droppedEvent(table, rule, build, reason) })),
+          "dropped"
+        )
+        const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
+        const claimedJoin = sql.literal(table.key.map((column) => `c.${column} = b.${column}`).join(" AND "))
+        const match = ruleMatch(sql, runners, rule, now)
+        const statement = sql<{
+          readonly fenced: string | number
+          readonly keys: ReadonlyArray<string>
+          readonly locked: ReadonlyArray<string>
+        }>`
+          WITH fenced AS (${fence.cte}),
+          page AS (SELECT * FROM ${recordset(builds)}),
+          claimed AS (
+            SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin}
+            WHERE ${match} AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
+            FOR UPDATE OF b SKIP LOCKED),
+          dropped AS (
+            UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+              finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+            FROM claimed r WHERE ${keyJoin} AND b.lock_version = r.read_lock_version
+            RETURNING ${keyText} AS key),
+          logged AS (${logged}),
+          locked AS (
+            SELECT ${keyText} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin}
+            WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)
+              AND ${match} AND b.lock_version = r.read_lock_version
+              AND NOT EXISTS (SELECT FROM claimed c WHERE ${claimedJoin}))
+          SELECT (SELECT count(*) FROM fenced) AS fenced,
+            (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
+            (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
+        const result = yield* statement.pipe(
+          Effect.map(Option.some),
+          Effect.catchIf((error) => !isTransientSqlError(error), (error) =>
+            Effect.as(
+              Effect.logInfo("A page write was refused; its builds go one by one", { error: error.message }),
+              Option.none()
+            ))
+        )
+        if (Option.isNone(result)) return { dropped: [], locked: [] } satisfies DropManyResult
+        const rows = result.value
+        if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+        const won = new Set(rows[0]!.keys)
+        const held = new Set(rows[0]!.locked)
+        return {
+          dropped: builds.filter((build) => won.has(keyString(table, build))),
+          locked: builds.filter((build) => held.has(keyString(table, build)))
+        } satisfies DropManyResult
+      }
+    )
+
+    /** Re-reads one build, if it still matches the rule at `now`. */
+    const findMatching = (rule: StuckRule, now: DateTime.Utc) => (key: BuildKey) =>
+      Effect.map(
+        sql<BuildRow>`SELECT ${columns(sql, table)} FROM ${sql(table.name)} AS b
+          WHERE ${keyMatch(sql, table, key)} AND ${ruleMatch(sql, runners, rule, now)}`,
+        (rows) => Option.map(Option.fromNullishOr(rows[0]), toBuild)
+      )
+
+    /**
+     * One build failed in its own fenced transaction: with the rule's reason, guarded by the rule and
+     * the lock_version read (drop); with data_integrity_failure, guarded by the rule alone (doom).
+     * Never waits for a row another transaction holds: RowLocked instead.
+     */
+    const failOne = (
+      rule: StuckRule,
+      reasons: FailureReasonSet,
+      now: DateTime.Utc,
+      outcome: "dropped" | "doomed"
+    ) =>
+    (build: FamilyBuild) =>
+      events.transaction(Effect.gen(function*() {
+        const reason = outcome === "dropped" ? reasonCodeOf(rule, reasons) : FailureReasons.data_integrity_failure
+        const lockGuard = outcome === "dropped" ? sql`AND b.lock_version = ${build.lockVersion}` : sql``
+        const at = DateTime.toDateUtc(yield* DateTime.now)
+        const match = ruleMatch(sql, runners, rule, now)
+        yield* fenceWrite(sql)
+        const rows = yield* sql<{
+          readonly claimed: string | number
+          readonly updated: string | number
+          readonly matched: boolean
+        }>`
+          WITH claimed AS (
+            SELECT ${sql.literal(table.key.map((c) => `b.${c}`).join(", "))} FROM ${sql(table.name)} AS b
+            WHERE ${keyMatch(sql, table, build)} AND ${match} ${lockGuard}
+            FOR UPDATE OF b SKIP LOCKED),
+          updated AS (
+            UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+              finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+            FROM claimed r WHERE ${keyJoin} RETURNING b.id)
+          SELECT (SELECT count(*) FROM claimed) AS claimed, (SELECT count(*) FROM updated) AS updated,
+            EXISTS (SELECT FROM ${sql(table.name)} AS b WHERE ${keyMatch(sql, table, build)} AND ${match} ${lockGuard})
+              AS matched`
+        if (Number(rows[0]!.updated) === 0) {
+          // Claimed yet not updated: a trigger swallowed the write; the row stays as it is for good.
+          if (Number(rows[0]!.claimed) > 0) return "refused" as const
+          if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
+          return false
+        }
+        const fields = {
+          id: build.id,
+          ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+          project_id: build.projectId,
+          runner_id: build.runnerId,
+          failure_reason: reason
+        }
+        yield* events.append(
+          outcome === "dropped" ? droppedEvent(table, rule, build, reason) : new BuildDoomed(fields)
+        )
+        return true
+      }))
+
+    return StuckBuilds.of({
+      findStuck,
+      dropMany,
+      retryOrDoom: (rule, reasons, lost, now) =>
+        retryOrDoomFamily(rule, {
+          find: findMatching(rule, now),
+          drop: failOne(rule, reasons, now, "dropped"),
+          doom: failOne(rule, reasons, now, "doomed")
+        })(lost)
+    })
+  })
+)

@@ -1,0 +1,49 @@
+/**
+ * drop-pending-builds — port of the pending half of GitLab's Ci::StuckBuilds::DropPendingService,
+ * which GitLab's hourly StuckCiJobsWorker runs inline at :00. Two rules, in GitLab's order:
+ * - outdated: pending builds created and updated over a day ago (BUILD_PENDING_OUTDATED_TIMEOUT);
+ * - stuck: pending builds created and updated over an hour ago (BUILD_PENDING_STUCK_TIMEOUT) that
+ *   no online runner could pick (GitLab's `build.stuck?`).
+ * Both fail the build with stuck_or_timeout_failure, or with GitLab 19's reasons
+ * (stuck_pending_with_matching_runners / stuck_pending_no_matching_runners) when
+ * `SWEEPER_FAILURE_REASONS=gitlab-19`. Pages, retry-or-doom, budget, gate and dry run are the
+ * family's walk (repair/StuckFamily.ts). GitLab's third rule (a runner assigned and its
+ * acknowledgement awaited over an hour) is not ported: GitLab 19 removed it, and its reason's
+ * integer could not be checked against GitLab's enum.
+ *
+ * Why a keyset walk: GitLab's stuck loop stops at the first pending build that is not stuck and
+ * re-reads "the first 100" until empty, so one row that cannot be failed keeps the worker busy for
+ * ever; here every row is read once per run.
+ */
+import { Duration, Effect, Option } from "effect"
+import { type Batch, CurrentRun } from "../domain/Batch.ts"
+import { PENDING_OUTDATED, PENDING_STUCK } from "../domain/StuckBuilds.ts"
+import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
+
+export type DropPendingBuildsSummary = StuckFamilySummary
+
+const NAME = "drop-pending-builds"
+const BUDGET = Duration.minutes(25)
+
+const run = Effect.fn("DropPendingBuilds.run")(function*() {
+  const { dryRun } = yield* CurrentRun
+  yield* Effect.logInfo("Cleaning pending timed-out builds")
+  const summary = yield* dropStuckRules(NAME, BUDGET, [PENDING_OUTDATED, PENDING_STUCK])
+  if (!dryRun) {
+    yield* Effect.all([increment(buildsDroppedTotal, summary.dropped), increment(buildsDoomedTotal, summary.doomed)])
+  }
+  return summary satisfies DropPendingBuildsSummary
+})
+
+export const DropPendingBuilds = {
+  name: NAME,
+  worker: "Ci::StuckBuilds::DropPendingService (StuckCiJobsWorker)",
+  description: "Fails CI builds pending for over a day, or over an hour with no online runner",
+  cron: "0 * * * *",
+  budget: BUDGET,
+  // GitLab's StuckCiJobsWorker lease: the whole family runs under it there; here each batch has its own.
+  lease: Option.some({ name: "ci/stuck_builds/drop_pending_worker", ttl: Duration.minutes(30) }),
+  writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
+  run: run()
+} satisfies Batch<DropPendingBuildsSummary, unknown, unknown>

@@ -1,0 +1,102 @@
+/**
+ * One rule of the stuck-builds family walked over the repair loop: keyset pages of the builds the
+ * rule matches, each page failed in one fenced statement, the rows that lost their race retried or
+ * doomed one by one. The three family programs are this walk over their own rules, so what they
+ * guarantee is said once: every row is read at most once per run, and a row that cannot leave the
+ * scope (locked by another transaction, refused by a trigger, a zombie whose write changes nothing)
+ * is counted and passed — the run ends when the keyset does, never re-reading the same head.
+ */
+import { DateTime, Duration, Effect } from "effect"
+import { decisionTime } from "../domain/Batch.ts"
+import { cursorOf, DropBatchSize } from "../domain/Build.ts"
+import { CurrentFailureReasonSet, reasonOf, type StuckRule } from "../domain/StuckBuilds.ts"
+import { type FamilyBuild, StuckBuilds } from "../services/StuckBuilds.ts"
+import { type Held, keysetPages, logIds, sumHeld } from "./RepairLoop.ts"
+
+export interface StuckFamilySummary extends Held {
+  readonly dropped: number
+  readonly doomed: number
+  readonly batches: number
+  /** Held by another open transaction: passed over, found again by the next run. */
+  readonly skippedLocked: number
+  /** Whose write can never apply (a trigger refusing or swallowing it): counted, passed. */
+  readonly refused: number
+}
+
+type Counts = { dropped: number; doomed: number; skippedLocked: number; refused: number }
+const ZERO: Counts = { dropped: 0, doomed: 0, skippedLocked: 0, refused: 0 }
+
+/** GitLab's "Dropping <type> build" line, one per build, with its log fields. */
+const logDropping = (rule: StuckRule, reason: string, build: FamilyBuild) =>
+  Effect.logInfo(`Dropping ${rule.stuckType} build`, {
+    build_stuck_type: rule.stuckType,
+    build_id: build.id,
+    runner_id: build.runnerId,
+    build_status: build.status,
+    build_failure_reason: reason
+  })
+
+export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: StuckRule) =>
+  Effect.gen(function*() {
+    const builds = yield* StuckBuilds
+    const size = yield* DropBatchSize
+    const reasons = yield* CurrentFailureReasonSet
+    const now = yield* decisionTime
+    const reason = reasonOf(rule, reasons)
+
+    const dropPage = (page: ReadonlyArray<FamilyBuild>, commit: (c: Counts) => Effect.Effect<void>) =>
+      Effect.gen(function*() {
+        for (const build of page) yield* logDropping(rule, reason, build)
+        const written = yield* builds.dropMany(rule, reasons, page, yield* DateTime.now)
+        const won = new Set(written.dropped)
+        const skipped = new Set(written.locked)
+        const refused: Array<number> = []
+        yield* commit({ ...ZERO, dropped: won.size, skippedLocked: skipped.size })
+        for (const lost of page.filter((build) => !won.has(build) && !skipped.has(build))) {
+          const outcome = yield* builds.retryOrDoom(rule, reasons, lost, now)
+          if (outcome === "locked") skipped.add(lost)
+          if (outcome === "refused") refused.push(lost.id)
+          yield* commit({
+            dropped: outcome === "dropped" ? 1 : 0,
+            doomed: outcome === "doomed" ? 1 : 0,
+            skippedLocked: outcome === "locked" ? 1 : 0,
+            refused: outcome === "refused" ? 1 : 0
+          })
+        }
+        yield* logIds("Skipped builds locked by another transaction", "build_ids", [...skipped].map((b) => b.id))
+        yield* logIds("Skipped builds whose write was refused", "build_ids", refused)
+      })
+
+    const loop = yield* keysetPages({
+      batch,
+      budget,
+      initial: ZERO,
+      size,
+      read: (after) => builds.findStuck({ rule, now, after, limit: size }),
+      cursor: cursorOf,
+      unit: {
+        target: (build) => `build:${build.id}`,
+        dry: (page) => ({ ...ZERO, dropped: page.length }),
+        write: dropPage,
+        fence: false
+      }
+    })
+    return { ...loop.totals, batches: loop.units, heldMs: loop.heldMs, heldBy: loop.heldBy }
+  })
+
+/** Several rules' walks, one after the other (GitLab's order), summed into one summary. */
+export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: ReadonlyArray<StuckRule>) =>
+  Effect.gen(function*() {
+    const walks: Array<StuckFamilySummary> = []
+    for (const rule of rules) walks.push(yield* dropStuckRule(batch, budget, rule))
+    const sum = (key: "dropped" | "doomed" | "batches" | "skippedLocked" | "refused") =>
+      walks.reduce((total, walk) => total + walk[key], 0)
+    return {
+      dropped: sum("dropped"),
+      doomed: sum("doomed"),
+      batches: sum("batches"),
+      skippedLocked: sum("skippedLocked"),
+      refused: sum("refused"),
+      ...sumHeld(walks)
+    } satisfies StuckFamilySummary
+  })
