@@ -351,10 +351,10 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
 
 /** Programs' tuning references (DropBatchSize, EventRetentionPeriod) set from SweeperConfig. */
 export const TuningFromConfig = Layer.mergeAll(
-  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.dropBatchSize)),
+  Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (config: SweeperSettings) => config.dropBatchSize)),
   Layer.effect(
     CurrentFailureReasonSet,
-    Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.failureReasons)
+    Effect.map(SweeperConfig, (config: SweeperSettings) => config.failureReasons)
   ),
-  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (settings: SweeperSettings) => settings.eventRetention))
+  Layer.effect(EventRetentionPeriod, Effect.map(SweeperConfig, (config: SweeperSettings) => config.eventRetention))
 )

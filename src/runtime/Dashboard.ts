@@ -96,7 +96,7 @@ export const summaryLabel = (key: string) =>
     key.replace(/Ms$/, "").replace(/_/g, " ").replace(/([a-z0-9])([A-Z])/g, "$1 $2").toLowerCase()
 
 const countValue = (key: string, value: unknown) =>
-  typeof value === "number" && /Ms$/.test(key)
+  typeof value === "number" && key.endsWith("Ms")
     ? duration(value)
     : typeof value === "boolean"
     ? (value ? "yes" : "no")

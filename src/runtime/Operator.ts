@@ -269,12 +269,12 @@ export const local = (target: string) =>
 export const layer = Layer.unwrap(
   Effect.gen(function*() {
     const settings = yield* SweeperConfig
-    const url = yield* Config.option(Config.schema(NonEmptyText, "SWEEPER_URL"))
-    if (Option.isSome(url)) {
+    const explicitUrl = yield* Config.option(Config.schema(NonEmptyText, "SWEEPER_URL"))
+    if (Option.isSome(explicitUrl)) {
       const token = Option.match(settings.apiToken, { onNone: () => "", onSome: Redacted.value })
-      const target = `the supervisor at ${url.value} (SWEEPER_URL)`
+      const target = `the supervisor at ${explicitUrl.value} (SWEEPER_URL)`
       yield* Effect.logInfo(`Talking to ${target}`)
-      return remote({ url: url.value, token }, target)
+      return remote({ url: explicitUrl.value, token }, target)
     }
     if (Option.isSome(settings.databaseUrl)) return local(`the database at ${describeBackends(settings).postgres}`)
     const found = yield* findSupervisor(settings.dataDir)
