@@ -42,6 +42,8 @@ export interface RescheduleStuckIssueRebalancesSummary extends Held {
   readonly invalidMembers: number
 }
 
+type Summary = RescheduleStuckIssueRebalancesSummary
+
 const NAME = "reschedule-stuck-issue-rebalances"
 // A read of a small set, two primary-key look-ups and two pushes: minutes would mean trouble.
 const BUDGET = Duration.minutes(5)
@@ -57,18 +59,12 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
     yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(
       Effect.annotateLogs({ invalid_members: invalidMembers, sample: invalidSample })
     )
+    if (!dryRun) yield* M.increment(M.issueRebalancesInvalidMembersTotal, invalidMembers)
   }
-  if (invalidMembers > 0 && !dryRun) yield* M.increment(M.issueRebalancesInvalidMembersTotal, invalidMembers)
-  const none = {
-    namespaceIds,
-    projectIds,
-    invalidMembers,
-    ...R.enqueuedCounts(undefined, 0),
-    duplicates: 0,
-    ...NOT_HELD
-  } satisfies RescheduleStuckIssueRebalancesSummary
+  const read = { namespaceIds, projectIds, invalidMembers }
   if (namespaceIds.length === 0 && projectIds.length === 0) {
-    return yield* Effect.as(Effect.logDebug("No issue rebalances running"), none)
+    yield* Effect.logDebug("No issue rebalances running")
+    return { ...read, ...R.enqueuedCounts(undefined, 0), duplicates: 0, ...NOT_HELD } satisfies Summary
   }
 
   const existing = {
@@ -105,24 +101,10 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
     }
   })
   const fields = { namespace_ids: existing.namespaces, project_ids: existing.projects, invalid_members: invalidMembers }
-  if (dryRun) {
-    yield* Effect.logInfo("Would reschedule stuck issue rebalances (dry run)").pipe(Effect.annotateLogs(fields))
-  } else {yield* Effect.logInfo("Rescheduled stuck issue rebalances").pipe(
-      Effect.annotateLogs({
-        ...fields,
-        enqueued_namespaces: enqueuedNamespaces,
-        enqueued_projects: enqueuedProjects,
-        duplicates
-      })
-    )}
-  return {
-    ...none,
-    enqueuedNamespaces,
-    enqueuedProjects,
-    duplicates,
-    heldMs,
-    heldBy
-  } satisfies RescheduleStuckIssueRebalancesSummary
+  const counts = { enqueued_namespaces: enqueuedNamespaces, enqueued_projects: enqueuedProjects, duplicates }
+  const message = dryRun ? "Would reschedule stuck issue rebalances (dry run)" : "Rescheduled stuck issue rebalances"
+  yield* Effect.logInfo(message).pipe(Effect.annotateLogs({ ...fields, ...counts }))
+  return { ...read, enqueuedNamespaces, enqueuedProjects, duplicates, heldMs, heldBy } satisfies Summary
 })
 
 export const RescheduleStuckIssueRebalances = {
