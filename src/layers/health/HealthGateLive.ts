@@ -72,7 +72,7 @@ export const IDLE_INTERVAL = Duration.seconds(10)
 /** A batch that asked the gate this recently keeps the sampler at RECHECK_INTERVAL. */
 export const ACTIVE_WINDOW = Duration.seconds(30)
 /** A unit never decides on a round older than this: it takes a new one first (an idle sampler's are older). */
-export const FRESH_ROUND = Duration.seconds(2)
+export const FRESH_ROUND = Duration.millis(1500)
 /** A subject not read for this long (a few rounds: a hung server, a failing sampler) is unknown. */
 export const STALE_AFTER = Duration.seconds(5)
 /** The longest a unit waits for a fresh round when it has no deadline of its own. */
@@ -327,20 +327,25 @@ export const makeHealthGate = (options: GateOptions) =>
         )
         : Effect.void
 
-    // The WAL-position signal read fresh before a unit: concurrent units of a run share a read begun after they asked.
+    // The WAL-position signal read fresh before a unit. Each ask takes a ticket; a read covers every
+    // ticket issued before it began, so concurrent units share a read but none uses one begun before it asked.
     const replicationLock = yield* Semaphore.make(1)
-    let replicationReadAt = Number.NEGATIVE_INFINITY
-    const freshReplication = (asked: number) =>
-      replicationSlots.length === 0 ? Effect.void : replicationLock.withPermits(1)(Effect.gen(function*() {
-        if (replicationReadAt >= asked) return
+    let issued = 0
+    let covered = 0
+    const freshReplication = Effect.suspend(() => {
+      if (replicationSlots.length === 0) return Effect.void
+      const ticket = ++issued
+      return replicationLock.withPermits(1)(Effect.gen(function*() {
+        if (covered >= ticket) return
+        covered = issued
         const at = yield* Clock.currentTimeMillis
         const lag = yield* Effect.cached(signals.replicationLag)
         for (const slot of replicationSlots) {
           const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
           yield* record(slot, yield* replicationReading(lag, source.measure), at)
         }
-        replicationReadAt = at
       }))
+    })
 
     // ---- judging a batch -------------------------------------------------------------------------
     const baselineOf = (rule: SignalRule, subject = ""): Option.Option<number> => {
@@ -488,7 +493,7 @@ export const makeHealthGate = (options: GateOptions) =>
               const asked = yield* Clock.currentTimeMillis
               if (writesDatabase) lastDemandAt = asked
               yield* ensureFresh(asked, deadlineMillis)
-              if (writesDatabase) yield* freshReplication(asked)
+              if (writesDatabase) yield* freshReplication
               const now = yield* Clock.currentTimeMillis
               for (const rule of rules) {
                 const hold = runOf(key, batch).state.holds.get(rule.signal)
