@@ -316,15 +316,14 @@ export const makeHealthGate = (options: GateOptions) =>
       Effect.forkScoped
     )
 
+    /** How long a unit may wait for a reading: ROUND_WAIT, and never past its deadline. */
+    const waitBound = (now: number, deadlineMillis: number | undefined) =>
+      Duration.millis(Math.max(1, Math.min(Duration.toMillis(ROUND_WAIT), (deadlineMillis ?? Infinity) - now)))
+
     /** Readings from a round no older than FRESH_ROUND before deciding, waiting at most until `deadline` for them. */
     const ensureFresh = (now: number, deadlineMillis: number | undefined) =>
       isStale(now)
-        ? guardedRound(isStale).pipe(
-          Effect.timeoutOption(
-            Duration.millis(Math.max(1, Math.min(Duration.toMillis(ROUND_WAIT), (deadlineMillis ?? Infinity) - now)))
-          ),
-          Effect.asVoid
-        )
+        ? guardedRound(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
         : Effect.void
 
     // The WAL-position signal read fresh before a unit. Each ask takes a ticket; a read covers every
@@ -493,7 +492,7 @@ export const makeHealthGate = (options: GateOptions) =>
               const asked = yield* Clock.currentTimeMillis
               if (writesDatabase) lastDemandAt = asked
               yield* ensureFresh(asked, deadlineMillis)
-              if (writesDatabase) yield* freshReplication
+              if (writesDatabase) yield* Effect.timeoutOption(freshReplication, waitBound(asked, deadlineMillis))
               const now = yield* Clock.currentTimeMillis
               for (const rule of rules) {
                 const hold = runOf(key, batch).state.holds.get(rule.signal)
