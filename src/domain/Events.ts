@@ -191,6 +191,9 @@ export type DomainEvent = typeof DomainEvent.Type
 export type EventType = DomainEvent["_tag"]
 
 /** The stream an event belongs to (SPEC §6). */
+/** Where a batch's health gate events go (`batch:<name>:health`): a batch stream for retention, not its state. */
+export const healthStream = (batch: string): string => `batch:${batch}:health`
+
 export const streamOf = (event: DomainEvent): string => {
   switch (event._tag) {
     case "RunStarted":
@@ -199,9 +202,12 @@ export const streamOf = (event: DomainEvent): string => {
     case "BatchPaused":
     case "BatchResumed":
     case "LeaseLost":
+      return `batch:${event.batch}`
     case "RepairHeld":
     case "RepairReleased":
-      return `batch:${event.batch}`
+      // Beside the batch's stream, not in it: its state is folded from its newest events, and
+      // any number of holds must never push a RunStarted or a failure out of that window.
+      return healthStream(event.batch)
     case "BuildDropped":
     case "BuildDoomed":
       return `build:${event.id}`

@@ -128,7 +128,31 @@ const comparison = (path: string, text: string): Parsed<Threshold> => {
   })
 }
 
-const NEGATION: Record<Comparison, Comparison> = { "<": ">=", "<=": ">", ">": "<=", ">=": "<" }
+/**
+ * A rule written without `resume` still gets hysteresis, else a reading hovering at the stop
+ * threshold would hold and release on every unit. The defaults: half of stop for sizes, durations
+ * and rates (`8MB` → `4MB`, `3x` → `1.5x`: a clear recovery, yet reachable on a busy platform);
+ * 0.05 under stop for Redis memory (a ratio that sits near a steady level, which half would never
+ * reach); one part in a thousand past stop for a Prometheus rule, whose scale Sweeper cannot know
+ * (`< 0.99` → `>= 0.99099`).
+ */
+export const HALF_OF_STOP = 0.5
+export const REDIS_MEMORY_GAP = 0.05
+export const PROMETHEUS_GAP = 0.001
+
+const halfText = (value: number, kind: "bytes" | "seconds" | "rate" | "factor"): string => {
+  const half = value * HALF_OF_STOP
+  switch (kind) {
+    case "bytes":
+      return `${Math.round(half)}B`
+    case "seconds":
+      return `${half}s`
+    case "rate":
+      return `${Math.round(half)}B/s`
+    case "factor":
+      return `${half}x`
+  }
+}
 
 /**
  * Whether a `resume` leaves a gap or meets `stop` without overlapping it: a value that releases
@@ -214,7 +238,8 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
   if (raw.replicationLag !== undefined) {
     const stop = sizeOrDuration("replicationLag.stop", raw.replicationLag.stop)
     if (Result.isFailure(stop)) return Result.fail(stop.failure)
-    const resumeText = raw.replicationLag.resume ?? raw.replicationLag.stop
+    const resumeText = raw.replicationLag.resume ??
+      halfText(stop.success.value, stop.success.measure)
     const resume = sizeOrDuration("replicationLag.resume", resumeText)
     if (Result.isFailure(resume)) return Result.fail(resume.failure)
     if (resume.success.measure !== stop.success.measure) {
@@ -239,7 +264,9 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
   if (raw.walRate !== undefined) {
     const stop = rate("walRate.stop", raw.walRate.stop)
     if (Result.isFailure(stop)) return Result.fail(stop.failure)
-    const resumeText = raw.walRate.resume ?? raw.walRate.stop
+    const resumeText = raw.walRate.resume ?? (stop.success._tag === "Relative"
+      ? halfText(stop.success.factor, "factor")
+      : halfText(stop.success.value, "rate"))
     const resume = rate("walRate.resume", resumeText)
     if (Result.isFailure(resume)) return Result.fail(resume.failure)
     const rule: SignalRule = {
@@ -269,7 +296,7 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
     if (config === undefined) continue
     const stop = duration(`${key}.stop`, config.stop)
     if (Result.isFailure(stop)) return Result.fail(stop.failure)
-    const resumeText = config.resume ?? config.stop
+    const resumeText = config.resume ?? halfText(stop.success, "seconds")
     const resume = duration(`${key}.resume`, resumeText)
     if (Result.isFailure(resume)) return Result.fail(resume.failure)
     const rule: SignalRule = {
@@ -285,7 +312,8 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
     rules.push(rule)
   }
   if (raw.redisMemory !== undefined) {
-    const resume = raw.redisMemory.resume ?? raw.redisMemory.stop
+    const resume = raw.redisMemory.resume ??
+      Math.max(0, Math.round((raw.redisMemory.stop - REDIS_MEMORY_GAP) * 1e6) / 1e6)
     const rule: SignalRule = {
       signal: "redisMemory",
       source: { _tag: "RedisMemory" },
@@ -309,11 +337,7 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
       const stop = comparison(`${path}.stop`, config.stop)
       if (Result.isFailure(stop)) return Result.fail(stop.failure)
       const resume = config.resume === undefined
-        ? Result.succeed<Threshold>({
-          ...stop.success,
-          op: NEGATION[stop.success.op],
-          text: `${NEGATION[stop.success.op]} ${config.stop.replace(COMPARISON, "$2")}`
-        })
+        ? Result.succeed<Threshold>(prometheusResume(stop.success))
         : comparison(`${path}.resume`, config.resume)
       if (Result.isFailure(resume)) return Result.fail(resume.failure)
       const ok = withResume(`${path}`, stop.success, resume.success)
@@ -336,6 +360,16 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
 
 const isHealthConfig = (u: unknown): u is HealthConfig =>
   typeof u === "object" && u !== null && "rules" in u && Array.isArray(u.rules)
+
+/** A Prometheus rule's default resume: the negated comparison, PROMETHEUS_GAP of stop on the healthy side. */
+const prometheusResume = (stop: Threshold): Threshold => {
+  const bound = stop.bound._tag === "Absolute" ? stop.bound.value : 0
+  const gap = bound === 0 ? PROMETHEUS_GAP : Math.abs(bound) * PROMETHEUS_GAP
+  const holdsBelow = stop.op === "<" || stop.op === "<="
+  const v = Number((holdsBelow ? bound + gap : bound - gap).toPrecision(12))
+  const op = holdsBelow ? ">=" : "<="
+  return { op, bound: { _tag: "Absolute", value: v }, text: `${op} ${v}` }
+}
 
 /** `SWEEPER_HEALTH` from its JSON text: unknown keys, bad thresholds and hysteresis that overlaps are refused. */
 export const HealthJson = Schema.fromJsonString(Schema.Unknown).pipe(
@@ -395,7 +429,22 @@ export const addSample = (
   return kept
 }
 
-/** The median of the samples (None when there are none): a relative threshold's baseline. */
+/**
+ * A relative threshold's warm-up: its baseline exists once it has this many samples spread over
+ * at least BASELINE_WARMUP_SPAN. Until then the median of a handful of samples (or of a burst)
+ * would define "normal", so a relative rule neither holds nor releases on it.
+ */
+export const BASELINE_WARMUP_SAMPLES = 30
+export const BASELINE_WARMUP_SPAN = Duration.minutes(5)
+
+/** The median once warmed up (BASELINE_WARMUP_SAMPLES over BASELINE_WARMUP_SPAN), else None. */
+export const baselineOf = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
+  if (samples.length < BASELINE_WARMUP_SAMPLES) return Option.none()
+  if (samples[samples.length - 1]!.at - samples[0]!.at < Duration.toMillis(BASELINE_WARMUP_SPAN)) return Option.none()
+  return median(samples)
+}
+
+/** The median of the samples (None when there are none). */
 export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
   if (samples.length === 0) return Option.none()
   const sorted = samples.map((sample) => sample.value).sort((a, b) => a - b)
@@ -416,33 +465,65 @@ const compare = (op: Comparison, a: number, b: number) =>
 export const satisfies = (threshold: Threshold, v: number, baseline: Option.Option<number> = Option.none()): boolean =>
   Option.match(thresholdValue(threshold, baseline), { onNone: () => false, onSome: (t) => compare(threshold.op, v, t) })
 
+/** Worst known value of a rule's readings (the largest, or the smallest for a rule that holds below). */
+const worstKnown = (rule: SignalRule, readings: ReadonlyArray<Reading>): number | undefined => {
+  const known = readings.flatMap((r) => r._tag === "Value" ? [r.value] : [])
+  if (known.length === 0) return undefined
+  const holdsBelow = rule.stop.op === "<" || rule.stop.op === "<="
+  return holdsBelow ? Math.min(...known) : Math.max(...known)
+}
+
+/** What a rule decides for a batch now: held or not, and the reading that says why. */
+export interface Judgement {
+  readonly held: boolean
+  readonly reading: Reading
+}
+
 /**
- * The hysteresis: an open signal holds once its reading satisfies `stop`; a held one releases
- * only once its reading satisfies `resume`. An unknown reading holds (or keeps holding) only with
- * `onUnknown: "hold"`; otherwise it counts as healthy, so it also releases a hold.
+ * The hysteresis, over a rule's readings on every subject the batch touches. An open rule holds
+ * once its worst known reading satisfies `stop`, or, with `onUnknown: "hold"`, once some subject
+ * cannot be read. A held rule is judged against `resume` only: it releases once every subject is
+ * read and the worst satisfies `resume`. An unknown reading never ends a hold (a slow read in the
+ * middle of an incident is no news that the incident is over), whatever `onUnknown` says.
+ * No reading at all (none taken yet) changes nothing.
  */
+export const judge = (
+  rule: SignalRule,
+  held: boolean,
+  readings: ReadonlyArray<Reading>,
+  baseline: Option.Option<number> = Option.none()
+): Judgement => {
+  const worst = worstKnown(rule, readings)
+  const unknownReading = readings.find((r) => r._tag === "Unknown")
+  const shown = worst === undefined ? unknownReading ?? value(Number.NaN) : value(worst)
+  if (readings.length === 0) return { held, reading: shown }
+  if (held) {
+    if (unknownReading !== undefined) return { held: true, reading: unknownReading }
+    return { held: !satisfies(rule.resume, worst!, baseline), reading: shown }
+  }
+  if (worst !== undefined && satisfies(rule.stop, worst, baseline)) return { held: true, reading: value(worst) }
+  if (unknownReading !== undefined) return { held: rule.onUnknown === "hold", reading: unknownReading }
+  return { held: false, reading: shown }
+}
+
+/** `judge` for one reading. */
 export const nextHeld = (
   rule: SignalRule,
   held: boolean,
   reading: Reading,
   baseline: Option.Option<number> = Option.none()
-): boolean => {
-  if (reading._tag === "Unknown") return rule.onUnknown === "hold"
-  return held ? !satisfies(rule.resume, reading.value, baseline) : satisfies(rule.stop, reading.value, baseline)
-}
+): boolean => judge(rule, held, [reading], baseline).held
 
 /**
- * One rule's readings over the subjects a batch touches (its tables, stores, queues) as one: the
- * worst known value; unknown only when no known value already holds and some subject is unknown.
+ * One rule's readings over the subjects a batch touches (its tables, stores, queues) as one, for
+ * display: the worst known value; unknown only when no known value already holds and some subject is unknown.
  */
 export const worstOf = (
   rule: SignalRule,
   readings: ReadonlyArray<Reading>,
   baseline: Option.Option<number> = Option.none()
 ): Reading => {
-  const known = readings.flatMap((r) => r._tag === "Value" ? [r.value] : [])
-  const holdsBelow = rule.stop.op === "<" || rule.stop.op === "<="
-  const worst = known.length === 0 ? undefined : holdsBelow ? Math.min(...known) : Math.max(...known)
+  const worst = worstKnown(rule, readings)
   const unknownReading = readings.find((r) => r._tag === "Unknown")
   if (worst !== undefined && satisfies(rule.stop, worst, baseline)) return value(worst)
   if (unknownReading !== undefined) return unknownReading
@@ -463,6 +544,9 @@ export interface WriteSet {
   readonly queues: ReadonlyArray<string>
 }
 
+/** Sweeper's own tables (its event ledger, run rollups): `sweeper_…`. */
+export const isSweeperTable = (table: string): boolean => table.startsWith("sweeper_")
+
 /** The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole database / server. */
 export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<string> => {
   switch (rule.source._tag) {
@@ -471,7 +555,8 @@ export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<s
     case "LongTransactions":
       return writes.tables.length > 0 ? [""] : []
     case "Autovacuum":
-      return writes.tables
+      // A vacuum of Sweeper's own ledger harms no one Sweeper's writes would: it never holds.
+      return writes.tables.filter((table) => !isSweeperTable(table))
     case "RedisMemory":
       return writes.redisStores
     case "QueueLatency":

@@ -27,6 +27,7 @@ import {
   PauseNotRecorded,
   type UnknownBatch
 } from "../domain/Errors.ts"
+import { healthStream } from "../domain/Events.ts"
 import { openHolds } from "../domain/Health.ts"
 import { batches, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
@@ -226,8 +227,15 @@ export const local = (target: string) =>
             Effect.gen(function*() {
               const history = yield* loadHistory(batch.name)
               // What holds it now, from its stream (whichever process holds it): SPEC §9.
-              const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
-              const holds = openHolds([...recent].reverse()).map((hold) => hold.text)
+              const gate = yield* events.query({ stream: healthStream(batch.name), newestFirst: true, limit: 200 })
+              const finished = yield* events.query({
+                stream: `batch:${batch.name}`,
+                type: "RunFinished",
+                newestFirst: true,
+                limit: 20
+              })
+              const recent = [...gate, ...finished].sort((a, b) => a.id - b.id)
+              const holds = openHolds(recent).map((hold) => hold.text)
               return {
                 ...batchView(
                   { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history },

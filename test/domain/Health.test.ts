@@ -11,14 +11,17 @@ import { SweeperConfig } from "../../src/config/Config.ts"
 import { InvalidConfig } from "../../src/domain/Errors.ts"
 import {
   addSample,
+  baselineOf,
   compileHealth,
   HealthJson,
+  judge,
   median,
   nextHeld,
   openHolds,
   RawHealth,
   type Sample,
   type SignalRule,
+  subjectsFor,
   type ThrottleState,
   throttleStep,
   unknown,
@@ -102,20 +105,54 @@ describe("SWEEPER_HEALTH", () => {
     )
   })
 
-  it("replicationLag as a duration reads replay_lag; walRate as an absolute rate; resume defaults to stop", () => {
+  it("replicationLag as a duration reads replay_lag; walRate as an absolute rate; resume defaults to half of stop", () => {
     const lag = rule({ replicationLag: { stop: "10s" } })
     assert.deepStrictEqual(lag.source, { _tag: "ReplicationLag", measure: "seconds" })
     assert.deepStrictEqual([lag.stop.bound, lag.resume.bound], [{ _tag: "Absolute", value: 10 }, {
       _tag: "Absolute",
-      value: 10
+      value: 5
     }])
     assert.deepStrictEqual(rule({ walRate: { stop: "48MB/s", resume: "32MiB/s" } }).resume.bound, {
       _tag: "Absolute",
       value: 32 * 1024 * 1024
     })
-    // A Prometheus rule without resume releases on the negation of its stop.
+    // A Prometheus rule without resume releases one part in a thousand past its stop.
     const apdex = rule({ prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 0.99" }] } })
-    assert.deepStrictEqual([apdex.resume.op, apdex.resume.bound], [">=", { _tag: "Absolute", value: 0.99 }])
+    assert.deepStrictEqual([apdex.resume.op, apdex.resume.bound], [">=", { _tag: "Absolute", value: 0.99099 }])
+  })
+
+  it("a rule without resume still has hysteresis: a reading hovering at stop does not hold and release on every check", () => {
+    const bounds = (json: unknown) => {
+      const r = rule(json)
+      return [r.stop.bound, r.resume.bound].map((b) => b._tag === "Absolute" ? b.value : `${b.factor}x`)
+    }
+    assert.deepStrictEqual(bounds({ replicationLag: { stop: "8MB" } }), [8e6, 4e6])
+    assert.deepStrictEqual(bounds({ walRate: { stop: "3x" } }), ["3x", "1.5x"])
+    assert.deepStrictEqual(bounds({ walRate: { stop: "48MB/s" } }), [48e6, 24e6])
+    assert.deepStrictEqual(bounds({ longTransactions: { stop: "10m" } }), [600, 300])
+    assert.deepStrictEqual(bounds({ queueLatency: { stop: "5m" } }), [300, 150])
+    assert.deepStrictEqual(bounds({ redisMemory: { stop: 0.9 } }), [0.9, 0.85])
+    const walk = (json: unknown, readings: ReadonlyArray<number>) => {
+      const r = rule(json)
+      let held = false
+      let flips = 0
+      for (const v of readings) {
+        const next = nextHeld(r, held, value(v))
+        if (next !== held) flips++
+        held = next
+      }
+      return flips
+    }
+    // Hovering around 8 MB: one hold, no release until well under it.
+    assert.strictEqual(walk({ replicationLag: { stop: "8MB" } }, [7.9e6, 8.1e6, 7.9e6, 8.1e6, 7.5e6, 8.2e6]), 1)
+    assert.strictEqual(
+      walk({ prometheus: { url: "http://p", rules: [{ name: "a", query: "q", stop: "< 0.99" }] } }, [
+        0.989,
+        0.99,
+        0.989
+      ]),
+      1
+    )
   })
 
   for (
@@ -214,9 +251,10 @@ describe("hysteresis", () => {
     assert.deepStrictEqual(trace, [false, false, true, true, true, true, true, false, false, false, true])
   })
 
-  it("unknown is healthy by default (and ends a hold); onUnknown hold holds and keeps holding", () => {
+  it("unknown is healthy by default for an open rule but never ends a hold; onUnknown hold holds and keeps holding", () => {
     assert.isFalse(nextHeld(lag, false, unknown("connection refused")))
-    assert.isFalse(nextHeld(lag, true, unknown("connection refused")))
+    // One slow read mid-incident is no news that the incident is over.
+    assert.isTrue(nextHeld(lag, true, unknown("connection refused")))
     const strict = { ...lag, onUnknown: "hold" as const }
     assert.isTrue(nextHeld(strict, false, unknown("permission denied")))
     assert.isTrue(nextHeld(strict, true, unknown("permission denied")))
@@ -238,6 +276,39 @@ describe("hysteresis", () => {
     assert.deepStrictEqual(worstOf(memory, [value(0.95), unknown("down")]), value(0.95))
     assert.deepStrictEqual(worstOf(memory, [value(0.5), unknown("down")]), unknown("down"))
     assert.deepStrictEqual(worstOf(memory, []), value(0))
+  })
+
+  it("a held rule is judged against resume over every subject: a subject between resume and stop beside an unknown one keeps the hold", () => {
+    const memory = rule({ redisMemory: { stop: 0.9, resume: 0.8 } })
+    // Was released: the 0.85 is under stop, the unknown one read healthy (default) ⇒ before, the hold ended.
+    assert.deepStrictEqual(judge(memory, true, [value(0.85), unknown("down")]).held, true)
+    assert.deepStrictEqual(judge(memory, true, [value(0.85), value(0.5)]), { held: true, reading: value(0.85) })
+    assert.deepStrictEqual(judge(memory, true, [value(0.8), value(0.5)]), { held: false, reading: value(0.8) })
+    // Not held: stop decides; an unknown subject holds only with onUnknown hold.
+    assert.isFalse(judge(memory, false, [value(0.85), unknown("down")]).held)
+    assert.isTrue(judge({ ...memory, onUnknown: "hold" }, false, [value(0.5), unknown("down")]).held)
+    // Nothing read yet changes nothing.
+    assert.isTrue(judge(memory, true, []).held)
+    assert.isFalse(judge(memory, false, []).held)
+  })
+
+  it("a relative baseline warms up: no baseline before 30 samples over 5 minutes", () => {
+    let samples: Array<{ at: number; value: number }> = []
+    for (let i = 0; i < 29; i++) samples = addSample(samples, i * 20_000, 1e6)
+    assert.isTrue(Option.isNone(baselineOf(samples)), "29 samples")
+    samples = addSample(samples, 29 * 20_000, 1e6)
+    assert.deepStrictEqual(baselineOf(samples), Option.some(1e6))
+    // Thirty samples in thirty seconds (a burst of readings) are no normal yet.
+    let quick: Array<{ at: number; value: number }> = []
+    for (let i = 0; i < 60; i++) quick = addSample(quick, i * 1000, 1e6)
+    assert.isTrue(Option.isNone(baselineOf(quick)))
+  })
+
+  it("autovacuum never watches Sweeper's own tables", () => {
+    const vacuum = rule({ autovacuum: { stop: true } })
+    const writes = { tables: ["ci_builds", "sweeper_events", "sweeper_runs"], redisStores: [], queues: [] }
+    assert.deepStrictEqual(subjectsFor(vacuum, writes), ["ci_builds"])
+    assert.deepStrictEqual(subjectsFor(vacuum, { ...writes, tables: ["sweeper_events"] }), [])
   })
 })
 

@@ -194,7 +194,7 @@ describe("HealthGate layer", () => {
       assert.deepStrictEqual(verdict.heldBy, ["longTransactions"])
     }).pipe(Effect.provide(Gate({ ...LAG, longTransactions: { stop: "10m", onUnknown: "hold" } }))))
 
-  it.effect("the sampler reads each signal at most once a second, however often batches ask", () =>
+  it.effect("the sampler reads each signal at most once a second, however often batches ask; the WAL position once more per unit", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
       const values = yield* MemorySignalValues
@@ -202,8 +202,10 @@ describe("HealthGate layer", () => {
         for (let i = 0; i < 100; i++) yield* gate.beforeUnit({ batch: DROP.name })
         yield* second
       }
-      assert.strictEqual(values.reads["pg_stat_replication"], 11)
-      assert.strictEqual(values.reads["pg_stat_activity"], 11)
+      assert.isAtMost(values.reads["pg_stat_activity"]!, 11)
+      // The standbys' positions are read before every unit: one cheap query, so a unit never writes past stop.
+      assert.isAtMost(values.reads["pg_stat_replication"]!, 1011)
+      assert.isAtLeast(values.reads["pg_stat_replication"]!, 1000)
     }).pipe(Effect.provide(Gate({ ...LAG, longTransactions: { stop: "10m" } }))))
 
   it.effect("walRate relative to its own median: a burst past 3x holds, back under 1.5x releases", () =>
@@ -219,9 +221,12 @@ describe("HealthGate layer", () => {
             yield* second
           }
         })
+      // Warm-up: an idle sampler's samples (one each IDLE_INTERVAL) over ten minutes.
       yield* at(10e6, 600)
       assert.isTrue((yield* gate.beforeUnit({ batch: DROP.name })).proceed)
       assert.deepStrictEqual(yield* gateEvents, [])
+      // A batch runs: the sampler reads every second again.
+      yield* at(10e6, 11)
       yield* at(50e6, 2)
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
       yield* Effect.yieldNow

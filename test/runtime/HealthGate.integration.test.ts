@@ -124,7 +124,7 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })(
         ))[0]!
         assert.deepStrictEqual([Number(dropped), Number(distinct)], [STUCK, STUCK])
 
-        // One hold, one pair, in the batch's stream, the held value past the threshold.
+        // One hold, one pair, beside the batch's stream (never in the one its state is folded from), the held value past the threshold.
         const gateEvents = yield* Effect.promise(() =>
           pair.primary(
             "SELECT type, stream, data::text, run_id IS NOT NULL FROM sweeper_events WHERE type IN ('RepairHeld', 'RepairReleased') ORDER BY id",
@@ -132,8 +132,8 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })(
           )
         )
         assert.deepStrictEqual(gateEvents.map((row) => [row[0], row[1], row[3]]), [
-          ["RepairHeld", "batch:drop-canceling-builds", "t"],
-          ["RepairReleased", "batch:drop-canceling-builds", "t"]
+          ["RepairHeld", "batch:drop-canceling-builds:health", "t"],
+          ["RepairReleased", "batch:drop-canceling-builds:health", "t"]
         ])
         const heldData = JSON.parse(gateEvents[0]![2]!) as { signal: string; value: number; threshold: number }
         assert.strictEqual(heldData.signal, "replicationLag")

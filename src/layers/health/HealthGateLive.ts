@@ -1,27 +1,39 @@
 /**
- * The health gate (SPEC §9) as configured by SWEEPER_HEALTH: a sampler fiber reads every signal on
- * every subject the registered batches write (their tables, Redis stores, Sidekiq queues) once a
- * second, off the repair path; `beforeUnit` only compares the latest readings with the thresholds,
- * so a healthy gate costs a few comparisons per page. While any signal is past its stop threshold
- * the batch holds — no writes; the run guard keeps renewing its lease and its budget keeps running —
- * re-checking every second, and each signal releases once at or under its resume threshold (the
- * hysteresis, domain/Health.ts). Every hold is one `RepairHeld` … `RepairReleased` pair in the
- * batch's stream, a log line at each end, and the `sweeper_repair_held*` series.
+ * The health gate (SPEC §9) as configured by SWEEPER_HEALTH. What it decides is decided in the
+ * domain (domain/Health.ts judges a rule's readings, domain/HealthHolds.ts keeps a run's holds);
+ * this layer reads the signals, keeps the state and writes the events.
+ *
+ * - A sampler reads every signal on every subject the registered batches write (their tables,
+ *   Redis stores, Sidekiq queues), off the repair path: once a second while a batch of this process
+ *   writes, every IDLE_INTERVAL otherwise. It is supervised (a failed or crashed round is logged and
+ *   the schedule goes on), and relative baselines are computed once per round.
+ * - `beforeUnit` never decides on stale readings: a round older than FRESH_ROUND is re-read first
+ *   (the wait bounded by the unit's deadline), and a subject not read for STALE_AFTER counts as
+ *   unknown. Before every unit of a real run the WAL-position signal (replication lag) is read
+ *   fresh — one query on the primary — so a batch stops within one unit of its threshold instead of
+ *   within a second of writes.
+ * - Holds belong to the run: its concurrent waiters share them (one RepairHeld … RepairReleased
+ *   pair per signal and hold, in `batch:<name>:health`, never in the stream the batch's state is
+ *   folded from), held time is wall-clock, and a hold ends when its signal releases or its last
+ *   waiter leaves.
+ * - A dry run is never held: it writes no gate event and waits for nothing; its verdict names the
+ *   signals that would have held it.
  *
  * A signal that cannot be read is `unknown`: logged when it becomes unknown (and when it recovers),
- * counted every sample, and healthy unless its rule says `onUnknown: "hold"`.
+ * counted every sample, healthy for an open rule unless it says `onUnknown: "hold"`, and never the
+ * end of a hold.
  */
-import { Clock, Context, Deferred, Duration, Effect, Layer, Metric, Option, Schedule } from "effect"
-import type { BatchWrites } from "../../domain/Batch.ts"
+import { Cause, Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Semaphore } from "effect"
+import { type BatchWrites, CurrentRun } from "../../domain/Batch.ts"
 import { RepairHeld, RepairReleased } from "../../domain/Events.ts"
 import {
   addSample,
+  baselineOf as warmBaseline,
   formatThreshold,
   formatValue,
   type HealthConfig,
   holdText,
-  median,
-  nextHeld,
+  judge,
   type Reading,
   RECHECK_INTERVAL,
   type RedisStoreName,
@@ -38,6 +50,7 @@ import {
   worstOf,
   type WriteSet
 } from "../../domain/Health.ts"
+import * as Holds from "../../domain/HealthHolds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
 import { HealthReport, type HealthSnapshot, type HoldReport, type SignalReport } from "../../services/HealthReport.ts"
@@ -53,6 +66,17 @@ import {
   repairHeldSecondsTotal,
   setGauge
 } from "../../services/Metrics.ts"
+
+/** How often the sampler reads while no batch of this process has written for ACTIVE_WINDOW. */
+export const IDLE_INTERVAL = Duration.seconds(10)
+/** A batch that asked the gate this recently keeps the sampler at RECHECK_INTERVAL. */
+export const ACTIVE_WINDOW = Duration.seconds(30)
+/** A unit never decides on a round older than this: it takes a new one first (an idle sampler's are older). */
+export const FRESH_ROUND = Duration.millis(1500)
+/** A subject not read for this long (a few rounds: a hung server, a failing sampler) is unknown. */
+export const STALE_AFTER = Duration.seconds(5)
+/** The longest a unit waits for a fresh round when it has no deadline of its own. */
+export const ROUND_WAIT = Duration.seconds(5)
 
 /** A batch as the gate needs it: its name and what it writes. */
 export interface GatedBatch {
@@ -73,16 +97,10 @@ interface Slot {
   reading: Option.Option<Reading>
   readAt: number | null
   samples: ReadonlyArray<Sample>
+  /** The relative baseline, computed once per round from `samples` (None while warming up). */
+  baseline: Option.Option<number>
   /** The reason last logged as unknown (so a signal down for an hour is one line, not 3,600). */
   unknownLogged: string | undefined
-}
-
-interface Hold {
-  readonly since: number
-  readonly value: number | null
-  readonly display: string
-  readonly threshold: string
-  lastCounted: number
 }
 
 const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
@@ -93,7 +111,11 @@ export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>
   tables: batch.writes?.tables ?? [],
   redisStores: batch.writes?.redisStores ?? [],
   queues: [
-    ...new Set([...(batch.writes?.queues ?? []), ...(batch.writes?.concurrencyLimitQueues === true ? limitQueues : [])])
+    ...new Set([
+      ...(batch.writes?.queues ?? []),
+      // Workers discovered at run time (not in SWEEPER_CONCURRENCY_LIMITS) are resumed into `default`.
+      ...(batch.writes?.concurrencyLimitQueues === true ? [...limitQueues, "default"] : [])
+    ])
   ]
 })
 
@@ -135,6 +157,7 @@ export const makeHealthGate = (options: GateOptions) =>
               reading: Option.none(),
               readAt: null,
               samples: [],
+              baseline: Option.none(),
               unknownLogged: undefined
             })
           }
@@ -148,18 +171,50 @@ export const makeHealthGate = (options: GateOptions) =>
       )
     ]
 
-    // ---- the sampler: every slot once a second, off the repair path ------------------------------
+    // ---- the sampler -----------------------------------------------------------------------------
     let previousWal: { at: number; position: number } | undefined
+    /** When the newest round started (null before the first). */
+    let lastRoundAt: number | null = null
+    /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
+    let lastDemandAt = Number.NEGATIVE_INFINITY
+    const roundLock = yield* Semaphore.make(1)
     const asReading = (effect: Effect.Effect<number, SignalUnreadable>) =>
       Effect.match(effect, {
         onFailure: (error) => unknown(error.reason === "" ? error.message : `${error.source}: ${error.reason}`),
         onSuccess: value
       })
 
+    const replicationSlots = [...slots.values()].filter((slot) => slot.rule.source._tag === "ReplicationLag")
+    const replicationReading = (
+      result: Effect.Effect<{ readonly bytes: number; readonly seconds: number }, SignalUnreadable>,
+      measure: "bytes" | "seconds"
+    ) => asReading(Effect.map(result, (lag) => lag[measure]))
+
+    const record = (slot: Slot, reading: Reading, at: number) =>
+      Effect.gen(function*() {
+        slot.reading = Option.some(reading)
+        slot.readAt = at
+        const where = { signal: slot.rule.signal, ...(slot.subject === "" ? {} : { subject: slot.subject }) }
+        if (reading._tag === "Unknown") {
+          yield* increment(healthSignalUnknownTotal, 1, { signal: slot.rule.signal })
+          if (slot.unknownLogged !== reading.reason) {
+            slot.unknownLogged = reading.reason
+            yield* Effect.logWarning("Health signal unknown", {
+              ...where,
+              reason: reading.reason,
+              treatedAs: slot.rule.onUnknown
+            })
+          }
+        } else if (slot.unknownLogged !== undefined) {
+          slot.unknownLogged = undefined
+          yield* Effect.logInfo("Health signal readable again", where)
+        }
+      })
+
     const sampleRound = Effect.gen(function*() {
       const at = yield* Clock.currentTimeMillis
       // Read once per round what several slots share.
-      const replication = yield* Effect.cached(Effect.result(signals.replicationLag))
+      const replication = yield* Effect.cached(signals.replicationLag)
       const vacuuming = vacuumTables.length === 0
         ? Effect.succeed([] as ReadonlyArray<string>)
         : signals.vacuuming(vacuumTables)
@@ -168,10 +223,7 @@ export const makeHealthGate = (options: GateOptions) =>
         const source = slot.rule.source
         switch (source._tag) {
           case "ReplicationLag":
-            return Effect.map(replication, (result) =>
-              Option.some(
-                result._tag === "Success" ? value(result.success[source.measure]) : unknown(result.failure.message)
-              ))
+            return Effect.map(replicationReading(replication, source.measure), Option.some)
           case "WalRate":
             return Effect.map(Effect.result(signals.walPosition), (result) => {
               if (result._tag === "Failure") {
@@ -181,10 +233,14 @@ export const makeHealthGate = (options: GateOptions) =>
               const before = previousWal
               previousWal = { at, position: result.success }
               // The first sample has nothing to take a rate against: no reading yet (not unknown).
-              if (before === undefined || at <= before.at) {
-                return Option.none()
+              if (before === undefined || at <= before.at) return Option.none()
+              const rate = Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))
+              // The baseline is the platform's normal: WAL written while this process's batches
+              // wrote (within ACTIVE_WINDOW) is partly Sweeper's own, so it is left out of it.
+              if (isRelative(slot.rule) && before.at - lastDemandAt > Duration.toMillis(ACTIVE_WINDOW)) {
+                slot.samples = addSample(slot.samples, at, rate)
               }
-              return Option.some(value(Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))))
+              return Option.some(value(rate))
             })
           case "Autovacuum":
             return Effect.map(
@@ -204,29 +260,20 @@ export const makeHealthGate = (options: GateOptions) =>
       yield* Effect.forEach([...slots.values()], (slot) =>
         Effect.gen(function*() {
           const reading = yield* read(slot)
-          if (Option.isNone(reading)) return
-          slot.reading = reading
-          slot.readAt = at
-          const r = reading.value
-          const where = { signal: slot.rule.signal, ...(slot.subject === "" ? {} : { subject: slot.subject }) }
-          if (r._tag === "Unknown") {
-            yield* increment(healthSignalUnknownTotal, 1, { signal: slot.rule.signal })
-            if (slot.unknownLogged !== r.reason) {
-              slot.unknownLogged = r.reason
-              yield* Effect.logWarning("Health signal unknown", {
-                ...where,
-                reason: r.reason,
-                treatedAs: slot.rule.onUnknown
-              })
-            }
-          } else {
-            if (slot.unknownLogged !== undefined) {
-              slot.unknownLogged = undefined
-              yield* Effect.logInfo("Health signal readable again", where)
-            }
-            if (isRelative(slot.rule)) slot.samples = addSample(slot.samples, at, r.value)
+          if (Option.isNone(reading)) {
+            // Read, but nothing to judge yet (the WAL rate's first sample).
+            slot.readAt = at
+            return
           }
+          const r = reading.value
+          if (r._tag === "Value" && isRelative(slot.rule) && slot.rule.source._tag !== "WalRate") {
+            slot.samples = addSample(slot.samples, at, r.value)
+          }
+          yield* record(slot, r, at)
         }), { concurrency: "unbounded", discard: true })
+      // Baselines once per round, not per unit or per report.
+      for (const slot of slots.values()) if (isRelative(slot.rule)) slot.baseline = warmBaseline(slot.samples)
+      lastRoundAt = at
       // Gauges: per signal the worst reading over its subjects, and whether any is unknown.
       for (const rule of config.rules) {
         const readings = slotsOf(rule).flatMap((slot) => Option.toArray(slot.reading))
@@ -241,73 +288,146 @@ export const makeHealthGate = (options: GateOptions) =>
       }
     })
 
-    const firstRound = yield* Deferred.make<void>()
-    yield* sampleRound.pipe(
-      Effect.andThen(Deferred.succeed(firstRound, undefined)),
-      // Spaced after each round: a slow server (up to READ_TIMEOUT) never makes rounds overlap.
+    /** One round at a time; a round that fails or dies is logged, and the next one is still taken. */
+    const guardedRound = (when: (now: number) => boolean) =>
+      roundLock.withPermits(1)(
+        Effect.flatMap(Clock.currentTimeMillis, (now) => when(now) ? sampleRound : Effect.void)
+      ).pipe(
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.logError("Health sampler round failed; the next one is on schedule", cause)
+        )
+      )
+    const isStale = (now: number) => lastRoundAt === null || now - lastRoundAt > Duration.toMillis(FRESH_ROUND)
+    const active = (now: number) => now - lastDemandAt <= Duration.toMillis(ACTIVE_WINDOW)
+
+    // Supervised by its schedule, which ticks every RECHECK_INTERVAL: a round on every tick while a
+    // batch of this process runs, on every IDLE_INTERVAL otherwise, so a starting batch is never
+    // left waiting on an idle sleep.
+    // A round a unit took itself less than half a tick ago serves the tick.
+    yield* guardedRound((now) =>
+      lastRoundAt === null ||
+      (active(now)
+        ? now - lastRoundAt >= Duration.toMillis(RECHECK_INTERVAL) / 2
+        : now - lastRoundAt >= Duration.toMillis(IDLE_INTERVAL))
+    ).pipe(
       Effect.repeat(Schedule.spaced(RECHECK_INTERVAL)),
       Effect.forkScoped
     )
 
+    /** How long a unit may wait for a reading: ROUND_WAIT, and never past its deadline. */
+    const waitBound = (now: number, deadlineMillis: number | undefined) =>
+      Duration.millis(Math.max(1, Math.min(Duration.toMillis(ROUND_WAIT), (deadlineMillis ?? Infinity) - now)))
+
+    /** Readings from a round no older than FRESH_ROUND before deciding, waiting at most until `deadline` for them. */
+    const ensureFresh = (now: number, deadlineMillis: number | undefined) =>
+      isStale(now)
+        ? guardedRound(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
+        : Effect.void
+
+    // The WAL-position signal read fresh before a unit. Each ask takes a ticket; a read covers every
+    // ticket issued before it began, so concurrent units share a read but none uses one begun before it asked.
+    const replicationLock = yield* Semaphore.make(1)
+    let issued = 0
+    let covered = 0
+    const freshReplication = Effect.suspend(() => {
+      if (replicationSlots.length === 0) return Effect.void
+      const ticket = ++issued
+      return replicationLock.withPermits(1)(Effect.gen(function*() {
+        if (covered >= ticket) return
+        covered = issued
+        const at = yield* Clock.currentTimeMillis
+        const lag = yield* Effect.cached(signals.replicationLag)
+        for (const slot of replicationSlots) {
+          const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
+          yield* record(slot, yield* replicationReading(lag, source.measure), at)
+        }
+      }))
+    })
+
     // ---- judging a batch -------------------------------------------------------------------------
     const baselineOf = (rule: SignalRule, subject = ""): Option.Option<number> => {
       const slot = slots.get(slotKey(rule.signal, subject)) ?? slotsOf(rule)[0]
-      return slot === undefined ? Option.none() : median(slot.samples)
+      return slot === undefined ? Option.none() : slot.baseline
     }
-    const readingFor = (rule: SignalRule, batch: string): Reading => {
-      const writes = writeSets.get(batch)!
-      const readings = subjectsFor(rule, writes).flatMap((subject) =>
-        Option.toArray(slots.get(slotKey(rule.signal, subject))?.reading ?? Option.none())
-      )
-      // Not read yet (WAL rate's first sample): nothing to hold on.
-      if (readings.length === 0) return value(Number.NaN)
-      return worstOf(rule, readings, baselineOf(rule))
-    }
+    /** A rule's readings on the batch's subjects; one not read for STALE_AFTER is unknown. */
+    const readingsFor = (rule: SignalRule, batch: string, now: number): ReadonlyArray<Reading> =>
+      subjectsFor(rule, writeSets.get(batch)!).flatMap((subject) => {
+        const slot = slots.get(slotKey(rule.signal, subject))
+        if (slot === undefined) return []
+        if (slot.readAt === null) return [unknown("not read yet")]
+        if (now - slot.readAt > Duration.toMillis(STALE_AFTER)) {
+          return [unknown(`not read for ${Math.round((now - slot.readAt) / 1000)} s`)]
+        }
+        return Option.toArray(slot.reading)
+      })
 
-    const holds = new Map<string, Map<string, Hold>>()
-    const holdsOf = (batch: string) => {
-      let held = holds.get(batch)
-      if (held === undefined) holds.set(batch, held = new Map())
-      return held
+    /** Runs by key (run id, or the batch for a run without one), with the batch they belong to. */
+    const runs = new Map<string, { readonly batch: string; state: Holds.RunHolds }>()
+    const runOf = (key: string, batch: string) => {
+      let entry = runs.get(key)
+      if (entry === undefined) runs.set(key, entry = { batch, state: Holds.emptyRun })
+      return entry
     }
+    /** When each open hold's seconds were last added to sweeper_repair_held_seconds_total. */
+    const counted = new Map<string, number>()
     const append = (event: RepairHeld | RepairReleased) =>
       events.append(event).pipe(
         Effect.catchCause((cause) => Effect.logError("Could not record health gate event", String(cause)))
       )
 
-    const startHold = Effect.fnUntraced(function*(batch: string, rule: SignalRule, reading: Reading, now: number) {
-      const baseline = baselineOf(rule)
-      const threshold = Option.getOrNull(thresholdValue(rule.stop, baseline))
-      const v = reading._tag === "Value" ? reading.value : null
-      const display = reading._tag === "Value" ? formatValue(rule.unit, reading.value) : `unknown (${reading.reason})`
-      const thresholdText = formatThreshold(rule, rule.stop, baseline)
-      holdsOf(batch).set(rule.signal, { since: now, value: v, display, threshold: thresholdText, lastCounted: now })
-      yield* setGauge(repairHeld, 1, { batch, signal: rule.signal })
-      yield* append(
-        new RepairHeld({
+    const startHold = Effect.fnUntraced(
+      function*(key: string, batch: string, rule: SignalRule, reading: Reading, now: number) {
+        const baseline = baselineOf(rule)
+        const threshold = Option.getOrNull(thresholdValue(rule.stop, baseline))
+        const v = reading._tag === "Value" ? reading.value : null
+        const display = reading._tag === "Value" ? formatValue(rule.unit, reading.value) : `unknown (${reading.reason})`
+        const thresholdText = formatThreshold(rule, rule.stop, baseline)
+        const entry = runOf(key, batch)
+        entry.state = Holds.openHold(entry.state, rule.signal, {
+          since: now,
+          value: v,
+          display,
+          threshold: thresholdText
+        })
+        counted.set(slotKey(key, rule.signal), now)
+        yield* setGauge(repairHeld, 1, { batch, signal: rule.signal })
+        yield* append(
+          new RepairHeld({
+            batch,
+            signal: rule.signal,
+            value: v,
+            threshold,
+            stop: rule.stop.text,
+            unit: rule.unit,
+            ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {})
+          })
+        )
+        yield* Effect.logWarning("Repair held", {
           batch,
           signal: rule.signal,
-          value: v,
-          threshold,
-          stop: rule.stop.text,
-          unit: rule.unit,
-          ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {})
+          value: display,
+          threshold: thresholdText
         })
-      )
-      yield* Effect.logWarning("Repair held", { batch, signal: rule.signal, value: display, threshold: thresholdText })
-    })
+      }
+    )
 
-    const countHeld = (batch: string, signal: string, hold: Hold, now: number) => {
-      const seconds = (now - hold.lastCounted) / 1000
-      hold.lastCounted = now
+    const countHeld = (key: string, batch: string, signal: string, now: number) => {
+      const last = counted.get(slotKey(key, signal)) ?? now
+      counted.set(slotKey(key, signal), now)
+      const seconds = (now - last) / 1000
       return seconds > 0 ? increment(repairHeldSecondsTotal, seconds, { batch, signal }) : Effect.void
     }
 
-    const endHold = Effect.fnUntraced(function*(batch: string, signal: string, now: number, reason?: "budget") {
-      const hold = holdsOf(batch).get(signal)
-      if (hold === undefined) return
-      holdsOf(batch).delete(signal)
-      yield* countHeld(batch, signal, hold, now)
+    const endHold = Effect.fnUntraced(function*(key: string, signal: string, now: number, reason?: "budget") {
+      const entry = runs.get(key)
+      const hold = entry?.state.holds.get(signal)
+      if (entry === undefined || hold === undefined) return
+      const batch = entry.batch
+      entry.state = Holds.closeHold(entry.state, signal, now)
+      yield* countHeld(key, batch, signal, now)
+      counted.delete(slotKey(key, signal))
       yield* setGauge(repairHeld, 0, { batch, signal })
       const heldMs = now - hold.since
       yield* append(new RepairReleased({ batch, signal, heldMs, ...(reason === undefined ? {} : { reason }) }))
@@ -319,57 +439,90 @@ export const makeHealthGate = (options: GateOptions) =>
       })
     })
 
+    /** A waiter leaves its run: the last one ends the holds still open (its deadline, an interruption). */
+    const leaveRun = (key: string) =>
+      Effect.gen(function*() {
+        const entry = runs.get(key)
+        if (entry === undefined) return
+        const [ending, state] = Holds.leave(entry.state)
+        entry.state = state
+        const now = yield* Clock.currentTimeMillis
+        for (const signal of ending) yield* endHold(key, signal, now, "budget")
+        if (Holds.idle(entry.state)) runs.delete(key)
+      })
+
+    const takeHeld = (key: string, now: number) => {
+      const entry = runs.get(key)!
+      const [ms, state] = Holds.takeHeld(entry.state, now)
+      entry.state = state
+      return ms
+    }
+
     const PROCEED = { proceed: true, heldMs: 0, heldBy: [] as ReadonlyArray<string> }
+
+    /** A dry run: judged as if nothing held it, waiting for nothing and writing nothing. */
+    const dryVerdict = (batch: string, rules: ReadonlyArray<SignalRule>, now: number) =>
+      Effect.gen(function*() {
+        const wouldHold = rules.filter((rule) =>
+          judge(rule, false, readingsFor(rule, batch, now), baselineOf(rule)).held
+        )
+          .map((rule) => rule.signal)
+        if (wouldHold.length === 0) return PROCEED
+        yield* Effect.logInfo("Dry run not held; a real run would be", { batch, signals: wouldHold.join(", ") })
+        return { proceed: true, heldMs: 0, heldBy: wouldHold }
+      })
 
     const beforeUnit: HealthGateShape["beforeUnit"] = ({ batch, deadlineMillis }) =>
       Effect.provideService(
         Effect.gen(function*() {
           const rules = holdingRules(batch)
           if (rules.length === 0) return PROCEED
-          yield* Deferred.await(firstRound)
-          const started = yield* Clock.currentTimeMillis
-          const heldBy = new Set<string>()
-          const held = holdsOf(batch)
-          while (true) {
-            const now = yield* Clock.currentTimeMillis
-            for (const rule of rules) {
-              const reading = readingFor(rule, batch)
-              if (reading._tag === "Value" && Number.isNaN(reading.value)) continue
-              const hold = held.get(rule.signal)
-              const isHeld = nextHeld(rule, hold !== undefined, reading, baselineOf(rule))
-              if (hold === undefined && isHeld) {
-                heldBy.add(rule.signal)
-                yield* startHold(batch, rule, reading, now)
-              } else if (hold !== undefined && !isHeld) {
-                yield* endHold(batch, rule.signal, now)
-              } else if (hold !== undefined) {
-                heldBy.add(rule.signal)
-                yield* countHeld(batch, rule.signal, hold, now)
-              }
-            }
-            if (held.size === 0) {
-              return heldBy.size === 0
-                ? PROCEED
-                : { proceed: true, heldMs: now - started, heldBy: [...heldBy] }
-            }
-            if (deadlineMillis !== undefined && now >= deadlineMillis) {
-              for (const signal of Array.from(held.keys())) yield* endHold(batch, signal, now, "budget")
-              return { proceed: false, heldMs: now - started, heldBy: [...heldBy] }
-            }
-            const wait = deadlineMillis === undefined
-              ? Duration.toMillis(RECHECK_INTERVAL)
-              : Math.min(Duration.toMillis(RECHECK_INTERVAL), deadlineMillis - now)
-            yield* Effect.sleep(Duration.millis(Math.max(1, wait)))
+          const run = yield* CurrentRun
+          const writesDatabase = (writeSets.get(batch)?.tables.length ?? 0) > 0
+          if (run.dryRun) {
+            yield* ensureFresh(yield* Clock.currentTimeMillis, deadlineMillis)
+            return yield* dryVerdict(batch, rules, yield* Clock.currentTimeMillis)
           }
-        }).pipe(
-          // Interrupted while held (shutdown, hard timeout): the pair is still closed.
-          Effect.onInterrupt(() =>
-            Effect.gen(function*() {
+          const key = run.runId ?? `batch:${batch}`
+          const entry = runOf(key, batch)
+          entry.state = Holds.enter(entry.state)
+          const heldBy = new Set<string>()
+          return yield* Effect.gen(function*() {
+            while (true) {
+              const asked = yield* Clock.currentTimeMillis
+              if (writesDatabase) lastDemandAt = asked
+              yield* ensureFresh(asked, deadlineMillis)
+              if (writesDatabase) yield* Effect.timeoutOption(freshReplication, waitBound(asked, deadlineMillis))
               const now = yield* Clock.currentTimeMillis
-              for (const signal of Array.from(holdsOf(batch).keys())) yield* endHold(batch, signal, now, "budget")
-            })
+              for (const rule of rules) {
+                const hold = runOf(key, batch).state.holds.get(rule.signal)
+                const verdict = judge(rule, hold !== undefined, readingsFor(rule, batch, now), baselineOf(rule))
+                if (hold === undefined && verdict.held) {
+                  heldBy.add(rule.signal)
+                  yield* startHold(key, batch, rule, verdict.reading, now)
+                } else if (hold !== undefined && !verdict.held) {
+                  yield* endHold(key, rule.signal, now)
+                } else if (hold !== undefined) {
+                  heldBy.add(rule.signal)
+                  yield* countHeld(key, batch, rule.signal, now)
+                }
+              }
+              if (runOf(key, batch).state.holds.size === 0) {
+                return heldBy.size === 0 ? PROCEED : { proceed: true, heldMs: takeHeld(key, now), heldBy: [...heldBy] }
+              }
+              if (deadlineMillis !== undefined && now >= deadlineMillis) {
+                return { proceed: false, heldMs: takeHeld(key, now), heldBy: [...heldBy] }
+              }
+              const wait = deadlineMillis === undefined
+                ? Duration.toMillis(RECHECK_INTERVAL)
+                : Math.min(Duration.toMillis(RECHECK_INTERVAL), deadlineMillis - now)
+              yield* Effect.sleep(Duration.millis(Math.max(1, wait)))
+            }
+          }).pipe(
+            // Returned, reached its deadline or interrupted: the last waiter out closes what is still open.
+            Effect.ensuring(leaveRun(key))
           )
-        ),
+        }),
         Metrics,
         metrics
       )
@@ -380,18 +533,24 @@ export const makeHealthGate = (options: GateOptions) =>
       Effect.provideService(
         Effect.gen(function*() {
           if (!config.throttleLimits || !throttling.has(batch)) return limit
-          yield* Deferred.await(firstRound)
+          const run = yield* CurrentRun
+          const asked = yield* Clock.currentTimeMillis
+          if (!run.dryRun) lastDemandAt = asked
+          yield* ensureFresh(asked, undefined)
+          const now = yield* Clock.currentTimeMillis
           const previous = throttles.get(worker)
-          const held = previous?.held ?? new Map<string, boolean>()
+          const held = new Map(previous?.held ?? [])
           let unhealthy = false
           for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
-            const reading = readingFor(rule, batch)
-            if (reading._tag === "Value" && Number.isNaN(reading.value)) continue
-            const isHeld = nextHeld(rule, held.get(rule.signal) === true, reading, baselineOf(rule))
+            const readings = readingsFor(rule, batch, now)
+            if (readings.length === 0) continue
+            const isHeld = judge(rule, held.get(rule.signal) === true, readings, baselineOf(rule)).held
             held.set(rule.signal, isHeld)
             unhealthy ||= isHeld
           }
           const state = throttleStep(limit, Option.map(Option.fromUndefinedOr(previous), (p) => p.state), unhealthy)
+          // A dry run says what the limit would be, and leaves the throttle where the real runs put it.
+          if (run.dryRun) return state.effective
           throttles.set(worker, { state, limit, held })
           yield* setGauge(concurrencyLimitEffectiveLimit, state.effective, { worker })
           if (state.effective !== limit) {
@@ -419,7 +578,7 @@ export const makeHealthGate = (options: GateOptions) =>
     // ---- the report ----------------------------------------------------------------------------------
     const snapshot: Effect.Effect<HealthSnapshot> = Effect.sync(() => {
       const signalReports: Array<SignalReport> = [...slots.values()].map((slot) => {
-        const baseline = median(slot.samples)
+        const baseline = slot.baseline
         const reading = Option.getOrUndefined(slot.reading)
         const base = {
           signal: slot.rule.signal,
@@ -440,8 +599,8 @@ export const makeHealthGate = (options: GateOptions) =>
         }
       })
       const holdReports: Array<HoldReport> = []
-      for (const [batch, held] of holds) {
-        for (const [signal, hold] of held) {
+      for (const { batch, state } of runs.values()) {
+        for (const [signal, hold] of state.holds) {
           const rule = config.rules.find((r) => r.signal === signal)
           holdReports.push({
             batch,

@@ -1,7 +1,7 @@
 /**
  * HealthSignals read from the real servers (SPEC §9):
  *
- * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` (largest replay lag in bytes
+ * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` over physical standbys (largest replay lag in bytes
  *   behind `pg_current_wal_lsn()`, and `replay_lag`), `pg_current_wal_lsn()` for the WAL rate,
  *   `pg_stat_progress_vacuum` joined to the batch's tables and their partitions, and the oldest
  *   `xact_start` in `pg_stat_activity` of any other backend. Without pg_read_all_stats (or
@@ -10,13 +10,15 @@
  * - Redis: `INFO memory` per store (every master of a cluster, the worst one counts).
  * - Sidekiq: the oldest job of `queue:<name>` is at its tail (LPUSH at the head, BRPOP from the
  *   tail); its `enqueued_at` is epoch seconds (Sidekiq ≤ 7) or milliseconds (Sidekiq 8).
- * - Prometheus: `GET /api/v1/query`, which must answer one number (one series or a scalar).
+ * - Prometheus: `GET /api/v1/query` through effect's HttpClient, its answer decoded by a Schema;
+ *   it must be one number (one series or a scalar).
  *
  * Each reading has a deadline (READ_TIMEOUT): a server that hangs is an unknown reading, never a
  * stuck sampler.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Duration, Effect, Layer, Option, Schema } from "effect"
+import { FetchHttpClient, HttpClient } from "effect/http"
 import { Cluster } from "ioredis"
 import { describeError } from "../../domain/Errors.ts"
 import type { RedisStoreName } from "../../domain/Health.ts"
@@ -101,10 +103,14 @@ const infoMemory = (client: RedisClient): Promise<Array<string>> =>
     ? Promise.all(client.nodes("master").map((node) => node.info("memory")))
     : client.info("memory").then((info) => [info])
 
-export const HealthSignalsLive = Layer.effect(
+const JsonText = Schema.fromJsonString(Schema.Unknown)
+
+/** Over any HttpClient (Prometheus' API); HealthSignalsLive brings the fetch-based one. */
+export const HealthSignalsWith = Layer.effect(
   HealthSignals,
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
+    const http = yield* HttpClient.HttpClient
     const stores = yield* Effect.serviceOption(RedisStores)
 
     /** The role may see other backends' statistics (superuser, pg_read_all_stats, pg_monitor). */
@@ -125,10 +131,15 @@ export const HealthSignalsLive = Layer.effect(
         >`
         SELECT ${canReadAll} AS can_read,
                count(*)::text AS standbys,
-               count(*) FILTER (WHERE state IS NULL)::text AS hidden,
-               max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 AS bytes,
-               max(extract(epoch FROM replay_lag))::float8 AS seconds
-        FROM pg_stat_replication`
+               count(*) FILTER (WHERE r.state IS NULL)::text AS hidden,
+               max(pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn))::float8 AS bytes,
+               max(extract(epoch FROM r.replay_lag))::float8 AS seconds
+        FROM pg_stat_replication r
+        -- Physical standbys only: a logical walsender (a CDC consumer) always streams from a logical
+        -- slot, and how slowly it consumes harms no replica Sweeper's writes would.
+        WHERE NOT EXISTS (
+          SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical'
+        )`
         const row = yield* requireStats("pg_stat_replication", rows)
         if (Number(row.hidden) > 0) {
           return yield* new SignalUnreadable({ source: "pg_stat_replication", reason: MISSING_PRIVILEGE })
@@ -253,20 +264,15 @@ export const HealthSignalsLive = Layer.effect(
       return bounded(
         source,
         Effect.gen(function*() {
-          const endpoint = `${url.replace(/\/+$/, "")}/api/v1/query?query=${encodeURIComponent(query)}`
-          const body = yield* Effect.tryPromise({
-            try: async (signal) => {
-              const response = await fetch(endpoint, { signal })
-              const text = await response.text()
-              try {
-                return JSON.parse(text) as unknown
-              } catch {
-                throw new Error(`HTTP ${response.status}: ${text.slice(0, 200)}`)
-              }
-            },
-            catch: unreadable(source)
-          })
-          const parsed = promNumber(body)
+          const endpoint = `${url.replace(/\/+$/, "")}/api/v1/query`
+          const response = yield* http.get(endpoint, { urlParams: { query } })
+          // Prometheus answers a bad query with 400 and a JSON error: the body says why, not the status.
+          const text = yield* response.text
+          const body = Schema.decodeUnknownOption(JsonText)(text)
+          if (Option.isNone(body)) {
+            return yield* new SignalUnreadable({ source, reason: `HTTP ${response.status}: ${text.slice(0, 200)}` })
+          }
+          const parsed = promNumber(body.value)
           return "ok" in parsed ? parsed.ok : yield* new SignalUnreadable({ source, reason: parsed.error })
         })
       )
@@ -302,3 +308,5 @@ export const HealthSignalsLive = Layer.effect(
     })
   })
 )
+
+export const HealthSignalsLive = HealthSignalsWith.pipe(Layer.provide(FetchHttpClient.layer))

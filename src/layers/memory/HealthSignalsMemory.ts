@@ -1,13 +1,15 @@
 /**
  * HealthSignals in memory, for specs of the gate under TestClock: each reading is whatever the spec
- * last set in `MemorySignalValues` (a number, or a string = unreadable with that reason). Nothing
+ * last set in `MemorySignalValues` (a number, a string = unreadable with that reason, or a Fault). Nothing
  * set reads as healthy (0, no vacuum, no standby).
  */
 import { Context, Effect, Layer } from "effect"
 import type { RedisStoreName } from "../../domain/Health.ts"
 import { HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
 
-type Value = number | string
+/** A reader that never answers (a hung server with no timeout) or dies (a defect in the reader). */
+export type Fault = { readonly _tag: "Hang" } | { readonly _tag: "Die"; readonly message: string }
+type Value = number | string | Fault
 
 export interface SignalValues {
   replicationLagBytes?: Value
@@ -38,6 +40,7 @@ export const HealthSignalsMemory = Layer.effect(
       Effect.suspend(() => {
         values.reads[source] = (values.reads[source] ?? 0) + 1
         const v = get() ?? fallback
+        if (typeof v === "object") return v._tag === "Hang" ? Effect.never : Effect.die(new Error(v.message))
         return typeof v === "string" ? Effect.fail(new SignalUnreadable({ source, reason: v })) : Effect.succeed(v)
       })
     return HealthSignals.of({
