@@ -187,8 +187,8 @@ export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: Da
 /**
  * What became of one stale upload in a repair step (SPEC §3): its object `deleted` or already
  * `missing` (both count as deleted), its location `unconfigured` (no store: only the field goes),
- * `vanished` (the field was gone or held another value by the time the step came to record it: not
- * ours to record or remove), or its object could not be deleted (`failed`, the storage's error).
+ * `vanished` (the field was gone or held another value when its step compared it, before touching
+ * its object: not ours to delete, record or remove), or its object could not be deleted (`failed`, the storage's error).
  */
 export type StaleUploadOutcome<F> = "deleted" | "missing" | "unconfigured" | "vanished" | { readonly failed: F }
 
