@@ -464,6 +464,40 @@ export const underLease = <A, E, R>(
     }))
   })
 
+/**
+ * `passes` under their own exclusive lease (`underLease`): renewed before every further pass and
+ * kept alive in between; a lease lost stops the passes (logged as `<label> lease lost; stopping`,
+ * annotated with `subject`). None, logged at info, when another process holds the lease: it is
+ * running these passes.
+ */
+export const leasedPasses = <P, E, R>(options: {
+  readonly lease: string
+  readonly ttl: Duration.Duration
+  readonly label: string
+  readonly subject: Readonly<Record<string, unknown>>
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly delay: Duration.Duration
+  readonly pass: (first: boolean) => Effect.Effect<Option.Option<P>, E, R>
+  readonly next: (result: P) => Next
+}) =>
+  Effect.gen(function*() {
+    const annotations = { ...options.subject, lease: options.lease }
+    const lost = Effect.as(
+      Effect.logWarning(`${options.label} lease lost; stopping`).pipe(Effect.annotateLogs(annotations)),
+      false
+    )
+    const run = yield* underLease(options.lease, options.ttl, (renew) =>
+      passes<P, E | RedisError, R>({
+        ...options,
+        between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost)
+      }))
+    if (Option.isNone(run)) {
+      yield* Effect.logInfo(`Skipped: ${options.label} lease held`).pipe(Effect.annotateLogs(annotations))
+    }
+    return run
+  })
+
 /** A key whose unit hit a key of the wrong type: permanent and about that key alone. */
 export interface KeyFailure<K> {
   readonly of: K
