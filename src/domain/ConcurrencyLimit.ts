@@ -333,10 +333,16 @@ export const parseCounter = (value: string | null): number =>
       onSome: (n) => Math.max(n, 0)
     })
 
-/** One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for limit 0), so a short TTL suffices. */
+/**
+ * One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for
+ * limit 0) and every TTL/3 in between, through a gate hold too, so a short TTL suffices.
+ */
 export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
 export const WORKER_LEASE_TTL = Duration.seconds(15)
-/** Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled workers must not mean hundreds of Redis loops). */
+/**
+ * Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled
+ * workers must not mean hundreds of Redis loops).
+ */
 export const MAX_CONCURRENT_WORKER_PASSES = 16
 
 export interface WorkerResumeSummary {
@@ -450,7 +456,22 @@ export const workerOutcome = (
   return { _tag: "Processed", summary: workerSummary(worker, [first, ...rest]), held: { heldMs, heldBy } }
 }
 
-/** The run's summary, short of the held time: the workers processed, the jobs resumed, the workers skipped for a wrong-type key. */
+/** How many jobs a move (a recovered one, say) put on their queue; none when there was no move. */
+export const jobsMoved = (move: Option.Option<{ readonly jids: ReadonlyArray<string> }>): number =>
+  Option.match(move, { onNone: () => 0, onSome: ({ jids }) => jids.length })
+
+/** The run's closing log line's fields. */
+export const runLogFields = (summary: ResumeRunSummary, skipped: number) => ({
+  workers: summary.workers.length,
+  skipped,
+  failed_workers: summary.failedWorkers.length,
+  resumed_jobs: summary.resumedJobs
+})
+
+/**
+ * The run's summary, short of the held time: the workers processed, the jobs resumed, the workers
+ * skipped for a wrong-type key.
+ */
 export interface ResumeRunSummary {
   readonly workers: ReadonlyArray<WorkerResumeSummary>
   readonly resumedJobs: number

@@ -173,6 +173,63 @@ export class UploadsMet<F> {
   }
 }
 
+/** The run's summary (SPEC §3), with the time the health gate held it. */
+export interface DeleteStaleDirectUploadsSummary {
+  readonly totalPendingEntries: number
+  readonly totalDeletedStaleEntries: number
+  readonly executionTimeout: boolean
+  readonly invalidEntries: number
+  readonly failedDeletes: number
+  /** Stale entries of a location with no object store configured: field removed, no object deleted. */
+  readonly skippedNoStore: number
+  /** Stale entries gone or re-registered before their step compared them: their objects left alone. */
+  readonly vanished: number
+  readonly heldMs: number
+  readonly heldBy: ReadonlyArray<string>
+}
+
+/** A warning a run logs once, with its fields. */
+export interface RunWarning {
+  readonly message: string
+  readonly fields: Readonly<Record<string, unknown>>
+}
+
+/**
+ * The run's closing warnings: the malformed entries and the objects that could not be deleted,
+ * each counted in full with a sample (the storage's error message for a failed delete).
+ */
+export const runWarnings = <F extends { readonly location: string; readonly path: string; readonly message: string }>(
+  met: UploadsMet<F>
+): ReadonlyArray<RunWarning> => [
+  ...(met.invalidEntries > 0
+    ? [{
+      message: "Skipped malformed pending direct upload entries",
+      fields: { invalid_entries: met.invalidEntries, sample: invalidSampleForLog(met.invalidSample) }
+    }]
+    : []),
+  ...(met.failedDeletes > 0
+    ? [{
+      message: "Could not delete stale direct upload objects; their entries are kept",
+      fields: {
+        failed_deletes: met.failedDeletes,
+        sample: met.failedSample.map(({ location, path, message }) => ({ location, path, message }))
+      }
+    }]
+    : [])
+]
+
+/** The summary as the run's closing log line annotates it. */
+export const summaryLogFields = (summary: DeleteStaleDirectUploadsSummary, dryRun: boolean) => ({
+  total_pending_entries: summary.totalPendingEntries,
+  total_deleted_stale_entries: summary.totalDeletedStaleEntries,
+  execution_timeout: summary.executionTimeout,
+  invalid_entries: summary.invalidEntries,
+  failed_deletes: summary.failedDeletes,
+  skipped_no_store: summary.skippedNoStore,
+  vanished: summary.vanished,
+  dry_run: dryRun
+})
+
 /** Untrusted strings quoted in a log line are cut to this length. */
 const clip = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text)
 
@@ -185,10 +242,11 @@ export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: Da
   staleAt(now)(upload)
 
 /**
- * What became of one stale upload in a repair step (SPEC §3): its object `deleted` or already
- * `missing` (both count as deleted), its location `unconfigured` (no store: only the field goes),
- * `vanished` (the field was gone or held another value by the time the step came to record it: not
- * ours to record or remove), or its object could not be deleted (`failed`, the storage's error).
+ * What became of one stale upload in a repair step: its object `deleted` or already `missing`
+ * (both count as deleted), its location `unconfigured` (no store: only the field goes), `vanished`
+ * (the field was gone or held another value when its step compared it, before touching its
+ * object: not ours to delete, record or remove), or its object could not be deleted (`failed`,
+ * the storage's error).
  */
 export type StaleUploadOutcome<F> = "deleted" | "missing" | "unconfigured" | "vanished" | { readonly failed: F }
 

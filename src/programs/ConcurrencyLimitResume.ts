@@ -10,8 +10,10 @@
  * = limit − (running + resumed-not-started), and that many jobs moved from the head of the list in
  * one atomic step. While jobs remain the pass repeats: every second for a positive limit (GitLab
  * reschedules itself 1 s later; capacity frees as jobs finish, not with time), back to back in
- * moves of up to MAX_RESUME_UNLIMITED for limit 0 (unlimited: nothing to wait for), until the list is empty, the circuit breaker opens (limit < 0) or the run's budget (55 s,
- * inside the one-minute cron period) ends — the next tick carries on.
+ * moves of up to MAX_RESUME_UNLIMITED for limit 0 (unlimited: nothing to wait for), until the list
+ * is empty, the circuit breaker opens (limit < 0) or the run's budget (55 s, inside the one-minute
+ * cron period) ends — the next tick carries on. The budget is the run's, not each worker's: a
+ * worker whose slot among the 16 comes after it waits for the next tick.
  *
  * GitLab schedules one ResumeWorker job per worker; here the per-worker passes run concurrently in
  * one run, each under its own short exclusive lease, so at most one pass per worker runs
@@ -21,14 +23,14 @@
 import { Effect, Option } from "effect"
 import { type Batch, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import * as C from "../domain/ConcurrencyLimit.ts"
-import { isolatedEach, passes, sumHeld, underLease, withDeadline } from "../repair/RepairLoop.ts"
+import { isolatedEach, leasedPasses, sumHeld, withDeadline } from "../repair/RepairLoop.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import * as M from "../services/Metrics.ts"
 
 const NAME = "concurrency-limit-resume"
 
-/** One pass over one worker (SPEC §5 "Per-worker pass"); None for an unknown worker. */
+/** One pass over one worker (SPEC §5 "Per-worker pass"); None, with a warning, for an unknown worker. */
 const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const limits = yield* ConcurrencyLimits
   const { dryRun } = yield* CurrentRun
@@ -40,11 +42,14 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   // A move a dead process left half done is finished first, whatever the limit says now (even for a
   // worker no longer configured): its jobs were admitted under the limit of its own pass, they are
   // already off the deferred list, and its slots are counted again before the push.
-  const recovered = dryRun
-    ? 0
-    : Option.match(yield* limits.recoverMove(worker, record), { onNone: () => 0, onSome: (move) => move.jids.length })
+  const recovered = dryRun ? 0 : C.jobsMoved(yield* limits.recoverMove(worker, record))
   if (recovered > 0) yield* M.increment(M.concurrencyLimitResumedJobsTotal, recovered, { worker })
-  if (Option.isNone(setting)) return Option.none<C.PassResult>()
+  if (Option.isNone(setting)) {
+    yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(
+      Effect.annotateLogs({ worker, queue_size: yield* limits.queueSize(worker) })
+    )
+    return Option.none<C.PassResult>()
+  }
   const { limit, queue } = setting.value
   const queueSize = yield* limits.queueSize(worker)
   // A breaker-open or empty worker is only reported; cleaning trackers would write for nothing.
@@ -80,42 +85,22 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
 /**
  * Every pass for one worker in this run, under the worker's lease: the first now, then — while jobs
  * remain and the breaker is closed, until the run's budget ends — as `nextPass` says. The lease is
- * renewed before every pass (a back-to-back pass of 5000 takes about 0.5 s, far inside the TTL).
+ * renewed before every pass and kept alive between them (a gate hold may outlast its TTL).
  */
 export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
-  const lease = C.workerLeaseName(worker)
-  const lost = Effect.as(
-    Effect.logWarning("Concurrency limit resume lease lost; stopping this worker").pipe(
-      Effect.annotateLogs({ worker, lease })
-    ),
-    false
-  )
-  const run = yield* underLease(
-    lease,
-    C.WORKER_LEASE_TTL,
-    (renew) =>
-      passes({
-        batch: NAME,
-        budget: C.RUN_BUDGET,
-        delay: C.RESCHEDULE_DELAY,
-        pass: (first) => pass(worker, first),
-        next: C.nextPass,
-        between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost)
-      })
-  )
-  if (Option.isNone(run)) {
-    return yield* Effect.as(
-      Effect.logInfo("Skipped: concurrency limit resume lease held").pipe(Effect.annotateLogs({ worker, lease })),
-      { _tag: "LeaseHeld", worker } as const
-    )
-  }
-  const outcome = C.workerOutcome(worker, run.value)
-  if (outcome._tag === "UnknownWorker") {
-    yield* Effect.logWarning("Skipped unknown worker: no concurrency limit configured or set in Redis").pipe(
-      Effect.annotateLogs({ worker, queue_size: yield* (yield* ConcurrencyLimits).queueSize(worker) })
-    )
-  }
-  return outcome
+  const run = yield* leasedPasses({
+    lease: C.workerLeaseName(worker),
+    ttl: C.WORKER_LEASE_TTL,
+    label: "Concurrency limit resume",
+    subject: { worker },
+    batch: NAME,
+    budget: C.RUN_BUDGET,
+    delay: C.RESCHEDULE_DELAY,
+    pass: (first) => pass(worker, first),
+    next: C.nextPass
+  })
+  if (Option.isNone(run)) return { _tag: "LeaseHeld", worker } as const
+  return C.workerOutcome(worker, run.value)
 })
 
 const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
@@ -128,14 +113,7 @@ const run = Effect.fn("ConcurrencyLimitResume.run")(function*() {
     noun: "worker"
   })
   const { summary, skipped, held } = C.runTotals(workers.length, results, isolated)
-  yield* Effect.logInfo("Concurrency limit resume finished").pipe(
-    Effect.annotateLogs({
-      workers: summary.workers.length,
-      skipped,
-      failed_workers: summary.failedWorkers.length,
-      resumed_jobs: summary.resumedJobs
-    })
-  )
+  yield* Effect.logInfo("Concurrency limit resume finished").pipe(Effect.annotateLogs(C.runLogFields(summary, skipped)))
   return { ...summary, ...sumHeld(held) } satisfies C.ConcurrencyLimitResumeSummary
 }, withDeadline(C.RUN_BUDGET))
 

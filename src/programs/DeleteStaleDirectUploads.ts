@@ -20,22 +20,12 @@ import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import * as D from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
-import { growingSteps, type Held } from "../repair/RepairLoop.ts"
+import { growingSteps } from "../repair/RepairLoop.ts"
 import * as M from "../services/Metrics.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
 
-export interface DeleteStaleDirectUploadsSummary extends Held {
-  readonly totalPendingEntries: number
-  readonly totalDeletedStaleEntries: number
-  readonly executionTimeout: boolean
-  readonly invalidEntries: number
-  readonly failedDeletes: number
-  /** Stale entries of a location with no object store configured: field removed, no object deleted. */
-  readonly skippedNoStore: number
-  /** Stale entries gone or re-registered between the read and the repair: neither removed nor recorded. */
-  readonly vanished: number
-}
+export type { DeleteStaleDirectUploadsSummary } from "../domain/DirectUpload.ts"
 
 const NAME = "delete-stale-direct-uploads"
 
@@ -70,20 +60,20 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   })
 
   const { invalidEntries, failedDeletes, skippedNoStore } = met
-  if (invalidEntries > 0) {
-    yield* Effect.logWarning("Skipped malformed pending direct upload entries").pipe(
-      Effect.annotateLogs({ invalid_entries: invalidEntries, sample: D.invalidSampleForLog(met.invalidSample) })
-    )
+  const summary: D.DeleteStaleDirectUploadsSummary = {
+    totalPendingEntries,
+    totalDeletedStaleEntries,
+    executionTimeout: stop !== "done",
+    invalidEntries,
+    failedDeletes,
+    skippedNoStore,
+    vanished,
+    heldMs,
+    heldBy
   }
-  if (failedDeletes > 0) {
-    yield* Effect.logWarning("Could not delete stale direct upload objects; their entries are kept").pipe(
-      Effect.annotateLogs({
-        failed_deletes: failedDeletes,
-        sample: met.failedSample.map(({ location, path, message }) => ({ location, path, message }))
-      })
-    )
+  for (const { message, fields } of D.runWarnings(met)) {
+    yield* Effect.logWarning(message).pipe(Effect.annotateLogs(fields))
   }
-  const executionTimeout = stop !== "done"
   if (!dryRun) {
     yield* M.incrementEach([
       [M.directUploadsDeletedTotal, totalDeletedStaleEntries],
@@ -93,27 +83,8 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
       [M.directUploadsVanishedTotal, vanished]
     ])
   }
-  yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs({
-    total_pending_entries: totalPendingEntries,
-    total_deleted_stale_entries: totalDeletedStaleEntries,
-    execution_timeout: executionTimeout,
-    invalid_entries: invalidEntries,
-    failed_deletes: failedDeletes,
-    skipped_no_store: skippedNoStore,
-    vanished,
-    dry_run: dryRun
-  }))
-  return {
-    totalPendingEntries,
-    totalDeletedStaleEntries,
-    executionTimeout,
-    invalidEntries,
-    failedDeletes,
-    skippedNoStore,
-    vanished,
-    heldMs,
-    heldBy
-  } satisfies DeleteStaleDirectUploadsSummary
+  yield* Effect.logInfo("Deleted stale direct uploads").pipe(Effect.annotateLogs(D.summaryLogFields(summary, dryRun)))
+  return summary
 })
 
 export const DeleteStaleDirectUploads = {
@@ -127,4 +98,4 @@ export const DeleteStaleDirectUploads = {
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
   writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
   run: run()
-} satisfies Batch<DeleteStaleDirectUploadsSummary, unknown, unknown>
+} satisfies Batch<D.DeleteStaleDirectUploadsSummary, unknown, unknown>

@@ -11,7 +11,9 @@
  *     → else the fence (unless the write fences itself in its own statement), then the write,
  *       whose `commit`s are reported at once (`reportProgress`) and folded into the totals
  *     → after each unit: budget spent? (cooperative: overshoot ≤ one unit)
- *     → no progress twice (the same unit changing nothing again) → skipped past, counted, logged
+ *     → progress: a keyset cursor moves past every page, a step past every entry, a list past every
+ *       input, so no source revisits a unit; a repeated write (`repeatUntilDone`) that changes
+ *       nothing twice in a row ends its loop
  *     → passes: cadence from a `Schedule` (1 s for a positive limit, back to back for 0, 1 s
  *       after a pass that moved nothing)
  *
@@ -44,8 +46,6 @@ export interface LoopResult<C extends Counts> extends Held {
   /** Units done (a dry run's included). */
   readonly units: number
   readonly stop: Stop
-  /** Units that changed nothing twice in a row, skipped past (issue 18's progress guarantee). */
-  readonly skipped: number
 }
 
 /** One unit of work as a program writes it: what it would change, and how to change it. */
@@ -120,10 +120,7 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
   const held = yield* Ref.make({ heldMs: 0, heldBy: new Set<string>() })
   let totals: C = initial
   let units = 0
-  let skipped = 0
   let stop: Stop = "done"
-  /** The key of the last unit if it changed nothing (the no-progress guard). */
-  let idleKey: unknown = undefined
 
   /** Before a unit: the health gate. false: stop, writing nothing more. */
   const before = Effect.gen(function*() {
@@ -172,33 +169,13 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
       return true
     })
 
-  /**
-   * The progress guarantee: a unit (by its key) that changed nothing, twice in a row, is skipped
-   * past, counted and logged; the caller's source moves on (or ends) instead of spinning.
-   */
-  const stalled = (key: unknown, committed: Counts) =>
-    Effect.gen(function*() {
-      const changed = Object.values(committed).some((v) =>
-        typeof v === "number" ? v > 0 : Array.isArray(v) ? v.length > 0 : v === true
-      )
-      const again = !changed && idleKey !== undefined && key === idleKey
-      idleKey = changed ? undefined : key
-      if (!again) return false
-      skipped++
-      idleKey = undefined
-      yield* Effect.logWarning("Skipped a unit of work that made no progress twice").pipe(
-        Effect.annotateLogs({ batch, unit: String(key), skipped })
-      )
-      return true
-    })
-
   const result = Effect.gen(function*() {
     const h = yield* Ref.get(held)
-    return { totals, units, stop, skipped, heldMs: h.heldMs, heldBy: [...h.heldBy].sort() } satisfies LoopResult<C>
+    return { totals, units, stop, heldMs: h.heldMs, heldBy: [...h.heldBy].sort() } satisfies LoopResult<C>
   })
   /** Time this loop has waited on the gate so far. */
   const heldMillis = Effect.map(Ref.get(held), (h) => h.heldMs)
-  return { run, clock, before, unit, after, fold, stalled, result, heldMillis, setStop: (s: Stop) => void (stop = s) }
+  return { run, clock, before, unit, after, fold, result, heldMillis, setStop: (s: Stop) => void (stop = s) }
 })
 
 /**
@@ -240,14 +217,16 @@ export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
         pageAfter = Option.some(upTo)
       }
       page = nextPage
-      // The keyset cursor moves past every page, so a page that changed nothing is already skipped past.
-      yield* loop.stalled(upTo, done)
       if (!(yield* loop.after(done))) break
     }
     // The last pages written have not been walked twice yet.
     if (committed.length > 0) yield* revisit(committed[0]!)
     return yield* loop.result
   })
+
+/** Whether a unit's committed counts changed anything (a positive count, a non-empty list, a true). */
+const changedAnything = (committed: Counts) =>
+  Object.values(committed).some((v) => typeof v === "number" ? v > 0 : Array.isArray(v) ? v.length > 0 : v === true)
 
 /**
  * Units from a repeated write until it reports that nothing is left (`more`), e.g. a page deleted
@@ -278,9 +257,17 @@ export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
       write: (_, commit) => Effect.map(options.write(commit), (m) => void (pending.more = m)),
       fence: options.fence
     }
+    let idle = false
     while (pending.more && (yield* loop.before)) {
       const done = yield* loop.unit(unit, [null])
-      if (yield* loop.stalled("repeat", done)) break
+      // Said more is left but changed nothing, twice: repeating it would only spin.
+      if (!changedAnything(done) && idle) {
+        yield* Effect.logWarning("Stopped a repeated write that made no progress twice").pipe(
+          Effect.annotateLogs({ batch: options.batch })
+        )
+        break
+      }
+      idle = !changedAnything(done)
       if (!pending.more) loop.fold(done)
       else if (!(yield* loop.after(done))) break
     }
@@ -476,6 +463,40 @@ export const underLease = <A, E, R>(
       )
       return Option.some(yield* body(Effect.suspend(() => lost ? Effect.succeed(false) : renew)))
     }))
+  })
+
+/**
+ * `passes` under their own exclusive lease (`underLease`): renewed before every further pass and
+ * kept alive in between; a lease lost stops the passes (logged as `<label> lease lost; stopping`,
+ * annotated with `subject`). None, logged at info, when another process holds the lease: it is
+ * running these passes.
+ */
+export const leasedPasses = <P, E, R>(options: {
+  readonly lease: string
+  readonly ttl: Duration.Duration
+  readonly label: string
+  readonly subject: Readonly<Record<string, unknown>>
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly delay: Duration.Duration
+  readonly pass: (first: boolean) => Effect.Effect<Option.Option<P>, E, R>
+  readonly next: (result: P) => Next
+}) =>
+  Effect.gen(function*() {
+    const annotations = { ...options.subject, lease: options.lease }
+    const lost = Effect.as(
+      Effect.logWarning(`${options.label} lease lost; stopping`).pipe(Effect.annotateLogs(annotations)),
+      false
+    )
+    const run = yield* underLease(options.lease, options.ttl, (renew) =>
+      passes<P, E | RedisError, R>({
+        ...options,
+        between: Effect.flatMap(renew, (kept) => kept ? Effect.succeed(true) : lost)
+      }))
+    if (Option.isNone(run)) {
+      yield* Effect.logInfo(`Skipped: ${options.label} lease held`).pipe(Effect.annotateLogs(annotations))
+    }
+    return run
   })
 
 /** A key whose unit hit a key of the wrong type: permanent and about that key alone. */

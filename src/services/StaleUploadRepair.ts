@@ -11,11 +11,13 @@ import type { ObjectStorageError, RedisError } from "../domain/Errors.ts"
 
 export class StaleUploadRepair extends Context.Service<StaleUploadRepair, {
   /**
-   * Repairs a step of stale uploads, each outcome at its upload's index: the objects deleted per
-   * location in bulk (one that cannot be deleted keeps its entry, gets no event, and the rest go on);
-   * a field gone or re-registered since it was read is "vanished", neither recorded nor removed;
-   * the others' events in one INSERT, then their fields removed only while still holding the bytes
-   * read. The caller checks the fence before (the repair loop does).
+   * Repairs a step of stale uploads, each outcome at its upload's index: first every field is
+   * compared with the bytes read (the read may be from before a gate hold), and one gone or
+   * re-registered since is "vanished": its object is left alone, nothing recorded or removed; the
+   * others' objects deleted per location in bulk (one that cannot be deleted keeps its entry, gets
+   * no event, and the rest go on); an event for every object deleted, in one INSERT; then their
+   * fields removed only while still holding the bytes read. The caller checks the fence before (the
+   * repair loop does).
    */
   repair(
     uploads: ReadonlyArray<StaleUpload>

@@ -367,22 +367,50 @@ describe("delete-stale-direct-uploads", () => {
       assert.lengthOf(yield* MemoryEvents, 0)
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("race: an upload that completes while its object is being deleted is not counted twice or recorded", () =>
+  it.effect("race: an upload that completes just as its object is deleted: the deletion is recorded, once", () =>
     Effect.gen(function*() {
       yield* seed({ "artifacts:racing": STALE })
       const storage = yield* MemoryObjectStorage
       const redis = yield* MemoryRedis
-      // GitLab's side completes the upload (HDEL) just as we delete the object.
+      putObjects(storage, "artifacts")
+      // GitLab's side completes the upload (HDEL) just as we delete the object, after our compare.
       storage.onDelete = () => void redis.hdel(PENDING_DIRECT_UPLOADS_KEY, "artifacts:racing")
       const vanishedBefore = yield* vanishedTotal
       const summary = yield* runProgram()
-      // Not deleted by us, not recorded, but not silent either: counted as vanished.
+      // The object went (it was missing here, which counts as deleted): its event says so.
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, totalDeletedStaleEntries: 1 })
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["racing"])
+      assert.strictEqual((yield* vanishedTotal) - vanishedBefore, 0)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("an upload that completed before its step is vanished: its object is left alone, nothing recorded", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:done": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "artifacts", "done")
+      const redis = yield* MemoryRedis
+      const vanishedBefore = yield* vanishedTotal
+      // Completed between the read (HSCAN) and the step's compare.
+      const pending = yield* PendingDirectUploads
+      const summary = yield* runProgram().pipe(
+        Effect.provide(Layer.fresh(StaleUploadRepairLive)),
+        Effect.provideService(PendingDirectUploads, {
+          ...pending,
+          values: (fields) =>
+            Effect.andThen(
+              Effect.sync(() => redis.hdel(PENDING_DIRECT_UPLOADS_KEY, "artifacts:done")),
+              pending.values(fields)
+            )
+        })
+      )
       assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 1, vanished: 1 })
+      assert.isTrue(storage.stores.get("artifacts")!.has("done"))
+      assert.lengthOf(storage.deletes, 0)
       assert.lengthOf(yield* MemoryEvents, 0)
       assert.strictEqual((yield* vanishedTotal) - vanishedBefore, 1)
     }).pipe(Effect.provide(MemoryPlatform())))
 
-  it.effect("race: a field re-registered (new value) while its object is being deleted stays, with no event", () =>
+  it.effect("race: a field re-registered (new value) just as its object is deleted stays; the deletion is recorded", () =>
     Effect.gen(function*() {
       yield* seed({ "artifacts:again": STALE, "artifacts:other": STALE })
       const storage = yield* MemoryObjectStorage
@@ -392,9 +420,9 @@ describe("delete-stale-direct-uploads", () => {
         if (path === "again") redis.hset(PENDING_DIRECT_UPLOADS_KEY, { "artifacts:again": FRESH })
       }
       const summary = yield* runProgram()
-      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 1, vanished: 1 })
+      assert.deepStrictEqual(summary, { ...zero, totalPendingEntries: 2, totalDeletedStaleEntries: 2 })
       assert.deepStrictEqual(yield* hash, { "artifacts:again": FRESH })
-      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["other"])
+      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path).toSorted(), ["again", "other"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("page-sized steps: 2,000 stale entries take a handful of bulk deletes, INSERTs and compare-and-deletes, in that order per step", () =>

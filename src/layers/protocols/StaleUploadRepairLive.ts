@@ -24,12 +24,15 @@ type Repaired = StaleUploadOutcome<ObjectStorageError>
  *
  * 1. the fence, once (checked by the repair loop before the write): a runner whose exclusive lease
  *    was taken from it deletes nothing more;
- * 2. the objects, per location in bulk (`deleteMany`: S3 DeleteObjects, 1,000 keys a request); an
- *    object that cannot be deleted keeps its entry and gets no event, the rest go on;
- * 3. HMGET of the fields: one gone (the upload completed, or HSCAN returned it twice) or changed
- *    (re-registered) since it was read is not ours to record or remove — "vanished";
- * 4. the events, one multi-row INSERT;
- * 5. the fields, one compare-and-delete script call: removed only while still holding the bytes read.
+ * 2. HMGET of the fields: the step's entries were read by HSCAN maybe long ago (a gate hold comes
+ *    between the read and the step), so one gone (the upload completed) or changed (re-registered)
+ *    since is not ours — "vanished": its object, by now a finished file, is left alone;
+ * 3. the objects still ours, per location in bulk (`deleteMany`: S3 DeleteObjects, 1,000 keys a
+ *    request); an object that cannot be deleted keeps its entry and gets no event, the rest go on;
+ * 4. the events, one multi-row INSERT, for every object deleted — also one whose entry changed in
+ *    the moment between 2 and 3: the object is gone either way, and its event says so;
+ * 5. the fields, one compare-and-delete script call: removed only while still holding the bytes read
+ *    (an entry re-registered in that moment stays, for its new upload).
  */
 const repairWith = (
   storage: ObjectStorage["Service"],
@@ -39,8 +42,14 @@ const repairWith = (
   Effect.fnUntraced(function*(uploads: ReadonlyArray<StaleUpload>) {
     const results: Array<Repaired> = new Array(uploads.length)
     if (uploads.length === 0) return results
+    const current = yield* pending.values(uploads.map((upload) => upload.field))
     const byLocation = new Map<Location, Array<number>>()
     uploads.forEach((upload, i) => {
+      const value = current[i]
+      if (value === null || value === undefined || !Buffer.from(value).equals(upload.value)) {
+        results[i] = "vanished"
+        return
+      }
       const indexes = byLocation.get(upload.location) ?? []
       indexes.push(i)
       byLocation.set(upload.location, indexes)
@@ -52,15 +61,8 @@ const repairWith = (
         results[i] = Result.isSuccess(outcome) ? outcome.success : { failed: outcome.failure }
       })
     }
-
-    const deleted = uploads.flatMap((upload, i) => typeof results[i] === "string" ? [i] : [])
-    const current = yield* pending.values(deleted.map((i) => uploads[i]!.field))
-    const ours = deleted.filter((i, n) => {
-      const value = current[n]
-      const unchanged = value !== null && value !== undefined && Buffer.from(value).equals(uploads[i]!.value)
-      if (!unchanged) results[i] = "vanished"
-      return unchanged
-    })
+    // Deleted, already missing, or a location without a store: each recorded, its entry removed.
+    const ours = uploads.flatMap((_, i) => typeof results[i] === "string" && results[i] !== "vanished" ? [i] : [])
     yield* events.appendAll(ours.map((i) => {
       const { location, path, preparedAt } = uploads[i]!
       return new StaleDirectUploadDeleted({ location, path, preparedAt })
