@@ -22,11 +22,19 @@ const runtime = ManagedRuntime.make(
   Operator.layer.pipe(Layer.provideMerge(LoggingLive), Layer.provide(ConfigProvider.layer(environment)))
 )
 
+/** Calls under way: `.exit` (or the end of piped input) waits for their answers before closing. */
+const pending = new Set<Promise<unknown>>()
+
 /** One line, as the CLI says it: the REPL prints a rejected promise's message. */
-const call = <A>(effect: Effect.Effect<A, unknown, Operator.Operator>) =>
-  runtime.runPromise(effect.pipe(
+const call = <A>(effect: Effect.Effect<A, unknown, Operator.Operator>): Promise<A> => {
+  const promise = runtime.runPromise(effect.pipe(
     Effect.mapError((error) => new Error(error instanceof Error ? error.message : String(error)))
   ))
+  pending.add(promise)
+  const settled = () => pending.delete(promise)
+  promise.then(settled, settled)
+  return promise
+}
 
 const operator = await runtime.runPromise(Operator.Operator).catch(async (error: unknown) => {
   process.stderr.write(`sweeper: ${error instanceof Error ? error.message : String(error)}\n`)
@@ -66,5 +74,6 @@ process.stdout.write(
 const server = repl.start({ prompt: "sweeper> " })
 server.context.sweeper = sweeper
 server.on("exit", () => {
-  runtime.dispose().then(() => process.exit(0), () => process.exit(1))
+  // A run asked for and then left by `.exit` would be cancelled by closing the client under it.
+  Promise.allSettled([...pending]).then(() => runtime.dispose()).then(() => process.exit(0), () => process.exit(1))
 })
