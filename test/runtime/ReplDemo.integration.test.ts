@@ -62,6 +62,13 @@ describe("the REPL beside the demo", () => {
           // The simulator makes a stuck build a second; give it a few.
           await new Promise((resolve) => setTimeout(resolve, 4000))
 
+          // The other commands the demo prints reach it too, and say so.
+          for (const { label, command } of reachCommands(dataDir).filter((c) => c.label !== "REPL")) {
+            const reached = await shell(command, "")
+            assert.strictEqual(reached.code, 0, `${label}: ${reached.stderr}`)
+            assert.include(reached.stdout, "drop-canceling-builds", label)
+            assert.include(reached.stderr, "Talking to the supervisor at http://127.0.0.1:", label)
+          }
           const repl = reachCommands(dataDir).find((c) => c.label === "REPL")!.command
           const session = await shell(
             repl,
