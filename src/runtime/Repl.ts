@@ -42,6 +42,10 @@ const operator = await runtime.runPromise(Operator.Operator).catch(async (error:
   process.exit(3)
 })
 
+/** The answer as the CLI's --json prints it: a field the run did not set is absent, not `undefined`. */
+const withoutUndefined = <A extends object>(value: A): A =>
+  Object.fromEntries(Object.entries(value).filter(([, field]) => field !== undefined)) as A
+
 export interface RunOptions {
   readonly dryRun?: boolean
   /** Run a batch listed in SWEEPER_DISABLED_BATCHES. */
@@ -59,7 +63,7 @@ const sweeper = {
       dryRun: options.dryRun === true,
       force: options.force === true,
       asOf: options.now === undefined ? undefined : new Date(options.now)
-    })),
+    })).then(withoutUndefined),
   events: (filter: EventFilter = {}) => call(operator.events({ newestFirst: true, limit: 20, ...filter })),
   status: () => call(operator.views),
   pause: (name: string) => call(operator.setPaused(name, "pause")),
