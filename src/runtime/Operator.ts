@@ -6,8 +6,10 @@
  *   database), through a client derived from the API definition the server implements (Api.ts).
  * - `local`: the configured database and Redis, through the same layers the supervisor uses.
  *
- * `layer` picks: with DATABASE_URL the CLI reads the database itself; on the embedded default it
- * asks the supervisor that published its address, if one runs.
+ * `layer` picks, and logs which: SWEEPER_URL names a supervisor; with DATABASE_URL the CLI reads
+ * the database itself; on the embedded default it asks the supervisor that published its address
+ * in the data directory, else opens the embedded database there — but only one that exists or was
+ * named, never an empty `./.sweeper` made up on the spot (the REPL takes the same road).
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Cause, Config, Context, DateTime, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"

@@ -22,17 +22,29 @@ const runtime = ManagedRuntime.make(
   Operator.layer.pipe(Layer.provideMerge(LoggingLive), Layer.provide(ConfigProvider.layer(environment)))
 )
 
+/** Calls under way: `.exit` (or the end of piped input) waits for their answers before closing. */
+const pending = new Set<Promise<unknown>>()
+
 /** One line, as the CLI says it: the REPL prints a rejected promise's message. */
-const call = <A>(effect: Effect.Effect<A, unknown, Operator.Operator>) =>
-  runtime.runPromise(effect.pipe(
+const call = <A>(effect: Effect.Effect<A, unknown, Operator.Operator>): Promise<A> => {
+  const promise = runtime.runPromise(effect.pipe(
     Effect.mapError((error) => new Error(error instanceof Error ? error.message : String(error)))
   ))
+  pending.add(promise)
+  const settled = () => pending.delete(promise)
+  promise.then(settled, settled)
+  return promise
+}
 
 const operator = await runtime.runPromise(Operator.Operator).catch(async (error: unknown) => {
   process.stderr.write(`sweeper: ${error instanceof Error ? error.message : String(error)}\n`)
   await runtime.dispose()
   process.exit(3)
 })
+
+/** The answer as the CLI's --json prints it: a field the run did not set is absent, not `undefined`. */
+const withoutUndefined = <A extends object>(value: A): A =>
+  Object.fromEntries(Object.entries(value).filter(([, field]) => field !== undefined)) as A
 
 export interface RunOptions {
   readonly dryRun?: boolean
@@ -51,7 +63,7 @@ const sweeper = {
       dryRun: options.dryRun === true,
       force: options.force === true,
       asOf: options.now === undefined ? undefined : new Date(options.now)
-    })),
+    })).then(withoutUndefined),
   events: (filter: EventFilter = {}) => call(operator.events({ newestFirst: true, limit: 20, ...filter })),
   status: () => call(operator.views),
   pause: (name: string) => call(operator.setPaused(name, "pause")),
@@ -66,5 +78,6 @@ process.stdout.write(
 const server = repl.start({ prompt: "sweeper> " })
 server.context.sweeper = sweeper
 server.on("exit", () => {
-  runtime.dispose().then(() => process.exit(0), () => process.exit(1))
+  // A run asked for and then left by `.exit` would be cancelled by closing the client under it.
+  Promise.allSettled([...pending]).then(() => runtime.dispose()).then(() => process.exit(0), () => process.exit(1))
 })

@@ -111,6 +111,25 @@ describe("a remote run longer than the HTTP client's patience", () => {
   )
 })
 
+describe("SWEEPER_URL", () => {
+  it.live("names the supervisor to talk to, and the CLI says it talks to that one", () =>
+    Effect.promise(async () => {
+      const dataDir = mkdtempSync(join(tmpdir(), "sweeper-url-"))
+      const fake = await standIn(0, "25m")
+      try {
+        const status = await runCli(["status", "--json"], { SWEEPER_DATA_DIR: dataDir, SWEEPER_URL: fake.url })
+        assert.strictEqual(status.code, 0, status.stderr)
+        assert.deepStrictEqual((JSON.parse(status.stdout) as Array<{ name: string }>).map((v) => v.name), [
+          "drop-canceling-builds"
+        ])
+        assert.include(status.stderr, `Talking to the supervisor at ${fake.url} (SWEEPER_URL)`)
+      } finally {
+        fake.server.close()
+        rmSync(dataDir, { recursive: true, force: true })
+      }
+    }), 60_000)
+})
+
 describe("how long the CLI waits for a remote run", () => {
   it("the run ahead and its own, each budget + the hard-timeout grace, plus slack; budgets as the API writes them", () => {
     assert.deepStrictEqual(parseBudget("25m"), Option.some(Duration.minutes(25)))
