@@ -125,6 +125,14 @@ describe("npm run demo in a browser", () => {
           await page.goto(`${base}batches/drop-canceling-builds`)
           assert.strictEqual(await page.locator("nav.windows a[aria-current=page]").textContent(), "hour")
           assert.isAtLeast(await page.locator("figure[data-chart=repairs] .mark").count(), 1)
+          // The scheduled runs every 5 s join the charts without a reload (the batch's own runs re-read them).
+          await page.waitForFunction(
+            "document.querySelectorAll('figure[data-chart=repairs] .mark').length >= 3",
+            null,
+            {
+              timeout: 30_000
+            }
+          )
           const width = await page.locator("figure[data-chart=repairs] .mark").first().getAttribute("width")
           assert.isAtLeast(Number(width), 2)
 
