@@ -89,42 +89,65 @@ const frames = (views: ReadonlyArray<CardView>, holds: ReadonlyArray<string>) =>
   )
 }
 
+/** One reading of what the console shows: the views and the gate's holds. */
+export interface ConsoleReading {
+  readonly views: ReadonlyArray<CardView>
+  readonly holds: ReadonlyArray<string>
+}
+
+/**
+ * The feed over any reading (the views in the supervisor, a counting fake in tests): one fiber in
+ * the caller's scope reads every FEED_PERIOD, whatever the number of clients.
+ */
+export const makeConsoleFeed = Effect.fnUntraced(function*(
+  read: Effect.Effect<ConsoleReading>,
+  options: { readonly maxStreams?: number | undefined } = {}
+) {
+  const maxStreams = options.maxStreams ?? MAX_STREAMS
+  // Times inside the views (next ticks) move on their own; the key leaves out what only the clock
+  // changed, so an idle console sends nothing until something happens.
+  const keyed = Effect.map(read, (reading) => ({
+    ...reading,
+    key: JSON.stringify([reading.views.map(({ nextTicks: _, ...rest }) => rest), reading.holds])
+  }))
+  const first = yield* read
+  const latest = yield* SubscriptionRef.make(frames(first.views, first.holds))
+  yield* Stream.fromEffectSchedule(keyed, Schedule.spaced(FEED_PERIOD)).pipe(
+    Stream.changesWith((a, b) => a.key === b.key),
+    Stream.drop(1),
+    Stream.runForEach(({ holds, views }) => SubscriptionRef.set(latest, frames(views, holds))),
+    Effect.forkScoped
+  )
+  let open = 0
+  const heartbeat = Stream.tick(HEARTBEAT).pipe(
+    Stream.drop(1),
+    Stream.map(() => encoder.encode(": heartbeat\n\n"))
+  )
+  return ConsoleFeed.of({
+    clients: Effect.sync(() => open),
+    open: Effect.suspend(() => {
+      if (open >= maxStreams) return Effect.fail(new TooManyStreams({ max: maxStreams }))
+      open++
+      const stream = Stream.concat(
+        Stream.make(encoder.encode("retry: 3000\n\n")),
+        SubscriptionRef.changes(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
+      ).pipe(Stream.ensuring(Effect.sync(() => open--)))
+      return Effect.succeed(stream)
+    })
+  })
+})
+
 export const ConsoleFeedLive = (options: { readonly maxStreams?: number } = {}) =>
   Layer.effect(
     ConsoleFeed,
     Effect.gen(function*() {
-      const maxStreams = options.maxStreams ?? MAX_STREAMS
       const health = yield* HealthReport
       const context = yield* Effect.context<Backlog | Scheduler>()
-      const reading = Effect.gen(function*() {
+      const read = Effect.gen(function*() {
         const views = yield* consoleViews.pipe(Effect.provideContext(context))
-        const holds = (yield* health.snapshot).holds.map((h) => h.text)
-        // Times inside the views (next ticks, "3m ago") move every second; the key leaves out what
-        // only the clock changed, so an idle console sends nothing until something happens.
-        return { views, holds, key: JSON.stringify([views.map(({ nextTicks: _, ...rest }) => rest), holds]) }
+        return { views, holds: (yield* health.snapshot).holds.map((h) => h.text) }
       })
-      const first = yield* reading
-      const latest = yield* SubscriptionRef.make(frames(first.views, first.holds))
-      yield* Stream.fromEffectSchedule(reading, Schedule.spaced(FEED_PERIOD)).pipe(
-        Stream.changesWith((a, b) => a.key === b.key),
-        Stream.drop(1),
-        Stream.runForEach(({ holds, views }) => SubscriptionRef.set(latest, frames(views, holds))),
-        Effect.forkScoped
-      )
-      let open = 0
-      const heartbeat = Stream.tick(HEARTBEAT).pipe(Stream.drop(1), Stream.map(() => encoder.encode(": heartbeat\n\n")))
-      return {
-        clients: Effect.sync(() => open),
-        open: Effect.suspend(() => {
-          if (open >= maxStreams) return Effect.fail(new TooManyStreams({ max: maxStreams }))
-          open++
-          const stream = Stream.concat(
-            Stream.make(encoder.encode("retry: 3000\n\n")),
-            SubscriptionRef.changes(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
-          ).pipe(Stream.ensuring(Effect.sync(() => open--)))
-          return Effect.succeed(stream)
-        })
-      }
+      return yield* makeConsoleFeed(read, options)
     })
   )
 

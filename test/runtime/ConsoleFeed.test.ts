@@ -1,0 +1,83 @@
+/**
+ * The console's shared feed (ConsoleFeed): however many tabs are open, the views are read once a
+ * period and each change is rendered once; every client gets the current frames on connecting and
+ * each change after; idle streams carry a heartbeat; one client beyond the cap is refused. Before
+ * the feed, each open `/api/stream` ran its own once-a-second read, so reads grew with the clients.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Fiber, Stream } from "effect"
+import { TestClock } from "effect/testing"
+import { makeConsoleFeed, TooManyStreams } from "../../src/runtime/Console.ts"
+
+const decoder = new TextDecoder()
+
+/** A reading that counts how often it is taken; the holds can be changed from the test. */
+const countingReading = () => {
+  const state = { reads: 0, holds: [] as Array<string> }
+  const read = Effect.sync(() => {
+    state.reads++
+    return { views: [], holds: [...state.holds] }
+  })
+  return { state, read }
+}
+
+/** Opens `clients` streams, runs the clock `seconds` seconds with one change halfway; what each got. */
+const session = (clients: number, seconds: number) =>
+  Effect.gen(function*() {
+    const { read, state } = countingReading()
+    const feed = yield* makeConsoleFeed(read)
+    const received = Array.from({ length: clients }, () => [] as Array<string>)
+    const fibers = yield* Effect.forEach(received, (frames) =>
+      Effect.flatMap(feed.open, (stream) =>
+        Stream.runForEach(stream, (bytes) =>
+          Effect.sync(() => frames.push(decoder.decode(bytes))))).pipe(
+          Effect.forkChild
+        ))
+    yield* TestClock.adjust("1 millis")
+    const before = state.reads
+    yield* TestClock.adjust(`${seconds / 2} seconds`)
+    state.holds = ["drop-canceling-builds held: replica lag 12 s over 10 s"]
+    yield* TestClock.adjust(`${seconds / 2} seconds`)
+    const reads = state.reads - before
+    assert.strictEqual(yield* feed.clients, clients)
+    yield* Effect.forEach(fibers, Fiber.interrupt)
+    return { reads, received, open: yield* feed.clients }
+  }).pipe(Effect.scoped)
+
+describe("ConsoleFeed", () => {
+  it.effect("reads once a period whatever the number of clients, and each client gets each change", () =>
+    Effect.gen(function*() {
+      const one = yield* session(1, 20)
+      const fifty = yield* session(50, 20)
+      assert.isAtLeast(one.reads, 19)
+      assert.isAtMost(one.reads, 21)
+      assert.strictEqual(fifty.reads, one.reads, "the read rate does not grow with the clients")
+      assert.strictEqual(fifty.open, 0, "closed streams are counted out")
+      for (const frames of fifty.received) {
+        const pages = frames.filter((f) => f.includes("event: page"))
+        // The current frames on connecting, then the one change (the hold), nothing for idle seconds.
+        assert.lengthOf(pages, 2, frames.join("|"))
+        assert.include(pages[1], "replica lag 12 s")
+        assert.include(frames[0], "retry:")
+        // 20 s of idle clock: one heartbeat comment after 15 s.
+        assert.lengthOf(frames.filter((f) => f.startsWith(": heartbeat")), 1)
+      }
+    }))
+
+  it.effect("refuses a client beyond the cap and takes one again once a stream closes", () =>
+    Effect.gen(function*() {
+      const { read } = countingReading()
+      const feed = yield* makeConsoleFeed(read, { maxStreams: 2 })
+      const a = yield* Effect.forkChild(Stream.runDrain(yield* feed.open))
+      yield* Effect.forkChild(Stream.runDrain(yield* feed.open))
+      yield* TestClock.adjust("1 millis")
+      const refused = yield* Effect.flip(feed.open)
+      assert.instanceOf(refused, TooManyStreams)
+      assert.strictEqual(refused.max, 2)
+      yield* Fiber.interrupt(a)
+      assert.strictEqual(yield* feed.clients, 1)
+      yield* Effect.forkChild(Stream.runDrain(yield* feed.open))
+      yield* TestClock.adjust("1 millis")
+      assert.strictEqual(yield* feed.clients, 2)
+    }).pipe(Effect.scoped))
+})

@@ -1,0 +1,160 @@
+/**
+ * The newcomer's first minute in a real browser: `npm run demo` prints a link that hands the
+ * dashboard its token and the commands that reach the demo; the link opens the dashboard with the
+ * token taken out of the address bar, "Run now" works without asking for anything, and the run
+ * appears on the card without a reload (patched from the shared stream). The batch page opens on
+ * the last hour with the runs' marks visible, the buttons stay readable under the pointer, and the
+ * page reads at 1400 px and 400 px. SWEEPER_UPDATE_SCREENSHOTS=1 rewrites docs/console-demo-*.png.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { chromium } from "playwright-core"
+import { waitFor } from "../support/processes.ts"
+
+const CHROMIUM = "/usr/bin/chromium"
+const root = fileURLToPath(new URL("../..", import.meta.url))
+
+const exitOf = (child: ChildProcess) =>
+  new Promise<number | string>((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal ?? "unknown")))
+
+/** WCAG's contrast ratio of two `rgb(…)` colours. */
+const contrast = (a: string, b: string) => {
+  const luminance = (rgb: string) => {
+    const [r, g, bl] = (rgb.match(/[\d.]+/g) ?? []).slice(0, 3).map((c) => {
+      const v = Number(c) / 255
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4
+    })
+    return 0.2126 * r! + 0.7152 * g! + 0.0722 * bl!
+  }
+  const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x)
+  return (hi! + 0.05) / (lo! + 0.05)
+}
+
+describe("npm run demo in a browser", () => {
+  it.live(
+    "the printed link gives the buttons their token: Run now's run appears on the card",
+    () =>
+      Effect.promise(async () => {
+        assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
+        const dataDir = mkdtempSync(join(tmpdir(), "sweeper-demo-browser-"))
+        const child = spawn("npm", ["run", "--silent", "demo"], {
+          cwd: root,
+          env: {
+            PATH: process.env.PATH ?? "",
+            HOME: process.env.HOME ?? "/tmp",
+            SWEEPER_DATA_DIR: dataDir,
+            SWEEPER_HTTP_PORT: "0"
+          },
+          stdio: ["ignore", "pipe", "pipe"]
+        })
+        let stdout = ""
+        child.stdout.on("data", (chunk) => (stdout += chunk))
+        child.stderr.on("data", () => {})
+        const exited = exitOf(child)
+        const browser = await chromium.launch({
+          executablePath: CHROMIUM,
+          args: [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync"
+          ]
+        })
+        try {
+          const link = await waitFor(
+            "the dashboard link with the demo's token",
+            async () => /(http:\/\/\S+\/#token=[0-9a-f]+)/.exec(stdout)?.[1],
+            90_000
+          )
+          const base = link.slice(0, link.indexOf("#"))
+          // The commands that reach this demo, with its data directory.
+          for (const command of ["npx sweeper status", "npx sweeper run drop-canceling-builds --dry-run"]) {
+            assert.include(stdout, `SWEEPER_DATA_DIR=${dataDir} ${command}`)
+          }
+          // The token is needed: without it the write API refuses.
+          const refused = await fetch(`${base}api/batches/drop-canceling-builds/pause`, { method: "POST" })
+          assert.strictEqual(refused.status, 401)
+
+          const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } })
+          const dialogs: Array<string> = []
+          page.on("dialog", (dialog) => {
+            dialogs.push(dialog.message())
+            void dialog.dismiss()
+          })
+          const errors: Array<string> = []
+          page.on("pageerror", (error) => errors.push(error.message))
+          await page.goto(link)
+          await page.waitForFunction("location.hash === ''")
+          assert.strictEqual(page.url(), base, "the token leaves the address bar")
+
+          const drop = page.locator("section.card[data-batch=drop-canceling-builds]")
+          const run = drop.locator("button[data-action=run]")
+          // Readable under the pointer: the label keeps a contrast of at least 4.5:1.
+          await run.hover()
+          // A string, evaluated in the page (this file is compiled without the DOM's types).
+          const colours = await page.evaluate(`(() => {
+            const style = getComputedStyle(document.querySelector(
+              "section.card[data-batch=drop-canceling-builds] button[data-action=run]"))
+            return [style.color, style.backgroundColor]
+          })()`) as Array<string>
+          assert.isAtLeast(contrast(colours[0]!, colours[1]!), 4.5, colours.join(" on "))
+
+          const answered = page.waitForResponse((r) => r.url().endsWith("/api/batches/drop-canceling-builds/run"))
+          await run.click()
+          const response = await answered
+          assert.strictEqual(response.status(), 200, await response.text())
+          const { runId } = (await response.json()) as { runId: string }
+          assert.deepStrictEqual(dialogs, [], "no prompt: the link gave the token")
+          // The run appears on the card without a reload, and its page says it was manual.
+          await page.locator(`section.card[data-batch=drop-canceling-builds][data-last-run="${runId}"]`).waitFor({
+            timeout: 15_000
+          })
+          await page.goto(`${base}runs/${runId}`)
+          assert.include(await page.locator(".runinfo").textContent(), "manual")
+
+          // The batch page opens on the last hour, with a mark per run.
+          await page.goto(`${base}batches/drop-canceling-builds`)
+          assert.strictEqual(await page.locator("nav.windows a[aria-current=page]").textContent(), "hour")
+          assert.isAtLeast(await page.locator("figure[data-chart=repairs] .mark").count(), 1)
+          // The scheduled runs every 5 s join the charts without a reload (the batch's own runs re-read them).
+          await page.waitForFunction(
+            "document.querySelectorAll('figure[data-chart=repairs] .mark').length >= 3",
+            null,
+            {
+              timeout: 30_000
+            }
+          )
+          const width = await page.locator("figure[data-chart=repairs] .mark").first().getAttribute("width")
+          assert.isAtLeast(Number(width), 2)
+
+          const shots = process.env.SWEEPER_UPDATE_SCREENSHOTS === "1" ? join(root, "docs") : tmpdir()
+          for (const [w, h] of [[1400, 1000], [400, 900]] as const) {
+            await page.setViewportSize({ width: w, height: h })
+            await page.goto(base)
+            assert.isAtMost(await page.evaluate("document.documentElement.scrollWidth") as number, w)
+            await page.screenshot({ path: join(shots, `console-demo-${w}.png`), fullPage: true })
+            await page.goto(`${base}batches/drop-canceling-builds`)
+            assert.isAtMost(await page.evaluate("document.documentElement.scrollWidth") as number, w)
+            await page.screenshot({ path: join(shots, `console-demo-batch-${w}.png`), fullPage: true })
+          }
+          assert.deepStrictEqual(errors, [])
+        } finally {
+          await browser.close()
+          if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM")
+          await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 30_000))])
+          if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+          rmSync(dataDir, { recursive: true, force: true })
+        }
+      }),
+    240_000
+  )
+})
