@@ -71,6 +71,7 @@ cli.pipe(
     PauseNotRecorded: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),
+    HeavyMigrationPending: (error) => usageError(error.message),
     MissingColumn: (error) => usageError(error.message)
   }),
   NodeRuntime.runMain({

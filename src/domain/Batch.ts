@@ -32,6 +32,11 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
    * Absent: it writes nothing the gate watches, so nothing holds it.
    */
   readonly writes?: BatchWrites
+  /**
+   * The summary's counts of repaired items (builds failed, jobs moved, entries deleted): their sum
+   * is the run's `repaired` in RunFinished, the one number the console charts for every batch.
+   */
+  readonly repairedCounts?: ReadonlyArray<string>
 }
 
 export interface BatchWrites {

@@ -32,6 +32,8 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
   summary: Schema.Unknown,
   duration_ms: Schema.Number,
   dryRun: Schema.Boolean,
+  /** Items repaired (in a dry run: that would be), from the batch's `repairedCounts`; absent when unknown. */
+  repaired: Schema.optionalKey(Schema.Number),
   reason: Schema.optionalKey(Schema.String),
   error: Schema.optionalKey(Schema.String),
   /** A dry run's would-be targets (first 100) and their total. */

@@ -9,13 +9,23 @@ export const SUMMARY_LIST_CAP = 100
 export const capped = <A>(list: ReadonlyArray<A>): ReadonlyArray<A> =>
   list.length <= SUMMARY_LIST_CAP ? list : list.slice(0, SUMMARY_LIST_CAP)
 
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * The items a run repaired: the sum of the summary's `fields` that are numbers. Undefined when the
+ * batch names no fields or the summary has none of them (a run killed before it reported).
+ */
+export const repairedItems = (summary: unknown, fields: ReadonlyArray<string> | undefined): number | undefined => {
+  if (fields === undefined || !isRecord(summary)) return undefined
+  const counts = fields.map((field) => summary[field]).filter((value) => typeof value === "number")
+  return counts.length === 0 ? undefined : counts.reduce((sum, n) => sum + n, 0)
+}
+
 /*
  * Adding up run summaries: what a run retried by the run guard reports is the sum of its attempts
  * (src/runtime/RunGuard.ts, `reportProgress` in Batch.ts).
  */
-
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
 
 /**
  * `earlier` + `later`: numbers add, booleans OR, lists concatenate (capped like every summary

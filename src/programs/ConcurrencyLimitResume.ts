@@ -130,5 +130,6 @@ export const ConcurrencyLimitResume = {
     redisStores: ["sharedState", "queuesMetadata", "queues"],
     concurrencyLimitQueues: true
   },
+  repairedCounts: ["resumedJobs"],
   run: run()
 } satisfies Batch<C.ConcurrencyLimitResumeSummary, unknown, unknown>

@@ -97,5 +97,6 @@ export const DeleteStaleDirectUploads = {
   // Single flight cluster-wide (SPEC §3): a run past its 6 min tick must not overlap the next one.
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
   writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
+  repairedCounts: ["totalDeletedStaleEntries"],
   run: run()
 } satisfies Batch<D.DeleteStaleDirectUploadsSummary, unknown, unknown>

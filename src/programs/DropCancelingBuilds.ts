@@ -101,5 +101,6 @@ export const DropCancelingBuilds = {
   lease: Option.some({ name: "ci/stuck_builds/drop_canceling_worker", ttl: Duration.minutes(30) }),
   // ci_builds, or GitLab's partitioned p_ci_builds; each build's event in sweeper_events.
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
+  repairedCounts: ["dropped", "doomed"],
   run: run()
 } satisfies Batch<DropCancelingBuildsSummary, unknown, unknown>

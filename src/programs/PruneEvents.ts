@@ -106,5 +106,6 @@ export const PruneEvents = {
   lease: Option.some({ name: "sweeper/prune_events", ttl: Duration.minutes(15) }),
   // A large prune is a WAL burst too.
   writes: { tables: ["sweeper_events"] },
+  repairedCounts: ["pruned"],
   run: run()
 } satisfies Batch<PruneEventsSummary, unknown, unknown>

@@ -117,5 +117,6 @@ export const RescheduleStuckIssueRebalances = {
   lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
   // Pushes Issues::RebalancingWorker (Queues) with its duplicate-job keys (QueuesMetadata).
   writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [R.REBALANCING_QUEUE] },
+  repairedCounts: ["enqueuedNamespaces", "enqueuedProjects"],
   run: run()
 } satisfies Batch<RescheduleStuckIssueRebalancesSummary, unknown, unknown>

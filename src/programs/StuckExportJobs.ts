@@ -106,5 +106,6 @@ export const StuckExportJobs = {
   budget: BUDGET,
   lease: Option.none(),
   writes: { tables: ["project_export_jobs", "sweeper_events"] },
+  repairedCounts: ["failed"],
   run: run()
 } satisfies Batch<StuckExportJobsSummary, unknown, unknown>

@@ -118,7 +118,10 @@ export const objectStorageLayer = (settings: ObjectStorageSettings): Layer.Layer
 const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
   Layer.effectDiscard(Effect.gen(function*() {
     if (access === "migrate" || Option.isNone(settings.databaseUrl)) {
-      const applied = yield* migrateWith(settings.schema)
+      // A server's ledger may be large: heavy online steps are refused there (see migrateWith).
+      const applied = yield* migrateWith(settings.schema, {
+        heavy: Option.isSome(settings.databaseUrl) ? "refuse" : "run"
+      })
       if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
     } else {
       const { mode } = yield* detectSchemaMode(settings.schema)

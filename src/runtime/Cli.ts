@@ -9,7 +9,7 @@ import { Argument, Command, Flag } from "effect/cli"
 import { configureBatches, redisConfigured, SweeperConfig } from "../config/Config.ts"
 import { refusesLookAhead } from "../domain/Batch.ts"
 import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
-import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts"
+import { migrateWith, pendingPlan } from "../layers/postgres/Migrations.ts"
 import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
 import { databaseClientLayer, describeBackends } from "./App.ts"
@@ -88,7 +88,7 @@ const migrateCommand = Command.make(
       const { mode, source } = yield* detectSchemaMode(settings.schema)
       const modeNote = `${mode} mode, ${source === "detected" ? "detected" : "from SWEEPER_SCHEMA"}`
       if (plan) {
-        const pending = yield* pendingMigrations(mode)
+        const pending = yield* pendingPlan(mode)
         return yield* Console.log(
           pending.length === 0 ? `Schema is up to date (${modeNote})` : `Pending (${modeNote}): ${pending.join(", ")}`
         )

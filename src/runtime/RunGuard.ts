@@ -14,7 +14,7 @@ import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } 
 import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost, type RedisError } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
-import { RunProgress } from "../domain/Summary.ts"
+import { repairedItems, RunProgress } from "../domain/Summary.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
 import {
@@ -241,6 +241,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const finish = Effect.fnUntraced(
       function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
         const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
+        const repaired = repairedItems(summary, batch.repairedCounts)
         yield* events.append(
           new RunFinished({
             batch: batch.name,
@@ -248,6 +249,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
             summary,
             duration_ms: durationMs,
             dryRun,
+            ...(repaired === undefined ? {} : { repaired }),
             ...details,
             ...listed()
           })

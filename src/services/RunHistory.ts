@@ -25,7 +25,10 @@ export interface RunDetail {
   readonly error: string | null
   /** RepairHeld / RepairReleased events of the run (health gate), oldest first. */
   readonly holds: ReadonlyArray<StoredEvent>
-  /** The run's repair events (every stream but `batch:…`). */
+  /**
+   * Items the run repaired (builds failed, jobs moved, entries deleted; a dry run: would have), as
+   * its RunFinished says; 0 when it does not (still running, killed, or recorded before runs said).
+   */
   readonly repairs: number
 }
 
@@ -36,7 +39,25 @@ export interface RunPoint {
   readonly finishedAt: Date
   readonly durationMs: number
   readonly outcome: string
+  /** Items repaired, as RunDetail.repairs. A dry run's are what it would have repaired. */
   readonly repairs: number
+  /** Dry runs are drawn but left out of every repair total. */
+  readonly dryRun: boolean
+}
+
+/** A window's runs folded by time: what the long windows chart instead of one mark per run. */
+export interface HistoryBucket {
+  /** The bucket covers [start, start + bucket). */
+  readonly start: Date
+  readonly runs: number
+  readonly dryRuns: number
+  /** Real (not dry) runs by outcome. */
+  readonly succeeded: number
+  readonly failed: number
+  /** Items repaired by the bucket's real runs; dry runs are left out. */
+  readonly repairs: number
+  readonly durationMsMax: number
+  readonly durationMsTotal: number
 }
 
 export interface RepairPage {
@@ -66,4 +87,9 @@ export class RunHistory extends Context.Service<RunHistory, {
    * (the newest of them when there are more).
    */
   history(batch: string, since: Date): Effect.Effect<ReadonlyArray<RunPoint>, SqlError>
+  /**
+   * Every finished run of the batch with `since <= finishedAt`, folded into buckets of `bucketMs`
+   * aligned on the epoch, oldest first; empty buckets are left out. Nothing is capped.
+   */
+  buckets(batch: string, since: Date, bucketMs: number): Effect.Effect<ReadonlyArray<HistoryBucket>, SqlError>
 }>()("sweeper/services/RunHistory") {}

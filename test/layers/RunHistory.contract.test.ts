@@ -14,12 +14,21 @@ import { RunHistoryMemory } from "../../src/layers/memory/RunHistoryMemory.ts"
 import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
 import { RunHistorySql } from "../../src/layers/postgres/RunHistorySql.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
-import { RunHistory } from "../../src/services/RunHistory.ts"
+import { HISTORY_MAX_RUNS, RunHistory } from "../../src/services/RunHistory.ts"
 import { at } from "../support/clock.ts"
 import { PgTest } from "../support/postgres.ts"
 
-/** A finished run of `batch` at `finishedAt` with `repairs` builds dropped (every 5th doomed), appended in pages of 40. */
-const run = (batch: string, finishedAt: string, repairs: number, firstId: number) =>
+/**
+ * A finished run of `batch` at `finishedAt` with `repairs` builds dropped (every 5th doomed), appended
+ * in pages of 40; its RunFinished says it repaired `repaired` items (by default one per event).
+ */
+const run = (
+  batch: string,
+  finishedAt: string,
+  repairs: number,
+  firstId: number,
+  options: { readonly repaired?: number; readonly dryRun?: boolean } = {}
+) =>
   Effect.gen(function*() {
     const log = yield* EventLog
     const runId = randomUUID()
@@ -31,11 +40,25 @@ const run = (batch: string, finishedAt: string, repairs: number, firstId: number
     })
     yield* Effect.gen(function*() {
       yield* log.append(
-        new RunStarted({ batch, run_id: runId, scheduled_at: null, node: "n1", trigger: "schedule", dryRun: false })
+        new RunStarted({
+          batch,
+          run_id: runId,
+          scheduled_at: null,
+          node: "n1",
+          trigger: "schedule",
+          dryRun: options.dryRun === true
+        })
       )
       for (let i = 0; i < events.length; i += 40) yield* log.appendAll(events.slice(i, i + 40))
       yield* log.append(
-        new RunFinished({ batch, outcome: "succeeded", summary: { dropped: repairs }, duration_ms: 250, dryRun: false })
+        new RunFinished({
+          batch,
+          outcome: "succeeded",
+          summary: { dropped: repairs },
+          duration_ms: 250,
+          dryRun: options.dryRun === true,
+          repaired: options.repaired ?? repairs
+        })
       )
     }).pipe(
       Effect.provideService(CurrentRun, { runId, batch, dryRun: false, budget: Option.none(), fence: Option.none() }),
@@ -101,6 +124,82 @@ const contract = (test: Register) => {
       ]])
       const recent = yield* history.history("stuck-export-jobs", new Date("2026-11-23T00:00:00Z"))
       assert.deepStrictEqual(recent.map((p) => p.runId), [b])
+    })
+  )
+
+  test(
+    "repairs are the items a run repaired, not its events; dry runs are marked and left out of bucket totals",
+    Effect.gen(function*() {
+      const history = yield* RunHistory
+      // A resume run that moved 5 000 jobs in 2 events, a prune of 12 000 events in 3 pages.
+      const moved = yield* run("concurrency-limit-resume", "2026-11-24T00:10:00Z", 2, 1, { repaired: 5000 })
+      const dry = yield* run("concurrency-limit-resume", "2026-11-24T00:20:00Z", 4, 10, { repaired: 40, dryRun: true })
+      const later = yield* run("concurrency-limit-resume", "2026-11-24T07:00:00Z", 3, 20, { repaired: 12_000 })
+      assert.strictEqual((yield* history.run(moved))!.repairs, 5000)
+      const points = yield* history.history("concurrency-limit-resume", new Date("2026-11-01T00:00:00Z"))
+      assert.deepStrictEqual(points.map((p) => [p.runId, p.repairs, p.dryRun]), [
+        [moved, 5000, false],
+        [dry, 40, true],
+        [later, 12_000, false]
+      ])
+      const buckets = yield* history.buckets("concurrency-limit-resume", new Date("2026-11-01T00:00:00Z"), 6 * 3600_000)
+      assert.deepStrictEqual(
+        buckets.map((b) => [b.start.toISOString(), b.runs, b.dryRuns, b.succeeded, b.repairs, b.durationMsMax]),
+        [
+          ["2026-11-24T00:00:00.000Z", 2, 1, 1, 5000, 250],
+          ["2026-11-24T06:00:00.000Z", 1, 0, 1, 12_000, 250]
+        ]
+      )
+    })
+  )
+
+  test(
+    "buckets fold every run of the window: none left out past HISTORY_MAX_RUNS",
+    Effect.gen(function*() {
+      const history = yield* RunHistory
+      const log = yield* EventLog
+      // 2 500 one-repair runs of an every-minute batch, RunStarted and RunFinished only.
+      for (let i = 0; i < 2500; i++) {
+        const runId = randomUUID()
+        const finishedAt = new Date(Date.parse("2026-11-20T00:00:00Z") + i * 60_000).toISOString()
+        yield* Effect.gen(function*() {
+          yield* log.append(
+            new RunStarted({
+              batch: "b",
+              run_id: runId,
+              scheduled_at: null,
+              node: "n",
+              trigger: "schedule",
+              dryRun: false
+            })
+          )
+          yield* log.append(
+            new RunFinished({
+              batch: "b",
+              outcome: "succeeded",
+              summary: {},
+              duration_ms: 1,
+              dryRun: false,
+              repaired: 1
+            })
+          )
+        }).pipe(
+          Effect.provideService(CurrentRun, {
+            runId,
+            batch: "b",
+            dryRun: false,
+            budget: Option.none(),
+            fence: Option.none()
+          }),
+          at(finishedAt)
+        )
+      }
+      const since = new Date("2026-11-01T00:00:00Z")
+      assert.lengthOf(yield* history.history("b", since), HISTORY_MAX_RUNS)
+      const buckets = yield* history.buckets("b", since, 24 * 3600_000)
+      assert.strictEqual(buckets.reduce((n, b) => n + b.runs, 0), 2500)
+      assert.strictEqual(buckets.reduce((n, b) => n + b.repairs, 0), 2500)
+      assert.deepStrictEqual(buckets.map((b) => b.runs), [1440, 1060])
     })
   )
 }

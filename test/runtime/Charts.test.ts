@@ -11,7 +11,8 @@ const run = (i: number, outcome = "succeeded"): RunPoint => ({
   finishedAt: new Date(since.getTime() + i * 3600_000),
   durationMs: 1000 * i,
   outcome,
-  repairs: i * 10
+  repairs: i * 10,
+  dryRun: false
 })
 
 describe("history charts", () => {

@@ -1,6 +1,6 @@
 /**
  * The console's reads on real PostgreSQL (issue 19): a run's repairs page by keyset to the last of
- * 10 000 and none of another run's; the per-run rollup counts repairs appended over many statements;
+ * 10 000 and none of another run's; a run's repairs are the repaired items its RunFinished says;
  * the history windows hold exactly the runs finished in them; the backlog's bounded reads count what
  * waits (capped beyond BACKLOG_CAP) and put it on /metrics.
  */
@@ -69,7 +69,8 @@ const seedRun = Effect.fn(function*(options: {
       outcome: "succeeded",
       summary: { dropped: options.repairs },
       duration_ms: 1000,
-      dryRun: false
+      dryRun: false,
+      repaired: options.repairs
     })
   }, ${runId}, ${finished})`
   return runId
@@ -88,7 +89,7 @@ describe("console reads on PostgreSQL", () => {
         assert.isNotNull(first)
         assert.strictEqual(first!.run.outcome, "succeeded")
         assert.strictEqual(first!.run.trigger, "manual")
-        assert.strictEqual(first!.run.repairs, 10_000, "the rollup summed 15 statements of repairs")
+        assert.strictEqual(first!.run.repairs, 10_000, "the run's repaired items, as its RunFinished says")
         assert.lengthOf(first!.page.events, 100)
 
         const seen = new Set<number>()

@@ -1,6 +1,6 @@
 /** RunHistory over the in-memory event log (MemoryEvents), for specs: the same answers, no indexes. */
 import { Effect, Layer } from "effect"
-import { HISTORY_MAX_RUNS, RunHistory, type RunPoint } from "../../services/RunHistory.ts"
+import { HISTORY_MAX_RUNS, type HistoryBucket, RunHistory, type RunPoint } from "../../services/RunHistory.ts"
 import { runDetailOf } from "../postgres/RunHistorySql.ts"
 import { MemoryEvents } from "./EventLogMemory.ts"
 
@@ -11,6 +11,26 @@ export const RunHistoryMemory = Layer.effect(
   Effect.gen(function*() {
     const events = yield* MemoryEvents
     const ofRun = (runId: string) => events.filter((e) => e.runId === runId)
+    const pointsOf = (batch: string, since: Date) => {
+      const points: Array<RunPoint> = []
+      for (const finished of events) {
+        if (
+          finished.type !== "RunFinished" || finished.stream !== `batch:${batch}` || finished.runId === null ||
+          finished.occurredAt < since
+        ) continue
+        const all = ofRun(finished.runId)
+        points.push({
+          runId: finished.runId,
+          startedAt: all.find((e) => e.type === "RunStarted")?.occurredAt ?? null,
+          finishedAt: finished.occurredAt,
+          durationMs: Number(finished.data.duration_ms ?? 0),
+          outcome: typeof finished.data.outcome === "string" ? finished.data.outcome : "unknown",
+          repairs: typeof finished.data.repaired === "number" ? finished.data.repaired : 0,
+          dryRun: finished.data.dryRun === true || all.some((e) => e.type === "RunStarted" && e.data.dryRun === true)
+        })
+      }
+      return points
+    }
     return RunHistory.of({
       run: (runId) =>
         Effect.sync(() => {
@@ -19,8 +39,7 @@ export const RunHistoryMemory = Layer.effect(
             runId,
             all.find((e) => e.type === "RunStarted"),
             all.findLast((e) => e.type === "RunFinished"),
-            all.filter((e) => e.type === "RepairHeld" || e.type === "RepairReleased"),
-            all.filter((e) => isRepair(e.stream)).length
+            all.filter((e) => e.type === "RepairHeld" || e.type === "RepairReleased")
           )
         }),
       repairs: (runId, options) =>
@@ -32,25 +51,35 @@ export const RunHistoryMemory = Layer.effect(
           const page = found.slice(0, options.limit)
           return { events: page, next: found.length > options.limit ? page.at(-1)!.id : null }
         }),
-      history: (batch, since) =>
+      history: (batch, since) => Effect.sync(() => pointsOf(batch, since).slice(-HISTORY_MAX_RUNS)),
+      buckets: (batch, since, bucketMs) =>
         Effect.sync(() => {
-          const points: Array<RunPoint> = []
-          for (const finished of events) {
-            if (
-              finished.type !== "RunFinished" || finished.stream !== `batch:${batch}` || finished.runId === null ||
-              finished.occurredAt < since
-            ) continue
-            const all = ofRun(finished.runId)
-            points.push({
-              runId: finished.runId,
-              startedAt: all.find((e) => e.type === "RunStarted")?.occurredAt ?? null,
-              finishedAt: finished.occurredAt,
-              durationMs: Number(finished.data.duration_ms ?? 0),
-              outcome: typeof finished.data.outcome === "string" ? finished.data.outcome : "unknown",
-              repairs: all.filter((e) => isRepair(e.stream)).length
+          const folded = new Map<number, HistoryBucket>()
+          for (const point of pointsOf(batch, since)) {
+            const start = Math.floor(point.finishedAt.getTime() / bucketMs) * bucketMs
+            const b = folded.get(start) ?? {
+              start: new Date(start),
+              runs: 0,
+              dryRuns: 0,
+              succeeded: 0,
+              failed: 0,
+              repairs: 0,
+              durationMsMax: 0,
+              durationMsTotal: 0
+            }
+            const real = !point.dryRun
+            folded.set(start, {
+              ...b,
+              runs: b.runs + 1,
+              dryRuns: b.dryRuns + (real ? 0 : 1),
+              succeeded: b.succeeded + (real && point.outcome === "succeeded" ? 1 : 0),
+              failed: b.failed + (real && ["failed", "timed_out", "abandoned"].includes(point.outcome) ? 1 : 0),
+              repairs: b.repairs + (real ? point.repairs : 0),
+              durationMsMax: Math.max(b.durationMsMax, point.durationMs),
+              durationMsTotal: b.durationMsTotal + point.durationMs
             })
           }
-          return points.slice(-HISTORY_MAX_RUNS)
+          return [...folded.values()].sort((a, b) => a.start.getTime() - b.start.getTime())
         })
     })
   })

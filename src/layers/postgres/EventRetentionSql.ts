@@ -100,11 +100,18 @@ export const EventRetentionSql = Layer.effect(
             // `locked`: the rows the same window read without locking has and the claim has not.
             const rows = yield* sql<{ n: string | number; locked: ReadonlyArray<number | string> }>`
             WITH page AS (${prunePageQuery(sql, before, kept, limit)} FOR UPDATE SKIP LOCKED),
-            gone AS (DELETE FROM sweeper_events WHERE id IN (SELECT id FROM page) RETURNING 1),
+            gone AS (DELETE FROM sweeper_events WHERE id IN (SELECT id FROM page) RETURNING run_id, type, stream),
+            -- A run's rollup row goes with its RunFinished (or its RunStarted, for a run that never
+            -- finished): the console shows no run the ledger no longer holds, and the table stays bounded.
+            runs_gone AS (
+              DELETE FROM sweeper_runs r USING gone g
+              WHERE g.run_id = r.run_id AND g.stream LIKE 'batch:%'
+                AND (g.type = 'RunFinished' OR (g.type = 'RunStarted' AND r.finished_at IS NULL))
+              RETURNING 1),
             locked AS (
               SELECT s.id FROM (${prunePageQuery(sql, before, kept, limit)}) s
               WHERE s.id NOT IN (SELECT id FROM page))
-            SELECT (SELECT count(*) FROM gone) AS n, (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
+            SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM runs_gone) AS runs, (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
             const count = Number(rows[0]?.n ?? 0)
             if (count > 0) yield* events.append(new EventsPruned({ before: before.toISOString(), count }))
             return { pruned: count, locked: (rows[0]?.locked ?? []).map(Number) }

@@ -10,8 +10,9 @@
  * Run by `sweeper migrate` (`--plan` lists what is pending), `sweeper start` and `sweeper run`;
  * read-only commands only check that nothing is pending (see App.ts).
  */
-import { Effect, Option } from "effect"
+import { Effect, Option, Predicate, Schedule, Schema } from "effect"
 import { Migrator, SqlClient } from "effect/sql"
+import { SqlError } from "effect/sql/SqlError"
 import { detectSchemaMode, MIGRATIONS_TABLE, OWNERSHIP_TABLE, type SchemaMode } from "./DatabaseSchema.ts"
 
 export const PLATFORM_TABLES = [
@@ -191,74 +192,86 @@ const ownershipRecord = Effect.gen(function*() {
 
 /**
  * Event retention (prune-events): its DELETE pages walk events by time, and its kept-for-state rule
- * reads every batch-stream event. Without these both would read the whole table. sweeper_events is
- * Sweeper's own table, so the migration builds them in both schema modes; on an existing large
- * table the build holds appends to sweeper_events for its duration (seconds per million rows).
+ * reads every batch-stream event. Its two indexes are built by the online steps below (concurrently,
+ * outside any transaction): this migration once built them inside its transaction, which held every
+ * append to sweeper_events for the length of the build on a large ledger.
  */
-const retentionIndexes = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_occurred_at ON sweeper_events (occurred_at)`
-  // Partial: only batch streams (a few per run), not the repair streams. Queries must say
-  // `stream LIKE 'batch:%'` literally for the planner to use it.
-  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_batch_streams ON sweeper_events (stream, id) WHERE stream LIKE 'batch:%'`
-})
+const retentionIndexes = Effect.void
+
+/** `data->'field'` as a bigint when it is a JSON number and `when` holds; null otherwise (never a cast error). */
+const numberField = (data: string, field: string, when: string) =>
+  `CASE WHEN ${when} AND jsonb_typeof(${data}->'${field}') = 'number' THEN (${data}->>'${field}')::numeric::bigint END`
+
+/** How a run's row takes in what a newer event (or a backfilled range) says: never additive, so replays are harmless. */
+const RUN_MERGE = `batch = coalesce(r.batch, excluded.batch),
+    started_at = least(r.started_at, excluded.started_at),
+    finished_at = greatest(r.finished_at, excluded.finished_at),
+    outcome = coalesce(excluded.outcome, r.outcome),
+    duration_ms = coalesce(excluded.duration_ms, r.duration_ms),
+    dry_run = r.dry_run OR excluded.dry_run,
+    repaired = coalesce(excluded.repaired, r.repaired)`
 
 /**
- * The console (issue 19). Two reads must stay fast on a ledger of millions of events:
- * - a run's repairs, paged with a keyset (`run_id = $1 AND id > $after ORDER BY id LIMIT n`): the
- *   index on (run_id) alone orders ties by heap position, so paging would sort the whole run;
- *   (run_id, id) walks straight to the page.
- * - a batch's history (repairs per run, duration, outcome over 30 days): one row per run in
- *   `sweeper_runs`, kept by a statement-level trigger on sweeper_events. Counting a run's repairs
- *   from the events at view time would read every repair event in the range (millions for an
- *   every-minute batch); the trigger adds one GROUP BY over the statement's new rows, and the repair
- *   pages already insert their events in one statement, so it runs once per page, not per event.
- *   Backfilled from the events already there. Pruned events leave their run's row (a few bytes).
+ * The console's per-run rollup, `sweeper_runs`: one row per run, written by a row trigger that fires
+ * only for a run's RunStarted and RunFinished (the WHEN clause is checked before any function call,
+ * so a repair page's rows cost nothing extra). A run's concurrent appenders therefore never touch
+ * its row: only the run guard's two appends do, one after the other. `repaired` is the count of
+ * repaired items the RunFinished carries (null for runs whose summary did not say); `dry_run` marks
+ * dry runs so totals can leave them out.
+ * Migration 5 once built (run_id, id) non-concurrently, kept a statement trigger adding every
+ * appending statement's repairs to the run's row (so concurrent appenders queued on that row lock)
+ * and backfilled the whole ledger in its transaction. Both 5 and 6 now run this light part only
+ * (a table of runs, the trigger swap: milliseconds under a lock timeout); the index, the backfill
+ * and the drop of the now redundant (run_id) index are online steps. The old `repairs` column, where
+ * it exists, is left in place so replicas still running the previous release keep reading it.
  */
-/** Each run's row of sweeper_runs from a set of events: the trigger's new rows, or the whole ledger (backfill). */
-const runsRollupOf = (events: "sweeper_new_events" | "sweeper_events") =>
-  `SELECT run_id,
-    max(substr(stream, 7)) FILTER (WHERE type IN ('RunStarted', 'RunFinished')),
-    min(occurred_at) FILTER (WHERE type = 'RunStarted'),
-    max(occurred_at) FILTER (WHERE type = 'RunFinished'),
-    max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
-    (max((data->>'duration_ms')::numeric) FILTER (WHERE type = 'RunFinished'))::bigint,
-    count(*) FILTER (WHERE stream NOT LIKE 'batch:%')
-  FROM ${events} WHERE run_id IS NOT NULL GROUP BY run_id`
-
-const consoleRollup = Effect.gen(function*() {
+const ledgerRollup = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_run_id_and_id ON sweeper_events (run_id, id) WHERE run_id IS NOT NULL`
   yield* sql`CREATE TABLE IF NOT EXISTS sweeper_runs (
     run_id uuid PRIMARY KEY,
     batch text,
     started_at timestamptz,
     finished_at timestamptz,
     outcome text,
-    duration_ms bigint,
-    repairs bigint NOT NULL DEFAULT 0
+    duration_ms bigint
   )`
+  yield* sql`ALTER TABLE sweeper_runs ADD COLUMN IF NOT EXISTS dry_run boolean NOT NULL DEFAULT false`
+  yield* sql`ALTER TABLE sweeper_runs ADD COLUMN IF NOT EXISTS repaired bigint`
   yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_runs_on_batch_and_finished_at ON sweeper_runs (batch, finished_at)`
-  yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sweeper_runs_rollup() RETURNS trigger LANGUAGE plpgsql AS $fn$
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_backfills (
+    name text PRIMARY KEY,
+    through bigint NOT NULL,
+    target bigint NOT NULL
+  )`
+  yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sweeper_runs_fold() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
-  INSERT INTO sweeper_runs AS r (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
-  ${runsRollupOf("sweeper_new_events")}
-  ON CONFLICT (run_id) DO UPDATE SET
-    batch = coalesce(r.batch, excluded.batch),
-    started_at = coalesce(r.started_at, excluded.started_at),
-    finished_at = coalesce(excluded.finished_at, r.finished_at),
-    outcome = coalesce(excluded.outcome, r.outcome),
-    duration_ms = coalesce(excluded.duration_ms, r.duration_ms),
-    repairs = r.repairs + excluded.repairs;
+  INSERT INTO sweeper_runs AS r (run_id, batch, started_at, finished_at, outcome, duration_ms, dry_run, repaired)
+  VALUES (
+    NEW.run_id,
+    substr(NEW.stream, 7),
+    CASE WHEN NEW.type = 'RunStarted' THEN NEW.occurred_at END,
+    CASE WHEN NEW.type = 'RunFinished' THEN NEW.occurred_at END,
+    CASE WHEN NEW.type = 'RunFinished' THEN NEW.data->>'outcome' END,
+    ${numberField("NEW.data", "duration_ms", "NEW.type = 'RunFinished'")},
+    coalesce(NEW.data->'dryRun' = 'true'::jsonb, false),
+    ${numberField("NEW.data", "repaired", "NEW.type = 'RunFinished'")}
+  )
+  ON CONFLICT (run_id) DO UPDATE SET ${RUN_MERGE};
   RETURN NULL;
 END
 $fn$`)
-  yield* sql`DROP TRIGGER IF EXISTS sweeper_runs_rollup ON sweeper_events`
-  yield* sql.unsafe(`CREATE TRIGGER sweeper_runs_rollup AFTER INSERT ON sweeper_events
-    REFERENCING NEW TABLE AS sweeper_new_events FOR EACH STATEMENT EXECUTE FUNCTION sweeper_runs_rollup()`)
-  yield* sql.unsafe(`INSERT INTO sweeper_runs (run_id, batch, started_at, finished_at, outcome, duration_ms, repairs)
-    ${runsRollupOf("sweeper_events")}
-    ON CONFLICT (run_id) DO NOTHING`)
+  const triggers = yield* sql<{ name: string }>`SELECT tgname AS name FROM pg_trigger
+    WHERE tgrelid = 'sweeper_events'::regclass AND tgname IN ('sweeper_runs_rollup', 'sweeper_runs_fold')`
+  // Each of these takes a lock on sweeper_events: only issued when there is something to change.
+  if (triggers.some((t) => t.name === "sweeper_runs_rollup")) {
+    yield* sql`DROP TRIGGER sweeper_runs_rollup ON sweeper_events`
+    yield* sql`DROP FUNCTION IF EXISTS sweeper_runs_rollup()`
+  }
+  if (!triggers.some((t) => t.name === "sweeper_runs_fold")) {
+    yield* sql.unsafe(`CREATE TRIGGER sweeper_runs_fold AFTER INSERT ON sweeper_events FOR EACH ROW
+      WHEN (NEW.run_id IS NOT NULL AND NEW.type IN ('RunStarted', 'RunFinished') AND NEW.stream LIKE 'batch:%')
+      EXECUTE FUNCTION sweeper_runs_fold()`)
+  }
 })
 
 const ALL = {
@@ -266,7 +279,8 @@ const ALL = {
   "0002_sweeper_tables": sweeperTables,
   "0003_schema_ownership": ownershipRecord,
   "0004_event_retention_indexes": retentionIndexes,
-  "0005_console_rollup": consoleRollup
+  "0005_console_rollup": ledgerRollup,
+  "0006_ledger_rollup": ledgerRollup
 } as const
 
 /** The migrations of a mode: gitlab mode never gets the platform tables. */
@@ -278,6 +292,126 @@ export const migrationsFor = (mode: SchemaMode) =>
   )
 
 const runMigrator = Migrator.make({})
+
+/**
+ * The heavy half of migrations 4–6, run outside any transaction: each step is idempotent and knows
+ * whether it is still pending, so an interrupted run resumes where it stopped. None of them blocks
+ * appends: indexes are built CONCURRENTLY (a leftover invalid one from an interrupted build is
+ * dropped first), the backfill folds id ranges of BACKFILL_RANGE events per statement.
+ */
+export interface OnlineStep {
+  readonly id: number
+  readonly name: string
+  readonly pending: Effect.Effect<boolean, SqlError, SqlClient.SqlClient>
+  readonly run: Effect.Effect<void, SqlError, SqlClient.SqlClient>
+}
+
+/** Events folded per backfill statement: a fraction of a second each, so no run row waits long. */
+export const BACKFILL_RANGE = 50_000
+
+const indexState = (name: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ valid: boolean }>`SELECT i.indisvalid AS valid FROM pg_index i
+      WHERE i.indexrelid = to_regclass(${name})`
+    return rows.length === 0 ? "missing" as const : rows[0]!.valid ? "valid" as const : "invalid" as const
+  })
+
+const concurrentIndex = (id: number, name: string, definition: string): OnlineStep => ({
+  id,
+  name: `build ${name} concurrently`,
+  pending: Effect.map(indexState(name), (state) => state !== "valid"),
+  run: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    if ((yield* indexState(name)) === "invalid") yield* sql.unsafe(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`)
+    yield* sql.unsafe(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${name} ON sweeper_events ${definition}`)
+  })
+})
+
+const backfillDone = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const found = yield* sql<{ found: boolean }>`SELECT to_regclass('sweeper_backfills') IS NOT NULL AS found`
+  if (found[0]?.found !== true) return false
+  const rows = yield* sql<{ done: boolean }>`SELECT through >= target AS done FROM sweeper_backfills
+    WHERE name = 'sweeper_runs'`
+  return rows[0]?.done === true
+})
+
+/**
+ * Every run's row from the batch events already in the ledger, in id ranges up to the newest id
+ * when the backfill began (later events went through the trigger). Progress is recorded with each
+ * range, in the same statement.
+ */
+const backfillRuns: OnlineStep = {
+  id: 6,
+  name: "backfill sweeper_runs in id ranges",
+  pending: Effect.map(backfillDone, (done) => !done),
+  run: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`INSERT INTO sweeper_backfills (name, through, target)
+      SELECT 'sweeper_runs', 0, coalesce(max(id), 0) FROM sweeper_events ON CONFLICT (name) DO NOTHING`
+    while (true) {
+      const rows = yield* sql<{ through: string; target: string }>`SELECT through, target FROM sweeper_backfills
+        WHERE name = 'sweeper_runs'`
+      const through = Number(rows[0]!.through)
+      const target = Number(rows[0]!.target)
+      if (through >= target) return
+      const upTo = Math.min(target, through + BACKFILL_RANGE)
+      yield* sql.unsafe(
+        `WITH folded AS (
+        INSERT INTO sweeper_runs AS r (run_id, batch, started_at, finished_at, outcome, duration_ms, dry_run, repaired)
+        SELECT run_id,
+          max(substr(stream, 7)),
+          min(occurred_at) FILTER (WHERE type = 'RunStarted'),
+          max(occurred_at) FILTER (WHERE type = 'RunFinished'),
+          max(data->>'outcome') FILTER (WHERE type = 'RunFinished'),
+          max(${numberField("data", "duration_ms", "type = 'RunFinished'")}),
+          bool_or(coalesce(data->'dryRun' = 'true'::jsonb, false)),
+          max(${numberField("data", "repaired", "type = 'RunFinished'")})
+        FROM sweeper_events
+        WHERE id > $1 AND id <= $2 AND run_id IS NOT NULL AND stream LIKE 'batch:%'
+          AND type IN ('RunStarted', 'RunFinished')
+        GROUP BY run_id
+        ON CONFLICT (run_id) DO UPDATE SET ${RUN_MERGE}
+        RETURNING 1)
+      UPDATE sweeper_backfills SET through = $2 WHERE name = 'sweeper_runs'`,
+        [through, upTo]
+      )
+    }
+  })
+}
+
+/** (run_id) alone: (run_id, id) serves every read it served, and one index less on the append path. */
+const dropRunIdIndex: OnlineStep = {
+  id: 6,
+  name: "drop index_sweeper_events_on_run_id concurrently",
+  pending: Effect.map(indexState("index_sweeper_events_on_run_id"), (state) => state !== "missing"),
+  run: Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql`DROP INDEX CONCURRENTLY IF EXISTS index_sweeper_events_on_run_id`
+  )
+}
+
+export const ONLINE_STEPS: ReadonlyArray<OnlineStep> = [
+  concurrentIndex(4, "index_sweeper_events_on_occurred_at", "(occurred_at)"),
+  // Partial: only batch streams (a few per run), not the repair streams. Queries must say
+  // `stream LIKE 'batch:%'` literally for the planner to use it.
+  concurrentIndex(4, "index_sweeper_events_on_batch_streams", "(stream, id) WHERE stream LIKE 'batch:%'"),
+  // A run's repairs, paged with a keyset (`run_id = $1 AND id > $after ORDER BY id LIMIT n`): the
+  // index on (run_id) alone orders ties by heap position, so paging would sort the whole run.
+  concurrentIndex(5, "index_sweeper_events_on_run_id_and_id", "(run_id, id) WHERE run_id IS NOT NULL"),
+  backfillRuns,
+  dropRunIdIndex
+]
+
+const stepLabel = (step: OnlineStep) => `${String(step.id).padStart(4, "0")}_${step.name}`
+
+/** The online steps still to run (all of them before the transactional migrations created their tables). */
+export const pendingOnlineSteps = Effect.gen(function*() {
+  const pending: Array<OnlineStep> = []
+  for (const step of ONLINE_STEPS) if (yield* step.pending) pending.push(step)
+  return pending
+})
 
 /** `<id>_<name>` of every migration of `mode` not applied yet (the Migrator runs ids above the latest). */
 export const pendingMigrations = (mode: SchemaMode) =>
@@ -294,18 +428,113 @@ export const pendingMigrations = (mode: SchemaMode) =>
     return all.filter(([id]) => id > latest).map(([id, name]) => `${String(id).padStart(4, "0")}_${name}`)
   })
 
+/** `migrate --plan`: the transactional migrations pending, then the online steps pending. */
+export const pendingPlan = (mode: SchemaMode) =>
+  Effect.gen(function*() {
+    const light = yield* pendingMigrations(mode)
+    const events = yield* SqlClient.SqlClient
+    const ledger = yield* events<{ found: boolean }>`SELECT to_regclass('sweeper_events') IS NOT NULL AS found`
+    // Before sweeper_events exists every step is pending, and costs nothing.
+    const online = ledger[0]?.found === true ? (yield* pendingOnlineSteps).map(stepLabel) : ONLINE_STEPS.map(stepLabel)
+    return [...light, ...online.map((step) => `${step} (online)`)]
+  })
+
 /**
- * Runs pending migrations of `mode`; concurrent processes wait on an advisory lock instead of racing
- * DDL. Mode detection happens under the lock too, so two processes cannot decide differently.
+ * Past this many events the online steps are left to `sweeper migrate`; below it they take a
+ * second or two, so `sweeper start` runs them itself (a fresh or small ledger never needs a step).
  */
-export const migrateWith = (mode: Option.Option<SchemaMode>) =>
+export const ONLINE_INLINE_MAX_EVENTS = 200_000
+
+/** How long the transactional DDL waits for a lock on a table in use before backing off. */
+const LOCK_TIMEOUT = "500ms"
+const MIGRATION_LOCK = 7356201
+
+/** Events in sweeper_events, counted up to `cap` + 1 (a bounded read, never the whole table). */
+const ledgerSize = (cap: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const found = yield* sql<{ found: boolean }>`SELECT to_regclass('sweeper_events') IS NOT NULL AS found`
+    if (found[0]?.found !== true) return 0
+    const rows = yield* sql<{ n: string }>`SELECT count(*) AS n FROM (SELECT 1 FROM sweeper_events LIMIT ${cap + 1}) s`
+    return Number(rows[0]!.n)
+  })
+
+export class HeavyMigrationPending extends Schema.TaggedError<HeavyMigrationPending>()("HeavyMigrationPending", {
+  events: Schema.Number,
+  steps: Schema.Array(Schema.String)
+}) {
+  override get message() {
+    return `sweeper_events holds over ${this.events.toLocaleString("en-US")} events and ${this.steps.length} online ` +
+      `migration step(s) are pending (${this.steps.join(", ")}): run \`sweeper migrate\` first ` +
+      `(appends and repairs go on while it runs), then start again`
+  }
+}
+
+const isLockTimeout = (error: SqlError) => Predicate.isTagged(error.reason, "LockTimeoutError")
+
+/**
+ * Runs what is pending of `mode`'s migrations on one connection that holds a session advisory lock
+ * throughout, so concurrent processes wait instead of racing DDL, and decide the mode under it.
+ * 1. The transactional migrations, with a lock timeout: their DDL on sweeper_events (the trigger
+ *    swap) must never sit in the lock queue with every append queued behind it, so it gives up
+ *    after LOCK_TIMEOUT, rolls back to its savepoint and tries again a moment later.
+ * 2. The online steps, outside any transaction. With `heavy: "refuse"` (`sweeper start`, `run`) a
+ *    ledger over ONLINE_INLINE_MAX_EVENTS with steps pending is refused before anything changes:
+ *    the steps take minutes there, every replica of a deploy would queue on the lock for them past
+ *    its health checks, and one operator-run `sweeper migrate` does them once, with its progress.
+ * Returns the migrations and steps applied, as `[id, name]`.
+ */
+export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly heavy?: "run" | "refuse" } = {}) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // The "transaction" here only pins one connection (the embedded database has no other): it opens
+    // with no BEGIN. The lock is polled for, in autocommit: a process waiting for it inside a
+    // statement would hold a snapshot that the holder's CREATE INDEX CONCURRENTLY waits out, a
+    // deadlock. The transactional migrations get a BEGIN and COMMIT of their own; the online steps
+    // then run on the same connection in autocommit (CREATE INDEX CONCURRENTLY refuses a
+    // transaction block), and the client's closing COMMIT or ROLLBACK, with no transaction open,
+    // only draws a warning from PostgreSQL.
     return yield* sql.withTransaction(Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(7356201)`
-      const detected = yield* detectSchemaMode(mode)
-      return yield* runMigrator({ loader: migrationsFor(detected.mode), table: MIGRATIONS_TABLE })
-    }))
+      yield* Effect.repeat(
+        Effect.map(
+          sql<{ got: boolean }>`SELECT pg_try_advisory_lock(${MIGRATION_LOCK}) AS got`,
+          (rows) => rows[0]?.got === true
+        ),
+        { until: (got) => got, schedule: Schedule.spaced("100 millis") }
+      )
+      const work = Effect.gen(function*() {
+        const detected = yield* detectSchemaMode(mode)
+        if (options.heavy === "refuse") {
+          const size = yield* ledgerSize(ONLINE_INLINE_MAX_EVENTS)
+          if (size > ONLINE_INLINE_MAX_EVENTS) {
+            const steps = yield* pendingOnlineSteps
+            if (steps.length > 0) {
+              return yield* new HeavyMigrationPending({ events: ONLINE_INLINE_MAX_EVENTS, steps: steps.map(stepLabel) })
+            }
+          }
+        }
+        yield* sql`BEGIN`
+        yield* sql.unsafe(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
+        // The Migrator runs in a savepoint of this transaction: a lock timeout rolls back to it.
+        const applied = yield* Effect.retry(
+          runMigrator({ loader: migrationsFor(detected.mode), table: MIGRATIONS_TABLE }),
+          {
+            while: (error) => error instanceof SqlError && isLockTimeout(error),
+            schedule: Schedule.min([Schedule.exponential("200 millis"), Schedule.spaced("2 seconds")]),
+            times: 30
+          }
+        )
+        yield* sql`COMMIT`
+        const online: Array<readonly [number, string]> = []
+        for (const step of yield* pendingOnlineSteps) {
+          yield* Effect.logInfo(`Migration step: ${stepLabel(step)}`)
+          yield* step.run
+          online.push([step.id, step.name])
+        }
+        return [...applied, ...online]
+      })
+      return yield* work.pipe(Effect.ensuring(Effect.ignore(sql`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`)))
+    })).pipe(Effect.provideService(SqlClient.BeginTransaction, "SELECT 1"))
   })
 
 /** Migrates with the mode detected from the database (tests, embedded). */

@@ -1,11 +1,18 @@
 /**
- * RunHistory on PostgreSQL. Every read is bounded by an index of migration 0005: a run's events by
- * (run_id, id), a batch's runs by sweeper_runs (batch, finished_at) — never a scan of the ledger.
+ * RunHistory on PostgreSQL. Every read is bounded by an index: a run's events by (run_id, id), a
+ * batch's runs by sweeper_runs (batch, finished_at), never a scan of the ledger. A run's repairs
+ * are the repaired items its RunFinished carries, not a count of its events.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer } from "effect"
 import type { StoredEvent } from "../../domain/Events.ts"
-import { HISTORY_MAX_RUNS, type RunDetail, RunHistory, type RunPoint } from "../../services/RunHistory.ts"
+import {
+  HISTORY_MAX_RUNS,
+  type HistoryBucket,
+  type RunDetail,
+  RunHistory,
+  type RunPoint
+} from "../../services/RunHistory.ts"
 import { type EventRow, storedEvent as stored } from "./EventLogSql.ts"
 
 const text = (value: unknown) => typeof value === "string" ? value : null
@@ -15,8 +22,7 @@ export const runDetailOf = (
   runId: string,
   started: StoredEvent | undefined,
   finished: StoredEvent | undefined,
-  holds: ReadonlyArray<StoredEvent>,
-  repairs: number
+  holds: ReadonlyArray<StoredEvent>
 ): RunDetail | null => {
   if (started === undefined && finished === undefined) return null
   const any = (finished ?? started)!
@@ -34,7 +40,7 @@ export const runDetailOf = (
     summary: finished?.data.summary ?? null,
     error: text(finished?.data.error),
     holds,
-    repairs
+    repairs: typeof finished?.data.repaired === "number" ? finished.data.repaired : 0
   }
 }
 
@@ -69,13 +75,40 @@ export const historyQuery = (sql: PgClient.PgClient, batch: string, since: Date)
       duration_ms: string | number | null
       outcome: string | null
       repairs: string | number
+      dry_run: boolean
     }
   >`
-    SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM (
-      SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs FROM sweeper_runs
+    SELECT run_id, started_at, finished_at, duration_ms, outcome, repairs, dry_run FROM (
+      SELECT run_id, started_at, finished_at, duration_ms, outcome, coalesce(repaired, 0) AS repairs, dry_run
+      FROM sweeper_runs
       WHERE batch = ${batch} AND finished_at >= ${since}
       ORDER BY finished_at DESC LIMIT ${HISTORY_MAX_RUNS}
     ) newest ORDER BY finished_at`
+
+/** A batch's runs since `since` in epoch-aligned buckets of `bucketMs`: one row per bucket with runs. */
+export const bucketsQuery = (sql: PgClient.PgClient, batch: string, since: Date, bucketMs: number) =>
+  sql<
+    {
+      start: Date
+      runs: string
+      dry_runs: string
+      succeeded: string
+      failed: string
+      repairs: string
+      duration_max: string | null
+      duration_total: string | null
+    }
+  >`
+    SELECT to_timestamp(floor(extract(epoch FROM finished_at) * 1000 / ${bucketMs}) * ${bucketMs} / 1000.0) AS start,
+      count(*) AS runs,
+      count(*) FILTER (WHERE dry_run) AS dry_runs,
+      count(*) FILTER (WHERE NOT dry_run AND outcome = 'succeeded') AS succeeded,
+      count(*) FILTER (WHERE NOT dry_run AND outcome IN ('failed', 'timed_out', 'abandoned')) AS failed,
+      coalesce(sum(repaired) FILTER (WHERE NOT dry_run), 0) AS repairs,
+      max(duration_ms) AS duration_max,
+      sum(duration_ms) AS duration_total
+    FROM sweeper_runs WHERE batch = ${batch} AND finished_at >= ${since}
+    GROUP BY 1 ORDER BY 1`
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
@@ -92,8 +125,7 @@ export const RunHistorySql = Layer.effect(
       if (started === undefined && finished === undefined) return null
       const holds = yield* sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
         WHERE run_id = ${runId} AND type IN ('RepairHeld', 'RepairReleased') ORDER BY id LIMIT 200`
-      const counted = yield* sql<{ repairs: string | number }>`SELECT repairs FROM sweeper_runs WHERE run_id = ${runId}`
-      return runDetailOf(runId, started, finished, holds.map(stored), Number(counted[0]?.repairs ?? 0))
+      return runDetailOf(runId, started, finished, holds.map(stored))
     })
 
     const repairs = Effect.fn("RunHistory.repairs")(
@@ -116,10 +148,25 @@ export const RunHistorySql = Layer.effect(
         finishedAt: row.finished_at,
         durationMs: Number(row.duration_ms ?? 0),
         outcome: row.outcome ?? "unknown",
-        repairs: Number(row.repairs)
+        repairs: Number(row.repairs),
+        dryRun: row.dry_run
       }))
     })
 
-    return RunHistory.of({ run, repairs, history })
+    const buckets = Effect.fn("RunHistory.buckets")(function*(batch: string, since: Date, bucketMs: number) {
+      const rows = yield* bucketsQuery(sql, batch, since, bucketMs)
+      return rows.map((row): HistoryBucket => ({
+        start: row.start,
+        runs: Number(row.runs),
+        dryRuns: Number(row.dry_runs),
+        succeeded: Number(row.succeeded),
+        failed: Number(row.failed),
+        repairs: Number(row.repairs),
+        durationMsMax: Number(row.duration_max ?? 0),
+        durationMsTotal: Number(row.duration_total ?? 0)
+      }))
+    })
+
+    return RunHistory.of({ run, repairs, history, buckets })
   })
 )
