@@ -24,6 +24,7 @@ import { growingSteps, type Held } from "../repair/RepairLoop.ts"
 import * as M from "../services/Metrics.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
+import { deleteStaleDirectUploadsBacklog } from "./DeleteStaleDirectUploadsBacklog.ts"
 
 export interface DeleteStaleDirectUploadsSummary extends Held {
   readonly totalPendingEntries: number
@@ -126,5 +127,6 @@ export const DeleteStaleDirectUploads = {
   // Single flight cluster-wide (SPEC §3): a run past its 6 min tick must not overlap the next one.
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
   writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
-  run: run()
+  run: run(),
+  backlog: deleteStaleDirectUploadsBacklog
 } satisfies Batch<DeleteStaleDirectUploadsSummary, unknown, unknown>

@@ -32,6 +32,7 @@ import * as M from "../services/Metrics.ts"
 import { PlatformRecords } from "../services/PlatformRecords.ts"
 import { RebalanceReschedule } from "../services/RebalanceReschedule.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
+import { rescheduleStuckIssueRebalancesBacklog } from "./RescheduleStuckIssueRebalancesBacklog.ts"
 
 export interface RescheduleStuckIssueRebalancesSummary extends Held {
   readonly namespaceIds: ReadonlyArray<number>
@@ -135,5 +136,6 @@ export const RescheduleStuckIssueRebalances = {
   lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
   // Pushes Issues::RebalancingWorker (Queues) with its duplicate-job keys (QueuesMetadata).
   writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [R.REBALANCING_QUEUE] },
-  run: run()
+  run: run(),
+  backlog: rescheduleStuckIssueRebalancesBacklog
 } satisfies Batch<RescheduleStuckIssueRebalancesSummary, unknown, unknown>

@@ -101,6 +101,12 @@ const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null 
           e(backlog.what)
         }</span>${backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`}`
     }${
+      backlog.note === null
+        ? ""
+        : ` <span class="muted small${backlog.stale ? " stale" : ""}">(${backlog.stale ? "stale: " : ""}${
+          e(backlog.note)
+        })</span>`
+    }${
       backlog.sampledAt === null
         ? ""
         : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`
