@@ -174,6 +174,13 @@ describe("console reads on PostgreSQL", () => {
         (1, 'gone-2', 1, now() - interval '1 hour', now() - interval '1 hour'),
         (1, 'tracked', 1, now() - interval '5 hours', now() - interval '5 hours')`
       redis.set(jobStatusKey("tracked"), "1", { exSeconds: 600 })
+      // A parallel export an hour old whose main worker is gone: inside its 6 h grace, the run leaves it.
+      const [parallel] = yield* sql<{ id: number }>`INSERT INTO project_export_jobs
+        (project_id, jid, status, created_at, updated_at)
+        VALUES (1, 'gone-parallel', 1, now() - interval '1 hour', now() - interval '1 hour') RETURNING id`
+      yield* sql`INSERT INTO project_relation_exports
+        (project_export_job_id, project_id, relation, status, jid, created_at, updated_at)
+        VALUES (${parallel!.id}, 1, 'issues', 1, 'relation-1', now(), now())`
       // Uploads: one stale (prepared 4 h ago: due 1 h ago), one fresh.
       redis.hset("pending_direct_uploads", {
         "uploads:tmp/old": String(Math.floor(now / 1000) - 4 * 3600),
