@@ -27,11 +27,12 @@ export const concurrencyLimitResumeBacklog = Effect.gen(function*() {
   const limits = yield* ConcurrencyLimits
   const known = yield* limits.knownDeferredWorkers(SWEEP)
   const read = known.workers.slice(0, MAX_WORKERS)
-  const unlimited: Array<string> = []
+  const left = { noLimit: 0, breakerOpen: 0 }
   const parts = yield* Effect.forEach(read, (worker) =>
     Effect.gen(function*() {
-      if (!resumesDeferred(yield* limits.limitOf(worker))) {
-        if ((yield* limits.queueSize(worker)) > 0) unlimited.push(worker)
+      const setting = yield* limits.limitOf(worker)
+      if (!resumesDeferred(setting)) {
+        if ((yield* limits.queueSize(worker)) > 0) left[Option.isNone(setting) ? "noLimit" : "breakerOpen"]++
         return []
       }
       const size = yield* limits.queueSize(worker)
@@ -61,7 +62,8 @@ export const concurrencyLimitResumeBacklog = Effect.gen(function*() {
       : stale
       ? `workers as of a discovery ${Math.round(ageMs / 60_000)} min ago`
       : null,
-    unlimited.length > 0 ? `${unlimited.length} with jobs deferred but no limit set, which the run leaves alone` : null
+    left.noLimit > 0 ? `${left.noLimit} with jobs deferred but no limit set, left alone by the run` : null,
+    left.breakerOpen > 0 ? `${left.breakerOpen} with jobs deferred behind an open breaker (limit < 0)` : null
   ].filter((n) => n !== null)
   return { parts: parts.flat(), capped, stale, note: notes.length === 0 ? null : notes.join("; ") }
 }) satisfies Effect.Effect<BacklogReading, unknown, ConcurrencyLimits>
