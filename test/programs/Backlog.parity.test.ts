@@ -16,11 +16,13 @@ import { type ExportJobRecord, MemoryExportJobs } from "../../src/layers/memory/
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryPlatformRecords } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
+import { concurrencyLimitResumeBacklog } from "../../src/programs/ConcurrencyLimitResumeBacklog.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { batches } from "../../src/programs/index.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
+import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -151,6 +153,23 @@ describe("every batch's backlog is its own dry run's repair count", () => {
       assert.deepStrictEqual(resume.reading.parts.map((p) => [p.label, p.count]), [[LIMITED, 2], [UNLIMITED, 3]])
       assert.include(resume.reading.note, "1 with jobs deferred but no limit set")
       assert.include(resume.reading.note, "1 with jobs deferred behind an open breaker")
+    }).pipe(Effect.provide(MemoryPlatform(settings))))
+
+  it.effect("resume's run keeps the backlog's workers known: its own discovery replaces the sweep's", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(DateTime.toEpochMillis(NOW))
+      const limits = yield* ConcurrencyLimits
+      const redis = yield* MemoryRedis
+      // A sample sweeps the (empty) keyspace; a worker deferring right after waits for the next sweep.
+      assert.lengthOf((yield* concurrencyLimitResumeBacklog).parts, 0)
+      redis.set(workerKeys(UNKNOWN).currentLimit, "4")
+      redis.rpush(workerKeys(UNKNOWN).deferred, deferred("1 minute"))
+      assert.lengthOf((yield* concurrencyLimitResumeBacklog).parts, 0, "within SWEEP.every: nothing scanned")
+      // The run's discovery (every minute where the batch runs) is a complete one: the next sample has it.
+      yield* limits.workersWithDeferredJobs
+      const reading = yield* concurrencyLimitResumeBacklog
+      assert.deepStrictEqual(reading.parts.map((p) => [p.label, p.count]), [[UNKNOWN, 1]])
+      assert.isFalse(reading.stale)
     }).pipe(Effect.provide(MemoryPlatform(settings))))
 
   it.effect("prune-events has no reader: nothing of GitLab's waits on it", () =>
