@@ -7,8 +7,9 @@
  * "Oldest" is how long the oldest thing has been due for a repair, so a backlog the batch keeps up
  * with stays under one period whatever the batch's threshold (3 h for uploads, 1 h for builds).
  * The sample is refreshed every BACKLOG_REFRESH by one fiber, and for a batch whose run just
- * finished, never per request; the gauges `sweeper_backlog{batch}` and
- * `sweeper_backlog_oldest_seconds{batch}` exist from start-up (0).
+ * finished, never per request; the gauges `sweeper_backlog{batch}`,
+ * `sweeper_backlog_oldest_seconds{batch}`, `sweeper_backlog_capped{batch}` and
+ * `sweeper_backlog_stale{batch}` exist from start-up (0).
  */
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Duration, Effect, Layer, Metric, Ref, Schedule } from "effect"
@@ -24,6 +25,14 @@ export const backlogGauge = Metric.gauge("sweeper_backlog", {
 })
 export const backlogOldestSeconds = Metric.gauge("sweeper_backlog_oldest_seconds", {
   description: "How long the oldest thing waiting for each batch's repair has been due, seconds (0 when nothing waits)"
+})
+
+export const backlogCapped = Metric.gauge("sweeper_backlog_capped", {
+  description: "1 when each batch's backlog read stopped at its cap: more wait than sweeper_backlog says"
+})
+export const backlogStale = Metric.gauge("sweeper_backlog_stale", {
+  description:
+    "1 when each batch's backlog rests on old knowledge (e.g. a keyspace sweep not yet through): it may miss some"
 })
 
 /** Often enough for a dashboard, rare enough that the reads cost nothing measurable. */
@@ -94,6 +103,8 @@ export const makeBacklog = Effect.gen(function*() {
       const now = yield* nowMs
       for (const b of sampled) {
         yield* setGauge(backlogGauge, b.count, { batch: b.batch })
+        yield* setGauge(backlogCapped, b.capped ? 1 : 0, { batch: b.batch })
+        yield* setGauge(backlogStale, b.stale ? 1 : 0, { batch: b.batch })
         yield* setGauge(
           backlogOldestSeconds,
           b.oldestAt === null ? 0 : Math.max(0, (now - b.oldestAt.getTime()) / 1000),
@@ -116,7 +127,12 @@ export const makeBacklog = Effect.gen(function*() {
 /** The gauges at 0 for every batch, so a scrape before the first sample already has the series. */
 const initialGauges = Effect.forEach(
   batchNames,
-  (batch) => Effect.andThen(setGauge(backlogGauge, 0, { batch }), setGauge(backlogOldestSeconds, 0, { batch })),
+  (batch) =>
+    Effect.forEach(
+      [backlogGauge, backlogOldestSeconds, backlogCapped, backlogStale],
+      (gauge) => setGauge(gauge, 0, { batch }),
+      { discard: true }
+    ),
   { discard: true }
 )
 

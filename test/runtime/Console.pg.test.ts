@@ -216,6 +216,9 @@ describe("console reads on PostgreSQL", () => {
       const text = yield* prometheusText
       assert.include(text, `sweeper_backlog{batch="drop-canceling-builds"} ${BACKLOG_CAP}`)
       assert.include(text, `sweeper_backlog{batch="stuck-export-jobs"} 2`)
+      assert.include(text, `sweeper_backlog_capped{batch="drop-canceling-builds"} 1`)
+      assert.include(text, `sweeper_backlog_capped{batch="stuck-export-jobs"} 0`)
+      assert.include(text, `sweeper_backlog_stale{batch="concurrency-limit-resume"} 0`)
       const oldest = /sweeper_backlog_oldest_seconds\{batch="stuck-export-jobs"\} ([\d.]+)/.exec(text)
       assert.isNotNull(oldest)
       assert.approximately(Number(oldest![1]), 3 * 3600, 10)
