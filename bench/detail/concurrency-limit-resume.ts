@@ -133,6 +133,8 @@ const InstrumentedLimits = Layer.effect(
       })
     return ConcurrencyLimits.of({
       workersWithDeferredJobs: real.workersWithDeferredJobs,
+      knownDeferredWorkers: real.knownDeferredWorkers,
+      oldestDeferred: real.oldestDeferred,
       limitOf: (worker) => track(real.limitOf(worker), true),
       queueSize: (worker) => track(real.queueSize(worker)),
       currentConcurrency: (worker) => track(real.currentConcurrency(worker)),

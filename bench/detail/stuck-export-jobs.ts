@@ -113,6 +113,7 @@ const InstrumentedExportJobs = Layer.effect(
     const real = yield* ExportJobs
     return ExportJobs.of({
       listEnqueued: listTime.time(real.listEnqueued),
+      firstEnqueued: real.firstEnqueued,
       findEnqueued: (ids) => rereadTime.time(real.findEnqueued(ids)),
       failMany: (jobs, now) => failTime.time(real.failMany(jobs, now))
     })

@@ -3,6 +3,7 @@
  * about a batch, as plain data plus the program itself.
  */
 import { Context, DateTime, Duration, Effect, Option } from "effect"
+import type { BacklogReading } from "./Backlog.ts"
 import type { FenceError } from "./Errors.ts"
 import type { RedisStoreName } from "./Health.ts"
 import type { MissedRunPolicy } from "./Schedule.ts"
@@ -37,6 +38,12 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
    * is the run's `repaired` in RunFinished, the one number the console charts for every batch.
    */
   readonly repairedCounts?: ReadonlyArray<string>
+  /**
+   * What waits for this batch's repair now, read by the batch's own query and judged by the same
+   * domain decision its run repairs by (a reader beside the program, `<Program>Backlog.ts`), capped
+   * at BACKLOG_CAP. Sampled by the console on a timer, never per request. Absent: nothing waits.
+   */
+  readonly backlog?: Effect.Effect<BacklogReading, unknown, R>
 }
 
 export interface BatchWrites {

@@ -321,6 +321,16 @@ export interface WorkerLimit {
   readonly source: "redis" | "config"
 }
 
+/**
+ * A negative limit is GitLab's circuit breaker: the pass resumes nothing while it is open. (A worker
+ * with no limit at all, configured or in Redis, is skipped too: its jobs wait for GitLab's own worker.)
+ */
+export const breakerOpen = (limit: number): boolean => limit < 0
+
+/** Whether a pass resumes any of this worker's deferred jobs, capacity allowing: the backlog's rule too. */
+export const resumesDeferred = (setting: Option.Option<WorkerLimit>): boolean =>
+  Option.isSome(setting) && !breakerOpen(setting.value.limit)
+
 /** A `current_limit` override value. */
 export const parseLimitOverride = Schema.decodeUnknownOption(Schema.NumberFromString.check(Schema.isInt()))
 
@@ -385,7 +395,7 @@ export interface PassResult {
  * into a busy loop).
  */
 export const nextPass = (last: PassResult): "stop" | "now" | "wait" =>
-  last.remaining === 0 || last.limit < 0
+  last.remaining === 0 || breakerOpen(last.limit)
     ? "stop"
     : last.limit === 0 && (last.resumed > 0 || last.remaining < last.queueSize)
     ? "now"

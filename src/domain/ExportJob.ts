@@ -34,6 +34,8 @@ export interface EnqueuedExportJob {
   readonly jid: string
   readonly status: number
   readonly createdAt: DateTime.Utc
+  /** When the row last changed: a stuck job has waited for its repair since then at least. */
+  readonly updatedAt: DateTime.Utc
   readonly relationExports: number
 }
 
@@ -62,6 +64,15 @@ export const decideStuckExport = (
   if (isParallelExportInProgress(job, now)) return "skippedParallel"
   if (!completed.has(job.jid)) return "skippedRequeued"
   return "fail"
+}
+
+/**
+ * Since when a job `decideStuckExport` fails has been due for that repair: its last change (the
+ * completed worker left it there), and for a parallel export not before its grace period ended.
+ */
+export const stuckExportDueAt = (job: Pick<EnqueuedExportJob, "relationExports" | "createdAt" | "updatedAt">) => {
+  const graceEnd = DateTime.addDuration(job.createdAt, EXPORT_JOBS_EXPIRATION)
+  return job.relationExports > 0 && DateTime.isGreaterThan(graceEnd, job.updatedAt) ? graceEnd : job.updatedAt
 }
 
 /** Jobs failed per transaction: one guarded UPDATE and one multi-row event INSERT each. */

@@ -27,6 +27,7 @@ import { isolatedEach, leasedPasses, sumHeld, withDeadline } from "../repair/Rep
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import * as M from "../services/Metrics.ts"
+import { concurrencyLimitResumeBacklog } from "./ConcurrencyLimitResumeBacklog.ts"
 
 const NAME = "concurrency-limit-resume"
 
@@ -53,7 +54,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const { limit, queue } = setting.value
   const queueSize = yield* limits.queueSize(worker)
   // A breaker-open or empty worker is only reported; cleaning trackers would write for nothing.
-  if (queueSize > 0 && limit >= 0 && !dryRun) yield* limits.cleanupStaleTrackers(worker)
+  if (queueSize > 0 && !C.breakerOpen(limit) && !dryRun) yield* limits.cleanupStaleTrackers(worker)
   const current = yield* limits.currentConcurrency(worker)
   yield* Effect.all([
     M.setGauge(M.concurrencyLimitQueueJobs, queueSize, { worker }),
@@ -61,7 +62,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
     M.setGauge(M.concurrencyLimitCurrentConcurrentJobs, current, { worker })
   ])
   const stats = { limit, queueSize, current, effectiveLimit: limit, resumed: recovered, remaining: queueSize }
-  if (queueSize === 0 || limit < 0) return Option.some<C.PassResult>(stats)
+  if (queueSize === 0 || C.breakerOpen(limit)) return Option.some<C.PassResult>(stats)
   // The health gate may throttle a positive limit for this pass (SPEC §9 throttleLimits).
   const effectiveLimit = limit > 0 ? yield* (yield* HealthGate).effectiveLimit({ batch: NAME, worker, limit }) : limit
   const toResume = C.resumableCount(effectiveLimit, current)
@@ -131,5 +132,6 @@ export const ConcurrencyLimitResume = {
     concurrencyLimitQueues: true
   },
   repairedCounts: ["resumedJobs"],
-  run: run()
+  run: run(),
+  backlog: concurrencyLimitResumeBacklog
 } satisfies Batch<C.ConcurrencyLimitResumeSummary, unknown, unknown>

@@ -24,6 +24,7 @@ import { growingSteps } from "../repair/RepairLoop.ts"
 import * as M from "../services/Metrics.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import { StaleUploadRepair } from "../services/StaleUploadRepair.ts"
+import { deleteStaleDirectUploadsBacklog } from "./DeleteStaleDirectUploadsBacklog.ts"
 
 export type { DeleteStaleDirectUploadsSummary } from "../domain/DirectUpload.ts"
 
@@ -98,5 +99,6 @@ export const DeleteStaleDirectUploads = {
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
   writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
   repairedCounts: ["totalDeletedStaleEntries"],
-  run: run()
+  run: run(),
+  backlog: deleteStaleDirectUploadsBacklog
 } satisfies Batch<D.DeleteStaleDirectUploadsSummary, unknown, unknown>

@@ -27,6 +27,7 @@ import {
 import { type Held, keysetPages, logIds } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
+import { dropCancelingBuildsBacklog } from "./DropCancelingBuildsBacklog.ts"
 
 export interface DropCancelingBuildsSummary extends Held {
   readonly dropped: number
@@ -102,5 +103,6 @@ export const DropCancelingBuilds = {
   // ci_builds, or GitLab's partitioned p_ci_builds; each build's event in sweeper_events.
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
   repairedCounts: ["dropped", "doomed"],
-  run: run()
+  run: run(),
+  backlog: dropCancelingBuildsBacklog
 } satisfies Batch<DropCancelingBuildsSummary, unknown, unknown>

@@ -32,6 +32,7 @@ import * as M from "../services/Metrics.ts"
 import { PlatformRecords } from "../services/PlatformRecords.ts"
 import { RebalanceReschedule } from "../services/RebalanceReschedule.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
+import { rescheduleStuckIssueRebalancesBacklog } from "./RescheduleStuckIssueRebalancesBacklog.ts"
 
 export interface RescheduleStuckIssueRebalancesSummary extends Held {
   readonly namespaceIds: ReadonlyArray<number>
@@ -118,5 +119,6 @@ export const RescheduleStuckIssueRebalances = {
   // Pushes Issues::RebalancingWorker (Queues) with its duplicate-job keys (QueuesMetadata).
   writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [R.REBALANCING_QUEUE] },
   repairedCounts: ["enqueuedNamespaces", "enqueuedProjects"],
-  run: run()
+  run: run(),
+  backlog: rescheduleStuckIssueRebalancesBacklog
 } satisfies Batch<RescheduleStuckIssueRebalancesSummary, unknown, unknown>

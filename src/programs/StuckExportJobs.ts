@@ -21,6 +21,7 @@ import { each, type Held, logIds } from "../repair/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
+import { stuckExportJobsBacklog } from "./StuckExportJobsBacklog.ts"
 
 export interface StuckExportJobsSummary extends Held {
   /** Queued/started jobs whose Sidekiq status was looked up. */
@@ -107,5 +108,6 @@ export const StuckExportJobs = {
   lease: Option.none(),
   writes: { tables: ["project_export_jobs", "sweeper_events"] },
   repairedCounts: ["failed"],
-  run: run()
+  run: run(),
+  backlog: stuckExportJobsBacklog
 } satisfies Batch<StuckExportJobsSummary, unknown, unknown>

@@ -276,17 +276,20 @@ const chosenHistory = Effect.fnUntraced(function*(batch: string) {
 export const ConsoleServices = ConsoleFeedLive().pipe(Layer.provideMerge(Layer.mergeAll(RunHistorySql, BacklogLive)))
 
 /**
- * A run changes what waits: the backlog is sampled again as soon as any batch's last run changes
+ * A run changes what waits: a batch's backlog is sampled again as soon as its last run changes
  * (checked each second, from the scheduler's memory), so a card never shows the builds its run just
- * dropped for the rest of the 30 s period. Still a timer, never a read per request.
+ * dropped for the rest of the 30 s period. Only that batch: a run of one batch (resume ends one
+ * every minute) must not re-read every other batch's stores.
  */
 export const BacklogAfterRuns = Layer.effectDiscard(Effect.gen(function*() {
   const scheduler = yield* Scheduler
   const backlog = yield* Backlog
-  let last = ""
+  let last: ReadonlyMap<string, string> | null = null
   const check = Effect.gen(function*() {
-    const runs = (yield* scheduler.snapshots).map((s) => s.history.lastRun?.runId ?? "").join(",")
-    if (last !== "" && runs !== last) yield* backlog.refresh
+    const runs = new Map((yield* scheduler.snapshots).map((s) => [s.name, s.history.lastRun?.runId ?? ""]))
+    const previous = last
+    const changed = previous === null ? [] : [...runs].filter(([name, run]) => previous.get(name) !== run)
+    if (changed.length > 0) yield* backlog.refreshOnly(changed.map(([name]) => name))
     last = runs
   })
   yield* Effect.forkScoped(Effect.repeat(check, Schedule.spaced("1 second")))

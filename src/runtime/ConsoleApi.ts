@@ -98,6 +98,8 @@ export const BacklogResponse = Schema.Struct({
     oldestAt: Schema.NullOr(Schema.String),
     oldestSeconds: Schema.NullOr(Schema.Number),
     parts: Schema.Array(PartJson),
+    stale: Schema.Boolean,
+    note: Schema.NullOr(Schema.String),
     error: Schema.NullOr(Schema.String)
   }))
 })

@@ -147,6 +147,12 @@ const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null 
           backlog.oldestAt === null ? "" : `, oldest due ${time(backlog.oldestAt.toISOString())}`
         }`
     }${
+      backlog.note === null
+        ? ""
+        : ` <span class="muted small${backlog.stale ? " stale" : ""}">(${backlog.stale ? "stale: " : ""}${
+          e(backlog.note)
+        })</span>`
+    }${
       backlog.sampledAt === null
         ? ""
         : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`

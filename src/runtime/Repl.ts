@@ -79,5 +79,5 @@ const server = repl.start({ prompt: "sweeper> " })
 server.context.sweeper = sweeper
 server.on("exit", () => {
   // A run asked for and then left by `.exit` would be cancelled by closing the client under it.
-  Promise.allSettled([...pending]).then(() => runtime.dispose()).then(() => process.exit(0), () => process.exit(1))
+  Promise.allSettled(pending).then(() => runtime.dispose()).then(() => process.exit(0), () => process.exit(1))
 })

@@ -1,21 +1,15 @@
 /**
- * What waits for a repair right now, per batch, and how old the oldest is (issue 19 point 3).
+ * What waits for a repair right now, per batch, and how old the oldest is. Each batch's figure is
+ * its own reader's (`Batch.backlog`, beside its program), judged by the batch's own decisions.
  * Read from cheap, bounded reads (a capped count; `capped: true` means "more than `count`"),
  * sampled on a timer by the layer and served from memory, so a page view or a scrape never reads a
  * GitLab table. The dashboard's overview and `/metrics` (`sweeper_backlog{batch}`,
  * `sweeper_backlog_oldest_seconds{batch}`) both show `current`.
  */
 import { Context, type Effect } from "effect"
+import type { BacklogPart } from "../domain/Backlog.ts"
 
-/** One kind of waiting thing (e.g. the deferred jobs of one worker). */
-export interface BacklogPart {
-  readonly label: string
-  readonly count: number
-  /** More than `count` wait: the read stopped at its cap. */
-  readonly capped: boolean
-  /** When the oldest waiting thing became due for a repair; null when none or unknown. */
-  readonly oldestAt: Date | null
-}
+export { BACKLOG_CAP, type BacklogPart } from "../domain/Backlog.ts"
 
 export interface BatchBacklog {
   readonly batch: string
@@ -25,6 +19,10 @@ export interface BatchBacklog {
   readonly capped: boolean
   readonly oldestAt: Date | null
   readonly parts: ReadonlyArray<BacklogPart>
+  /** The figure rests on knowledge older than this sample (see `note`): it may miss what waits. */
+  readonly stale: boolean
+  /** In words, what is capped or stale and why; null when the figure is whole and fresh. */
+  readonly note: string | null
   /** Why this batch's backlog could not be read on the last sample (its store down, …). */
   readonly error: string | null
 }
@@ -35,12 +33,11 @@ export interface BacklogSnapshot {
   readonly batches: ReadonlyArray<BatchBacklog>
 }
 
-/** The most entries any backlog read looks at: a count beyond it is reported as "more than". */
-export const BACKLOG_CAP = 1000
-
 export class Backlog extends Context.Service<Backlog, {
   /** The latest sample, from memory (never a database or Redis read). */
   readonly current: Effect.Effect<BacklogSnapshot>
   /** Samples every batch now and makes it `current` (the layer's timer calls this). */
   readonly refresh: Effect.Effect<BacklogSnapshot>
+  /** Samples only these batches (those a run just changed), the others kept as they were. */
+  refreshOnly(batches: ReadonlyArray<string>): Effect.Effect<BacklogSnapshot>
 }>()("sweeper/services/Backlog") {}

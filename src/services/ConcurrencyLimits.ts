@@ -7,9 +7,9 @@
  * and write the same bytes; the pure rules (key forms, the job shape, what counts as stale) are in
  * domain/ConcurrencyLimit.ts.
  */
-import { Context, type Effect, type Option } from "effect"
+import { Context, type Duration, type Effect, type Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { ConcurrencyLimitSetting, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
+import type { ConcurrencyLimitSetting, DeferredJob, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import type { EventLog } from "./EventLog.ts"
 
@@ -52,6 +52,26 @@ export type RecoveredMove = MovedJobs
  */
 export type RecordMove<E, R> = (move: MovedJobs) => Effect.Effect<void, E, R>
 
+/** The workers known to have deferred jobs, as far as discovery has got without a whole-keyspace scan. */
+export interface KnownDeferredWorkers {
+  /**
+   * Configured workers, those the last complete discovery found (a finished sweep, or a run's own
+   * `workersWithDeferredJobs`), and those the sweep under way has found so far; sorted.
+   */
+  readonly workers: ReadonlyArray<string>
+  /** When the last complete discovery finished; null when none has yet (a worker may be missing). */
+  readonly completeAt: Date | null
+  /** Keys the sweep under way has been handed so far (SCAN COUNT hints summed): its progress. */
+  readonly sweptKeys: number
+}
+
+/** How far one call may advance the incremental sweep: SCAN calls and COUNT hint, at most once per `every`. */
+export interface SweepStep {
+  readonly calls: number
+  readonly count: number
+  readonly every: Duration.Duration
+}
+
 export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
   /**
    * Configured workers plus those whose deferred list or move journal SCAN finds, keeping those
@@ -59,6 +79,14 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
    * their pass reports it).
    */
   readonly workersWithDeferredJobs: Effect.Effect<ReadonlyArray<string>, RedisError>
+  /**
+   * The workers with deferred jobs kept known without scanning the whole keyspace at once: each call
+   * advances one SCAN cursor, carried across calls, by at most `step` (none when the last advance is
+   * under `step.every` old); a finished sweep, or a run's `workersWithDeferredJobs`, replaces the set.
+   */
+  knownDeferredWorkers(step: SweepStep): Effect.Effect<KnownDeferredWorkers, RedisError>
+  /** The head of the deferred list (its oldest job) as parsed; None when empty or unparsable. */
+  oldestDeferred(worker: string): Effect.Effect<Option.Option<DeferredJob>, RedisError | WrongTypeKey>
   /** The Redis `current_limit` override, else the configured limit; None for an unknown worker. */
   limitOf(worker: string): Effect.Effect<Option.Option<WorkerLimit>, RedisError | WrongTypeKey>
   /** LLEN of the deferred list. */

@@ -16,6 +16,8 @@ export interface FailManyResult {
 export class ExportJobs extends Context.Service<ExportJobs, {
   /** (id, jid) of every queued or started job, by id. */
   listEnqueued: Effect.Effect<ReadonlyArray<ExportJobRef>, SqlError>
+  /** The first `limit` of those (the same scan, stopped early): a bounded read for the backlog. */
+  firstEnqueued(limit: number): Effect.Effect<ReadonlyArray<ExportJobRef>, SqlError>
   /** Those of `ids` still queued or started, as they are now, with their relation export counts, by id. */
   findEnqueued(ids: ReadonlyArray<number>): Effect.Effect<ReadonlyArray<EnqueuedExportJob>, SqlError>
   /**

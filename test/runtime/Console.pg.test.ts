@@ -12,9 +12,10 @@ import { SweeperConfig } from "../../src/config/Config.ts"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { jobStatusKey } from "../../src/domain/SidekiqStatus.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { RunHistorySql } from "../../src/layers/postgres/RunHistorySql.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
-import { MemoryBackends } from "../../src/runtime/App.ts"
+import { MemoryBackends, RepairSteps, SqlBackends } from "../../src/runtime/App.ts"
 import { BacklogLive } from "../../src/runtime/Backlog.ts"
 import { readHistory, readRun } from "../../src/runtime/ConsoleApi.ts"
 import { Backlog, BACKLOG_CAP } from "../../src/services/Backlog.ts"
@@ -23,9 +24,13 @@ import { RunHistory } from "../../src/services/RunHistory.ts"
 import { PgTest } from "../support/postgres.ts"
 
 const Console = Layer.mergeAll(RunHistorySql, BacklogLive).pipe(
-  Layer.provideMerge(MemoryBackends),
+  // The batches' own services: each batch's backlog is read through them.
+  Layer.provideMerge(RepairSteps),
+  Layer.provideMerge(Layer.mergeAll(SqlBackends, MemoryBackends, ObjectStorageMemory())),
   Layer.provideMerge(MetricsPrometheus),
-  Layer.provideMerge(SweeperConfig.layerWith({})),
+  Layer.provideMerge(
+    SweeperConfig.layerWith({ concurrencyLimits: { "Releases::CreateEvidenceWorker": { limit: 3, queue: "default" } } })
+  ),
   Layer.provideMerge(PgTest)
 )
 
@@ -170,6 +175,13 @@ describe("console reads on PostgreSQL", () => {
         (1, 'gone-2', 1, now() - interval '1 hour', now() - interval '1 hour'),
         (1, 'tracked', 1, now() - interval '5 hours', now() - interval '5 hours')`
       redis.set(jobStatusKey("tracked"), "1", { exSeconds: 600 })
+      // A parallel export an hour old whose main worker is gone: inside its 6 h grace, the run leaves it.
+      const [parallel] = yield* sql<{ id: number }>`INSERT INTO project_export_jobs
+        (project_id, jid, status, created_at, updated_at)
+        VALUES (1, 'gone-parallel', 1, now() - interval '1 hour', now() - interval '1 hour') RETURNING id`
+      yield* sql`INSERT INTO project_relation_exports
+        (project_export_job_id, project_id, relation, status, jid, created_at, updated_at)
+        VALUES (${parallel!.id}, 1, 'issues', 1, 'relation-1', now(), now())`
       // Uploads: one stale (prepared 4 h ago: due 1 h ago), one fresh.
       redis.hset("pending_direct_uploads", {
         "uploads:tmp/old": String(Math.floor(now / 1000) - 4 * 3600),
@@ -181,7 +193,8 @@ describe("console reads on PostgreSQL", () => {
         deferred,
         ...[600, 300, 10].map((age) => JSON.stringify({ args: [1], context: {}, buffered_at: now / 1000 - age }))
       )
-      redis.sadd("gitlab:issues-position-rebalances:running_rebalances", "1/7", "2/9")
+      // Namespace 1 and project 1 exist; project 9 is gone, and its run never reschedules it.
+      redis.sadd("gitlab:issues-position-rebalances:running_rebalances", "1/1", "2/1", "2/9")
 
       const snapshot = yield* (yield* Backlog).refresh
       const of = (batch: string) => snapshot.batches.find((b) => b.batch === batch)!
@@ -196,7 +209,7 @@ describe("console reads on PostgreSQL", () => {
       near(of("stuck-export-jobs").oldestAt, now - 3 * 3600_000, "export job due since updated_at")
       assert.deepInclude(of("delete-stale-direct-uploads"), { count: 1, capped: false })
       near(of("delete-stale-direct-uploads").oldestAt, now - 3600_000, "upload due 3 h after prepared")
-      assert.deepInclude(of("concurrency-limit-resume"), { count: 3 })
+      assert.deepInclude(of("concurrency-limit-resume"), { count: 3, capped: false })
       near(of("concurrency-limit-resume").oldestAt, now - 600_000, "oldest buffered_at")
       assert.strictEqual(of("reschedule-stuck-issue-rebalances").count, 2)
       assert.deepInclude(of("prune-events"), { count: 0, oldestAt: null })
@@ -204,6 +217,9 @@ describe("console reads on PostgreSQL", () => {
       const text = yield* prometheusText
       assert.include(text, `sweeper_backlog{batch="drop-canceling-builds"} ${BACKLOG_CAP}`)
       assert.include(text, `sweeper_backlog{batch="stuck-export-jobs"} 2`)
+      assert.include(text, `sweeper_backlog_capped{batch="drop-canceling-builds"} 1`)
+      assert.include(text, `sweeper_backlog_capped{batch="stuck-export-jobs"} 0`)
+      assert.include(text, `sweeper_backlog_stale{batch="concurrency-limit-resume"} 0`)
       const oldest = /sweeper_backlog_oldest_seconds\{batch="stuck-export-jobs"\} ([\d.]+)/.exec(text)
       assert.isNotNull(oldest)
       assert.approximately(Number(oldest![1]), 3 * 3600, 10)

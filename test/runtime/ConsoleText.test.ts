@@ -16,7 +16,8 @@ const finishedAgo = (ms: number): RunPoint => ({
   finishedAt: new Date(now.getTime() - ms),
   durationMs: 10,
   outcome: "succeeded",
-  repairs: 1
+  repairs: 1,
+  dryRun: false
 })
 
 describe("console text", () => {

@@ -100,7 +100,8 @@ describe("summaries of retried runs add up all attempts", () => {
         ...builds,
         drop: (build, now) => ++drops === 4 ? Effect.fail(transient as never) : builds.drop(build, now)
       })
-      const batch = { ...DropCancelingBuilds, run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, flaky)) }
+      const { backlog: _backlog, ...descriptor } = DropCancelingBuilds
+      const batch = { ...descriptor, run: DropCancelingBuilds.run.pipe(Effect.provideService(Builds, flaky)) }
       const result = yield* guarded(batch)
       assert.strictEqual(result.outcome, "succeeded")
       assert.deepStrictEqual(result.summary, {
@@ -128,8 +129,9 @@ describe("summaries of retried runs add up all attempts", () => {
         ...builds,
         dropMany: (page, now) => ++pages >= 4 ? Effect.fail(permanent as never) : builds.dropMany(page, now)
       })
+      const { backlog: _backlog, ...descriptor } = DropCancelingBuilds
       const batch = {
-        ...DropCancelingBuilds,
+        ...descriptor,
         run: DropCancelingBuilds.run.pipe(
           Effect.provideService(Builds, broken),
           Effect.provideService(DropBatchSize, 1)

@@ -64,6 +64,7 @@ export const ExportJobsMemory = Layer.effect(
       jid: row.jid,
       status: row.status,
       createdAt: row.createdAt,
+      updatedAt: row.updatedAt,
       relationExports: state.relationExports.filter((r) => r.projectExportJobId === row.id).length
     })
 
@@ -74,6 +75,12 @@ export const ExportJobsMemory = Layer.effect(
         state.afterListEnqueued.splice(0).forEach((hook) => hook())
         return found
       }),
+      // The backlog's read: no race hooks, it is not the run's step 1.
+      firstEnqueued: (limit) =>
+        Effect.sync(() =>
+          [...state.jobs.values()].filter((row) => isEnqueued(row.status)).sort(byId).slice(0, limit)
+            .map((row) => ({ id: row.id, jid: row.jid }))
+        ),
       findEnqueued: (ids) =>
         Effect.sync(() => {
           state.reReads.push([...ids])

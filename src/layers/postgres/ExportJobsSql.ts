@@ -23,6 +23,7 @@ interface JobRow {
   readonly jid: string
   readonly status: number
   readonly created_at: Date
+  readonly updated_at: Date
   readonly relation_exports: string
 }
 
@@ -35,6 +36,7 @@ const toJob = (row: JobRow): EnqueuedExportJob => ({
   jid: row.jid,
   status: row.status,
   createdAt: DateTime.fromDateUnsafe(row.created_at),
+  updatedAt: DateTime.fromDateUnsafe(row.updated_at),
   relationExports: Number(row.relation_exports)
 })
 
@@ -43,6 +45,11 @@ export const enqueuedJobsQuery = (sql: PgClient.PgClient) =>
   sql<
     RefRow
   >`SELECT id, jid FROM project_export_jobs WHERE status IN (${ExportJobStatus.queued}, ${ExportJobStatus.started}) ORDER BY id`
+
+/** The same scan, stopped after `limit` rows (the backlog's bounded read). */
+const firstEnqueuedQuery = (sql: PgClient.PgClient, limit: number) =>
+  sql<RefRow>`SELECT id, jid FROM project_export_jobs
+    WHERE status IN (${ExportJobStatus.queued}, ${ExportJobStatus.started}) ORDER BY id LIMIT ${limit}`
 
 export const ExportJobsSql = Layer.effect(
   ExportJobs,
@@ -59,7 +66,7 @@ export const ExportJobsSql = Layer.effect(
       const found: Array<EnqueuedExportJob> = []
       for (let start = 0; start < ids.length; start += REREAD_SLICE) {
         const rows = yield* sql<JobRow>`
-          SELECT j.id, j.project_id, j.jid, j.status, j.created_at,
+          SELECT j.id, j.project_id, j.jid, j.status, j.created_at, j.updated_at,
             (SELECT count(*) FROM project_relation_exports r WHERE r.project_export_job_id = j.id) AS relation_exports
           FROM project_export_jobs j
           WHERE ${sql.in("j.id", ids.slice(start, start + REREAD_SLICE))} AND j.status IN (${queued}, ${started})
@@ -123,6 +130,9 @@ export const ExportJobsSql = Layer.effect(
       }
     )
 
-    return ExportJobs.of({ listEnqueued, findEnqueued, failMany })
+    const firstEnqueued = (limit: number) =>
+      Effect.map(firstEnqueuedQuery(sql, limit), (rows) => rows.map((row) => ({ id: Number(row.id), jid: row.jid })))
+
+    return ExportJobs.of({ listEnqueued, firstEnqueued, findEnqueued, failMany })
   })
 )

@@ -8,7 +8,7 @@
  * steps and their recovery (README "Resume across stores") — is `makeConcurrencyLimits`, here, so
  * both backends read the same keys and write the same bytes.
  */
-import { Clock, Duration, Effect, Option, Random, Schema } from "effect"
+import { Array as Arr, Clock, Duration, Effect, Option, Random, Schema } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import { decodeUtf8 } from "../../domain/Bytes.ts"
 import {
@@ -45,11 +45,13 @@ import { isWrongType, type RedisError, refineWrongType } from "../../domain/Erro
 import { jidFrom, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import {
   ConcurrencyLimits,
+  type KnownDeferredWorkers,
   type MovedJobs,
   type RecordMove,
   type RecoveredMove,
   type ResumeRequest,
-  type ResumeResult
+  type ResumeResult,
+  type SweepStep
 } from "../../services/ConcurrencyLimits.ts"
 import { EventLog } from "../../services/EventLog.ts"
 
@@ -180,7 +182,45 @@ export const makeConcurrencyLimits = (
     return found
   })
 
+  /**
+   * The incremental discovery's state, for this service's life: the last complete worker set (and
+   * when), and the sweep under way — its cursor, what it found, when it last advanced.
+   */
+  let known: { readonly workers: ReadonlySet<string>; readonly at: number } | null = null
+  let sweep = { cursor: "0", found: new Set<string>(), keys: 0, steppedAt: Number.NEGATIVE_INFINITY }
+  const workerOfKey = (key: string) => Option.map(workerKeyFormOf(key), (w) => byKeyForm.get(w) ?? camelize(w))
+
+  const knownDeferredWorkers = Effect.fn("ConcurrencyLimits.knownDeferredWorkers")(function*(step: SweepStep) {
+    const now = yield* Clock.currentTimeMillis
+    if (now - sweep.steppedAt >= Duration.toMillis(step.every)) {
+      sweep.steppedAt = now
+      for (let call = 0; call < step.calls; call++) {
+        const [next, keys] = yield* store.scan(sweep.cursor, DEFERRED_KEY_PATTERN, step.count)
+        for (const key of keys) Option.map(workerOfKey(key), (worker) => sweep.found.add(worker))
+        sweep.keys += step.count
+        sweep.cursor = next
+        if (next === "0") {
+          known = { workers: sweep.found, at: now }
+          sweep = { cursor: "0", found: new Set(), keys: 0, steppedAt: now }
+          break
+        }
+      }
+    }
+    const workers = new Set([...Object.keys(configured), ...(known?.workers ?? []), ...sweep.found])
+    return {
+      workers: [...workers].sort(),
+      completeAt: known === null ? null : new Date(known.at),
+      sweptKeys: sweep.keys
+    } satisfies KnownDeferredWorkers
+  })
+
+  const oldestDeferred = (worker: string) => {
+    const key = workerKeys(worker).deferred
+    return Effect.map(onKey(key, store.lrange(key, 0, 0)), (head) => Option.flatMap(Arr.head(head), parseDeferred))
+  }
+
   const workersWithDeferredJobs = Effect.gen(function*() {
+    const startedAt = yield* Clock.currentTimeMillis
     const candidates = new Set(Object.keys(configured))
     const discovered = yield* scanKeyForms(DEFERRED_KEY_PATTERN, workerKeyFormOf)
     // A journal is left only by a mover that died; its worker may have nothing deferred any more.
@@ -200,6 +240,8 @@ export const makeConcurrencyLimits = (
       if (size > 0) found.push(worker)
     }
     for (const worker of journaled) if (!found.includes(worker)) found.push(worker)
+    // The run's whole scan is a complete discovery: the backlog's sweep need not repeat it.
+    known = { workers: new Set(discovered), at: startedAt }
     return found
   }).pipe(Effect.withSpan("ConcurrencyLimits.workersWithDeferredJobs"))
 
@@ -446,6 +488,8 @@ export const makeConcurrencyLimits = (
 
   return ConcurrencyLimits.of({
     workersWithDeferredJobs,
+    knownDeferredWorkers,
+    oldestDeferred,
     limitOf,
     queueSize,
     currentConcurrency,
