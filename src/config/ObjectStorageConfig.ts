@@ -1,5 +1,5 @@
 /**
- * `SWEEPER_OBJECT_STORAGE` (SPEC §8.4), decoded and validated at the edge so that no later step can
+ * `SWEEPER_OBJECT_STORAGE`, decoded and validated at the edge so that no later step can
  * turn a bad value into a wrong delete. Two JSON forms:
  *
  * - GitLab's consolidated object-store form:

@@ -1,5 +1,5 @@
 /**
- * Pending direct uploads (SPEC §3), as GitLab's ObjectStorage::PendingDirectUpload keeps them: one
+ * Pending direct uploads, as GitLab's ObjectStorage::PendingDirectUpload keeps them: one
  * Redis hash, field `<location>:<path>`, value = the epoch second the upload was prepared. An entry
  * still there hours later belongs to an upload that never completed.
  */
@@ -19,7 +19,7 @@ export const MAX_EXEC_DURATION = Duration.seconds(250)
  * HSCAN COUNT hint: fields fetched per round trip, and the largest step delete-stale-direct-uploads
  * repairs at once. Each step costs a fixed set of round trips (fence, HMGET, the events' INSERT and
  * its commit, the compare-and-delete script) however few stale entries it holds, so larger pages
- * amortise them (issue 9: at 1000 a page these round trips, not Redis, bounded the run). A page
+ * amortise them (at 1000 a page these round trips, not Redis, bounded the run). A page
  * of 5000 fields is a few hundred kB, and the compare-and-delete script over its stale ones (1000
  * at 20 % stale) holds Redis for about a millisecond. S3's 1,000 keys per DeleteObjects request are
  * the store layer's concern (it splits).
@@ -185,7 +185,7 @@ export const isStale = (upload: Pick<PendingDirectUpload, "preparedAt">, now: Da
   staleAt(now)(upload)
 
 /**
- * What became of one stale upload in a repair step (SPEC §3): its object `deleted` or already
+ * What became of one stale upload in a repair step: its object `deleted` or already
  * `missing` (both count as deleted), its location `unconfigured` (no store: only the field goes),
  * `vanished` (the field was gone or held another value by the time the step came to record it: not
  * ours to record or remove), or its object could not be deleted (`failed`, the storage's error).

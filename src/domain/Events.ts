@@ -1,5 +1,5 @@
 /**
- * Every run and every repair is an event in `sweeper_events` (SPEC §6). Each event class knows its
+ * Every run and every repair is an event in `sweeper_events`. Each event class knows its
  * stream; `data` is the class's encoded fields.
  */
 import { Schema } from "effect"
@@ -129,7 +129,7 @@ export class EventsPruned extends Schema.TaggedClass<EventsPruned>()("EventsPrun
 }) {}
 
 /**
- * The health gate held the batch (SPEC §9): `signal` (a configuration key, or a Prometheus rule's
+ * The health gate held the batch: `signal` (a configuration key, or a Prometheus rule's
  * name) read `value` (in its unit; null when unreadable and configured `onUnknown: "hold"`) past
  * its stop `threshold`. One pair per hold, not per check.
  */
@@ -179,7 +179,7 @@ export const DomainEvent = Schema.Union([
 export type DomainEvent = typeof DomainEvent.Type
 export type EventType = DomainEvent["_tag"]
 
-/** The stream an event belongs to (SPEC §6). */
+/** The stream an event belongs to. */
 export const streamOf = (event: DomainEvent): string => {
   switch (event._tag) {
     case "RunStarted":

@@ -1,6 +1,5 @@
 /**
- * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker (seed:
- * concurrency-limit-resume.ja.md, SPEC §5). GitLab's Sidekiq middleware defers a job whose worker
+ * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker. GitLab's Sidekiq middleware defers a job whose worker
  * is at its concurrency limit to a per-worker Redis list; nothing runs it again unless this batch
  * moves it back to the worker's Sidekiq queue once the worker has free capacity. Without this,
  * deferred jobs wait forever.
@@ -28,7 +27,7 @@ import * as M from "../services/Metrics.ts"
 
 const NAME = "concurrency-limit-resume"
 
-/** One pass over one worker (SPEC §5 "Per-worker pass"); None for an unknown worker. */
+/** One pass over one worker; None for an unknown worker. */
 const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const limits = yield* ConcurrencyLimits
   const { dryRun } = yield* CurrentRun
@@ -57,7 +56,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   ])
   const stats = { limit, queueSize, current, effectiveLimit: limit, resumed: recovered, remaining: queueSize }
   if (queueSize === 0 || limit < 0) return Option.some<C.PassResult>(stats)
-  // The health gate may throttle a positive limit for this pass (SPEC §9 throttleLimits).
+  // The health gate may throttle a positive limit for this pass.
   const effectiveLimit = limit > 0 ? yield* (yield* HealthGate).effectiveLimit({ batch: NAME, worker, limit }) : limit
   const toResume = C.resumableCount(effectiveLimit, current)
   yield* (first || toResume > 0 ? Effect.logInfo : Effect.logDebug)("Concurrency limit worker stats").pipe(

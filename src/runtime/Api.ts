@@ -90,7 +90,7 @@ export const BatchViewSchema = Schema.Struct({
   /** The console's: the running run's progress and the last backlog sample (Console.ts), as drawn. */
   live: Schema.optional(Schema.NullOr(Schema.Unknown)),
   backlog: Schema.optional(Schema.Unknown),
-  /** What the health gate holds the batch on now, one line each (SPEC §9). */
+  /** What the health gate holds the batch on now, one line each. */
   holds: Schema.optional(Schema.Array(Schema.String))
 })
 

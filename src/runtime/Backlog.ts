@@ -1,5 +1,5 @@
 /**
- * Backlog sampled on a timer (issue 19 point 3). Each batch has one bounded reader:
+ * Backlog sampled on a timer. Each batch has one bounded reader:
  *
  * - drop-canceling-builds: canceling builds past the 1 h cutoff, the first BACKLOG_CAP + 1 of the
  *   canceling index (the scan's own partial index), due since max(created_at, updated_at) + 1 h;

@@ -1,5 +1,5 @@
 /**
- * The console's pages and services (issue 19), registered on the HTTP router beside the JSON API:
+ * The console's pages and services, registered on the HTTP router beside the JSON API:
  *
  *   GET /                  every batch as a card, with its backlog and, while it runs, its progress
  *   GET /batches/:name     a batch: its card, configuration, history charts (?window=24h|7d|30d), runs

@@ -153,7 +153,7 @@ export const local = Layer.succeed(
         ({ batch, cronText, cron, disabled }) =>
           Effect.gen(function*() {
             const history = yield* loadHistory(batch.name)
-            // What holds it now, from its stream (whichever process holds it): SPEC §9.
+            // What holds it now, from its stream, so the answer is the same whichever process holds it.
             const recent = yield* events.query({ stream: `batch:${batch.name}`, newestFirst: true, limit: 200 })
             const holds = openHolds([...recent].reverse()).map((hold) => hold.text)
             return {
@@ -187,7 +187,7 @@ export const local = Layer.succeed(
           budget: request.budget,
           asOf: request.asOf
         })
-        // A dry run only reads, so it never migrates (SPEC §8.1).
+        // A dry run only reads, so it never migrates.
       }).pipe(Effect.provide(request.dryRun ? ReadOnlyAppLayer : AppLayer)),
     setPaused: (batch, action) => recordPause(batch, action, actor()).pipe(Effect.provide(AppLayer))
   })

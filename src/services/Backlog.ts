@@ -1,5 +1,5 @@
 /**
- * What waits for a repair right now, per batch, and how old the oldest is (issue 19 point 3).
+ * What waits for a repair right now, per batch, and how old the oldest is.
  * Read from cheap, bounded reads (a capped count; `capped: true` means "more than `count`"),
  * sampled on a timer by the layer and served from memory, so a page view or a scrape never reads a
  * GitLab table. The dashboard's overview and `/metrics` (`sweeper_backlog{batch}`,

@@ -1,5 +1,5 @@
 /**
- * GitLab's Sidekiq concurrency limit state (SPEC §5): which workers have deferred jobs, their limits,
+ * GitLab's Sidekiq concurrency limit state: which workers have deferred jobs, their limits,
  * how many of their jobs run now, and the move that resumes deferred jobs into their Sidekiq queue.
  *
  * The contract only. Both backends are built by `makeConcurrencyLimits`

@@ -1,5 +1,5 @@
 /**
- * The write step of reschedule-stuck-issue-rebalances (SPEC §4) as one operation: one bulk push of
+ * The write step of reschedule-stuck-issue-rebalances as one operation: one bulk push of
  * Issues::RebalancingWorker for the containers of one type, each container's RebalanceRescheduled
  * event written *before* its push. Why before: the jids are chosen and the de-duplication claims
  * checked first, so each event already says what the push will do (a new job and its jid, or a

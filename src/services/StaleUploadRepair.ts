@@ -1,5 +1,5 @@
 /**
- * The write step of delete-stale-direct-uploads (SPEC §3) as one operation, so the program is the
+ * The write step of delete-stale-direct-uploads as one operation, so the program is the
  * seed's flowchart and the order that loses nothing lives with the backends it spans (object
  * storage, the pending hash, the event log): objects, then events, then entries. The entry is the
  * record that the repair is not finished, so it goes last (README, Failure handling).

@@ -1,5 +1,5 @@
 /**
- * The three Redis deployments Sweeper must work on (SPEC §8.2), for contract and integration tests:
+ * The three Redis deployments Sweeper must work on, for contract and integration tests:
  *
  * - `"single"`  — one server for every store: a claimed db of the shared test Redis (./redis.ts).
  * - `"split"`   — three separate `redis-server`s, one per store (SharedState, Queues, QueuesMetadata).
@@ -254,7 +254,7 @@ export const startCluster = (): Promise<RedisServers> => (cluster ??= startServe
     }
   }))
 
-/** The URL list a Sweeper process takes for the test cluster (SPEC §8.2 seed-node form). */
+/** The URL list a Sweeper process takes for the test cluster (the seed-node form). */
 export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `redis://127.0.0.1:${p}`).join(",")
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /**
- * The health gate (SPEC §9) as configured by SWEEPER_HEALTH: a sampler fiber reads every signal on
+ * The health gate as configured by SWEEPER_HEALTH: a sampler fiber reads every signal on
  * every subject the registered batches write (their tables, Redis stores, Sidekiq queues) once a
  * second, off the repair path; `beforeUnit` only compares the latest readings with the thresholds,
  * so a healthy gate costs a few comparisons per page. While any signal is past its stop threshold

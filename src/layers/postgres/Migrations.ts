@@ -1,5 +1,5 @@
 /**
- * Sweeper's schema (SPEC §7, §8.1). Two sets of migrations, chosen by the schema mode:
+ * Sweeper's schema. Two sets of migrations, chosen by the schema mode:
  * - both modes: Sweeper's own `sweeper_*` tables (event log, lease fences, ownership record);
  * - standalone only: the platform tables with GitLab's names, types and encodings, for a database
  *   Sweeper owns (embedded default, demos, tests). Each table is created only when absent and
@@ -204,7 +204,7 @@ const retentionIndexes = Effect.gen(function*() {
 })
 
 /**
- * The console (issue 19). Two reads must stay fast on a ledger of millions of events:
+ * The console. Two reads must stay fast on a ledger of millions of events:
  * - a run's repairs, paged with a keyset (`run_id = $1 AND id > $after ORDER BY id LIMIT n`): the
  *   index on (run_id) alone orders ties by heap position, so paging would sort the whole run;
  *   (run_id, id) walks straight to the page.

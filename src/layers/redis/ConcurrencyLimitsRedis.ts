@@ -1,5 +1,5 @@
 /**
- * ConcurrencyLimits on real Redis, each key in its GitLab store (SPEC §8.2): deferred and dead lists
+ * ConcurrencyLimits on real Redis, each key in its GitLab store: deferred and dead lists
  * and move journals in SharedState, trackers and reserved slots in QueuesMetadata, Sidekiq's queues
  * and work hashes in Queues. Reads are plain commands (SCAN with MATCH/COUNT, never KEYS); every
  * compare-and-act step is a Lua script over keys of ONE store and ONE cluster slot, and no step
@@ -36,7 +36,7 @@ import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedS
 
 /**
  * The scripts push their elements with variadic RPUSH/LPUSH, this many per call (LPUSH k a b c is
- * LPUSH k a, LPUSH k b, LPUSH k c: the same list), not one redis.call per element (issue 9: the
+ * LPUSH k a, LPUSH k b, LPUSH k c: the same list), not one redis.call per element (the
  * scripts' server time for 100,000 jobs went from 0.83–0.85 s to 0.57–0.76 s, Redis SLOWLOG). Lua's
  * unpack takes at most ~8000 values, so larger moves go in chunks.
  */
