@@ -3,7 +3,8 @@
  * turn a bad value into a wrong delete. Two JSON forms:
  *
  * - GitLab's consolidated object-store form:
- *   `{"connection": {"provider": "AWS" | "AzureRM" | "Local", …}, "objects": {"<location>": {"bucket": "name[/prefix]"} | {"root": "/abs/dir"}}}`
+ *   `{"connection": {"provider": "AWS" | "AzureRM" | "Local", …},`
+ *   ` "objects": {"<location>": {"bucket": "name[/prefix]"} | {"root": "/abs/dir"}}}`
  *   (`connection` may be left out when every object names a `root`);
  * - the older location → root form: `{"artifacts": "/srv/objects/artifacts"}`.
  *

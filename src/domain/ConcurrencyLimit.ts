@@ -333,10 +333,16 @@ export const parseCounter = (value: string | null): number =>
       onSome: (n) => Math.max(n, 0)
     })
 
-/** One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for limit 0), so a short TTL suffices. */
+/**
+ * One pass per worker cluster-wide. Renewed before every pass (1 s apart, or back to back for limit 0), so a short
+ * TTL suffices.
+ */
 export const workerLeaseName = (worker: string) => `sweeper/concurrency_limit_resume/${underscore(worker)}`
 export const WORKER_LEASE_TTL = Duration.seconds(15)
-/** Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled workers must not mean hundreds of Redis loops). */
+/**
+ * Per-worker passes run concurrently, but no more than this many at once (hundreds of throttled workers must not mean
+ * hundreds of Redis loops).
+ */
 export const MAX_CONCURRENT_WORKER_PASSES = 16
 
 export interface WorkerResumeSummary {
@@ -446,7 +452,10 @@ export const workerOutcome = (
   return { _tag: "Processed", summary: workerSummary(worker, [first, ...rest]), held: { heldMs, heldBy } }
 }
 
-/** The run's summary, short of the held time: the workers processed, the jobs resumed, the workers skipped for a wrong-type key. */
+/**
+ * The run's summary, short of the held time: the workers processed, the jobs resumed, the workers skipped for a
+ * wrong-type key.
+ */
 export interface ResumeRunSummary {
   readonly workers: ReadonlyArray<WorkerResumeSummary>
   readonly resumedJobs: number

@@ -105,7 +105,9 @@ export class ConcurrencyLimitJobsResumed
     worker: Schema.String,
     queue: Schema.String,
     count: Schema.Number,
-    /** The worker's limit at the pass that wrote the event; null for a move recovered after the worker lost its limit. */
+    /**
+     * The worker's limit at the pass that wrote the event; null for a move recovered after the worker lost its limit.
+     */
     limit: Schema.NullOr(Schema.Number),
     /** The resumed jobs, first buffered first. */
     jids: Schema.Array(Schema.String)

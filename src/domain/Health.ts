@@ -463,7 +463,9 @@ export interface WriteSet {
   readonly queues: ReadonlyArray<string>
 }
 
-/** The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole database / server. */
+/**
+ * The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole database / server.
+ */
 export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<string> => {
   switch (rule.source._tag) {
     case "ReplicationLag":

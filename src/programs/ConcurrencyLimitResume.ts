@@ -1,5 +1,6 @@
 /**
- * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker. GitLab's Sidekiq middleware defers a job whose worker
+ * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker. GitLab's Sidekiq middleware defers a
+ * job whose worker
  * is at its concurrency limit to a per-worker Redis list; nothing runs it again unless this batch
  * moves it back to the worker's Sidekiq queue once the worker has free capacity. Without this,
  * deferred jobs wait forever.
@@ -9,7 +10,8 @@
  * = limit − (running + resumed-not-started), and that many jobs moved from the head of the list in
  * one atomic step. While jobs remain the pass repeats: every second for a positive limit (GitLab
  * reschedules itself 1 s later; capacity frees as jobs finish, not with time), back to back in
- * moves of up to MAX_RESUME_UNLIMITED for limit 0 (unlimited: nothing to wait for), until the list is empty, the circuit breaker opens (limit < 0) or the run's budget (55 s,
+ * moves of up to MAX_RESUME_UNLIMITED for limit 0 (unlimited: nothing to wait for), until the list is empty, the
+ * circuit breaker opens (limit < 0) or the run's budget (55 s,
  * inside the one-minute cron period) ends — the next tick carries on.
  *
  * GitLab schedules one ResumeWorker job per worker; here the per-worker passes run concurrently in

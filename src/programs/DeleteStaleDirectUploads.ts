@@ -1,5 +1,6 @@
 /**
- * delete-stale-direct-uploads — port of GitLab's ObjectStorage::DeleteStaleDirectUploadsWorker. A direct upload registers `<location>:<path>` in the
+ * delete-stale-direct-uploads — port of GitLab's ObjectStorage::DeleteStaleDirectUploadsWorker. A direct upload
+ * registers `<location>:<path>` in the
  * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
  * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
  * Such objects are deleted, then their events recorded, then their entries removed, in page-sized

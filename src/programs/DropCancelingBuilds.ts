@@ -1,5 +1,6 @@
 /**
- * drop-canceling-builds — port of GitLab's Ci::StuckBuilds::DropCancelingWorker. Builds stuck in `canceling` for over an hour (created_at
+ * drop-canceling-builds — port of GitLab's Ci::StuckBuilds::DropCancelingWorker. Builds stuck in `canceling` for over
+ * an hour (created_at
  * and updated_at both) are failed with stuck_or_timeout_failure, a keyset page (100 by default,
  * `SWEEPER_DROP_BATCH_SIZE`) at a time, each page in one fenced transaction. A build whose row
  * keeps changing under us (optimistic lock conflicts) is retried on its own, then doomed as

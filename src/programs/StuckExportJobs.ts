@@ -1,5 +1,6 @@
 /**
- * stuck-export-jobs — port of GitLab's StuckExportJobsWorker. A project export whose Sidekiq job has completed (its `gitlab-sidekiq-status:<jid>` key
+ * stuck-export-jobs — port of GitLab's StuckExportJobsWorker. A project export whose Sidekiq job has completed (its
+ * `gitlab-sidekiq-status:<jid>` key
  * is gone: the worker crashed, was killed, or the status expired) while the export job row still
  * says queued/started will never progress: it is marked failed so the user sees the truth and can
  * retry.

@@ -13,7 +13,10 @@ import type { RedisError } from "../domain/Errors.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"
 
 export class RebalanceReschedule extends Context.Service<RebalanceReschedule, {
-  /** Pushes one job per id (in order), de-duplicated until executed; how many were pushed and how many were duplicates. */
+  /**
+   * Pushes one job per id (in order), de-duplicated until executed; how many were pushed and how many were
+   * duplicates.
+   */
   reschedule(
     type: RebalanceType,
     ids: ReadonlyArray<number>

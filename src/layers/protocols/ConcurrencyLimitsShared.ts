@@ -80,7 +80,8 @@ export type BeginOutcome =
 
 /**
  * The Redis primitives the service is built from, grouped by the GitLab store their keys live in,
- * since on a cluster or split deployment each store is its own server. Every compare-and-act step touches one store and one cluster slot; nothing relies on
+ * since on a cluster or split deployment each store is its own server. Every compare-and-act step touches one store
+ * and one cluster slot; nothing relies on
  * atomicity across steps (README "Resume across stores").
  */
 export interface ConcurrencyLimitStore {

@@ -9,7 +9,8 @@
  * - BEGIN_MOVE (SharedState, slot `{w}`): if no journal is pending and the deferred list still starts
  *   with exactly the bytes we read and decided on, LTRIM them off, RPUSH the unparsable ones to the
  *   dead list (byte for byte: Lua holds the raw elements; its TTL refreshed) and write the journal — header (with
- *   the dead count) and jobs; a header alone when all were unparsable, so their record survives a crash — with its TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
+ *   the dead count) and jobs; a header alone when all were unparsable, so their record survives a crash — with its
+ *   TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
  * - RESERVE (QueuesMetadata, one key): INCRBY pending_resumed and reset its TTL.
  * - PUSH (Queues, slot of `queue:<q>`: the marker carries its hash tag): SET marker NX, and only if
  *   it was not there LPUSH the jobs, so a replay never pushes a batch twice.
