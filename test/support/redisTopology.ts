@@ -100,7 +100,8 @@ const waitUntil = async (
   what: string,
   probe: () => Promise<boolean>,
   gaveUp: () => boolean = () => false,
-  timeoutMs = 30_000
+  // Generous: on a busy 2-core machine a server or a cluster can take far longer than when idle.
+  timeoutMs = 120_000
 ) => {
   const deadline = Date.now() + timeoutMs
   let last: unknown
@@ -233,7 +234,7 @@ export const startCluster = (): Promise<RedisServers> => (cluster ??= startServe
       "--cluster-yes"
     ], {
       encoding: "utf8",
-      timeout: 30_000
+      timeout: 120_000
     })
     if (created.status !== 0) {
       throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
