@@ -35,7 +35,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
   // Each move's events are appended by the service's `recordMoves` between the push and the end of
-  // the move's journal (README, Failure handling): a crash before them leaves the journal, whose
+  // the move's journal (docs/operations.md, Failure handling): a crash before them leaves the journal, whose
   // recovery appends them; a crash after them, before the end, appends them twice — never not at all.
   const record = limits.recordMoves(worker, setting)
   // A move a dead process left half done is finished first, whatever the limit says now (even for a

@@ -5,7 +5,7 @@
  * checked first, so each event already says what the push will do (a new job and its jid, or a
  * duplicate of the pending job); a crash between the events and the push leaves events for a push
  * that did not happen, and the container, still in the running set, is pushed and recorded again by
- * the next run — an extra event, never a push without one (README, Failure handling).
+ * the next run — an extra event, never a push without one (docs/operations.md, Failure handling).
  */
 import { Context, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"

@@ -2,7 +2,7 @@
  * The write step of delete-stale-direct-uploads as one operation, so the program is the
  * seed's flowchart and the order that loses nothing lives with the backends it spans (object
  * storage, the pending hash, the event log): objects, then events, then entries. The entry is the
- * record that the repair is not finished, so it goes last (README, Failure handling).
+ * record that the repair is not finished, so it goes last (docs/operations.md, Failure handling).
  */
 import { Context, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"

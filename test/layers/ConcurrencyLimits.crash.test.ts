@@ -1,5 +1,5 @@
 /**
- * The resume move across stores (README "Resume across stores") with the process dying
+ * The resume move across stores (docs/architecture.md, "Resume across stores") with the process dying
  * between every two steps — in memory, on one Redis, on three Redis servers (one per store) and on a
  * Redis Cluster. The fault is injected in the store primitives: the mover's fiber is interrupted
  * right before (or right after) its k-th protocol step, and its service instance is thrown away (all

@@ -3,7 +3,7 @@
  * and move journals in SharedState, trackers and reserved slots in QueuesMetadata, Sidekiq's queues
  * and work hashes in Queues. Reads are plain commands (SCAN with MATCH/COUNT, never KEYS); every
  * compare-and-act step is a Lua script over keys of ONE store and ONE cluster slot, and no step
- * relies on atomicity with another — the move protocol (README "Resume across stores") makes the
+ * relies on atomicity with another — the move protocol (docs/architecture.md, "Resume across stores") makes the
  * sequence safe wherever the process dies:
  *
  * - BEGIN_MOVE (SharedState, slot `{w}`): if no journal is pending and the deferred list still starts
