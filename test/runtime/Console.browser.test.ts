@@ -30,6 +30,8 @@ const browser = Effect.acquireRelease(
   Effect.promise(async () => {
     assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
     return chromium.launch({
+      // Readiness, not a guess: a busy 2-core machine may take far longer than playwright's 30 s.
+      timeout: 180_000,
       executablePath: CHROMIUM,
       args: [
         "--headless",
