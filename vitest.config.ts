@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url"
 import { defineConfig } from "vitest/config"
 
 export default defineConfig({
@@ -6,6 +7,10 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // Storage tests each get their own database / Redis db; two workers fit the 2-core machines.
-    maxWorkers: 2
+    maxWorkers: 2,
+    // A passing test's logs are noise; a failing one's are the evidence, printed beside its error.
+    silent: "passed-only",
+    // One dot per test while it runs; the failures' errors, then their names and the totals, last.
+    reporters: ["dot", fileURLToPath(new URL("./test/support/failuresLast.ts", import.meta.url))]
   }
 })

@@ -7,7 +7,7 @@
  * stdout stays clean for `--json`.
  */
 // Subpaths, not the package barrel: the barrel also loads its Redis client (node-redis, ~480
-// modules), WebSocket, cluster and RPC modules, which the supervisor never uses (issue 9: idle RSS).
+// modules), WebSocket, cluster and RPC modules, which the supervisor never uses (idle RSS).
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Cause, ConfigProvider, Console, Effect, Exit, Layer, Runtime } from "effect"
@@ -49,8 +49,7 @@ const Presenter = CliOutput.layerPresenter({
 })
 
 cli.pipe(
-  Effect.provide(Layer.mergeAll(NodeServices.layer, Presenter)),
-  Effect.provide(LoggingLive),
+  Effect.provide(Layer.mergeAll(NodeServices.layer, Presenter, LoggingLive)),
   // Outermost, so LoggingLive reads the environment the same way: an empty value is not "unset".
   Effect.provideService(ConfigProvider.ConfigProvider, environment),
   Effect.catchTags({
@@ -69,7 +68,7 @@ cli.pipe(
     InfrastructureUnavailable: (error) => fail(3, error.message),
     NoSupervisor: (error) => fail(3, error.message),
     PauseNotRecorded: (error) => fail(3, error.message),
-    // The schema is not what Sweeper needs (SPEC §8.1): one line, nothing created.
+    // The schema is not what Sweeper needs: one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),
     HeavyMigrationPending: (error) => usageError(error.message),
     MissingColumn: (error) => usageError(error.message)

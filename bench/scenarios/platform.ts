@@ -2,7 +2,7 @@
  * The production layers a Sweeper phase runs on (runtime/App.ts's SQL and Redis backends over the
  * phase's fresh database and Redis db), and running one batch through the run guard on them.
  */
-import { type Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Data, type Duration, Effect, Layer, Option, Redacted } from "effect"
 import { performance } from "node:perf_hooks"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/config/Config.ts"
 import type { Batch } from "../../src/domain/Batch.ts"
@@ -87,8 +87,13 @@ export const runOnce = (batch: Batch<unknown, unknown, any>, context: PhaseConte
       )
   )
 
+/** A measured run that did not succeed. */
+export class RunNotSucceeded extends Data.TaggedError("RunNotSucceeded")<{ readonly message: string }> {}
+
 /** Fails the phase loudly when the run did not succeed: a failed run's rate means nothing. */
 export const succeeded = (result: RunResult) =>
   result.outcome === "succeeded"
     ? Effect.succeed(result.summary as Record<string, unknown>)
-    : Effect.fail(new Error(`run ${result.outcome}: ${result.reason ?? ""} ${result.error ?? ""}`))
+    : Effect.fail(
+      new RunNotSucceeded({ message: `run ${result.outcome}: ${result.reason ?? ""} ${result.error ?? ""}` })
+    )

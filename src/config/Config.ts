@@ -33,7 +33,7 @@ import { parseRedisUrl } from "./RedisUrl.ts"
 export interface SweeperSettings {
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
-  /** GitLab's three Redis stores (SPEC §8.2), each defaulting to REDIS_URL; a comma list is a cluster. */
+  /** GitLab's three Redis stores, each defaulting to REDIS_URL; a comma list is a cluster. */
   readonly redisStoreUrls: RedisStoreUrlSettings
   /** Embedded PGlite data lives here (`<dataDir>/pgdata`). */
   readonly dataDir: string
@@ -50,7 +50,7 @@ export interface SweeperSettings {
   readonly shutdownGrace: Duration.Duration
   /** Bearer token for the HTTP API's mutating actions (run now, pause, resume); none disables them. */
   readonly apiToken: Option.Option<Redacted.Redacted<string>>
-  /** `SWEEPER_SCHEMA`: who owns the platform tables (SPEC §8.1); none detects it from the database. */
+  /** `SWEEPER_SCHEMA`: who owns the platform tables; none detects it from the database. */
   readonly schema: Option.Option<"gitlab" | "standalone">
   /** `SWEEPER_DROP_BATCH_SIZE`: drop-canceling-builds' page, read and repaired per transaction. */
   readonly dropBatchSize: number
@@ -58,7 +58,7 @@ export interface SweeperSettings {
   readonly failureReasons: FailureReasonSet
   /** `SWEEPER_EVENT_RETENTION`: events older than this are pruned (prune-events, `sweeper events prune`). */
   readonly eventRetention: Duration.Duration
-  /** `SWEEPER_HEALTH`: the health gate's signals and thresholds (SPEC §9); none = no gate. */
+  /** `SWEEPER_HEALTH`: the health gate's signals and thresholds; none = no gate. */
   readonly health: Option.Option<HealthConfig>
 }
 
@@ -92,7 +92,7 @@ export const redisConfigured = (settings: Pick<SweeperSettings, "redisUrl" | "re
   Option.isSome(settings.redisUrl) || Object.values(settings.redisStoreUrls).some(Option.isSome)
 
 /**
- * SPEC §8.2: the in-memory Redis exists only for the all-embedded default. A real PostgreSQL with
+ * The in-memory Redis exists only for the all-embedded default. A real PostgreSQL with
  * the in-memory Redis would run the Redis batches on an empty store and report ready, and the
  * reverse would keep Sweeper's history in a local PGlite nobody else sees: both are start-up errors.
  * Every store URL must also parse (a comma list is a cluster, which has only database 0).

@@ -1,9 +1,10 @@
 /**
- * `SWEEPER_OBJECT_STORAGE` (SPEC §8.4), decoded and validated at the edge so that no later step can
+ * `SWEEPER_OBJECT_STORAGE`, decoded and validated at the edge so that no later step can
  * turn a bad value into a wrong delete. Two JSON forms:
  *
  * - GitLab's consolidated object-store form:
- *   `{"connection": {"provider": "AWS" | "AzureRM" | "Local", …}, "objects": {"<location>": {"bucket": "name[/prefix]"} | {"root": "/abs/dir"}}}`
+ *   `{"connection": {"provider": "AWS" | "AzureRM" | "Local", …},`
+ *   ` "objects": {"<location>": {"bucket": "name[/prefix]"} | {"root": "/abs/dir"}}}`
  *   (`connection` may be left out when every object names a `root`);
  * - the older location → root form: `{"artifacts": "/srv/objects/artifacts"}`.
  *

@@ -12,7 +12,7 @@ export type ParsedRedisUrl =
   }
 
 /**
- * A comma in the URL makes it a cluster (SPEC §8.2). Seed nodes must be `redis://` or `rediss://`
+ * A comma in the URL makes it a cluster. Seed nodes must be `redis://` or `rediss://`
  * with a port; credentials come from the first node that has them. A cluster has only database 0,
  * so a path naming another database is refused rather than silently ignored.
  */

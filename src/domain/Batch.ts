@@ -29,7 +29,7 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
   /** What the scheduler does about ticks missed while no process was running (default run-latest-if-recent). */
   readonly missedRuns?: MissedRunPolicy
   /**
-   * What the batch writes, for the health gate (SPEC §9): which signals can hold it and on what.
+   * What the batch writes, for the health gate: which signals can hold it and on what.
    * Absent: it writes nothing the gate watches, so nothing holds it.
    */
   readonly writes?: BatchWrites
@@ -53,7 +53,7 @@ export interface BatchWrites {
    * (replication lag, WAL rate, long transactions).
    */
   readonly tables?: ReadonlyArray<string>
-  /** GitLab Redis stores written (SPEC §8.2): each one's used/max memory. */
+  /** GitLab Redis stores written: each one's used/max memory. */
   readonly redisStores?: ReadonlyArray<RedisStoreName>
   /** Sidekiq queues pushed to: each one's latency. */
   readonly queues?: ReadonlyArray<string>

@@ -18,7 +18,7 @@ export const DropBatchSize = Context.Reference<number>("sweeper/domain/Build/Dro
 /**
  * Optimistic-lock retries after a build's first drop attempt lost its race: GitLab drops with
  * `Gitlab::OptimisticLocking.retry_lock(build, 3)`, which re-reads and retries while
- * `retry_attempts < max_retries`, i.e. one attempt plus three retries (SPEC §2).
+ * `retry_attempts < max_retries`, i.e. one attempt plus three retries.
  */
 export const DROP_LOCK_RETRIES = 3
 /** Drop attempts in all (the first plus `DROP_LOCK_RETRIES`) before a build is doomed instead. */

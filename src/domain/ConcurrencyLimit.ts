@@ -1,5 +1,5 @@
 /**
- * GitLab's Sidekiq concurrency limit (SPEC §5), as concurrency-limit-resume sees it: the key formats
+ * GitLab's Sidekiq concurrency limit, as concurrency-limit-resume sees it: the key formats
  * (worker name → Rails `underscore`, wrapped in `{…}` so every key of one worker shares a Redis
  * Cluster slot), the constants of ConcurrencyLimit::ResumeWorker, the capacity arithmetic, and the
  * Schemas for what GitLab writes (deferred list elements, executing-tracker fields, Sidekiq's
@@ -77,7 +77,7 @@ export interface WorkerKeys {
   /** Unparsable deferred elements, kept for inspection (never dropped). */
   readonly dead: string
   /**
-   * Sweeper's in-flight move journal (SPEC §8.3): the jobs taken off the deferred list and not yet
+   * Sweeper's in-flight move journal: the jobs taken off the deferred list and not yet
    * known to be in their Sidekiq queue. SharedState store, same `{w}` slot as the deferred list.
    */
   readonly journal: string
@@ -197,7 +197,7 @@ const decodeDeferredValue = Schema.decodeUnknownOption(DeferredJob)
  * JSON text to a DeferredJob: JSON.parse (as Schema.fromJsonString does), then the Schema on the
  * parsed value. The same elements decode and the same ones fail; going through fromJsonString cost
  * half again as much CPU per element (measured: 15 vs 10 ms per 5000), and a limit-0 move decodes
- * 5000 (issue 9).
+ * 5000.
  */
 const decodeDeferred = (text: string): Option.Option<DeferredJob> => {
   let parsed: unknown
@@ -250,7 +250,7 @@ const RESERVED_JOB_KEYS = new Set([
 ])
 
 /**
- * The Sidekiq job that resumes a deferred one (SPEC §0.3 format): its stored args, its stored
+ * The Sidekiq job that resumes a deferred one: its stored args, its stored
  * context merged in as top-level keys (as Labkit's client middleware does when GitLab re-enqueues
  * under `with_raw_context`), and the `concurrency_limit_resume` marker the middleware checks so the
  * job is not deferred again.
@@ -365,7 +365,7 @@ export interface WorkerResumeSummary {
   readonly current: number
   /** Jobs resumed over all passes of this run. */
   readonly resumed: number
-  /** The limit the first pass used: `limit`, unless the health gate throttled it (SPEC §9). */
+  /** The limit the first pass used: `limit`, unless the health gate throttled it. */
   readonly effectiveLimit: number
 }
 
@@ -376,7 +376,7 @@ export interface WorkerKeyFailure {
   readonly error: string
 }
 
-/** What one pass over one worker found and did (SPEC §5 "Per-worker pass"). */
+/** What one pass over one worker found and did. */
 export interface PassResult {
   readonly limit: number
   readonly effectiveLimit: number
@@ -432,7 +432,7 @@ export const moveEvents = (
   ...(move.dead > 0 ? [new ConcurrencyLimitJobsDead({ worker, count: move.dead })] : [])
 ]
 
-/** Time a worker's passes were held by the health gate (SPEC §9), summed into the run's summary. */
+/** Time a worker's passes were held by the health gate, summed into the run's summary. */
 interface HeldTime {
   readonly heldMs: number
   readonly heldBy: ReadonlyArray<string>

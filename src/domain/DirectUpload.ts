@@ -1,5 +1,5 @@
 /**
- * Pending direct uploads (SPEC §3), as GitLab's ObjectStorage::PendingDirectUpload keeps them: one
+ * Pending direct uploads, as GitLab's ObjectStorage::PendingDirectUpload keeps them: one
  * Redis hash, field `<location>:<path>`, value = the epoch second the upload was prepared. An entry
  * still there hours later belongs to an upload that never completed.
  */
@@ -19,7 +19,7 @@ export const MAX_EXEC_DURATION = Duration.seconds(250)
  * HSCAN COUNT hint: fields fetched per round trip, and the largest step delete-stale-direct-uploads
  * repairs at once. Each step costs a fixed set of round trips (fence, HMGET, the events' INSERT and
  * its commit, the compare-and-delete script) however few stale entries it holds, so larger pages
- * amortise them (issue 9: at 1000 a page these round trips, not Redis, bounded the run). A page
+ * amortise them (at 1000 a page these round trips, not Redis, bounded the run). A page
  * of 5000 fields is a few hundred kB, and the compare-and-delete script over its stale ones (1000
  * at 20 % stale) holds Redis for about a millisecond. S3's 1,000 keys per DeleteObjects request are
  * the store layer's concern (it splits).
@@ -141,7 +141,10 @@ export const staleEntries = (
   return { stale, invalid }
 }
 
-/** How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a page: five steps to full pages where doubling took thirteen). */
+/**
+ * How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a
+ * page: five steps to full pages where doubling took thirteen).
+ */
 export const STEP_GROWTH = 8
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
 export const LOG_SAMPLE_SIZE = 5
@@ -164,7 +167,9 @@ export class UploadsMet<F> {
     return stale
   }
 
-  /** A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's summary counts returned. */
+  /**
+   * A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's summary counts returned.
+   */
   repaired(step: StepTally<F>): { readonly totalDeletedStaleEntries: number; readonly vanished: number } {
     this.failedDeletes += step.failed.length
     this.skippedNoStore += step.skippedNoStore

@@ -88,8 +88,8 @@ export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
 export type FenceError = LeaseLost | RedisError
 
 /**
- * The row a single-row repair would write is locked by another open transaction (issue 18's
- * progress guarantee): the write skipped it instead of waiting (`SKIP LOCKED`), nothing was
+ * The row a single-row repair would write is locked by another open transaction, and a
+ * run must progress past it: the write skipped it instead of waiting (`SKIP LOCKED`), nothing was
  * written. Not transient for the run guard: the program counts it as skipped and goes on; the next
  * run finds the row again once the lock is gone. `key` names the row (`build:123`).
  */
@@ -116,7 +116,7 @@ export class UnknownBatch extends Schema.TaggedError<UnknownBatch>()("UnknownBat
 /**
  * A pause or resume whose BatchPaused / BatchResumed could not be written (the database refused).
  * The event is the state every replica folds, so nothing was changed: answering success would be
- * undone by the next refresh from the event log and never seen by the other replicas (issue 16).
+ * undone by the next refresh from the event log and never seen by the other replicas.
  */
 export class PauseNotRecorded extends Schema.TaggedError<PauseNotRecorded>()("PauseNotRecorded", {
   batch: Schema.String,

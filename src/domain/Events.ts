@@ -1,5 +1,5 @@
 /**
- * Every run and every repair is an event in `sweeper_events` (SPEC §6). Each event class knows its
+ * Every run and every repair is an event in `sweeper_events`. Each event class knows its
  * stream; `data` is the class's encoded fields.
  */
 import { Schema } from "effect"
@@ -118,7 +118,9 @@ export class ConcurrencyLimitJobsResumed
     worker: Schema.String,
     queue: Schema.String,
     count: Schema.Number,
-    /** The worker's limit at the pass that wrote the event; null for a move recovered after the worker lost its limit. */
+    /**
+     * The worker's limit at the pass that wrote the event; null for a move recovered after the worker lost its limit.
+     */
     limit: Schema.NullOr(Schema.Number),
     /** The resumed jobs, first buffered first. */
     jids: Schema.Array(Schema.String)
@@ -142,7 +144,7 @@ export class EventsPruned extends Schema.TaggedClass<EventsPruned>()("EventsPrun
 }) {}
 
 /**
- * The health gate held the batch (SPEC §9): `signal` (a configuration key, or a Prometheus rule's
+ * The health gate held the batch: `signal` (a configuration key, or a Prometheus rule's
  * name) read `value` (in its unit; null when unreadable and configured `onUnknown: "hold"`) past
  * its stop `threshold`. One pair per hold, not per check.
  */

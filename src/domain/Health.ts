@@ -1,5 +1,5 @@
 /**
- * The health gate's rules (SPEC §9), pure: what `SWEEPER_HEALTH` says, how a reading compares with
+ * The health gate's rules, pure: what `SWEEPER_HEALTH` says, how a reading compares with
  * a threshold, the hysteresis between `stop` and `resume`, relative baselines (a signal's own
  * median over the last hour) and the throttled concurrency limit. The layer
  * (src/layers/health/HealthGateLive.ts) reads the signals and keeps the state; everything it decides is
@@ -11,7 +11,7 @@
  */
 import { ByteSize, Duration, Effect, Option, Result, Schema, SchemaGetter, SchemaIssue } from "effect"
 
-/** GitLab's Redis stores (SPEC §8.2), by the names the Redis layer gives them. */
+/** GitLab's Redis stores, by the names the Redis layer gives them. */
 export type RedisStoreName = "sharedState" | "queues" | "queuesMetadata"
 
 export type Comparison = "<" | "<=" | ">" | ">="

@@ -1,5 +1,5 @@
 /**
- * GitLab's exclusive lease key (SPEC §0.2) and Sweeper's fencing-epoch key beside it: the key forms,
+ * GitLab's exclusive lease key and Sweeper's fencing-epoch key beside it: the key forms,
  * pure (the protocol is services/Lease.ts and its layers).
  */
 import { hashTagOf } from "./RedisKey.ts"

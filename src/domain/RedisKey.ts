@@ -1,4 +1,4 @@
-/** Rules about Redis key names that hold for every GitLab store (SPEC §8.2). */
+/** Rules about Redis key names that hold for every GitLab store. */
 
 /**
  * The part of a key Redis Cluster hashes (its hash tag): the text between the first `{` and the next

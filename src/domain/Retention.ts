@@ -1,5 +1,5 @@
 /**
- * Event retention (issue 11 item 4): `sweeper_events` keeps every event younger than the retention
+ * Event retention: `sweeper_events` keeps every event younger than the retention
  * period (`SWEEPER_EVENT_RETENTION`, 90 days by default); older ones are pruned by the prune-events
  * batch and by `sweeper events prune`, except the few that batch state is folded from.
  *
@@ -44,7 +44,7 @@ export const PrunePageSize = Context.Reference<number>("sweeper/domain/Retention
 })
 
 /**
- * Events strictly older than this go (SPEC: "older than T" is `value < now − T`). `now` is the
+ * Events strictly older than this go ("older than T" is `value < now − T`). `now` is the
  * earlier of the run's decision time and the clock: a `--now`/`--before` can only move the cutoff
  * back, never into the retention period, so the prune never deletes its own run's events.
  */

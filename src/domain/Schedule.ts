@@ -18,7 +18,7 @@ export const MAX_RECORDED_MISSED_TICKS = 100
 /**
  * UTC (the default) as a fixed offset of zero rather than the named zone "UTC": the same instants
  * and calendar fields, without an Intl.DateTimeFormat — creating one pages in ICU's time zone data,
- * about 12 MB of resident memory an idle supervisor does not need (issue 9). Any other zone is named.
+ * about 12 MB of resident memory an idle supervisor does not need. Any other zone is named.
  */
 const UTC_NAMES = new Set(["UTC", "Etc/UTC"])
 const cronZone = (timezone: string): string | DateTime.TimeZone =>

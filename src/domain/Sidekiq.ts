@@ -1,5 +1,5 @@
 /**
- * Sidekiq's wire format, shared by everything that enqueues jobs (SPEC §0.3), so a real Sidekiq
+ * Sidekiq's wire format, shared by everything that enqueues jobs, so a real Sidekiq
  * consumer can run what Sweeper enqueues. Pure: the jid's randomness comes from effect's `Random`
  * (seedable in tests, like every other input) and the de-duplication digest from the caller.
  */

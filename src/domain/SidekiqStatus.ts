@@ -1,5 +1,5 @@
 /**
- * Gitlab::SidekiqStatus (SPEC §0.1): while a job is queued or running, Sidekiq keeps
+ * Gitlab::SidekiqStatus: while a job is queued or running, Sidekiq keeps
  * `gitlab-sidekiq-status:<jid>` = "1" with a TTL; the key disappears when the job finishes (or the
  * TTL lapses after a crash). An absent key therefore means "completed", whatever the outcome.
  */

@@ -1,6 +1,6 @@
 /**
- * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker (seed:
- * concurrency-limit-resume.ja.md, SPEC §5). GitLab's Sidekiq middleware defers a job whose worker
+ * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker. GitLab's Sidekiq middleware defers a
+ * job whose worker
  * is at its concurrency limit to a per-worker Redis list; nothing runs it again unless this batch
  * moves it back to the worker's Sidekiq queue once the worker has free capacity. Without this,
  * deferred jobs wait forever.
@@ -37,7 +37,7 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const { dryRun } = yield* CurrentRun
   const setting = yield* limits.limitOf(worker)
   // Each move's events are appended by the service's `recordMoves` between the push and the end of
-  // the move's journal (README, Failure handling): a crash before them leaves the journal, whose
+  // the move's journal (docs/operations.md, Failure handling): a crash before them leaves the journal, whose
   // recovery appends them; a crash after them, before the end, appends them twice — never not at all.
   const record = limits.recordMoves(worker, setting)
   // A move a dead process left half done is finished first, whatever the limit says now (even for a

@@ -1,6 +1,6 @@
 /**
- * delete-stale-direct-uploads — port of GitLab's ObjectStorage::DeleteStaleDirectUploadsWorker (seed:
- * delete-stale-direct-uploads.ja.md, SPEC §3). A direct upload registers `<location>:<path>` in the
+ * delete-stale-direct-uploads — port of GitLab's ObjectStorage::DeleteStaleDirectUploadsWorker. A direct upload
+ * registers `<location>:<path>` in the
  * Redis hash `pending_direct_uploads` when it is prepared and removes it when it completes; an entry
  * older than 3 hours belongs to an upload that was abandoned, leaving a half-written object behind.
  * Such objects are deleted, then their events recorded, then their entries removed, in page-sized
@@ -13,7 +13,7 @@
  * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
  * lossy decode would turn into the name of another object) are reported, never deleted; and one
  * object that cannot be deleted keeps its entry without stopping the run. A location without an
- * object store (SPEC §8.4) has its entry removed, as GitLab does, but is counted as `skippedNoStore`,
+ * object store has its entry removed, as GitLab does, but is counted as `skippedNoStore`,
  * never as a deleted object.
  */
 import { Duration, Effect, Option } from "effect"
@@ -37,7 +37,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
   const isStale = D.staleAt(yield* decisionTime)
   const totalPendingEntries = yield* pending.count
   yield* M.setGauge(M.directUploadsPending, totalPendingEntries)
-  // A missing object counts as deleted; a location without a store is counted apart (SPEC §8.4).
+  // A missing object counts as deleted; a location without a store is counted apart.
   const met = new D.UploadsMet<ObjectStorageError>()
 
   // Walks the hash in steps that grow (1, 8, 64, 512, 4096, a page: see `growingSteps`).
@@ -95,7 +95,7 @@ export const DeleteStaleDirectUploads = {
   cron: "*/6 * * * *",
   budget: D.MAX_EXEC_DURATION,
   // GitLab relies on deduplicate :until_executed; the scheduler's single flight covers overlap.
-  // Single flight cluster-wide (SPEC §3): a run past its 6 min tick must not overlap the next one.
+  // Single flight cluster-wide: a run past its 6 min tick must not overlap the next one.
   lease: Option.some({ name: "sweeper/delete_stale_direct_uploads", ttl: Duration.minutes(5) }),
   writes: { tables: ["sweeper_events"], redisStores: ["sharedState"] },
   repairedCounts: ["totalDeletedStaleEntries"],

@@ -1,11 +1,11 @@
 /**
- * drop-canceling-builds — port of GitLab's Ci::StuckBuilds::DropCancelingWorker (seed:
- * drop-canceling-builds.ja.md, SPEC §2). Builds stuck in `canceling` for over an hour (created_at
+ * drop-canceling-builds — port of GitLab's Ci::StuckBuilds::DropCancelingWorker. Builds stuck in `canceling` for over
+ * an hour (created_at
  * and updated_at both) are failed with stuck_or_timeout_failure, a keyset page (100 by default,
  * `SWEEPER_DROP_BATCH_SIZE`) at a time, each page in one fenced transaction. A build whose row
  * keeps changing under us (optimistic lock conflicts) is retried on its own, then doomed as
  * data_integrity_failure so it cannot stay stuck forever (`Builds.retryOrDoom`). A build whose row
- * another open transaction holds is skipped, never waited for (issue 18: a page must not stall on
+ * another open transaction holds is skipped, never waited for (a page must not stall on
  * it): counted in `skippedLocked`, logged once per page with its ids, and found again by the next run.
  *
  * Paging, read-ahead, the revisit walk of committed pages, budget, gate and dry run are the repair

@@ -1,6 +1,6 @@
 /**
  * prune-events — Sweeper's own batch, not a GitLab worker: keeps `sweeper_events` from growing
- * forever (issue 11). Deletes events older than now − SWEEPER_EVENT_RETENTION (90 days by default)
+ * forever. Deletes events older than now − SWEEPER_EVENT_RETENTION (90 days by default)
  * in pages of PRUNE_PAGE_SIZE rows, each page one short fenced transaction with its
  * EventsPruned{before, count}, until nothing older is left or the budget is spent (the next daily
  * run carries on). The events batch state is folded from are kept whatever their age

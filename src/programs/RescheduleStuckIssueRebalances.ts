@@ -1,6 +1,6 @@
 /**
- * reschedule-stuck-issue-rebalances — port of GitLab's Issues::RescheduleStuckIssueRebalancesWorker
- * (seed: reschedule-stuck-issue-rebalances.ja.md, SPEC §4). Issue `relative_position` rebalances are
+ * reschedule-stuck-issue-rebalances — port of GitLab's Issues::RescheduleStuckIssueRebalancesWorker.
+ * Issue `relative_position` rebalances are
  * tracked in the Redis set `gitlab:issues-position-rebalances:running_rebalances`; a rebalance whose
  * Issues::RebalancingWorker job was lost (deploy, crash, Redis failover) stays in the set and never
  * finishes. Every 15 minutes this re-enqueues one Issues::RebalancingWorker per container still in
@@ -12,7 +12,7 @@
  * Re-enqueueing a rebalance that is in fact running is harmless: the worker is idempotent and the
  * jobs use `until_executed` de-duplication, so a job still pending for the same container is not
  * pushed twice (counted as `duplicates`). The batch also holds an exclusive lease so runs never
- * overlap (SPEC §4), and checks its fence before each push: a holder that lost the lease pushes
+ * overlap, and checks its fence before each push: a holder that lost the lease pushes
  * nothing more.
  *
  * Members that are not `"1/<id>"` / `"2/<id>"` are skipped and counted (`invalidMembers`), never
@@ -114,7 +114,7 @@ export const RescheduleStuckIssueRebalances = {
   description: "Re-enqueues Issues::RebalancingWorker for issue rebalances still marked running in Redis",
   cron: "*/15 * * * *",
   budget: BUDGET,
-  // No overlapping runs, including scheduled ones (SPEC §4).
+  // No overlapping runs, including scheduled ones.
   lease: Option.some({ name: "sweeper/reschedule_stuck_issue_rebalances", ttl: Duration.minutes(6) }),
   // Pushes Issues::RebalancingWorker (Queues) with its duplicate-job keys (QueuesMetadata).
   writes: { tables: ["sweeper_events"], redisStores: ["queues", "queuesMetadata"], queues: [R.REBALANCING_QUEUE] },

@@ -1,6 +1,6 @@
 /**
- * stuck-export-jobs — port of GitLab's StuckExportJobsWorker (seed: stuck-export-jobs.ja.md,
- * SPEC §1). A project export whose Sidekiq job has completed (its `gitlab-sidekiq-status:<jid>` key
+ * stuck-export-jobs — port of GitLab's StuckExportJobsWorker. A project export whose Sidekiq job has completed (its
+ * `gitlab-sidekiq-status:<jid>` key
  * is gone: the worker crashed, was killed, or the status expired) while the export job row still
  * says queued/started will never progress: it is marked failed so the user sees the truth and can
  * retry.
@@ -10,7 +10,7 @@
  * is guarded by status and jid as well, so a job that finishes or is re-enqueued in the last
  * instant is never overwritten. Parallel exports (with relation exports) keep running in other
  * workers after the main worker completes, so they get EXPORT_JOBS_EXPIRATION (6 h) first.
- * A job whose row another open transaction holds is skipped rather than waited for (issue 18):
+ * A job whose row another open transaction holds is skipped rather than waited for:
  * counted in `skippedLocked`, logged with its id, found again by the next run.
  */
 import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
@@ -62,7 +62,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   // here), decide, then one statement: a guarded set-based UPDATE and the slice's events. Two
   // slices are in flight at once, on two pooled connections (they share no row), so one slice's
   // re-read overlaps the other's write; totals in slice order whatever order they finish in.
-  // A job another open transaction holds is skipped, logged with its id (issue 18).
+  // A job another open transaction holds is skipped, logged with its id.
   const { totals: { failed, failedJids, skippedLocked }, heldMs, heldBy } = yield* each({
     batch: NAME,
     budget: BUDGET,

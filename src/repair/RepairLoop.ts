@@ -1,5 +1,5 @@
 /**
- * The repair loop (issue 17): the one piece of machinery under every page-, step- and pass-shaped
+ * The repair loop: the one piece of machinery under every page-, step- and pass-shaped
  * batch, so that a program is only its seed's flowchart — what a unit reads and decides, what it
  * writes — and every cross-cutting capability lives here once:
  *
@@ -29,7 +29,7 @@ import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
 
-/** What every batch's summary gains (SPEC §9): time held by the health gate and the signals that held it. */
+/** What every batch's summary gains: time held by the health gate and the signals that held it. */
 export interface Held {
   readonly heldMs: number
   readonly heldBy: ReadonlyArray<string>
@@ -420,7 +420,7 @@ export const sumHeld = (loops: ReadonlyArray<Held>): Held => ({
 export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
 
 /**
- * Rows a unit passed over (held by another open transaction — issue 18's progress guarantee — or
+ * Rows a unit passed over (held by another open transaction, which a page never waits for, or
  * changed meanwhile): one log line per unit that met some, with their ids under `key`; nothing
  * otherwise.
  */

@@ -9,7 +9,8 @@
  *
  * A new group (e.g. ConsoleApi.ts's) is one `.add(Group)` line on `SweeperApi` below — before its
  * `.middleware(ErrorShape)`, which applies only to the groups added before it — plus its
- * `HttpApiBuilder.group` layer in the `Layer.provide([...])` list of Http.ts's `ApiLive`. Plain routes (/healthz, /readyz, /metrics, the dashboard, the SSE stream) stay router
+ * `HttpApiBuilder.group` layer in the `Layer.provide([...])` list of Http.ts's `ApiLive`. Plain routes (/healthz,
+ * /readyz, /metrics, the dashboard, the SSE stream) stay router
  * routes in Http.ts: they are not JSON.
  */
 import { Schema } from "effect"
@@ -90,7 +91,7 @@ export const BatchViewSchema = Schema.Struct({
   /** The console's: the running run's progress and the last backlog sample (Console.ts), as drawn. */
   live: Schema.optional(Schema.NullOr(Schema.Unknown)),
   backlog: Schema.optional(Schema.Unknown),
-  /** What the health gate holds the batch on now, one line each (SPEC §9). */
+  /** What the health gate holds the batch on now, one line each. */
   holds: Schema.optional(Schema.Array(Schema.String))
 })
 

@@ -3,7 +3,7 @@
  *   DATABASE_URL set → that PostgreSQL server; absent → embedded PGlite under SWEEPER_DATA_DIR.
  *   REDIS_URL set    → that Redis (and REDIS_{SHARED_STATE,QUEUES,QUEUES_METADATA}_URL per GitLab store,
  *                      each a server or a cluster); absent → the in-memory implementations.
- *   Setting one side without the other is a start-up error (Config.ts, SPEC §8.2).
+ *   Setting one side without the other is a start-up error (Config.ts).
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
 import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
@@ -48,7 +48,7 @@ import type { ObjectStorage } from "../services/ObjectStorage.ts"
 
 /**
  * Write steps that span several backends (objects, then events, then entries…), one implementation
- * over whichever backends are chosen: programs call them as contracts (issue 17), and every
+ * over whichever backends are chosen: programs call them as contracts, and every
  * composition provides them on top of its backends.
  */
 export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive, RebalanceRescheduleLive)
@@ -63,7 +63,7 @@ export const RedisServices = Layer.mergeAll(
   ConcurrencyLimitsRedis
 )
 
-/** The services backed by Redis, each on its GitLab store (SPEC §8.2). */
+/** The services backed by Redis, each on its GitLab store. */
 export const RedisBackends = (urls: StoreUrls) =>
   RedisServices.pipe(
     Layer.provideMerge(Redis.layerStores(urls)),
@@ -96,14 +96,14 @@ export const SqlBackends = Layer.mergeAll(
 )
 
 /**
- * How a command treats the schema (SPEC §8.1): `migrate` applies pending migrations first
+ * How a command treats the schema: `migrate` applies pending migrations first
  * (`start`, `run`, `migrate`); `read-only` (`status`, `events`, `run --dry-run`, `doctor`) never
  * runs DDL and stops with one line when something is pending. The embedded database is Sweeper's
  * own, so every command migrates it.
  */
 export type SchemaAccess = "migrate" | "read-only"
 
-/** The object-storage backend `SWEEPER_OBJECT_STORAGE` names (SPEC §8.4): one layer per provider. */
+/** The object-storage backend `SWEEPER_OBJECT_STORAGE` names: one layer per provider. */
 export const objectStorageLayer = (settings: ObjectStorageSettings): Layer.Layer<ObjectStorage> => {
   switch (settings._tag) {
     case "Local":
@@ -213,7 +213,7 @@ export const describeBackends = (settings: SweeperSettings) => ({
 export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> => Option.all(resolveStoreUrls(settings))
 
 /**
- * The health gate (SPEC §9) when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
+ * The health gate when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
  * batch in the registry, its signals read on the database and Redis stores configured here.
  * Absent, both references keep their defaults (a gate that never holds, a report saying so).
  */
@@ -248,5 +248,5 @@ export const appLayer = (access: SchemaAccess) =>
 /** Platform backends chosen by configuration, migrated, with SweeperConfig. */
 export const AppLayer = appLayer("migrate")
 
-/** The same backends for commands that only read: nothing migrated (SPEC §8.1). */
+/** The same backends for commands that only read: nothing migrated. */
 export const ReadOnlyAppLayer = appLayer("read-only")

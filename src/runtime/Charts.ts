@@ -1,5 +1,5 @@
 /**
- * Server-drawn SVG charts for a batch's history (issue 19 point 2): no library, no CDN, nothing for
+ * Server-drawn SVG charts for a batch's history: no library, no CDN, nothing for
  * the browser to fetch. One mark per run (a bar or a dot at the run's finish time), each with a
  * `<title>` so the numbers are one hover away; the same numbers are in the table under the charts
  * for keyboards and screen readers. Pure: runs and the window in, markup out.

@@ -72,7 +72,7 @@ const runCommand = Command.make(
   }, withOperator)
 ).pipe(Command.withDescription("Run one batch once, now, through the run guard"))
 
-// --- schema (SPEC §8.1): `migrate` is the one command that always gets a bare client, so that
+// --- schema: `migrate` is the one command that always gets a bare client, so that
 // `--plan` can list pending migrations without applying any.
 const migrateCommand = Command.make(
   "migrate",

@@ -1,7 +1,7 @@
 /**
  * Every value flag of the `sweeper` CLI, parsed by effect's CLI module through a schema: a bad value
  * (negative, zero where it means nothing, a fraction, huge, empty, garbage) is refused while the
- * command line is parsed, as one line and exit 2, before anything opens a database (issue 16).
+ * command line is parsed, as one line and exit 2, before anything opens a database.
  */
 import { DateTime, Duration, Effect, Option, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { Flag } from "effect/cli"

@@ -106,6 +106,6 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
         )
       }
     }
-    // What the health gate holds, one line each (SPEC §9).
+    // What the health gate holds, one line each.
     for (const v of views) for (const hold of v.holds ?? []) yield* Console.log(hold)
   })

@@ -73,8 +73,7 @@ export const simulateCommand = Command.make(
     // What was made goes to stdout also when stopped by a signal, not only after --duration.
     const ledger = emptyLedger()
     yield* simulate({ ...options, ledger }).pipe(
-      Effect.provide(SimulatorLive),
-      Effect.provide(AppLayer),
+      Effect.provide(Layer.provideMerge(SimulatorLive, AppLayer)),
       Effect.onExit((exit) =>
         Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause)
           ? Console.log(JSON.stringify(ledgerCounts(ledger)))

@@ -1,5 +1,5 @@
 /**
- * The console's JSON endpoints (issue 19) as one `HttpApiGroup`, so they join the JSON API's
+ * The console's JSON endpoints as one `HttpApiGroup`, so they join the JSON API's
  * `HttpApi` with one line (`.add(ConsoleApi)`), and their handlers with `consoleHandlers`:
  *
  *   GET /api/runs/:id?after=&type=&limit=    a run (timings, error, holds) and a page of its repairs

@@ -1,5 +1,5 @@
 /**
- * `sweeper doctor [--json] [--apply-indexes]` (SPEC §8.1): what an operator wants to know before
+ * `sweeper doctor [--json] [--apply-indexes]`: what an operator wants to know before
  * pointing Sweeper at a real GitLab, read-only. Per batch, the plan of its SQL scan on this database
  * and whether an index serves it, with the exact statements that would build the missing one; each
  * Redis store reachable, single or cluster; clock skew between this process, PostgreSQL and Redis.
@@ -43,7 +43,7 @@ export interface StoreReport {
   readonly error?: string
 }
 
-/** One health signal as this database and these stores let Sweeper read it now (SPEC §9). */
+/** One health signal as this database and these stores let Sweeper read it now. */
 export interface SignalCheck {
   readonly signal: string
   /** What it is read on ("" the database or server as a whole). */
@@ -83,7 +83,7 @@ export interface DoctorReport {
   readonly applied: ReadonlyArray<string>
 }
 
-/** Every signal SPEC §9 knows, read once on what the registered batches write, configured or not. */
+/** Every signal the health gate knows, read once on what the registered batches write, configured or not. */
 const healthCheck = Effect.gen(function*() {
   const settings = yield* SweeperConfig
   const signals = yield* HealthSignals
@@ -346,7 +346,7 @@ export const renderReport = (report: DoctorReport): string => {
   }
   const h = report.health
   lines.push(
-    `Health signals (SPEC §9) as role ${h.role}: ${
+    `Health signals as role ${h.role}: ${
       h.superuser
         ? "superuser"
         : h.readAllStats

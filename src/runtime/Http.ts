@@ -126,11 +126,11 @@ export const Routes = HttpRouter.use(Effect.fn(function*(router) {
     "GET",
     "/readyz",
     Effect.gen(function*() {
-      // Every GitLab store is pinged (SPEC §8.2): a batch needs all three, so one down is not ready.
+      // Every GitLab store is pinged: a batch needs all three, so one down is not ready.
       const [postgres, storeStatus] = yield* Effect.all([
         check(sql`SELECT 1`),
         Option.match(stores, {
-          onNone: () => Effect.succeed(undefined),
+          onNone: () => Effect.void,
           onSome: (all) =>
             Effect.forEach(all, ({ store, redis }) =>
               Effect.map(

@@ -1,6 +1,6 @@
 /**
  * The scans the batches run on PostgreSQL, the indexes that serve them, and how to build a missing
- * one without blocking GitLab (SPEC §8.1). Sweeper never creates these on GitLab's tables by itself:
+ * one without blocking GitLab. Sweeper never creates these on GitLab's tables by itself:
  * `sweeper doctor` EXPLAINs each scan on this database and prints the statements; only
  * `sweeper doctor --apply-indexes` runs them, one at a time, outside any transaction.
  *

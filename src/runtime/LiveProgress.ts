@@ -1,5 +1,5 @@
 /**
- * What each batch running in this process has done so far (issue 19 point 4): units reported
+ * What each batch running in this process has done so far: units reported
  * (pages, steps, passes: one `reportProgress` each) and the repairs they add up to. The run guard
  * registers a run's progress sink here for the run's lifetime; the views the dashboard and
  * `/api/stream` send read it, so a running batch's card moves while it runs. Process-wide, like the

@@ -1,5 +1,5 @@
 /**
- * The run guard (SPEC §0.4): everything a run needs that is not the program's business, applied
+ * The run guard: everything a run needs that is not the program's business, applied
  * once for every batch and every trigger (cron tick, CLI, REPL, HTTP):
  *
  *   tick lease → exclusive lease (renewed, fenced) → span + log annotations → time budget →
@@ -285,7 +285,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const guarded = Effect.scoped(Effect.gen(function*() {
       // One replica per scheduled tick: the claim is never released, it simply expires.
       if (options.claimTick === true && options.scheduledAt !== undefined) {
-        // A claim, not a fenced lease: no epoch key is created for a tick (SPEC §8.2).
+        // A claim, not a fenced lease: no epoch key is created for a tick.
         const claim = yield* lease.claim(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
           Effect.map(Option.some),
           Effect.catchCause((cause) =>

@@ -339,7 +339,7 @@ export const makeScheduler = (batches: ReadonlyArray<RegisteredBatch>) =>
 
     /**
      * Pause or resume: the event first, then the state. An event that cannot be written fails the
-     * call with PauseNotRecorded and changes nothing (issue 16): the event log is the truth every
+     * call with PauseNotRecorded and changes nothing: the event log is the truth every
      * replica and the refresh above fold, so a state it does not hold would be undone at the next
      * tick. A running batch keeps running; its status follows the pause when the run ends.
      */

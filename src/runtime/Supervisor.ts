@@ -85,7 +85,7 @@ export const refuseGitLabDatabase = Effect.gen(function*() {
 /**
  * What `npm run demo` sets unless the environment already does: every batch every few seconds, a
  * local object store and a concurrency limit for the simulated worker, a fresh data directory, any
- * free port. The stuck things themselves are back-dated by the simulator, so SPEC's thresholds hold.
+ * free port. The stuck things themselves are back-dated by the simulator, so GitLab's own thresholds hold.
  */
 export const demoEnvironment = (dataDir: string): Record<string, string> => ({
   SWEEPER_DATA_DIR: dataDir,

@@ -1,5 +1,5 @@
 /**
- * GitLab's Sidekiq concurrency limit state (SPEC §5): which workers have deferred jobs, their limits,
+ * GitLab's Sidekiq concurrency limit state: which workers have deferred jobs, their limits,
  * how many of their jobs run now, and the move that resumes deferred jobs into their Sidekiq queue.
  *
  * The contract only. Both backends are built by `makeConcurrencyLimits`
@@ -101,7 +101,7 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
   /**
    * The `record` a pass gives `recoverMove` and `resume`: appends each move's events (domain
    * `moveEvents`: Resumed with the limit of `setting`, null for a worker with none now; Dead for its
-   * unparsable elements) to the event log — called between the push and the journal's END (README
+   * unparsable elements) to the event log — called between the push and the journal's END (docs/operations.md,
    * "Failure handling"), so a move's events may be appended twice, never not at all.
    */
   recordMoves(worker: string, setting: Option.Option<WorkerLimit>): RecordMove<SqlError, EventLog>
@@ -116,7 +116,7 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
   ): Effect.Effect<Option.Option<RecoveredMove>, RedisError | WrongTypeKey | E, R>
   /**
    * Moves up to `max` jobs from the head of the deferred list to the worker's Sidekiq queue (FIFO;
-   * jobs appended meanwhile stay) by the journaled protocol of README "Resume across stores":
+   * jobs appended meanwhile stay) by the journaled protocol of docs/architecture.md, "Resume across stores":
    * nothing lost or duplicated wherever the process dies. Unparsable elements go to the dead list.
    * `record` is called for each move once its jobs are pushed, before its journal is ended — for
    * this move and for a dead process's move it finishes first.

@@ -1,5 +1,5 @@
 /**
- * The health gate (SPEC §9): asked by the repair loop before every page, step or pass of every
+ * The health gate: asked by the repair loop before every page, step or pass of every
  * batch — never inside one — so that repairs yield to a platform already in trouble (a standby
  * behind, a WAL burst, autovacuum on a table the batch writes, a Redis near its memory limit, a
  * Sidekiq queue already late, a Prometheus rule the operators alert on).

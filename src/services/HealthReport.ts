@@ -1,5 +1,5 @@
 /**
- * What the health gate sees now (SPEC §9), for the operator surfaces: `/api/health`, `sweeper
+ * What the health gate sees now, for the operator surfaces: `/api/health`, `sweeper
  * status` and the dashboard say each signal's reading, threshold and state, and which batch is
  * held by what since when. A reference with a default, like `HealthGate`: without SWEEPER_HEALTH
  * (or in a bare spec) the report says the gate is not configured.

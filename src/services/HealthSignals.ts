@@ -1,5 +1,5 @@
 /**
- * The health gate's readings (SPEC §9), each from the real thing: PostgreSQL's statistics views on
+ * The health gate's readings, each from the real thing: PostgreSQL's statistics views on
  * the repaired database, Redis' `INFO memory` per store, the oldest job of a Sidekiq queue,
  * Prometheus' instant-query API. The gate (src/layers/health/HealthGateLive.ts) samples these off the
  * repair path, at most once a second; `sweeper doctor` calls them once to say what each reads now.

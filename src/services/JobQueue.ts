@@ -1,10 +1,10 @@
 /**
- * Sidekiq enqueue (SPEC §0.3): jobs in Sidekiq's wire format (`domain/Sidekiq.ts`) pushed where a
+ * Sidekiq enqueue: jobs in Sidekiq's wire format (`domain/Sidekiq.ts`) pushed where a
  * real Sidekiq consumer picks them up — `LPUSH queue:<queue>` plus `SADD queues <queue>` — in slices
  * of at most 1000 per pipeline. With `until_executed` de-duplication a job first claims
  * `resque:gitlab:duplicate:<queue>:<sha256 of "<class>:<JSON args>">` (NX, EX 600, value = jid);
  * when somebody else holds the claim the job is dropped and logged as a duplicate. The claim is set
- * after the push (on Redis they live in different stores, SPEC §8.2), so an interrupted enqueue can
+ * after the push (on Redis they live in different stores), so an interrupted enqueue can
  * only leave a job without its claim — a possible duplicate — never a claim without its job.
  *
  * The contract only: both backends are `makeJobQueue` (layers/JobQueueShared.ts) over their own two

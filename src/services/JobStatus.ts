@@ -1,5 +1,5 @@
 /**
- * Sidekiq job status (SPEC §0.1): which jids have completed, i.e. have no
+ * Sidekiq job status: which jids have completed, i.e. have no
  * `gitlab-sidekiq-status:<jid>` key any more. `track` / `untrack` are what a Sidekiq job does while
  * it runs; Sweeper itself only reads, tests and the simulator write.
  */

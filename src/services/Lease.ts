@@ -1,11 +1,11 @@
 /**
- * GitLab's exclusive lease (SPEC §0.2): `gitlab:exclusive_lease:<name>` set NX EX to a uuid. Renew
+ * GitLab's exclusive lease: `gitlab:exclusive_lease:<name>` set NX EX to a uuid. Renew
  * and release only touch the key while it still holds our uuid. Each successful acquisition takes a
  * new fencing epoch (monotonic per name), which guarded writes compare so a holder that lost its
  * lease cannot write after a newer holder has.
  *
  * The epoch is `max(stored + 1, Redis TIME in ms)`, kept under a key with a long TTL refreshed on
- * every acquisition (every key Sweeper creates expires, SPEC §8.2). If the key does expire, the
+ * every acquisition (every key Sweeper creates expires). If the key does expire, the
  * clock floor still puts the next epoch above every one handed out before, which is what
  * `sweeper_lease_fences` (the highest epoch written) relies on.
  *

@@ -108,7 +108,7 @@ export const eventsPrunedTotal = Metric.counter("sweeper_events_pruned_total", {
   incremental: true
 })
 
-/** Health gate (SPEC §9): 1 while `signal` holds `batch`. */
+/** Health gate: 1 while `signal` holds `batch`. */
 export const repairHeld = Metric.gauge("sweeper_repair_held", {
   description: "1 while the health gate holds the batch on the signal, else 0"
 })

@@ -20,7 +20,10 @@ export type BulkDeleteOutcome = Result.Result<DeleteOutcome, ObjectStorageError>
 export class ObjectStorage extends Context.Service<ObjectStorage, {
   /** Whether `location` has a store (false ⇒ every delete there is `unconfigured`). */
   hasStore(location: Location): boolean
-  /** Deletes `<path>` in the location's store (after its prefix); any failure other than "not there" is an ObjectStorageError. */
+  /**
+   * Deletes `<path>` in the location's store (after its prefix); any failure other than "not there" is an
+   * ObjectStorageError.
+   */
   delete(location: Location, path: string): Effect.Effect<DeleteOutcome, ObjectStorageError>
   /**
    * Deletes many objects of one location in as few round trips as the backend allows (S3

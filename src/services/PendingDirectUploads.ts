@@ -1,5 +1,5 @@
 /**
- * GitLab's `pending_direct_uploads` Redis hash (SPEC §3). Entries come back raw: the exact bytes of
+ * GitLab's `pending_direct_uploads` Redis hash. Entries come back raw: the exact bytes of
  * field and value, never decoded here (a lossy decode would name a different object); `parseEntry`
  * in the domain decides what they mean. The scan never loads the whole hash: it is HSCAN
  * with a COUNT hint, one page per round trip, pulled only as fast as the consumer handles entries.

@@ -1,5 +1,5 @@
 /**
- * What the console reads about runs (issue 19): one run with its timings and error, its repairs
+ * What the console reads about runs: one run with its timings and error, its repairs
  * paged by keyset, and a batch's runs over a window for the history charts. Read-only, separate
  * from EventLog so paging and the per-run rollup stay out of the append path's contract.
  */

@@ -1,8 +1,8 @@
 /**
- * The write step of delete-stale-direct-uploads (SPEC §3) as one operation, so the program is the
+ * The write step of delete-stale-direct-uploads as one operation, so the program is the
  * seed's flowchart and the order that loses nothing lives with the backends it spans (object
  * storage, the pending hash, the event log): objects, then events, then entries. The entry is the
- * record that the repair is not finished, so it goes last (README, Failure handling).
+ * record that the repair is not finished, so it goes last (docs/operations.md, Failure handling).
  */
 import { Context, type Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
@@ -22,6 +22,8 @@ export class StaleUploadRepair extends Context.Service<StaleUploadRepair, {
   repair(
     uploads: ReadonlyArray<StaleUpload>
   ): Effect.Effect<ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>, RedisError | SqlError>
-  /** What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a location without a store. */
+  /**
+   * What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a location without a store.
+   */
   wouldRepair(uploads: ReadonlyArray<StaleUpload>): ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>
 }>()("sweeper/services/StaleUploadRepair") {}

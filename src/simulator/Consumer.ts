@@ -2,7 +2,7 @@
  * A Sidekiq-style consumer for the queues Sweeper writes to: `Issues::RebalancingWorker` (a real
  * `relative_position` rebalance, then the rebalancer's own clean-up: SREM from the running set and
  * the `until_executed` claim released) and the throttled workers, run under GitLab's concurrency
- * limit the way its server middleware does (SPEC §5):
+ * limit the way its server middleware does:
  *
  * - a fresh job of a limited worker is deferred (RPUSH `{args, context, buffered_at}`) when jobs
  *   are already deferred or the worker is at its limit (HLEN executing + pending_resumed), else it

@@ -1,5 +1,5 @@
 /**
- * Bulk fixtures: the same GitLab formats as Seed.ts (SPEC §1, §2, §3, §5), written in bulk — one
+ * Bulk fixtures: the same GitLab formats as Seed.ts, written in bulk — one
  * `generate_series` INSERT for rows, pipelined commands for keys — for the benchmarks (bench/) and
  * the end-to-end tests that need thousands of records. Seed.ts writes one record the way GitLab
  * does; these write a million in seconds, so the benchmarks and tests seed GitLab's formats from
@@ -22,7 +22,7 @@ import type { RedisClient } from "../layers/redis/Redis.ts"
  * running, every `stuckEvery`-th one stuck in `canceling` (no `finished_at`), plus canceling bridges
  * (every 5000th, never a build to drop) and the canceling builds among the last 1000, which are
  * made ten minutes old (younger than the 1 h timeout: not stuck). Ids are 1..rows, the sequence is
- * moved past them. Returns how many builds are stuck (SPEC §1's criteria at `now`).
+ * moved past them. Returns how many builds are stuck (the batch's own criteria at `now`).
  */
 export const seedBuildsWithStuckCanceling = Effect.fn("Fixtures.buildsWithStuckCanceling")(function*(options: {
   readonly rows: number
@@ -64,7 +64,7 @@ export const seedBuildsWithStuckCanceling = Effect.fn("Fixtures.buildsWithStuckC
   return yield* countStuckCanceling(now)
 })
 
-/** Builds stuck in canceling at `now` (SPEC §1: `Ci::Build`, created and updated over an hour ago). */
+/** Builds stuck in canceling at `now` (`Ci::Build`, created and updated over an hour ago). */
 export const countStuckCanceling = Effect.fn("Fixtures.countStuckCanceling")(function*(now: Date) {
   const sql = yield* PgClient.PgClient
   const cutoff = new Date(now.getTime() - 3_600_000)
@@ -89,7 +89,7 @@ export const seedStuckCancelingBuilds = Effect.fn("Fixtures.stuckCancelingBuilds
 /**
  * `active` export jobs (queued and started alternately, ids 1..active, jid `export-<id>`, a day
  * before `now`) in 100 projects of one namespace, plus as many finished and failed ones; the odd
- * ones still run, so their Sidekiq status key is set (SPEC §2). Returns how many completed without
+ * ones still run, so their Sidekiq status key is set. Returns how many completed without
  * finishing (the even ones): the jobs to fail.
  */
 export const seedExportJobsWithStatuses = Effect.fn("Fixtures.exportJobsWithStatuses")(
@@ -232,7 +232,7 @@ const DEFERRED_CHUNK = 1_000
 
 /**
  * `jobs` elements in `worker`'s concurrency-limit deferred list, as GitLab's throttling middleware
- * buffers them (SPEC §5: `{args, context, buffered_at}`), buffered over the last ten minutes; RPUSH
+ * buffers them (`{args, context, buffered_at}`), buffered over the last ten minutes; RPUSH
  * of 1000 elements, ten per round trip. Returns `jobs`.
  */
 export const seedDeferredJobs = (redis: RedisClient, options: { readonly worker: string; readonly jobs: number }) =>

@@ -1,6 +1,6 @@
 /**
  * The objects an abandoned direct upload leaves in object storage, written where Sweeper's
- * ObjectStorage layers look for them (SPEC §8.4): `<root>/<path>` for a local store, `<path>` after
+ * ObjectStorage layers look for them: `<root>/<path>` for a local store, `<path>` after
  * the bucket's prefix for S3 and Azure. Sweeper's ObjectStorage only deletes; the simulator plays
  * the Workhorse upload that wrote the object, so it needs the other half. One implementation per
  * provider, picked from the same `SWEEPER_OBJECT_STORAGE` settings as Sweeper's.

@@ -1,5 +1,5 @@
 /**
- * The fixture factory: GitLab's own rows and keys (SPEC §1–§5, §7), written the way GitLab writes
+ * The fixture factory: GitLab's own rows and keys, written the way GitLab writes
  * them, one function per thing. The scenarios compose these; end-to-end tests can call them directly.
  *
  * Times come from the caller (the scenario reads the Clock once per tick), and "stuck" is made by
@@ -84,7 +84,7 @@ export const killExportJob = Effect.fn("Seed.killExportJob")(function*(job: { re
   yield* (yield* JobStatus).untrack(job.jid).pipe(Effect.orDie)
 })
 
-/** Whether builds live in GitLab ≥ 16's partitioned `p_ci_builds` (SPEC §8.1). */
+/** Whether builds live in GitLab ≥ 16's partitioned `p_ci_builds`. */
 export const buildsTable = Effect.fn("Seed.buildsTable")(function*() {
   const sql = yield* PgClient.PgClient
   const [row] = yield* sql<{ found: boolean }>`SELECT to_regclass('p_ci_builds') IS NOT NULL AS found`
@@ -149,7 +149,7 @@ export const stallRebalance = Effect.fn("Seed.stallRebalance")(function*(type: R
   yield* (yield* RebalancingState).track(type, id).pipe(Effect.orDie)
 })
 
-/** A Sidekiq client push of a job (SPEC §0.3): what GitLab does for every `perform_async`. */
+/** A Sidekiq client push of a job: what GitLab does for every `perform_async`. */
 export const pushJob = Effect.fn("Seed.pushJob")(function*(options: {
   readonly workerClass: string
   readonly args: ReadonlyArray<unknown>
@@ -162,7 +162,7 @@ export const pushJob = Effect.fn("Seed.pushJob")(function*(options: {
   return job
 })
 
-/** GitLab's throttling middleware deferring a job: RPUSH `{args, context, buffered_at}` (SPEC §5). */
+/** GitLab's throttling middleware deferring a job: RPUSH `{args, context, buffered_at}`. */
 export const deferJob = Effect.fn("Seed.deferJob")(
   function*(worker: string, args: ReadonlyArray<unknown>, nowMillis: number) {
     const stores = yield* SimulatorStores
@@ -178,7 +178,7 @@ export const deferJob = Effect.fn("Seed.deferJob")(
   }
 )
 
-/** Ages used by the scenarios: past each SPEC threshold with margin, and well inside it. */
+/** Ages used by the scenarios: past each batch's threshold with margin, and well inside it. */
 export const AGES = {
   /** Builds: 1 h `TIMEOUT` → two hours in `canceling` is stuck, ten minutes is not. */
   stuckBuild: Duration.hours(2),

@@ -2,7 +2,7 @@
  * Plays the GitLab around Sweeper (`sweeper simulate`, `npm run demo`, the soak test): each tick
  * (one second apart) every selected scenario makes `rate` things, some of them stuck the way GitLab's own failures
  * leave them, some healthy controls beside them that Sweeper must leave alone, and a Sidekiq-style
- * consumer runs what Sweeper enqueues. Everything goes through the platform's own formats (SPEC), on
+ * consumer runs what Sweeper enqueues. Everything goes through the platform's own formats, on
  * whichever backends the composition root built, and is written down in a `Ledger`.
  *
  * Scenarios:
@@ -74,7 +74,7 @@ export const parseScenarios = (text: string): Effect.Effect<ReadonlyArray<Scenar
     )
 }
 
-/** The worker the `throttled` scenario uses when none is configured (SPEC §5's example). */
+/** The worker the `throttled` scenario uses when none is configured. */
 export const DEFAULT_THROTTLED_WORKER = "Releases::CreateEvidenceWorker"
 /** Its limit, written to Redis as `current_limit` the way GitLab publishes a worker's limit. */
 export const DEFAULT_THROTTLED_LIMIT = 2

@@ -1,5 +1,5 @@
 /**
- * The simulator's raw hands on GitLab's three Redis stores (SPEC §8.2). Sweeper's services only
+ * The simulator's raw hands on GitLab's three Redis stores. Sweeper's services only
  * expose what Sweeper does; the simulator plays GitLab and Sidekiq, so it writes keys Sweeper only
  * reads (the throttling middleware's deferred list, the executing tracker, the pending-uploads hash)
  * and pops the queues Sweeper pushes to. Each command names the store its key lives in, so the
@@ -21,7 +21,7 @@ export class SimulatorStores extends Context.Service<SimulatorStores, {
   hlen(store: Store, key: string): Effect.Effect<number>
   hexists(store: Store, key: string, field: string): Effect.Effect<boolean>
   rpush(store: Store, key: string, value: string): Effect.Effect<void>
-  /** LPUSH plus SADD to `queues`: a Sidekiq client push (SPEC §0.3). */
+  /** LPUSH plus SADD to `queues`: a Sidekiq client push. */
   lpush(store: Store, key: string, value: string): Effect.Effect<void>
   rpop(store: Store, key: string): Effect.Effect<string | null>
   llen(store: Store, key: string): Effect.Effect<number>

@@ -166,21 +166,31 @@ describe("Prometheus alert rules", () => {
       for (const key of ["summary", "description", "runbook"]) {
         assert.match(block, new RegExp(`\\n\\s+${key}: "`), `${name}: ${key}`)
       }
-      assert.match(block, /runbook: "README\.md#[a-z-]+/, `${name}: runbook points at a README section`)
-    }
-    // The sections exist: GitHub's anchor of each README heading (lower case, punctuation dropped,
-    // spaces to hyphens).
-    const anchors = readFileSync(join(root, "README.md"), "utf8").split("\n").filter((line) => /^#{1,6} /.test(line))
-      .map((line) =>
-        line.replace(/^#+ /, "").trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-")
+      assert.match(
+        block,
+        /runbook: "(README|docs\/[a-z-]+)\.md#[a-z-]+/,
+        `${name}: runbook points at a section of README or a docs/ page`
       )
-    const referenced = [...rulesText.matchAll(/README\.md#([a-z0-9-]+)/g)].map((m) => m[1]!)
-    assert.includeMembers(referenced, [
+    }
+    // The sections exist: GitHub's anchor of each heading of the page named (lower case,
+    // punctuation dropped, spaces to hyphens).
+    const anchorsOf = (page: string) =>
+      readFileSync(join(root, page), "utf8").split("\n").filter((line) => /^#{1,6} /.test(line))
+        .map((line) =>
+          line.replace(/^#+ /, "").trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-")
+        )
+    const referenced = [...rulesText.matchAll(/((?:README|docs\/[a-z-]+)\.md)#([a-z0-9-]+)/g)].map((m) => ({
+      page: m[1]!,
+      anchor: m[2]!
+    }))
+    assert.includeMembers(referenced.map(({ anchor }) => anchor), [
       "deploying",
       "failure-handling",
       "resume-across-stores-concurrency-limit-resume"
     ])
-    for (const anchor of referenced) assert.include(anchors, anchor, `README has a section #${anchor}`)
+    for (const { anchor, page } of referenced) {
+      assert.include(anchorsOf(page), anchor, `${page} has a section #${anchor}`)
+    }
   })
 })
 

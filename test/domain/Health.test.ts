@@ -1,5 +1,5 @@
 /**
- * The health gate's pure rules (SPEC §9): SWEEPER_HEALTH as configuration (a bad value is one line
+ * The health gate's pure rules: SWEEPER_HEALTH as configuration (a bad value is one line
  * naming the variable and the path), the hysteresis between stop and resume, relative thresholds
  * against the signal's own median over the last hour (sampled under TestClock), and the throttled
  * concurrency limit's steps.
@@ -43,7 +43,7 @@ const failure = (json: unknown): string => {
 }
 
 describe("SWEEPER_HEALTH", () => {
-  it("every signal of SPEC §9, thresholds in the signal's unit", () => {
+  it("every signal the gate knows, thresholds in the signal's unit", () => {
     const all = rules({
       replicationLag: { stop: "64MB", resume: "16MB" },
       walRate: { stop: "3x", resume: "2x" },

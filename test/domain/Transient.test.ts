@@ -1,5 +1,5 @@
 /**
- * Which errors the run guard retries (issue 7): lost connections — however @effect/sql-pg reports
+ * Which errors the run guard retries: lost connections — however @effect/sql-pg reports
  * them — are transient; errors in the statement or the data are permanent.
  */
 import { assert, describe, it } from "@effect/vitest"

@@ -1,10 +1,10 @@
 /**
- * Connections cut under a running batch (issue 7): the servers stay up, only the CLI's connections
+ * Connections cut under a running batch: the servers stay up, only the CLI's connections
  * die. PostgreSQL: its backends are terminated (`pg_terminate_backend`, SQLSTATE 57P01, a ROLLBACK
  * on a dead connection) — the run guard retries and the run succeeds. Redis: its connections are
  * killed (`CLIENT KILL`), ioredis reconnects — the run goes on (or is retried) and succeeds.
  * Every repair keeps its event either way. And the Redis that holds the lease cut off for good at a
- * lease check (issue 16): the failed read stops the holder before its next write.
+ * lease check: the failed read stops the holder before its next write.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"

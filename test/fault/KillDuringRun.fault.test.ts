@@ -1,5 +1,5 @@
 /**
- * kill -9 mid-run, per batch that can run long (issue 7, "Tests to show it"): the real CLI
+ * kill -9 mid-run, per batch that can run long: the real CLI
  * (`sweeper run <batch> --json`) on real PostgreSQL and Redis is SIGKILLed three times at seeded
  * random points (after a random number of repairs) once it is repairing, then run to completion. Afterwards:
  *   - SQL batches (repair and event in one transaction): every repaired record has exactly one event;

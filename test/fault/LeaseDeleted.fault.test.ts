@@ -1,5 +1,5 @@
 /**
- * The exclusive lease deleted under every leased batch mid-run (issue 7 item 7): the old holder
+ * The exclusive lease deleted under every leased batch mid-run: the old holder
  * notices at its next fence check, writes nothing more, and its run ends `failed` with reason
  * `lease lost` and a LeaseLost event. Where a second runner starts meanwhile (and takes the lease
  * with a newer epoch), the two together still repair each record once (SQL) / at least once (Redis).

@@ -1,6 +1,6 @@
 /**
- * One contract for Builds' writes against rows another open transaction holds (issue 18, progress
- * guarantee), run on the memory layer and on a real PostgreSQL, where the row is held `FOR UPDATE`
+ * One contract for Builds' writes against rows another open transaction holds (a page
+ * never waits for them), run on the memory layer and on a real PostgreSQL, where the row is held `FOR UPDATE`
  * by a second connection: a page write skips it at once and says so (`locked`), drops the rest, and
  * leaves it untouched with no event; a single-row drop/doom fails with RowLocked; once the lock is
  * gone the same writes go through.

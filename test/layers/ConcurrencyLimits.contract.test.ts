@@ -71,7 +71,7 @@ const RawOverStores = Layer.effect(
       flush: raw.flush,
       rpush: (key, ...values) => raw.rpush("sharedState", key, ...values),
       lpop: (key) => raw.lpop("sharedState", key),
-      // Trackers live in QueuesMetadata, Sidekiq's work hashes in Queues (SPEC §8.2).
+      // Trackers live in QueuesMetadata, Sidekiq's work hashes in Queues.
       hset: (key, fields) => raw.hset(key.endsWith(":work") ? "queues" : "queuesMetadata", key, fields),
       set: (key, value) =>
         raw.set(/:(current_limit|pending_resumed)$/.test(key) ? "queuesMetadata" : "sharedState", key, value),
@@ -421,7 +421,7 @@ describe("ConcurrencyLimits contract", () => {
     contract(it)
   })
 
-  // Every key in its GitLab store: one server, three servers (one per store), a cluster (SPEC §8.2).
+  // Every key in its GitLab store: one server, three servers (one per store), a cluster.
   for (const topology of topologies) {
     layer(UnderTest(topology), { excludeTestServices: true, timeout: "30 seconds" })(
       `ConcurrencyLimitsRedis (${topology})`,

@@ -1,5 +1,5 @@
 /**
- * The resume move across stores (SPEC §8.3, README "Resume across stores") with the process dying
+ * The resume move across stores (docs/architecture.md, "Resume across stores") with the process dying
  * between every two steps — in memory, on one Redis, on three Redis servers (one per store) and on a
  * Redis Cluster. The fault is injected in the store primitives: the mover's fiber is interrupted
  * right before (or right after) its k-th protocol step, and its service instance is thrown away (all
@@ -33,7 +33,7 @@ const good = (i: number) =>
     context: { "meta.caller_id": `c${i}` },
     buffered_at: 1772366400 + i
   })
-/** Unparsable, one of them not even UTF-8 (the 0xFF of issue 7 item 3). */
+/** Unparsable, one of them not even UTF-8 (the 0xFF of). */
 const JUNK: ReadonlyArray<Buffer> = [
   Buffer.from("{broken"),
   Buffer.from([0x7b, 0x22, 0x61, 0xff, 0x22, 0x7d]),
@@ -60,7 +60,7 @@ const record: RecordMove<never, never> = (move) => Effect.sync(() => void record
  */
 const killedAt = (store: ConcurrencyLimitStore, k: number, after: boolean) => {
   let step = 0
-  const killing = <A>(effect: () => Effect.Effect<A, unknown>) =>
+  const killing = <A, E>(effect: () => Effect.Effect<A, E>) =>
     Effect.suspend(() => {
       step++
       if (step !== k) return effect()
@@ -72,7 +72,7 @@ const killedAt = (store: ConcurrencyLimitStore, k: number, after: boolean) => {
     const original = store[name] as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown>
     wrapped[name] = (...args: ReadonlyArray<unknown>) => killing(() => original(...args))
   }
-  const killedRecord = ((move) => killing(() => record(move))) as RecordMove<never, never>
+  const killedRecord: RecordMove<never, never> = (move) => killing(() => record(move))
   return { store: wrapped as unknown as ConcurrencyLimitStore, record: killedRecord }
 }
 

@@ -1,5 +1,5 @@
 /**
- * Arbitrary bytes in executing-tracker fields and values (issue 7), in memory and on real Redis:
+ * Arbitrary bytes in executing-tracker fields and values, in memory and on real Redis:
  * `cleanupStaleTrackers` removes exactly the stale trackers — older than 600 s (or with an
  * unreadable start) and not backed by a job of this worker running on their Sidekiq thread — and
  * nothing else; every other field keeps its exact bytes and value. Fields and values are compared
@@ -179,7 +179,7 @@ const checkCase = (c: Case) =>
 
 const configFor = { concurrencyLimits: { [W]: { limit: 3, queue: "default" } } }
 
-/** Fixed cases the arbitraries might not hit in a short run: issue 7's 0xFF in each place. */
+/** Fixed cases the arbitraries might not hit in a short run: 0xFF (not UTF-8) in each place. */
 const examples: ReadonlyArray<Case> = [
   { trackers: [[{ kind: "thread", thread: 1, runs: "nothing", badByte: true }, { kind: "old", age: 900 }]] },
   {
@@ -208,7 +208,7 @@ const Memory = Layer.mergeAll(ConcurrencyLimitsMemory, KeysMemory).pipe(
 )
 
 describe("stale executing trackers over arbitrary bytes (memory)", () => {
-  it.effect("issue 7's cases: 0xFF in a field, a fresh value, an old value", () =>
+  it.effect("the non-UTF-8 cases: 0xFF in a field, a fresh value, an old value", () =>
     Effect.forEach(examples, checkCase, { discard: true }).pipe(Effect.provide(Memory)))
   it.effect.prop(
     "exactly the stale trackers removed, the rest byte for byte",
@@ -228,7 +228,7 @@ const RedisPlatform = Layer.mergeAll(ConcurrencyLimitsRedis, KeysRedis).pipe(
 layer(RedisPlatform, { excludeTestServices: true, timeout: "60 seconds" })(
   "stale executing trackers over arbitrary bytes (real Redis)",
   (it) => {
-    it.effect("issue 7's cases: 0xFF in a field, a fresh value, an old value", () =>
+    it.effect("the non-UTF-8 cases: 0xFF in a field, a fresh value, an old value", () =>
       Effect.forEach(examples, checkCase, { discard: true }))
     it.effect.prop("exactly the stale trackers removed, the rest byte for byte", Case, checkCase, {
       arbitrary: { runs: 80 }

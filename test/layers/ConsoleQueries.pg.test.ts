@@ -1,5 +1,5 @@
 /**
- * The console's reads on a ledger of 1 000 000 events (issue 19): every read is served by an index
+ * The console's reads on a ledger of 1 000 000 events: every read is served by an index
  * of migration 0005 (no sequential scan of sweeper_events or sweeper_runs, no sort of a run's
  * events), on the first page and deep in a 10 000-repair run. Timings are printed, never asserted
  * (the machine is shared); the plans are what is asserted.

@@ -1,6 +1,6 @@
 /**
- * One contract for ExportJobs.failMany against rows another open transaction holds (issue 18,
- * progress guarantee), on the memory layer and on a real PostgreSQL where a second connection holds
+ * One contract for ExportJobs.failMany against rows another open transaction holds (a write
+ * never waits for them), on the memory layer and on a real PostgreSQL where a second connection holds
  * the rows `FOR UPDATE`: the slice write skips them at once and names them (`locked`), fails the
  * rest, leaves them queued/started with no event; once the lock is gone the same write fails them.
  */

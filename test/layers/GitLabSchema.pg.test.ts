@@ -1,5 +1,5 @@
 /**
- * Beside a real GitLab (SPEC §8.1), on databases laid out with GitLab's own DDL (test/support/
+ * Beside a real GitLab, on databases laid out with GitLab's own DDL (test/support/
  * gitlabSchema.ts): migrate touches nothing of GitLab's (pg_indexes and columns identical before and
  * after), detection picks gitlab mode, builds are read and written through p_ci_builds in every
  * partition by (id, partition_id), a missing column stops start-up naming it, and doctor's scan

@@ -1,5 +1,5 @@
 /**
- * The health gate layer (SPEC §9) under TestClock, over in-memory signals: a healthy gate answers
+ * The health gate layer under TestClock, over in-memory signals: a healthy gate answers
  * at once; a signal past stop holds the batch, re-checking every second, and releases only at
  * resume (one RepairHeld/RepairReleased pair per hold, the held gauge and seconds counter); a
  * deadline reached while held ends the call with proceed false; signals apply only to what the

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL health signals read the real thing (SPEC §9), on a private primary with a
+ * The PostgreSQL health signals read the real thing, on a private primary with a
  * streaming standby this file starts (test/support/pgStandby.ts): replay paused makes real
  * replication lag, a slowed VACUUM is a vacuum on the batch's table (and a partition's counts for
  * its parent), an open transaction on another connection is a long transaction. A role without

@@ -1,5 +1,5 @@
 /**
- * The Redis, Sidekiq and Prometheus health signals read the real thing (SPEC §9): `INFO memory`
+ * The Redis, Sidekiq and Prometheus health signals read the real thing: `INFO memory`
  * of each store against its `maxmemory` (three separate servers of the split topology, each its own
  * limit), the oldest job of a Sidekiq queue (old jobs pushed the way Sidekiq pushes them, in both
  * Sidekiq's enqueued_at formats), and a real Prometheus scraping an exporter whose value the test

@@ -1,5 +1,5 @@
 /**
- * One contract for JobQueue (SPEC §0.3), run against the in-memory Redis and a real Redis server:
+ * One contract for JobQueue, run against the in-memory Redis and a real Redis server:
  * what a Sidekiq consumer finds in `queue:<queue>` and `queues`, and the until_executed claims.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -32,7 +32,7 @@ class Keys extends Context.Service<Keys, {
   setString(key: string, value: string): Effect.Effect<void>
 }>()("test/layers/JobQueue/Keys") {}
 
-/** Each key in its GitLab store (SPEC §8.2): claims in QueuesMetadata, the rest in Queues. */
+/** Each key in its GitLab store: claims in QueuesMetadata, the rest in Queues. */
 const RedisKeys = Layer.effect(
   Keys,
   Effect.gen(function*() {

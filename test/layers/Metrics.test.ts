@@ -59,7 +59,7 @@ describe("Metrics", () => {
       const summary = yield* StuckExportJobs.run
       assert.strictEqual(summary.failed, 1)
       assert.deepStrictEqual(calls, [{ metric: stuckExportJobsFailedTotal.id, value: 1, attributes: {} }])
-    }).pipe(Effect.provide(layer), Effect.provide(MemoryPlatform()))
+    }).pipe(Effect.provide(Layer.provideMerge(layer, MemoryPlatform())))
   })
 
   it.effect("MetricsPrometheus: counters with their attributes, nothing for 0, series initialised at 0, process figures at each scrape", () =>

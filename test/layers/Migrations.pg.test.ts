@@ -1,5 +1,5 @@
 /**
- * Migrations on a real PostgreSQL: idempotent, SPEC §7's tables/columns/types/constraints, and safe
+ * Migrations on a real PostgreSQL: idempotent, the documented tables/columns/types/constraints, and safe
  * when two processes migrate the same fresh database at once (advisory lock).
  */
 import { PgClient } from "@effect/sql-pg"
@@ -19,7 +19,7 @@ interface ColumnRow {
   readonly column_default: string | null
 }
 
-/** table → column → [data_type, nullable, max length?] (SPEC §7). */
+/** table → column → [data_type, nullable, max length?]. */
 const EXPECTED: Record<string, Record<string, readonly [string, boolean, number?]>> = {
   namespaces: {
     id: ["bigint", false],
@@ -151,7 +151,7 @@ describe("Migrations on PostgreSQL", () => {
         assert.deepStrictEqual(yield* columns, before)
       }))
 
-    it.effect("every SPEC §7 table has its columns with GitLab's types and nullability", () =>
+    it.effect("every Sweeper table has its columns with GitLab's types and nullability", () =>
       Effect.gen(function*() {
         const rows = yield* columns
         for (const [table, expected] of Object.entries(EXPECTED)) {

@@ -1,5 +1,5 @@
 /**
- * One contract for ObjectStorage (SPEC §8.4), run against every real backend: local directories,
+ * One contract for ObjectStorage, run against every real backend: local directories,
  * S3 (s3rver on loopback) and Azure Blob (azurite on loopback), each server started by this file.
  * A "bucket" is a directory under a temp dir for Local, a bucket for S3, a container for Azure; each
  * test gets fresh ones so the backends' state never leaks between tests.

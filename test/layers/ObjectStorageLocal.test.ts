@@ -84,7 +84,7 @@ describe("ObjectStorageLocal", () => {
       assert.isTrue(existsSync(root))
     }))
 
-  it.effect("a root that is empty, relative or / is refused even when the layer is built directly (issue 7)", () =>
+  it.effect("a root that is empty, relative or / is refused even when the layer is built directly", () =>
     Effect.gen(function*() {
       for (const root of ["", ".", "relative/dir", "/", "/tmp/.."]) {
         const error = yield* Effect.flip(deleteWith({ uploads: root }, "uploads", "zz-victim-file"))

@@ -165,7 +165,7 @@ describe("wrong-type keys on real Redis: the run fails once, with the reason, no
       assert.strictEqual((finished[0]!.data as { error?: string }).error, result.error)
       // The key is untouched, and the next run says the same.
       assert.strictEqual(yield* redisCall((c) => c.get(PENDING_DIRECT_UPLOADS_KEY)), "not a hash")
-    }).pipe(Effect.provide(Platform), Effect.provide(MemoryPlatform())))
+    }).pipe(Effect.provide(Layer.provideMerge(Platform, MemoryPlatform()))))
 
   it.live("the scan itself meeting a wrong type names HSCAN", () =>
     Effect.gen(function*() {
@@ -184,7 +184,7 @@ describe("wrong-type keys on real Redis: the run fails once, with the reason, no
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(calls, 1)
       assert.match(result.error ?? "", /^RedisError: WRONGTYPE .* \(rebalancing\.smembers on 127\.0\.0\.1:\d+\)$/)
-    }).pipe(Effect.provide(Platform), Effect.provide(MemoryPlatform())))
+    }).pipe(Effect.provide(Layer.provideMerge(Platform, MemoryPlatform()))))
 
   it.live("a closed connection is transient, and says where", () =>
     Effect.gen(function*() {

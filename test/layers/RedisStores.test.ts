@@ -1,5 +1,5 @@
 /**
- * The store composition (SPEC §8.2) on the three test topologies: each store tag reaches its own
+ * The store composition on the three test topologies: each store tag reaches its own
  * server (split), the cluster client is a cluster, one connection per distinct URL.
  */
 import { assert, describe, it, layer } from "@effect/vitest"

@@ -1,5 +1,5 @@
 /**
- * Arbitrary bytes in the deferred list (issue 7 item 3), on real Redis and in memory: whatever the
+ * Arbitrary bytes in the deferred list, on real Redis and in memory: whatever the
  * elements hold — random bytes, 0xFF inside otherwise valid JSON, valid jobs with any Unicode in
  * their args — after one pass every element is exactly once in `queue:<q>` (valid ones, as Sidekiq
  * jobs carrying the stored args), in the dead list (byte for byte) or still deferred (at the tail,

@@ -1,5 +1,5 @@
 /**
- * concurrency-limit-resume against bad keys in a real Redis (issue 7 items 3 and 4), through the CLI
+ * concurrency-limit-resume against bad keys in a real Redis, through the CLI
  * as an operator runs it: a deferred element holding a 0xFF byte no longer blocks its worker (it goes
  * to the dead list byte for byte, the jobs around it are resumed), and a key of the wrong type
  * fails only its own worker — reported once in the summary and the log, never retried — while every

@@ -45,7 +45,7 @@ const element = (i: number, bufferedAt: number) =>
     buffered_at: bufferedAt
   })
 
-/** A command on one GitLab store (SPEC §8.2): lists in SharedState, queues in Queues, limits and trackers in QueuesMetadata. */
+/** A command on one GitLab store: lists in SharedState, queues in Queues, limits and trackers in QueuesMetadata. */
 const storeCall =
   <R>(store: Effect.Effect<Redis["Service"], never, R>) => <A>(f: (client: RedisClient) => Promise<A>) =>
     Effect.flatMap(store, (r) => Effect.promise(() => f(r.client)))
@@ -78,7 +78,7 @@ const events = Effect.gen(function*() {
 })
 
 describe("concurrency-limit-resume against Redis and PostgreSQL", () => {
-  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  // The whole batch on each Redis deployment GitLab runs (one server, a server per store, a cluster).
   for (const topology of topologies) {
     it.live(`resumes within each worker's limit, FIFO; dead-letters garbage; leaves unknown and breaker-open workers alone (redis ${topology})`, () =>
       Effect.gen(function*() {

@@ -79,7 +79,7 @@ const runJson = (roots: Record<string, string>, ...extra: ReadonlyArray<string>)
   })
 
 describe("sweeper run delete-stale-direct-uploads (real Redis + PostgreSQL + local object storage, CLI)", () => {
-  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  // The whole batch on each Redis deployment GitLab runs (one server, a server per store, a cluster).
   for (const topology of topologies) {
     it.live(
       `deletes stale objects then their entries, keeps what it must, records every deletion under the run id (redis ${topology})`,

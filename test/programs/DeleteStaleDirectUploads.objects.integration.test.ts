@@ -1,5 +1,5 @@
 /**
- * delete-stale-direct-uploads against real object stores (SPEC §8.4): GitLab's consolidated
+ * delete-stale-direct-uploads against real object stores: GitLab's consolidated
  * `SWEEPER_OBJECT_STORAGE` pointing at s3rver (S3) or azurite (Azure Blob) on loopback, objects
  * seeded through the vendors' SDKs, `pending_direct_uploads` in a real Redis, events in a real
  * PostgreSQL, and the CLI run as an operator would.

@@ -1,5 +1,5 @@
 /**
- * delete-stale-direct-uploads over arbitrary bytes (issue 7): fields and values built from bytes that
+ * delete-stale-direct-uploads over arbitrary bytes: fields and values built from bytes that
  * are not UTF-8 (0xFF, a lone surrogate's encoding, a truncated sequence, a byte-order mark), NUL,
  * `:` anywhere, `..`, `/`, empty parts, against a Local object store rooted in a temp dir that has
  * "victim" files beside and above its roots, and the files a lossy decoding of each field would name.
@@ -262,7 +262,7 @@ const checkCase = ({ entries }: { readonly entries: ReadonlyArray<Entry> }) =>
     }
 
     // Valid stale entries: handled, or kept and counted as a failed delete when the store refused;
-    // those of a location without a store are removed but counted apart (skippedNoStore, SPEC §8.4).
+    // those of a location without a store are removed but counted apart (skippedNoStore).
     const stale = expected.filter((e) => e.kind === "stale")
     const keptStale = stale.filter(still)
     const noStore = stale.filter((e) => Option.isNone(e.target))
@@ -332,7 +332,7 @@ describe("delete-stale-direct-uploads over arbitrary bytes", () => {
       { arbitrary: { runs: 40 } }
     )
 
-    // The case from issue 7, spelled out: before, this deleted `ok/bin\uFFFD` and kept its own field.
+    // The case that once lost an object, spelled out: before, this deleted `ok/bin\uFFFD` and kept its own field.
     it.effect("uploads:ok/bin\\xff is counted and kept; ok/bin\uFFFD and ok/bin survive", () =>
       Effect.gen(function*() {
         yield* TestClock.setTime(NOW)

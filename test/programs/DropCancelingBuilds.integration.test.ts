@@ -8,7 +8,7 @@ import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-// The lease lives in SharedState (SPEC §8.2), which `Redis` is in Sweeper's composition.
+// The lease lives in SharedState, which `Redis` is in Sweeper's composition.
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { SharedStateRedis as Redis } from "../../src/layers/redis/Redis.ts"
 import { runCli } from "../support/cli.ts"
@@ -95,7 +95,7 @@ const runJson = (...extra: ReadonlyArray<string>) =>
     return parsed as { batch: string; runId: string; outcome: string; summary: unknown }
   })
 
-// Every test on each Redis deployment of SPEC §8.2: one server, a server per store, a cluster.
+// Every test on each Redis deployment GitLab runs: one server, a server per store, a cluster.
 const suite = (topology: RedisTopology) =>
   layer(Platform(topology), { excludeTestServices: true })(
     `sweeper run drop-canceling-builds (real PostgreSQL + Redis ${topology}, CLI)`,

@@ -1,5 +1,5 @@
 /**
- * Issue 18's progress guarantee, end to end: 10 of 1,000 stuck builds held `FOR UPDATE` by another
+ * A run never waits on a row another transaction holds, end to end: 10 of 1,000 stuck builds held `FOR UPDATE` by another
  * connection's open transaction while `sweeper run drop-canceling-builds --budget 10s` runs on the
  * real PostgreSQL and Redis. Before the fix the page holding them waited for that transaction until
  * the guard's hard timeout (budget + 30 s: `timed_out`, half the free builds left), and so did

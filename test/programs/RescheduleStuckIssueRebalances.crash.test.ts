@@ -1,5 +1,5 @@
 /**
- * reschedule-stuck-issue-rebalances killed between any two of its writes (issue 7: "a repair's event
+ * reschedule-stuck-issue-rebalances killed between any two of its writes ("a repair's event
  * is written so that a crash can duplicate it but never lose it"). The process dies right before or
  * right after its k-th write step — a claim check, an events INSERT, a push — for every k; then,
  * before the next run, the pushed jobs either stay pending or are run by Sidekiq (which finishes the

@@ -63,7 +63,7 @@ const seedRows = Effect.gen(function*() {
   yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (20, 10, 'gitlab', 'gitlab'), (21, 12, 'dotfiles', 'dotfiles')`
 })
 
-/** A command on one GitLab store (SPEC §8.2): the set in SharedState, jobs in Queues, claims in QueuesMetadata. */
+/** A command on one GitLab store: the set in SharedState, jobs in Queues, claims in QueuesMetadata. */
 const storeCall =
   <R>(store: Effect.Effect<Redis["Service"], never, R>) => <A>(f: (client: RedisClient) => Promise<A>) =>
     Effect.flatMap(store, (redis) => Effect.orDie(redis.use("test", f)))
@@ -97,7 +97,7 @@ const sweeper = (...extra: ReadonlyArray<string>) =>
   })
 
 describe("reschedule-stuck-issue-rebalances against PostgreSQL and Redis", () => {
-  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  // The whole batch on each Redis deployment GitLab runs (one server, a server per store, a cluster).
   for (const topology of topologies) {
     it.live(
       `re-enqueues existing namespaces and projects, drops deleted and invalid ones, respects pending jobs (redis ${topology})`,

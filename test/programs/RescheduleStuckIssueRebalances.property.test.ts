@@ -1,5 +1,5 @@
 /**
- * reschedule-stuck-issue-rebalances over arbitrary bytes in the running-rebalances set (issue 7):
+ * reschedule-stuck-issue-rebalances over arbitrary bytes in the running-rebalances set:
  * members built from type and id pieces, bad bytes (0xFF, a lone surrogate's encoding, a truncated
  * sequence, a byte-order mark), NUL and look-alikes (`01`, `05`, `-3`, `1e3`, U+FFFD). After a real run:
  * every malformed member is counted and nothing is enqueued for it; every valid member is enqueued

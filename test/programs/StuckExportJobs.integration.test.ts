@@ -80,7 +80,7 @@ const events = Effect.gen(function*() {
 })
 
 describe("stuck-export-jobs against PostgreSQL and Redis", () => {
-  // The whole batch on each Redis deployment of SPEC §8.2 (one server, a server per store, a cluster).
+  // The whole batch on each Redis deployment GitLab runs (one server, a server per store, a cluster).
   for (const topology of topologies) {
     it.live(
       `fails completed exports still queued/started, spares running, finished and young parallel ones (redis ${topology})`,

@@ -1,5 +1,5 @@
 /**
- * Issue 18's progress guarantee for stuck-export-jobs, end to end: 10 of 1,000 stuck export jobs
+ * A run never waits on a row another transaction holds, for stuck-export-jobs, end to end: 10 of 1,000 stuck export jobs
  * held `FOR UPDATE` by another connection's open transaction while `sweeper run stuck-export-jobs
  * --budget 10s` runs on the real PostgreSQL and Redis. Before the fix the slice holding them waited
  * for that transaction until the guard's hard timeout; now the run succeeds inside its budget, fails

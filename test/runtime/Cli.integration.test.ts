@@ -52,7 +52,7 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
     "unreachable or malformed infrastructure: one line naming the host, never the password, exit 3",
     () =>
       Effect.gen(function*() {
-        // A reachable Redis beside it: DATABASE_URL alone is a configuration error (exit 2, SPEC §8.2).
+        // A reachable Redis beside it: DATABASE_URL alone is a configuration error (exit 2).
         const pg = yield* sweeper(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@127.0.0.1:1/gitlab" })
         assert.strictEqual(pg.code, 3, pg.stderr)
         assert.strictEqual(pg.stdout, "")

@@ -1,5 +1,5 @@
 /**
- * Issue 16 point 6 and issue 19 point 5: every numeric and time flag of every command refuses a bad
+ * Every numeric and time flag of every command refuses a bad
  * value — negative, zero where it means nothing, a fraction, huge, empty, garbage — with one line
  * on stderr and exit 2, no stack trace, before anything opens a database. Relative instants (`1h`,
  * `30m`, `7d`) are read from the Clock.

@@ -1,6 +1,6 @@
 /**
  * The console in a real browser (Debian's chromium driven by playwright-core) against a real
- * supervisor on PostgreSQL and Redis (issue 19), walking what a newcomer would: the overview shows
+ * supervisor on PostgreSQL and Redis, walking what a newcomer would: the overview shows
  * each batch's backlog with its oldest age; a batch leads to its history charts (one mark per run in
  * the window) and its runs; a run leads to exactly the builds it dropped, each to its history; a run
  * of 10 000 repairs pages; no page logs a console error or fails a request (favicon included); every
@@ -30,6 +30,8 @@ const browser = Effect.acquireRelease(
   Effect.promise(async () => {
     assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
     return chromium.launch({
+      // Readiness, not a guess: a busy 2-core machine may take far longer than playwright's 30 s.
+      timeout: 180_000,
       executablePath: CHROMIUM,
       args: [
         "--headless",

@@ -27,6 +27,8 @@ const browser = Effect.acquireRelease(
     assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
     // playwright gives every launch a fresh temporary profile (the fresh --user-data-dir STACK.md asks for).
     const instance = await chromium.launch({
+      // Readiness, not a guess: a busy 2-core machine may take far longer than playwright's 30 s.
+      timeout: 180_000,
       executablePath: CHROMIUM,
       args: [
         "--headless",

@@ -1,5 +1,5 @@
 /**
- * The schema side of "beside a real GitLab" (SPEC §8.1) through the real CLI, as an operator runs it:
+ * The schema side of "beside a real GitLab" through the real CLI, as an operator runs it:
  * read-only commands never migrate (one line, nothing created), `migrate --plan` applies nothing, a
  * missing column stops start-up with one line, `sweeper doctor` on both builds layouts and on the
  * embedded default, and `doctor --apply-indexes` building its index concurrently (writes go on).

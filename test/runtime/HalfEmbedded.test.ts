@@ -1,5 +1,5 @@
 /**
- * SPEC §8.2: the in-memory Redis exists only for the all-embedded default. One side configured
+ * The in-memory Redis exists only for the all-embedded default. One side configured
  * without the other (or a store URL that cannot be a server or a cluster) is a one-line exit 2,
  * before any connection is tried (the URLs below point nowhere).
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 18's "done when", end to end: Sweeper pointed at a primary whose streaming standby is
+ * The health gate's promise, end to end: Sweeper pointed at a primary whose streaming standby is
  * behind (replay paused, tens of MB of WAL unreplayed) runs `sweeper run drop-canceling-builds`
  * with SWEEPER_HEALTH's replicationLag; it holds at the threshold — nothing dropped while held —
  * and, once replay resumes and the standby catches up, releases and finishes: every stuck build
@@ -226,7 +226,7 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })(
         yield* Effect.promise(() => pair.primary(`CREATE DATABASE ${database}`))
         assert.strictEqual((yield* Effect.promise(() => runCli(["migrate"], asPostgres))).code, 0)
         const superuser = yield* Effect.promise(() => runCli(["doctor"], asPostgres))
-        assert.match(superuser.stdout, /Health signals \(SPEC §9\) as role postgres: superuser/)
+        assert.match(superuser.stdout, /Health signals as role postgres: superuser/)
         assert.match(superuser.stdout, /replicationLag\s+readable\s+1 standby; largest replay lag/)
         assert.match(superuser.stdout, /longTransactions\s+readable/)
         // The shared test Redis has no maxmemory: unreadable, but not configured, so not a problem.

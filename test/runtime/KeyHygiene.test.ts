@@ -1,5 +1,5 @@
 /**
- * SPEC §8.2: every Redis key Sweeper creates has a TTL, and nothing grows with time. 100 scheduled
+ * Beside GitLab's own keys, every Redis key Sweeper creates has a TTL, and nothing grows with time. 100 scheduled
  * ticks of every batch go through the run guard as the scheduler drives them (`claimTick`, a
  * distinct `scheduledAt` each), on real Redis stores in each deployment; then every key in every
  * store is SCANned and must expire.

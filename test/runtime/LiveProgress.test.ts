@@ -1,5 +1,5 @@
 /**
- * A running batch's progress as the console shows it (issue 19 point 4): while the run guard runs a
+ * A running batch's progress as the console shows it: while the run guard runs a
  * program, `liveRun` has the units it reported and what they add up to; once the run ends it is gone.
  */
 import { assert, describe, it } from "@effect/vitest"

@@ -1,5 +1,5 @@
 /**
- * `SWEEPER_OBJECT_STORAGE` validated at the edge (SPEC §8.4, issue 7 item 1): the forms that decode,
+ * `SWEEPER_OBJECT_STORAGE` validated at the edge: the forms that decode,
  * and a table of bad values, each run through the real CLI: exit 2, one line on stderr naming the
  * variable and what is wrong, no secret echoed.
  */
@@ -138,7 +138,7 @@ describe("SWEEPER_OBJECT_STORAGE forms that decode", () => {
 /** [name, value, a fragment the one-line error must contain, run through the real CLI too]. */
 const BAD: ReadonlyArray<readonly [string, string, string, "cli" | "in-process"]> = [
   [
-    "empty root (issue 7: it became the working directory)",
+    "empty root (it would become the working directory)",
     JSON.stringify({ uploads: "" }),
     "must not be empty",
     "cli"

@@ -1,5 +1,5 @@
 /**
- * Issue 16 point 2: a pause that answers success is durable and cluster-wide; one that cannot be
+ * A pause that answers success is durable and cluster-wide; one that cannot be
  * recorded fails loudly and changes nothing. A real `sweeper start` reaches PostgreSQL through a
  * proxy the test closes, so the database really refuses connections (ECONNREFUSED) while the
  * supervisor and its HTTP server stay up.

@@ -1,5 +1,5 @@
 /**
- * The simulator's Sidekiq-style consumer plays GitLab's throttling middleware faithfully (SPEC §5):
+ * The simulator's Sidekiq-style consumer plays GitLab's throttling middleware faithfully:
  * fresh jobs over the limit are deferred in GitLab's `{args, context, buffered_at}` form, in
  * arrival order; a fresh job is deferred while others wait even with a slot free; a resumed job
  * always runs, takes its reserved `pending_resumed` slot, and is tracked in `executing` while it

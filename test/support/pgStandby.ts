@@ -11,7 +11,7 @@
  */
 import { Effect } from "effect"
 import { spawnSync } from "node:child_process"
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -28,11 +28,17 @@ const binDir = (): string => {
 
 const asRoot = process.getuid?.() === 0
 
+/**
+ * How long a server may take to start or stop: generous, because a busy 2-core machine running other
+ * suites beside this one can take minutes where an idle one takes two seconds.
+ */
+const START_WITHIN_S = 300
+
 /** Runs a PostgreSQL binary, as the postgres OS user when we are root. */
 const run = (dir: string, command: string, args: ReadonlyArray<string>) => {
   const bin = join(binDir(), command)
   const [file, argv] = asRoot ? ["runuser", ["-u", "postgres", "--", bin, ...args]] : [bin, [...args]]
-  const result = spawnSync(file, argv, { cwd: dir, encoding: "utf8", timeout: 60_000 })
+  const result = spawnSync(file, argv, { cwd: dir, encoding: "utf8", timeout: (START_WITHIN_S + 30) * 1000 })
   if (result.status !== 0) {
     throw new Error(
       `${command} ${args.join(" ")} failed (${result.status}): ${result.stdout}${result.stderr}${
@@ -98,6 +104,49 @@ const settings = (port: number, dir: string) =>
     `-c wal_receiver_status_interval=1`
   ].join(" ")
 
+/**
+ * Starts a server on a port the OS just handed out. The port was free then, but another process may
+ * bind it before PostgreSQL does: that start fails with "Address already in use" in the log, and the
+ * next attempt takes a new port. `pg_ctl -w -t` waits on the server's readiness, not a fixed time.
+ */
+const startServer = async (dir: string, node: string): Promise<number> => {
+  for (let attempt = 0;; attempt++) {
+    const port = await freePort()
+    const log = join(dir, `${node}.log`)
+    try {
+      run(dir, "pg_ctl", [
+        "-D",
+        join(dir, node),
+        "-l",
+        log,
+        "-w",
+        "-t",
+        String(START_WITHIN_S),
+        "-o",
+        settings(port, dir),
+        "start"
+      ])
+      return port
+    } catch (error) {
+      const logged = existsSync(log) ? readFileSync(log, "utf8") : ""
+      if (attempt >= 4 || !/address already in use/i.test(logged)) throw error
+    }
+  }
+}
+
+/** Stops both servers (whichever started) and removes their data. */
+const stopAll = (dir: string) => {
+  for (const node of ["standby", "primary"]) {
+    if (!existsSync(join(dir, node, "postmaster.pid"))) continue
+    try {
+      run(dir, "pg_ctl", ["-D", join(dir, node), "-m", "immediate", "-w", "-t", String(START_WITHIN_S), "stop"])
+    } catch {
+      // Already down: nothing to stop.
+    }
+  }
+  rmSync(dir, { recursive: true, force: true })
+}
+
 /** Starts the pair for the scope; both stopped and their data removed when it closes. */
 export const replicatedPostgres = Effect.acquireRelease(
   Effect.promise(async (): Promise<ReplicatedPostgres & { readonly dir: string }> => {
@@ -107,89 +156,73 @@ export const replicatedPostgres = Effect.acquireRelease(
       const gid = Number(spawnSync("id", ["-g", "postgres"], { encoding: "utf8" }).stdout.trim())
       chownSync(dir, uid, gid)
     }
-    const [primaryPort, standbyPort] = [await freePort(), await freePort()]
-    run(dir, "initdb", ["-D", join(dir, "primary"), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
-    run(dir, "pg_ctl", [
-      "-D",
-      join(dir, "primary"),
-      "-l",
-      join(dir, "primary.log"),
-      "-w",
-      "-o",
-      settings(primaryPort, dir),
-      "start"
-    ])
-    run(dir, "pg_basebackup", [
-      "-h",
-      "127.0.0.1",
-      "-p",
-      String(primaryPort),
-      "-U",
-      "postgres",
-      "-D",
-      join(dir, "standby"),
-      "-R",
-      "-X",
-      "stream",
-      "--no-sync"
-    ])
-    run(dir, "pg_ctl", [
-      "-D",
-      join(dir, "standby"),
-      "-l",
-      join(dir, "standby.log"),
-      "-w",
-      "-o",
-      settings(standbyPort, dir),
-      "start"
-    ])
-    const urlOf = (database: string) => `postgres://postgres@127.0.0.1:${primaryPort}/${database}`
-    const primaryUrl = urlOf("postgres")
-    const standbyUrl = `postgres://postgres@127.0.0.1:${standbyPort}/postgres`
-    // Streaming, with a replay position, before anyone measures lag.
-    for (let i = 0;; i++) {
-      const rows = await query(primaryUrl, "SELECT state FROM pg_stat_replication WHERE replay_lsn IS NOT NULL")
-      if (rows.some((row) => row[0] === "streaming")) break
-      if (i > 200) throw new Error("standby never started streaming")
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-    return {
-      dir,
-      primaryUrl,
-      urlOf,
-      standbyUrl,
-      primary: (text, database = "postgres") => query(urlOf(database), text),
-      standby: (text) => query(standbyUrl, text),
-      pauseReplay: async () => {
-        await query(standbyUrl, "SELECT pg_wal_replay_pause()")
-        // Paused means replay stopped (pg_get_wal_replay_pause_state, PostgreSQL 14+).
-        for (let i = 0; i < 200; i++) {
-          const [row] = await query(standbyUrl, "SELECT pg_get_wal_replay_pause_state() AS state")
-          if (row?.[0] === "paused") return
-          await new Promise((resolve) => setTimeout(resolve, 20))
-        }
-      },
-      resumeReplay: async () => {
-        await query(standbyUrl, "SELECT pg_wal_replay_resume()")
-      },
-      lagBytes: async () => {
-        const [row] = await query(
-          primaryUrl,
-          "SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 AS lag FROM pg_stat_replication"
-        )
-        return Number(row?.[0] || 0)
-      }
+    try {
+      return await startPair(dir)
+    } catch (error) {
+      // A failed setup leaves no server and no temp dir behind.
+      stopAll(dir)
+      throw error
     }
   }),
-  ({ dir }) =>
-    Effect.sync(() => {
-      for (const node of ["standby", "primary"]) {
-        try {
-          run(dir, "pg_ctl", ["-D", join(dir, node), "-m", "immediate", "-w", "stop"])
-        } catch {
-          // Already down (a failed start): nothing to stop.
-        }
-      }
-      rmSync(dir, { recursive: true, force: true })
-    })
+  ({ dir }) => Effect.sync(() => stopAll(dir))
 )
+
+const startPair = async (dir: string): Promise<ReplicatedPostgres & { readonly dir: string }> => {
+  run(dir, "initdb", ["-D", join(dir, "primary"), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
+  const primaryPort = await startServer(dir, "primary")
+  run(dir, "pg_basebackup", [
+    "-h",
+    "127.0.0.1",
+    "-p",
+    String(primaryPort),
+    "-U",
+    "postgres",
+    "-D",
+    join(dir, "standby"),
+    "-R",
+    "-X",
+    "stream",
+    "--no-sync"
+  ])
+  const standbyPort = await startServer(dir, "standby")
+  const urlOf = (database: string) => `postgres://postgres@127.0.0.1:${primaryPort}/${database}`
+  const primaryUrl = urlOf("postgres")
+  const standbyUrl = `postgres://postgres@127.0.0.1:${standbyPort}/postgres`
+  // Streaming, with a replay position, before anyone measures lag.
+  const streamingBy = Date.now() + START_WITHIN_S * 1000
+  for (;;) {
+    const rows = await query(primaryUrl, "SELECT state FROM pg_stat_replication WHERE replay_lsn IS NOT NULL")
+    if (rows.some((row) => row[0] === "streaming")) break
+    if (Date.now() > streamingBy) throw new Error(`standby not streaming within ${START_WITHIN_S} s`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return {
+    dir,
+    primaryUrl,
+    urlOf,
+    standbyUrl,
+    primary: (text, database = "postgres") => query(urlOf(database), text),
+    standby: (text) => query(standbyUrl, text),
+    pauseReplay: async () => {
+      await query(standbyUrl, "SELECT pg_wal_replay_pause()")
+      // Paused means replay stopped (pg_get_wal_replay_pause_state, PostgreSQL 14+).
+      const pausedBy = Date.now() + 60_000
+      while (Date.now() < pausedBy) {
+        const [row] = await query(standbyUrl, "SELECT pg_get_wal_replay_pause_state() AS state")
+        if (row?.[0] === "paused") return
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      throw new Error("standby replay not paused within 60 s")
+    },
+    resumeReplay: async () => {
+      await query(standbyUrl, "SELECT pg_wal_replay_resume()")
+    },
+    lagBytes: async () => {
+      const [row] = await query(
+        primaryUrl,
+        "SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 AS lag FROM pg_stat_replication"
+      )
+      return Number(row?.[0] || 0)
+    }
+  }
+}

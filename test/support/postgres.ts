@@ -47,7 +47,7 @@ export const PgTest = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
- * Holds rows locked as another client would (issue 18): a connection of its own (not the pool under
+ * Holds rows locked as another client would: a connection of its own (not the pool under
  * test) runs `BEGIN; <lock>` and keeps the transaction open until the returned release runs, then
  * commits. `lock` is e.g. `SELECT 1 FROM ci_builds WHERE id IN (…) FOR UPDATE`.
  */

@@ -5,7 +5,7 @@
  * missing binary fails the test, never skips it.
  */
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
+import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import { createServer as createNetServer } from "node:net"
@@ -68,41 +68,83 @@ export const testPrometheus = Effect.acquireRelease(
         ""
       ].join("\n")
     )
-    const port = await freePort()
-    const child = spawn("prometheus", [
-      `--config.file=${join(dir, "prometheus.yml")}`,
-      `--storage.tsdb.path=${join(dir, "data")}`,
-      `--web.listen-address=127.0.0.1:${port}`
-    ], { stdio: ["ignore", "ignore", "pipe"] })
-    let stderr = ""
-    child.stderr!.on("data", (chunk) => (stderr += chunk))
-    const spawned = new Promise<void>((_resolve, reject) =>
-      child.once(
-        "error",
-        (error) => reject(new Error(`prometheus is required (Debian package prometheus): ${error.message}`))
+    // Readiness under load: a busy 2-core machine can take far longer than an idle one to start it.
+    const READY_WITHIN_MS = 180_000
+    /** One start on a port the OS just handed out; "taken" when another process bound it first. */
+    const startOn = async (port: number) => {
+      const child = spawn("prometheus", [
+        `--config.file=${join(dir, "prometheus.yml")}`,
+        `--storage.tsdb.path=${join(dir, "data")}`,
+        `--web.listen-address=127.0.0.1:${port}`
+      ], { stdio: ["ignore", "ignore", "pipe"] })
+      let stderr = ""
+      child.stderr!.on("data", (chunk) => (stderr += chunk))
+      const spawned = new Promise<never>((_resolve, reject) =>
+        child.once(
+          "error",
+          (error) => reject(new Error(`prometheus is required (Debian package prometheus): ${error.message}`))
+        )
       )
-    )
-    spawned.catch(() => {})
-    const url = `http://127.0.0.1:${port}`
-    const ready = async () => {
-      for (let i = 0; i < 300; i++) {
-        if (child.exitCode !== null) throw new Error(`prometheus exited (${child.exitCode}):\n${stderr}`)
-        try {
-          if ((await fetch(`${url}/-/ready`)).ok) return
-        } catch {
-          // not listening yet
+      spawned.catch(() => {})
+      const url = `http://127.0.0.1:${port}`
+      const ready = async (): Promise<"ready" | "taken"> => {
+        const deadline = Date.now() + READY_WITHIN_MS
+        while (Date.now() < deadline) {
+          if (child.exitCode !== null) {
+            if (/address already in use/i.test(stderr)) return "taken"
+            throw new Error(`prometheus exited (${child.exitCode}):\n${stderr}`)
+          }
+          try {
+            if ((await fetch(`${url}/-/ready`)).ok) return "ready"
+          } catch {
+            // not listening yet
+          }
+          await new Promise((resolve) => setTimeout(resolve, 100))
         }
-        await new Promise((resolve) => setTimeout(resolve, 100))
+        throw new Error(`prometheus not ready within ${READY_WITHIN_MS / 1000} s:\n${stderr}`)
       }
-      throw new Error(`prometheus never became ready:\n${stderr}`)
+      try {
+        return { child, url, outcome: await Promise.race([ready(), spawned]) }
+      } catch (error) {
+        child.kill("SIGKILL")
+        throw error
+      }
     }
-    await Promise.race([ready(), spawned])
+    /** Stops the child, then removes its data: it writes its data dir while shutting down. */
+    const stopAll = async (child: ChildProcess | undefined) => {
+      if (child !== undefined) {
+        const exited = new Promise<void>((resolve) =>
+          child.exitCode !== null || child.signalCode !== null ? resolve() : child.once("exit", () => resolve())
+        )
+        child.kill("SIGTERM")
+        const killer = setTimeout(() => child.kill("SIGKILL"), 5_000)
+        await exited
+        clearTimeout(killer)
+      }
+      exporter.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+    let started: { readonly child: ChildProcess; readonly url: string } | undefined
+    try {
+      // The port is free when the OS hands it out, but another process may bind it before
+      // prometheus does: then a new port, a few times.
+      for (let attempt = 0; started === undefined; attempt++) {
+        const { child, outcome, url } = await startOn(await freePort())
+        if (outcome === "ready") started = { child, url }
+        else if (attempt >= 4) throw new Error("prometheus: every port tried was taken")
+      }
+    } catch (error) {
+      // A failed setup leaves no process and no temp dir behind.
+      await stopAll(undefined)
+      throw error
+    }
+    const { child, url } = started
     const prometheus: TestPrometheus = {
       url,
       set: (next) => {
         series = next
       },
-      waitFor: async (query, value, timeoutMs = 15_000) => {
+      waitFor: async (query, value, timeoutMs = 60_000) => {
         const deadline = Date.now() + timeoutMs
         while (Date.now() < deadline) {
           if ((await queryValue(url, query)) === value) return
@@ -111,18 +153,7 @@ export const testPrometheus = Effect.acquireRelease(
         throw new Error(`prometheus: ${query} never returned ${value}`)
       }
     }
-    // Removed only once Prometheus has exited: it writes its data dir while shutting down.
-    const stop = async () => {
-      const exited = new Promise<void>((resolve) =>
-        child.exitCode !== null ? resolve() : child.once("exit", () => resolve())
-      )
-      child.kill("SIGTERM")
-      const killer = setTimeout(() => child.kill("SIGKILL"), 5_000)
-      await exited
-      clearTimeout(killer)
-      exporter.close()
-      rmSync(dir, { recursive: true, force: true })
-    }
+    const stop = () => stopAll(child)
     return { prometheus, stop }
   }),
   ({ stop }) => Effect.promise(stop)

@@ -6,7 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { execFileSync } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, realpathSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -22,25 +22,35 @@ const freePort = () =>
 
 const privateRedis = Effect.acquireRelease(
   Effect.promise(async () => {
-    const port = await freePort()
-    const dir = mkdtempSync(join(tmpdir(), "sweeper-redis-claim-"))
-    execFileSync("redis-server", [
-      "--port",
-      String(port),
-      "--bind",
-      "127.0.0.1",
-      "--save",
-      "",
-      "--appendonly",
-      "no",
-      "--dir",
-      dir,
-      "--daemonize",
-      "yes"
-    ])
-    const client = new IORedis(`redis://127.0.0.1:${port}`, { maxRetriesPerRequest: 20 })
-    await client.ping()
-    return { url: `redis://127.0.0.1:${port}`, client, dir, port }
+    // The port was free when the OS handed it out, but another server may bind it first: the one
+    // answering must run in our directory, or the start is tried again on a new port.
+    for (let attempt = 0;; attempt++) {
+      const port = await freePort()
+      const dir = realpathSync(mkdtempSync(join(tmpdir(), "sweeper-redis-claim-")))
+      execFileSync("redis-server", [
+        "--port",
+        String(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        dir,
+        "--daemonize",
+        "yes"
+      ])
+      const client = new IORedis(`redis://127.0.0.1:${port}`, { maxRetriesPerRequest: 20 })
+      const ownDir = await (client.config("GET", "dir") as Promise<ReadonlyArray<string>>).then(
+        ([, value]) => value,
+        () => undefined
+      )
+      if (ownDir === dir) return { url: `redis://127.0.0.1:${port}`, client, dir, port }
+      client.disconnect()
+      rmSync(dir, { recursive: true, force: true })
+      if (attempt >= 4) throw new Error("no private redis-server could bind a port of its own")
+    }
   }),
   ({ client, dir, port }) =>
     Effect.promise(async () => {
@@ -95,5 +105,5 @@ describe("test Redis claim", () => {
       // Left empty on release; the others untouched.
       assert.deepStrictEqual(yield* keysIn(redis.client, 7), [])
       assert.deepStrictEqual(yield* keysIn(redis.client, 8), ["someone-elses:8"])
-    }).pipe(Effect.scoped), 30_000)
+    }).pipe(Effect.scoped), 120_000)
 })

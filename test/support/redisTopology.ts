@@ -1,5 +1,5 @@
 /**
- * The three Redis deployments Sweeper must work on (SPEC §8.2), for contract and integration tests:
+ * The three Redis deployments Sweeper must work on, for contract and integration tests:
  *
  * - `"single"`  — one server for every store: a claimed db of the shared test Redis (./redis.ts).
  * - `"split"`   — three separate `redis-server`s, one per store (SharedState, Queues, QueuesMetadata).
@@ -100,7 +100,8 @@ const waitUntil = async (
   what: string,
   probe: () => Promise<boolean>,
   gaveUp: () => boolean = () => false,
-  timeoutMs = 30_000
+  // Generous: on a busy 2-core machine a server or a cluster can take far longer than when idle.
+  timeoutMs = 120_000
 ) => {
   const deadline = Date.now() + timeoutMs
   let last: unknown
@@ -233,7 +234,7 @@ export const startCluster = (): Promise<RedisServers> => (cluster ??= startServe
       "--cluster-yes"
     ], {
       encoding: "utf8",
-      timeout: 30_000
+      timeout: 120_000
     })
     if (created.status !== 0) {
       throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
@@ -254,7 +255,7 @@ export const startCluster = (): Promise<RedisServers> => (cluster ??= startServe
     }
   }))
 
-/** The URL list a Sweeper process takes for the test cluster (SPEC §8.2 seed-node form). */
+/** The URL list a Sweeper process takes for the test cluster (the seed-node form). */
 export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `redis://127.0.0.1:${p}`).join(",")
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /**
- * HealthSignals read from the real servers (SPEC §9):
+ * HealthSignals read from the real servers:
  *
  * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` over physical standbys (largest replay lag in bytes
  *   behind `pg_current_wal_lsn()`, and `replay_lag`), `pg_current_wal_lsn()` for the WAL rate,

@@ -35,12 +35,15 @@ export const ObjectStorageLocal = (roots: Partial<Record<Location, string>>) =>
         const fail = (message: string) => new ObjectStorageError({ location, path, message })
         /** A filesystem call; None when the object (or a directory on its way) is not there. */
         const fs = <A>(what: string, f: () => Promise<A>) =>
-          Effect.tryPromise({ try: f, catch: (cause) => cause }).pipe(
+          Effect.tryPromise({
+            try: f,
+            catch: (cause) => ({ code: errorCode(cause), message: errorMessage(cause) })
+          }).pipe(
             Effect.map(Option.some),
-            Effect.catch((cause) =>
-              NOT_THERE.has(errorCode(cause) ?? "")
+            Effect.catch((failed) =>
+              NOT_THERE.has(failed.code ?? "")
                 ? Effect.succeed(Option.none<A>())
-                : Effect.fail(fail(`${what}: ${errorMessage(cause)}`))
+                : Effect.fail(fail(`${what}: ${failed.message}`))
             )
           )
 

@@ -74,17 +74,17 @@ export const ObjectStorageS3 = (settings: S3Settings) =>
           return yield* Effect.tryPromise({
             try: (signal) =>
               client.send(new DeleteObjectCommand({ Bucket: ref.bucket, Key: key }), { abortSignal: signal }),
-            catch: (cause) => cause
+            catch: (cause) => ({ code: codeOf(cause), description: describeCause(cause) })
           }).pipe(
             Effect.as<DeleteOutcome>("deleted"),
-            Effect.catch((cause) =>
-              NOT_THERE.has(codeOf(cause) ?? "")
+            Effect.catch((failed) =>
+              NOT_THERE.has(failed.code ?? "")
                 ? Effect.succeed<DeleteOutcome>("missing")
                 : Effect.fail(
                   new ObjectStorageError({
                     location,
                     path,
-                    message: `DeleteObject ${where(ref, key)}: ${describeCause(cause)}`
+                    message: `DeleteObject ${where(ref, key)}: ${failed.description}`
                   })
                 )
             )
@@ -103,7 +103,7 @@ export const ObjectStorageS3 = (settings: S3Settings) =>
               }),
               { abortSignal: signal }
             ),
-          catch: (cause) => cause
+          catch: (cause) => ({ description: describeCause(cause) })
         }).pipe(
           Effect.map((response) => {
             const errors = new Map((response.Errors ?? []).map((error) => [error.Key ?? "", error]))
@@ -123,13 +123,13 @@ export const ObjectStorageS3 = (settings: S3Settings) =>
             })
           }),
           // The whole request failed (auth, network, no such bucket): every path of it failed.
-          Effect.catch((cause) =>
+          Effect.catch((failed) =>
             Effect.succeed(paths.map((path): BulkDeleteOutcome =>
               Result.fail(
                 new ObjectStorageError({
                   location,
                   path,
-                  message: `DeleteObjects s3://${ref.bucket}: ${describeCause(cause)}`
+                  message: `DeleteObjects s3://${ref.bucket}: ${failed.description}`
                 })
               )
             ))

@@ -217,7 +217,7 @@ export const BuildsSql = Layer.effect(
      *
      * The rows are claimed first with `FOR UPDATE SKIP LOCKED` (`claimed`), and only claimed rows
      * are updated: a row held by another open transaction is passed over instead of waited for (a
-     * plain UPDATE waits for that transaction to end, however long: issue 18). `locked` tells those
+     * plain UPDATE waits for that transaction to end, however long:). `locked` tells those
      * from lost races: page rows that still match their guard in the statement's snapshot but were
      * not claimed. It is read only when fewer rows were claimed than the page holds (a one-time
      * filter: PostgreSQL does not scan at all otherwise). A row changed and committed by another

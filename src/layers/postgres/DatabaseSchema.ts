@@ -1,5 +1,5 @@
 /**
- * Who owns which tables (SPEC §8.1). GitLab owns its tables; Sweeper owns only `sweeper_*` tables.
+ * Who owns which tables. GitLab owns its tables; Sweeper owns only `sweeper_*` tables.
  * In `gitlab` mode Sweeper never runs DDL on GitLab's tables; in `standalone` mode (empty database:
  * embedded, demos, tests) it creates the platform tables itself and records each one it created in
  * `sweeper_schema_ownership`, which is how a later start tells its own tables from GitLab's.
@@ -107,7 +107,7 @@ const FAMILIES: Record<string, TypeFamily> = {
   boolean: "boolean"
 }
 
-/** Every column a batch reads or writes (SPEC §1–§5), by table. */
+/** Every column a batch reads or writes, by table. */
 export const requiredColumns = (
   builds: BuildsTable
 ): ReadonlyArray<readonly [string, ReadonlyArray<readonly [string, TypeFamily]>]> => [

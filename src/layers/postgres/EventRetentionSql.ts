@@ -96,7 +96,7 @@ export const EventRetentionSql = Layer.effect(
             yield* fenceWrite(sql)
             // The page's rows are claimed FOR UPDATE SKIP LOCKED so a row another open transaction
             // holds (an operator's session, a stale replica's prune) is passed over, not waited for
-            // with the fence row held (issue 18); the page fills up with the next rows instead.
+            // with the fence row held; the page fills up with the next rows instead.
             // `locked`: the rows the same window read without locking has and the claim has not.
             const rows = yield* sql<{ n: string | number; locked: ReadonlyArray<number | string> }>`
             WITH page AS (${prunePageQuery(sql, before, kept, limit)} FOR UPDATE SKIP LOCKED),

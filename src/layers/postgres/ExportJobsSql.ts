@@ -81,7 +81,7 @@ export const ExportJobsSql = Layer.effect(
     // slice size, far from PostgreSQL's 65,535-parameter limit) and the INSERT of the events of
     // exactly the rows it changed, as data-modifying CTEs of a single autocommitted statement.
     // The rows are claimed FOR UPDATE SKIP LOCKED first and only claimed rows are updated, so a row
-    // another open transaction holds is passed over rather than waited for (issue 18); `locked`
+    // another open transaction holds is passed over rather than waited for; `locked`
     // names those that still match their guard in the statement's snapshot (read only when fewer
     // were claimed than the slice holds), as BuildsSql.dropMany does.
     const failMany = Effect.fn("ExportJobs.failMany")(

@@ -10,7 +10,7 @@ import { CurrentRun } from "../../domain/Batch.ts"
 import { LeaseLost } from "../../domain/Errors.ts"
 
 /**
- * The longest a fence write waits for the lease's fence row (issue 18's progress guarantee). Only
+ * The longest a fence write waits for the lease's fence row. Only
  * writers of the same lease lock that row, each for one statement or one short transaction that
  * waits on nothing else (their row writes skip locked rows), so a wait past this means another
  * holder's connection hangs mid-transaction (a stopped process, a partition): the write fails with

@@ -1,5 +1,5 @@
 /**
- * Sweeper's schema (SPEC §7, §8.1). Two sets of migrations, chosen by the schema mode:
+ * Sweeper's schema. Two sets of migrations, chosen by the schema mode:
  * - both modes: Sweeper's own `sweeper_*` tables (event log, lease fences, ownership record);
  * - standalone only: the platform tables with GitLab's names, types and encodings, for a database
  *   Sweeper owns (embedded default, demos, tests). Each table is created only when absent and

@@ -3,7 +3,7 @@
  * `<SWEEPER_DATA_DIR>/pgdata` served to @effect/sql-pg over loopback TCP. PGlite is one process's
  * database: a lock file keeps a second Sweeper process from opening the same data directory.
  * PGlite and its socket server are imported only when the embedded database is opened: a process
- * on a real server (DATABASE_URL) never loads them (issue 9: an idle supervisor loads only what its
+ * on a real server (DATABASE_URL) never loads them (an idle supervisor loads only what its
  * backends need).
  */
 import { PgClient } from "@effect/sql-pg"

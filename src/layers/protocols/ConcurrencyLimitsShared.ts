@@ -5,7 +5,7 @@
  * plus compare-and-act steps that are Lua scripts on Redis — each within one GitLab store and one
  * cluster slot — and one synchronous step each in memory). Everything else — decoding what GitLab
  * wrote (as bytes), building the Sidekiq jobs, the stale-tracker rules, the order of the move's
- * steps and their recovery (README "Resume across stores") — is `makeConcurrencyLimits`, here, so
+ * steps and their recovery (docs/architecture.md, "Resume across stores") — is `makeConcurrencyLimits`, here, so
  * both backends read the same keys and write the same bytes.
  */
 import { Array as Arr, Clock, Duration, Effect, Option, Random, Schema } from "effect"
@@ -81,9 +81,10 @@ export type BeginOutcome =
   | "busy"
 
 /**
- * The Redis primitives the service is built from, grouped by the GitLab store their keys live in
- * (SPEC §8.2). Every compare-and-act step touches one store and one cluster slot; nothing relies on
- * atomicity across steps (README "Resume across stores").
+ * The Redis primitives the service is built from, grouped by the GitLab store their keys live in,
+ * since on a cluster or split deployment each store is its own server. Every compare-and-act step touches one store
+ * and one cluster slot; nothing relies on
+ * atomicity across steps (docs/architecture.md, "Resume across stores").
  */
 export interface ConcurrencyLimitStore {
   // --- SharedState: deferred lists, dead lists, move journals (all keys of a worker in its {w} slot)

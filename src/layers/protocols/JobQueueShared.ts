@@ -10,7 +10,9 @@ import type { RedisError } from "../../domain/Errors.ts"
 import { BULK_PUSH_SLICE, duplicateDigestInput, duplicateKeyOf, jidFrom, sidekiqJob } from "../../domain/Sidekiq.ts"
 import { type BeforePush, type BulkEnqueue, type EnqueueOutcome, JobQueue } from "../../services/JobQueue.ts"
 
-/** GitLab's `until_executed` claim key of a job: `resque:gitlab:duplicate:<queue>:<sha256 of "<class>:<JSON args>">`. */
+/**
+ * GitLab's `until_executed` claim key of a job: `resque:gitlab:duplicate:<queue>:<sha256 of "<class>:<JSON args>">`.
+ */
 export const duplicateKey = (queue: string, workerClass: string, args: ReadonlyArray<unknown>) =>
   duplicateKeyOf(queue, createHash("sha256").update(duplicateDigestInput(workerClass, args)).digest("hex"))
 

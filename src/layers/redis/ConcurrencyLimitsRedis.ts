@@ -1,15 +1,16 @@
 /**
- * ConcurrencyLimits on real Redis, each key in its GitLab store (SPEC §8.2): deferred and dead lists
+ * ConcurrencyLimits on real Redis, each key in its GitLab store: deferred and dead lists
  * and move journals in SharedState, trackers and reserved slots in QueuesMetadata, Sidekiq's queues
  * and work hashes in Queues. Reads are plain commands (SCAN with MATCH/COUNT, never KEYS); every
  * compare-and-act step is a Lua script over keys of ONE store and ONE cluster slot, and no step
- * relies on atomicity with another — the move protocol (README "Resume across stores") makes the
+ * relies on atomicity with another — the move protocol (docs/architecture.md, "Resume across stores") makes the
  * sequence safe wherever the process dies:
  *
  * - BEGIN_MOVE (SharedState, slot `{w}`): if no journal is pending and the deferred list still starts
  *   with exactly the bytes we read and decided on, LTRIM them off, RPUSH the unparsable ones to the
  *   dead list (byte for byte: Lua holds the raw elements; its TTL refreshed) and write the journal — header (with
- *   the dead count) and jobs; a header alone when all were unparsable, so their record survives a crash — with its TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
+ *   the dead count) and jobs; a header alone when all were unparsable, so their record survives a crash — with its
+ *   TTL. Jobs that GitLab RPUSHes to the tail meanwhile are not part of the head, so they stay.
  * - RESERVE (QueuesMetadata, one key): INCRBY pending_resumed and reset its TTL.
  * - PUSH (Queues, slot of `queue:<q>`: the marker carries its hash tag): SET marker NX, and only if
  *   it was not there LPUSH the jobs, so a replay never pushes a batch twice.
@@ -36,7 +37,7 @@ import { QueuesMetadataRedis, QueuesRedis, type Redis, type RedisClient, SharedS
 
 /**
  * The scripts push their elements with variadic RPUSH/LPUSH, this many per call (LPUSH k a b c is
- * LPUSH k a, LPUSH k b, LPUSH k c: the same list), not one redis.call per element (issue 9: the
+ * LPUSH k a, LPUSH k b, LPUSH k c: the same list), not one redis.call per element (the
  * scripts' server time for 100,000 jobs went from 0.83–0.85 s to 0.57–0.76 s, Redis SLOWLOG). Lua's
  * unpack takes at most ~8000 values, so larger moves go in chunks.
  */

@@ -1,5 +1,5 @@
 /**
- * JobQueue on real Redis, over two of GitLab's stores (SPEC §8.2): the jobs go to Queues
+ * JobQueue on real Redis, over two of GitLab's stores: the jobs go to Queues
  * (`queue:<name>`, `queues`), the `until_executed` claims to QueuesMetadata
  * (`resque:gitlab:duplicate:*`). No step can be atomic across stores (nor across hash slots on a
  * cluster), so a slice is three steps, in an order whose only failure mode is a duplicate job:

@@ -1,6 +1,7 @@
 /**
  * JobStatus on real Redis (QueuesMetadata): MGET in slices of 1000, 20 slices sent at once, so a
- * large backlog costs a few round trips, not one per jid nor one per slice. On a cluster the status keys of a slice hash to many slots and MGET would
+ * large backlog costs a few round trips, not one per jid nor one per slice. On a cluster the status keys of a slice
+ * hash to many slots and MGET would
  * be refused (CROSSSLOT): there the slice is one GET per key, all sent at once (ioredis routes each
  * to its node without waiting for replies), which still costs one round trip per slice.
  */

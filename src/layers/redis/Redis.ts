@@ -5,7 +5,7 @@
  * classified transient or permanent (see RedisError.isRetryable).
  *
  * A URL is either one server (`redis://host:port/db`) or a Redis Cluster given as a comma-separated
- * list of seed nodes (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`, SPEC §8.2). Both clients speak
+ * list of seed nodes (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`). Both clients speak
  * the same commands; on a cluster every Lua script and pipeline must stay within one hash slot,
  * which each service layer guarantees for its own keys.
  */
@@ -32,14 +32,14 @@ export class Redis extends Context.Service<Redis, {
   static readonly layer = (url: Redacted.Redacted<string>) => Layer.effect(Redis, connect(url))
 
   /**
-   * One server for every GitLab store (SPEC §8.2 with all three URLs equal): the client above, also
+   * One server for every GitLab store (all three store URLs equal): the client above, also
    * provided as SharedStateRedis, QueuesRedis and QueuesMetadataRedis.
    */
   static readonly layerSingle = (url: Redacted.Redacted<string>) =>
     Redis.layerStores({ sharedState: url, queues: url, queuesMetadata: url })
 
   /**
-   * The three GitLab stores, each its own URL (SPEC §8.2): one connection per distinct URL, each
+   * The three GitLab stores, each its own URL: one connection per distinct URL, each
    * store tag given its connection. `Redis` itself is the SharedState connection, for the layers
    * that have not moved to a store tag yet.
    */
@@ -79,7 +79,7 @@ export interface StoreUrls {
 export type StoreName = "sharedState" | "queues" | "queuesMetadata"
 
 /**
- * GitLab spreads its keys over three Redis deployments (SPEC §8.2). Each service layer asks for the
+ * GitLab spreads its keys over three Redis deployments. Each service layer asks for the
  * store its keys live in, never for "the" Redis, so a split or clustered deployment is a matter of
  * which connection each tag gets.
  */
