@@ -145,7 +145,8 @@ describe("Migrations on PostgreSQL", () => {
           [2, "sweeper_tables"],
           [3, "schema_ownership"],
           [4, "event_retention_indexes"],
-          [5, "console_rollup"]
+          [5, "console_rollup"],
+          [6, "stuck_builds_family"]
         ])
         assert.deepStrictEqual(yield* columns, before)
       }))
@@ -251,7 +252,7 @@ describe("Migrations on PostgreSQL", () => {
           }))
           const results = yield* Effect.all([client, client], { concurrency: "unbounded" })
           assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [
-            [1, 2, 3, 4, 5],
+            [1, 2, 3, 4, 5, 6],
             []
           ])
           assert.deepStrictEqual(results.map((r) => r.ready), [3, 3])
@@ -262,7 +263,7 @@ describe("Migrations on PostgreSQL", () => {
               WHERE table_schema = 'public' ORDER BY table_name`
             return { recorded: Number(recorded[0]!.n), tables: tables.map((t) => t.table_name) }
           }))
-          assert.strictEqual(check.recorded, 5)
+          assert.strictEqual(check.recorded, 6)
           for (const table of [...Object.keys(EXPECTED), "sweeper_lease_fences"]) assert.include(check.tables, table)
         }))
       }
