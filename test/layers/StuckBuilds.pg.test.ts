@@ -12,14 +12,17 @@ import { Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { CurrentFailureReasonSet, type FailureReasonSet } from "../../src/domain/StuckBuilds.ts"
+import { BuildsSql } from "../../src/layers/postgres/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
 import { migrate } from "../../src/layers/postgres/Migrations.ts"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { StuckBuildsSql } from "../../src/layers/postgres/StuckBuildsSql.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { DropPendingBuilds } from "../../src/programs/DropPendingBuilds.ts"
 import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
 import { DropScheduledBuilds } from "../../src/programs/DropScheduledBuilds.ts"
+import type { Builds } from "../../src/services/Builds.ts"
 import type { Metrics } from "../../src/services/Metrics.ts"
 import type { StuckBuilds } from "../../src/services/StuckBuilds.ts"
 import { at } from "../support/clock.ts"
@@ -31,7 +34,11 @@ const NOW = "2026-01-02T05:00:00Z"
 /** A fresh database with GitLab's layout and runner tables, migrated (gitlab mode), the family's layers on it. */
 const onGitLab = <A, E>(
   layout: GitLabLayout,
-  effect: Effect.Effect<A, E, PgClient.PgClient | SqlClient.SqlClient | TestDatabaseUrl | StuckBuilds | Metrics>
+  effect: Effect.Effect<
+    A,
+    E,
+    PgClient.PgClient | SqlClient.SqlClient | TestDatabaseUrl | StuckBuilds | Builds | Metrics
+  >
 ) =>
   Effect.scoped(Effect.gen(function*() {
     const { url } = yield* freshDatabase
@@ -42,7 +49,7 @@ const onGitLab = <A, E>(
     }).pipe(Effect.provide(base))
     return yield* effect.pipe(
       Effect.provide(
-        Layer.mergeAll(StuckBuildsSql, MetricsPrometheus).pipe(
+        Layer.mergeAll(StuckBuildsSql, BuildsSql, MetricsPrometheus).pipe(
           Layer.provideMerge(EventLogSql),
           Layer.provideMerge(base)
         )
@@ -109,8 +116,10 @@ const seedRunners = Effect.gen(function*() {
 
 /** GitLab's cases, with the minute on each side of every threshold (NOW = 2026-01-02 05:00). */
 const CASES: ReadonlyArray<
-  Row & { readonly dropped: "pending_outdated" | "pending_stuck" | "running" | "scheduled" | null }
+  Row & { readonly dropped: "pending_outdated" | "pending_stuck" | "running" | "scheduled" | "canceling" | null }
 > = [
+  // canceling (drop-canceling-builds): GitLab 19 names it no_updates_canceling
+  { id: 40, status: "canceling", created: "2026-01-02 03:59:00", dropped: "canceling" },
   // pending, outdated after a day (project 10: a runner is online, so only the day counts)
   { id: 1, status: "pending", created: "2026-01-01 04:59:00", dropped: "pending_outdated" },
   { id: 2, status: "pending", created: "2026-01-01 05:00:00", dropped: null },
@@ -154,8 +163,8 @@ const CASES: ReadonlyArray<
 ]
 
 const REASONS: Record<FailureReasonSet, Record<string, number>> = {
-  legacy: { pending_outdated: 3, pending_stuck: 3, running: 3, scheduled: 7 },
-  "gitlab-19": { pending_outdated: 25, pending_stuck: 26, running: 27, scheduled: 7 }
+  legacy: { pending_outdated: 3, pending_stuck: 3, running: 3, scheduled: 7, canceling: 3 },
+  "gitlab-19": { pending_outdated: 25, pending_stuck: 26, running: 27, scheduled: 7, canceling: 28 }
 }
 
 const states = (table: string) =>
@@ -180,7 +189,13 @@ describe("The stuck-builds family beside GitLab's schema", () => {
             const pending = yield* DropPendingBuilds.run.pipe(asRun("drop-pending-builds", reasons))
             const running = yield* DropRunningBuilds.run.pipe(asRun("drop-running-builds", reasons))
             const scheduled = yield* DropScheduledBuilds.run.pipe(asRun("drop-scheduled-builds", reasons))
-            assert.deepStrictEqual([pending.dropped, running.dropped, scheduled.dropped], [4, 1, 1])
+            const canceling = yield* DropCancelingBuilds.run.pipe(asRun("drop-canceling-builds", reasons))
+            assert.deepStrictEqual([pending.dropped, running.dropped, scheduled.dropped, canceling.dropped], [
+              4,
+              1,
+              1,
+              1
+            ])
             const after = yield* states(table)
             for (const row of CASES) {
               const [status, reason] = after.get(row.id)!
@@ -192,7 +207,7 @@ describe("The stuck-builds family beside GitLab's schema", () => {
             }
             // One event per drop, with GitLab's stuck type and the rule.
             const events = yield* sql<{ stream: string; data: { stuck_type: string; rule: string } }>`
-              SELECT stream, data FROM sweeper_events WHERE type = 'BuildDropped' ORDER BY (data->>'id')::int`
+              SELECT stream, data FROM sweeper_events WHERE type = 'BuildDropped' AND data ? 'rule' ORDER BY (data->>'id')::int`
             assert.deepStrictEqual(events.map((e) => [e.stream, e.data.stuck_type, e.data.rule]), [
               ["build:1", "outdated", "pending_outdated"],
               ["build:5", "stuck", "pending_stuck"],

@@ -143,6 +143,11 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(result.code, 0, result.stderr)
         const report = JSON.parse(result.stdout) as DoctorReport
         assert.isTrue(report.ok)
+        assert.strictEqual(report.failureReasons.set, "legacy")
+        // GitLab 19's reasons when the setting says so, named in the human report.
+        const nineteen = yield* cli(["doctor"], { ...env, SWEEPER_FAILURE_REASONS: "gitlab-19" })
+        assert.include(nineteen.stdout, "failure reasons: gitlab-19")
+        assert.include(nineteen.stdout, "no_updates_running (27)")
         assert.deepStrictEqual(report.problems, [])
         assert.strictEqual(report.postgres.schemaMode, "gitlab")
         assert.strictEqual(report.postgres.schemaModeSource, "detected")
