@@ -156,7 +156,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           "public.ci_builds",
           "gitlab_partitions_dynamic.ci_builds_101"
         ])
-        assert.strictEqual(report.postgres.columnsChecked, 20)
+        assert.strictEqual(report.postgres.columnsChecked, 21)
         assert.deepStrictEqual(report.scans.map((s) => [s.batch, s.table, s.served, s.recommended.length]), [
           ["stuck-export-jobs", "project_export_jobs", true, 0],
           ["drop-canceling-builds", "p_ci_builds", true, 0],
