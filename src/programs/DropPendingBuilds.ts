@@ -18,7 +18,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { PENDING_OUTDATED, PENDING_STUCK } from "../domain/StuckBuilds.ts"
-import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export type DropPendingBuildsSummary = StuckFamilySummary
@@ -47,3 +47,6 @@ export const DropPendingBuilds = {
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
   run: run()
 } satisfies Batch<DropPendingBuildsSummary, unknown, unknown>
+
+/** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
+export const dropPendingBuildsBacklog = stuckBacklog([PENDING_OUTDATED, PENDING_STUCK])

@@ -11,7 +11,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { RUNNING_OUTDATED } from "../domain/StuckBuilds.ts"
-import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export type DropRunningBuildsSummary = StuckFamilySummary
@@ -39,3 +39,6 @@ export const DropRunningBuilds = {
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
   run: run()
 } satisfies Batch<DropRunningBuildsSummary, unknown, unknown>
+
+/** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
+export const dropRunningBuildsBacklog = stuckBacklog([RUNNING_OUTDATED])

@@ -10,7 +10,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { SCHEDULED_OUTDATED } from "../domain/StuckBuilds.ts"
-import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export type DropScheduledBuildsSummary = StuckFamilySummary
@@ -38,3 +38,6 @@ export const DropScheduledBuilds = {
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
   run: run()
 } satisfies Batch<DropScheduledBuildsSummary, unknown, unknown>
+
+/** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
+export const dropScheduledBuildsBacklog = stuckBacklog([SCHEDULED_OUTDATED])

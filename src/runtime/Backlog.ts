@@ -10,7 +10,8 @@
  * - reschedule-stuck-issue-rebalances: the running-rebalances set (GitLab caps it at a handful);
  *   the set holds no times, so no age;
  * - concurrency-limit-resume: per worker with deferred jobs, LLEN and the head's `buffered_at`;
- * - prune-events: nothing waits on GitLab's side.
+ * - prune-events: nothing waits on GitLab's side;
+ * - the stuck-builds family: each rule's own first page of BACKLOG_CAP + 1 (programs/Drop*Builds.ts).
  *
  * "Oldest" is how long the oldest thing has been due for a repair, so a backlog the batch keeps up
  * with stays under one period whatever the batch's threshold (3 h for uploads, 1 h for builds).
@@ -27,6 +28,9 @@ import { parseRunningRebalances } from "../domain/Rebalancing.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
 import { detectBuildsTable } from "../layers/postgres/DatabaseSchema.ts"
 import { SharedStateRedis } from "../layers/redis/Redis.ts"
+import { dropPendingBuildsBacklog } from "../programs/DropPendingBuilds.ts"
+import { dropRunningBuildsBacklog } from "../programs/DropRunningBuilds.ts"
+import { dropScheduledBuildsBacklog } from "../programs/DropScheduledBuilds.ts"
 import { batchNames } from "../programs/index.ts"
 import { Backlog, BACKLOG_CAP, type BacklogPart, type BacklogSnapshot, type BatchBacklog } from "../services/Backlog.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
@@ -34,6 +38,7 @@ import { JobStatus } from "../services/JobStatus.ts"
 import { Metrics, setGauge } from "../services/Metrics.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
+import { StuckBuilds } from "../services/StuckBuilds.ts"
 
 export const backlogGauge = Metric.gauge("sweeper_backlog", {
   description: "What waits for each batch's repair now (a capped count: at the cap, more wait)"
@@ -56,7 +61,10 @@ const WHAT: Record<string, string> = {
   "delete-stale-direct-uploads": "pending direct uploads older than 3 h",
   "reschedule-stuck-issue-rebalances": "issue rebalances marked running",
   "concurrency-limit-resume": "deferred jobs, per worker",
-  "prune-events": "nothing (Sweeper's own event log)"
+  "prune-events": "nothing (Sweeper's own event log)",
+  "drop-pending-builds": "pending builds past a day, or past an hour with no online runner",
+  "drop-running-builds": "running builds with no update for an hour",
+  "drop-scheduled-builds": "delayed builds an hour past their scheduled time"
 }
 
 const part = (label: string, count: number, capped: boolean, oldestMs: number | null): BacklogPart => ({
@@ -88,6 +96,7 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
   const uploads = yield* PendingDirectUploads
   const rebalancing = yield* RebalancingState
   const limits = yield* ConcurrencyLimits
+  const stuck = yield* StuckBuilds
   const builds = yield* detectBuildsTable.pipe(Effect.provideService(PgClient.PgClient, sql), Effect.orDie)
   const nowMs = Effect.map(DateTime.now, DateTime.toEpochMillis)
   /**
@@ -160,7 +169,10 @@ export const makeBacklog = Effect.fnUntraced(function*(head: DeferredHead) {
           return part(worker, size, false, size === 0 ? null : buffered)
         }), { concurrency: 4 })
     }),
-    "prune-events": Effect.succeed([])
+    "prune-events": Effect.succeed([]),
+    "drop-pending-builds": Effect.provideService(dropPendingBuildsBacklog, StuckBuilds, stuck),
+    "drop-running-builds": Effect.provideService(dropRunningBuildsBacklog, StuckBuilds, stuck),
+    "drop-scheduled-builds": Effect.provideService(dropScheduledBuildsBacklog, StuckBuilds, stuck)
   }
 
   const sample = (batch: string) => {
