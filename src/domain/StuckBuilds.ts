@@ -117,6 +117,10 @@ export const SCHEDULED_OUTDATED: StuckRule = {
  */
 export const RUNNER_ONLINE_CONTACT_TIMEOUT = Duration.hours(2)
 
+/** What drop-canceling-builds writes: GitLab 19 names the canceling case no_updates_canceling. */
+export const cancelingReasonCode = (set: FailureReasonSet): number =>
+  set === "gitlab-19" ? FailureReasons.no_updates_canceling : FailureReasons.stuck_or_timeout_failure
+
 export const reasonOf = (rule: StuckRule, set: FailureReasonSet) => rule.reason[set]
 export const reasonCodeOf = (rule: StuckRule, set: FailureReasonSet): number => FailureReasons[reasonOf(rule, set)]
 

@@ -18,7 +18,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { PENDING_OUTDATED, PENDING_STUCK } from "../domain/StuckBuilds.ts"
-import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export type DropPendingBuildsSummary = StuckFamilySummary
@@ -36,6 +36,9 @@ const run = Effect.fn("DropPendingBuilds.run")(function*() {
   return summary satisfies DropPendingBuildsSummary
 })
 
+/** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
+export const dropPendingBuildsBacklog = stuckBacklog([PENDING_OUTDATED, PENDING_STUCK])
+
 export const DropPendingBuilds = {
   name: NAME,
   worker: "Ci::StuckBuilds::DropPendingService (StuckCiJobsWorker)",
@@ -45,5 +48,6 @@ export const DropPendingBuilds = {
   // GitLab's StuckCiJobsWorker lease: the whole family runs under it there; here each batch has its own.
   lease: Option.some({ name: "ci/stuck_builds/drop_pending_worker", ttl: Duration.minutes(30) }),
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
-  run: run()
+  run: run(),
+  backlog: dropPendingBuildsBacklog
 } satisfies Batch<DropPendingBuildsSummary, unknown, unknown>

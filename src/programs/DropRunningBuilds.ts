@@ -11,7 +11,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { RUNNING_OUTDATED } from "../domain/StuckBuilds.ts"
-import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export type DropRunningBuildsSummary = StuckFamilySummary
@@ -29,6 +29,9 @@ const run = Effect.fn("DropRunningBuilds.run")(function*() {
   return summary satisfies DropRunningBuildsSummary
 })
 
+/** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
+export const dropRunningBuildsBacklog = stuckBacklog([RUNNING_OUTDATED])
+
 export const DropRunningBuilds = {
   name: NAME,
   worker: "Ci::StuckBuilds::DropRunningWorker",
@@ -37,5 +40,6 @@ export const DropRunningBuilds = {
   budget: BUDGET,
   lease: Option.some({ name: "ci/stuck_builds/drop_running_worker", ttl: Duration.minutes(30) }),
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
-  run: run()
+  run: run(),
+  backlog: dropRunningBuildsBacklog
 } satisfies Batch<DropRunningBuildsSummary, unknown, unknown>

@@ -10,7 +10,7 @@
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { SCHEDULED_OUTDATED } from "../domain/StuckBuilds.ts"
-import { dropStuckRules, type StuckFamilySummary } from "../repair/StuckFamily.ts"
+import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
 export type DropScheduledBuildsSummary = StuckFamilySummary
@@ -28,6 +28,9 @@ const run = Effect.fn("DropScheduledBuilds.run")(function*() {
   return summary satisfies DropScheduledBuildsSummary
 })
 
+/** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
+export const dropScheduledBuildsBacklog = stuckBacklog([SCHEDULED_OUTDATED])
+
 export const DropScheduledBuilds = {
   name: NAME,
   worker: "Ci::StuckBuilds::DropScheduledWorker",
@@ -36,5 +39,6 @@ export const DropScheduledBuilds = {
   budget: BUDGET,
   lease: Option.some({ name: "ci/stuck_builds/drop_scheduled_worker", ttl: Duration.minutes(30) }),
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
-  run: run()
+  run: run(),
+  backlog: dropScheduledBuildsBacklog
 } satisfies Batch<DropScheduledBuildsSummary, unknown, unknown>

@@ -6,7 +6,8 @@
  * scope (locked by another transaction, refused by a trigger, a zombie whose write changes nothing)
  * is counted and passed — the run ends when the keyset does, never re-reading the same head.
  */
-import { DateTime, Duration, Effect } from "effect"
+import { DateTime, Duration, Effect, Option } from "effect"
+import { BACKLOG_CAP, type BacklogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { decisionTime } from "../domain/Batch.ts"
 import { cursorOf, DropBatchSize } from "../domain/Build.ts"
 import { CurrentFailureReasonSet, reasonOf, type StuckRule } from "../domain/StuckBuilds.ts"
@@ -99,4 +100,32 @@ export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: 
       refused: sum("refused"),
       ...sumHeld(walks)
     } satisfies StuckFamilySummary
+  })
+
+/**
+ * What waits for the batch now, from its own decision: the rule's first page of BACKLOG_CAP + 1
+ * builds at this instant, the very read a run starts with (so the card and the run never disagree on
+ * what is stuck). Due since the later of created_at and updated_at plus the rule's timeout; for the
+ * scheduled rule, whose clock is scheduled_at, no age (the page does not carry it).
+ */
+export const stuckBacklog = (rules: ReadonlyArray<StuckRule>) =>
+  Effect.gen(function*() {
+    const builds = yield* StuckBuilds
+    const now = yield* DateTime.now
+    const parts = yield* Effect.forEach(rules, (rule) =>
+      Effect.gen(function*() {
+        const page = yield* builds.findStuck({ rule, now, after: Option.none(), limit: BACKLOG_CAP + 1 })
+        const due = rule.timestamps === "scheduled_at" ?
+          [] :
+          page.map((build) =>
+            DateTime.toEpochMillis(DateTime.max(build.createdAt, build.updatedAt)) + Duration.toMillis(rule.timeout)
+          )
+        return {
+          label: `${rule.status} builds (${rule.stuckType})`,
+          count: Math.min(page.length, BACKLOG_CAP),
+          capped: page.length > BACKLOG_CAP,
+          oldestAt: due.length === 0 ? null : new Date(Math.min(...due))
+        } satisfies BacklogPart
+      }))
+    return { parts } satisfies BacklogReading
   })

@@ -46,7 +46,10 @@ const WHAT: Record<string, string> = {
   "delete-stale-direct-uploads": "pending direct uploads older than 3 h",
   "reschedule-stuck-issue-rebalances": "issue rebalances marked running, of containers that still exist",
   "concurrency-limit-resume": "deferred jobs, per worker",
-  "prune-events": "nothing (Sweeper's own event log)"
+  "prune-events": "nothing (Sweeper's own event log)",
+  "drop-pending-builds": "pending builds past a day, or past an hour with no online runner",
+  "drop-running-builds": "running builds with no update for an hour",
+  "drop-scheduled-builds": "delayed builds an hour past their scheduled time"
 }
 
 const total = (batch: string, reading: BacklogReading): BatchBacklog => {

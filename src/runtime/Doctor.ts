@@ -11,6 +11,7 @@ import { Clock, Console, DateTime, Effect, Option } from "effect"
 import { Command, Flag } from "effect/cli"
 import { SweeperConfig } from "../config/Config.ts"
 import { formatValue, type RedisStoreName } from "../domain/Health.ts"
+import { describeReasonSet, type FailureReasonSet } from "../domain/StuckBuilds.ts"
 import { writeSetOf } from "../layers/health/HealthGateLive.ts"
 import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
@@ -76,6 +77,8 @@ export interface DoctorReport {
     readonly columnsChecked: number
     readonly clockSkewMs: number
   }
+  /** `SWEEPER_FAILURE_REASONS`: which GitLab's failure reasons the build drops write. */
+  readonly failureReasons: { readonly set: FailureReasonSet; readonly description: string }
   readonly scans: ReadonlyArray<ScanReport>
   readonly redisOnlyBatches: ReadonlyArray<string>
   readonly redis: ReadonlyArray<StoreReport>
@@ -288,6 +291,7 @@ const gather = (applied: ReadonlyArray<string>) =>
         columnsChecked: checked,
         clockSkewMs: pgSkew
       },
+      failureReasons: { set: settings.failureReasons, description: describeReasonSet(settings.failureReasons) },
       scans: scanReports,
       redisOnlyBatches: [...REDIS_ONLY_BATCHES],
       redis,
@@ -324,6 +328,7 @@ export const renderReport = (report: DoctorReport): string => {
     `  builds: ${pg.buildsTable}${pg.partitions.length > 0 ? ` (partitions: ${pg.partitions.join(", ")})` : ""}`
   )
   lines.push(`  clock: ${sign(pg.clockSkewMs)} from this process`)
+  lines.push(`  ${report.failureReasons.description} (SWEEPER_FAILURE_REASONS)`)
   for (const statement of report.applied) lines.push(`  applied: ${statement}`)
   lines.push("Scans")
   for (const scan of report.scans) {

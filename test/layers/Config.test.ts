@@ -9,6 +9,7 @@ import { ConfigProvider, Effect, Layer } from "effect"
 import { SweeperConfig, TuningFromConfig } from "../../src/config/Config.ts"
 import { DropBatchSize } from "../../src/domain/Build.ts"
 import { InvalidConfig } from "../../src/domain/Errors.ts"
+import { CurrentFailureReasonSet, describeReasonSet } from "../../src/domain/StuckBuilds.ts"
 
 const load = (env: Record<string, string>) =>
   Effect.gen(function*() {
@@ -44,4 +45,33 @@ describe("SWEEPER_DROP_BATCH_SIZE", () => {
         assert.strictEqual(error.variable, "SWEEPER_DROP_BATCH_SIZE")
       }))
   }
+})
+
+describe("SWEEPER_FAILURE_REASONS", () => {
+  const reasons = (env: Record<string, string>) =>
+    Effect.gen(function*() {
+      const settings = yield* SweeperConfig
+      return { setting: settings.failureReasons, provided: yield* CurrentFailureReasonSet }
+    }).pipe(
+      Effect.provide(TuningFromConfig.pipe(Layer.provideMerge(SweeperConfig.layer))),
+      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
+    )
+
+  it.effect("unset: the legacy set (stuck_or_timeout_failure); gitlab-19 honoured and provided to the programs", () =>
+    Effect.gen(function*() {
+      assert.deepStrictEqual(yield* reasons({}), { setting: "legacy", provided: "legacy" })
+      assert.deepStrictEqual(yield* reasons({ SWEEPER_FAILURE_REASONS: "gitlab-19" }), {
+        setting: "gitlab-19",
+        provided: "gitlab-19"
+      })
+      assert.match(describeReasonSet("legacy"), /stuck_or_timeout_failure \(3\)/)
+      assert.match(describeReasonSet("gitlab-19"), /stuck_pending_no_matching_runners \(26\)/)
+    }))
+
+  it.effect("anything else → InvalidConfig naming SWEEPER_FAILURE_REASONS", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(reasons({ SWEEPER_FAILURE_REASONS: "19" }))
+      assert.instanceOf(error, InvalidConfig)
+      assert.strictEqual(error.variable, "SWEEPER_FAILURE_REASONS")
+    }))
 })

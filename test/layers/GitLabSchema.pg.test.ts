@@ -89,7 +89,7 @@ describe("Beside GitLab's schema", () => {
           // Still gitlab after its own migrations ran.
           assert.strictEqual((yield* detectSchemaMode(Option.none())).mode, "gitlab")
           assert.deepStrictEqual(yield* detectBuildsTable, partitioned ? PartitionedBuilds : PlainBuilds)
-          assert.strictEqual((yield* checkColumns).checked, partitioned ? 20 : 19)
+          assert.strictEqual((yield* checkColumns).checked, partitioned ? 21 : 20)
         })
       ))
   }

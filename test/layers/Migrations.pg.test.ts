@@ -146,7 +146,8 @@ describe("Migrations on PostgreSQL", () => {
           [3, "schema_ownership"],
           [4, "event_retention_indexes"],
           [5, "console_rollup"],
-          [6, "ledger_rollup"]
+          [6, "ledger_rollup"],
+          [7, "stuck_builds_family"]
         ])
         assert.deepStrictEqual(yield* columns, before)
       }))
@@ -253,7 +254,7 @@ describe("Migrations on PostgreSQL", () => {
           const results = yield* Effect.all([client, client], { concurrency: "unbounded" })
           assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [
             // The transactional migrations, then the online steps (indexes, backfill, index drop).
-            [1, 2, 3, 4, 5, 6, 4, 4, 5, 6, 6],
+            [1, 2, 3, 4, 5, 6, 7, 4, 4, 5, 6, 6],
             []
           ])
           assert.deepStrictEqual(results.map((r) => r.ready), [3, 3])

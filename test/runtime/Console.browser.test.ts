@@ -349,7 +349,7 @@ describe("console in a browser, on `npm run demo`", () => {
           const errors = watchErrors(page)
           await page.goto(base)
           // Every card says what waits (or that nothing does).
-          assert.strictEqual(await page.locator("section.card .backlog").count(), 6)
+          assert.strictEqual(await page.locator("section.card .backlog").count(), 9)
           assert.strictEqual(await page.locator("section.card .backlog .error").count(), 0, "every backlog read")
           // Without a reload, some batch is caught running with its progress line (units done so far;
           // that the units and repairs count up is LiveProgress.test.ts).

@@ -167,6 +167,13 @@ describe("console reads on PostgreSQL", () => {
         FROM generate_series(1, ${BACKLOG_CAP + 5}) g`
       yield* sql`INSERT INTO ci_builds (project_id, status, created_at, updated_at)
         VALUES (1, 'canceling', (now() AT TIME ZONE 'UTC') - interval '10 minutes', (now() AT TIME ZONE 'UTC') - interval '10 minutes')`
+      // The family: one running build three hours stale (due 2 h ago), one running build fresh; a
+      // pending build two hours old (no runner at all: stuck, due 1 h ago); a delayed build past due.
+      yield* sql`INSERT INTO ci_builds (project_id, status, created_at, updated_at, scheduled_at) VALUES
+        (1, 'running', (now() AT TIME ZONE 'UTC') - interval '3 hours', (now() AT TIME ZONE 'UTC') - interval '3 hours', NULL),
+        (1, 'running', (now() AT TIME ZONE 'UTC') - interval '5 minutes', (now() AT TIME ZONE 'UTC') - interval '5 minutes', NULL),
+        (1, 'pending', (now() AT TIME ZONE 'UTC') - interval '2 hours', (now() AT TIME ZONE 'UTC') - interval '2 hours', NULL),
+        (1, 'scheduled', (now() AT TIME ZONE 'UTC') - interval '1 day', (now() AT TIME ZONE 'UTC') - interval '1 day', now() - interval '2 hours')`
       // Export jobs: two whose Sidekiq job is gone (stuck), one still tracked.
       yield* sql`INSERT INTO namespaces (id) VALUES (1)`
       yield* sql`INSERT INTO projects (id, namespace_id) VALUES (1, 1)`
@@ -213,6 +220,11 @@ describe("console reads on PostgreSQL", () => {
       near(of("concurrency-limit-resume").oldestAt, now - 600_000, "oldest buffered_at")
       assert.strictEqual(of("reschedule-stuck-issue-rebalances").count, 2)
       assert.deepInclude(of("prune-events"), { count: 0, oldestAt: null })
+      assert.deepInclude(of("drop-running-builds"), { count: 1, capped: false, error: null })
+      near(of("drop-running-builds").oldestAt, now - 2 * 3600_000, "running build due an hour after its update")
+      assert.deepInclude(of("drop-pending-builds"), { count: 1, error: null })
+      near(of("drop-pending-builds").oldestAt, now - 3600_000, "pending build stuck an hour after its update")
+      assert.deepInclude(of("drop-scheduled-builds"), { count: 1, error: null })
 
       const text = yield* prometheusText
       assert.include(text, `sweeper_backlog{batch="drop-canceling-builds"} ${BACKLOG_CAP}`)

@@ -82,8 +82,8 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("dashboa
 
           // Load: one card per batch, schedule in words, three upcoming fire times.
           await page.goto(base)
-          // The five GitLab batches and Sweeper's own prune-events.
-          assert.strictEqual(await page.locator("section.card").count(), 6)
+          // The eight GitLab batches and Sweeper's own prune-events.
+          assert.strictEqual(await page.locator("section.card").count(), 9)
           assert.include(await page.locator("section.card[data-batch=prune-events]").textContent(), "03:17")
           const drop = page.locator("section.card[data-batch=drop-canceling-builds]")
           assert.include(await drop.textContent(), "hourly at :45")

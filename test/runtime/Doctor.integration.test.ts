@@ -143,6 +143,11 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(result.code, 0, result.stderr)
         const report = JSON.parse(result.stdout) as DoctorReport
         assert.isTrue(report.ok)
+        assert.strictEqual(report.failureReasons.set, "legacy")
+        // GitLab 19's reasons when the setting says so, named in the human report.
+        const nineteen = yield* cli(["doctor"], { ...env, SWEEPER_FAILURE_REASONS: "gitlab-19" })
+        assert.include(nineteen.stdout, "failure reasons: gitlab-19")
+        assert.include(nineteen.stdout, "no_updates_running (27)")
         assert.deepStrictEqual(report.problems, [])
         assert.strictEqual(report.postgres.schemaMode, "gitlab")
         assert.strictEqual(report.postgres.schemaModeSource, "detected")
@@ -151,7 +156,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           "public.ci_builds",
           "gitlab_partitions_dynamic.ci_builds_101"
         ])
-        assert.strictEqual(report.postgres.columnsChecked, 20)
+        assert.strictEqual(report.postgres.columnsChecked, 21)
         assert.deepStrictEqual(report.scans.map((s) => [s.batch, s.table, s.served, s.recommended.length]), [
           ["stuck-export-jobs", "project_export_jobs", true, 0],
           ["drop-canceling-builds", "p_ci_builds", true, 0],

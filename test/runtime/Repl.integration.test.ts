@@ -37,8 +37,8 @@ describe("REPL and status", () => {
         )
         assert.strictEqual(session.code, 0)
         assert.include(session.stdout, "'outcome=succeeded'")
-        // The five GitLab batches and Sweeper's own prune-events.
-        assert.include(session.stdout, "'batches=6'")
+        // The eight GitLab batches and Sweeper's own prune-events.
+        assert.include(session.stdout, "'batches=9'")
 
         const status = await runCli(["status", "--json"], env)
         assert.strictEqual(status.code, 0)

@@ -9,6 +9,7 @@ import { checkFence } from "../../domain/Batch.ts"
 import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
+import { cancelingReasonCode, CurrentFailureReasonSet, type FailureReasonSet } from "../../domain/StuckBuilds.ts"
 import { retryOrDoom } from "../../repair/DropRetry.ts"
 import { Builds } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
@@ -69,7 +70,12 @@ export const BuildsMemory = Layer.effect(
      * BuildsSql's; its event when it applied. A staged conflict bumps lock_version first, as a
      * concurrent writer would. A locked row that still matches the guard is "locked", untouched.
      */
-    const applyGuarded = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
+    const applyGuarded = (
+      build: CancelingBuild,
+      now: DateTime.Utc,
+      outcome: "dropped" | "doomed",
+      set: FailureReasonSet
+    ) => {
       const row = state.rows.get(build.id)
       if (row === undefined) return undefined
       const pending = state.conflicts.get(build.id) ?? 0
@@ -81,9 +87,7 @@ export const BuildsMemory = Layer.effect(
         return undefined
       }
       if (state.locked.has(build.id)) return "locked" as const
-      const reason = outcome === "dropped"
-        ? FailureReason.stuck_or_timeout_failure
-        : FailureReason.data_integrity_failure
+      const reason = outcome === "dropped" ? cancelingReasonCode(set) : FailureReason.data_integrity_failure
       row.status = "failed"
       row.failureReason = reason
       row.finishedAt = now
@@ -97,7 +101,7 @@ export const BuildsMemory = Layer.effect(
       events.transaction(Effect.gen(function*() {
         state.transactions++
         yield* checkFence
-        const event = applyGuarded(build, now, outcome)
+        const event = applyGuarded(build, now, outcome, yield* CurrentFailureReasonSet)
         if (event === undefined) return false
         if (event === "locked") return yield* new RowLocked({ key: `build:${build.id}` })
         yield* events.append(event)
@@ -109,11 +113,12 @@ export const BuildsMemory = Layer.effect(
       builds.length === 0 ? Effect.succeed({ dropped: [], locked: [] }) : events.transaction(Effect.gen(function*() {
         state.transactions++
         yield* checkFence
+        const set = yield* CurrentFailureReasonSet
         const dropped: Array<CancelingBuild> = []
         const locked: Array<CancelingBuild> = []
         const appended: Array<BuildDropped | BuildDoomed> = []
         for (const build of builds) {
-          const event = applyGuarded(build, now, "dropped")
+          const event = applyGuarded(build, now, "dropped", set)
           if (event === undefined) continue
           if (event === "locked") {
             locked.push(build)

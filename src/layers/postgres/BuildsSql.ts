@@ -12,6 +12,7 @@ import { DateTime, Effect, Layer, Option } from "effect"
 import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
+import { cancelingReasonCode, CurrentFailureReasonSet, type FailureReasonSet } from "../../domain/StuckBuilds.ts"
 import { retryOrDoom } from "../../repair/DropRetry.ts"
 import { Builds, type DropManyResult } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
@@ -169,10 +170,15 @@ export const BuildsSql = Layer.effect(
      * then nothing changes and, if the row still matched the guard in this statement's snapshot,
      * the build is RowLocked (the transaction, fence write included, rolls back).
      */
-    const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") => {
-      const reason = outcome === "dropped"
-        ? FailureReason.stuck_or_timeout_failure
-        : FailureReason.data_integrity_failure
+    const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") =>
+      Effect.flatMap(CurrentFailureReasonSet, (set) => failBuildWith(build, now, outcome, set))
+    const failBuildWith = (
+      build: CancelingBuild,
+      now: DateTime.Utc,
+      outcome: "dropped" | "doomed",
+      set: FailureReasonSet
+    ) => {
+      const reason = outcome === "dropped" ? cancelingReasonCode(set) : FailureReason.data_integrity_failure
       const lockGuard = outcome === "dropped" ? sql`AND lock_version = ${build.lockVersion}` : sql``
       const at = DateTime.toDateUtc(now)
       return events.transaction(Effect.gen(function*() {
@@ -226,7 +232,7 @@ export const BuildsSql = Layer.effect(
      */
     const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
       if (builds.length === 0) return { dropped: [], locked: [] }
-      const reason = FailureReason.stuck_or_timeout_failure
+      const reason = cancelingReasonCode(yield* CurrentFailureReasonSet)
       const at = DateTime.toDateUtc(now)
       const recordset = pageRecordset(sql, table, builds)
       const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`

@@ -129,7 +129,9 @@ export const requiredColumns = (
     ["lock_version", "integer"],
     ["created_at", "timestamp"],
     ["updated_at", "timestamp"],
-    ["finished_at", "timestamp"]
+    ["finished_at", "timestamp"],
+    // drop-scheduled-builds: when a delayed build was due.
+    ["scheduled_at", "timestamp"]
   ]]
 ]
 

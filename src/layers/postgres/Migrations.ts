@@ -274,20 +274,42 @@ $fn$`)
   }
 })
 
+/**
+ * The stuck-builds family on Sweeper's own ci_builds (standalone: embedded, demos, tests): the
+ * delayed builds' scheduled_at that drop-scheduled-builds reads, and one partial index per status
+ * the family walks, in its keyset order, so each walk reads only its own rows. GitLab's databases
+ * have their own columns and indexes and are never touched (doctor judges their scans).
+ */
+const stuckBuildsFamily = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const owned = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ${sql(OWNERSHIP_TABLE)}
+    WHERE table_name = 'ci_builds'`
+  if (Number(owned[0]?.n ?? 0) === 0) return
+  yield* sql`ALTER TABLE ci_builds ADD COLUMN IF NOT EXISTS scheduled_at timestamptz NULL`
+  for (const status of ["pending", "running", "scheduled"]) {
+    yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS index_ci_builds_${status}_on_created_at_project_id_id
+      ON ci_builds (created_at, project_id, id) WHERE status = '${status}' AND type = 'Ci::Build'`)
+  }
+})
+
 const ALL = {
   "0001_platform_tables": platformTables,
   "0002_sweeper_tables": sweeperTables,
   "0003_schema_ownership": ownershipRecord,
   "0004_event_retention_indexes": retentionIndexes,
   "0005_console_rollup": ledgerRollup,
-  "0006_ledger_rollup": ledgerRollup
+  "0006_ledger_rollup": ledgerRollup,
+  "0007_stuck_builds_family": stuckBuildsFamily
 } as const
+
+/** Migrations of Sweeper's own platform tables: a gitlab-mode database never gets them. */
+const PLATFORM_ONLY: ReadonlySet<string> = new Set(["0001_platform_tables", "0007_stuck_builds_family"])
 
 /** The migrations of a mode: gitlab mode never gets the platform tables. */
 export const migrationsFor = (mode: SchemaMode) =>
   Migrator.fromRecord(
     mode === "gitlab"
-      ? Object.fromEntries(Object.entries(ALL).filter(([name]) => name !== "0001_platform_tables"))
+      ? Object.fromEntries(Object.entries(ALL).filter(([name]) => !PLATFORM_ONLY.has(name)))
       : ALL
   )
 

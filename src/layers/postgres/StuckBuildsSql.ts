@@ -10,8 +10,9 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, BuildKey, CancelingBuild } from "../../domain/Build.ts"
-import { isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
+import { type FenceError, isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import {
   FailureReasons,
@@ -200,10 +201,15 @@ export const StuckBuildsSql = Layer.effect(
     /**
      * A page in one statement (fence, claim with SKIP LOCKED, guarded UPDATE, events), as
      * drop-canceling's. A statement that fails for good (a trigger refusing one row aborts the whole
-     * UPDATE) writes nothing; the page's rows then go one by one (retryOrDoom), so only the refused
-     * row stays behind. A transient failure (connection, deadlock) is the run's, as everywhere.
+     * UPDATE) writes nothing; the page is then halved until the refused rows stand alone, so only
+     * they stay behind. A transient failure (connection, deadlock) is the run's, as everywhere.
      */
-    const dropMany = Effect.fn("StuckBuilds.dropMany")(
+    const dropMany: (
+      rule: StuckRule,
+      reasons: FailureReasonSet,
+      builds: ReadonlyArray<FamilyBuild>,
+      now: DateTime.Utc
+    ) => Effect.Effect<DropManyResult, SqlError | FenceError> = Effect.fn("StuckBuilds.dropMany")(
       function*(rule: StuckRule, reasons: FailureReasonSet, builds: ReadonlyArray<FamilyBuild>, now: DateTime.Utc) {
         if (builds.length === 0) return { dropped: [], locked: [] } satisfies DropManyResult
         const reason = reasonCodeOf(rule, reasons)
@@ -244,13 +250,22 @@ export const StuckBuildsSql = Layer.effect(
             (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
         const result = yield* statement.pipe(
           Effect.map(Option.some),
-          Effect.catchIf((error) => !isTransientSqlError(error), (error) =>
-            Effect.as(
-              Effect.logInfo("A page write was refused; its builds go one by one", { error: error.message }),
-              Option.none()
-            ))
+          Effect.catchIf((error) => !isTransientSqlError(error), () => Effect.succeed(Option.none()))
         )
-        if (Option.isNone(result)) return { dropped: [], locked: [] } satisfies DropManyResult
+        if (Option.isNone(result)) {
+          // Halves, each its own statement, down to the refused rows alone (left for retryOrDoom to
+          // count): a page with one refused row costs about 2·log2(page) statements, not one per row.
+          if (builds.length === 1) return { dropped: [], locked: [] } satisfies DropManyResult
+          const half = Math.ceil(builds.length / 2)
+          const [first, second] = [
+            yield* dropMany(rule, reasons, builds.slice(0, half), now),
+            yield* dropMany(rule, reasons, builds.slice(half), now)
+          ]
+          return {
+            dropped: [...first.dropped, ...second.dropped],
+            locked: [...first.locked, ...second.locked]
+          } satisfies DropManyResult
+        }
         const rows = result.value
         if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
         const won = new Set(rows[0]!.keys)
