@@ -265,7 +265,7 @@ describe("Migrations on PostgreSQL", () => {
               WHERE table_schema = 'public' ORDER BY table_name`
             return { recorded: Number(recorded[0]!.n), tables: tables.map((t) => t.table_name) }
           }))
-          assert.strictEqual(check.recorded, 6)
+          assert.strictEqual(check.recorded, 7)
           for (const table of [...Object.keys(EXPECTED), "sweeper_lease_fences"]) assert.include(check.tables, table)
         }))
       }
