@@ -292,6 +292,9 @@ export const layer = Layer.unwrap(
     if (!named && !existsSync(join(settings.dataDir, "pgdata"))) {
       return yield* new NoSupervisor({ dataDir: settings.dataDir })
     }
-    return local(`the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`)
+    const target = `the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`
+    // Found by default rather than named: say where the answers come from, as for a supervisor.
+    if (!named) yield* Effect.logInfo(`Reading ${target}`)
+    return local(target)
   }).pipe(Effect.provide(SweeperConfig.layer))
 )
