@@ -12,7 +12,7 @@
  * named, never an empty `./.sweeper` made up on the spot (the REPL takes the same road).
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Cause, Config, Context, DateTime, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Cause, Config, Context, DateTime, Duration, Effect, Fiber, Layer, Option, Redacted, Schema } from "effect"
 import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
 import { existsSync } from "node:fs"
@@ -91,6 +91,9 @@ export class Operator extends Context.Service<Operator, {
 }>()("sweeper/runtime/Operator") {}
 
 const actor = () => `cli:${userInfo().username}`
+
+/** A remote run silent for this long is said to be awaited (once). */
+const REMIND_AFTER = Duration.seconds(10)
 
 /** Room for the request itself and the actor's turn, beyond the runs' own deadlines. */
 const RUN_WAIT_SLACK = Duration.seconds(30)
@@ -176,6 +179,12 @@ export const remote = (endpoint: SupervisorEndpoint, target: string) =>
                 (view) => parseBudget(view.config.budget)
               )
               const wait = runWait(Option.getOrElse(budget, () => Duration.hours(1)))
+              // A run held by the health gate, or a long one, is silent here: say once that it is awaited.
+              const reminder = yield* Effect.forkChild(
+                Effect.logInfo(
+                  `Waiting for the run of ${batch} (up to ${Duration.format(wait)}); sweeper status shows what holds it`
+                ).pipe(Effect.delay(REMIND_AFTER))
+              )
               return yield* answered(client.actions.run({
                 params: { name: batch },
                 payload: {
@@ -197,7 +206,8 @@ export const remote = (endpoint: SupervisorEndpoint, target: string) =>
                         }, longer than such a run may take (see sweeper status)`
                       })
                     )
-                })
+                }),
+                Effect.ensuring(Fiber.interrupt(reminder))
               )
             }),
         setPaused: (batch, action) =>
@@ -300,6 +310,9 @@ export const layer = Layer.unwrap(
     if (!named && !existsSync(join(settings.dataDir, "pgdata"))) {
       return yield* new NoSupervisor({ dataDir: settings.dataDir })
     }
-    return local(`the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`)
+    const target = `the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`
+    // Found by default rather than named: say where the answers come from, as for a supervisor.
+    if (!named) yield* Effect.logInfo(`Reading ${target}`)
+    return local(target)
   }).pipe(Effect.provide(SweeperConfig.layer))
 )

@@ -15,12 +15,12 @@ import { fileURLToPath } from "node:url"
 const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
 const repl = fileURLToPath(new URL("../../src/runtime/Repl.ts", import.meta.url))
 
-/** A command run in `cwd` with nothing configured: no SWEEPER_* variable, no DATABASE_URL. */
-const bare = (cwd: string, args: ReadonlyArray<string>, input?: string) =>
+/** A command run in `cwd` with nothing configured (no SWEEPER_* variable, no DATABASE_URL) but `env`. */
+const bare = (cwd: string, args: ReadonlyArray<string>, input?: string, env: Record<string, string> = {}) =>
   new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
     const child = spawn(process.execPath, args, {
       cwd,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" },
+      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
       stdio: ["pipe", "pipe", "pipe"]
     })
     let stdout = ""
@@ -55,4 +55,24 @@ describe("nothing running, nothing configured", () => {
         rmSync(cwd, { recursive: true, force: true })
       }
     }), 120_000)
+
+  it.live(
+    "a store a stopped supervisor left in ./.sweeper is read, and the CLI says that is what it reads",
+    () =>
+      Effect.promise(async () => {
+        const cwd = mkdtempSync(join(tmpdir(), "sweeper-stopped-"))
+        try {
+          // Named once, the store is made (as `npx sweeper start` would); then found by default.
+          const made = await bare(cwd, [main, "status"], "", { SWEEPER_DATA_DIR: join(cwd, ".sweeper") })
+          assert.strictEqual(made.code, 0, made.stderr)
+          const status = await bare(cwd, [main, "status", "--json"])
+          assert.strictEqual(status.code, 0, status.stderr)
+          assert.include(status.stderr, `Reading the embedded database in ${join(cwd, ".sweeper")}`)
+          assert.lengthOf(JSON.parse(status.stdout) as Array<unknown>, 6)
+        } finally {
+          rmSync(cwd, { recursive: true, force: true })
+        }
+      }),
+    120_000
+  )
 })

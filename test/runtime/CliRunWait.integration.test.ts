@@ -3,7 +3,7 @@
  * whose headers take more than five minutes, which a held run or drop-canceling-builds (a 25-minute
  * budget) easily does: the CLI said "supervisor unreachable" (exit 3) while the run went on. The
  * five minutes are shortened here to one second (a preload sets fetch's own limit), and a stand-in
- * supervisor answers the run after six (past node:http's keep-alive five, too); its address file is what a real one publishes.
+ * supervisor answers the run after eleven; its address file is what a real one publishes.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Option } from "effect"
@@ -91,7 +91,7 @@ describe("a remote run longer than the HTTP client's patience", () => {
     () =>
       Effect.promise(async () => {
         const dataDir = mkdtempSync(join(tmpdir(), "sweeper-wait-"))
-        const fake = await standIn(6000, "25m")
+        const fake = await standIn(11_000, "25m")
         try {
           publish(dataDir, fake.url)
           const ran = await runCli(["run", "drop-canceling-builds", "--json"], {
@@ -102,6 +102,8 @@ describe("a remote run longer than the HTTP client's patience", () => {
           assert.strictEqual(ran.code, 0, ran.stderr)
           assert.include(JSON.parse(ran.stdout), { outcome: "succeeded" })
           assert.strictEqual(fake.runs(), 1)
+          // Silent for ten seconds, it says once what it waits for, and how long it would.
+          assert.include(ran.stderr, "Waiting for the run of drop-canceling-builds (up to 51m 30s)")
         } finally {
           fake.server.close()
           rmSync(dataDir, { recursive: true, force: true })
