@@ -15,7 +15,7 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Duration, Effect, Layer, Metric, Ref, Schedule } from "effect"
 import type { BacklogPart, BacklogReading } from "../domain/Backlog.ts"
 import { describeError } from "../domain/Errors.ts"
-import { batches, batchNames } from "../programs/index.ts"
+import { batches, batchNames, type RegisteredBatch } from "../programs/index.ts"
 import { Backlog, type BacklogSnapshot, type BatchBacklog } from "../services/Backlog.ts"
 import { Metrics, setGauge } from "../services/Metrics.ts"
 import type { PlatformServices } from "../services/Platform.ts"
@@ -85,13 +85,18 @@ export const makeBacklog = Effect.gen(function*() {
   const bounded = <A, E>(read: Effect.Effect<A, E>) =>
     sql.withTransaction(Effect.andThen(sql`SET LOCAL statement_timeout = '2s'`, read))
 
-  const sample = (batch: string) => {
-    const reader = batches.find((b) => b.name === batch)?.backlog
-    if (reader === undefined) return Effect.succeed(total(batch, nothing))
-    return bounded(Effect.provideContext(reader, services)).pipe(
+  /** A batch that repairs GitLab's tables scans them; one that only logs its own events reads Redis. */
+  const scansTables = (batch: RegisteredBatch) => (batch.writes?.tables ?? []).some((t) => t !== "sweeper_events")
+
+  const sample = (name: string) => {
+    const batch = batches.find((b) => b.name === name)
+    if (batch?.backlog === undefined) return Effect.succeed(total(name, nothing))
+    const read = Effect.provideContext(batch.backlog, services)
+    // Only a table scan needs PostgreSQL's own stop; a Redis reader must not need a database connection.
+    return (scansTables(batch) ? bounded(read) : read).pipe(
       Effect.timeoutOrElse({ duration: READ_TIMEOUT, orElse: () => Effect.fail("timed out after 5 s") }),
-      Effect.map((reading) => total(batch, reading)),
-      Effect.catchCause((cause) => Effect.succeed({ ...total(batch, nothing), error: describeError(cause) }))
+      Effect.map((reading) => total(name, reading)),
+      Effect.catchCause((cause) => Effect.succeed({ ...total(name, nothing), error: describeError(cause) }))
     )
   }
 

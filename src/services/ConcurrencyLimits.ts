@@ -59,7 +59,7 @@ export interface KnownDeferredWorkers {
    * `workersWithDeferredJobs`), and those the sweep under way has found so far; sorted.
    */
   readonly workers: ReadonlyArray<string>
-  /** When the last complete discovery finished; null when none has yet (a worker may be missing). */
+  /** When the last complete discovery started (what it found is as of then); null when none has completed yet. */
   readonly completeAt: Date | null
   /** Keys the sweep under way has been handed so far (SCAN COUNT hints summed): its progress. */
   readonly sweptKeys: number

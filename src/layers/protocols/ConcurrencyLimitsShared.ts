@@ -188,21 +188,23 @@ export const makeConcurrencyLimits = (
    * when), and the sweep under way — its cursor, what it found, when it last advanced.
    */
   let known: { readonly workers: ReadonlySet<string>; readonly at: number } | null = null
-  let sweep = { cursor: "0", found: new Set<string>(), keys: 0, steppedAt: Number.NEGATIVE_INFINITY }
+  let sweep = { cursor: "0", found: new Set<string>(), keys: 0, startedAt: 0, steppedAt: Number.NEGATIVE_INFINITY }
   const workerOfKey = (key: string) => Option.map(workerKeyFormOf(key), (w) => byKeyForm.get(w) ?? camelize(w))
 
   const knownDeferredWorkers = Effect.fn("ConcurrencyLimits.knownDeferredWorkers")(function*(step: SweepStep) {
     const now = yield* Clock.currentTimeMillis
     if (now - sweep.steppedAt >= Duration.toMillis(step.every)) {
       sweep.steppedAt = now
+      if (sweep.cursor === "0") sweep.startedAt = now
       for (let call = 0; call < step.calls; call++) {
         const [next, keys] = yield* store.scan(sweep.cursor, DEFERRED_KEY_PATTERN, step.count)
         for (const key of keys) Option.map(workerOfKey(key), (worker) => sweep.found.add(worker))
         sweep.keys += step.count
         sweep.cursor = next
         if (next === "0") {
-          known = { workers: sweep.found, at: now }
-          sweep = { cursor: "0", found: new Set(), keys: 0, steppedAt: now }
+          // As of its start: a worker that began deferring behind the cursor waits for the next sweep.
+          known = { workers: sweep.found, at: sweep.startedAt }
+          sweep = { cursor: "0", found: new Set(), keys: 0, startedAt: now, steppedAt: now }
           break
         }
       }
