@@ -141,7 +141,10 @@ export const staleEntries = (
   return { stale, invalid }
 }
 
-/** How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a page: five steps to full pages where doubling took thirteen). */
+/**
+ * How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8,
+ * 64, 512, 4096, a page: five steps to full pages where doubling took thirteen).
+ */
 export const STEP_GROWTH = 8
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
 export const LOG_SAMPLE_SIZE = 5
@@ -164,7 +167,10 @@ export class UploadsMet<F> {
     return stale
   }
 
-  /** A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's summary counts returned. */
+  /**
+   * A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's
+   * summary counts returned.
+   */
   repaired(step: StepTally<F>): { readonly totalDeletedStaleEntries: number; readonly vanished: number } {
     this.failedDeletes += step.failed.length
     this.skippedNoStore += step.skippedNoStore
@@ -173,7 +179,7 @@ export class UploadsMet<F> {
   }
 }
 
-/** The run's summary (SPEC §3), with the time the health gate held it. */
+/** The run's summary, with the time the health gate held it. */
 export interface DeleteStaleDirectUploadsSummary {
   readonly totalPendingEntries: number
   readonly totalDeletedStaleEntries: number
