@@ -1,5 +1,5 @@
 /**
- * The repair loop (issue 17): the one piece of machinery under every page-, step- and pass-shaped
+ * The repair loop: the one piece of machinery under every page-, step- and pass-shaped
  * batch, so that a program is only its seed's flowchart — what a unit reads and decides, what it
  * writes — and every cross-cutting capability lives here once:
  *
@@ -10,17 +10,18 @@
  *     → dry run: each target's `wouldChange`, the unit's dry counts; never a write
  *     → else the fence (unless the write fences itself in its own statement), then the write,
  *       whose `commit`s are reported at once (`reportProgress`) and folded into the totals
- *     → after each unit: budget spent? (cooperative: overshoot ≤ one unit)
+ *     → after each unit: budget spent? (cooperative: overshoot ≤ one unit; the deadline is the
+ *       run's, set once, so loops run one after another or a retried attempt share it)
  *     → progress: a keyset cursor moves past every page, a step past every entry, a list past every
  *       input, so no source revisits a unit; a repeated write (`repeatUntilDone`) that changes
  *       nothing twice in a row ends its loop
  *     → passes: cadence from a `Schedule` (1 s for a positive limit, back to back for 0, 1 s
  *       after a pass that moved nothing)
  *
- * Why runtime/ (beside RunGuard) and not layers/: it is no implementation of a service contract and
- * has no backend to choose; like the run guard it is policy applied to every batch the same way,
- * reading only CurrentRun, Clock and the HealthGate reference. Programs import it as they import
- * domain/ and services/: the one runtime module they may use.
+ * Why its own room (repair/) and not layers/ or runtime/: it is no implementation of a service
+ * contract and has no backend to choose; like the run guard it is policy applied to every batch the
+ * same way, but it depends only on domain/ and services/ (CurrentRun, Clock, the HealthGate and
+ * Lease contracts), so programs may import it as they import those.
  */
 import { Cause, Clock, Duration, Effect, Exit, Option, Predicate, Ref, Schedule, Stream } from "effect"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
@@ -31,7 +32,7 @@ import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
 import { LockedRows } from "../services/LockedRows.ts"
 
-/** What every batch's summary gains (SPEC §9): time held by the health gate and the signals that held it. */
+/** What every batch's summary gains: time held by the health gate and the signals that held it. */
 export interface Held {
   readonly heldMs: number
   readonly heldBy: ReadonlyArray<string>
@@ -421,9 +422,9 @@ export const sumHeld = (loops: ReadonlyArray<Held>): Held => ({
 export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
 
 /**
- * Rows a unit passed over (held by another open transaction — issue 18's progress guarantee — or
- * changed meanwhile): one log line per unit that met some, with their ids under `key`; nothing
- * otherwise.
+ * Rows a unit passed over (held by another open transaction — skipped so a page never waits on
+ * a lock — or changed meanwhile): one log line per unit that met some, with their ids under `key`;
+ * nothing otherwise.
  */
 export const logIds = (message: string, key: string, ids: ReadonlyArray<string | number>): Effect.Effect<void> =>
   ids.length === 0 ? Effect.void : Effect.logInfo(message, { [key]: capped(ids), count: ids.length })
