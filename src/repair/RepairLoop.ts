@@ -370,7 +370,10 @@ export const passes = <P, E, R>(options: {
   readonly delay: Duration.Duration
   readonly pass: (first: boolean) => Effect.Effect<Option.Option<P>, E, R>
   readonly next: (result: P) => Next
-  /** Between passes (after the wait, before the gate): false ends the passes (e.g. a lease lost). */
+  /**
+   * Before every further pass, after its wait and the gate (and before a first pass the gate held):
+   * false ends the passes (e.g. a lease lost).
+   */
   readonly between?: Effect.Effect<boolean, E, R> | undefined
 }) =>
   Effect.gen(function*() {
@@ -379,13 +382,17 @@ export const passes = <P, E, R>(options: {
     const delayMillis = Duration.toMillis(options.delay)
     const step = (first: boolean): Effect.Effect<Next, E, R> =>
       Effect.gen(function*() {
-        if (!first && options.between !== undefined && !(yield* options.between)) return "stop"
         // No pass starts at or after the deadline, a loop's first included (it may have waited for a slot).
         if (first && (yield* loop.clock.spent)) {
           loop.setStop("budget")
           return "stop"
         }
+        const heldBefore = yield* loop.heldMillis
         if (!(yield* loop.before)) return "stop"
+        // After the gate, right before the pass: a hold may have lasted long enough for the lease
+        // under these passes to be lost, and a pass must not run on a lease that is not ours.
+        const held = (yield* loop.heldMillis) > heldBefore
+        if ((!first || held) && options.between !== undefined && !(yield* options.between)) return "stop"
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"
         results.push(result.value)
