@@ -142,8 +142,8 @@ export const staleEntries = (
 }
 
 /**
- * How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8, 64, 512, 4096, a
- * page: five steps to full pages where doubling took thirteen).
+ * How much larger each step may be than the one before (the repair loop's `growingSteps`: 1, 8,
+ * 64, 512, 4096, a page: five steps to full pages where doubling took thirteen).
  */
 export const STEP_GROWTH = 8
 /** How many bad entries / failed deletes the run's single log line for each quotes. */
@@ -168,7 +168,8 @@ export class UploadsMet<F> {
   }
 
   /**
-   * A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's summary counts returned.
+   * A step's repair (`tallyOutcomes`): failures and store-less locations counted, the step's
+   * summary counts returned.
    */
   repaired(step: StepTally<F>): { readonly totalDeletedStaleEntries: number; readonly vanished: number } {
     this.failedDeletes += step.failed.length
@@ -178,7 +179,7 @@ export class UploadsMet<F> {
   }
 }
 
-/** The run's summary (SPEC §3), with the time the health gate held it. */
+/** The run's summary, with the time the health gate held it. */
 export interface DeleteStaleDirectUploadsSummary {
   readonly totalPendingEntries: number
   readonly totalDeletedStaleEntries: number

@@ -31,7 +31,7 @@ import { concurrencyLimitResumeBacklog } from "./ConcurrencyLimitResumeBacklog.t
 
 const NAME = "concurrency-limit-resume"
 
-/** One pass over one worker (SPEC §5 "Per-worker pass"); None, with a warning, for an unknown worker. */
+/** One pass over one worker; None, with a warning, for an unknown worker. */
 const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   const limits = yield* ConcurrencyLimits
   const { dryRun } = yield* CurrentRun

@@ -24,7 +24,7 @@ import {
   DROPPING_MESSAGE,
   droppingFields
 } from "../domain/Build.ts"
-import { type Held, keysetPages, logIds } from "../repair/RepairLoop.ts"
+import { type Held, keysetPages, logLocked } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 import { dropCancelingBuildsBacklog } from "./DropCancelingBuildsBacklog.ts"
@@ -69,8 +69,13 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
           skippedLocked: outcome === "locked" ? 1 : 0
         })
       }
-      // Info, not Warn: the logger keeps one warning per message per run, and every page says its own.
-      yield* logIds("Skipped builds locked by another transaction", "build_ids", [...skipped].map((build) => build.id))
+      // Info per page; a build held run after run is warned about on its own.
+      yield* logLocked(
+        NAME,
+        "Skipped builds locked by another transaction",
+        "build_ids",
+        [...skipped].map((build) => build.id)
+      )
     })
 
   const { totals: { dropped, doomed, skippedLocked }, units: batches, heldMs, heldBy } = yield* keysetPages({

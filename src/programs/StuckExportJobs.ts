@@ -17,7 +17,7 @@ import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"
-import { each, type Held, logIds } from "../repair/RepairLoop.ts"
+import { each, type Held, logIds, logLocked } from "../repair/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
@@ -82,7 +82,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
         Effect.gen(function*() {
           const { failed: done, locked } = yield* exportJobs.failMany(jobs, yield* DateTime.now)
           yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
-          yield* logIds("Export jobs locked by another transaction, skipped", "export_job_ids", locked)
+          yield* logLocked(NAME, "Export jobs locked by another transaction, skipped", "export_job_ids", locked)
           yield* logIds(
             "Export jobs changed meanwhile, not failed",
             "export_job_ids",

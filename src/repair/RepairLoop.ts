@@ -10,24 +10,27 @@
  *     → dry run: each target's `wouldChange`, the unit's dry counts; never a write
  *     → else the fence (unless the write fences itself in its own statement), then the write,
  *       whose `commit`s are reported at once (`reportProgress`) and folded into the totals
- *     → after each unit: budget spent? (cooperative: overshoot ≤ one unit)
+ *     → after each unit: budget spent? (cooperative: overshoot ≤ one unit; the deadline is the
+ *       run's, set once, so loops run one after another or a retried attempt share it)
  *     → progress: a keyset cursor moves past every page, a step past every entry, a list past every
  *       input, so no source revisits a unit; a repeated write (`repeatUntilDone`) that changes
  *       nothing twice in a row ends its loop
  *     → passes: cadence from a `Schedule` (1 s for a positive limit, back to back for 0, 1 s
  *       after a pass that moved nothing)
  *
- * Why runtime/ (beside RunGuard) and not layers/: it is no implementation of a service contract and
- * has no backend to choose; like the run guard it is policy applied to every batch the same way,
- * reading only CurrentRun, Clock and the HealthGate reference. Programs import it as they import
- * domain/ and services/: the one runtime module they may use.
+ * Why its own room (repair/) and not layers/ or runtime/: it is no implementation of a service
+ * contract and has no backend to choose; like the run guard it is policy applied to every batch the
+ * same way, but it depends only on domain/ and services/ (CurrentRun, Clock, the HealthGate and
+ * Lease contracts), so programs may import it as they import those.
  */
 import { Cause, Clock, Duration, Effect, Exit, Option, Predicate, Ref, Schedule, Stream } from "effect"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
+import { lockedTooOften } from "../domain/LockedRows.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
+import { LockedRows } from "../services/LockedRows.ts"
 
 /** What every batch's summary gains: time held by the health gate and the signals that held it. */
 export interface Held {
@@ -368,7 +371,10 @@ export const passes = <P, E, R>(options: {
   readonly delay: Duration.Duration
   readonly pass: (first: boolean) => Effect.Effect<Option.Option<P>, E, R>
   readonly next: (result: P) => Next
-  /** Between passes (after the wait, before the gate): false ends the passes (e.g. a lease lost). */
+  /**
+   * Before every further pass, after its wait and the gate (and before a first pass the gate held):
+   * false ends the passes (e.g. a lease lost).
+   */
   readonly between?: Effect.Effect<boolean, E, R> | undefined
 }) =>
   Effect.gen(function*() {
@@ -377,13 +383,17 @@ export const passes = <P, E, R>(options: {
     const delayMillis = Duration.toMillis(options.delay)
     const step = (first: boolean): Effect.Effect<Next, E, R> =>
       Effect.gen(function*() {
-        if (!first && options.between !== undefined && !(yield* options.between)) return "stop"
         // No pass starts at or after the deadline, a loop's first included (it may have waited for a slot).
         if (first && (yield* loop.clock.spent)) {
           loop.setStop("budget")
           return "stop"
         }
+        const heldBefore = yield* loop.heldMillis
         if (!(yield* loop.before)) return "stop"
+        // After the gate, right before the pass: a hold may have lasted long enough for the lease
+        // under these passes to be lost, and a pass must not run on a lease that is not ours.
+        const held = (yield* loop.heldMillis) > heldBefore
+        if ((!first || held) && options.between !== undefined && !(yield* options.between)) return "stop"
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"
         results.push(result.value)
@@ -426,6 +436,34 @@ export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
  */
 export const logIds = (message: string, key: string, ids: ReadonlyArray<string | number>): Effect.Effect<void> =>
   ids.length === 0 ? Effect.void : Effect.logInfo(message, { [key]: capped(ids), count: ids.length })
+
+/**
+ * Rows a unit skipped because another open transaction held them: logged like `logIds`, and each
+ * row's skip counted across runs (`LockedRows`), so a row held run after run is not silent
+ * forever: from LOCKED_RUNS_WARNING runs in a row on, each run warns about it with its count. The
+ * count is a diagnostic: a dry run writes none, and a count that cannot be written fails nothing.
+ */
+export const logLocked = (
+  batch: string,
+  message: string,
+  key: string,
+  ids: ReadonlyArray<string | number>
+): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    if (ids.length === 0) return
+    yield* logIds(message, key, ids)
+    if ((yield* CurrentRun).dryRun) return
+    const counts = yield* (yield* LockedRows).skipped(batch, ids).pipe(
+      Effect.tapError((error) => Effect.logDebug("Could not count locked rows", error)),
+      Effect.orElseSucceed((): ReadonlyArray<number> => [])
+    )
+    for (const { id, runs } of lockedTooOften(ids, counts)) {
+      yield* Effect.logWarning("Row skipped as locked by another transaction run after run", {
+        [key.replace(/s$/, "")]: id,
+        runs
+      })
+    }
+  })
 
 /**
  * `body` under its own exclusive lease `name` (a dry run takes none: it writes nothing), released

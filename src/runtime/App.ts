@@ -18,6 +18,7 @@ import { ConcurrencyLimitsMemory } from "../layers/memory/ConcurrencyLimitsMemor
 import { JobQueueMemory } from "../layers/memory/JobQueueMemory.ts"
 import { JobStatusMemory } from "../layers/memory/JobStatusMemory.ts"
 import { LeaseMemory } from "../layers/memory/LeaseMemory.ts"
+import { LockedRowsMemory } from "../layers/memory/LockedRowsMemory.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../layers/memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "../layers/memory/RebalancingStateMemory.ts"
@@ -40,6 +41,7 @@ import { ConcurrencyLimitsRedis } from "../layers/redis/ConcurrencyLimitsRedis.t
 import { JobQueueRedis } from "../layers/redis/JobQueueRedis.ts"
 import { JobStatusRedis } from "../layers/redis/JobStatusRedis.ts"
 import { LeaseRedis } from "../layers/redis/LeaseRedis.ts"
+import { LockedRowsRedis } from "../layers/redis/LockedRowsRedis.ts"
 import { PendingDirectUploadsRedis } from "../layers/redis/PendingDirectUploadsRedis.ts"
 import { RebalancingStateRedis } from "../layers/redis/RebalancingStateRedis.ts"
 import { Redis, type StoreUrls } from "../layers/redis/Redis.ts"
@@ -56,6 +58,7 @@ export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive, RebalanceResche
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(
   LeaseRedis,
+  LockedRowsRedis,
   JobStatusRedis,
   PendingDirectUploadsRedis,
   JobQueueRedis,
@@ -77,6 +80,7 @@ export const RedisBackends = (urls: StoreUrls) =>
 /** The same services in memory (embedded default, specs). */
 export const MemoryBackends = Layer.mergeAll(
   LeaseMemory,
+  LockedRowsMemory,
   JobStatusMemory,
   PendingDirectUploadsMemory,
   JobQueueMemory,

@@ -23,7 +23,8 @@ export class StaleUploadRepair extends Context.Service<StaleUploadRepair, {
     uploads: ReadonlyArray<StaleUpload>
   ): Effect.Effect<ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>, RedisError | SqlError>
   /**
-   * What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a location without a store.
+   * What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a
+   * location without a store.
    */
   wouldRepair(uploads: ReadonlyArray<StaleUpload>): ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>
 }>()("sweeper/services/StaleUploadRepair") {}

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Duration, Effect, Option } from "effect"
+import { DateTime, Duration, Effect, Logger, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { type BuildRecord, MemoryBuilds } from "../../src/layers/memory/BuildsMemory.ts"
@@ -254,6 +254,29 @@ describe("drop-canceling-builds", () => {
         ["BuildDropped", free[1]!.id],
         ["BuildDropped", held.id],
         ["BuildDropped", heldOnRetry.id]
+      ])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("a build skipped as locked run after run is counted across runs and warned about from the 3rd", () =>
+    Effect.gen(function*() {
+      const stuck = build({ runnerId: 31 })
+      yield* seed(stuck)
+      ;(yield* MemoryBuilds).locked.add(stuck.id)
+      const warnings: Array<{ message: string; annotations: Record<string, unknown> }> = []
+      const collector = Logger.make((options) => {
+        if (options.logLevel !== "Warn") return
+        const annotations = options.fiber.getRef(References.CurrentLogAnnotations) as Record<string, unknown>
+        const message = Array.isArray(options.message) ? options.message : [options.message]
+        warnings.push({ message: String(message[0]), annotations: { ...annotations, ...message[1] } })
+      })
+      for (let run = 1; run <= 4; run++) {
+        yield* runProgram.pipe(Effect.provide(Logger.layer([collector])))
+        yield* TestClock.adjust("1 hour")
+      }
+      const locked = warnings.filter((w) => w.message.includes("locked"))
+      assert.deepStrictEqual(locked.map((w) => [w.annotations.build_id, w.annotations.runs]), [
+        [stuck.id, 3],
+        [stuck.id, 4]
       ])
     }).pipe(Effect.provide(MemoryPlatform())))
 

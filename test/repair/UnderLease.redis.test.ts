@@ -6,7 +6,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
+import { Redis } from "../../src/layers/redis/Redis.ts"
 import { passes, underLease } from "../../src/repair/RepairLoop.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
 import { Lease } from "../../src/services/Lease.ts"
@@ -40,5 +42,37 @@ describe("underLease on real Redis", () => {
       const [ran, taken] = yield* Effect.all([worker, rival], { concurrency: 2 })
       assert.isTrue(Option.isNone(taken), "another process took the lease during the hold")
       assert.deepStrictEqual(Option.map(ran, (r) => r.results), Option.some([true, false]))
+    }).pipe(Effect.provide(LeaseRedis.pipe(Layer.provideMerge(RedisTest)))), 20_000)
+
+  it.live("a lease taken by another process during a hold: the held pass does not run", () =>
+    Effect.gen(function*() {
+      const redis = yield* Redis
+      const name = `sweeper/test/${randomUUID()}`
+      let asked = 0
+      // While the second pass is held, another process owns the lease (ours lapsed, say).
+      const holding = Effect.provideService(HealthGate, {
+        ...openGate,
+        beforeUnit: () =>
+          ++asked === 2
+            ? Effect.as(
+              Effect.andThen(
+                redis.use("steal", (c) => c.set(leaseKey(name), "another-process", "EX", 60)).pipe(Effect.orDie),
+                Effect.sleep("200 millis")
+              ),
+              { proceed: true, heldMs: 200, heldBy: ["replicationLag"] }
+            )
+            : Effect.succeed({ proceed: true, heldMs: 0, heldBy: [] })
+      })
+      const ran = yield* underLease(name, Duration.seconds(15), (renew) =>
+        passes({
+          batch: "b",
+          budget: Duration.minutes(1),
+          delay: Duration.millis(10),
+          pass: (first) => Effect.succeed(Option.some(first)),
+          next: (first) => first ? "wait" : "stop",
+          between: renew
+        }).pipe(holding))
+      assert.deepStrictEqual(Option.map(ran, (r) => r.results), Option.some([true]))
+      assert.strictEqual(yield* redis.use("get", (c) => c.get(leaseKey(name))), "another-process")
     }).pipe(Effect.provide(LeaseRedis.pipe(Layer.provideMerge(RedisTest)))), 20_000)
 })

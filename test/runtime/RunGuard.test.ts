@@ -13,6 +13,7 @@ import { RedisError } from "../../src/domain/Errors.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { budget } from "../../src/repair/RepairLoop.ts"
 import { runBatch, type RunOptions, type RunResult } from "../../src/runtime/RunGuard.ts"
 import { Lease } from "../../src/services/Lease.ts"
 import { MemoryPlatform } from "../support/memory.ts"
@@ -184,6 +185,27 @@ describe("runBatch (run guard)", () => {
       assert.strictEqual(finished.data.outcome, "timed_out")
       assert.strictEqual(finished.data.duration_ms, Duration.toMillis(limit))
       assert.strictEqual(yield* runsTotal(batch.name, "timed_out"), 1)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("one deadline per run: a retried attempt's loops get what is left of the run's budget, not a fresh one", () =>
+    Effect.gen(function*() {
+      yield* setup
+      let attempt = 0
+      const batch = fake(
+        Effect.gen(function*() {
+          attempt++
+          const clock = yield* budget(Duration.minutes(1))
+          if (attempt === 1) {
+            yield* Effect.sleep("40 seconds")
+            return yield* new RedisError({ operation: "GET", cause: new Error("ECONNRESET") })
+          }
+          return clock.deadlineMillis - START
+        }),
+        { budget: Duration.minutes(1) }
+      )
+      const result = yield* guard(batch, {}, "2 minutes")
+      assert.strictEqual(result.outcome, "succeeded")
+      assert.strictEqual(result.summary, 60_000)
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("the budget override of a run replaces the batch's", () =>
