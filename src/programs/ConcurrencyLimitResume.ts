@@ -1,7 +1,7 @@
 /**
- * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker. GitLab's Sidekiq middleware defers a
- * job whose worker
- * is at its concurrency limit to a per-worker Redis list; nothing runs it again unless this batch
+ * concurrency-limit-resume — port of GitLab's ConcurrencyLimit::ResumeWorker. GitLab's Sidekiq
+ * middleware defers a job whose worker is at its concurrency limit to a per-worker Redis list;
+ * nothing runs it again unless this batch
  * moves it back to the worker's Sidekiq queue once the worker has free capacity. Without this,
  * deferred jobs wait forever.
  *
@@ -56,14 +56,10 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
   // A breaker-open or empty worker is only reported; cleaning trackers would write for nothing.
   if (queueSize > 0 && !C.breakerOpen(limit) && !dryRun) yield* limits.cleanupStaleTrackers(worker)
   const current = yield* limits.currentConcurrency(worker)
-  yield* Effect.all([
-    M.setGauge(M.concurrencyLimitQueueJobs, queueSize, { worker }),
-    M.setGauge(M.concurrencyLimitMaxConcurrentJobs, limit, { worker }),
-    M.setGauge(M.concurrencyLimitCurrentConcurrentJobs, current, { worker })
-  ])
+  yield* M.setConcurrencyLimitGauges(worker, { queueSize, limit, current })
   const stats = { limit, queueSize, current, effectiveLimit: limit, resumed: recovered, remaining: queueSize }
   if (queueSize === 0 || C.breakerOpen(limit)) return Option.some<C.PassResult>(stats)
-  // The health gate may throttle a positive limit for this pass (SPEC §9 throttleLimits).
+  // The health gate may throttle a positive limit for this pass (its `throttleLimits` rules).
   const effectiveLimit = limit > 0 ? yield* (yield* HealthGate).effectiveLimit({ batch: NAME, worker, limit }) : limit
   const toResume = C.resumableCount(effectiveLimit, current)
   yield* (first || toResume > 0 ? Effect.logInfo : Effect.logDebug)("Concurrency limit worker stats").pipe(

@@ -219,6 +219,17 @@ export const setGauge = (
   attributes: Attributes = {}
 ): Effect.Effect<void, never, Metrics> => Metrics.use((metrics) => metrics.setGauge(gauge, value, attributes))
 
+/** A worker's three concurrency-limit gauges, as GitLab's resume worker reports them on each pass. */
+export const setConcurrencyLimitGauges = (
+  worker: string,
+  figures: { readonly queueSize: number; readonly limit: number; readonly current: number }
+): Effect.Effect<void, never, Metrics> =>
+  Effect.all([
+    setGauge(concurrencyLimitQueueJobs, figures.queueSize, { worker }),
+    setGauge(concurrencyLimitMaxConcurrentJobs, figures.limit, { worker }),
+    setGauge(concurrencyLimitCurrentConcurrentJobs, figures.current, { worker })
+  ], { discard: true })
+
 export const observe = (
   histogram: Metric.Histogram<number>,
   value: number,
