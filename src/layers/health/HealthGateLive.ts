@@ -1,5 +1,5 @@
 /**
- * The health gate (SPEC §9) as configured by SWEEPER_HEALTH. What it decides is decided in the
+ * The health gate as configured by SWEEPER_HEALTH. What it decides is decided in the
  * domain (domain/Health.ts judges a rule's readings, domain/HealthHolds.ts keeps a run's holds);
  * this layer reads the signals, keeps the state and writes the events.
  *
