@@ -494,19 +494,16 @@ export const makeHealthGate = (options: GateOptions) =>
               yield* ensureFresh(asked, deadlineMillis)
               if (writesDatabase) yield* Effect.timeoutOption(freshReplication, waitBound(asked, deadlineMillis))
               const now = yield* Clock.currentTimeMillis
-              for (const rule of rules) {
-                const hold = runOf(key, batch).state.holds.get(rule.signal)
-                const verdict = judge(rule, hold !== undefined, readingsFor(rule, batch, now), baselineOf(rule))
-                if (hold === undefined && verdict.held) {
-                  heldBy.add(rule.signal)
-                  yield* startHold(key, batch, rule, verdict.reading, now)
-                } else if (hold !== undefined && !verdict.held) {
-                  yield* endHold(key, rule.signal, now)
-                } else if (hold !== undefined) {
-                  heldBy.add(rule.signal)
-                  yield* countHeld(key, batch, rule.signal, now)
-                }
-              }
+              const step = Holds.check(
+                runOf(key, batch).state,
+                rules,
+                (rule) => readingsFor(rule, batch, now),
+                (rule) => baselineOf(rule)
+              )
+              for (const { reading, rule } of step.open) yield* startHold(key, batch, rule, reading, now)
+              for (const signal of step.close) yield* endHold(key, signal, now)
+              for (const signal of step.keep) yield* countHeld(key, batch, signal, now)
+              for (const signal of [...step.open.map(({ rule }) => rule.signal), ...step.keep]) heldBy.add(signal)
               if (runOf(key, batch).state.holds.size === 0) {
                 return heldBy.size === 0 ? PROCEED : { proceed: true, heldMs: takeHeld(key, now), heldBy: [...heldBy] }
               }
