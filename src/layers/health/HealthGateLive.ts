@@ -460,6 +460,7 @@ export const makeHealthGate = (options: GateOptions) =>
 
     const PROCEED = { proceed: true, heldMs: 0, heldBy: [] as ReadonlyArray<string> }
 
+    const dryLogged = new Map<string, string>()
     /** A dry run: judged as if nothing held it, waiting for nothing and writing nothing. */
     const dryVerdict = (batch: string, rules: ReadonlyArray<SignalRule>, now: number) =>
       Effect.gen(function*() {
@@ -467,9 +468,13 @@ export const makeHealthGate = (options: GateOptions) =>
           judge(rule, false, readingsFor(rule, batch, now), baselineOf(rule)).held
         )
           .map((rule) => rule.signal)
-        if (wouldHold.length === 0) return PROCEED
-        yield* Effect.logInfo("Dry run not held; a real run would be", { batch, signals: wouldHold.join(", ") })
-        return { proceed: true, heldMs: 0, heldBy: wouldHold }
+        const said = wouldHold.join(", ")
+        // Once per change, not once per page of a long dry run.
+        if (dryLogged.get(batch) !== said) {
+          dryLogged.set(batch, said)
+          if (said !== "") yield* Effect.logInfo("Dry run not held; a real run would be", { batch, signals: said })
+        }
+        return wouldHold.length === 0 ? PROCEED : { proceed: true, heldMs: 0, heldBy: wouldHold }
       })
 
     const beforeUnit: HealthGateShape["beforeUnit"] = ({ batch, deadlineMillis }) =>
