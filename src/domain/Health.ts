@@ -547,7 +547,10 @@ export interface WriteSet {
 /** Sweeper's own tables (its event ledger, run rollups): `sweeper_…`. */
 export const isSweeperTable = (table: string): boolean => table.startsWith("sweeper_")
 
-/** The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole database / server. */
+/**
+ * The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole
+ * database / server.
+ */
 export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<string> => {
   switch (rule.source._tag) {
     case "ReplicationLag":

@@ -11,6 +11,9 @@
  *   every verdict of a run, as the repair loop does, gives exactly that time.
  */
 
+import type { Option } from "effect"
+import { judge, type Reading, type SignalRule } from "./Health.ts"
+
 export interface OpenHold {
   readonly since: number
   readonly value: number | null
@@ -69,3 +72,33 @@ export const leave = (state: RunHolds): readonly [ReadonlyArray<string>, RunHold
 
 /** Nothing left to remember: no waiter and no open hold (the layer forgets the run). */
 export const idle = (state: RunHolds): boolean => state.waiters === 0 && state.holds.size === 0
+
+/** What one check of a run's rules does: holds to open (with the reading that opens them), to close, to keep. */
+export interface Check {
+  readonly open: ReadonlyArray<{ readonly rule: SignalRule; readonly reading: Reading }>
+  readonly close: ReadonlyArray<string>
+  readonly keep: ReadonlyArray<string>
+}
+
+/**
+ * One check: every rule judged on its readings with the run's current holds (the hysteresis of
+ * `judge`). `readings` and `baseline` give what the layer last read for a rule on the batch's subjects.
+ */
+export const check = (
+  state: RunHolds,
+  rules: ReadonlyArray<SignalRule>,
+  readings: (rule: SignalRule) => ReadonlyArray<Reading>,
+  baseline: (rule: SignalRule) => Option.Option<number>
+): Check => {
+  const open: Array<{ rule: SignalRule; reading: Reading }> = []
+  const close: Array<string> = []
+  const keep: Array<string> = []
+  for (const rule of rules) {
+    const held = state.holds.has(rule.signal)
+    const verdict = judge(rule, held, readings(rule), baseline(rule))
+    if (!held && verdict.held) open.push({ rule, reading: verdict.reading })
+    else if (held && !verdict.held) close.push(rule.signal)
+    else if (held) keep.push(rule.signal)
+  }
+  return { open, close, keep }
+}

@@ -23,9 +23,16 @@ export interface GateRequest {
 export interface GateVerdict {
   /** true: do the unit now. false: the deadline passed while held; write nothing more. */
   readonly proceed: boolean
-  /** How long this call held the batch, in milliseconds (0 when every signal was healthy). */
+  /**
+   * Wall-clock milliseconds the run was held that no earlier verdict reported (0 when every signal
+   * was healthy). Concurrent units of a run share its holds, so summing every verdict of a run
+   * gives the time it was held, not one copy per waiting unit.
+   */
   readonly heldMs: number
-  /** The signals that held it, by configuration key (a Prometheus rule by its `name`). */
+  /**
+   * The signals that held it, by configuration key (a Prometheus rule by its `name`). In a dry run,
+   * which is never held: the signals that would have held a real run.
+   */
   readonly heldBy: ReadonlyArray<string>
 }
 
@@ -40,6 +47,7 @@ export interface HealthGateShape {
   /**
    * Returns at once when the batch may proceed; otherwise holds (no writes, the lease kept and
    * renewed by the run guard) and re-checks every second until released or the deadline passes.
+   * A dry run (`CurrentRun.dryRun`) is never held and writes no gate event.
    * Never fails: a signal that cannot be read is `unknown`, treated as its configuration says.
    */
   readonly beforeUnit: (request: GateRequest) => Effect.Effect<GateVerdict>

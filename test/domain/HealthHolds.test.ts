@@ -3,6 +3,8 @@
  * however many wait, and a hold ends with its last waiter, not its first.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Option, Schema } from "effect"
+import { HealthJson, type Reading, unknown, value } from "../../src/domain/Health.ts"
 import * as Holds from "../../src/domain/HealthHolds.ts"
 
 const hold = (since: number): Holds.OpenHold => ({ since, value: 1, display: "1", threshold: "0" })
@@ -42,5 +44,28 @@ describe("health gate holds (per run)", () => {
     assert.deepStrictEqual(last, ["walRate"])
     assert.isFalse(Holds.idle(afterLast), "the hold is open until the layer closes it")
     assert.isTrue(Holds.idle(Holds.closeHold(afterLast, "walRate", 1)))
+  })
+
+  it("one check opens, closes and keeps holds by the hysteresis; an unknown keeps a hold open", () => {
+    const rules = Schema.decodeUnknownSync(HealthJson)(JSON.stringify({
+      replicationLag: { stop: "8MB", resume: "2MB" },
+      longTransactions: { stop: "10m", resume: "5m" },
+      queueLatency: { stop: "5m", resume: "1m" }
+    })).rules
+    let state = Holds.enter(Holds.emptyRun)
+    state = Holds.openHold(state, "longTransactions", hold(0))
+    state = Holds.openHold(state, "queueLatency", hold(0))
+    const readings: Record<string, ReadonlyArray<Reading>> = {
+      replicationLag: [value(9e6)],
+      longTransactions: [value(200)],
+      queueLatency: [unknown("timeout")]
+    }
+    const step = Holds.check(state, rules, (rule) => readings[rule.signal]!, () => Option.none())
+    assert.deepStrictEqual(step.open.map(({ reading, rule }) => [rule.signal, reading]), [[
+      "replicationLag",
+      value(9e6)
+    ]])
+    assert.deepStrictEqual(step.close, ["longTransactions"])
+    assert.deepStrictEqual(step.keep, ["queueLatency"])
   })
 })

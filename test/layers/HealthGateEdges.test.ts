@@ -19,6 +19,7 @@ import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus
 import { loadHistory } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
+import { HealthReport } from "../../src/services/HealthReport.ts"
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
 const RESUME: GatedBatch = {
@@ -239,4 +240,25 @@ describe("HealthGate at its edges", () => {
       const verdict = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
       assert.deepStrictEqual(verdict.heldBy, ["longTransactions"])
     }).pipe(Effect.provide(Gate({ longTransactions: { stop: "10m" } }))))
+
+  it.effect("a relative walRate's baseline leaves out WAL written while this process's batches ran", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      let position = 0
+      const at = (rate: number, n: number, unit: boolean) =>
+        Effect.gen(function*() {
+          for (let i = 0; i < n; i++) {
+            position += rate
+            values.walPosition = position
+            if (unit) yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+            yield* second
+          }
+        })
+      // Ten quiet minutes at the platform's normal, then twenty with a batch writing (its own WAL on top).
+      yield* at(10e6, 600, false)
+      yield* at(20e6, 1200, true)
+      const report = yield* (yield* HealthReport).snapshot
+      assert.strictEqual(report.signals[0]!.stop, "3x median (30 MB/s)")
+    }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
 })

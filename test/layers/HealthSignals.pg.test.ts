@@ -90,6 +90,73 @@ layer(PairLive, { excludeTestServices: true, timeout: "60 seconds" })(
         assert.isBelow(after.bytes, 100_000)
       }))
 
+    it.effect("replicationLag watches physical standbys only: a logical subscriber far behind does not count", () =>
+      Effect.gen(function*() {
+        const pair = yield* Pair
+        // A logical subscriber on the same server (another database; its slot made by hand, as a
+        // subscription to its own cluster requires), its apply worker stalled on a lock like a CDC
+        // pipeline that stopped consuming.
+        yield* Effect.promise(() =>
+          pair.primary("CREATE TABLE cdc_filler (pad text); CREATE PUBLICATION cdc_pub FOR TABLE cdc_filler")
+        )
+        yield* Effect.promise(() => pair.primary("SELECT pg_create_logical_replication_slot('cdc_sub', 'pgoutput')"))
+        yield* Effect.promise(() => pair.primary("CREATE DATABASE cdc_target"))
+        yield* Effect.promise(() => pair.primary("CREATE TABLE cdc_filler (pad text)", "cdc_target"))
+        yield* Effect.promise(() =>
+          pair.primary(
+            `CREATE SUBSCRIPTION cdc_sub CONNECTION '${pair.primaryUrl}' PUBLICATION cdc_pub ` +
+              `WITH (create_slot = false, slot_name = 'cdc_sub', copy_data = false)`,
+            "cdc_target"
+          )
+        )
+        const lock = spawn("psql", [
+          pair.urlOf("cdc_target"),
+          "-X",
+          "-q",
+          "-c",
+          "BEGIN",
+          "-c",
+          "LOCK TABLE cdc_filler IN ACCESS EXCLUSIVE MODE",
+          "-c",
+          "SELECT pg_sleep(60)"
+        ], { stdio: "ignore", env: { ...process.env, PGAPPNAME: "cdc-lock" } })
+        try {
+          for (let i = 0; i < 100; i++) {
+            const rows = yield* Effect.promise(() => pair.primary("SELECT count(*) FROM pg_stat_replication"))
+            if (rows[0]?.[0] === "2") break
+            yield* sleep(100)
+          }
+          yield* sleep(500)
+          // One row stalls the apply worker on the lock; the 8 MB after it are never acknowledged.
+          yield* Effect.promise(() => pair.primary("INSERT INTO cdc_filler VALUES ('first')"))
+          yield* sleep(1500)
+          yield* Effect.promise(() =>
+            pair.primary("INSERT INTO cdc_filler SELECT repeat('x', 1000) FROM generate_series(1, 8000)")
+          )
+          let lag = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+          let all = Number.NaN
+          for (let i = 0; i < 100; i++) {
+            const [row] = yield* Effect.promise(() =>
+              pair.primary(
+                "SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn))::float8 FROM pg_stat_replication"
+              )
+            )
+            all = Number(row?.[0])
+            lag = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+            if (lag.bytes < 100_000 && all > 8_000_000) break
+            yield* sleep(100)
+          }
+          assert.isAbove(all, 8_000_000, "the logical subscriber is far behind")
+          assert.deepStrictEqual([lag.standbys, lag.bytes < 100_000], [1, true])
+        } finally {
+          yield* Effect.promise(() =>
+            pair.primary("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'cdc-lock'")
+          )
+          lock.kill("SIGTERM")
+          yield* Effect.promise(() => pair.primary("DROP SUBSCRIPTION cdc_sub", "cdc_target"))
+        }
+      }))
+
     it.effect("replicationLag as a duration: replay_lag grows while replay is paused and writes go on", () =>
       Effect.gen(function*() {
         const pair = yield* Pair

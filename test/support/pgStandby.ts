@@ -90,7 +90,8 @@ const settings = (port: number, dir: string) =>
     `-c listen_addresses=127.0.0.1`,
     `-c port=${port}`,
     `-c unix_socket_directories=${dir}`,
-    `-c wal_level=replica`,
+    // logical (a superset of replica): a test may add a logical subscriber beside the standby.
+    `-c wal_level=logical`,
     `-c max_wal_senders=4`,
     `-c hot_standby=on`,
     // Disposable: no fsync, small footprint; autovacuum wakes every second for the autovacuum test.

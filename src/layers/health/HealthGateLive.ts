@@ -1,5 +1,5 @@
 /**
- * The health gate (SPEC §9) as configured by SWEEPER_HEALTH. What it decides is decided in the
+ * The health gate as configured by SWEEPER_HEALTH. What it decides is decided in the
  * domain (domain/Health.ts judges a rule's readings, domain/HealthHolds.ts keeps a run's holds);
  * this layer reads the signals, keeps the state and writes the events.
  *
@@ -460,6 +460,7 @@ export const makeHealthGate = (options: GateOptions) =>
 
     const PROCEED = { proceed: true, heldMs: 0, heldBy: [] as ReadonlyArray<string> }
 
+    const dryLogged = new Map<string, string>()
     /** A dry run: judged as if nothing held it, waiting for nothing and writing nothing. */
     const dryVerdict = (batch: string, rules: ReadonlyArray<SignalRule>, now: number) =>
       Effect.gen(function*() {
@@ -467,9 +468,13 @@ export const makeHealthGate = (options: GateOptions) =>
           judge(rule, false, readingsFor(rule, batch, now), baselineOf(rule)).held
         )
           .map((rule) => rule.signal)
-        if (wouldHold.length === 0) return PROCEED
-        yield* Effect.logInfo("Dry run not held; a real run would be", { batch, signals: wouldHold.join(", ") })
-        return { proceed: true, heldMs: 0, heldBy: wouldHold }
+        const said = wouldHold.join(", ")
+        // Once per change, not once per page of a long dry run.
+        if (dryLogged.get(batch) !== said) {
+          dryLogged.set(batch, said)
+          if (said !== "") yield* Effect.logInfo("Dry run not held; a real run would be", { batch, signals: said })
+        }
+        return wouldHold.length === 0 ? PROCEED : { proceed: true, heldMs: 0, heldBy: wouldHold }
       })
 
     const beforeUnit: HealthGateShape["beforeUnit"] = ({ batch, deadlineMillis }) =>
@@ -494,19 +499,16 @@ export const makeHealthGate = (options: GateOptions) =>
               yield* ensureFresh(asked, deadlineMillis)
               if (writesDatabase) yield* Effect.timeoutOption(freshReplication, waitBound(asked, deadlineMillis))
               const now = yield* Clock.currentTimeMillis
-              for (const rule of rules) {
-                const hold = runOf(key, batch).state.holds.get(rule.signal)
-                const verdict = judge(rule, hold !== undefined, readingsFor(rule, batch, now), baselineOf(rule))
-                if (hold === undefined && verdict.held) {
-                  heldBy.add(rule.signal)
-                  yield* startHold(key, batch, rule, verdict.reading, now)
-                } else if (hold !== undefined && !verdict.held) {
-                  yield* endHold(key, rule.signal, now)
-                } else if (hold !== undefined) {
-                  heldBy.add(rule.signal)
-                  yield* countHeld(key, batch, rule.signal, now)
-                }
-              }
+              const step = Holds.check(
+                runOf(key, batch).state,
+                rules,
+                (rule) => readingsFor(rule, batch, now),
+                (rule) => baselineOf(rule)
+              )
+              for (const { reading, rule } of step.open) yield* startHold(key, batch, rule, reading, now)
+              for (const signal of step.close) yield* endHold(key, signal, now)
+              for (const signal of step.keep) yield* countHeld(key, batch, signal, now)
+              for (const signal of [...step.open.map(({ rule }) => rule.signal), ...step.keep]) heldBy.add(signal)
               if (runOf(key, batch).state.holds.size === 0) {
                 return heldBy.size === 0 ? PROCEED : { proceed: true, heldMs: takeHeld(key, now), heldBy: [...heldBy] }
               }

@@ -1,12 +1,13 @@
 /**
  * HealthSignals read from the real servers:
  *
- * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` over physical standbys (largest replay lag in bytes
- *   behind `pg_current_wal_lsn()`, and `replay_lag`), `pg_current_wal_lsn()` for the WAL rate,
- *   `pg_stat_progress_vacuum` joined to the batch's tables and their partitions, and the oldest
- *   `xact_start` in `pg_stat_activity` of any other backend. Without pg_read_all_stats (or
- *   pg_monitor, which includes it) PostgreSQL hides other roles' rows' columns, which would read as
- *   "healthy": such a reading is refused as unreadable, naming the role to grant.
+ * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` over physical standbys
+ *   (largest replay lag in bytes behind `pg_current_wal_lsn()`, and `replay_lag`),
+ *   `pg_current_wal_lsn()` for the WAL rate, `pg_stat_progress_vacuum` joined to the batch's
+ *   tables and their partitions, and the oldest `xact_start` in `pg_stat_activity` of any other
+ *   backend. Without pg_read_all_stats (or pg_monitor, which includes it) PostgreSQL hides other
+ *   roles' rows' columns, which would read as "healthy": such a reading is refused as unreadable,
+ *   naming the role to grant.
  * - Redis: `INFO memory` per store (every master of a cluster, the worst one counts).
  * - Sidekiq: the oldest job of `queue:<name>` is at its tail (LPUSH at the head, BRPOP from the
  *   tail); its `enqueued_at` is epoch seconds (Sidekiq ≤ 7) or milliseconds (Sidekiq 8).
