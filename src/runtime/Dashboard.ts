@@ -328,6 +328,16 @@ const backlogDetail = (backlog: BatchBacklog | undefined) =>
       ).join("")
     }</dl></section>`
 
+/** A batch page's history charts and runs table: what a batch page re-reads when its batch ran. */
+export const batchHistory = (name: string, runs: ReadonlyArray<RunRecord>, history: HistoryView) =>
+  `${historySection(name, history)}
+<section class="runs"><h2>${
+    runs.length === 1 ? "The last run" : `Last ${runs.length} runs`
+  }</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
+<tbody>${
+    runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
+  }</tbody></table></div></section>`
+
 export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, history: HistoryView) =>
   layout(
     `${view.name} · Sweeper`,
@@ -345,13 +355,7 @@ export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, histor
 <dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>
 <dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
 </dl></section>${backlogDetail(view.backlog)}</div>
-${historySection(view.name, history)}
-<section class="runs"><h2>${
-      runs.length === 1 ? "The last run" : `Last ${runs.length} runs`
-    }</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
-<tbody>${
-      runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
-    }</tbody></table></div></section></div>`,
+${batchHistory(view.name, runs, history)}</div>`,
     " data-batch-page"
   )
 
