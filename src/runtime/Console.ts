@@ -25,7 +25,7 @@ import { RunHistory } from "../services/RunHistory.ts"
 import { BacklogLive } from "./Backlog.ts"
 import { snapshotView } from "./BatchView.ts"
 import { chooseWindow, isWindow, WINDOWS } from "./Charts.ts"
-import { ASSET_VERSION, SCRIPT, SCRIPT_PATH, STYLE, STYLE_PATH } from "./console/assets.ts"
+import { SCRIPT, SCRIPT_PATH, STYLE, STYLE_PATH } from "./console/assets.ts"
 import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
 import {
   batchHistory,
@@ -194,12 +194,11 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     headers: { "cache-control": "max-age=86400" }
   })
   yield* router.add("GET", "/favicon.svg", Effect.succeed(favicon))
-  // The script and styles: their URLs carry ASSET_VERSION, so a day's caching never mixes versions.
+  // The script and styles: their URLs carry a hash of their content, so a day of caching never mixes versions.
   const asset = (body: string, contentType: string) =>
     Effect.succeed(HttpServerResponse.text(body, { contentType, headers: { "cache-control": "max-age=86400" } }))
   yield* router.add("GET", SCRIPT_PATH, asset(SCRIPT, "text/javascript; charset=utf-8"))
   yield* router.add("GET", STYLE_PATH, asset(STYLE, "text/css; charset=utf-8"))
-  void ASSET_VERSION
 
   // Server-sent events: the shared feed's frames (ConsoleFeed), capped at MAX_STREAMS connections.
   const feed = yield* ConsoleFeed
