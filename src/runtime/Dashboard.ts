@@ -1,12 +1,13 @@
 /**
  * The dashboard: server-rendered HTML with a little script, no front-end build.
  *
- * `/` shows every batch as a card (state, schedule in words with the next three fire times in UTC
- * and the viewer's local time, last run and its error cause, buttons) and an entity search
- * (`build:123`, `direct_upload:…`) that lists the entity's event history. `/batches/:name` shows
- * a batch's configuration and its last 50 runs. The script asks for the API token once (kept in
- * sessionStorage), sends the buttons' POSTs, converts times to local, and re-renders `<main>`
- * whenever `/api/stream` (SSE) says the batches changed. Everything interpolated is HTML-escaped.
+ * `/` shows every batch as a card (state, schedule in words with the next three fire times, last
+ * run and its error cause, buttons) and an entity search (`build:123`, `direct_upload:…`) that
+ * lists the entity's event history. `/batches/:name` shows a batch's configuration, its history
+ * charts and its last 50 runs. The script and styles are files of their own (console/dashboard.js
+ * and .css): the script keeps the API token for the tab, sends the buttons' POSTs, shows the
+ * viewer's local time on hover, and swaps in the cards that `/api/stream` sends. Everything
+ * interpolated is HTML-escaped.
  */
 import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
