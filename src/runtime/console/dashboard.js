@@ -209,7 +209,8 @@
   })
   localize(document)
   setInterval(() => localize(document), 15000)
-  if (window.EventSource) {
+  // Only a page with cards listens: a run page has nothing the stream changes.
+  if (window.EventSource && document.querySelector("section.card[data-batch]") !== null) {
     const es = new EventSource("/api/stream")
     es.addEventListener("page", (ev) => patch(JSON.parse(/** @type {MessageEvent<string>} */ (ev).data)))
   }
