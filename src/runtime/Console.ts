@@ -14,7 +14,7 @@
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
-import { Context, DateTime, Effect, Layer, Option, Schedule, Schema, Stream, SubscriptionRef } from "effect"
+import { Cache, Context, DateTime, Effect, Layer, Option, Schedule, Schema, Stream, SubscriptionRef } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { describeError } from "../domain/Errors.ts"
 import { RunHistorySql } from "../layers/postgres/RunHistorySql.ts"
@@ -25,9 +25,18 @@ import { RunHistory } from "../services/RunHistory.ts"
 import { BacklogLive } from "./Backlog.ts"
 import { snapshotView } from "./BatchView.ts"
 import { chooseWindow, isWindow, WINDOWS } from "./Charts.ts"
-import { ASSET_VERSION, SCRIPT, SCRIPT_PATH, STYLE, STYLE_PATH } from "./console/assets.ts"
+import { SCRIPT, SCRIPT_PATH, STYLE, STYLE_PATH } from "./console/assets.ts"
 import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
-import { batchPage, card, type CardView, dashboardPage, FAVICON, holdsBanner, runPage } from "./Dashboard.ts"
+import {
+  batchHistory,
+  batchPage,
+  card,
+  type CardView,
+  dashboardPage,
+  FAVICON,
+  holdsBanner,
+  runPage
+} from "./Dashboard.ts"
 import { liveRun } from "./LiveProgress.ts"
 import { recentRuns } from "./Runs.ts"
 import { type BatchSnapshot, Scheduler } from "./Scheduler.ts"
@@ -185,12 +194,11 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     headers: { "cache-control": "max-age=86400" }
   })
   yield* router.add("GET", "/favicon.svg", Effect.succeed(favicon))
-  // The script and styles: their URLs carry ASSET_VERSION, so a day's caching never mixes versions.
+  // The script and styles: their URLs carry a hash of their content, so a day of caching never mixes versions.
   const asset = (body: string, contentType: string) =>
     Effect.succeed(HttpServerResponse.text(body, { contentType, headers: { "cache-control": "max-age=86400" } }))
   yield* router.add("GET", SCRIPT_PATH, asset(SCRIPT, "text/javascript; charset=utf-8"))
   yield* router.add("GET", STYLE_PATH, asset(STYLE, "text/css; charset=utf-8"))
-  void ASSET_VERSION
 
   // Server-sent events: the shared feed's frames (ConsoleFeed), capped at MAX_STREAMS connections.
   const feed = yield* ConsoleFeed
@@ -243,6 +251,26 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     }))
   )
 
+  // What a batch page re-reads when its batch finished a run: rendered once per (batch, window, last
+  // run) and shared by every open tab of that page, so their reads do not grow with the tabs.
+  const fragments = yield* makeHistoryFragments((key) =>
+    Effect.gen(function*() {
+      const history = isWindow(key.window) ? yield* readHistory(key.batch, key.window) : yield* chosenHistory(key.batch)
+      return batchHistory(key.batch, yield* recentRuns({ batch: key.batch, limit: BATCH_PAGE_RUNS }), history)
+    }).pipe(Effect.provideService(EventLog, events), Effect.provideContext(context))
+  )
+  yield* router.add(
+    "GET",
+    "/batches/:name/live",
+    page(Effect.gen(function*() {
+      const { name } = yield* HttpRouter.params
+      const view = (yield* views).find((v) => v.name === name)
+      if (view === undefined) return html("", 404)
+      const window = (yield* query).get("window") ?? ""
+      return html(yield* fragments({ batch: view.name, window, lastRun: view.lastRun?.runId ?? "" }))
+    }))
+  )
+
   yield* router.add(
     "GET",
     "/runs/:id",
@@ -259,6 +287,30 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     }))
   )
 }))
+
+export interface FragmentKey {
+  readonly batch: string
+  readonly window: string
+  readonly lastRun: string
+}
+
+/**
+ * A memo of rendered history fragments (effect's Cache: one lookup per key however many ask at
+ * once; a few keys per batch, none kept past a minute). The last run is part of the key, so a new
+ * run is a new fragment and nothing stale is served.
+ */
+export const makeHistoryFragments = Effect.fnUntraced(
+  function*<E>(render: (key: FragmentKey) => Effect.Effect<string, E>) {
+    const cache = yield* Cache.make({
+      lookup: (key: string) => render(JSON.parse(key) as FragmentKey),
+      capacity: 64,
+      timeToLive: "1 minute"
+    })
+    // One text per key, its fields in a fixed order, so equal keys meet in the cache.
+    return (key: FragmentKey) =>
+      Cache.get(cache, JSON.stringify({ batch: key.batch, window: key.window, lastRun: key.lastRun }))
+  }
+)
 
 /**
  * A batch page opened without `?window=`: the window its runs call for (Charts.ts's chooseWindow),

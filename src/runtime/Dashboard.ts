@@ -1,12 +1,13 @@
 /**
  * The dashboard: server-rendered HTML with a little script, no front-end build.
  *
- * `/` shows every batch as a card (state, schedule in words with the next three fire times in UTC
- * and the viewer's local time, last run and its error cause, buttons) and an entity search
- * (`build:123`, `direct_upload:…`) that lists the entity's event history. `/batches/:name` shows
- * a batch's configuration and its last 50 runs. The script asks for the API token once (kept in
- * sessionStorage), sends the buttons' POSTs, converts times to local, and re-renders `<main>`
- * whenever `/api/stream` (SSE) says the batches changed. Everything interpolated is HTML-escaped.
+ * `/` shows every batch as a card (state, schedule in words with the next three fire times, last
+ * run and its error cause, buttons) and an entity search (`build:123`, `direct_upload:…`) that
+ * lists the entity's event history. `/batches/:name` shows a batch's configuration, its history
+ * charts and its last 50 runs. The script and styles are files of their own (console/dashboard.js
+ * and .css): the script keeps the API token for the tab, sends the buttons' POSTs, shows the
+ * viewer's local time on hover, and swaps in the cards that `/api/stream` sends. Everything
+ * interpolated is HTML-escaped.
  */
 import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
@@ -334,6 +335,16 @@ const backlogDetail = (backlog: BatchBacklog | undefined) =>
       ).join("")
     }</dl></section>`
 
+/** A batch page's history charts and runs table: what a batch page re-reads when its batch ran. */
+export const batchHistory = (name: string, runs: ReadonlyArray<RunRecord>, history: HistoryView) =>
+  `${historySection(name, history)}
+<section class="runs"><h2>${
+    runs.length === 1 ? "The last run" : `Last ${runs.length} runs`
+  }</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
+<tbody>${
+    runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
+  }</tbody></table></div></section>`
+
 export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, history: HistoryView) =>
   layout(
     `${view.name} · Sweeper`,
@@ -351,13 +362,7 @@ export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, histor
 <dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>
 <dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
 </dl></section>${backlogDetail(view.backlog)}</div>
-${historySection(view.name, history)}
-<section class="runs"><h2>${
-      runs.length === 1 ? "The last run" : `Last ${runs.length} runs`
-    }</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
-<tbody>${
-      runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
-    }</tbody></table></div></section></div>`,
+${batchHistory(view.name, runs, history)}</div>`,
     " data-batch-page"
   )
 

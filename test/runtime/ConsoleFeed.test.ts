@@ -7,7 +7,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Stream } from "effect"
 import { TestClock } from "effect/testing"
-import { makeConsoleFeed, TooManyStreams } from "../../src/runtime/Console.ts"
+import { makeConsoleFeed, makeHistoryFragments, TooManyStreams } from "../../src/runtime/Console.ts"
 
 const decoder = new TextDecoder()
 
@@ -79,5 +79,28 @@ describe("ConsoleFeed", () => {
       yield* Effect.forkChild(Stream.runDrain(yield* feed.open))
       yield* TestClock.adjust("1 millis")
       assert.strictEqual(yield* feed.clients, 2)
+    }).pipe(Effect.scoped))
+
+  it.effect("a batch page's history is rendered once per run for all its open tabs", () =>
+    Effect.gen(function*() {
+      let renders = 0
+      const fragments = yield* makeHistoryFragments((key) =>
+        Effect.sync(() => {
+          renders++
+          return `<section id="history">${key.batch} after ${key.lastRun}</section>`
+        })
+      )
+      const tabs = (lastRun: string) =>
+        Effect.forEach(
+          Array.from({ length: 50 }),
+          () => fragments({ batch: "drop-canceling-builds", window: "", lastRun }),
+          { concurrency: "unbounded" }
+        )
+      const first = yield* tabs("run-1")
+      assert.strictEqual(renders, 1)
+      assert.include(first[49], "after run-1")
+      const second = yield* tabs("run-2")
+      assert.strictEqual(renders, 2, "a new run is a new fragment")
+      assert.include(second[0], "after run-2")
     }).pipe(Effect.scoped))
 })

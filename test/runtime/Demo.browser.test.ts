@@ -125,6 +125,12 @@ describe("npm run demo in a browser", () => {
           await page.goto(`${base}batches/drop-canceling-builds`)
           assert.strictEqual(await page.locator("nav.windows a[aria-current=page]").textContent(), "hour")
           assert.isAtLeast(await page.locator("figure[data-chart=repairs] .mark").count(), 1)
+          // What the page re-reads after its batch ran: the charts and runs, rendered once per run for all tabs.
+          const live = await fetch(`${base}batches/drop-canceling-builds/live`)
+          assert.strictEqual(live.status, 200)
+          const fragment = await live.text()
+          assert.include(fragment, "Repairs per run")
+          assert.include(fragment, runId)
           // The scheduled runs every 5 s join the charts without a reload (the batch's own runs re-read them).
           await page.waitForFunction(
             "document.querySelectorAll('figure[data-chart=repairs] .mark').length >= 3",

@@ -9,8 +9,8 @@
  * - writes every time in one format (`2026-11-25 17:56 UTC`, seconds only when there are some),
  *   with the viewer's local time in the tooltip;
  * - patches the page from the shared `/api/stream`: each `page` event carries the changed cards'
- *   HTML, so a change costs the server nothing per tab. A batch page reloads its history only when
- *   its own batch finished a run.
+ *   HTML, so a change costs the server nothing per tab. A batch page re-reads its history only when
+ *   its own batch finished a run, from `/batches/:name/live`, which the server renders once per run.
  */
 // @ts-check
 ;(function() {
@@ -146,13 +146,18 @@
     return template.content.firstElementChild
   }
 
-  /** Reloads the batch page's history and runs (only when its batch finished a run). */
+  /**
+   * Re-reads the batch page's history and runs (only when its batch finished a run): a fragment the
+   * server renders once per run for every open tab of the page.
+   */
   async function reloadHistory() {
     try {
-      const r = await fetch(location.href, { headers: { accept: "text/html" } })
-      const doc = new DOMParser().parseFromString(await r.text(), "text/html")
+      const r = await fetch(`${location.pathname.replace(/\/$/, "")}/live${location.search}`)
+      if (!r.ok) return
+      const template = document.createElement("template")
+      template.innerHTML = await r.text()
       for (const selector of ["#history", "section.runs"]) {
-        const next = doc.querySelector(selector)
+        const next = template.content.querySelector(selector)
         const cur = document.querySelector(selector)
         if (next && cur) {
           cur.replaceWith(next)
@@ -204,7 +209,8 @@
   })
   localize(document)
   setInterval(() => localize(document), 15000)
-  if (window.EventSource) {
+  // Only a page with cards listens: a run page has nothing the stream changes.
+  if (window.EventSource && document.querySelector("section.card[data-batch]") !== null) {
     const es = new EventSource("/api/stream")
     es.addEventListener("page", (ev) => patch(JSON.parse(/** @type {MessageEvent<string>} */ (ev).data)))
   }
