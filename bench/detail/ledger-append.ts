@@ -7,7 +7,9 @@
  * - rollup: the row trigger of migration 6, which fires only on a run's RunStarted / RunFinished;
  * - statement rollup: the trigger migration 5 used to install (every appending statement upserts the
  *   run's row, adding its repairs), recreated here for comparison.
- * Prints events/s, per-page latency (median, p99, slowest) and each variant's ratio to the floor.
+ * Each page's transaction stays open BENCH_TX_MS (default 5) after its append, as a repair page's
+ * does for its write. Prints events/s, per-page latency (median, p99, slowest) and each variant's
+ * ratio to the floor.
  *
  *   npm run bench -- detail/ledger-append
  *   BENCH_APPENDERS=16 BENCH_PAGES=500 npm run bench -- detail/ledger-append
@@ -27,6 +29,12 @@ import { benchDatabase, envInt, fmt, line, migratedDatabase, percentile } from "
 const APPENDERS = envInt("BENCH_APPENDERS", 8)
 const PAGES = envInt("BENCH_PAGES", 200)
 const PAGE = envInt("BENCH_PAGE", 100)
+/**
+ * Each page is appended in a transaction that stays open this long after the append, as a repair
+ * page's does while its write and fence run (0: autocommit appends). Whatever row lock the append
+ * took is held that long.
+ */
+const TX_MS = envInt("BENCH_TX_MS", 5)
 
 /** Migration 5's trigger as it was: one upsert of the run's row per appending statement. */
 const STATEMENT_ROLLUP = [
@@ -57,6 +65,7 @@ const VARIANTS = {
 /** One run: RunStarted, APPENDERS × PAGES pages appended concurrently, RunFinished. Page latencies. */
 const oneRun = Effect.gen(function*() {
   const log = yield* EventLog
+  const sql = yield* PgClient.PgClient
   const runId = randomUUID()
   const batch = "concurrency-limit-resume"
   const times: Array<number> = []
@@ -75,7 +84,10 @@ const oneRun = Effect.gen(function*() {
               (_, i) => new BuildDropped({ id: first + i, project_id: 1, runner_id: null, failure_reason: 3 })
             )
             const began = performance.now()
-            yield* log.appendAll(page)
+            yield* TX_MS === 0 ? log.appendAll(page) : log.transaction(Effect.gen(function*() {
+              yield* log.appendAll(page)
+              yield* sql`SELECT pg_sleep(${TX_MS / 1000})`
+            }))
             times.push(performance.now() - began)
           }
         }),
@@ -94,7 +106,10 @@ const program = Effect.gen(function*() {
   const database = yield* benchDatabase(undefined)
   yield* Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
-    line("appenders × pages × events", `${APPENDERS} × ${fmt(PAGES)} × ${PAGE} (one run)`)
+    line(
+      "appenders × pages × events",
+      `${APPENDERS} × ${fmt(PAGES)} × ${PAGE} (one run), each page's transaction open ${TX_MS} ms`
+    )
     const rates: Record<string, number> = {}
     for (const [name, statements] of Object.entries(VARIANTS)) {
       yield* sql`TRUNCATE sweeper_events, sweeper_runs`

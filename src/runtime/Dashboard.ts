@@ -10,9 +10,9 @@
  */
 import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
-import type { RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
+import type { HistoryBucket, RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
 import type { BatchView } from "./BatchView.ts"
-import { historyCharts, type HistoryWindow, WINDOWS } from "./Charts.ts"
+import { bucketCharts, BY_BUCKET, historyCharts, type HistoryWindow, WINDOWS } from "./Charts.ts"
 import type { LiveRun } from "./LiveProgress.ts"
 import type { RunRecord } from "./Runs.ts"
 
@@ -304,6 +304,10 @@ export interface HistoryView {
   readonly since: Date
   readonly until: Date
   readonly runs: ReadonlyArray<RunPoint>
+  readonly bucketMs: number
+  readonly buckets: ReadonlyArray<HistoryBucket>
+  /** Every run of the window (the runs list stops at the newest 2 000); dry runs' repairs left out. */
+  readonly totals: { readonly runs: number; readonly dryRuns: number; readonly repairs: number }
 }
 
 /** The charts, then the same numbers as a table a keyboard or screen reader can read. */
@@ -313,13 +317,13 @@ ${windowLinks(name, history.window)}
 ${
     history.runs.length === 0
       ? `<p class="muted">No finished runs in the last ${history.window}.</p>`
-      : `<p class="muted small">${history.runs.length} run${
-        history.runs.length === 1 ? "" : "s"
-      } finished in the last ${history.window}: ${
-        history.runs.reduce((sum, r) => sum + r.repairs, 0)
-      } repairs. Hover a mark for its numbers.</p>`
+      : `<p class="muted small">${history.totals.runs} run${
+        history.totals.runs === 1 ? "" : "s"
+      } finished in the last ${history.window}: ${history.totals.repairs} repairs${
+        history.totals.dryRuns > 0 ? ` (${history.totals.dryRuns} dry runs, left out)` : ""
+      }. Hover a mark for its numbers.</p>`
   }
-<div class="charts">${historyCharts(history)}</div>
+<div class="charts">${BY_BUCKET.has(history.window) ? bucketCharts(history) : historyCharts(history)}</div>
 ${
     history.runs.length === 0 ?
       "" :
