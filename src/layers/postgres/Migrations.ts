@@ -9,6 +9,9 @@
  * `sweeper doctor --apply-indexes` builds them concurrently, when the operator asks.
  * Run by `sweeper migrate` (`--plan` lists what is pending), `sweeper start` and `sweeper run`;
  * read-only commands only check that nothing is pending (see App.ts).
+ * sweeper_events may hold tens of millions of rows by the time a release adds to it, so what reads
+ * or indexes the whole table is an online step (ONLINE_STEPS), never part of a transaction that
+ * holds a lock appends need; see migrateWith for when `start` runs those steps and when it refuses.
  */
 import { Effect, Option, Predicate, Schedule, Schema } from "effect"
 import { Migrator, SqlClient } from "effect/sql"
@@ -202,7 +205,10 @@ const retentionIndexes = Effect.void
 const numberField = (data: string, field: string, when: string) =>
   `CASE WHEN ${when} AND jsonb_typeof(${data}->'${field}') = 'number' THEN (${data}->>'${field}')::numeric::bigint END`
 
-/** How a run's row takes in what a newer event (or a backfilled range) says: never additive, so replays are harmless. */
+/**
+ * How a run's row takes in what a newer event (or a backfilled range) says: never additive, so a
+ * range folded twice (the backfill meeting the trigger) changes nothing.
+ */
 const RUN_MERGE = `batch = coalesce(r.batch, excluded.batch),
     started_at = least(r.started_at, excluded.started_at),
     finished_at = greatest(r.finished_at, excluded.finished_at),
