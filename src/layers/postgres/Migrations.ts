@@ -476,7 +476,11 @@ export class HeavyMigrationPending extends Schema.TaggedError<HeavyMigrationPend
   }
 }
 
-const isLockTimeout = (error: SqlError) => Predicate.isTagged(error.reason, "LockTimeoutError")
+/** A lock timeout, as the SqlError itself or as the cause the Migrator wraps it in (MigrationError). */
+const isLockTimeout = (error: unknown): boolean =>
+  error instanceof SqlError
+    ? Predicate.isTagged(error.reason, "LockTimeoutError")
+    : Predicate.hasProperty(error, "cause") && error.cause instanceof SqlError && isLockTimeout(error.cause)
 
 /**
  * Runs what is pending of `mode`'s migrations on one connection that holds a session advisory lock
@@ -525,7 +529,7 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly
         const applied = yield* Effect.retry(
           runMigrator({ loader: migrationsFor(detected.mode), table: MIGRATIONS_TABLE }),
           {
-            while: (error) => error instanceof SqlError && isLockTimeout(error),
+            while: isLockTimeout,
             schedule: Schedule.min([Schedule.exponential("200 millis"), Schedule.spaced("2 seconds")]),
             times: 30
           }
