@@ -7,7 +7,9 @@
  * - rollup: the row trigger of migration 6, which fires only on a run's RunStarted / RunFinished;
  * - statement rollup: the trigger migration 5 used to install (every appending statement upserts the
  *   run's row, adding its repairs), recreated here for comparison.
- * Prints events/s, per-page latency (median, p99, slowest) and each variant's ratio to the floor.
+ * Each page's transaction stays open BENCH_TX_MS (default 5) after its append, as a repair page's
+ * does for its write. BENCH_ROUNDS rounds (default 2) over the variants; prints each variant's best
+ * round: events/s, per-page latency (median, p99, slowest), and its ratio to the floor.
  *
  *   npm run bench -- detail/ledger-append
  *   BENCH_APPENDERS=16 BENCH_PAGES=500 npm run bench -- detail/ledger-append
@@ -27,6 +29,14 @@ import { benchDatabase, envInt, fmt, line, migratedDatabase, percentile } from "
 const APPENDERS = envInt("BENCH_APPENDERS", 8)
 const PAGES = envInt("BENCH_PAGES", 200)
 const PAGE = envInt("BENCH_PAGE", 100)
+/**
+ * Each page is appended in a transaction that stays open this long after the append, as a repair
+ * page's does while its write and fence run (0: autocommit appends). Whatever row lock the append
+ * took is held that long.
+ */
+const TX_MS = envInt("BENCH_TX_MS", 5)
+/** Rounds over the three variants; each variant's best round is printed (the machine is shared). */
+const ROUNDS = envInt("BENCH_ROUNDS", 2)
 
 /** Migration 5's trigger as it was: one upsert of the run's row per appending statement. */
 const STATEMENT_ROLLUP = [
@@ -57,6 +67,7 @@ const VARIANTS = {
 /** One run: RunStarted, APPENDERS × PAGES pages appended concurrently, RunFinished. Page latencies. */
 const oneRun = Effect.gen(function*() {
   const log = yield* EventLog
+  const sql = yield* PgClient.PgClient
   const runId = randomUUID()
   const batch = "concurrency-limit-resume"
   const times: Array<number> = []
@@ -75,7 +86,10 @@ const oneRun = Effect.gen(function*() {
               (_, i) => new BuildDropped({ id: first + i, project_id: 1, runner_id: null, failure_reason: 3 })
             )
             const began = performance.now()
-            yield* log.appendAll(page)
+            yield* TX_MS === 0 ? log.appendAll(page) : log.transaction(Effect.gen(function*() {
+              yield* log.appendAll(page)
+              yield* sql`SELECT pg_sleep(${TX_MS / 1000})`
+            }))
             times.push(performance.now() - began)
           }
         }),
@@ -94,25 +108,32 @@ const program = Effect.gen(function*() {
   const database = yield* benchDatabase(undefined)
   yield* Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
-    line("appenders × pages × events", `${APPENDERS} × ${fmt(PAGES)} × ${PAGE} (one run)`)
+    line(
+      "appenders × pages × events",
+      `${APPENDERS} × ${fmt(PAGES)} × ${PAGE} (one run), each page's transaction open ${TX_MS} ms`
+    )
     const rates: Record<string, number> = {}
-    for (const [name, statements] of Object.entries(VARIANTS)) {
-      yield* sql`TRUNCATE sweeper_events, sweeper_runs`
-      for (const statement of statements) yield* sql.unsafe(statement)
-      yield* oneRun // warm-up: plans, pool connections
-      yield* sql`TRUNCATE sweeper_events, sweeper_runs`
-      const began = performance.now()
-      const times = yield* oneRun
-      const seconds = (performance.now() - began) / 1000
-      const sorted = [...times].sort((a, b) => a - b)
-      rates[name] = (APPENDERS * PAGES * PAGE) / seconds
-      line(
-        name,
-        `${fmt(rates[name]!)} events/s; page median ${percentile(sorted, 0.5).toFixed(1)} ms, p99 ${
+    const lines: Record<string, string> = {}
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, statements] of Object.entries(VARIANTS)) {
+        yield* sql`TRUNCATE sweeper_events, sweeper_runs`
+        yield* sql`DROP TRIGGER IF EXISTS bench_statement_rollup ON sweeper_events`
+        for (const statement of statements) yield* sql.unsafe(statement)
+        yield* oneRun // warm-up: plans, pool connections
+        yield* sql`TRUNCATE sweeper_events, sweeper_runs`
+        const began = performance.now()
+        const times = yield* oneRun
+        const seconds = (performance.now() - began) / 1000
+        const sorted = [...times].sort((a, b) => a - b)
+        const rate = (APPENDERS * PAGES * PAGE) / seconds
+        if (rate <= (rates[name] ?? 0)) continue
+        rates[name] = rate
+        lines[name] = `${fmt(rate)} events/s; page median ${percentile(sorted, 0.5).toFixed(1)} ms, p99 ${
           percentile(sorted, 0.99).toFixed(1)
         } ms, slowest ${sorted.at(-1)!.toFixed(1)} ms`
-      )
+      }
     }
+    for (const [name, text] of Object.entries(lines)) line(name, text)
     const floor = rates["no rollup"]!
     for (const [name, rate] of Object.entries(rates)) {
       if (name !== "no rollup") line(`ratio to no rollup: ${name}`, `${(rate / floor).toFixed(3)}`)

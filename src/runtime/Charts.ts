@@ -4,7 +4,7 @@
  * `<title>` so the numbers are one hover away; the same numbers are in the table under the charts
  * for keyboards and screen readers. Pure: runs and the window in, markup out.
  */
-import type { RunPoint } from "../services/RunHistory.ts"
+import type { HistoryBucket, RunPoint } from "../services/RunHistory.ts"
 
 export const WINDOWS = {
   "1h": 3600_000,
@@ -12,6 +12,18 @@ export const WINDOWS = {
   "7d": 7 * 24 * 3600_000,
   "30d": 30 * 24 * 3600_000
 } as const
+/**
+ * The bucket each window's totals are folded by. 30 days of an every-minute batch is 43 200 runs,
+ * more than one mark each can show: that window is charted by bucket, every run counted.
+ */
+export const BUCKETS: Record<HistoryWindow, number> = {
+  "1h": 300_000,
+  "24h": 3600_000,
+  "7d": 6 * 3600_000,
+  "30d": 12 * 3600_000
+}
+/** Windows charted one mark per bucket rather than per run. */
+export const BY_BUCKET: ReadonlySet<HistoryWindow> = new Set(["30d"])
 export type HistoryWindow = keyof typeof WINDOWS
 export const isWindow = (value: string): value is HistoryWindow => Object.hasOwn(WINDOWS, value)
 export const WINDOW_WORDS: Record<HistoryWindow, string> = {
@@ -156,5 +168,47 @@ export const historyCharts = (input: ChartInput) =>
   bars("repairs", "Repairs per run", (r) => r.repairs, (v) => String(v), input) +
   bars("duration", "Duration per run", (r) => r.durationMs, formatMs, input) +
   outcomes(input)
+
+const bucketLabel = (b: HistoryBucket) =>
+  `${b.start.toISOString().replace("T", " ").slice(0, 16)} UTC · ${b.runs} run${
+    b.runs === 1 ? "" : "s"
+  } (${b.failed} failed${b.dryRuns > 0 ? `, ${b.dryRuns} dry` : ""}) · ${b.repairs} repair${
+    b.repairs === 1 ? "" : "s"
+  } · slowest ${formatMs(b.durationMsMax)}`
+
+const bucketBars = (
+  kind: string,
+  title: string,
+  value: (b: HistoryBucket) => number,
+  format: (v: number) => string,
+  input: BucketInput
+) => {
+  const max = niceMax(Math.max(0, ...input.buckets.map(value)))
+  const x = xOf({ ...input, runs: [] })
+  const w = Math.max(1, (x(new Date(input.since.getTime() + input.bucketMs)) - x(input.since)) * 0.8)
+  const plot = HEIGHT - BOTTOM - TOP
+  const marks = input.buckets.map((b) => {
+    const h = Math.max(1, (value(b) / max) * plot)
+    return `<rect class="mark" data-bucket="${b.start.toISOString()}" x="${x(b.start).toFixed(1)}" y="${
+      (HEIGHT - BOTTOM - h).toFixed(1)
+    }" width="${w.toFixed(1)}" height="${h.toFixed(1)}" fill="${
+      colour(b.failed > 0 ? "failed" : "succeeded")
+    }"><title>${esc(bucketLabel(b))}</title></rect>`
+  }).join("")
+  return frame(kind, title, format(max), marks, { ...input, runs: [] })
+}
+
+interface BucketInput {
+  readonly buckets: ReadonlyArray<HistoryBucket>
+  readonly bucketMs: number
+  readonly since: Date
+  readonly until: Date
+}
+
+/** A long window's charts: repairs (real runs only), slowest run and runs per bucket. */
+export const bucketCharts = (input: BucketInput) =>
+  bucketBars("repairs", "Repairs per bucket (dry runs left out)", (b) => b.repairs, (v) => String(v), input) +
+  bucketBars("duration", "Slowest run per bucket", (b) => b.durationMsMax, formatMs, input) +
+  bucketBars("runs", "Runs per bucket", (b) => b.runs, (v) => String(v), input)
 
 export const formatDuration = formatMs

@@ -15,7 +15,7 @@ import type { StoredEvent } from "../domain/Events.ts"
 import { batchNames } from "../programs/index.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { REPAIRS_PAGE, REPAIRS_PAGE_MAX, RunHistory, type RunPoint } from "../services/RunHistory.ts"
-import { isWindow, WINDOWS } from "./Charts.ts"
+import { BUCKETS, isWindow, WINDOWS } from "./Charts.ts"
 
 /**
  * The API's one error shape, one schema per status. The codes differ per schema, so the encoder
@@ -77,8 +77,23 @@ export const HistoryResponse = Schema.Struct({
     finishedAt: Schema.String,
     durationMs: Schema.Number,
     outcome: Schema.String,
-    repairs: Schema.Number
-  }))
+    repairs: Schema.Number,
+    dryRun: Schema.Boolean
+  })),
+  /** Every run of the window folded by `bucketMs` (the runs list stops at the newest 2 000). */
+  bucketMs: Schema.Number,
+  buckets: Schema.Array(Schema.Struct({
+    start: Schema.String,
+    runs: Schema.Number,
+    dryRuns: Schema.Number,
+    succeeded: Schema.Number,
+    failed: Schema.Number,
+    repairs: Schema.Number,
+    durationMsMax: Schema.Number,
+    durationMsTotal: Schema.Number
+  })),
+  /** The whole window's runs and repairs (dry runs' repairs left out), from the buckets. */
+  totals: Schema.Struct({ runs: Schema.Number, dryRuns: Schema.Number, repairs: Schema.Number })
 })
 
 const PartJson = Schema.Struct({
@@ -180,8 +195,15 @@ export const readRun = Effect.fnUntraced(
 export const readHistory = Effect.fnUntraced(function*(batch: string, window: keyof typeof WINDOWS) {
   const until = yield* nowDate
   const since = new Date(until.getTime() - WINDOWS[window])
-  const runs = yield* (yield* RunHistory).history(batch, since)
-  return { batch, window, since, until, runs }
+  const history = yield* RunHistory
+  const runs = yield* history.history(batch, since)
+  const bucketMs = BUCKETS[window]
+  const buckets = yield* history.buckets(batch, since, bucketMs)
+  const totals = buckets.reduce(
+    (sum, b) => ({ runs: sum.runs + b.runs, dryRuns: sum.dryRuns + b.dryRuns, repairs: sum.repairs + b.repairs }),
+    { runs: 0, dryRuns: 0, repairs: 0 }
+  )
+  return { batch, window, since, until, runs, bucketMs, buckets, totals }
 })
 
 /**
@@ -222,7 +244,8 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
           ...found,
           since: found.since.toISOString(),
           until: found.until.toISOString(),
-          runs: found.runs.map(pointJson)
+          runs: found.runs.map(pointJson),
+          buckets: found.buckets.map((b) => ({ ...b, start: b.start.toISOString() }))
         }
       })))
     .handle("backlog", () =>

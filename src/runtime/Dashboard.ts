@@ -11,9 +11,9 @@
  */
 import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
-import type { RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
+import type { HistoryBucket, RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
 import type { BatchView } from "./BatchView.ts"
-import { historyCharts, type HistoryWindow, WINDOW_WORDS, WINDOWS } from "./Charts.ts"
+import { bucketCharts, BY_BUCKET, historyCharts, type HistoryWindow, WINDOW_WORDS, WINDOWS } from "./Charts.ts"
 import { ASSET_VERSION, SCRIPT_PATH, STYLE_PATH } from "./console/assets.ts"
 import type { LiveRun } from "./LiveProgress.ts"
 import type { RunRecord } from "./Runs.ts"
@@ -297,6 +297,10 @@ export interface HistoryView {
   readonly since: Date
   readonly until: Date
   readonly runs: ReadonlyArray<RunPoint>
+  readonly bucketMs: number
+  readonly buckets: ReadonlyArray<HistoryBucket>
+  /** Every run of the window (the runs list stops at the newest 2 000); dry runs' repairs left out. */
+  readonly totals: { readonly runs: number; readonly dryRuns: number; readonly repairs: number }
 }
 
 /** The charts, then the same numbers as a table a keyboard or screen reader can read. */
@@ -306,11 +310,13 @@ ${windowLinks(name, history.window)}
 ${
     history.runs.length === 0
       ? `<p class="muted">No finished runs in the last ${WINDOW_WORDS[history.window]}.</p>`
-      : `<p class="muted small">${plural(history.runs.length, "run")} finished in the last ${
+      : `<p class="muted small">${plural(history.totals.runs, "run")} finished in the last ${
         WINDOW_WORDS[history.window]
-      }: ${plural(history.runs.reduce((sum, r) => sum + r.repairs, 0), "repair")}. Hover a mark for its numbers.</p>`
+      }: ${plural(history.totals.repairs, "repair")}${
+        history.totals.dryRuns > 0 ? ` (${plural(history.totals.dryRuns, "dry run")}, left out)` : ""
+      }. Hover a mark for its numbers.</p>`
   }
-<div class="charts">${historyCharts(history)}</div>
+<div class="charts">${BY_BUCKET.has(history.window) ? bucketCharts(history) : historyCharts(history)}</div>
 ${
     history.runs.length === 0 ?
       "" :

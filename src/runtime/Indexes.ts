@@ -99,8 +99,8 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     wants: Option.some(cancelingIndex(builds))
   },
   {
-    // Sweeper's own table: migration 0004 creates this index in both schema modes, so doctor only
-    // recommends it on a database whose migrations have not run.
+    // Sweeper's own table: migration 0004's online step builds this index (concurrently) in both
+    // schema modes, so doctor only recommends it on a database whose migrations have not run.
     batch: "prune-events",
     table: "sweeper_events",
     description: `a page of ${PRUNE_PAGE_SIZE} events older than the retention cutoff, oldest first`,

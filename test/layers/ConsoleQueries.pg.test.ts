@@ -7,7 +7,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { historyQuery, repairsQuery, runEndsQuery } from "../../src/layers/postgres/RunHistorySql.ts"
+import { bucketsQuery, historyQuery, repairsQuery, runEndsQuery } from "../../src/layers/postgres/RunHistorySql.ts"
 import { PgTest } from "../support/postgres.ts"
 
 const EVENTS = 1_000_000
@@ -32,11 +32,13 @@ describe("console queries at 1M events", () => {
         const sql = yield* PgClient.PgClient
         const seededAt = Date.now()
         // Run r (1..RUNS) of batch r % 6 finished r × 43 min ago; its events are contiguous in id, as
-        // a real run's are. Repairs go through the trigger like every append (one statement here).
+        // a real run's are. Every event goes through the trigger like every append (one statement here).
         yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
         SELECT CASE WHEN e = 1 OR e = ${PER_RUN} THEN 'batch:b' || (r % 6) ELSE 'build:' || (r * ${PER_RUN} + e) END,
           CASE WHEN e = 1 THEN 'RunStarted' WHEN e = ${PER_RUN} THEN 'RunFinished' WHEN e % 10 = 0 THEN 'BuildDoomed' ELSE 'BuildDropped' END,
-          CASE WHEN e = ${PER_RUN} THEN jsonb_build_object('batch', 'b' || (r % 6), 'outcome', 'succeeded', 'duration_ms', 1200)
+          CASE WHEN e = ${PER_RUN} THEN jsonb_build_object('batch', 'b' || (r % 6), 'outcome', 'succeeded', 'duration_ms', 1200, 'repaired', ${
+          PER_RUN - 2
+        })
                ELSE jsonb_build_object('batch', 'b' || (r % 6), 'id', r * ${PER_RUN} + e) END,
           md5(r::text)::uuid, now() - r * interval '43 minutes' + e * interval '1 millisecond'
         FROM generate_series(1, ${RUNS}) r, generate_series(1, ${PER_RUN}) e
@@ -48,7 +50,7 @@ describe("console queries at 1M events", () => {
         assert.strictEqual(Number(counted[0]!.n), EVENTS)
         const rolled = yield* sql<
           { n: string; repairs: string }
-        >`SELECT count(*) AS n, sum(repairs) AS repairs FROM sweeper_runs`
+        >`SELECT count(*) AS n, sum(repaired) AS repairs FROM sweeper_runs`
         assert.strictEqual(Number(rolled[0]!.n), RUNS)
         assert.strictEqual(Number(rolled[0]!.repairs), RUNS * (PER_RUN - 2))
 
@@ -103,6 +105,13 @@ describe("console queries at 1M events", () => {
         yield* explain(
           "history 30 d",
           historyQuery(sql, "b3", new Date(Date.now() - 30 * 24 * 3600_000)) as never,
+          "index_sweeper_runs_on_batch_and_finished_at",
+          false
+        )
+        // Every run of the window, folded by 12 h buckets: still the rollup's index, never the ledger.
+        yield* explain(
+          "history buckets 30 d",
+          bucketsQuery(sql, "b3", new Date(Date.now() - 30 * 24 * 3600_000), 12 * 3600_000) as never,
           "index_sweeper_runs_on_batch_and_finished_at",
           false
         )

@@ -1,6 +1,6 @@
 /** Server-drawn history charts and the card's live lines: one mark per run, numbers in each title. */
 import { assert, describe, it } from "@effect/vitest"
-import { historyCharts, niceMax } from "../../src/runtime/Charts.ts"
+import { bucketCharts, historyCharts, niceMax } from "../../src/runtime/Charts.ts"
 import type { RunPoint } from "../../src/services/RunHistory.ts"
 
 const since = new Date("2026-11-23T12:00:00Z")
@@ -31,6 +31,32 @@ describe("history charts", () => {
   it("no runs: empty charts, no marks, no NaN", () => {
     const svg = historyCharts({ runs: [], since, until })
     assert.notInclude(svg, "class=\"mark\"")
+    assert.notInclude(svg, "NaN")
+  })
+
+  it("a long window by bucket: one bar per bucket, every run and dry run counted in its title", () => {
+    const bucket = (hour: number, runs: number, repairs: number, dryRuns = 0) => ({
+      start: new Date(since.getTime() + hour * 3600_000),
+      runs,
+      dryRuns,
+      succeeded: runs - dryRuns,
+      failed: 0,
+      repairs,
+      durationMsMax: 2000,
+      durationMsTotal: 2000 * runs
+    })
+    const svg = bucketCharts({
+      buckets: [bucket(0, 720, 5000), bucket(12, 721, 7, 1)],
+      bucketMs: 12 * 3600_000,
+      since,
+      until
+    })
+    for (const chart of ["repairs", "duration", "runs"]) {
+      const section = svg.split(`data-chart="${chart}"`)[1]!.split("</figure>")[0]!
+      assert.strictEqual(section.match(/class="mark"/g)?.length, 2, chart)
+    }
+    assert.include(svg, "<title>2026-11-23 12:00 UTC · 720 runs (0 failed) · 5000 repairs · slowest 2.0 s</title>")
+    assert.include(svg, "721 runs (0 failed, 1 dry) · 7 repairs")
     assert.notInclude(svg, "NaN")
   })
 

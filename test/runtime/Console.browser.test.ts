@@ -135,7 +135,8 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("console
               outcome: "succeeded",
               summary: { dropped: repairs, doomed: 0 },
               duration_ms: 1500 + i * 700,
-              dryRun: false
+              dryRun: false,
+              repaired: repairs
             })
           }, ${run.runId}, ${finished})`
         }

@@ -13,6 +13,7 @@ import { RedisError } from "../../src/domain/Errors.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { batches } from "../../src/programs/index.ts"
 import { budget } from "../../src/repair/RepairLoop.ts"
 import { runBatch, type RunOptions, type RunResult } from "../../src/runtime/RunGuard.ts"
 import { Lease } from "../../src/services/Lease.ts"
@@ -94,6 +95,33 @@ describe("runBatch (run guard)", () => {
       assert.strictEqual(finished!.occurredAt.getTime(), START + 3000)
       assert.isTrue(events.every((e) => e.runId === result.runId))
       assert.strictEqual(yield* runsTotal(batch.name, "succeeded"), 1)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("RunFinished carries the items repaired: the sum of the counts the batch names, failed runs included", () =>
+    Effect.gen(function*() {
+      yield* setup
+      const batch = fake(Effect.succeed({ dropped: 40, doomed: 2, batches: 3, skippedLocked: 9 }), {
+        repairedCounts: ["dropped", "doomed"]
+      })
+      const done = yield* guard(batch)
+      assert.strictEqual((yield* eventsOf(done)).at(-1)!.data.repaired, 42)
+      // A failed run reports what it did before failing: those count too.
+      const failing = fake(
+        Effect.gen(function*() {
+          const run = yield* CurrentRun
+          run.progress?.report({ dropped: 5 })
+          return yield* new PlainError({ message: "boom" })
+        }),
+        { repairedCounts: ["dropped", "doomed"] }
+      )
+      const failed = yield* guard(failing)
+      assert.strictEqual(failed.outcome, "failed")
+      assert.strictEqual((yield* eventsOf(failed)).at(-1)!.data.repaired, 5)
+      // A batch that names no counts writes none.
+      const plain = yield* guard(fake(Effect.succeed({ n: 1 })))
+      assert.notProperty((yield* eventsOf(plain)).at(-1)!.data, "repaired")
+      // Every registered batch names its counts.
+      for (const registered of batches) assert.isNotEmpty(registered.repairedCounts ?? [], registered.name)
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("a transient RedisError is retried with backoff; twice failing then succeeding → succeeded", () =>

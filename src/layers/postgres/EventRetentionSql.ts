@@ -111,7 +111,8 @@ export const EventRetentionSql = Layer.effect(
             locked AS (
               SELECT s.id FROM (${prunePageQuery(sql, before, kept, limit)}) s
               WHERE s.id NOT IN (SELECT id FROM page))
-            SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM runs_gone) AS runs, (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
+            SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM runs_gone) AS runs,
+              (SELECT coalesce(jsonb_agg(id ORDER BY id), '[]') FROM locked) AS locked`
             const count = Number(rows[0]?.n ?? 0)
             if (count > 0) yield* events.append(new EventsPruned({ before: before.toISOString(), count }))
             return { pruned: count, locked: (rows[0]?.locked ?? []).map(Number) }

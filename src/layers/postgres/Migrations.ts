@@ -9,6 +9,9 @@
  * `sweeper doctor --apply-indexes` builds them concurrently, when the operator asks.
  * Run by `sweeper migrate` (`--plan` lists what is pending), `sweeper start` and `sweeper run`;
  * read-only commands only check that nothing is pending (see App.ts).
+ * sweeper_events may hold tens of millions of rows by the time a release adds to it, so what reads
+ * or indexes the whole table is an online step (ONLINE_STEPS), never part of a transaction that
+ * holds a lock appends need; see migrateWith for when `start` runs those steps and when it refuses.
  */
 import { Effect, Option, Predicate, Schedule, Schema } from "effect"
 import { Migrator, SqlClient } from "effect/sql"
@@ -202,7 +205,10 @@ const retentionIndexes = Effect.void
 const numberField = (data: string, field: string, when: string) =>
   `CASE WHEN ${when} AND jsonb_typeof(${data}->'${field}') = 'number' THEN (${data}->>'${field}')::numeric::bigint END`
 
-/** How a run's row takes in what a newer event (or a backfilled range) says: never additive, so replays are harmless. */
+/**
+ * How a run's row takes in what a newer event (or a backfilled range) says: never additive, so a
+ * range folded twice (the backfill meeting the trigger) changes nothing.
+ */
 const RUN_MERGE = `batch = coalesce(r.batch, excluded.batch),
     started_at = least(r.started_at, excluded.started_at),
     finished_at = greatest(r.finished_at, excluded.finished_at),
@@ -492,7 +498,11 @@ export class HeavyMigrationPending extends Schema.TaggedError<HeavyMigrationPend
   }
 }
 
-const isLockTimeout = (error: SqlError) => Predicate.isTagged(error.reason, "LockTimeoutError")
+/** A lock timeout, as the SqlError itself or as the cause the Migrator wraps it in (MigrationError). */
+const isLockTimeout = (error: unknown): boolean =>
+  error instanceof SqlError
+    ? Predicate.isTagged(error.reason, "LockTimeoutError")
+    : Predicate.hasProperty(error, "cause") && error.cause instanceof SqlError && isLockTimeout(error.cause)
 
 /**
  * Runs what is pending of `mode`'s migrations on one connection that holds a session advisory lock
@@ -541,7 +551,7 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly
         const applied = yield* Effect.retry(
           runMigrator({ loader: migrationsFor(detected.mode), table: MIGRATIONS_TABLE }),
           {
-            while: (error) => error instanceof SqlError && isLockTimeout(error),
+            while: isLockTimeout,
             schedule: Schedule.min([Schedule.exponential("200 millis"), Schedule.spaced("2 seconds")]),
             times: 30
           }
