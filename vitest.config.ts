@@ -5,7 +5,9 @@ export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
-    hookTimeout: 60_000,
+    // Setup starts private servers (a standby pair, prometheus, a Redis cluster, chromium) that wait on
+    // their own readiness; on a busy machine that can take minutes, so the hook's limit is generous.
+    hookTimeout: 300_000,
     // Storage tests each get their own database / Redis db; two workers fit the 2-core machines.
     maxWorkers: 2,
     // A passing test's logs are noise; a failing one's are the evidence, printed beside its error.
