@@ -4,7 +4,9 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
-    testTimeout: 60_000,
+    // Integration tests start real processes (the CLI, a supervisor); on a loaded 2-core machine each
+    // start can take tens of seconds, so a test's limit is generous: it only bounds a hang.
+    testTimeout: 180_000,
     // Setup starts private servers (a standby pair, prometheus, a Redis cluster, chromium) that wait on
     // their own readiness; on a busy machine that can take minutes, so the hook's limit is generous.
     hookTimeout: 300_000,
