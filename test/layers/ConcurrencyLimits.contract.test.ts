@@ -423,7 +423,7 @@ describe("ConcurrencyLimits contract", () => {
 
   // Every key in its GitLab store: one server, three servers (one per store), a cluster.
   for (const topology of topologies) {
-    layer(UnderTest(topology), { excludeTestServices: true, timeout: "30 seconds" })(
+    layer(UnderTest(topology), { excludeTestServices: true, timeout: "180 seconds" })(
       `ConcurrencyLimitsRedis (${topology})`,
       (it) => {
         contract(it)

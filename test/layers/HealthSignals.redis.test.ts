@@ -29,7 +29,7 @@ const Signals = HealthSignalsLive.pipe(Layer.provideMerge(RedisTopologyTest("spl
 
 const infoField = (info: string, field: string) => Number(new RegExp(`^${field}:(\\d+)`, "m").exec(info)![1])
 
-layer(Signals, { excludeTestServices: true, timeout: "60 seconds" })(
+layer(Signals, { excludeTestServices: true, timeout: "180 seconds" })(
   "Redis and Sidekiq signals (real Redis, a server per store)",
   (it) => {
     it.effect("redisMemory: used/max per store, each against its own maxmemory", () =>
@@ -92,7 +92,7 @@ layer(Signals, { excludeTestServices: true, timeout: "60 seconds" })(
 
 const ClusterSignals = HealthSignalsLive.pipe(Layer.provideMerge(RedisTopologyTest("cluster")), Layer.provideMerge(Pg))
 
-layer(ClusterSignals, { excludeTestServices: true, timeout: "60 seconds" })("redisMemory on a Redis Cluster", (it) => {
+layer(ClusterSignals, { excludeTestServices: true, timeout: "180 seconds" })("redisMemory on a Redis Cluster", (it) => {
   it.effect("every master is read: the fullest one is the store's reading", () =>
     Effect.gen(function*() {
       const signals = yield* HealthSignals
@@ -127,7 +127,7 @@ class Prom extends Context.Service<Prom, TestPrometheus>()("test/HealthSignals/P
 
 layer(Layer.mergeAll(Layer.effect(Prom, testPrometheus), Signals), {
   excludeTestServices: true,
-  timeout: "60 seconds"
+  timeout: "240 seconds"
 })(
   "Prometheus signal (a real Prometheus scraping a test exporter)",
   (it) => {

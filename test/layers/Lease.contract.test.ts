@@ -282,7 +282,7 @@ describe("Lease contract", () => {
   })
 
   for (const topology of topologies) {
-    layer(RedisLease(topology), { excludeTestServices: true, timeout: "60 seconds" })(
+    layer(RedisLease(topology), { excludeTestServices: true, timeout: "180 seconds" })(
       `LeaseRedis (real Redis, ${topology})`,
       (it) => {
         leaseContract(it, { wait: (duration) => Effect.sleep(duration) })

@@ -40,7 +40,7 @@ describe("parseRedisUrl", () => {
 
 for (const topology of topologies) {
   describe(`Redis stores on ${topology}`, () => {
-    layer(RedisTopologyTest(topology), { excludeTestServices: true, timeout: "60 seconds" })((it) => {
+    layer(RedisTopologyTest(topology), { excludeTestServices: true, timeout: "180 seconds" })((it) => {
       it.effect("each store tag reaches its store; Redis is SharedState; one connection per distinct URL", () =>
         Effect.gen(function*() {
           const s = yield* stores

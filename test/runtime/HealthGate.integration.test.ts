@@ -61,7 +61,7 @@ const prepare = (pair: ReplicatedPostgres, database: string, env: Record<string,
     assert.isAbove(yield* Effect.promise(() => pair.lagBytes()), 40_000_000)
   })
 
-layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })(
+layer(SetupLive, { excludeTestServices: true, timeout: "360 seconds" })(
   "health gate end to end (primary + lagging standby, CLI)",
   (it) => {
     it.effect("drop-canceling-builds holds while the standby is behind and finishes once it catches up, each build dropped once", () =>

@@ -36,8 +36,9 @@ const startChild = (name: string, script: string, args: (dir: string) => Readonl
         stdio: ["ignore", "pipe", "pipe"]
       })
       let output = ""
+      // Readiness is the server saying it listens; the limit only has to outlast a busy machine.
       const port = await new Promise<number>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`${name} did not start within 30 s:\n${output}`)), 30_000)
+        const timer = setTimeout(() => reject(new Error(`${name} did not start within 180 s:\n${output}`)), 180_000)
         const collect = (chunk: Buffer) => {
           output += chunk.toString()
           const match = listening.exec(output)
@@ -52,6 +53,11 @@ const startChild = (name: string, script: string, args: (dir: string) => Readonl
           clearTimeout(timer)
           reject(new Error(`${name} exited (${code}) before listening:\n${output}`))
         })
+      }).catch(async (error: unknown) => {
+        // A failed setup leaves no process and no temp dir behind.
+        child.kill("SIGKILL")
+        await rm(dir, { recursive: true, force: true })
+        throw error
       })
       const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()))
       return { child, dir, port, exited }
