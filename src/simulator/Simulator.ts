@@ -10,7 +10,9 @@
  *                some are parallel exports that die inside the 6 h grace (must be left alone) or
  *                after it (back-dated), some are still running (status key alive);
  * - `builds`     builds stuck in `canceling` for two hours (back-dated), beside a build canceling
- *                for ten minutes and one running for two hours;
+ *                for ten minutes and one running for two hours but updated ten minutes ago; and per
+ *                tick, for the rest of the stuck-builds family, a build pending for two days and one
+ *                running with no update for two hours, beside one pending for ten minutes;
  * - `uploads`    direct uploads abandoned four hours ago (object written to the configured store:
  *                a local directory, S3 or Azure) beside fresh ones;
  * - `rebalances` issue rebalances whose rebalancer died (project or namespace in the running set,
@@ -199,16 +201,34 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
           })
         )
       } else {
+        // Running for two hours but still sending updates: drop-running-builds must leave it.
         ledger.builds.healthy.push(
           yield* seedBuild({
             projectId: home.projectId,
             status: "running",
             nowMillis: now,
             ageMillis: Duration.toMillis(AGES.stuckBuild),
+            updatedAgeMillis: Duration.toMillis(AGES.recentBuild),
             table
           })
         )
       }
+    }
+    const family = [
+      ["pending", AGES.outdatedPendingBuild, ledger.builds.stuck],
+      ["running", AGES.stuckBuild, ledger.builds.stuck],
+      ["pending", AGES.recentBuild, ledger.builds.healthy]
+    ] as const
+    for (const [status, age, list] of family) {
+      list.push(
+        yield* seedBuild({
+          projectId: home.projectId,
+          status,
+          nowMillis: now,
+          ageMillis: Duration.toMillis(age),
+          table
+        })
+      )
     }
   })
 
