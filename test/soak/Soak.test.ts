@@ -51,6 +51,9 @@ describe("soak: supervisor + simulator on real servers", () => {
           SWEEPER_CONCURRENCY_LIMITS: JSON.stringify(limits),
           [cronVariable("stuck-export-jobs")]: "*/3 * * * * *",
           [cronVariable("drop-canceling-builds")]: "*/3 * * * * *",
+          [cronVariable("drop-pending-builds")]: "*/3 * * * * *",
+          [cronVariable("drop-running-builds")]: "*/3 * * * * *",
+          [cronVariable("drop-scheduled-builds")]: "*/3 * * * * *",
           [cronVariable("delete-stale-direct-uploads")]: "*/3 * * * * *",
           [cronVariable("reschedule-stuck-issue-rebalances")]: "*/4 * * * * *",
           [cronVariable("concurrency-limit-resume")]: "* * * * * *"
