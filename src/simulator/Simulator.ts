@@ -12,7 +12,8 @@
  * - `builds`     builds stuck in `canceling` for two hours (back-dated), beside a build canceling
  *                for ten minutes and one running for two hours but updated ten minutes ago; and per
  *                tick, for the rest of the stuck-builds family, a build pending for two days and one
- *                running with no update for two hours, beside one pending for ten minutes;
+ *                running with no update for two hours, beside one pending for ten minutes; and a
+ *                delayed build two hours past its time beside one due in ten minutes;
  * - `uploads`    direct uploads abandoned four hours ago (object written to the configured store:
  *                a local directory, S3 or Azure) beside fresh ones;
  * - `rebalances` issue rebalances whose rebalancer died (project or namespace in the running set,
@@ -226,6 +227,23 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
           status,
           nowMillis: now,
           ageMillis: Duration.toMillis(age),
+          table
+        })
+      )
+    }
+    // Delayed builds: one whose time came two hours ago (stale_schedule), one due in ten minutes.
+    const delayed = [[Duration.toMillis(AGES.stuckBuild), ledger.builds.stuck], [
+      -Duration.toMillis(AGES.recentBuild),
+      ledger.builds.healthy
+    ]] as const
+    for (const [scheduledAgeMillis, list] of delayed) {
+      list.push(
+        yield* seedBuild({
+          projectId: home.projectId,
+          status: "scheduled",
+          nowMillis: now,
+          ageMillis: Duration.toMillis(AGES.outdatedPendingBuild),
+          scheduledAgeMillis,
           table
         })
       )

@@ -30,6 +30,7 @@ const CARD_REPAIRS: Record<string, ReadonlyArray<string>> = {
   "drop-canceling-builds": ["dropped"],
   "drop-pending-builds": ["dropped"],
   "drop-running-builds": ["dropped"],
+  "drop-scheduled-builds": ["dropped"],
   "delete-stale-direct-uploads": ["totalDeletedStaleEntries"],
   "reschedule-stuck-issue-rebalances": ["enqueuedProjects", "enqueuedNamespaces"],
   "concurrency-limit-resume": ["resumedJobs"]

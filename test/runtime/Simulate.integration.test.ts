@@ -32,8 +32,9 @@ layer(Platform, { excludeTestServices: true })("sweeper simulate (real processes
         assert.lengthOf(lines, 1, result.stdout)
         const made = JSON.parse(lines[0]!) as Record<string, number>
         assert.isAtLeast(made.ticks!, 1)
-        // Per tick: `rate` stuck canceling builds, one pending for two days, one running stale.
-        assert.strictEqual(made.stuckBuilds, 4 * made.ticks!)
+        // Per tick: `rate` stuck canceling builds, one pending for two days, one running stale, one
+        // delayed build two hours past its time.
+        assert.strictEqual(made.stuckBuilds, 5 * made.ticks!)
         assert.strictEqual(made.staleUploads, 2 * made.ticks!)
         assert.strictEqual(made.stuckExports, 0)
         assert.strictEqual(made.stalledRebalances, 0)
@@ -46,7 +47,8 @@ layer(Platform, { excludeTestServices: true })("sweeper simulate (real processes
           (status IN ('canceling', 'running') AND updated_at < (now() AT TIME ZONE 'utc') - interval '1 hour'
             AND created_at < (now() AT TIME ZONE 'utc') - interval '1 hour')
           OR (status = 'pending' AND updated_at < (now() AT TIME ZONE 'utc') - interval '1 day'
-            AND created_at < (now() AT TIME ZONE 'utc') - interval '1 day')) AS stuck,
+            AND created_at < (now() AT TIME ZONE 'utc') - interval '1 day')
+          OR (status = 'scheduled' AND scheduled_at < now() - interval '1 hour')) AS stuck,
                count(*) AS total FROM ci_builds`
         assert.strictEqual(Number(builds!.stuck), made.stuckBuilds)
         assert.strictEqual(Number(builds!.total), made.stuckBuilds! + made.healthyBuilds!)
