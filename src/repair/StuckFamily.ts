@@ -6,9 +6,9 @@
  * scope (locked by another transaction, refused by a trigger, a zombie whose write changes nothing)
  * is counted and passed — the run ends when the keyset does, never re-reading the same head.
  */
-import { DateTime, Duration, Effect, Option } from "effect"
+import { Clock, DateTime, Duration, Effect, Option } from "effect"
 import { BACKLOG_CAP, type BacklogPart, type BacklogReading } from "../domain/Backlog.ts"
-import { decisionTime } from "../domain/Batch.ts"
+import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { cursorOf, DropBatchSize } from "../domain/Build.ts"
 import { CurrentFailureReasonSet, reasonOf, type StuckRule } from "../domain/StuckBuilds.ts"
 import { type FamilyBuild, StuckBuilds } from "../services/StuckBuilds.ts"
@@ -82,14 +82,29 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
         fence: false
       }
     })
-    return { ...loop.totals, batches: loop.units, heldMs: loop.heldMs, heldBy: loop.heldBy }
+    return { ...loop.totals, batches: loop.units, heldMs: loop.heldMs, heldBy: loop.heldBy, stop: loop.stop }
   })
 
-/** Several rules' walks, one after the other (GitLab's order), summed into one summary. */
+/**
+ * Several rules' walks, one after the other (GitLab's order), summed into one summary. They share
+ * the run's one budget (each later walk gets what is left, so the run stays inside its lease and
+ * the guard's hard timeout), and a walk stopped by the budget or the gate ends the run there.
+ */
 export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: ReadonlyArray<StuckRule>) =>
   Effect.gen(function*() {
+    const run = yield* CurrentRun
+    const budgetMs = Duration.toMillis(Option.getOrElse(run.budget, () => budget))
+    const started = yield* Clock.currentTimeMillis
     const walks: Array<StuckFamilySummary> = []
-    for (const rule of rules) walks.push(yield* dropStuckRule(batch, budget, rule))
+    for (const rule of rules) {
+      const left = budgetMs - ((yield* Clock.currentTimeMillis) - started)
+      if (walks.length > 0 && left <= 0) break
+      const walk = yield* dropStuckRule(batch, budget, rule).pipe(
+        Effect.provideService(CurrentRun, { ...run, budget: Option.some(Duration.millis(Math.max(0, left))) })
+      )
+      walks.push(walk)
+      if (walk.stop !== "done") break
+    }
     const sum = (key: "dropped" | "doomed" | "batches" | "skippedLocked" | "refused") =>
       walks.reduce((total, walk) => total + walk[key], 0)
     return {

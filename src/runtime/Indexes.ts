@@ -19,11 +19,16 @@ import { type DateTime, Effect, Option } from "effect"
 import type { Statement } from "effect/sql"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../domain/Build.ts"
 import { EVENT_RETENTION, PRUNE_PAGE_SIZE, pruneCutoff } from "../domain/Retention.ts"
+import { PENDING_OUTDATED, PENDING_STUCK, RUNNING_OUTDATED, SCHEDULED_OUTDATED } from "../domain/StuckBuilds.ts"
 import { stuckCancelingQuery } from "../layers/postgres/BuildsSql.ts"
 import type { BuildsTable } from "../layers/postgres/DatabaseSchema.ts"
 import { prunePageQuery } from "../layers/postgres/EventRetentionSql.ts"
 import { enqueuedJobsQuery } from "../layers/postgres/ExportJobsSql.ts"
 import { existingIdsQuery } from "../layers/postgres/PlatformRecordsSql.ts"
+import { stuckPageQuery } from "../layers/postgres/StuckBuildsSql.ts"
+import { DropPendingBuilds } from "../programs/DropPendingBuilds.ts"
+import { DropRunningBuilds } from "../programs/DropRunningBuilds.ts"
+import { DropScheduledBuilds } from "../programs/DropScheduledBuilds.ts"
 
 /** An index a scan wants: `CREATE INDEX <name> ON <table> (<columns>) WHERE <where>`. */
 export interface IndexSpec {
@@ -98,6 +103,19 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     selectiveOn: "status",
     wants: Option.some(cancelingIndex(builds))
   },
+  ...[DropPendingBuilds, DropRunningBuilds, DropScheduledBuilds].flatMap((batch, i) =>
+    [[PENDING_OUTDATED, PENDING_STUCK], [RUNNING_OUTDATED], [SCHEDULED_OUTDATED]][i]!.map((rule) => ({
+      batch: batch.name,
+      table: builds.name,
+      description: `a page of ${DROP_BATCH_SIZE} ${rule.status} builds (${rule.stuckType}), keyset order`,
+      query: (sql: PgClient.PgClient, now: DateTime.Utc) =>
+        stuckPageQuery(sql, { rule, now, after: Option.none(), limit: DROP_BATCH_SIZE }, builds),
+      selectiveOn: "status",
+      // GitLab's own (status, created_at, project_id) index serves these walks: doctor reports a
+      // database without it, and leaves the fix (restoring GitLab's index) to the operator.
+      wants: Option.none<IndexSpec>()
+    }))
+  ),
   {
     // Sweeper's own table: migration 0004's online step builds this index (concurrently) in both
     // schema modes, so doctor only recommends it on a database whose migrations have not run.

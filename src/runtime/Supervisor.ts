@@ -96,6 +96,9 @@ export const demoEnvironment = (dataDir: string): Record<string, string> => ({
   SWEEPER_CONCURRENCY_LIMITS: JSON.stringify({ "Releases::CreateEvidenceWorker": { limit: 2 } }),
   [cronVariable("stuck-export-jobs")]: "*/5 * * * * *",
   [cronVariable("drop-canceling-builds")]: "*/5 * * * * *",
+  [cronVariable("drop-pending-builds")]: "*/5 * * * * *",
+  [cronVariable("drop-running-builds")]: "*/5 * * * * *",
+  [cronVariable("drop-scheduled-builds")]: "*/5 * * * * *",
   [cronVariable("delete-stale-direct-uploads")]: "*/5 * * * * *",
   [cronVariable("reschedule-stuck-issue-rebalances")]: "*/5 * * * * *",
   [cronVariable("concurrency-limit-resume")]: "*/2 * * * * *"

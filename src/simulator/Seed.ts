@@ -97,20 +97,32 @@ export const seedBuild = Effect.fn("Seed.build")(function*(options: {
   readonly status: string
   readonly nowMillis: number
   readonly ageMillis: number
+  /** How long ago it was last updated (a running build's trace); default its age. */
+  readonly updatedAgeMillis?: number
+  /** A delayed build's start time, as an age (negative: still to come); none by default. */
+  readonly scheduledAgeMillis?: number
   readonly table: "ci_builds" | "p_ci_builds"
 }) {
   const sql = yield* PgClient.PgClient
   const at = utcTimestamp(options.nowMillis - options.ageMillis)
+  const updated = utcTimestamp(options.nowMillis - (options.updatedAgeMillis ?? options.ageMillis))
   const started = utcTimestamp(options.nowMillis - options.ageMillis - 60_000)
+  const scheduled = options.scheduledAgeMillis === undefined
+    ? null
+    : new Date(options.nowMillis - options.scheduledAgeMillis).toISOString()
   const [row] = options.table === "p_ci_builds"
     ? yield* sql<
       { id: string }
-    >`INSERT INTO p_ci_builds (partition_id, project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at)
-        VALUES (100, ${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${at}::timestamp, ${started}::timestamp) RETURNING id`
+    >`INSERT INTO p_ci_builds (partition_id, project_id, commit_id, name, status, runner_id, created_at, updated_at,
+        started_at, scheduled_at)
+        VALUES (100, ${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${updated}::timestamp,
+          ${started}::timestamp, ${scheduled}::timestamptz) RETURNING id`
     : yield* sql<
       { id: string }
-    >`INSERT INTO ci_builds (project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at)
-        VALUES (${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${at}::timestamp, ${started}::timestamp) RETURNING id`
+    >`INSERT INTO ci_builds (project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at,
+        scheduled_at)
+        VALUES (${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${updated}::timestamp,
+          ${started}::timestamp, ${scheduled}::timestamptz) RETURNING id`
   return Number(row!.id)
 })
 
@@ -183,6 +195,8 @@ export const AGES = {
   /** Builds: 1 h `TIMEOUT` → two hours in `canceling` is stuck, ten minutes is not. */
   stuckBuild: Duration.hours(2),
   recentBuild: Duration.minutes(10),
+  /** Pending builds: a day → two days pending is outdated whatever the runners. */
+  outdatedPendingBuild: Duration.days(2),
   /** Uploads: 3 h → four hours pending is stale, ten minutes is fresh. */
   staleUpload: Duration.hours(4),
   freshUpload: Duration.minutes(10),

@@ -10,7 +10,10 @@
  *                some are parallel exports that die inside the 6 h grace (must be left alone) or
  *                after it (back-dated), some are still running (status key alive);
  * - `builds`     builds stuck in `canceling` for two hours (back-dated), beside a build canceling
- *                for ten minutes and one running for two hours;
+ *                for ten minutes and one running for two hours but updated ten minutes ago; and per
+ *                tick, for the rest of the stuck-builds family, a build pending for two days and one
+ *                running with no update for two hours, beside one pending for ten minutes; and a
+ *                delayed build two hours past its time beside one due in ten minutes;
  * - `uploads`    direct uploads abandoned four hours ago (object written to the configured store:
  *                a local directory, S3 or Azure) beside fresh ones;
  * - `rebalances` issue rebalances whose rebalancer died (project or namespace in the running set,
@@ -199,16 +202,51 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
           })
         )
       } else {
+        // Running for two hours but still sending updates: drop-running-builds must leave it.
         ledger.builds.healthy.push(
           yield* seedBuild({
             projectId: home.projectId,
             status: "running",
             nowMillis: now,
             ageMillis: Duration.toMillis(AGES.stuckBuild),
+            updatedAgeMillis: Duration.toMillis(AGES.recentBuild),
             table
           })
         )
       }
+    }
+    const family = [
+      ["pending", AGES.outdatedPendingBuild, ledger.builds.stuck],
+      ["running", AGES.stuckBuild, ledger.builds.stuck],
+      ["pending", AGES.recentBuild, ledger.builds.healthy]
+    ] as const
+    for (const [status, age, list] of family) {
+      list.push(
+        yield* seedBuild({
+          projectId: home.projectId,
+          status,
+          nowMillis: now,
+          ageMillis: Duration.toMillis(age),
+          table
+        })
+      )
+    }
+    // Delayed builds: one whose time came two hours ago (stale_schedule), one due in ten minutes.
+    const delayed = [[Duration.toMillis(AGES.stuckBuild), ledger.builds.stuck], [
+      -Duration.toMillis(AGES.recentBuild),
+      ledger.builds.healthy
+    ]] as const
+    for (const [scheduledAgeMillis, list] of delayed) {
+      list.push(
+        yield* seedBuild({
+          projectId: home.projectId,
+          status: "scheduled",
+          nowMillis: now,
+          ageMillis: Duration.toMillis(AGES.outdatedPendingBuild),
+          scheduledAgeMillis,
+          table
+        })
+      )
     }
   })
 

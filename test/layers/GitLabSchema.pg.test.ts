@@ -296,6 +296,11 @@ describe("Beside GitLab's schema", () => {
       assert.deepStrictEqual(gitlab.map((r) => [r.scan.batch, r.verdict.served]), [
         ["stuck-export-jobs", true],
         ["drop-canceling-builds", true],
+        // The family's walks: GitLab's (status, created_at, project_id) index serves each of them.
+        ["drop-pending-builds", true],
+        ["drop-pending-builds", true],
+        ["drop-running-builds", true],
+        ["drop-scheduled-builds", true],
         ["prune-events", true],
         ["reschedule-stuck-issue-rebalances", true],
         ["reschedule-stuck-issue-rebalances", true]
@@ -307,9 +312,17 @@ describe("Beside GitLab's schema", () => {
       ])
       assert.isAbove(gitlab[1]!.verdict.plan.length, 0)
 
+      for (const family of gitlab.slice(2, 6)) {
+        assert.sameMembers([...family.verdict.servedBy], [
+          "ci_builds_status_created_at_project_id_idx",
+          "ci_builds_101_status_created_at_project_id_idx"
+        ])
+      }
+
       const bare = yield* verdicts({ partitioned: true, withoutStatusIndex: true })
       const canceling = bare[1]!
       assert.isFalse(canceling.verdict.served)
+      assert.deepStrictEqual(bare.slice(2, 6).map((r) => r.verdict.served), [false, false, false, false])
       assert.deepStrictEqual(createStatements(cancelingIndex(PartitionedBuilds), canceling.partitions), [
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS index_ci_builds_canceling_on_created_at_project_id ON public.ci_builds (created_at, project_id, id, partition_id) WHERE status = 'canceling' AND type = 'Ci::Build'",
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS index_ci_builds_101_canceling_on_created_at_project_id ON gitlab_partitions_dynamic.ci_builds_101 (created_at, project_id, id, partition_id) WHERE status = 'canceling' AND type = 'Ci::Build'",

@@ -5,8 +5,9 @@
  * through the run guard.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Duration, Effect } from "effect"
+import { DateTime, Duration, Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
+import { CurrentRun } from "../../src/domain/Batch.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { CurrentFailureReasonSet } from "../../src/domain/StuckBuilds.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
@@ -138,6 +139,28 @@ describe("drop-pending-builds", () => {
       }
       const events = yield* MemoryEvents
       assert.deepStrictEqual(events.map((e) => e.data.stuck_type), ["outdated", "stuck"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("the two pending walks share the run's budget: spent in the first, the second never starts", () =>
+    Effect.gen(function*() {
+      const outdated = Array.from(
+        { length: 150 },
+        () => build({ status: "pending", createdAt: ago("2 days"), updatedAt: ago("2 days") })
+      )
+      const stuckOnly = build({ status: "pending", createdAt: ago("2 hours"), updatedAt: ago("2 hours") })
+      const state = yield* seed(...outdated, stuckOnly)
+      for (const b of outdated) state.onlineRunner.add(b.id)
+      const summary = yield* summaryOf(DropPendingBuilds.run).pipe(
+        Effect.provideService(CurrentRun, {
+          runId: null,
+          batch: DropPendingBuilds.name,
+          dryRun: false,
+          budget: Option.some(Duration.zero),
+          fence: Option.none()
+        })
+      )
+      assert.deepStrictEqual([summary.dropped, summary.batches], [100, 1])
+      assert.strictEqual((yield* row(stuckOnly.id)).status, "pending")
     }).pipe(Effect.provide(MemoryPlatform())))
 })
 

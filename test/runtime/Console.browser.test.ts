@@ -327,9 +327,10 @@ describe("console in a browser, on `npm run demo`", () => {
           const dropped = await waitFor(
             "a BuildDropped event",
             async () => {
-              const events = await (await fetch(`${base}/api/events?type=BuildDropped&limit=1`))
-                .json() as ReadonlyArray<{ runId: string }>
-              return events[0]
+              // The family's drops carry their rule; drop-canceling's do not.
+              const events = await (await fetch(`${base}/api/events?type=BuildDropped&limit=100`))
+                .json() as ReadonlyArray<{ runId: string; data: { rule?: string } }>
+              return events.find((event) => event.data.rule === undefined)
             },
             90_000,
             500

@@ -28,6 +28,9 @@ const REPAIRS = [
 const CARD_REPAIRS: Record<string, ReadonlyArray<string>> = {
   "stuck-export-jobs": ["failed"],
   "drop-canceling-builds": ["dropped"],
+  "drop-pending-builds": ["dropped"],
+  "drop-running-builds": ["dropped"],
+  "drop-scheduled-builds": ["dropped"],
   "delete-stale-direct-uploads": ["totalDeletedStaleEntries"],
   "reschedule-stuck-issue-rebalances": ["enqueuedProjects", "enqueuedNamespaces"],
   "concurrency-limit-resume": ["resumedJobs"]

@@ -162,6 +162,10 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.deepStrictEqual(report.scans.map((s) => [s.batch, s.table, s.served, s.recommended.length]), [
           ["stuck-export-jobs", "project_export_jobs", true, 0],
           ["drop-canceling-builds", "p_ci_builds", true, 0],
+          ["drop-pending-builds", "p_ci_builds", true, 0],
+          ["drop-pending-builds", "p_ci_builds", true, 0],
+          ["drop-running-builds", "p_ci_builds", true, 0],
+          ["drop-scheduled-builds", "p_ci_builds", true, 0],
           ["prune-events", "sweeper_events", true, 0],
           ["reschedule-stuck-issue-rebalances", "namespaces", true, 0],
           ["reschedule-stuck-issue-rebalances", "projects", true, 0]

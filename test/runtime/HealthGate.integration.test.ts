@@ -22,7 +22,8 @@ const STUCK = 3000
 const DATABASE = "sweeper_health_e2e"
 const TOKEN = "health-e2e-token"
 const OTHER_BATCHES =
-  "stuck-export-jobs,delete-stale-direct-uploads,reschedule-stuck-issue-rebalances,concurrency-limit-resume,prune-events"
+  "stuck-export-jobs,delete-stale-direct-uploads,reschedule-stuck-issue-rebalances,concurrency-limit-resume,prune-events," +
+  "drop-pending-builds,drop-running-builds,drop-scheduled-builds"
 const HOLD_LINE = /drop-canceling-builds held by replicationLag: \d+(\.\d+)? MB > 32 MB since \d\d:\d\d:\d\d/
 const HEALTH = JSON.stringify({ replicationLag: { stop: "32MB", resume: "1MB" } })
 

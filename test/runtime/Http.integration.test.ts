@@ -72,11 +72,21 @@ describe("HTTP", () => {
           "concurrency-limit-resume",
           "delete-stale-direct-uploads",
           "drop-canceling-builds",
+          "drop-pending-builds",
+          "drop-running-builds",
+          "drop-scheduled-builds",
           "prune-events",
           "reschedule-stuck-issue-rebalances",
           "stuck-export-jobs"
         ])
         assert.strictEqual(list.find((b) => b.name === "prune-events")!.cron, "17 3 * * *")
+        // GitLab's stagger of the stuck-builds family, each on its own minute.
+        assert.deepStrictEqual(
+          ["drop-pending-builds", "drop-running-builds", "drop-scheduled-builds"].map((name) =>
+            list.find((b) => b.name === name)!.cron
+          ),
+          ["0 * * * *", "15 * * * *", "30 * * * *"]
+        )
         const exports = list.find((b) => b.name === "stuck-export-jobs")!
         assert.strictEqual(exports.cron, "* * * * * *")
         assert.strictEqual(exports.lastOutcome, "succeeded")

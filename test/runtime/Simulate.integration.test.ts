@@ -32,16 +32,23 @@ layer(Platform, { excludeTestServices: true })("sweeper simulate (real processes
         assert.lengthOf(lines, 1, result.stdout)
         const made = JSON.parse(lines[0]!) as Record<string, number>
         assert.isAtLeast(made.ticks!, 1)
-        assert.strictEqual(made.stuckBuilds, 2 * made.ticks!)
+        // Per tick: `rate` stuck canceling builds, one pending for two days, one running stale, one
+        // delayed build two hours past its time.
+        assert.strictEqual(made.stuckBuilds, 5 * made.ticks!)
         assert.strictEqual(made.staleUploads, 2 * made.ticks!)
         assert.strictEqual(made.stuckExports, 0)
         assert.strictEqual(made.stalledRebalances, 0)
 
         const sql = yield* PgClient.PgClient
-        // Stuck: canceling, created and updated more than the 1 h TIMEOUT ago (UTC, without time zone).
+        // Stuck: canceling or running, created and updated more than an hour ago; pending, more than a
+        // day ago (UTC, without time zone). The running controls were updated ten minutes ago.
         const [builds] = yield* sql<{ stuck: string; total: string }>`
-        SELECT count(*) FILTER (WHERE status = 'canceling' AND updated_at < (now() AT TIME ZONE 'utc') - interval '1 hour'
-                                 AND created_at < (now() AT TIME ZONE 'utc') - interval '1 hour') AS stuck,
+        SELECT count(*) FILTER (WHERE
+          (status IN ('canceling', 'running') AND updated_at < (now() AT TIME ZONE 'utc') - interval '1 hour'
+            AND created_at < (now() AT TIME ZONE 'utc') - interval '1 hour')
+          OR (status = 'pending' AND updated_at < (now() AT TIME ZONE 'utc') - interval '1 day'
+            AND created_at < (now() AT TIME ZONE 'utc') - interval '1 day')
+          OR (status = 'scheduled' AND scheduled_at < now() - interval '1 hour')) AS stuck,
                count(*) AS total FROM ci_builds`
         assert.strictEqual(Number(builds!.stuck), made.stuckBuilds)
         assert.strictEqual(Number(builds!.total), made.stuckBuilds! + made.healthyBuilds!)
