@@ -48,6 +48,7 @@ export const DropPendingBuilds = {
   // GitLab's StuckCiJobsWorker lease: the whole family runs under it there; here each batch has its own.
   lease: Option.some({ name: "ci/stuck_builds/drop_pending_worker", ttl: Duration.minutes(30) }),
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
+  repairedCounts: ["dropped", "doomed"],
   run: run(),
   backlog: dropPendingBuildsBacklog
 } satisfies Batch<DropPendingBuildsSummary, unknown, unknown>

@@ -40,6 +40,7 @@ export const DropRunningBuilds = {
   budget: BUDGET,
   lease: Option.some({ name: "ci/stuck_builds/drop_running_worker", ttl: Duration.minutes(30) }),
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
+  repairedCounts: ["dropped", "doomed"],
   run: run(),
   backlog: dropRunningBuildsBacklog
 } satisfies Batch<DropRunningBuildsSummary, unknown, unknown>

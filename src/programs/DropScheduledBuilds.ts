@@ -39,6 +39,7 @@ export const DropScheduledBuilds = {
   budget: BUDGET,
   lease: Option.some({ name: "ci/stuck_builds/drop_scheduled_worker", ttl: Duration.minutes(30) }),
   writes: { tables: ["ci_builds", "p_ci_builds", "sweeper_events"] },
+  repairedCounts: ["dropped", "doomed"],
   run: run(),
   backlog: dropScheduledBuildsBacklog
 } satisfies Batch<DropScheduledBuildsSummary, unknown, unknown>
