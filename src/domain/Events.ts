@@ -194,7 +194,7 @@ export const DomainEvent = Schema.Union([
 export type DomainEvent = typeof DomainEvent.Type
 export type EventType = DomainEvent["_tag"]
 
-/** The stream an event belongs to (SPEC §6). */
+/** The stream an event belongs to. */
 /** Where a batch's health gate events go (`batch:<name>:health`): a batch stream for retention, not its state. */
 export const healthStream = (batch: string): string => `batch:${batch}:health`
 

@@ -254,7 +254,7 @@ export const dashboardPage = (
 ${searchResults(search.stream, search.events)}</div>`
   )
 
-/** The health gate's holds (SPEC §9), one line each: what holds which batch, since when. */
+/** The health gate's holds, one line each: what holds which batch, since when. */
 export const holdsBanner = (holds: ReadonlyArray<string>) =>
   holds.length === 0
     ? ""

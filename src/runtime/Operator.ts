@@ -238,7 +238,7 @@ export const local = (target: string) =>
           ({ batch, cronText, cron, disabled }) =>
             Effect.gen(function*() {
               const history = yield* loadHistory(batch.name)
-              // What holds it now, from its stream (whichever process holds it): SPEC §9.
+              // What holds it now, from its health stream (whichever process holds it).
               const gate = yield* events.query({ stream: healthStream(batch.name), newestFirst: true, limit: 200 })
               const finished = yield* events.query({
                 stream: `batch:${batch.name}`,

@@ -1,5 +1,5 @@
 /**
- * The console's reads on real PostgreSQL (issue 19): a run's repairs page by keyset to the last of
+ * The console's reads on real PostgreSQL: a run's repairs page by keyset to the last of
  * 10 000 and none of another run's; a run's repairs are the repaired items its RunFinished says;
  * the history windows hold exactly the runs finished in them; the backlog's bounded reads count what
  * waits (capped beyond BACKLOG_CAP) and put it on /metrics.
