@@ -17,7 +17,7 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { performance } from "node:perf_hooks"
 import { CurrentRun } from "../../src/domain/Batch.ts"
@@ -138,7 +138,7 @@ const program = Effect.gen(function*() {
     for (const [name, rate] of Object.entries(rates)) {
       if (name !== "no rollup") line(`ratio to no rollup: ${name}`, `${(rate / floor).toFixed(3)}`)
     }
-  }).pipe(Effect.provide(EventLogSql), Effect.provide(migratedDatabase(database.url)))
+  }).pipe(Effect.provide(EventLogSql.pipe(Layer.provideMerge(migratedDatabase(database.url)))))
 }).pipe(Effect.scoped)
 
 NodeRuntime.runMain(program)

@@ -10,7 +10,7 @@
  *   sweeper> await sweeper.status()
  *   sweeper> sweeper.batches
  */
-import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
+import { ConfigProvider, Effect, Layer, ManagedRuntime, Schema } from "effect"
 import repl from "node:repl"
 import { environment } from "../config/Config.ts"
 import { batchNames } from "../programs/index.ts"
@@ -25,10 +25,13 @@ const runtime = ManagedRuntime.make(
 /** Calls under way: `.exit` (or the end of piped input) waits for their answers before closing. */
 const pending = new Set<Promise<unknown>>()
 
+/** A call's failure as the REPL shows it: the one line the CLI would print. */
+class ReplCallFailed extends Schema.TaggedError<ReplCallFailed>()("ReplCallFailed", { message: Schema.String }) {}
+
 /** One line, as the CLI says it: the REPL prints a rejected promise's message. */
 const call = <A>(effect: Effect.Effect<A, unknown, Operator.Operator>): Promise<A> => {
   const promise = runtime.runPromise(effect.pipe(
-    Effect.mapError((error) => new Error(error instanceof Error ? error.message : String(error)))
+    Effect.mapError((error) => new ReplCallFailed({ message: error instanceof Error ? error.message : String(error) }))
   ))
   pending.add(promise)
   const settled = () => pending.delete(promise)

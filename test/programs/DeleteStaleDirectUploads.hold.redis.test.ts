@@ -71,9 +71,13 @@ describe("delete-stale-direct-uploads under a gate hold (real Redis)", () => {
         assert.lengthOf(deleted, 9)
         assert.include(summary, { totalDeletedStaleEntries: 9, vanished: 11 })
       }).pipe(
-        Effect.provide(Layer.fresh(StaleUploadRepairLive).pipe(Layer.provide(PendingDirectUploadsRedis))),
-        Effect.provide(PendingDirectUploadsRedis),
-        Effect.provide(Layer.merge(MemoryPlatform(), RedisTest))
+        Effect.provide(
+          Layer.merge(
+            Layer.fresh(StaleUploadRepairLive).pipe(Layer.provide(PendingDirectUploadsRedis)),
+            PendingDirectUploadsRedis
+          )
+            .pipe(Layer.provideMerge(Layer.merge(MemoryPlatform(), RedisTest)))
+        )
       ),
     30_000
   )

@@ -77,7 +77,7 @@ describe("batch lease renewal on real Redis", () => {
         assert.notStrictEqual(result.reason, "lease lost")
         assert.include(result.error ?? "", "OOM command not allowed")
         assert.notInclude(yield* types, "LeaseLost")
-      }).pipe(Effect.provide(leaseLayer()), Effect.provide(Layer.merge(MemoryPlatform(), RedisTest))),
+      }).pipe(Effect.provide(leaseLayer().pipe(Layer.provideMerge(Layer.merge(MemoryPlatform(), RedisTest))))),
     60_000
   )
 
@@ -92,7 +92,7 @@ describe("batch lease renewal on real Redis", () => {
       assert.strictEqual(result.outcome, "failed")
       assert.strictEqual(result.reason, "lease lost")
       assert.include(yield* types, "LeaseLost")
-    }).pipe(Effect.provide(leaseLayer()), Effect.provide(Layer.merge(MemoryPlatform(), RedisTest))), 30_000)
+    }).pipe(Effect.provide(leaseLayer().pipe(Layer.provideMerge(Layer.merge(MemoryPlatform(), RedisTest))))), 30_000)
 })
 
 /** LeaseRedis on the test's own Redis database. */
