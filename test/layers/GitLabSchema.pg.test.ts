@@ -66,11 +66,13 @@ describe("Beside GitLab's schema", () => {
             "0002_sweeper_tables",
             "0003_schema_ownership",
             "0004_event_retention_indexes",
-            "0005_console_rollup"
+            "0005_console_rollup",
+            "0006_ledger_rollup"
           ])
 
           const applied = yield* migrate
-          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5])
+          // Sweeper's own transactional migrations (never the platform tables), then its online steps.
+          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 4, 4, 5, 6, 6])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
           assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
@@ -79,6 +81,7 @@ describe("Beside GitLab's schema", () => {
           const tables = yield* sql<{ table_name: string }>`SELECT table_name FROM information_schema.tables
           WHERE table_schema = 'public' AND table_name LIKE 'sweeper%' ORDER BY table_name`
           assert.deepStrictEqual(tables.map((t) => t.table_name), [
+            "sweeper_backfills",
             "sweeper_events",
             "sweeper_lease_fences",
             "sweeper_migrations",
