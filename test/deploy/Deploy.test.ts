@@ -360,7 +360,15 @@ describe("environment example", () => {
       assert.deepStrictEqual(Object.keys(loaded.concurrencyLimits), ["Releases::CreateEvidenceWorker"])
       // Every line not marked as an example shows the default: uncommenting it changes nothing.
       for (
-        const key of ["httpHost", "httpPort", "timezone", "shutdownGrace", "dropBatchSize", "eventRetention"] as const
+        const key of [
+          "httpHost",
+          "httpPort",
+          "timezone",
+          "shutdownGrace",
+          "dropBatchSize",
+          "failureReasons",
+          "eventRetention"
+        ] as const
       ) {
         assert.deepStrictEqual(loaded[key], defaults[key], key)
       }

@@ -514,61 +514,76 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       assert.lengthOf(page, 100)
     }))
 
-  it.effect("revisitWritten: the page query's index scan from `after`; afterwards a scan skips the dead rows it walked past", () =>
-    Effect.gen(function*() {
-      yield* reset
-      const sql = yield* PgClient.PgClient
-      const builds = yield* Builds
-      // An index entry is marked dead only once its row is dead to every snapshot in the database:
-      // keep autovacuum's ANALYZE (which holds a snapshot) away from this table meanwhile.
-      yield* Effect.acquireRelease(
-        sql`ALTER TABLE ci_builds SET (autovacuum_enabled = false)`,
-        () => Effect.orDie(sql`ALTER TABLE ci_builds RESET (autovacuum_enabled)`)
-      )
-      // created_at a permutation of id: consecutive index entries point into different heap pages,
-      // so every dead row the scan fetches shows as a buffer access (a scan keeps the page it is on).
-      yield* sql`INSERT INTO ci_builds (id, project_id, status, type, created_at, updated_at)
+  it.effect(
+    "revisitWritten: the page query's index scan from `after`; afterwards a scan skips the dead rows it walked past",
+    () =>
+      Effect.gen(function*() {
+        yield* reset
+        const sql = yield* PgClient.PgClient
+        const builds = yield* Builds
+        // An index entry is marked dead only once its row is dead to every snapshot in the database:
+        // keep autovacuum's ANALYZE (which holds a snapshot) away from this table meanwhile.
+        yield* Effect.acquireRelease(
+          sql`ALTER TABLE ci_builds SET (autovacuum_enabled = false)`,
+          () => Effect.orDie(sql`ALTER TABLE ci_builds RESET (autovacuum_enabled)`)
+        )
+        // created_at a permutation of id: consecutive index entries point into different heap pages,
+        // so every dead row the scan fetches shows as a buffer access (a scan keeps the page it is on).
+        yield* sql`INSERT INTO ci_builds (id, project_id, status, type, created_at, updated_at)
         SELECT i, i % 50, 'canceling', 'Ci::Build', '2026-01-01 00:00:00'::timestamp + ((i * 7919 % 4000) || ' seconds')::interval,
           '2026-01-01 00:00:00'::timestamp
         FROM generate_series(0, 3999) AS i`
-      yield* sql`ANALYZE ci_builds`
-      const [pageA, pageB] = yield* findAll(2000)
-      const fromStart = { cutoff: CUTOFF, after: Option.none<BuildCursor>() }
-      /** Buffers the walk from the start touches; it must be the index scan that marks entries dead. */
-      const probe = Effect.gen(function*() {
-        const rows = yield* sql<{ "QUERY PLAN": ReadonlyArray<{ readonly Plan: Record<string, unknown> }> }>`
+        yield* sql`ANALYZE ci_builds`
+        const [pageA, pageB] = yield* findAll(2000)
+        const fromStart = { cutoff: CUTOFF, after: Option.none<BuildCursor>() }
+        /** Buffers the walk from the start touches; it must be the index scan that marks entries dead. */
+        const probe = Effect.gen(function*() {
+          const rows = yield* sql<{ "QUERY PLAN": ReadonlyArray<{ readonly Plan: Record<string, unknown> }> }>`
           EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${revisitWrittenQuery(sql, fromStart)}`
-        const plan = JSON.stringify(rows[0]!["QUERY PLAN"])
-        assert.include(plan, `"Node Type":"Index Scan"`)
-        assert.include(plan, "index_ci_builds_canceling_on_created_at_project_id_id")
-        assert.notInclude(plan, "Bitmap")
-        const root = rows[0]!["QUERY PLAN"][0]!.Plan
-        return Number(root["Shared Hit Blocks"] ?? 0) + Number(root["Shared Read Blocks"] ?? 0)
-      })
-      // A snapshot held by any other backend in this database (an autovacuum ANALYZE of another
-      // table, under a loaded suite) keeps A's rows visible to it, and then no walk can mark them:
-      // wait, at most 20 s, until no other backend here holds one, so the test measures the walk.
-      const noOtherSnapshot = sql<{ n: string }>`SELECT count(*) AS n FROM pg_stat_activity
+          const plan = JSON.stringify(rows[0]!["QUERY PLAN"])
+          assert.include(plan, `"Node Type":"Index Scan"`)
+          assert.include(plan, "index_ci_builds_canceling_on_created_at_project_id_id")
+          assert.notInclude(plan, "Bitmap")
+          const root = rows[0]!["QUERY PLAN"][0]!.Plan
+          return Number(root["Shared Hit Blocks"] ?? 0) + Number(root["Shared Read Blocks"] ?? 0)
+        })
+        // A snapshot held by any other backend in this database (an autovacuum ANALYZE of another
+        // table, under a loaded suite) keeps A's rows visible to it, and then no walk can mark them:
+        // wait, at most 20 s, until no other backend here holds one, so the test measures the walk.
+        const noOtherSnapshot = sql<{ n: string }>`SELECT count(*) AS n FROM pg_stat_activity
         WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL`.pipe(
-        Effect.flatMap(([row]) => Number(row!.n) === 0 ? Effect.void : Effect.fail("snapshot held")),
-        Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 200 })
-      )
-      // A written, then walked past (the walk stops at B's first row, still stuck); then B written.
-      yield* builds.dropMany(pageA!, NOW)
-      yield* Effect.orDie(noOtherSnapshot)
-      yield* builds.revisitWritten(fromStart)
-      yield* builds.dropMany(pageB!, NOW)
-      // The first scan from the start fetches B's 2000 dead rows but not A's (marked dead by the
-      // walk); the second fetches neither.
-      const first = yield* probe
-      const second = yield* probe
-      assert.isAbove(first, 1500, JSON.stringify({ first }))
-      assert.isBelow(first, 3000, JSON.stringify({ first }))
-      assert.isBelow(second, 300, JSON.stringify({ second }))
-      // Nothing is returned or changed: every build of both pages stays failed, once.
-      const counts = yield* sql<
-        { n: string }
-      >`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
-      assert.strictEqual(Number(counts[0]!.n), 4000)
-    }))
+          Effect.flatMap(([row]) => Number(row!.n) === 0 ? Effect.void : Effect.fail("snapshot held")),
+          Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 200 })
+        )
+        // A transaction still running anywhere in the cluster (another database's, under a loaded
+        // suite) that began before A's commit makes every backend's snapshot count A's xid as possibly
+        // running, so no walk may mark A's rows either: wait, at most 40 s, until every transaction
+        // that had begun when A committed has ended.
+        const allBegunEnded = (next: string) =>
+          sql<{ done: boolean }>`SELECT pg_snapshot_xmin(pg_current_snapshot()) >= ${next}::xid8 AS done`.pipe(
+            Effect.flatMap(([row]) => row!.done ? Effect.void : Effect.fail("older transaction running")),
+            Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 400 })
+          )
+        // A written, then walked past (the walk stops at B's first row, still stuck); then B written.
+        yield* builds.dropMany(pageA!, NOW)
+        const [afterA] = yield* sql<{ next: string }>`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS next`
+        yield* Effect.orDie(allBegunEnded(afterA!.next))
+        yield* Effect.orDie(noOtherSnapshot)
+        yield* builds.revisitWritten(fromStart)
+        yield* builds.dropMany(pageB!, NOW)
+        // The first scan from the start fetches B's 2000 dead rows but not A's (marked dead by the
+        // walk); the second fetches neither.
+        const first = yield* probe
+        const second = yield* probe
+        assert.isAbove(first, 1500, JSON.stringify({ first }))
+        assert.isBelow(first, 3000, JSON.stringify({ first }))
+        assert.isBelow(second, 300, JSON.stringify({ second }))
+        // Nothing is returned or changed: every build of both pages stays failed, once.
+        const counts = yield* sql<
+          { n: string }
+        >`SELECT count(*) AS n FROM ci_builds WHERE status = 'failed' AND lock_version = 1`
+        assert.strictEqual(Number(counts[0]!.n), 4000)
+      }),
+    120_000
+  )
 })

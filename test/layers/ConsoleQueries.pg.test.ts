@@ -32,13 +32,13 @@ describe("console queries at 1M events", () => {
         const sql = yield* PgClient.PgClient
         const seededAt = Date.now()
         // Run r (1..RUNS) of batch r % 6 finished r × 43 min ago; its events are contiguous in id, as
-        // a real run's are. Every event goes through the trigger like every append (one statement here).
+        // a real run's are. Every append goes through the trigger (one statement here); a run's row
+        // takes its repaired count from what its RunFinished says, as the run guard writes it.
         yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
         SELECT CASE WHEN e = 1 OR e = ${PER_RUN} THEN 'batch:b' || (r % 6) ELSE 'build:' || (r * ${PER_RUN} + e) END,
           CASE WHEN e = 1 THEN 'RunStarted' WHEN e = ${PER_RUN} THEN 'RunFinished' WHEN e % 10 = 0 THEN 'BuildDoomed' ELSE 'BuildDropped' END,
-          CASE WHEN e = ${PER_RUN} THEN jsonb_build_object('batch', 'b' || (r % 6), 'outcome', 'succeeded', 'duration_ms', 1200, 'repaired', ${
-          PER_RUN - 2
-        })
+          CASE WHEN e = ${PER_RUN} THEN jsonb_build_object('batch', 'b' || (r % 6), 'outcome', 'succeeded', 'duration_ms', 1200,
+                 'repaired', ${PER_RUN - 2})
                ELSE jsonb_build_object('batch', 'b' || (r % 6), 'id', r * ${PER_RUN} + e) END,
           md5(r::text)::uuid, now() - r * interval '43 minutes' + e * interval '1 millisecond'
         FROM generate_series(1, ${RUNS}) r, generate_series(1, ${PER_RUN}) e
@@ -49,10 +49,10 @@ describe("console queries at 1M events", () => {
         const counted = yield* sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_events`
         assert.strictEqual(Number(counted[0]!.n), EVENTS)
         const rolled = yield* sql<
-          { n: string; repairs: string }
-        >`SELECT count(*) AS n, sum(repaired) AS repairs FROM sweeper_runs`
+          { n: string; repaired: string }
+        >`SELECT count(*) AS n, sum(repaired) AS repaired FROM sweeper_runs`
         assert.strictEqual(Number(rolled[0]!.n), RUNS)
-        assert.strictEqual(Number(rolled[0]!.repairs), RUNS * (PER_RUN - 2))
+        assert.strictEqual(Number(rolled[0]!.repaired), RUNS * (PER_RUN - 2))
 
         const run = (yield* sql<{ id: string }>`SELECT md5('700')::uuid AS id`)[0]!.id
         const deep = (yield* sql<

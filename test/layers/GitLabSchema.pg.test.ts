@@ -71,7 +71,7 @@ describe("Beside GitLab's schema", () => {
           ])
 
           const applied = yield* migrate
-          // The transactional migrations, then the online steps (indexes, backfill, index drop).
+          // Sweeper's own transactional migrations (never the platform tables), then its online steps.
           assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 4, 4, 5, 6, 6])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")

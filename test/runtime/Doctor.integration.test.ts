@@ -36,6 +36,15 @@ const platform = (layout?: GitLabLayout) =>
   })
 
 // Generous: a loaded CI machine can take a minute to start a process (PGlite's WASM most of all).
+/** The ledger's online steps, run after the transactional migrations, outside any transaction. */
+const ONLINE = [
+  "0004_build index_sweeper_events_on_occurred_at concurrently",
+  "0004_build index_sweeper_events_on_batch_streams concurrently",
+  "0005_build index_sweeper_events_on_run_id_and_id concurrently",
+  "0006_backfill sweeper_runs in id ranges",
+  "0006_drop index_sweeper_events_on_run_id concurrently"
+]
+
 const CLI_TIMEOUT = 150_000
 const cli = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   Effect.promise(() => runCli(args, env, CLI_TIMEOUT))
@@ -100,8 +109,9 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(plan.code, 0, plan.stderr)
         assert.strictEqual(
           plan.stdout.trim(),
-          "Pending (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, 0005_console_rollup, 0006_ledger_rollup, " +
-            "0004_build index_sweeper_events_on_occurred_at concurrently (online), 0004_build index_sweeper_events_on_batch_streams concurrently (online), 0005_build index_sweeper_events_on_run_id_and_id concurrently (online), 0006_backfill sweeper_runs in id ranges (online), 0006_drop index_sweeper_events_on_run_id concurrently (online)"
+          "Pending (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
+            + "0005_console_rollup, 0006_ledger_rollup, "
+            + ONLINE.map((step) => `${step} (online)`).join(", ")
         )
         assert.deepStrictEqual(yield* tables(url), before)
 
@@ -109,8 +119,9 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(migrated.code, 0, migrated.stderr)
         assert.strictEqual(
           migrated.stdout.trim(),
-          "Applied (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, 0005_console_rollup, 0006_ledger_rollup, " +
-            "0004_build index_sweeper_events_on_occurred_at concurrently, 0004_build index_sweeper_events_on_batch_streams concurrently, 0005_build index_sweeper_events_on_run_id_and_id concurrently, 0006_backfill sweeper_runs in id ranges, 0006_drop index_sweeper_events_on_run_id concurrently"
+          "Applied (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
+            + "0005_console_rollup, 0006_ledger_rollup, "
+            + ONLINE.join(", ")
         )
         assert.strictEqual(
           (yield* cli(["migrate", "--plan"], env)).stdout.trim(),
