@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { batchNames } from "../../src/programs/index.ts"
 
 const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
 const repl = fileURLToPath(new URL("../../src/runtime/Repl.ts", import.meta.url))
@@ -68,7 +69,9 @@ describe("nothing running, nothing configured", () => {
           const status = await bare(cwd, [main, "status", "--json"])
           assert.strictEqual(status.code, 0, status.stderr)
           assert.include(status.stderr, `Reading the embedded database in ${join(cwd, ".sweeper")}`)
-          assert.lengthOf(JSON.parse(status.stdout) as Array<unknown>, 6)
+          // Every registered batch is listed from the store, none missing, none from elsewhere.
+          const listed = (JSON.parse(status.stdout) as Array<{ name: string }>).map((batch) => batch.name)
+          assert.sameMembers(listed, [...batchNames])
         } finally {
           rmSync(cwd, { recursive: true, force: true })
         }

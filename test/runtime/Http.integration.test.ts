@@ -92,6 +92,10 @@ describe("HTTP", () => {
         assert.strictEqual(exports.lastOutcome, "succeeded")
         assert.isString(exports.nextTick)
         assert.strictEqual(list.find((b) => b.name === "drop-canceling-builds")!.cron, "45 * * * *")
+        // The rest of the stuck-builds family, on the minutes GitLab staggers them to.
+        assert.strictEqual(list.find((b) => b.name === "drop-pending-builds")!.cron, "0 * * * *")
+        assert.strictEqual(list.find((b) => b.name === "drop-running-builds")!.cron, "15 * * * *")
+        assert.strictEqual(list.find((b) => b.name === "drop-scheduled-builds")!.cron, "30 * * * *")
 
         const metrics = yield* get("/metrics")
         assert.strictEqual(metrics.status, 200)
