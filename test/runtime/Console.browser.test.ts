@@ -137,8 +137,7 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("console
               // As a real run writes it: the items repaired, which history and charts count.
               repaired: repairs,
               duration_ms: 1500 + i * 700,
-              dryRun: false,
-              repaired: repairs
+              dryRun: false
             })
           }, ${run.runId}, ${finished})`
         }
