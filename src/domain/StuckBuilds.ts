@@ -206,7 +206,8 @@ export const matchesRule = (rule: StuckRule, build: FamilyBuildFacts, now: DateT
 /** The reason-set line `sweeper doctor` prints. */
 export const describeReasonSet = (set: FailureReasonSet): string =>
   set === "legacy"
-    ? "failure reasons: legacy (before GitLab 19.0): stuck builds fail with stuck_or_timeout_failure (3)"
+    ? "failure reasons: legacy (before GitLab 19.0): stuck builds fail with stuck_or_timeout_failure (3), " +
+      "pending builds their runner never acknowledged with runner_provisioning_timeout (24)"
     : "failure reasons: gitlab-19: pending stuck_pending_with_matching_runners (25) / " +
       "stuck_pending_no_matching_runners (26), running no_updates_running (27), " +
       "canceling no_updates_canceling (28), scheduled stale_schedule (7)"
