@@ -46,15 +46,16 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
     const now = yield* decisionTime
     const reason = reasonOf(rule, reasons)
     const ackQueue = yield* RunnerAckQueue
-    // Builds of the page just read whose runner may still accept them: left alone, as GitLab does.
-    // Kept beside the page (not cut from it) so the keyset still moves past them.
-    let waiting: ReadonlySet<FamilyBuild> = new Set()
+    // Builds read whose runner may still accept them: left alone, as GitLab does. Kept beside the
+    // pages (not cut from them) so the keyset still moves past them; only ever added to, since the
+    // next page is read while this one is written.
+    const waiting = new Set<FamilyBuild>()
     const read = (after: Option.Option<BuildCursor>) =>
       Effect.gen(function*() {
         const page = yield* builds.findStuck({ rule, now, after, limit: size })
         if (rule.skipsWaitingForAck !== true) return page
         const ids = yield* ackQueue.waitingForAck(page.map((build) => build.id))
-        waiting = new Set(page.filter((build) => ids.has(build.id)))
+        for (const build of page) if (ids.has(build.id)) waiting.add(build)
         yield* logIds("Skipped builds waiting for their runner's acknowledgement", "build_ids", [...ids])
         return page
       })

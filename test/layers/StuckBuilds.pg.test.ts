@@ -11,6 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import { CurrentRun } from "../../src/domain/Batch.ts"
+import { DropBatchSize } from "../../src/domain/Build.ts"
 import { CurrentFailureReasonSet, type FailureReasonSet } from "../../src/domain/StuckBuilds.ts"
 import { BuildsSql } from "../../src/layers/postgres/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
@@ -254,7 +255,12 @@ describe("The stuck-builds family beside GitLab's schema", () => {
           const queue = yield* RunnerAckQueue
           yield* queue.setWaiting(53, 900)
           yield* queue.setWaiting(54, 900)
-          const pending = yield* DropPendingBuilds.run.pipe(asRun("drop-pending-builds", reasons))
+          // Pages of one: the next page is read while this one is written, so each page's waiting
+          // builds must stay its own.
+          const pending = yield* DropPendingBuilds.run.pipe(
+            asRun("drop-pending-builds", reasons),
+            Effect.provideService(DropBatchSize, 1)
+          )
           const after = yield* states("p_ci_builds")
           const expected: Record<number, readonly [string, number | null]> = reasons === "legacy"
             ? { 50: ["failed", 24], 56: ["failed", 3] }
