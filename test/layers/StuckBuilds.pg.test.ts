@@ -1,10 +1,11 @@
 /**
  * The stuck-builds family on real PostgreSQL laid out with GitLab's own DDL (p_ci_builds with two
  * partitions, and the older plain ci_builds), runner tables included: GitLab's cases for every rule
- * (pending outdated, waiting for its runner's ack with the ack state in real Redis, and stuck; running
- * outdated; scheduled outdated), the minute on each side of every threshold, complete builds and bridges untouched, both failure-reason sets; and rows that
- * never leave the scope (a zombie, a row held by another transaction, a row a trigger refuses),
- * with which each run still ends, every other row repaired and the stuck ones counted.
+ * (pending outdated, waiting for its runner's ack with the ack state in real Redis, and stuck;
+ * running outdated; scheduled outdated), the minute on each side of every threshold, complete builds
+ * and bridges untouched, both failure-reason sets; and rows that never leave the scope (a zombie, a
+ * row held by another transaction, a row a trigger refuses), with which each run still ends, every
+ * other row repaired and the stuck ones counted.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
