@@ -30,6 +30,8 @@ import {
   SCHEDULED_OUTDATED,
   type StuckRule
 } from "../../src/domain/StuckBuilds.ts"
+import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
+import { RunnerAckQueueMemory } from "../../src/layers/memory/RunnerAckQueueMemory.ts"
 import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
 import { StuckBuildsSql } from "../../src/layers/postgres/StuckBuildsSql.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
@@ -147,10 +149,12 @@ const program = Effect.gen(function*() {
     return seconds
   }).pipe(
     Effect.provide(
-      Layer.mergeAll(StuckBuildsSql, MetricsPrometheus).pipe(
-        Layer.provideMerge(EventLogSql),
-        Layer.provideMerge(migratedDatabase(sweeperDb.url))
-      )
+      // No build here awaits a runner's acknowledgement: the in-memory queue stands in for Redis.
+      Layer.mergeAll(StuckBuildsSql, MetricsPrometheus, RunnerAckQueueMemory.pipe(Layer.provide(MemoryRedis.layer)))
+        .pipe(
+          Layer.provideMerge(EventLogSql),
+          Layer.provideMerge(migratedDatabase(sweeperDb.url))
+        )
     )
   )
 

@@ -78,7 +78,7 @@ export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropp
   runner_id: Schema.NullOr(Schema.Number),
   failure_reason: Schema.Number,
   /** The stuck-builds family's rule that dropped it (GitLab's build_stuck_type); absent for canceling. */
-  stuck_type: Schema.optionalKey(Schema.Literals(["outdated", "stuck"])),
+  stuck_type: Schema.optionalKey(Schema.Literals(["outdated", "stuck", "waiting_for_ack"])),
   /** Which batch's rule (pending_outdated, pending_stuck, running_outdated, scheduled_outdated). */
   rule: Schema.optionalKey(Schema.String)
 }) {}

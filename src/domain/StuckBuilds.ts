@@ -19,6 +19,12 @@ export const FailureReasons = {
   stale_schedule: 7,
   job_execution_timeout: 8,
   data_integrity_failure: 12,
+  /**
+   * Only GitLab 18.x, whose runner acknowledgement ("two-phase commit") it belongs to: its enum lists
+   * it after failed_outdated_deployment_job (23) and before the 1_000s; GitLab 19 dropped it and
+   * gives 24 to job_execution_server_timeout, so only the legacy set may write it.
+   */
+  runner_provisioning_timeout: 24,
   stuck_pending_with_matching_runners: 25,
   stuck_pending_no_matching_runners: 26,
   no_updates_running: 27,
@@ -43,9 +49,14 @@ export const CurrentFailureReasonSet = Context.Reference<FailureReasonSet>(
 )
 
 /** What GitLab's log line calls the drop (`build_stuck_type`). */
-export type StuckType = "outdated" | "stuck"
+export type StuckType = "outdated" | "stuck" | "waiting_for_ack"
 
-export type StuckRuleName = "pending_outdated" | "pending_stuck" | "running_outdated" | "scheduled_outdated"
+export type StuckRuleName =
+  | "pending_outdated"
+  | "pending_waiting_for_ack"
+  | "pending_stuck"
+  | "running_outdated"
+  | "scheduled_outdated"
 
 export interface StuckRule {
   readonly name: StuckRuleName
@@ -54,12 +65,22 @@ export interface StuckRule {
   /** How long ago the rule's timestamps must be. */
   readonly timeout: Duration.Duration
   /**
-   * Which timestamps must be older than the cutoff: created_at and updated_at (pending, running), or
-   * scheduled_at (scheduled: a delayed job whose start time passed long ago).
+   * Which timestamps must be older than the cutoff: created_at and updated_at (pending, running),
+   * updated_at alone (a build handed to a runner that never answered: its age since creation says
+   * nothing), or scheduled_at (scheduled: a delayed job whose start time passed long ago).
    */
-  readonly timestamps: "created_and_updated" | "scheduled_at"
+  readonly timestamps: "created_and_updated" | "updated_at" | "scheduled_at"
   /** Also requires that no online runner could pick the build (GitLab's `build.stuck?`). */
   readonly noOnlineRunner: boolean
+  /** Only builds a runner was assigned to (runner_id set). */
+  readonly runnerAssigned?: boolean
+  /**
+   * Passes builds whose runner is still within its acknowledgement window (GitLab's Redis entry
+   * `runner:build_ack_queue:<id>`): that runner may yet accept the build.
+   */
+  readonly skipsWaitingForAck?: boolean
+  /** The reason sets under which the rule runs at all; every set when absent. */
+  readonly sets?: ReadonlyArray<FailureReasonSet>
   readonly reason: Readonly<Record<FailureReasonSet, FailureReasonName>>
 }
 
@@ -73,6 +94,35 @@ export const PENDING_OUTDATED: StuckRule = {
   noOnlineRunner: false,
   reason: { legacy: "stuck_or_timeout_failure", "gitlab-19": "stuck_pending_with_matching_runners" }
 }
+
+/**
+ * BUILD_PENDING_OUTDATED_WAITING_FOR_ACK_TIMEOUT: pending, handed to a runner, no update for an hour,
+ * and the runner's acknowledgement window long closed: the runner took the build and went away, so
+ * GitLab's own retry-on-no-ack worker missed it. Legacy set only: GitLab 19 removed the rule and the
+ * reason's integer now means another reason there.
+ */
+export const PENDING_WAITING_FOR_ACK: StuckRule = {
+  name: "pending_waiting_for_ack",
+  status: "pending",
+  stuckType: "waiting_for_ack",
+  timeout: Duration.hours(1),
+  timestamps: "updated_at",
+  noOnlineRunner: false,
+  runnerAssigned: true,
+  skipsWaitingForAck: true,
+  sets: ["legacy"],
+  reason: { legacy: "runner_provisioning_timeout", "gitlab-19": "runner_provisioning_timeout" }
+}
+
+/** The rules that run under a reason set, in the order given. */
+export const rulesFor = (rules: ReadonlyArray<StuckRule>, set: FailureReasonSet): ReadonlyArray<StuckRule> =>
+  rules.filter((rule) => rule.sets === undefined || rule.sets.includes(set))
+
+/** GitLab's shared-state key holding the runner manager a build awaits acknowledgement from. */
+export const runnerAckQueueKey = (buildId: number) => `runner:build_ack_queue:${buildId}`
+
+/** How long GitLab waits for a runner's acknowledgement ping (RUNNER_ACK_QUEUE_EXPIRY_TIME). */
+export const RUNNER_ACK_QUEUE_EXPIRY = Duration.minutes(2)
 
 /** BUILD_PENDING_STUCK_TIMEOUT: pending for an hour and no online runner can pick it. */
 export const PENDING_STUCK: StuckRule = {
@@ -136,14 +186,19 @@ export interface FamilyBuildFacts {
   readonly scheduledAt: DateTime.Utc | null
   /** Whether some online runner could pick this build (only read by rules with `noOnlineRunner`). */
   readonly onlineRunner: boolean
+  /** Only read by rules with `runnerAssigned`. */
+  readonly runnerId?: number | null
 }
 
 /** The rule's decision for one build at `now`: the same predicate every backend's query states. */
 export const matchesRule = (rule: StuckRule, build: FamilyBuildFacts, now: DateTime.Utc): boolean => {
   if (build.status !== rule.status) return false
+  if (rule.runnerAssigned === true && (build.runnerId ?? null) === null) return false
   const cutoff = ruleCutoff(rule, now)
   const old = rule.timestamps === "scheduled_at"
     ? build.scheduledAt !== null && DateTime.isLessThan(build.scheduledAt, cutoff)
+    : rule.timestamps === "updated_at"
+    ? DateTime.isLessThan(build.updatedAt, cutoff)
     : DateTime.isLessThan(build.createdAt, cutoff) && DateTime.isLessThan(build.updatedAt, cutoff)
   return old && (!rule.noOnlineRunner || !build.onlineRunner)
 }
@@ -151,7 +206,8 @@ export const matchesRule = (rule: StuckRule, build: FamilyBuildFacts, now: DateT
 /** The reason-set line `sweeper doctor` prints. */
 export const describeReasonSet = (set: FailureReasonSet): string =>
   set === "legacy"
-    ? "failure reasons: legacy (before GitLab 19.0): stuck builds fail with stuck_or_timeout_failure (3)"
+    ? "failure reasons: legacy (before GitLab 19.0): stuck builds fail with stuck_or_timeout_failure (3), " +
+      "pending builds their runner never acknowledged with runner_provisioning_timeout (24)"
     : "failure reasons: gitlab-19: pending stuck_pending_with_matching_runners (25) / " +
       "stuck_pending_no_matching_runners (26), running no_updates_running (27), " +
       "canceling no_updates_canceling (28), scheduled stale_schedule (7)"

@@ -1,15 +1,16 @@
 /**
  * drop-pending-builds — port of the pending half of GitLab's Ci::StuckBuilds::DropPendingService,
- * which GitLab's hourly StuckCiJobsWorker runs inline at :00. Two rules, in GitLab's order:
+ * which GitLab's hourly StuckCiJobsWorker runs inline at :00. Three rules, in GitLab's order:
  * - outdated: pending builds created and updated over a day ago (BUILD_PENDING_OUTDATED_TIMEOUT);
+ * - waiting for ack: pending builds handed to a runner and not updated for an hour
+ *   (BUILD_PENDING_OUTDATED_WAITING_FOR_ACK_TIMEOUT), passed over while the runner's acknowledgement
+ *   window is still open (GitLab's Redis entry) → runner_provisioning_timeout; GitLab 18 only, so
+ *   not with `SWEEPER_FAILURE_REASONS=gitlab-19` (19 removed the rule);
  * - stuck: pending builds created and updated over an hour ago (BUILD_PENDING_STUCK_TIMEOUT) that
  *   no online runner could pick (GitLab's `build.stuck?`).
- * Both fail the build with stuck_or_timeout_failure, or with GitLab 19's reasons
- * (stuck_pending_with_matching_runners / stuck_pending_no_matching_runners) when
- * `SWEEPER_FAILURE_REASONS=gitlab-19`. Pages, retry-or-doom, budget, gate and dry run are the
- * family's walk (repair/StuckFamily.ts). GitLab's third rule (a runner assigned and its
- * acknowledgement awaited over an hour) is not ported: GitLab 19 removed it, and its reason's
- * integer could not be checked against GitLab's enum.
+ * Outdated and stuck fail the build with stuck_or_timeout_failure, or with GitLab 19's reasons
+ * (stuck_pending_with_matching_runners / stuck_pending_no_matching_runners) under gitlab-19.
+ * Pages, retry-or-doom, budget, gate and dry run are the family's walk (repair/StuckFamily.ts).
  *
  * Why a keyset walk: GitLab's stuck loop stops at the first pending build that is not stuck and
  * re-reads "the first 100" until empty, so one row that cannot be failed keeps the worker busy for
@@ -17,7 +18,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
-import { PENDING_OUTDATED, PENDING_STUCK } from "../domain/StuckBuilds.ts"
+import { PENDING_OUTDATED, PENDING_STUCK, PENDING_WAITING_FOR_ACK } from "../domain/StuckBuilds.ts"
 import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 
@@ -29,7 +30,7 @@ const BUDGET = Duration.minutes(25)
 const run = Effect.fn("DropPendingBuilds.run")(function*() {
   const { dryRun } = yield* CurrentRun
   yield* Effect.logInfo("Cleaning pending timed-out builds")
-  const summary = yield* dropStuckRules(NAME, BUDGET, [PENDING_OUTDATED, PENDING_STUCK])
+  const summary = yield* dropStuckRules(NAME, BUDGET, [PENDING_OUTDATED, PENDING_WAITING_FOR_ACK, PENDING_STUCK])
   if (!dryRun) {
     yield* Effect.all([increment(buildsDroppedTotal, summary.dropped), increment(buildsDoomedTotal, summary.doomed)])
   }
@@ -37,12 +38,13 @@ const run = Effect.fn("DropPendingBuilds.run")(function*() {
 })
 
 /** What waits for this batch now: its rules' own first page (the dashboard card, `sweeper_backlog`). */
-export const dropPendingBuildsBacklog = stuckBacklog([PENDING_OUTDATED, PENDING_STUCK])
+export const dropPendingBuildsBacklog = stuckBacklog([PENDING_OUTDATED, PENDING_WAITING_FOR_ACK, PENDING_STUCK])
 
 export const DropPendingBuilds = {
   name: NAME,
   worker: "Ci::StuckBuilds::DropPendingService (StuckCiJobsWorker)",
-  description: "Fails CI builds pending for over a day, or over an hour with no online runner",
+  description: "Fails CI builds pending for over a day, unacknowledged by their runner for an hour, " +
+    "or pending an hour with no online runner",
   cron: "0 * * * *",
   budget: BUDGET,
   // GitLab's StuckCiJobsWorker lease: the whole family runs under it there; here each batch has its own.

@@ -9,8 +9,9 @@
 import { Clock, DateTime, Duration, Effect, Option } from "effect"
 import { BACKLOG_CAP, type BacklogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { CurrentRun, decisionTime } from "../domain/Batch.ts"
-import { cursorOf, DropBatchSize } from "../domain/Build.ts"
-import { CurrentFailureReasonSet, reasonOf, type StuckRule } from "../domain/StuckBuilds.ts"
+import { type BuildCursor, cursorOf, DropBatchSize } from "../domain/Build.ts"
+import { CurrentFailureReasonSet, reasonOf, rulesFor, type StuckRule } from "../domain/StuckBuilds.ts"
+import { RunnerAckQueue } from "../services/RunnerAckQueue.ts"
 import { type FamilyBuild, StuckBuilds } from "../services/StuckBuilds.ts"
 import { type Held, keysetPages, logIds, sumHeld } from "./RepairLoop.ts"
 
@@ -44,9 +45,25 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
     const reasons = yield* CurrentFailureReasonSet
     const now = yield* decisionTime
     const reason = reasonOf(rule, reasons)
-
-    const dropPage = (page: ReadonlyArray<FamilyBuild>, commit: (c: Counts) => Effect.Effect<void>) =>
+    const ackQueue = yield* RunnerAckQueue
+    // Builds read whose runner may still accept them: left alone, as GitLab does. Kept beside the
+    // pages (not cut from them) so the keyset still moves past them; only ever added to, since the
+    // next page is read while this one is written.
+    const waiting = new Set<FamilyBuild>()
+    const read = (after: Option.Option<BuildCursor>) =>
       Effect.gen(function*() {
+        const page = yield* builds.findStuck({ rule, now, after, limit: size })
+        if (rule.skipsWaitingForAck !== true) return page
+        const ids = yield* ackQueue.waitingForAck(page.map((build) => build.id))
+        for (const build of page) if (ids.has(build.id)) waiting.add(build)
+        yield* logIds("Skipped builds waiting for their runner's acknowledgement", "build_ids", [...ids])
+        return page
+      })
+    const actionable = (page: ReadonlyArray<FamilyBuild>) => page.filter((build) => !waiting.has(build))
+
+    const dropPage = (whole: ReadonlyArray<FamilyBuild>, commit: (c: Counts) => Effect.Effect<void>) =>
+      Effect.gen(function*() {
+        const page = actionable(whole)
         for (const build of page) yield* logDropping(rule, reason, build)
         const written = yield* builds.dropMany(rule, reasons, page, yield* DateTime.now)
         const won = new Set(written.dropped)
@@ -73,11 +90,11 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
       budget,
       initial: ZERO,
       size,
-      read: (after) => builds.findStuck({ rule, now, after, limit: size }),
+      read,
       cursor: cursorOf,
       unit: {
         target: (build) => `build:${build.id}`,
-        dry: (page) => ({ ...ZERO, dropped: page.length }),
+        dry: (page) => ({ ...ZERO, dropped: actionable(page).length }),
         write: dropPage,
         fence: false
       }
@@ -93,10 +110,11 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
 export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: ReadonlyArray<StuckRule>) =>
   Effect.gen(function*() {
     const run = yield* CurrentRun
+    const reasons = yield* CurrentFailureReasonSet
     const budgetMs = Duration.toMillis(Option.getOrElse(run.budget, () => budget))
     const started = yield* Clock.currentTimeMillis
     const walks: Array<StuckFamilySummary> = []
-    for (const rule of rules) {
+    for (const rule of rulesFor(rules, reasons)) {
       const left = budgetMs - ((yield* Clock.currentTimeMillis) - started)
       if (walks.length > 0 && left <= 0) break
       const walk = yield* dropStuckRule(batch, budget, rule).pipe(
@@ -126,10 +144,17 @@ export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: 
 export const stuckBacklog = (rules: ReadonlyArray<StuckRule>) =>
   Effect.gen(function*() {
     const builds = yield* StuckBuilds
+    const ackQueue = yield* RunnerAckQueue
     const now = yield* DateTime.now
-    const parts = yield* Effect.forEach(rules, (rule) =>
+    const parts = yield* Effect.forEach(rulesFor(rules, yield* CurrentFailureReasonSet), (rule) =>
       Effect.gen(function*() {
-        const page = yield* builds.findStuck({ rule, now, after: Option.none(), limit: BACKLOG_CAP + 1 })
+        const read = yield* builds.findStuck({ rule, now, after: Option.none(), limit: BACKLOG_CAP + 1 })
+        const waiting = rule.skipsWaitingForAck === true
+          ? yield* ackQueue.waitingForAck(read.map((build) =>
+            build.id
+          ))
+          : new Set<number>()
+        const page = read.filter((build) => !waiting.has(build.id))
         const due = rule.timestamps === "scheduled_at" ?
           [] :
           page.map((build) =>

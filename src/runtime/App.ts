@@ -22,6 +22,7 @@ import { LockedRowsMemory } from "../layers/memory/LockedRowsMemory.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
 import { PendingDirectUploadsMemory } from "../layers/memory/PendingDirectUploadsMemory.ts"
 import { RebalancingStateMemory } from "../layers/memory/RebalancingStateMemory.ts"
+import { RunnerAckQueueMemory } from "../layers/memory/RunnerAckQueueMemory.ts"
 import { ObjectStorageAzure } from "../layers/objectStorage/ObjectStorageAzure.ts"
 import { ObjectStorageLocal } from "../layers/objectStorage/ObjectStorageLocal.ts"
 import { ObjectStorageS3 } from "../layers/objectStorage/ObjectStorageS3.ts"
@@ -45,6 +46,7 @@ import { LockedRowsRedis } from "../layers/redis/LockedRowsRedis.ts"
 import { PendingDirectUploadsRedis } from "../layers/redis/PendingDirectUploadsRedis.ts"
 import { RebalancingStateRedis } from "../layers/redis/RebalancingStateRedis.ts"
 import { Redis, type StoreUrls } from "../layers/redis/Redis.ts"
+import { RunnerAckQueueRedis } from "../layers/redis/RunnerAckQueueRedis.ts"
 import { batches } from "../programs/index.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
 
@@ -63,6 +65,7 @@ export const RedisServices = Layer.mergeAll(
   PendingDirectUploadsRedis,
   JobQueueRedis,
   RebalancingStateRedis,
+  RunnerAckQueueRedis,
   ConcurrencyLimitsRedis
 )
 
@@ -85,6 +88,7 @@ export const MemoryBackends = Layer.mergeAll(
   PendingDirectUploadsMemory,
   JobQueueMemory,
   RebalancingStateMemory,
+  RunnerAckQueueMemory,
   ConcurrencyLimitsMemory
 ).pipe(Layer.provideMerge(MemoryRedis.layer))
 

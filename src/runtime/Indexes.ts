@@ -19,7 +19,13 @@ import { type DateTime, Effect, Option } from "effect"
 import type { Statement } from "effect/sql"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../domain/Build.ts"
 import { EVENT_RETENTION, PRUNE_PAGE_SIZE, pruneCutoff } from "../domain/Retention.ts"
-import { PENDING_OUTDATED, PENDING_STUCK, RUNNING_OUTDATED, SCHEDULED_OUTDATED } from "../domain/StuckBuilds.ts"
+import {
+  PENDING_OUTDATED,
+  PENDING_STUCK,
+  PENDING_WAITING_FOR_ACK,
+  RUNNING_OUTDATED,
+  SCHEDULED_OUTDATED
+} from "../domain/StuckBuilds.ts"
 import { stuckCancelingQuery } from "../layers/postgres/BuildsSql.ts"
 import type { BuildsTable } from "../layers/postgres/DatabaseSchema.ts"
 import { prunePageQuery } from "../layers/postgres/EventRetentionSql.ts"
@@ -104,7 +110,9 @@ export const scans = (builds: BuildsTable): ReadonlyArray<Scan> => [
     wants: Option.some(cancelingIndex(builds))
   },
   ...[DropPendingBuilds, DropRunningBuilds, DropScheduledBuilds].flatMap((batch, i) =>
-    [[PENDING_OUTDATED, PENDING_STUCK], [RUNNING_OUTDATED], [SCHEDULED_OUTDATED]][i]!.map((rule) => ({
+    [[PENDING_OUTDATED, PENDING_WAITING_FOR_ACK, PENDING_STUCK], [RUNNING_OUTDATED], [SCHEDULED_OUTDATED]][i]!.map((
+      rule
+    ) => ({
       batch: batch.name,
       table: builds.name,
       description: `a page of ${DROP_BATCH_SIZE} ${rule.status} builds (${rule.stuckType}), keyset order`,

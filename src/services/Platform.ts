@@ -16,6 +16,7 @@ import type { PendingDirectUploads } from "./PendingDirectUploads.ts"
 import type { PlatformRecords } from "./PlatformRecords.ts"
 import type { RebalanceReschedule } from "./RebalanceReschedule.ts"
 import type { RebalancingState } from "./RebalancingState.ts"
+import type { RunnerAckQueue } from "./RunnerAckQueue.ts"
 import type { StaleUploadRepair } from "./StaleUploadRepair.ts"
 import type { StuckBuilds } from "./StuckBuilds.ts"
 
@@ -31,6 +32,7 @@ export type PlatformServices =
   | ObjectStorage
   | JobQueue
   | RebalancingState
+  | RunnerAckQueue
   | PlatformRecords
   | ConcurrencyLimits
   | Metrics

@@ -299,6 +299,7 @@ describe("Beside GitLab's schema", () => {
         // The family's walks: GitLab's (status, created_at, project_id) index serves each of them.
         ["drop-pending-builds", true],
         ["drop-pending-builds", true],
+        ["drop-pending-builds", true],
         ["drop-running-builds", true],
         ["drop-scheduled-builds", true],
         ["prune-events", true],

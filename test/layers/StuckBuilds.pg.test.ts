@@ -1,16 +1,18 @@
 /**
  * The stuck-builds family on real PostgreSQL laid out with GitLab's own DDL (p_ci_builds with two
  * partitions, and the older plain ci_builds), runner tables included: GitLab's cases for every rule
- * (pending outdated and stuck, running outdated, scheduled outdated), the minute on each side of
- * every threshold, complete builds and bridges untouched, both failure-reason sets; and rows that
- * never leave the scope (a zombie, a row held by another transaction, a row a trigger refuses),
- * with which each run still ends, every other row repaired and the stuck ones counted.
+ * (pending outdated, waiting for its runner's ack with the ack state in real Redis, and stuck;
+ * running outdated; scheduled outdated), the minute on each side of every threshold, complete builds
+ * and bridges untouched, both failure-reason sets; and rows that never leave the scope (a zombie, a
+ * row held by another transaction, a row a trigger refuses), with which each run still ends, every
+ * other row repaired and the stuck ones counted.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import { CurrentRun } from "../../src/domain/Batch.ts"
+import { DropBatchSize } from "../../src/domain/Build.ts"
 import { CurrentFailureReasonSet, type FailureReasonSet } from "../../src/domain/StuckBuilds.ts"
 import { BuildsSql } from "../../src/layers/postgres/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
@@ -18,16 +20,19 @@ import { migrate } from "../../src/layers/postgres/Migrations.ts"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { StuckBuildsSql } from "../../src/layers/postgres/StuckBuildsSql.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { RunnerAckQueueRedis } from "../../src/layers/redis/RunnerAckQueueRedis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { DropPendingBuilds } from "../../src/programs/DropPendingBuilds.ts"
 import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
 import { DropScheduledBuilds } from "../../src/programs/DropScheduledBuilds.ts"
 import type { Builds } from "../../src/services/Builds.ts"
 import type { Metrics } from "../../src/services/Metrics.ts"
+import { RunnerAckQueue } from "../../src/services/RunnerAckQueue.ts"
 import type { StuckBuilds } from "../../src/services/StuckBuilds.ts"
 import { at } from "../support/clock.ts"
 import { createGitLabSchema, type GitLabLayout } from "../support/gitlabSchema.ts"
 import { freshDatabase, holdLocks, TestDatabaseUrl } from "../support/postgres.ts"
+import { RedisTest } from "../support/redis.ts"
 
 const NOW = "2026-01-02T05:00:00Z"
 
@@ -37,7 +42,7 @@ const onGitLab = <A, E>(
   effect: Effect.Effect<
     A,
     E,
-    PgClient.PgClient | SqlClient.SqlClient | TestDatabaseUrl | StuckBuilds | Builds | Metrics
+    PgClient.PgClient | SqlClient.SqlClient | TestDatabaseUrl | StuckBuilds | Builds | Metrics | RunnerAckQueue
   >
 ) =>
   Effect.scoped(Effect.gen(function*() {
@@ -49,10 +54,11 @@ const onGitLab = <A, E>(
     }).pipe(Effect.provide(base))
     return yield* effect.pipe(
       Effect.provide(
-        Layer.mergeAll(StuckBuildsSql, BuildsSql, MetricsPrometheus).pipe(
-          Layer.provideMerge(EventLogSql),
-          Layer.provideMerge(base)
-        )
+        Layer.mergeAll(StuckBuildsSql, BuildsSql, MetricsPrometheus, RunnerAckQueueRedis.pipe(Layer.provide(RedisTest)))
+          .pipe(
+            Layer.provideMerge(EventLogSql),
+            Layer.provideMerge(base)
+          )
       )
     )
   }))
@@ -78,6 +84,7 @@ interface Row {
   readonly updated?: string
   readonly scheduled?: string | null
   readonly type?: string
+  readonly runner?: number
 }
 
 const seed = (table: string, partitioned: boolean, rows: ReadonlyArray<Row>) =>
@@ -87,10 +94,11 @@ const seed = (table: string, partitioned: boolean, rows: ReadonlyArray<Row>) =>
       // Odd ids in partition 101 on p_ci_builds, so every rule crosses partitions.
       const partition = partitioned && row.id % 2 === 1 ? 101 : 100
       yield* sql`INSERT INTO ${sql(table)} (id, partition_id, project_id, type, status, created_at, updated_at,
-        scheduled_at, lock_version)
+        scheduled_at, lock_version, runner_id)
         VALUES (${row.id}, ${partition}, ${row.project ?? 10}, ${row.type ?? "Ci::Build"}, ${row.status},
           ${row.created}::timestamp, ${row.updated ?? row.created}::timestamp,
-          ${row.scheduled === undefined || row.scheduled === null ? null : row.scheduled}::timestamptz, 0)`
+          ${row.scheduled === undefined || row.scheduled === null ? null : row.scheduled}::timestamptz, 0,
+          ${row.runner ?? null})`
     }
   })
 
@@ -222,6 +230,56 @@ describe("The stuck-builds family beside GitLab's schema", () => {
           })
         ), 120_000)
     }
+  }
+
+  for (const reasons of ["legacy", "gitlab-19"] as const) {
+    it.live(`a runner assigned and its acknowledgement awaited over an hour (${reasons} reasons)`, () =>
+      onGitLab(
+        { partitioned: true },
+        Effect.gen(function*() {
+          const sql = yield* PgClient.PgClient
+          yield* seedRunners
+          // Project 10 has an online runner, so neither other pending rule applies to these.
+          const assigned = { project: 10, status: "pending", runner: 2, created: "2025-12-31 17:00:00" }
+          yield* seed("p_ci_builds", true, [
+            { id: 50, ...assigned, updated: "2026-01-02 03:59:00" },
+            { id: 51, ...assigned, updated: "2026-01-02 04:00:00" },
+            { id: 52, ...assigned, updated: "2026-01-02 04:30:00" },
+            // The runner is still within its acknowledgement window: left alone either way.
+            { id: 53, ...assigned, updated: "2026-01-02 03:00:00" },
+            { id: 54, ...assigned, updated: "2026-01-02 04:30:00" },
+            // No runner assigned: not this rule's.
+            { id: 55, project: 10, status: "pending", created: "2025-12-31 17:00:00", updated: "2026-01-02 03:00:00" },
+            // Outdated too: GitLab's first rule takes it, with its own reason.
+            { id: 56, ...assigned, created: "2025-12-31 00:00:00", updated: "2025-12-31 00:00:00" }
+          ])
+          const queue = yield* RunnerAckQueue
+          yield* queue.setWaiting(53, 900)
+          yield* queue.setWaiting(54, 900)
+          // Pages of one: the next page is read while this one is written, so each page's waiting
+          // builds must stay its own.
+          const pending = yield* DropPendingBuilds.run.pipe(
+            asRun("drop-pending-builds", reasons),
+            Effect.provideService(DropBatchSize, 1)
+          )
+          const after = yield* states("p_ci_builds")
+          const expected: Record<number, readonly [string, number | null]> = reasons === "legacy"
+            ? { 50: ["failed", 24], 56: ["failed", 3] }
+            : { 56: ["failed", 25] }
+          for (const id of [50, 51, 52, 53, 54, 55, 56]) {
+            assert.deepStrictEqual([id, ...after.get(id)!], [id, ...(expected[id] ?? ["pending", null])])
+          }
+          assert.strictEqual(pending.dropped, Object.keys(expected).length)
+          const events = yield* sql<{ data: { id: number; stuck_type: string; rule: string } }>`
+            SELECT data FROM sweeper_events WHERE type = 'BuildDropped' ORDER BY (data->>'id')::int`
+          assert.deepStrictEqual(
+            events.map((e) => [e.data.id, e.data.stuck_type, e.data.rule]),
+            reasons === "legacy"
+              ? [[50, "waiting_for_ack", "pending_waiting_for_ack"], [56, "outdated", "pending_outdated"]]
+              : [[56, "outdated", "pending_outdated"]]
+          )
+        })
+      ), 120_000)
   }
 
   it.live(

@@ -18,6 +18,7 @@ import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
 import { DropScheduledBuilds } from "../../src/programs/DropScheduledBuilds.ts"
 import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
+import { RunnerAckQueue } from "../../src/services/RunnerAckQueue.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -161,6 +162,73 @@ describe("drop-pending-builds", () => {
       )
       assert.deepStrictEqual([summary.dropped, summary.batches], [100, 1])
       assert.strictEqual((yield* row(stuckOnly.id)).status, "pending")
+    }).pipe(Effect.provide(MemoryPlatform())))
+})
+
+describe("drop-pending-builds: a runner assigned, its acknowledgement awaited", () => {
+  // Created long ago but updated recently enough that neither the day nor the stuck rule applies.
+  const assigned = (updated: Duration.Input, overrides: Partial<FamilyBuildRecord> = {}) =>
+    build({ status: "pending", createdAt: ago("36 hours"), updatedAt: ago(updated), ...overrides })
+
+  it.effect("1 h + 1 s without update → runner_provisioning_timeout (24); exactly 1 h, 30 min, no runner stay", () =>
+    Effect.gen(function*() {
+      const stale = assigned("3601 seconds")
+      const exactly = assigned("1 hour")
+      const recent = assigned("30 minutes")
+      const noRunner = assigned("2 hours", { runnerId: null })
+      const state = yield* seed(stale, exactly, recent, noRunner)
+      for (const b of [stale, exactly, recent, noRunner]) state.onlineRunner.add(b.id)
+      const summary = yield* summaryOf(DropPendingBuilds.run)
+      assert.strictEqual(summary.dropped, 1)
+      assert.deepStrictEqual([(yield* row(stale.id)).status, (yield* row(stale.id)).failureReason], ["failed", 24])
+      for (const kept of [exactly, recent, noRunner]) assert.strictEqual((yield* row(kept.id)).status, "pending")
+      const events = yield* MemoryEvents
+      assert.deepStrictEqual(events.map((e) => [e.data.stuck_type, e.data.rule]), [[
+        "waiting_for_ack",
+        "pending_waiting_for_ack"
+      ]])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("skipped while the runner's ack window is open, even across a whole page; dropped once it expires", () =>
+    Effect.gen(function*() {
+      // A full first page (100) of builds still awaiting their runner, then one that is not: the walk
+      // passes the page without dropping any and still reaches the last one.
+      const waiting = Array.from({ length: 100 }, () => assigned("2 hours"))
+      const last = assigned("2 hours", { createdAt: ago("35 hours") })
+      const state = yield* seed(...waiting, last)
+      for (const b of [...waiting, last]) state.onlineRunner.add(b.id)
+      const queue = yield* RunnerAckQueue
+      for (const b of waiting) yield* queue.setWaiting(b.id, 900)
+      const dry = yield* summaryOf(DropPendingBuilds.run).pipe(
+        Effect.provideService(CurrentRun, {
+          runId: null,
+          batch: DropPendingBuilds.name,
+          dryRun: true,
+          budget: Option.none(),
+          fence: Option.none()
+        })
+      )
+      assert.strictEqual(dry.dropped, 1)
+      const first = yield* summaryOf(DropPendingBuilds.run)
+      assert.strictEqual(first.dropped, 1)
+      assert.strictEqual((yield* row(last.id)).failureReason, 24)
+      for (const b of waiting) assert.strictEqual((yield* row(b.id)).status, "pending")
+      // GitLab's entry lives two minutes past the runner's last ping; then the builds are fair game.
+      yield* TestClock.adjust("121 seconds")
+      const later = yield* DropPendingBuilds.run
+      assert.strictEqual(later.dropped, 100)
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("GitLab 19's reason set: the rule does not run (GitLab 19 removed it; 24 means another reason there)", () =>
+    Effect.gen(function*() {
+      const stale = assigned("2 hours")
+      const state = yield* seed(stale)
+      state.onlineRunner.add(stale.id)
+      const summary = yield* summaryOf(DropPendingBuilds.run).pipe(
+        Effect.provideService(CurrentFailureReasonSet, "gitlab-19")
+      )
+      assert.strictEqual(summary.dropped, 0)
+      assert.strictEqual((yield* row(stale.id)).status, "pending")
     }).pipe(Effect.provide(MemoryPlatform())))
 })
 

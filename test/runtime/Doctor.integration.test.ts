@@ -175,6 +175,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           ["drop-canceling-builds", "p_ci_builds", true, 0],
           ["drop-pending-builds", "p_ci_builds", true, 0],
           ["drop-pending-builds", "p_ci_builds", true, 0],
+          ["drop-pending-builds", "p_ci_builds", true, 0],
           ["drop-running-builds", "p_ci_builds", true, 0],
           ["drop-scheduled-builds", "p_ci_builds", true, 0],
           ["prune-events", "sweeper_events", true, 0],

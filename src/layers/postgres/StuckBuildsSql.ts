@@ -106,9 +106,12 @@ export const ruleMatch = (sql: PgClient.PgClient, runners: RunnerTables, rule: S
   const cutoff = DateTime.toDateUtc(ruleCutoff(rule, now))
   const age = rule.timestamps === "scheduled_at"
     ? sql`b.scheduled_at IS NOT NULL AND b.scheduled_at < ${cutoff}`
+    : rule.timestamps === "updated_at"
+    ? sql`b.updated_at < ${cutoff}`
     : sql`b.created_at < ${cutoff} AND b.updated_at < ${cutoff}`
   const stuck = rule.noOnlineRunner ? sql`AND ${noOnlineRunner(sql, runners, now)}` : sql``
-  return sql`b.status = ${rule.status} AND b.type = 'Ci::Build' AND ${age} ${stuck}`
+  const assigned = rule.runnerAssigned === true ? sql`AND b.runner_id IS NOT NULL` : sql``
+  return sql`b.status = ${rule.status} AND b.type = 'Ci::Build' AND ${age} ${stuck} ${assigned}`
 }
 
 const columns = (sql: PgClient.PgClient, table: BuildsTable) =>
