@@ -59,7 +59,7 @@ for (const [name, backend] of Object.entries(backends)) {
       Effect.gen(function*() {
         const raw = yield* RawEntry
         const ids = Array.from({ length: 60 }, (_, i) => 1000 + i)
-        for (const id of ids.filter((id) => id % 3 === 0)) yield* raw.set(id, "42")
+        for (const buildId of ids.filter((id) => id % 3 === 0)) yield* raw.set(buildId, "42")
         const waiting = yield* (yield* RunnerAckQueue).waitingForAck(ids)
         assert.deepStrictEqual([...waiting].sort(), ids.filter((id) => id % 3 === 0))
       }).pipe(Effect.provide(backend)))
