@@ -137,6 +137,9 @@ const buttons = (view: BatchView) =>
 const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null }) | undefined) =>
   backlog === undefined
     ? ""
+    // Until the first sample lands (it is taken beside start-up) a zero would claim nothing waits.
+    : backlog.sampledAt === null
+    ? `<dt>Backlog</dt><dd class="backlog" data-backlog=""><span class="muted">not read yet</span></dd>`
     : `<dt>Backlog</dt><dd class="backlog" data-backlog="${backlog.count}">${
       backlog.error !== null
         ? `<span class="error">unreadable: ${e(backlog.error)}</span>`

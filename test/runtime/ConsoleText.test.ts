@@ -70,6 +70,22 @@ describe("console text", () => {
     assert.include(html, "held by the gate for</span> 1.5 s")
     assert.include(html, "data-key=\"skippedNoStore\" data-value=\"2\"")
     assert.include(html, "data-last-run=\"r1\"")
+
+    // Before the first backlog sample the card does not claim that nothing waits.
+    const unread = { batch: view.name, what: "w", count: 0, capped: false, oldestAt: null, parts: [] }
+    const before = card({
+      ...view,
+      backlog: { ...unread, stale: false, note: null, error: null, sampledAt: null }
+    })
+    assert.notInclude(before, "nothing waits")
+    assert.include(before, "not read yet")
+    assert.include(before, "data-backlog=\"\"")
+    const after = card({
+      ...view,
+      backlog: { ...unread, stale: false, note: null, error: null, sampledAt: new Date(now) }
+    })
+    assert.include(after, "nothing waits")
+    assert.include(after, "data-backlog=\"0\"")
   })
 
   it("the window a batch page opens on comes from its runs", () => {
