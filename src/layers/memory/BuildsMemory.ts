@@ -43,7 +43,10 @@ export class MemoryBuilds extends Context.Service<MemoryBuilds, {
   )
 }
 
-const toBuild = (row: BuildRecord): CancelingBuild => ({
+/** A stored build as the page reads return it (BuildsMemory and StuckBuildsMemory alike). */
+export const toBuild = (
+  row: Pick<BuildRecord, "id" | "projectId" | "runnerId" | "status" | "lockVersion" | "createdAt" | "updatedAt">
+): CancelingBuild => ({
   id: row.id,
   projectId: row.projectId,
   runnerId: row.runnerId,
@@ -53,7 +56,8 @@ const toBuild = (row: BuildRecord): CancelingBuild => ({
   updatedAt: row.updatedAt
 })
 
-const keysetOrder = Order.combineAll<BuildCursor>([
+/** The keyset order of the build walks: (created_at, project_id, id). */
+export const keysetOrder = Order.combineAll<BuildCursor>([
   Order.mapInput(DateTime.Order, (c: BuildCursor) => c.createdAt),
   Order.mapInput(Order.Number, (c: BuildCursor) => c.projectId),
   Order.mapInput(Order.Number, (c: BuildCursor) => c.id)

@@ -5,9 +5,8 @@
  * would, `refused` makes writes of a row fail as a trigger raising would, `zombies` rows whose
  * writes silently change nothing. `onlineRunner` lists builds some online runner could pick.
  */
-import { Context, DateTime, Effect, Layer, Option, Order } from "effect"
+import { Context, DateTime, Effect, Layer, Option } from "effect"
 import { checkFence } from "../../domain/Batch.ts"
-import type { BuildCursor, CancelingBuild } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import {
@@ -20,6 +19,7 @@ import {
 import { retryOrDoomFamily } from "../../repair/StuckDropRetry.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { type FamilyBuild, StuckBuilds } from "../../services/StuckBuilds.ts"
+import { keysetOrder, toBuild } from "./BuildsMemory.ts"
 
 export interface FamilyBuildRecord {
   id: number
@@ -54,22 +54,6 @@ export class MemoryStuckBuilds extends Context.Service<MemoryStuckBuilds, {
     pages: []
   }))
 }
-
-const toBuild = (row: FamilyBuildRecord): CancelingBuild => ({
-  id: row.id,
-  projectId: row.projectId,
-  runnerId: row.runnerId,
-  status: row.status,
-  lockVersion: row.lockVersion,
-  createdAt: row.createdAt,
-  updatedAt: row.updatedAt
-})
-
-const keysetOrder = Order.combineAll<BuildCursor>([
-  Order.mapInput(DateTime.Order, (c: BuildCursor) => c.createdAt),
-  Order.mapInput(Order.Number, (c: BuildCursor) => c.projectId),
-  Order.mapInput(Order.Number, (c: BuildCursor) => c.id)
-])
 
 export const StuckBuildsMemory = Layer.effect(
   StuckBuilds,

@@ -20,7 +20,8 @@ import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSche
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
 
-interface BuildRow {
+/** A build as the page queries select it (BuildsSql and StuckBuildsSql alike). */
+export interface BuildRow {
   readonly id: string
   /** Only selected from p_ci_builds. */
   readonly partition_id?: string
@@ -34,7 +35,7 @@ interface BuildRow {
   readonly created_at_exact: string
 }
 
-const toBuild = (row: BuildRow): CancelingBuild => ({
+export const toBuild = (row: BuildRow): CancelingBuild => ({
   id: Number(row.id),
   ...(row.partition_id === undefined ? {} : { partitionId: Number(row.partition_id) }),
   projectId: Number(row.project_id),
@@ -88,7 +89,7 @@ const claimedJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
 /** `id[, partition_id]`: the primary key's columns. */
 const keyColumns = (sql: PgClient.PgClient, table: BuildsTable) => sql.literal(table.key.join(", "))
 
-const keyString = (
+export const keyString = (
   table: BuildsTable,
   key: { readonly id: number | string; readonly partitionId?: number | string | undefined }
 ) => table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`

@@ -11,7 +11,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import type { BuildCursor, BuildKey, CancelingBuild } from "../../domain/Build.ts"
+import type { BuildCursor, BuildKey } from "../../domain/Build.ts"
 import { type FenceError, isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import {
@@ -26,34 +26,10 @@ import { retryOrDoomFamily } from "../../repair/StuckDropRetry.ts"
 import type { DropManyResult } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { type FamilyBuild, StuckBuilds } from "../../services/StuckBuilds.ts"
-import { keyMatch } from "./BuildsSql.ts"
+import { type BuildRow, keyMatch, keyString, toBuild } from "./BuildsSql.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
-
-interface BuildRow {
-  readonly id: string
-  readonly partition_id?: string
-  readonly project_id: string
-  readonly runner_id: string | null
-  readonly status: string
-  readonly lock_version: number
-  readonly created_at: Date
-  readonly updated_at: Date
-  readonly created_at_exact: string
-}
-
-const toBuild = (row: BuildRow): CancelingBuild => ({
-  id: Number(row.id),
-  ...(row.partition_id === undefined ? {} : { partitionId: Number(row.partition_id) }),
-  projectId: Number(row.project_id),
-  runnerId: row.runner_id === null ? null : Number(row.runner_id),
-  status: row.status,
-  lockVersion: row.lock_version,
-  createdAt: DateTime.fromDateUnsafe(row.created_at),
-  updatedAt: DateTime.fromDateUnsafe(row.updated_at),
-  createdAtExact: row.created_at_exact
-})
 
 /** Which of GitLab's runner tables the database holds: decides how `build.stuck?` is asked. */
 export interface RunnerTables {
@@ -154,9 +130,6 @@ export const stuckPageQuery = (
     ORDER BY ${order}
     LIMIT ${options.limit}`
 }
-
-const keyString = (table: BuildsTable, key: BuildKey) =>
-  table.partitioned ? `${key.id}:${key.partitionId}` : `${key.id}`
 
 const droppedEvent = (table: BuildsTable, rule: StuckRule, build: FamilyBuild, reason: number) =>
   new BuildDropped({
