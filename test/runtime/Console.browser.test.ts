@@ -12,38 +12,23 @@ import { assert, describe, it as plain, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { randomUUID } from "node:crypto"
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs"
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { chromium, type Page } from "playwright-core"
+import type { Page } from "playwright-core"
+import { launchChromium } from "../support/browser.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { startSweeper, waitFor } from "../support/processes.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 
 const TOKEN = "console-token"
-const CHROMIUM = "/usr/bin/chromium"
 const root = fileURLToPath(new URL("../..", import.meta.url))
 const HOUR = 3600_000
 
 const browser = Effect.acquireRelease(
   Effect.promise(async () => {
-    assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
-    return chromium.launch({
-      // Readiness, not a guess: a busy 2-core machine may take far longer than playwright's 30 s.
-      timeout: 180_000,
-      executablePath: CHROMIUM,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync"
-      ]
-    })
+    return launchChromium()
   }),
   (instance) => Effect.promise(() => instance.close())
 )

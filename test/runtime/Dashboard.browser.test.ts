@@ -8,39 +8,22 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { existsSync, mkdirSync } from "node:fs"
+import { mkdirSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { chromium } from "playwright-core"
+import { launchChromium } from "../support/browser.ts"
 import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { startSweeper } from "../support/processes.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 
 const TOKEN = "dashboard-token"
-const CHROMIUM = "/usr/bin/chromium"
 const root = fileURLToPath(new URL("../..", import.meta.url))
 
 const browser = Effect.acquireRelease(
   Effect.promise(async () => {
-    // .ci/run installs chromium; a missing browser fails this test, it never skips it.
-    assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
     // playwright gives every launch a fresh temporary profile (the fresh --user-data-dir STACK.md asks for).
-    const instance = await chromium.launch({
-      // Readiness, not a guess: a busy 2-core machine may take far longer than playwright's 30 s.
-      timeout: 180_000,
-      executablePath: CHROMIUM,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync"
-      ]
-    })
+    const instance = await launchChromium()
     return instance
   }),
   (instance) => Effect.promise(() => instance.close())

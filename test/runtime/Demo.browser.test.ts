@@ -9,14 +9,13 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { chromium } from "playwright-core"
+import { launchChromium } from "../support/browser.ts"
 import { waitFor } from "../support/processes.ts"
 
-const CHROMIUM = "/usr/bin/chromium"
 const root = fileURLToPath(new URL("../..", import.meta.url))
 
 const exitOf = (child: ChildProcess) =>
@@ -40,7 +39,8 @@ describe("npm run demo in a browser", () => {
     "the printed link gives the buttons their token: Run now's run appears on the card",
     () =>
       Effect.promise(async () => {
-        assert.isTrue(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`)
+        // Launched first: a browser that cannot start leaves no demo behind.
+        const browser = await launchChromium()
         const dataDir = mkdtempSync(join(tmpdir(), "sweeper-demo-browser-"))
         const child = spawn("npm", ["run", "--silent", "demo"], {
           cwd: root,
@@ -56,19 +56,6 @@ describe("npm run demo in a browser", () => {
         child.stdout.on("data", (chunk) => (stdout += chunk))
         child.stderr.on("data", () => {})
         const exited = exitOf(child)
-        const browser = await chromium.launch({
-          executablePath: CHROMIUM,
-          args: [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync"
-          ]
-        })
         try {
           const link = await waitFor(
             "the dashboard link with the demo's token",
