@@ -6,32 +6,19 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { batchNames } from "../../src/programs/index.ts"
+import { runToEnd } from "../support/cli.ts"
 
 const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
 const repl = fileURLToPath(new URL("../../src/runtime/Repl.ts", import.meta.url))
 
 /** A command run in `cwd` with nothing configured (no SWEEPER_* variable, no DATABASE_URL) but `env`. */
 const bare = (cwd: string, args: ReadonlyArray<string>, input?: string, env: Record<string, string> = {}) =>
-  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, args, {
-      cwd,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
-      stdio: ["pipe", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.on("data", (chunk) => (stdout += chunk))
-    child.stderr.on("data", (chunk) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-    child.stdin.end(input ?? "")
-  })
+  runToEnd(process.execPath, args, { cwd, env, ...(input === undefined ? {} : { input }) })
 
 describe("nothing running, nothing configured", () => {
   it.live("status, run and the REPL say so in one line and create no ./.sweeper", () =>

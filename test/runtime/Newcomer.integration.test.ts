@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import { spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
+import { shellInCheckout } from "../support/cli.ts"
 import { waitFor } from "../support/processes.ts"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
@@ -26,19 +27,6 @@ const blockAfter = (heading: string): ReadonlyArray<string> => {
 }
 
 const shellEnv = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" }
-
-/** A command line as README gives it, in a shell in the checkout, with `input` on its stdin. */
-const shell = (command: string, input: string) =>
-  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn("sh", ["-c", command], { cwd: root, env: shellEnv, stdio: ["pipe", "pipe", "pipe"] })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.on("data", (chunk) => (stdout += chunk))
-    child.stderr.on("data", (chunk) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-    child.stdin.end(input)
-  })
 
 describe("the newcomer's path in README", () => {
   it("the quick start names the demo, the tests and the main job, in that order", () => {
@@ -79,12 +67,12 @@ describe("the newcomer's path in README", () => {
           assert.isTrue(replInput.some((l) => /^await sweeper\.run\("drop-canceling-builds"\)$/.test(l)))
 
           for (const command of commands.filter((c) => c !== repl)) {
-            const done = await shell(command, "")
+            const done = await shellInCheckout(command, "")
             assert.strictEqual(done.code, 0, `${command}: ${done.stderr}`)
           }
           // The batch is paused (README's first line); the simulator makes a stuck build a second.
           await new Promise((resolve) => setTimeout(resolve, 4000))
-          const played = await shell(repl!, replInput.join("\n") + "\n")
+          const played = await shellInCheckout(repl!, replInput.join("\n") + "\n")
           assert.strictEqual(played.code, 0, played.stderr)
           assert.include(played.stdout, "talking to the supervisor at http://127.0.0.1:")
 

@@ -6,33 +6,12 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
 import { reachCommands } from "../../src/runtime/ReachCommands.ts"
-import { runCli } from "../support/cli.ts"
+import { runCli, shellInCheckout } from "../support/cli.ts"
 import { startSweeper, waitFor } from "../support/processes.ts"
-
-const root = fileURLToPath(new URL("../..", import.meta.url))
-
-/** The command line as printed, typed into a shell in the checkout, with `input` on its stdin. */
-const shell = (command: string, input: string) =>
-  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn("sh", ["-c", command], {
-      cwd: root,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" },
-      stdio: ["pipe", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.on("data", (chunk) => (stdout += chunk))
-    child.stderr.on("data", (chunk) => (stderr += chunk))
-    child.on("error", reject)
-    child.on("close", (code) => resolve({ code, stdout, stderr }))
-    child.stdin.end(input)
-  })
 
 interface StoredEvent {
   readonly type: string
@@ -64,13 +43,13 @@ describe("the REPL beside the demo", () => {
 
           // The other commands the demo prints reach it too, and say so.
           for (const { label, command } of reachCommands(dataDir).filter((c) => c.label !== "REPL")) {
-            const reached = await shell(command, "")
+            const reached = await shellInCheckout(command, "")
             assert.strictEqual(reached.code, 0, `${label}: ${reached.stderr}`)
             assert.include(reached.stdout, "drop-canceling-builds", label)
             assert.include(reached.stderr, "Talking to the supervisor at http://127.0.0.1:", label)
           }
           const repl = reachCommands(dataDir).find((c) => c.label === "REPL")!.command
-          const session = await shell(
+          const session = await shellInCheckout(
             repl,
             // One expression a line: piped input does not wait for a declaration's await.
             `await sweeper.run("drop-canceling-builds").then((r) => console.log("RESULT " + JSON.stringify(r)))\n` +

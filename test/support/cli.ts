@@ -43,3 +43,30 @@ export const runCli = (args: ReadonlyArray<string>, env: Record<string, string> 
       resolve({ code, stdout, stderr })
     })
   })
+
+/**
+ * Any command run to its end in `cwd` with only PATH and HOME (plus `env`) set, `input` on its
+ * stdin: what a newcomer's fresh terminal would run.
+ */
+export const runToEnd = (
+  file: string,
+  args: ReadonlyArray<string>,
+  options: { readonly cwd?: string; readonly env?: Record<string, string>; readonly input?: string } = {}
+) =>
+  new Promise<CliResult>((resolve, reject) => {
+    const child = spawn(file, args, {
+      cwd: options.cwd ?? root,
+      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...options.env },
+      stdio: ["pipe", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.on("data", (chunk) => (stdout += chunk))
+    child.stderr.on("data", (chunk) => (stderr += chunk))
+    child.on("error", reject)
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+    child.stdin.end(options.input ?? "")
+  })
+
+/** A command line as printed for a newcomer, typed into a shell in the checkout, `input` on stdin. */
+export const shellInCheckout = (command: string, input = "") => runToEnd("sh", ["-c", command], { input })
