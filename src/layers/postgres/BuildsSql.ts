@@ -98,6 +98,27 @@ export const keyString = (
 const keysetColumns = (table: BuildsTable) => ["created_at", "project_id", ...table.key].join(", ")
 
 /**
+ * `AND (<order>) > (<cursor>)`: the rest of a keyset walk after its last row (nothing on the first
+ * page). created_at is compared with its microseconds when the cursor has them.
+ */
+export const keysetAfter = (
+  sql: PgClient.PgClient,
+  table: BuildsTable,
+  order: ReturnType<PgClient.PgClient["literal"]>,
+  after: Option.Option<BuildCursor>
+) =>
+  Option.match(after, {
+    onNone: () => sql``,
+    onSome: (c) => {
+      const createdAt = c.createdAtExact !== undefined
+        ? sql`${c.createdAtExact}::timestamp`
+        : sql`${DateTime.toDateUtc(c.createdAt)}`
+      const key = table.partitioned ? sql`${c.id}, ${c.partitionId ?? 0}` : sql`${c.id}`
+      return sql`AND (${order}) > (${createdAt}, ${c.projectId}, ${key})`
+    }
+  })
+
+/**
  * The canceling walk's page query (exported so storage tests and `sweeper doctor` EXPLAIN the exact
  * text). On a standalone database it is served by the partial index
  * `index_ci_builds_canceling_on_created_at_project_id_id` (see Indexes.ts for GitLab's databases).
@@ -109,16 +130,7 @@ export const stuckCancelingQuery = (sql: PgClient.PgClient, options: {
 }, table: BuildsTable = PlainBuilds) => {
   const cutoff = DateTime.toDateUtc(options.cutoff)
   const order = sql.literal(keysetColumns(table))
-  const after = Option.match(options.after, {
-    onNone: () => sql``,
-    onSome: (c) => {
-      const createdAt = c.createdAtExact !== undefined
-        ? sql`${c.createdAtExact}::timestamp`
-        : sql`${DateTime.toDateUtc(c.createdAt)}`
-      const key = table.partitioned ? sql`${c.id}, ${c.partitionId ?? 0}` : sql`${c.id}`
-      return sql`AND (${order}) > (${createdAt}, ${c.projectId}, ${key})`
-    }
-  })
+  const after = keysetAfter(sql, table, order, options.after)
   return sql<BuildRow>`
     SELECT ${columns(sql, table)} FROM ${sql(table.name)}
     WHERE status = 'canceling' AND type = 'Ci::Build'

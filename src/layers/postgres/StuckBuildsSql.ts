@@ -26,7 +26,7 @@ import { retryOrDoomFamily } from "../../repair/StuckDropRetry.ts"
 import type { DropManyResult } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { type FamilyBuild, StuckBuilds } from "../../services/StuckBuilds.ts"
-import { type BuildRow, keyMatch, keyString, toBuild } from "./BuildsSql.ts"
+import { type BuildRow, keyMatch, keysetAfter, keyString, toBuild } from "./BuildsSql.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
@@ -114,16 +114,7 @@ export const stuckPageQuery = (
   runners: RunnerTables = { runners: false, runnerProjects: false, groupScope: false }
 ) => {
   const order = sql.literal(keysetColumns(table))
-  const after = Option.match(options.after, {
-    onNone: () => sql``,
-    onSome: (c) => {
-      const createdAt = c.createdAtExact !== undefined
-        ? sql`${c.createdAtExact}::timestamp`
-        : sql`${DateTime.toDateUtc(c.createdAt)}`
-      const key = table.partitioned ? sql`${c.id}, ${c.partitionId ?? 0}` : sql`${c.id}`
-      return sql`AND (${order}) > (${createdAt}, ${c.projectId}, ${key})`
-    }
-  })
+  const after = keysetAfter(sql, table, order, options.after)
   return sql<BuildRow>`
     SELECT ${columns(sql, table)} FROM ${sql(table.name)} AS b
     WHERE ${ruleMatch(sql, runners, options.rule, options.now)} ${after}
