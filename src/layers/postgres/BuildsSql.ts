@@ -53,6 +53,15 @@ const columns = (sql: PgClient.PgClient, table: BuildsTable) =>
   }project_id, runner_id, status, lock_version, created_at, updated_at,
     to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact`
 
+/** The fields a build's BuildDropped / BuildDoomed event carries (partition_id on p_ci_builds). */
+export const buildEventFields = (table: BuildsTable, build: CancelingBuild, reason: number) => ({
+  id: build.id,
+  ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
+  project_id: build.projectId,
+  runner_id: build.runnerId,
+  failure_reason: reason
+})
+
 /** `id = … [AND partition_id = …]`: the whole primary key of one build. */
 export const keyMatch = (sql: PgClient.PgClient, table: BuildsTable, key: BuildKey) => {
   if (!table.partitioned) return sql`id = ${key.id}`
@@ -214,13 +223,7 @@ export const BuildsSql = Layer.effect(
           if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
           return false
         }
-        const fields = {
-          id: build.id,
-          ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
-          project_id: build.projectId,
-          runner_id: build.runnerId,
-          failure_reason: reason
-        }
+        const fields = buildEventFields(table, build, reason)
         yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
         return true
       }))

@@ -26,7 +26,7 @@ import { retryOrDoomFamily } from "../../repair/StuckDropRetry.ts"
 import type { DropManyResult } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { type FamilyBuild, StuckBuilds } from "../../services/StuckBuilds.ts"
-import { type BuildRow, keyMatch, keysetAfter, keyString, toBuild } from "./BuildsSql.ts"
+import { buildEventFields, type BuildRow, keyMatch, keysetAfter, keyString, toBuild } from "./BuildsSql.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
@@ -123,15 +123,7 @@ export const stuckPageQuery = (
 }
 
 const droppedEvent = (table: BuildsTable, rule: StuckRule, build: FamilyBuild, reason: number) =>
-  new BuildDropped({
-    id: build.id,
-    ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
-    project_id: build.projectId,
-    runner_id: build.runnerId,
-    failure_reason: reason,
-    stuck_type: rule.stuckType,
-    rule: rule.name
-  })
+  new BuildDropped({ ...buildEventFields(table, build, reason), stuck_type: rule.stuckType, rule: rule.name })
 
 export const StuckBuildsSql = Layer.effect(
   StuckBuilds,
@@ -292,13 +284,7 @@ export const StuckBuildsSql = Layer.effect(
           if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
           return false
         }
-        const fields = {
-          id: build.id,
-          ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
-          project_id: build.projectId,
-          runner_id: build.runnerId,
-          failure_reason: reason
-        }
+        const fields = buildEventFields(table, build, reason)
         yield* events.append(
           outcome === "dropped" ? droppedEvent(table, rule, build, reason) : new BuildDoomed(fields)
         )
