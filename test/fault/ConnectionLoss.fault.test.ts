@@ -97,16 +97,24 @@ describe("connection loss mid-run", () => {
         const db = Number(new URL(yield* TestRedisUrl).pathname.slice(1))
         const ownId = yield* redis.use("test.client-id", (client) => client.client("ID"))
 
-        /** Kills every connection on our Redis db except the test's own: the CLI's. */
+        /**
+         * Kills every connection on our Redis db except the test's own: the CLI's. A connection killed
+         * a moment ago may still be reconnecting (ioredis backs off first), so it waits, up to 5 s, for
+         * one to be there to kill.
+         */
         const killVictims = redis.use("test.client-kill", async (client) => {
-          const list = String(await client.client("LIST"))
-          const victims = list.split("\n")
-            .map((line) =>
-              Object.fromEntries(line.trim().split(" ").map((pair) => pair.split("=") as [string, string]))
-            )
-            .filter((c) => c.db === String(db) && c.id !== undefined && Number(c.id) !== Number(ownId))
-          for (const victim of victims) await client.client("KILL", "ID", victim.id!)
-          return victims.length
+          const deadline = Date.now() + 5_000
+          while (true) {
+            const list = String(await client.client("LIST"))
+            const victims = list.split("\n")
+              .map((line) =>
+                Object.fromEntries(line.trim().split(" ").map((pair) => pair.split("=") as [string, string]))
+              )
+              .filter((c) => c.db === String(db) && c.id !== undefined && Number(c.id) !== Number(ownId))
+            for (const victim of victims) await client.client("KILL", "ID", victim.id!)
+            if (victims.length > 0 || Date.now() > deadline) return victims.length
+            await new Promise((resolve) => setTimeout(resolve, 5))
+          }
         })
 
         const run = startRun("redis-victim", "delete-stale-direct-uploads", {
