@@ -32,6 +32,16 @@ import { parseRedisUrl } from "./RedisUrl.ts"
 
 export interface SweeperSettings {
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  /**
+   * `CI_DATABASE_URL`: GitLab's ci database when it is separate (a decomposed GitLab); absent, the
+   * ci tables are in DATABASE_URL's database. Needs DATABASE_URL.
+   */
+  readonly ciDatabaseUrl: Option.Option<Redacted.Redacted<string>>
+  /**
+   * `SWEEPER_EMBEDDED_CI_DATABASE`: with the embedded default, keep the ci tables in a second
+   * embedded database (`<dataDir>/ci`), as a decomposed GitLab does (demos, simulator).
+   */
+  readonly embeddedCiDatabase: boolean
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   /** GitLab's three Redis stores, each defaulting to REDIS_URL; a comma list is a cluster. */
   readonly redisStoreUrls: RedisStoreUrlSettings
@@ -99,6 +109,22 @@ export const redisConfigured = (settings: Pick<SweeperSettings, "redisUrl" | "re
  */
 const checkHalfEmbedded = (settings: SweeperSettings): Option.Option<InvalidConfig> => {
   const hasDatabase = Option.isSome(settings.databaseUrl)
+  if (Option.isSome(settings.ciDatabaseUrl) && !hasDatabase) {
+    return Option.some(
+      new InvalidConfig({
+        variable: "DATABASE_URL",
+        message: "CI_DATABASE_URL is set but DATABASE_URL is not: the ci database needs its main database"
+      })
+    )
+  }
+  if (settings.embeddedCiDatabase && hasDatabase) {
+    return Option.some(
+      new InvalidConfig({
+        variable: "SWEEPER_EMBEDDED_CI_DATABASE",
+        message: "SWEEPER_EMBEDDED_CI_DATABASE is for the embedded default: with DATABASE_URL, set CI_DATABASE_URL"
+      })
+    )
+  }
   if (!redisConfigured(settings)) {
     return hasDatabase
       ? Option.some(
@@ -197,6 +223,8 @@ const ConcurrencyLimitsJson = Schema.fromJsonString(
 
 const settings = Config.all({
   databaseUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "DATABASE_URL")),
+  ciDatabaseUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "CI_DATABASE_URL")),
+  embeddedCiDatabase: Config.Boolean("SWEEPER_EMBEDDED_CI_DATABASE").pipe(Config.withDefault(false)),
   redisUrl: Config.option(Config.schema(Schema.Redacted(NonEmpty), "REDIS_URL")),
   dataDir: Config.schema(NonEmpty, "SWEEPER_DATA_DIR").pipe(Config.withDefault(".sweeper")),
   node: Config.schema(NonEmpty, "SWEEPER_NODE_NAME").pipe(Config.withDefault(`${hostname()}:${process.pid}`)),
@@ -328,6 +356,8 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
   static readonly layerWith = (overrides: Partial<SweeperSettings>) =>
     Layer.succeed(SweeperConfig, {
       databaseUrl: Option.none(),
+      ciDatabaseUrl: Option.none(),
+      embeddedCiDatabase: false,
       redisUrl: Option.none(),
       redisStoreUrls: noStoreUrls,
       dataDir: ".sweeper",

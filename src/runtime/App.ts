@@ -6,7 +6,9 @@
  *   Setting one side without the other is a start-up error (Config.ts).
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
-import { Cause, Effect, Layer, Option, Predicate, Redacted } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Cause, Context, Effect, Layer, Option, Predicate, Redacted } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
 import { join } from "node:path"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "../config/Config.ts"
 import { describeObjectStorage, type ObjectStorageSettings } from "../config/ObjectStorageConfig.ts"
@@ -27,6 +29,7 @@ import { ObjectStorageAzure } from "../layers/objectStorage/ObjectStorageAzure.t
 import { ObjectStorageLocal } from "../layers/objectStorage/ObjectStorageLocal.ts"
 import { ObjectStorageS3 } from "../layers/objectStorage/ObjectStorageS3.ts"
 import { BuildsSql } from "../layers/postgres/BuildsSql.ts"
+import { CiDatabase, MainDatabaseLive, sameDatabase, SingleDatabase } from "../layers/postgres/Databases.ts"
 import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "../layers/postgres/DatabaseSchema.ts"
 import { EventLogSql } from "../layers/postgres/EventLogSql.ts"
 import { EventRetentionSql } from "../layers/postgres/EventRetentionSql.ts"
@@ -168,6 +171,34 @@ export const databaseClientLayer = (
     onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
   })
 
+type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlError
+
+/**
+ * GitLab's ci database as configuration names it (needs main's PgClient): CI_DATABASE_URL's server,
+ * or a second embedded database under `<dataDir>/ci` (SWEEPER_EMBEDDED_CI_DATABASE); else main's
+ * client. A CI_DATABASE_URL that reaches main's very database is treated as one database.
+ */
+export const ciClientLayer = (
+  settings: SweeperSettings
+): Layer.Layer<CiDatabase, CiClientError, PgClient.PgClient> => {
+  type Client = Layer.Layer<PgClient.PgClient, CiClientError>
+  const separate = Option.match(settings.ciDatabaseUrl, {
+    onNone: (): Option.Option<Client> =>
+      settings.embeddedCiDatabase ? Option.some(layerEmbedded(join(settings.dataDir, "ci"))) : Option.none(),
+    onSome: (url): Option.Option<Client> => Option.some(layerServer(url).pipe(unavailable("PostgreSQL", url)))
+  })
+  if (Option.isNone(separate)) return SingleDatabase
+  return Layer.effect(
+    CiDatabase,
+    Effect.gen(function*() {
+      const main = yield* PgClient.PgClient
+      const ci = Context.get(yield* Layer.build(separate.value), PgClient.PgClient)
+      const decomposed = !(yield* sameDatabase(main, ci))
+      return CiDatabase.of({ sql: decomposed ? ci : main, decomposed })
+    })
+  )
+}
+
 /** effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query. */
 const isConnectionFailure = (error: unknown) => {
   const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
@@ -249,7 +280,11 @@ export const appLayer = (access: SchemaAccess) =>
           MetricsPrometheus
         )
       ),
-      Layer.provideMerge(databaseLayer(settings, access))
+      Layer.provideMerge(
+        Layer.merge(ciClientLayer(settings), MainDatabaseLive).pipe(
+          Layer.provideMerge(databaseLayer(settings, access))
+        )
+      )
     )
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 
