@@ -71,7 +71,9 @@ cli.pipe(
     // The schema is not what Sweeper needs: one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),
     HeavyMigrationPending: (error) => usageError(error.message),
-    MissingColumn: (error) => usageError(error.message)
+    MissingColumn: (error) => usageError(error.message),
+    // A table a batch needs held by neither database, by both, or by the wrong one.
+    UnusableLayout: (error) => usageError(error.message)
   }),
   NodeRuntime.runMain({
     // SIGTERM/SIGINT interrupt the supervisor; once its graceful shutdown has run, that is success.

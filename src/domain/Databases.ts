@@ -57,38 +57,72 @@ export interface TableHolding {
 
 export const holds = (holding: TableHolding) => holding.exists && !holding.writeLocked
 
-/** A GitLab table a batch needs, held by neither database or by both: the configuration is refused. */
+/**
+ * GitLab's runner tables: `build.stuck?` reads them when they exist (the stuck-builds family adapts
+ * when they do not), so they need not be anywhere; but a present one must be held by ci alone.
+ */
+export const RUNNER_TABLES: ReadonlyArray<string> = ["ci_runners", "ci_runner_projects", "ci_runner_namespaces"]
+
+/** A GitLab table Sweeper uses, held where it cannot work: the configuration is refused. */
 export interface LayoutProblem {
   readonly table: string
+  /** The databases where it exists and is writable. */
   readonly heldBy: ReadonlyArray<DatabaseName>
-  /** The database its gitlab_schema says should hold it. */
+  /** The databases where it exists behind GitLab's write-lock trigger. */
+  readonly lockedIn: ReadonlyArray<DatabaseName>
+  /** The database its gitlab_schema says should hold it (main when there is one database). */
   readonly expected: DatabaseName
+  /** Two databases were configured (and they are not the same one). */
+  readonly decomposed: boolean
 }
 
 /**
- * Checks that every needed table is held by exactly the database its gitlab_schema names. With
- * one database (ci = main) only `main` is given and every table must be held there.
+ * Checks that every needed table is held by exactly the database its gitlab_schema names, and that
+ * an optional one, when held anywhere, is held there alone. With one database (ci = main) only
+ * `main` is reported, and only a write-locked copy is a problem: it means this is one database of
+ * a decomposed GitLab. A missing table there is left to the column check, which names the column.
  */
 export const layoutProblems = (
   needed: ReadonlyArray<string>,
-  reports: Partial<Record<DatabaseName, ReadonlyArray<TableHolding>>>
+  reports: Partial<Record<DatabaseName, ReadonlyArray<TableHolding>>>,
+  optional: ReadonlyArray<string> = []
 ): ReadonlyArray<LayoutProblem> => {
   const decomposed = reports.ci !== undefined
   const problems: Array<LayoutProblem> = []
-  for (const table of needed) {
-    const heldBy = DATABASE_NAMES.filter((database) =>
-      (reports[database] ?? []).some((holding) => holding.table === table && holds(holding))
+  const where = (table: string, test: (holding: TableHolding) => boolean) =>
+    DATABASE_NAMES.filter((database) =>
+      (reports[database] ?? []).some((holding) => holding.table === table && test(holding))
     )
+  for (const table of [...needed, ...optional]) {
+    const heldBy = where(table, holds)
+    const lockedIn = where(table, (holding) => holding.exists && holding.writeLocked)
     const expected = decomposed ? databaseOfTable(table) : "main"
-    if (heldBy.length !== 1 || heldBy[0] !== expected) problems.push({ table, heldBy, expected })
+    const problem = { table, heldBy, lockedIn, expected, decomposed }
+    if (!decomposed) {
+      if (lockedIn.length > 0) problems.push(problem)
+      continue
+    }
+    const wellHeld = heldBy.length === 1 && heldBy[0] === expected
+    const absentAndOptional = heldBy.length === 0 && optional.includes(table) && !needed.includes(table)
+    if (!wellHeld && !absentAndOptional) problems.push(problem)
   }
   return problems
 }
 
-/** One line for a layout problem (`sweeper doctor`, start-up). */
-export const describeLayoutProblem = (problem: LayoutProblem) =>
-  problem.heldBy.length === 0
-    ? `${problem.table} is held by no database (expected in ${problem.expected})`
-    : problem.heldBy.length > 1
-    ? `${problem.table} is writable in both main and ci (expected only in ${problem.expected})`
-    : `${problem.table} is held by ${problem.heldBy[0]}, but GitLab keeps it in ${problem.expected}`
+/** One line for a layout problem (`sweeper doctor`, start-up), naming the table. */
+export const describeLayoutProblem = (problem: LayoutProblem): string => {
+  const { expected, heldBy, lockedIn, table } = problem
+  if (!problem.decomposed) {
+    return `${table} is write-locked in this database: a decomposed GitLab writes it in its ${
+      databaseOfTable(table)
+    } database (DATABASE_URL names main's, CI_DATABASE_URL ci's)`
+  }
+  if (heldBy.length === 0) {
+    return lockedIn.length === 0
+      ? `${table} is held by no database (expected in ${expected})`
+      : `${table} is held by no database: write-locked in ${lockedIn.join(" and ")} (expected writable in ${expected})`
+  }
+  return heldBy.length > 1
+    ? `${table} is writable in both main and ci (expected only in ${expected})`
+    : `${table} is held by ${heldBy[0]}, but GitLab keeps it in ${expected}`
+}

@@ -29,8 +29,9 @@ import { ObjectStorageAzure } from "../layers/objectStorage/ObjectStorageAzure.t
 import { ObjectStorageLocal } from "../layers/objectStorage/ObjectStorageLocal.ts"
 import { ObjectStorageS3 } from "../layers/objectStorage/ObjectStorageS3.ts"
 import { BuildsSql } from "../layers/postgres/BuildsSql.ts"
+import { checkLayout } from "../layers/postgres/DatabaseLayout.ts"
 import { CiDatabase, MainDatabaseLive, sameDatabase, SingleDatabase } from "../layers/postgres/Databases.ts"
-import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "../layers/postgres/DatabaseSchema.ts"
+import { detectSchemaMode, SchemaNotMigrated } from "../layers/postgres/DatabaseSchema.ts"
 import { EventLogSql } from "../layers/postgres/EventLogSql.ts"
 import { EventRetentionSql } from "../layers/postgres/EventRetentionSql.ts"
 import { ExportJobsSql } from "../layers/postgres/ExportJobsSql.ts"
@@ -139,9 +140,14 @@ const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
       const pending = yield* pendingMigrations(mode)
       if (pending.length > 0) return yield* new SchemaNotMigrated({ pending })
     }
-    // Every column a batch uses, before anything runs: a missing one stops start-up naming it.
-    yield* checkColumns
   }))
+
+/**
+ * Before anything runs: every table a batch uses held by the one database that should write it
+ * (a layout that cannot work stops start-up naming the table), and every column a batch uses,
+ * checked on that database (a missing one stops start-up naming it).
+ */
+const LayoutChecked = Layer.effectDiscard(checkLayout)
 
 /** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
 const unavailable =
@@ -281,7 +287,8 @@ export const appLayer = (access: SchemaAccess) =>
         )
       ),
       Layer.provideMerge(
-        Layer.merge(ciClientLayer(settings), MainDatabaseLive).pipe(
+        LayoutChecked.pipe(
+          Layer.provideMerge(Layer.merge(ciClientLayer(settings), MainDatabaseLive)),
           Layer.provideMerge(databaseLayer(settings, access))
         )
       )

@@ -1,8 +1,11 @@
 /**
  * `sweeper doctor [--json] [--apply-indexes]`: what an operator wants to know before
- * pointing Sweeper at a real GitLab, read-only. Per batch, the plan of its SQL scan on this database
- * and whether an index serves it, with the exact statements that would build the missing one; each
- * Redis store reachable, single or cluster; clock skew between this process, PostgreSQL and Redis.
+ * pointing Sweeper at a real GitLab, read-only. Per database connection (main, and ci when GitLab's
+ * is separate), what it holds and what its role may write (DoctorDatabases.ts); a layout that cannot
+ * work is refused in one line before this runs. Per batch, the plan of its SQL scan on the database
+ * holding its table and whether an index serves it, with the exact statements that would build the
+ * missing one; each Redis store reachable, single or cluster; clock skew between this process,
+ * PostgreSQL and Redis.
  * `--apply-indexes` is the only thing here that writes: it runs the recommended statements one at a
  * time, outside any transaction (CREATE INDEX CONCURRENTLY refuses to run inside one).
  */
@@ -10,16 +13,20 @@ import { PgClient } from "@effect/sql-pg"
 import { Clock, Console, DateTime, Effect, Option } from "effect"
 import { Command, Flag } from "effect/cli"
 import { SweeperConfig } from "../config/Config.ts"
+import { type DatabaseName, databaseOfTable } from "../domain/Databases.ts"
 import { formatValue, type RedisStoreName } from "../domain/Health.ts"
 import { describeReasonSet, type FailureReasonSet } from "../domain/StuckBuilds.ts"
 import { writeSetOf } from "../layers/health/HealthGateLive.ts"
 import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
-import { checkColumns, detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
+import { checkLayout } from "../layers/postgres/DatabaseLayout.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
+import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/redis/Redis.ts"
 import { batches } from "../programs/index.ts"
 import { HealthSignals } from "../services/HealthSignals.ts"
 import { describeBackends, ReadOnlyAppLayer } from "./App.ts"
+import { type DatabasesReport, gatherDatabases, privilegeProblems, renderDatabases } from "./DoctorDatabases.ts"
 import { createStatements, judgeScan, partitionsOf, REDIS_ONLY_BATCHES, scans } from "./Indexes.ts"
 
 /** Beyond this, time thresholds (1 h, 3 h, 6 h) compared with other machines' timestamps drift. */
@@ -28,6 +35,8 @@ export const CLOCK_SKEW_LIMIT_MS = 1_000
 export interface ScanReport {
   readonly batch: string
   readonly table: string
+  /** The connection it is explained (and its index built) on: the database holding its table. */
+  readonly database: DatabaseName
   readonly description: string
   readonly plan: ReadonlyArray<string>
   readonly served: boolean
@@ -77,6 +86,8 @@ export interface DoctorReport {
     readonly columnsChecked: number
     readonly clockSkewMs: number
   }
+  /** Each connection (main, and ci when it is a database of its own) and the layout verdict. */
+  readonly databases: DatabasesReport
   /** `SWEEPER_FAILURE_REASONS`: which GitLab's failure reasons the build drops write. */
   readonly failureReasons: { readonly set: FailureReasonSet; readonly description: string }
   readonly scans: ReadonlyArray<ScanReport>
@@ -236,18 +247,22 @@ const gather = (applied: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const settings = yield* SweeperConfig
     const sql = yield* PgClient.PgClient
+    const clients = { main: sql, ci: (yield* CiDatabase).sql }
     const { mode, source } = yield* detectSchemaMode(settings.schema)
-    const { checked, builds } = yield* checkColumns
-    const partitions = yield* partitionsOf(sql, builds.name)
+    const { checked, builds, survey } = yield* checkLayout
+    const databases = yield* gatherDatabases(settings, clients, survey)
+    const databaseOf = (table: string) => survey.decomposed ? databaseOfTable(table) : "main"
+    const partitions = yield* partitionsOf(clients[databaseOf(builds.name)], builds.name)
     const now = yield* DateTime.now
     const scanReports: Array<ScanReport> = []
     for (const scan of scans(builds)) {
       const scanPartitions = scan.table === builds.name ? partitions : []
       const relations = [scan.table, ...scanPartitions.map((p) => p.name)]
-      const verdict = yield* judgeScan(sql, scan, now, relations)
+      const verdict = yield* judgeScan(clients[databaseOf(scan.table)], scan, now, relations)
       scanReports.push({
         batch: scan.batch,
         table: scan.table,
+        database: databaseOf(scan.table),
         description: scan.description,
         plan: verdict.plan,
         served: verdict.served,
@@ -269,6 +284,7 @@ const gather = (applied: ReadonlyArray<string>) =>
     ]
     const health = yield* healthCheck
     const problems = [
+      ...privilegeProblems(databases),
       ...health.signals.filter((s) => s.configured && !s.readable).map((s) =>
         `SWEEPER_HEALTH ${s.signal} cannot be read: ${s.reading}`
       ),
@@ -291,6 +307,7 @@ const gather = (applied: ReadonlyArray<string>) =>
         columnsChecked: checked,
         clockSkewMs: pgSkew
       },
+      databases,
       failureReasons: { set: settings.failureReasons, description: describeReasonSet(settings.failureReasons) },
       scans: scanReports,
       redisOnlyBatches: [...REDIS_ONLY_BATCHES],
@@ -303,12 +320,14 @@ const gather = (applied: ReadonlyArray<string>) =>
 /** Runs every recommended statement, one at a time, each in its own implicit transaction. */
 const applyRecommended = (report: DoctorReport) =>
   Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
+    const clients = { main: yield* PgClient.PgClient, ci: (yield* CiDatabase).sql }
     const applied: Array<string> = []
-    for (const statement of report.scans.flatMap((scan) => scan.recommended)) {
-      yield* Effect.logInfo("Applying index statement", { statement })
-      yield* sql.unsafe(statement)
-      applied.push(statement)
+    for (const scan of report.scans) {
+      for (const statement of scan.recommended) {
+        yield* Effect.logInfo("Applying index statement", { statement, database: scan.database })
+        yield* clients[scan.database].unsafe(statement)
+        applied.push(statement)
+      }
     }
     return applied
   })
@@ -330,6 +349,7 @@ export const renderReport = (report: DoctorReport): string => {
   lines.push(`  clock: ${sign(pg.clockSkewMs)} from this process`)
   lines.push(`  ${report.failureReasons.description} (SWEEPER_FAILURE_REASONS)`)
   for (const statement of report.applied) lines.push(`  applied: ${statement}`)
+  lines.push(...renderDatabases(report.databases))
   lines.push("Scans")
   for (const scan of report.scans) {
     lines.push(`  ${scan.batch}: ${scan.table}, ${scan.description}`)
@@ -392,6 +412,6 @@ export const doctorCommand = Command.make(
   }, Effect.provide(ReadOnlyAppLayer))
 ).pipe(
   Command.withDescription(
-    "Check this database and Redis: scans and their indexes, stores, clock skew, which health signals can be read (read-only)"
+    "Check each database and Redis: which tables each connection holds, scans and their indexes, stores, clock skew, which health signals can be read (read-only)"
   )
 )

@@ -135,24 +135,37 @@ export const requiredColumns = (
   ]]
 ]
 
-/** Fails with the first missing (or wrongly typed) column, naming table and column. */
-export const checkColumns = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const builds = yield* detectBuildsTable
-  const required = requiredColumns(builds)
-  // current_schemas(false): the tables Sweeper's unqualified names resolve to (search_path).
-  const rows = yield* sql<{ table_name: string; column_name: string; data_type: string }>`
-    SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
-    WHERE c.table_schema = ANY (current_schemas(false)) AND ${sql.in("c.table_name", required.map(([table]) => table))}`
-  let checked = 0
-  for (const [table, columns] of required) {
-    for (const [column, expected] of columns) {
-      const row = rows.find((r) => r.table_name === table && r.column_name === column)
-      if (row === undefined) return yield* new MissingColumn({ table, column, expected })
-      const found = FAMILIES[row.data_type] ?? row.data_type
-      if (found !== expected) return yield* new MissingColumn({ table, column, expected, found })
-      checked++
+type RequiredColumns = ReturnType<typeof requiredColumns>
+
+/**
+ * Fails with the first missing (or wrongly typed) column of these tables on the database in
+ * context, naming table and column; else the number of columns checked.
+ */
+export const checkColumnsOf = (required: RequiredColumns) =>
+  Effect.gen(function*() {
+    if (required.length === 0) return 0
+    const sql = yield* SqlClient.SqlClient
+    // current_schemas(false): the tables Sweeper's unqualified names resolve to (search_path).
+    const rows = yield* sql<{ table_name: string; column_name: string; data_type: string }>`
+      SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
+      WHERE c.table_schema = ANY (current_schemas(false))
+        AND ${sql.in("c.table_name", required.map(([table]) => table))}`
+    let checked = 0
+    for (const [table, columns] of required) {
+      for (const [column, expected] of columns) {
+        const row = rows.find((r) => r.table_name === table && r.column_name === column)
+        if (row === undefined) return yield* new MissingColumn({ table, column, expected })
+        const found = FAMILIES[row.data_type] ?? row.data_type
+        if (found !== expected) return yield* new MissingColumn({ table, column, expected, found })
+        checked++
+      }
     }
-  }
+    return checked
+  })
+
+/** Every column a batch uses, all on the database in context (one database). */
+export const checkColumns = Effect.gen(function*() {
+  const builds = yield* detectBuildsTable
+  const checked = yield* checkColumnsOf(requiredColumns(builds))
   return { checked, builds }
 })

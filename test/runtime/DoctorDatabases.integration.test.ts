@@ -1,0 +1,295 @@
+/**
+ * `sweeper doctor` per database connection and the start-up refusal of a layout that cannot work,
+ * through the real CLI on two real databases of the local server: GitLab's decomposed layout (both
+ * databases hold every table, the copy a database does not keep write-locked by GitLab's trigger),
+ * a table writable in both, a table in neither, one database, and CI_DATABASE_URL naming main's own.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Redacted, type Scope } from "effect"
+import type { SqlClient } from "effect/sql"
+import { randomBytes } from "node:crypto"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
+import type { DoctorReport } from "../../src/runtime/Doctor.ts"
+import { runCli } from "../support/cli.ts"
+import { createGitLabSchema, type GitLabLayout } from "../support/gitlabSchema.ts"
+import { adminUrl, databaseUrl } from "../support/postgres.ts"
+import { freshRedisUrl } from "../support/redis.ts"
+
+const onDatabase = <A, E>(
+  url: string,
+  effect: Effect.Effect<A, E, PgClient.PgClient | SqlClient.SqlClient | Scope.Scope>
+) => Effect.scoped(Effect.provide(effect, layerServer(Redacted.make(url))))
+
+const admin = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
+
+/** A fresh empty database `dr_<role>_<random>`, dropped when the scope closes. */
+const database = (role: string) =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const name = `dr_${role}_${randomBytes(5).toString("hex")}`
+      yield* Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(`CREATE DATABASE ${name}`))
+      return databaseUrl(name)
+    }).pipe(Effect.provide(admin), Effect.orDie),
+    (url) =>
+      Effect.flatMap(PgClient.PgClient, (sql) =>
+        sql.unsafe(`DROP DATABASE IF EXISTS ${new URL(url).pathname.slice(1)} WITH (FORCE)`))
+        .pipe(Effect.provide(admin), Effect.orDie)
+  )
+
+const MAIN_TABLES = ["namespaces", "projects", "issues", "project_export_jobs", "project_relation_exports"]
+const RUNNERS = ["ci_runners", "ci_runner_projects", "ci_runner_namespaces"]
+/** The main tables Sweeper needs, in the order doctor lists them. */
+const MAIN_HELD = ["project_export_jobs", "project_relation_exports", "namespaces", "projects"]
+
+/** GitLab's lock_writes: its function, and a trigger on each table this database does not keep. */
+const lockWrites = (tables: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql.unsafe(`CREATE OR REPLACE FUNCTION gitlab_schema_prevent_write() RETURNS trigger
+      LANGUAGE plpgsql AS $$
+      BEGIN
+        IF COALESCE(NULLIF(current_setting(CONCAT('lock_writes.', TG_TABLE_NAME), true), ''), 'true') THEN
+          RAISE EXCEPTION 'Table: "%" is write protected within this Gitlab database.', TG_TABLE_NAME
+            USING ERRCODE = 'modifying_sql_data_not_permitted';
+        END IF;
+        RETURN NEW;
+      END $$`)
+    for (const table of tables) {
+      yield* sql.unsafe(`CREATE TRIGGER gitlab_schema_write_trigger_for_${table}
+        BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
+        FOR EACH STATEMENT EXECUTE FUNCTION gitlab_schema_prevent_write()`)
+    }
+  })
+
+const CLI_TIMEOUT = 150_000
+const cli = (args: ReadonlyArray<string>, env: Record<string, string>, timeout = CLI_TIMEOUT) =>
+  Effect.promise(() => runCli(args, env, timeout))
+
+const envOf = (main: string, ci: string | undefined, redis: string) => ({
+  DATABASE_URL: main,
+  ...(ci === undefined ? {} : { CI_DATABASE_URL: ci }),
+  REDIS_URL: redis,
+  SWEEPER_DATA_DIR: join(tmpdir(), "sweeper-doctor-databases-it")
+})
+
+/** `sweeper migrate`, which must succeed (Sweeper's tables go to main). */
+const migrated = (env: Record<string, string>) =>
+  Effect.gen(function*() {
+    const result = yield* cli(["migrate"], env)
+    assert.strictEqual(result.code, 0, result.stderr)
+  })
+
+/**
+ * The command fails with exit 2 and exactly this line on stderr, nothing on stdout. `start` logs
+ * that it is starting (a JSON line) before it checks: the refusal is its one other line.
+ */
+const refused = (args: ReadonlyArray<string>, env: Record<string, string>, line: string) =>
+  Effect.gen(function*() {
+    const result = yield* cli(args, env)
+    assert.strictEqual(result.code, 2, `${args.join(" ")}: ${result.stderr}`)
+    assert.strictEqual(result.stdout, "")
+    const lines = result.stderr.trim().split("\n").filter((l) =>
+      !(args[0] === "start" && l.includes("Sweeper starting"))
+    )
+    assert.deepStrictEqual(lines, [`sweeper: ${line}`], result.stderr)
+  })
+
+const doctorJson = (env: Record<string, string>) =>
+  Effect.gen(function*() {
+    const result = yield* cli(["doctor", "--json"], env)
+    assert.strictEqual(result.code, 0, result.stderr)
+    return JSON.parse(result.stdout) as DoctorReport
+  })
+
+/** Two databases laid out as GitLab lays them out (`layout` for both), each locking the other's tables. */
+const decomposedGitLab = (layout: GitLabLayout) =>
+  Effect.gen(function*() {
+    const main = yield* database("main")
+    const ci = yield* database("ci")
+    const builds = layout.partitioned ? "p_ci_builds" : "ci_builds"
+    yield* onDatabase(main, Effect.andThen(createGitLabSchema(layout), lockWrites([builds, ...RUNNERS])))
+    yield* onDatabase(ci, Effect.andThen(createGitLabSchema(layout), lockWrites(MAIN_TABLES)))
+    return { main, ci }
+  })
+
+describe("sweeper doctor per database connection; a layout that cannot work is refused", () => {
+  it.live(
+    "GitLab's decomposed layout: ok, each connection naming what it holds and its write-locked copies",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { ci, main } = yield* decomposedGitLab({ partitioned: true, runners: true })
+        const env = envOf(main, ci, yield* freshRedisUrl)
+        yield* migrated(env)
+        const report = yield* doctorJson(env)
+        assert.deepStrictEqual(report.problems, [])
+        assert.isTrue(report.ok)
+        const { databases } = report
+        assert.isTrue(databases.decomposed)
+        assert.deepStrictEqual(
+          databases.connections.map((c) => [c.database, c.reachable, c.role, c.holds, c.writeLocked]),
+          [
+            ["main", true, "postgres", MAIN_HELD, ["p_ci_builds", ...RUNNERS]],
+            ["ci", true, "postgres", ["p_ci_builds", ...RUNNERS], MAIN_HELD]
+          ]
+        )
+        assert.deepStrictEqual(databases.connections.map((c) => [c.database, c.privileges]), [
+          ["main", [{ table: "project_export_jobs", select: true, update: true }]],
+          ["ci", [{ table: "p_ci_builds", select: true, update: true }]]
+        ])
+        assert.strictEqual(databases.connections[1]!.backend, ci)
+        // The builds scans are explained where builds are written: on ci.
+        assert.deepStrictEqual(
+          [...new Set(report.scans.map((s) => `${s.table}@${s.database}`))],
+          [
+            "project_export_jobs@main",
+            "p_ci_builds@ci",
+            "sweeper_events@main",
+            "namespaces@main",
+            "projects@main"
+          ]
+        )
+        assert.isTrue(report.scans.every((s) => s.served))
+
+        const human = yield* cli(["doctor"], env)
+        assert.strictEqual(human.code, 0, human.stderr)
+        const text = human.stdout
+        assert.include(text, "Databases  main and ci, two databases")
+        assert.include(text, `  main ${main}: reachable, as role postgres`)
+        assert.include(text, `  ci   ${ci}: reachable, as role postgres`)
+        assert.include(text, "    holds: p_ci_builds, ci_runners, ci_runner_projects, ci_runner_namespaces")
+        assert.include(text, "    p_ci_builds: SELECT, UPDATE")
+        assert.include(
+          text,
+          "  layout: ok: every table Sweeper needs is writable in the one database GitLab keeps it in"
+        )
+        assert.strictEqual(text.trim().split("\n").at(-1), "OK")
+
+        // Start-up takes it too: a batch of main's runs.
+        const run = yield* cli(["run", "stuck-export-jobs"], env)
+        assert.strictEqual(run.code, 0, run.stderr)
+      })),
+    600_000
+  )
+
+  it.live(
+    "ci_builds writable in both databases: doctor, run and start refuse with one line naming it (exit 2)",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const main = yield* database("main")
+        const ci = yield* database("ci")
+        // GitLab's layout, but main's copy of ci_builds has no write-lock trigger.
+        yield* onDatabase(main, Effect.andThen(createGitLabSchema({ partitioned: false }), lockWrites([])))
+        yield* onDatabase(ci, Effect.andThen(createGitLabSchema({ partitioned: false }), lockWrites(MAIN_TABLES)))
+        const env = envOf(main, ci, yield* freshRedisUrl)
+        yield* migrated(env)
+        const line = "ci_builds is writable in both main and ci (expected only in ci)"
+        yield* refused(["doctor"], env, line)
+        yield* refused(["run", "drop-canceling-builds"], env, line)
+        yield* refused(["start"], env, line)
+
+        // A disabled trigger locks nothing: the same refusal once main's copy is "locked" that way.
+        yield* onDatabase(
+          main,
+          Effect.andThen(
+            lockWrites(["ci_builds"]),
+            Effect.flatMap(PgClient.PgClient, (sql) =>
+              sql.unsafe(`ALTER TABLE ci_builds DISABLE TRIGGER gitlab_schema_write_trigger_for_ci_builds`))
+          )
+        )
+        yield* refused(["doctor"], env, line)
+        yield* onDatabase(
+          main,
+          Effect.flatMap(PgClient.PgClient, (sql) =>
+            sql.unsafe(`ALTER TABLE ci_builds ENABLE TRIGGER gitlab_schema_write_trigger_for_ci_builds`))
+        )
+        const report = yield* doctorJson(env)
+        assert.isTrue(report.ok)
+        assert.strictEqual(report.postgres.buildsTable, "ci_builds")
+        assert.deepStrictEqual(
+          report.databases.connections.map((c) =>
+            c.writeLocked
+          ),
+          [["ci_builds"], MAIN_HELD]
+        )
+      })),
+    600_000
+  )
+
+  it.live(
+    "CI_DATABASE_URL naming a database without ci_builds, main lacking it too: refused, one line",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const main = yield* database("main")
+        const ci = yield* database("ci")
+        yield* onDatabase(
+          main,
+          Effect.andThen(
+            createGitLabSchema({ partitioned: false }),
+            Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(`DROP TABLE ci_builds`))
+          )
+        )
+        const env = envOf(main, ci, yield* freshRedisUrl)
+        yield* migrated(env)
+        const line = "ci_builds is held by no database (expected in ci)"
+        yield* refused(["doctor"], env, line)
+        yield* refused(["run", "stuck-export-jobs"], env, line)
+      })),
+    600_000
+  )
+
+  it.live(
+    "one database: unchanged (one connection holding everything); a write-locked copy there is refused",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const main = yield* database("main")
+        yield* onDatabase(main, createGitLabSchema({ partitioned: true, runners: true }))
+        const env = envOf(main, undefined, yield* freshRedisUrl)
+        yield* migrated(env)
+        const report = yield* doctorJson(env)
+        assert.isTrue(report.ok)
+        assert.strictEqual(report.postgres.columnsChecked, 21)
+        assert.isFalse(report.databases.decomposed)
+        assert.deepStrictEqual(report.databases.connections.map((c) => [c.database, c.holds, c.writeLocked]), [
+          ["main", [...MAIN_HELD, "p_ci_builds", ...RUNNERS], []]
+        ])
+        assert.deepStrictEqual(report.databases.connections[0]!.privileges.map((p) => p.table), [
+          "p_ci_builds",
+          "project_export_jobs"
+        ])
+        assert.isTrue(report.scans.every((s) => s.database === "main"))
+        assert.strictEqual(report.databases.layout, "ok: one database (ci's tables are in main)")
+
+        // This is one database of a decomposed GitLab (its ci tables locked): naming only it is refused.
+        yield* onDatabase(main, lockWrites(["p_ci_builds"]))
+        yield* refused(
+          ["doctor"],
+          env,
+          "p_ci_builds is write-locked in this database: a decomposed GitLab writes it in its ci database "
+            + "(DATABASE_URL names main's, CI_DATABASE_URL ci's)"
+        )
+      })),
+    600_000
+  )
+
+  it.live(
+    "CI_DATABASE_URL naming main's own database another way: one database",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const main = yield* database("main")
+        yield* onDatabase(main, createGitLabSchema({ partitioned: false }))
+        const sameOther = new URL(main)
+        sameOther.searchParams.set("application_name", "sweeper-ci")
+        const env = envOf(main, sameOther.toString(), yield* freshRedisUrl)
+        yield* migrated(env)
+        const report = yield* doctorJson(env)
+        assert.isTrue(report.ok)
+        assert.isFalse(report.databases.decomposed)
+        assert.deepStrictEqual(report.databases.connections.map((c) => c.database), ["main"])
+        assert.strictEqual(report.postgres.buildsTable, "ci_builds")
+      })),
+    600_000
+  )
+})
