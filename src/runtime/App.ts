@@ -199,7 +199,21 @@ export const ciClientLayer = (
     Effect.gen(function*() {
       const main = yield* PgClient.PgClient
       const ci = Context.get(yield* Layer.build(separate.value), PgClient.PgClient)
-      const decomposed = !(yield* sameDatabase(main, ci))
+      // ci's first query, a trivial one, and main has answered already: failing, ci cannot be reached
+      // (down, refused, no such database or role): one line naming its host.
+      const decomposed = !(yield* sameDatabase(main, ci).pipe(
+        Effect.catch((error): Effect.Effect<never, SqlError | InfrastructureUnavailable> =>
+          Option.isSome(settings.ciDatabaseUrl)
+            ? Effect.fail(
+              new InfrastructureUnavailable({
+                service: "PostgreSQL",
+                host: hostOfUrl(Redacted.value(settings.ciDatabaseUrl.value)),
+                detail: describeError(error)
+              })
+            )
+            : Effect.fail(error)
+        )
+      ))
       return CiDatabase.of({ sql: decomposed ? ci : main, decomposed })
     })
   )

@@ -110,7 +110,7 @@ const decomposedGitLab = (layout: GitLabLayout) =>
     const main = yield* database("main")
     const ci = yield* database("ci")
     const builds = layout.partitioned ? "p_ci_builds" : "ci_builds"
-    yield* onDatabase(main, Effect.andThen(createGitLabSchema(layout), lockWrites([builds, ...RUNNERS])))
+    yield* onDatabase(main, Effect.andThen(createGitLabSchema(layout), lockWrites([builds, ...(layout.runners === true ? RUNNERS : [])])))
     yield* onDatabase(ci, Effect.andThen(createGitLabSchema(layout), lockWrites(MAIN_TABLES)))
     return { main, ci }
   })
@@ -289,6 +289,64 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
         assert.isFalse(report.databases.decomposed)
         assert.deepStrictEqual(report.databases.connections.map((c) => c.database), ["main"])
         assert.strictEqual(report.postgres.buildsTable, "ci_builds")
+
+        // A ci database that cannot be reached: one line naming its host, never its password (exit 3).
+        for (const unreachable of ["postgres://postgres:s3cret@127.0.0.1:1/ci", `${main}_absent`]) {
+          const result = yield* cli(["doctor"], { ...env, CI_DATABASE_URL: unreachable })
+          assert.strictEqual(result.code, 3, result.stderr)
+          const lines = result.stderr.trim().split("\n")
+          assert.lengthOf(lines, 1, result.stderr)
+          assert.match(lines[0]!, new RegExp(`^sweeper: cannot reach PostgreSQL at ${new URL(unreachable).host}: `))
+          assert.notInclude(result.stderr, "s3cret")
+        }
+      })),
+    600_000
+  )
+
+  it.live(
+    "a role without UPDATE on the builds table in ci: doctor names the privilege it lacks (exit 1)",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        // The role outlives both databases' scopes: dropped after them (its grants go with them).
+        const role = `dr_role_${randomBytes(4).toString("hex")}`
+        yield* Effect.acquireRelease(
+          Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(`CREATE ROLE ${role} LOGIN`)).pipe(
+            Effect.provide(admin),
+            Effect.orDie
+          ),
+          () =>
+            Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(`DROP ROLE IF EXISTS ${role}`)).pipe(
+              Effect.provide(admin),
+              Effect.orDie
+            )
+        )
+        const { ci, main } = yield* decomposedGitLab({ partitioned: false })
+        const env = envOf(main, ci, yield* freshRedisUrl)
+        yield* migrated(env)
+        const grant = (url: string, update: string) =>
+          onDatabase(
+            url,
+            Effect.flatMap(PgClient.PgClient, (sql) =>
+              Effect.forEach([
+                `GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`,
+                `GRANT UPDATE ON ${update} TO ${role}`
+              ], (statement) => sql.unsafe(statement)))
+          )
+        yield* grant(main, "project_export_jobs")
+        yield* grant(ci, "projects")
+        const as = (url: string) => {
+          const withRole = new URL(url)
+          withRole.username = role
+          return withRole.toString()
+        }
+        const result = yield* cli(["doctor", "--json"], { ...env, DATABASE_URL: as(main), CI_DATABASE_URL: as(ci) })
+        assert.strictEqual(result.code, 1, result.stderr)
+        const report = JSON.parse(result.stdout) as DoctorReport
+        assert.deepStrictEqual(report.databases.connections.map((c) => [c.database, c.role, c.privileges]), [
+          ["main", role, [{ table: "project_export_jobs", select: true, update: true }]],
+          ["ci", role, [{ table: "ci_builds", select: true, update: false }]]
+        ])
+        assert.deepStrictEqual(report.problems, [`role ${role} on ci lacks UPDATE on ci_builds`])
       })),
     600_000
   )
