@@ -49,8 +49,9 @@ const ciBackend = (settings: SweeperSettings) =>
 /** The GitLab tables the registered batches write, builds named as this database has them. */
 const writtenTables = (builds: string) => {
   const written = batches.flatMap((batch) => batch.writes?.tables ?? [])
+  // A build batch lists both names; it writes the one this GitLab has.
   const gitlab = written.filter((table) => GITLAB_SCHEMAS[table] !== undefined)
-    .map((table) => databaseOfTable(table) === "ci" && table.endsWith("ci_builds") ? builds : table)
+    .map((table) => table === "ci_builds" || table === "p_ci_builds" ? builds : table)
   return [...new Set(gitlab)]
 }
 

@@ -14,8 +14,8 @@ import { join } from "node:path"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import type { DoctorReport } from "../../src/runtime/Doctor.ts"
 import { runCli } from "../support/cli.ts"
-import { createGitLabSchema, type GitLabLayout } from "../support/gitlabSchema.ts"
-import { adminUrl, databaseUrl } from "../support/postgres.ts"
+import { createGitLabSchema, type GitLabLayout, lockWrites } from "../support/gitlabSchema.ts"
+import { adminUrl, freshDatabaseNamed } from "../support/postgres.ts"
 import { freshRedisUrl } from "../support/redis.ts"
 
 const onDatabase = <A, E>(
@@ -26,43 +26,12 @@ const onDatabase = <A, E>(
 const admin = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
 
 /** A fresh empty database `dr_<role>_<random>`, dropped when the scope closes. */
-const database = (role: string) =>
-  Effect.acquireRelease(
-    Effect.gen(function*() {
-      const name = `dr_${role}_${randomBytes(5).toString("hex")}`
-      yield* Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(`CREATE DATABASE ${name}`))
-      return databaseUrl(name)
-    }).pipe(Effect.provide(admin), Effect.orDie),
-    (url) =>
-      Effect.flatMap(PgClient.PgClient, (sql) =>
-        sql.unsafe(`DROP DATABASE IF EXISTS ${new URL(url).pathname.slice(1)} WITH (FORCE)`))
-        .pipe(Effect.provide(admin), Effect.orDie)
-  )
+const database = (role: string) => Effect.map(freshDatabaseNamed(`dr_${role}`), ({ url }) => url)
 
 const MAIN_TABLES = ["namespaces", "projects", "issues", "project_export_jobs", "project_relation_exports"]
 const RUNNERS = ["ci_runners", "ci_runner_projects", "ci_runner_namespaces"]
 /** The main tables Sweeper needs, in the order doctor lists them. */
 const MAIN_HELD = ["project_export_jobs", "project_relation_exports", "namespaces", "projects"]
-
-/** GitLab's lock_writes: its function, and a trigger on each table this database does not keep. */
-const lockWrites = (tables: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    yield* sql.unsafe(`CREATE OR REPLACE FUNCTION gitlab_schema_prevent_write() RETURNS trigger
-      LANGUAGE plpgsql AS $$
-      BEGIN
-        IF COALESCE(NULLIF(current_setting(CONCAT('lock_writes.', TG_TABLE_NAME), true), ''), 'true') THEN
-          RAISE EXCEPTION 'Table: "%" is write protected within this Gitlab database.', TG_TABLE_NAME
-            USING ERRCODE = 'modifying_sql_data_not_permitted';
-        END IF;
-        RETURN NEW;
-      END $$`)
-    for (const table of tables) {
-      yield* sql.unsafe(`CREATE TRIGGER gitlab_schema_write_trigger_for_${table}
-        BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
-        FOR EACH STATEMENT EXECUTE FUNCTION gitlab_schema_prevent_write()`)
-    }
-  })
 
 const CLI_TIMEOUT = 150_000
 const cli = (args: ReadonlyArray<string>, env: Record<string, string>, timeout = CLI_TIMEOUT) =>
@@ -110,7 +79,10 @@ const decomposedGitLab = (layout: GitLabLayout) =>
     const main = yield* database("main")
     const ci = yield* database("ci")
     const builds = layout.partitioned ? "p_ci_builds" : "ci_builds"
-    yield* onDatabase(main, Effect.andThen(createGitLabSchema(layout), lockWrites([builds, ...(layout.runners === true ? RUNNERS : [])])))
+    yield* onDatabase(
+      main,
+      Effect.andThen(createGitLabSchema(layout), lockWrites([builds, ...(layout.runners === true ? RUNNERS : [])]))
+    )
     yield* onDatabase(ci, Effect.andThen(createGitLabSchema(layout), lockWrites(MAIN_TABLES)))
     return { main, ci }
   })

@@ -303,6 +303,30 @@ export const createGitLabSchema = (layout: GitLabLayout) =>
     }
   })
 
+/**
+ * GitLab's `gitlab:db:lock_writes` in a decomposed GitLab: its function (from GitLab's
+ * `gitlab_schema_prevent_write`) and a trigger `gitlab_schema_write_trigger_for_<table>` on each of
+ * these tables, the ones this database keeps a copy of but does not own.
+ */
+export const lockWrites = (tables: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql.unsafe(`CREATE OR REPLACE FUNCTION gitlab_schema_prevent_write() RETURNS trigger
+      LANGUAGE plpgsql AS $$
+      BEGIN
+        IF COALESCE(NULLIF(current_setting(CONCAT('lock_writes.', TG_TABLE_NAME), true), ''), 'true') THEN
+          RAISE EXCEPTION 'Table: "%" is write protected within this Gitlab database.', TG_TABLE_NAME
+            USING ERRCODE = 'modifying_sql_data_not_permitted';
+        END IF;
+        RETURN NEW;
+      END $$`)
+    for (const table of tables) {
+      yield* sql.unsafe(`CREATE TRIGGER gitlab_schema_write_trigger_for_${table}
+        BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
+        FOR EACH STATEMENT EXECUTE FUNCTION gitlab_schema_prevent_write()`)
+    }
+  })
+
 /** Every index in the database, as pg_dump would define it. */
 export const allIndexes = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient

@@ -19,20 +19,24 @@ export const databaseUrl = (name: string) => {
   return url.toString()
 }
 
-/** Creates a fresh, empty database; yields its URL; drops it at scope close. */
-export const freshDatabase = Effect.acquireRelease(
-  Effect.gen(function*() {
-    const name = `sweeper_t_${randomBytes(6).toString("hex")}`
-    const sql = yield* PgClient.PgClient
-    yield* sql.unsafe(`CREATE DATABASE ${name}`)
-    return { name, url: databaseUrl(name) }
-  }).pipe(Effect.provide(admin)),
-  ({ name }) =>
+/** Creates a fresh, empty database named `<prefix>_<random>`; yields its URL; drops it at scope close. */
+export const freshDatabaseNamed = (prefix: string) =>
+  Effect.acquireRelease(
     Effect.gen(function*() {
+      const name = `${prefix}_${randomBytes(6).toString("hex")}`
       const sql = yield* PgClient.PgClient
-      yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-    }).pipe(Effect.provide(admin), Effect.orDie)
-).pipe(Effect.orDie)
+      yield* sql.unsafe(`CREATE DATABASE ${name}`)
+      return { name, url: databaseUrl(name) }
+    }).pipe(Effect.provide(admin)),
+    ({ name }) =>
+      Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      }).pipe(Effect.provide(admin), Effect.orDie)
+  ).pipe(Effect.orDie)
+
+/** Creates a fresh, empty database; yields its URL; drops it at scope close. */
+export const freshDatabase = freshDatabaseNamed("sweeper_t")
 
 export class TestDatabaseUrl extends Context.Service<TestDatabaseUrl, string>()("test/support/TestDatabaseUrl") {}
 
