@@ -352,7 +352,9 @@ export const renderReport = (report: DoctorReport): string => {
   lines.push(...renderDatabases(report.databases))
   lines.push("Scans")
   for (const scan of report.scans) {
-    lines.push(`  ${scan.batch}: ${scan.table}, ${scan.description}`)
+    // Which database it was explained on, when there are two.
+    const where = report.databases.decomposed ? ` (${scan.database})` : ""
+    lines.push(`  ${scan.batch}: ${scan.table}${where}, ${scan.description}`)
     lines.push(scan.served ? `    served by ${scan.servedBy.join(", ")}` : `    NOT served by an index`)
     for (const line of scan.plan) lines.push(`    | ${line}`)
     if (scan.recommended.length > 0) {

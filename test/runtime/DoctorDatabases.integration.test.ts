@@ -133,6 +133,8 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
         assert.include(text, `  ci   ${ci}: reachable, as role postgres`)
         assert.include(text, "    holds: p_ci_builds, ci_runners, ci_runner_projects, ci_runner_namespaces")
         assert.include(text, "    p_ci_builds: SELECT, UPDATE")
+        assert.include(text, "  drop-canceling-builds: p_ci_builds (ci), ")
+        assert.include(text, "  stuck-export-jobs: project_export_jobs (main), ")
         assert.include(
           text,
           "  layout: ok: every table Sweeper needs is writable in the one database GitLab keeps it in"
