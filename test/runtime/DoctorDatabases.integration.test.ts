@@ -44,6 +44,17 @@ const envOf = (main: string, ci: string | undefined, redis: string) => ({
   SWEEPER_DATA_DIR: join(tmpdir(), "sweeper-doctor-databases-it")
 })
 
+const tableNames = Effect.gen(function*() {
+  const sql = yield* PgClient.PgClient
+  const rows = yield* sql<{ name: string }>`SELECT table_name AS name FROM information_schema.tables
+    WHERE table_schema = 'public' ORDER BY table_name`
+  return rows.map((row) => row.name)
+})
+
+/** The tables Sweeper created in a database (none before it migrates). */
+const sweeperTables = (url: string) =>
+  Effect.map(onDatabase(url, tableNames), (names) => names.filter((name) => name.startsWith("sweeper_")))
+
 /** `sweeper migrate`, which must succeed (Sweeper's tables go to main). */
 const migrated = (env: Record<string, string>) =>
   Effect.gen(function*() {
@@ -149,7 +160,7 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
   )
 
   it.live(
-    "ci_builds writable in both databases: doctor, run and start refuse with one line naming it (exit 2)",
+    "ci_builds writable in both databases: migrate, doctor, run and start refuse with one line naming it (exit 2)",
     () =>
       Effect.scoped(Effect.gen(function*() {
         const main = yield* database("main")
@@ -158,11 +169,12 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
         yield* onDatabase(main, Effect.andThen(createGitLabSchema({ partitioned: false }), lockWrites([])))
         yield* onDatabase(ci, Effect.andThen(createGitLabSchema({ partitioned: false }), lockWrites(MAIN_TABLES)))
         const env = envOf(main, ci, yield* freshRedisUrl)
-        yield* migrated(env)
         const line = "ci_builds is writable in both main and ci (expected only in ci)"
-        yield* refused(["doctor"], env, line)
-        yield* refused(["run", "drop-canceling-builds"], env, line)
-        yield* refused(["start"], env, line)
+        // Refused before any DDL: migrate (alone or as start and run begin), and the read-only doctor.
+        for (const args of [["migrate"], ["doctor"], ["run", "drop-canceling-builds"], ["start"]]) {
+          yield* refused(args, env, line)
+        }
+        assert.deepStrictEqual([...(yield* sweeperTables(main)), ...(yield* sweeperTables(ci))], [])
 
         // A disabled trigger locks nothing: the same refusal once main's copy is "locked" that way.
         yield* onDatabase(
@@ -179,6 +191,7 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
           Effect.flatMap(PgClient.PgClient, (sql) =>
             sql.unsafe(`ALTER TABLE ci_builds ENABLE TRIGGER gitlab_schema_write_trigger_for_ci_builds`))
         )
+        yield* migrated(env)
         const report = yield* doctorJson(env)
         assert.isTrue(report.ok)
         assert.strictEqual(report.postgres.buildsTable, "ci_builds")
@@ -206,10 +219,13 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
           )
         )
         const env = envOf(main, ci, yield* freshRedisUrl)
-        yield* migrated(env)
         const line = "ci_builds is held by no database (expected in ci)"
-        yield* refused(["doctor"], env, line)
-        yield* refused(["run", "stuck-export-jobs"], env, line)
+        // Not migrated first: an empty ci database would get Sweeper's own platform tables.
+        for (const args of [["migrate"], ["migrate", "--plan"], ["doctor"], ["run", "stuck-export-jobs"]]) {
+          yield* refused(args, env, line)
+        }
+        assert.deepStrictEqual(yield* sweeperTables(ci), [])
+        assert.deepStrictEqual(yield* onDatabase(ci, tableNames), [])
       })),
     600_000
   )
@@ -297,17 +313,20 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
         const { ci, main } = yield* decomposedGitLab({ partitioned: false })
         const env = envOf(main, ci, yield* freshRedisUrl)
         yield* migrated(env)
-        const grant = (url: string, update: string) =>
+        // Everything (Sweeper's own tables included, as the role that migrated would have), except
+        // UPDATE on ci's builds table.
+        const grant = (url: string, revoke: ReadonlyArray<string>) =>
           onDatabase(
             url,
             Effect.flatMap(PgClient.PgClient, (sql) =>
               Effect.forEach([
-                `GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`,
-                `GRANT UPDATE ON ${update} TO ${role}`
+                `GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}`,
+                `GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${role}`,
+                ...revoke
               ], (statement) => sql.unsafe(statement)))
           )
-        yield* grant(main, "project_export_jobs")
-        yield* grant(ci, "projects")
+        yield* grant(main, [])
+        yield* grant(ci, [`REVOKE UPDATE ON ci_builds FROM ${role}`])
         const as = (url: string) => {
           const withRole = new URL(url)
           withRole.username = role

@@ -9,6 +9,12 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect } from "effect"
+import {
+  type DatabaseName,
+  databaseOfTable,
+  GITLAB_SCHEMAS,
+  WRITE_LOCK_TRIGGER_PREFIX
+} from "../../src/domain/Databases.ts"
 
 const namespaces = [
   `CREATE TABLE namespaces (
@@ -303,30 +309,6 @@ export const createGitLabSchema = (layout: GitLabLayout) =>
     }
   })
 
-/**
- * GitLab's `gitlab:db:lock_writes` in a decomposed GitLab: its function (from GitLab's
- * `gitlab_schema_prevent_write`) and a trigger `gitlab_schema_write_trigger_for_<table>` on each of
- * these tables, the ones this database keeps a copy of but does not own.
- */
-export const lockWrites = (tables: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    yield* sql.unsafe(`CREATE OR REPLACE FUNCTION gitlab_schema_prevent_write() RETURNS trigger
-      LANGUAGE plpgsql AS $$
-      BEGIN
-        IF COALESCE(NULLIF(current_setting(CONCAT('lock_writes.', TG_TABLE_NAME), true), ''), 'true') THEN
-          RAISE EXCEPTION 'Table: "%" is write protected within this Gitlab database.', TG_TABLE_NAME
-            USING ERRCODE = 'modifying_sql_data_not_permitted';
-        END IF;
-        RETURN NEW;
-      END $$`)
-    for (const table of tables) {
-      yield* sql.unsafe(`CREATE TRIGGER gitlab_schema_write_trigger_for_${table}
-        BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
-        FOR EACH STATEMENT EXECUTE FUNCTION gitlab_schema_prevent_write()`)
-    }
-  })
-
 /** Every index in the database, as pg_dump would define it. */
 export const allIndexes = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
@@ -344,3 +326,37 @@ export const gitlabColumns = Effect.gen(function*() {
     WHERE table_schema IN ('public', 'gitlab_partitions_dynamic') AND table_name NOT LIKE 'sweeper\\_%'
     ORDER BY table_schema, table_name, ordinal_position`
 })
+
+/**
+ * GitLab's write lock on these tables, the copies this database keeps but does not own (its
+ * `gitlab:db:lock_writes`): its function `gitlab_schema_prevent_write()` and, on each table, the
+ * trigger `gitlab_schema_write_trigger_for_<table>` that refuses INSERT, UPDATE, DELETE and
+ * TRUNCATE, as GitLab installs them.
+ */
+export const lockWrites = (tables: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql.unsafe(`CREATE OR REPLACE FUNCTION gitlab_schema_prevent_write() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        RAISE EXCEPTION 'Table: "%" is write protected within this Gitlab database.', TG_TABLE_NAME
+          USING ERRCODE = 'modifying_sql_data_not_permitted',
+          HINT = 'Make sure you are using the right database connection';
+      END $$`)
+    for (const table of tables) {
+      yield* sql.unsafe(`CREATE TRIGGER ${WRITE_LOCK_TRIGGER_PREFIX}${table}
+        BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
+        FOR EACH STATEMENT EXECUTE FUNCTION gitlab_schema_prevent_write()`)
+    }
+  })
+
+/**
+ * A decomposed GitLab's write locks: on the database named, every table GitLab keeps in the other
+ * one that is present here.
+ */
+export const lockWritesOfOthers = (database: DatabaseName) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const present = yield* sql<{ name: string }>`SELECT name FROM unnest(${Object.keys(GITLAB_SCHEMAS)}::text[]) AS name
+      WHERE to_regclass(name) IS NOT NULL`
+    yield* lockWrites(present.map(({ name }) => name).filter((name) => databaseOfTable(name) !== database))
+  })

@@ -102,15 +102,21 @@ export const surveyLayout = Effect.gen(function*() {
   return { decomposed: clients.ci !== undefined, builds, holdings, problems } satisfies LayoutSurvey
 })
 
+/** The layout, refused with its first problem in one line. */
+export const refuseUnusableLayout = Effect.gen(function*() {
+  const survey = yield* surveyLayout
+  const problem = survey.problems[0]
+  if (problem !== undefined) return yield* new UnusableLayout(problem)
+  return survey
+})
+
 /**
  * The start-up check (and doctor's): refuses the layout with its first problem in one line, then
  * checks every column a batch uses on the database holding its table. One database: exactly the
  * column check it always was (a write-locked copy aside).
  */
 export const checkLayout = Effect.gen(function*() {
-  const survey = yield* surveyLayout
-  const problem = survey.problems[0]
-  if (problem !== undefined) return yield* new UnusableLayout(problem)
+  const survey = yield* refuseUnusableLayout
   const clients = yield* connections
   const required = requiredColumns(survey.builds)
   let checked = 0

@@ -9,6 +9,7 @@
  */
 import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { type DatabaseName, databaseOfTable } from "../../domain/Databases.ts"
 
 export type SchemaMode = "gitlab" | "standalone"
 
@@ -69,6 +70,19 @@ export const detectSchemaMode = (configured: Option.Option<SchemaMode>) =>
     if (Option.isSome(configured)) return { mode: configured.value, source: "SWEEPER_SCHEMA" as const }
     const sql = yield* SqlClient.SqlClient
     const gitlab = (yield* exists(sql, "project_export_jobs")) && !(yield* createdBySweeper(sql, "project_export_jobs"))
+    return { mode: gitlab ? "gitlab" as const : "standalone" as const, source: "detected" as const }
+  })
+
+/**
+ * A separate ci database's mode: `SWEEPER_SCHEMA` when set; else gitlab when a builds table exists
+ * that Sweeper did not create (GitLab's ci database), standalone when it is Sweeper's or empty.
+ */
+export const detectCiSchemaMode = (configured: Option.Option<SchemaMode>) =>
+  Effect.gen(function*() {
+    if (Option.isSome(configured)) return { mode: configured.value, source: "SWEEPER_SCHEMA" as const }
+    const sql = yield* SqlClient.SqlClient
+    const builds = (yield* exists(sql, "p_ci_builds")) ? "p_ci_builds" : "ci_builds"
+    const gitlab = (yield* exists(sql, builds)) && !(yield* createdBySweeper(sql, builds))
     return { mode: gitlab ? "gitlab" as const : "standalone" as const, source: "detected" as const }
   })
 
@@ -163,9 +177,15 @@ export const checkColumnsOf = (required: RequiredColumns) =>
     return checked
   })
 
-/** Every column a batch uses, all on the database in context (one database). */
-export const checkColumns = Effect.gen(function*() {
-  const builds = yield* detectBuildsTable
-  const checked = yield* checkColumnsOf(requiredColumns(builds))
-  return { checked, builds }
-})
+/**
+ * Every column a batch uses, on the database in context. `tablesOf`: the tables of one database of
+ * a decomposed GitLab (run on that database's connection), or all.
+ */
+export const checkColumns = (tablesOf: "all" | DatabaseName = "all") =>
+  Effect.gen(function*() {
+    const builds = yield* detectBuildsTable
+    const required = requiredColumns(builds).filter(([table]) =>
+      tablesOf === "all" || databaseOfTable(table) === tablesOf
+    )
+    return { checked: yield* checkColumnsOf(required), builds }
+  })
