@@ -2,13 +2,15 @@
  * `sweeper doctor` per database connection and the start-up refusal of a layout that cannot work,
  * through the real CLI on two real databases of the local server: GitLab's decomposed layout (both
  * databases hold every table, the copy a database does not keep write-locked by GitLab's trigger),
- * a table writable in both, a table in neither, one database, and CI_DATABASE_URL naming main's own.
+ * a table writable in both, a table in neither, one database, two embedded databases, CI_DATABASE_URL
+ * naming main's own or a database that cannot be reached, and a role lacking a privilege.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Redacted, type Scope } from "effect"
 import type { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
@@ -259,6 +261,26 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
           env,
           "p_ci_builds is write-locked in this database: a decomposed GitLab writes it in its ci database "
             + "(DATABASE_URL names main's, CI_DATABASE_URL ci's)"
+        )
+      })),
+    600_000
+  )
+
+  it.live(
+    "two embedded databases (SWEEPER_EMBEDDED_CI_DATABASE): each platform table where GitLab keeps it, ok",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const dataDir = mkdtempSync(join(tmpdir(), "sweeper-doctor-embedded-ci-"))
+        yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dataDir, { recursive: true, force: true })))
+        const report = yield* doctorJson({ SWEEPER_DATA_DIR: dataDir, SWEEPER_EMBEDDED_CI_DATABASE: "true" })
+        assert.isTrue(report.ok)
+        assert.deepStrictEqual(report.databases.connections.map((c) => [c.database, c.holds, c.writeLocked]), [
+          ["main", MAIN_HELD, []],
+          ["ci", ["ci_builds"], []]
+        ])
+        assert.strictEqual(
+          report.databases.connections[1]!.backend,
+          `embedded PGlite (${join(dataDir, "ci", "pgdata")})`
         )
       })),
     600_000
