@@ -227,11 +227,29 @@ export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = 
   )
 }
 
-export const describeBackends = (settings: SweeperSettings) => ({
-  postgres: Option.match(settings.databaseUrl, {
+/**
+ * The PostgreSQL databases configuration names: one, or `main: …, ci: …` when GitLab's ci tables
+ * have a database of their own (CI_DATABASE_URL, or the second embedded one).
+ */
+export const describePostgres = (
+  settings: Pick<SweeperSettings, "databaseUrl" | "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+) => {
+  const main = Option.match(settings.databaseUrl, {
     onNone: () => `embedded PGlite (${join(settings.dataDir, "pgdata")})`,
     onSome: (url) => redactUrl(Redacted.value(url))
-  }),
+  })
+  const ci = Option.match(settings.ciDatabaseUrl, {
+    onNone: () =>
+      settings.embeddedCiDatabase && Option.isNone(settings.databaseUrl)
+        ? Option.some(`embedded PGlite (${join(settings.dataDir, "ci", "pgdata")})`)
+        : Option.none<string>(),
+    onSome: (url) => Option.some(redactUrl(Redacted.value(url)))
+  })
+  return Option.match(ci, { onNone: () => main, onSome: (separate) => `main: ${main}, ci: ${separate}` })
+}
+
+export const describeBackends = (settings: SweeperSettings) => ({
+  postgres: describePostgres(settings),
   redis: Option.match(storeUrls(settings), {
     onNone: () => "in-memory (embedded, this process only)",
     onSome: (urls) => {

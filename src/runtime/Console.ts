@@ -16,12 +16,15 @@
  */
 import { Cache, Context, DateTime, Effect, Layer, Option, Schedule, Schema, Stream, SubscriptionRef } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { SweeperConfig } from "../config/Config.ts"
 import { describeError } from "../domain/Errors.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { RunHistorySql } from "../layers/postgres/RunHistorySql.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { HealthReport } from "../services/HealthReport.ts"
 import { RunHistory } from "../services/RunHistory.ts"
+import { describePostgres } from "./App.ts"
 import { BacklogLive } from "./Backlog.ts"
 import { snapshotView } from "./BatchView.ts"
 import { chooseWindow, isWindow, WINDOWS } from "./Charts.ts"
@@ -45,8 +48,13 @@ const DEFAULT_EVENTS = 100
 const BATCH_PAGE_RUNS = 50
 
 /** A batch as the console shows it: the shared view, its live run and its last backlog sample. */
-export const cardView = (snapshot: BatchSnapshot, now: Date, backlog: BacklogSnapshot | undefined): CardView => ({
-  ...snapshotView(snapshot, now),
+export const cardView = (
+  snapshot: BatchSnapshot,
+  now: Date,
+  backlog: BacklogSnapshot | undefined,
+  decomposed = false
+): CardView => ({
+  ...snapshotView(snapshot, now, decomposed),
   live: snapshot.status === "running" ? liveRun(snapshot.name) : null,
   backlog: (() => {
     const mine = backlog?.batches.find((b) => b.batch === snapshot.name)
@@ -60,7 +68,9 @@ export const consoleViews = Effect.gen(function*() {
   const backlog = yield* Effect.serviceOption(Backlog)
   const now = DateTime.toDateUtc(yield* DateTime.now)
   const sample = Option.isSome(backlog) ? yield* backlog.value.current : undefined
-  return (yield* scheduler.snapshots).map((s) => cardView(s, now, sample))
+  // Every app composition has CiDatabase; a console built without one has one database.
+  const decomposed = Option.exists(yield* Effect.serviceOption(CiDatabase), (ci) => ci.decomposed)
+  return (yield* scheduler.snapshots).map((s) => cardView(s, now, sample, decomposed))
 })
 
 /** The most `/api/stream` connections served at once; one more is answered 503. */
@@ -168,6 +178,9 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   const events = yield* EventLog
   const health = yield* HealthReport
   const context = yield* Effect.context<RunHistory | Backlog | Scheduler>()
+  // Decomposed, the overview names both databases (as the start-up log does); one database, nothing.
+  const ci = yield* Effect.serviceOption(CiDatabase)
+  const databases = Option.exists(ci, (found) => found.decomposed) ? describePostgres(yield* SweeperConfig) : undefined
   const query = Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     return new URL(request.url, "http://sweeper").searchParams
@@ -228,7 +241,12 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
       const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
       const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
       return html(
-        dashboardPage(yield* views, { stream, events: found, holds: (yield* health.snapshot).holds.map((h) => h.text) })
+        dashboardPage(yield* views, {
+          stream,
+          events: found,
+          holds: (yield* health.snapshot).holds.map((h) => h.text),
+          databases
+        })
       )
     }))
   )

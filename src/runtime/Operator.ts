@@ -31,6 +31,7 @@ import {
 } from "../domain/Errors.ts"
 import { healthStream } from "../domain/Events.ts"
 import { openHolds } from "../domain/Health.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { batches, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { AnyApiError, type BatchViewSchema, type EventSchema, type RunResultSchema, SweeperApi } from "./Api.ts"
@@ -233,6 +234,7 @@ export const local = (target: string) =>
         const settings = yield* SweeperConfig
         const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
         const events = yield* EventLog
+        const { decomposed } = yield* CiDatabase
         return yield* Effect.forEach(
           yield* configureBatches(batches),
           ({ batch, cronText, cron, disabled }) =>
@@ -250,7 +252,7 @@ export const local = (target: string) =>
               const holds = openHolds(recent).map((hold) => hold.text)
               return {
                 ...batchView(
-                  { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history },
+                  { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history, decomposed },
                   now
                 ),
                 holds

@@ -66,19 +66,29 @@ export const superviseWithSimulator = (
   })).pipe(Layer.provide(Supervisor))
 
 /**
- * The simulator writes GitLab's tables and consumes its queues: never on a real GitLab's database.
- * Asked before anything migrates, so a refused run leaves no table behind.
+ * The simulator writes GitLab's tables and consumes its queues: never on a real GitLab's database,
+ * main or ci (a decomposed GitLab's ci database holds the whole structure too, so it is recognised
+ * the same way). Asked before anything migrates, so a refused run leaves no table behind.
  */
 export const refuseGitLabDatabase = Effect.gen(function*() {
   const settings = yield* SweeperConfig
   if (Option.isNone(settings.databaseUrl)) return
-  const { mode } = yield* detectSchemaMode(settings.schema).pipe(Effect.provide(databaseClientLayer(settings)))
-  if (mode === "gitlab") {
-    return yield* new InvalidConfig({
-      variable: "DATABASE_URL",
-      message:
-        "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
-    })
+  const databases = [
+    { variable: "DATABASE_URL", client: databaseClientLayer(settings) },
+    ...Option.toArray(settings.ciDatabaseUrl).map((url) => ({
+      variable: "CI_DATABASE_URL",
+      client: databaseClientLayer({ ...settings, databaseUrl: Option.some(url) })
+    }))
+  ]
+  for (const { client, variable } of databases) {
+    const { mode } = yield* detectSchemaMode(settings.schema).pipe(Effect.provide(client))
+    if (mode === "gitlab") {
+      return yield* new InvalidConfig({
+        variable,
+        message:
+          "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
+      })
+    }
   }
 })
 
