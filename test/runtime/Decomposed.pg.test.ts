@@ -11,6 +11,7 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { runCli } from "../support/cli.ts"
+import { createGitLabSchema, lockWritesOfOthers } from "../support/gitlabSchema.ts"
 import { freshDatabase } from "../support/postgres.ts"
 import { startSweeper, waitFor } from "../support/processes.ts"
 import { freshRedisUrl } from "../support/redis.ts"
@@ -179,4 +180,67 @@ describe("decomposed GitLab: main and ci databases", () => {
         yield* assertExactlyOnce(db)
       })), { timeout: 180_000 })
   }
+
+  it.live(
+    "GitLab's own layout: both databases hold every table, each copy GitLab does not use write-locked",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const [mainDb, ciDb] = [yield* freshDatabase, yield* freshDatabase]
+        const redis = yield* freshRedisUrl
+        const [main, ci] = [yield* clientOf(mainDb.url), yield* clientOf(ciDb.url)]
+        for (const [sql, database] of [[main, "main"], [ci, "ci"]] as const) {
+          yield* createGitLabSchema({ partitioned: true, runners: true }).pipe(
+            Effect.provideService(PgClient.PgClient, sql)
+          )
+          // Stale rows in the copy this database does not use: GitLab's copies are never written.
+          yield* sql`INSERT INTO p_ci_builds (id, partition_id, project_id, type, status, created_at, updated_at)
+          SELECT i, 100, 1, 'Ci::Build', 'canceling', '2026-01-01', '2026-01-01' FROM generate_series(1, 40) i`
+          yield* sql`INSERT INTO namespaces (id, name, path, type, organization_id) VALUES (10, 'g', 'g', 'Group', 1)`
+          yield* sql`INSERT INTO projects (id, namespace_id, name, path, project_namespace_id, organization_id)
+          VALUES (20, 10, 'p', 'p', 10, 1)`
+          yield* sql`INSERT INTO project_export_jobs (id, project_id, jid, status, user_id, created_at, updated_at)
+          SELECT g, 20, 'jid-' || g, 0, 1, '2026-01-01', '2026-01-01' FROM generate_series(1, 30) g`
+          yield* lockWritesOfOthers(database).pipe(Effect.provideService(PgClient.PgClient, sql))
+        }
+        // Pending for over a day in ci: the stuck-builds family's outdated rule fails them.
+        yield* ci`INSERT INTO p_ci_builds (id, partition_id, project_id, type, status, created_at, updated_at)
+        SELECT i, 101, 20, 'Ci::Build', 'pending', '2026-01-01', '2026-01-01' FROM generate_series(1001, 1010) i`
+        const env = { DATABASE_URL: mainDb.url, CI_DATABASE_URL: ciDb.url, REDIS_URL: redis }
+        const migrated = yield* Effect.promise(() => runCli(["migrate"], env))
+        assert.strictEqual(migrated.code, 0, migrated.stderr)
+        assert.match(migrated.stdout, /gitlab mode/)
+
+        const batches = [
+          "drop-canceling-builds",
+          "stuck-export-jobs",
+          "drop-pending-builds",
+          "drop-running-builds",
+          "drop-scheduled-builds"
+        ]
+        for (const batch of batches) {
+          const run = yield* Effect.promise(() => runCli(["run", batch, "--json"], env, 120_000))
+          assert.strictEqual(run.code, 0, run.stderr)
+          assert.strictEqual((JSON.parse(run.stdout.trim()) as { outcome: string }).outcome, "succeeded", run.stdout)
+        }
+        // ci's builds failed, main's copy untouched; main's exports failed, ci's copy untouched.
+        assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM p_ci_builds WHERE status = 'failed'"), 50)
+        assert.strictEqual(yield* count(main, "SELECT count(*) AS n FROM p_ci_builds WHERE status = 'canceling'"), 40)
+        assert.strictEqual(yield* count(main, "SELECT count(*) AS n FROM project_export_jobs WHERE status = 3"), 30)
+        assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM project_export_jobs WHERE status = 0"), 30)
+        assert.strictEqual(
+          yield* count(main, "SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'"),
+          50
+        )
+        assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM sweeper_outbox"), 0)
+        // Sweeper's own tables in ci are only the outbox, the fences and the migration record.
+        const ciOwn = yield* ci<{ name: string }>`SELECT table_name AS name FROM information_schema.tables
+        WHERE table_schema = 'public' AND table_name LIKE 'sweeper%' ORDER BY 1`
+        assert.deepStrictEqual(ciOwn.map((row) => row.name), [
+          "sweeper_lease_fences",
+          "sweeper_migrations",
+          "sweeper_outbox"
+        ])
+      })),
+    { timeout: 180_000 }
+  )
 })
