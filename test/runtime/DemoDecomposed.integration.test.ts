@@ -91,6 +91,12 @@ describe("npm run demo -- --decomposed", () => {
             })`
           )
           assert.include(page, `<dd class="database" data-database="ci">ci</dd>`)
+          // `sweeper status` from another terminal (through the demo's API) has a DATABASE column.
+          const status = await runCli(["status"], { SWEEPER_DATA_DIR: dataDir })
+          assert.strictEqual(status.code, 0, status.stderr)
+          assert.match(status.stdout, /^BATCH\s+STATE\s+DATABASE\s+SCHEDULE/m)
+          assert.match(status.stdout, /^drop-canceling-builds\s+\S+\s+ci\s/m)
+          assert.match(status.stdout, /^stuck-export-jobs\s+\S+\s+main\s/m)
 
           // Both repairs happen: builds dropped (in ci), exports failed (in main).
           await waitFor(
