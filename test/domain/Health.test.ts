@@ -319,7 +319,7 @@ describe("hysteresis", () => {
   })
 
   it("database-wide PostgreSQL signals are read on the database the batch writes; tables where they are kept", () => {
-    const lag = rule({ replicationLag: { stop: "8MB" } })
+    const lagRule = rule({ replicationLag: { stop: "8MB" } })
     const vacuum = rule({ autovacuum: { stop: true } })
     const prometheus = rule({
       prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 1" }] }
@@ -335,10 +335,10 @@ describe("hysteresis", () => {
     // One database: every batch's is main.
     assert.deepStrictEqual(databasesOf(drop, false), ["main"])
     const writes = { ...drop, redisStores: [], queues: [], databases: databasesOf(drop, true) }
-    assert.deepStrictEqual(subjectsFor(lag, writes), ["ci"])
+    assert.deepStrictEqual(subjectsFor(lagRule, writes), ["ci"])
     assert.deepStrictEqual(subjectsFor(prometheus, writes), [""])
-    assert.strictEqual(databaseOfSubject(lag, "ci", true), "ci")
-    assert.strictEqual(databaseOfSubject(lag, "main", true), "main")
+    assert.strictEqual(databaseOfSubject(lagRule, "ci", true), "ci")
+    assert.strictEqual(databaseOfSubject(lagRule, "main", true), "main")
     assert.strictEqual(databaseOfSubject(vacuum, "ci_builds", true), "ci")
     assert.strictEqual(databaseOfSubject(vacuum, "ci_builds", false), "main")
     assert.strictEqual(databaseOfSubject(vacuum, "project_export_jobs", true), "main")
