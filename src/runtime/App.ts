@@ -179,7 +179,7 @@ type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlErro
  * client. A CI_DATABASE_URL that reaches main's very database is treated as one database.
  */
 export const ciClientLayer = (
-  settings: SweeperSettings
+  settings: Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
 ): Layer.Layer<CiDatabase, CiClientError, PgClient.PgClient> => {
   type Client = Layer.Layer<PgClient.PgClient, CiClientError>
   const separate = Option.match(settings.ciDatabaseUrl, {

@@ -326,7 +326,8 @@ export const DatabaseSignalsLive = Layer.unwrap(Effect.gen(function*() {
     DatabaseSignals,
     Effect.gen(function*() {
       const main = yield* HealthSignals
-      const onCi = HealthSignalsLive.pipe(Layer.provide(Layer.succeed(PgClient.PgClient, ci.sql)))
+      // Fresh: the layer is memoized, and its instance in this build is main's.
+      const onCi = Layer.fresh(HealthSignalsLive).pipe(Layer.provide(Layer.succeed(PgClient.PgClient, ci.sql)))
       return DatabaseSignals.of({ main, ci: Context.get(yield* Layer.build(onCi), HealthSignals) })
     })
   )
