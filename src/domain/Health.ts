@@ -10,7 +10,6 @@
  * of the batch's tables being vacuumed, a Prometheus rule in whatever its query returns.
  */
 import { ByteSize, Duration, Effect, Option, Result, Schema, SchemaGetter, SchemaIssue } from "effect"
-import type { BatchWrites } from "./Batch.ts"
 import { type DatabaseName, databaseOfTable, databaseOfWrites } from "./Databases.ts"
 
 /** GitLab's Redis stores, by the names the Redis layer gives them. */
@@ -556,7 +555,11 @@ export interface WriteSet {
  * GitLab tables live in (drop-* batches write ci), else the one database, named main. A batch that
  * writes no table is gated by no database signal.
  */
-export const databasesOf = (writes: BatchWrites | undefined, decomposed: boolean): ReadonlyArray<DatabaseName> =>
+export const databasesOf = (
+  // BatchWrites, by shape: Batch.ts asks this file for RedisStoreName.
+  writes: { readonly tables?: ReadonlyArray<string> | undefined } | undefined,
+  decomposed: boolean
+): ReadonlyArray<DatabaseName> =>
   (writes?.tables ?? []).length === 0 ? [] : [decomposed ? databaseOfWrites(writes) : "main"]
 
 /** Sweeper's own tables (its event ledger, run rollups): `sweeper_…`. */

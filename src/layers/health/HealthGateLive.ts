@@ -184,9 +184,7 @@ export const makeHealthGate = (options: GateOptions) =>
     }
     const slotsOf = (rule: SignalRule) => [...slots.values()].filter((slot) => slot.rule === rule)
     /** The databases some slot reads, each once per round whatever number of batches write it. */
-    const databases = [
-      ...new Set([...slots.values()].flatMap((slot) => Option.toArray(Option.fromUndefinedOr(slot.database))))
-    ]
+    const databases = [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))]
     const vacuumTables = (database: DatabaseName) => [
       ...new Set(
         [...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum" && slot.database === database)
