@@ -8,6 +8,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Context, Effect, Layer, Option, Predicate, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { join } from "node:path"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "../config/Config.ts"
@@ -29,12 +30,25 @@ import { ObjectStorageAzure } from "../layers/objectStorage/ObjectStorageAzure.t
 import { ObjectStorageLocal } from "../layers/objectStorage/ObjectStorageLocal.ts"
 import { ObjectStorageS3 } from "../layers/objectStorage/ObjectStorageS3.ts"
 import { BuildsSql } from "../layers/postgres/BuildsSql.ts"
-import { CiDatabase, MainDatabaseLive, sameDatabase, SingleDatabase } from "../layers/postgres/Databases.ts"
-import { checkColumns, detectSchemaMode, SchemaNotMigrated } from "../layers/postgres/DatabaseSchema.ts"
-import { EventLogSql } from "../layers/postgres/EventLogSql.ts"
+import {
+  CiDatabase,
+  MainDatabase,
+  MainDatabaseLive,
+  onClient,
+  sameDatabase,
+  SingleDatabase
+} from "../layers/postgres/Databases.ts"
+import {
+  checkColumns,
+  detectCiSchemaMode,
+  detectSchemaMode,
+  SchemaNotMigrated
+} from "../layers/postgres/DatabaseSchema.ts"
+import { EventLogSql, EventLogSqlInto } from "../layers/postgres/EventLogSql.ts"
 import { EventRetentionSql } from "../layers/postgres/EventRetentionSql.ts"
 import { ExportJobsSql } from "../layers/postgres/ExportJobsSql.ts"
 import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts"
+import { OutboxRepairEvents } from "../layers/postgres/Outbox.ts"
 import { PlatformRecordsSql } from "../layers/postgres/PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "../layers/postgres/Postgres.ts"
 import { StuckBuildsSql } from "../layers/postgres/StuckBuildsSql.ts"
@@ -95,7 +109,7 @@ export const MemoryBackends = Layer.mergeAll(
   ConcurrencyLimitsMemory
 ).pipe(Layer.provideMerge(MemoryRedis.layer))
 
-/** The services backed by PostgreSQL, given a PgClient. */
+/** The services backed by PostgreSQL, all on one database, given its PgClient. */
 export const SqlBackends = Layer.mergeAll(
   BuildsSql,
   StuckBuildsSql,
@@ -105,6 +119,38 @@ export const SqlBackends = Layer.mergeAll(
 ).pipe(
   Layer.provideMerge(EventLogSql)
 )
+
+/** The repairs of GitLab's ci tables: builds (drop-canceling) and the stuck-builds family. */
+const CiRepairs = Layer.mergeAll(BuildsSql, StuckBuildsSql)
+
+/**
+ * The ci repairs on a decomposed GitLab's ci database: ci's client as their PgClient, their events
+ * into ci's outbox in their own transaction, relayed to main's ledger after each commit (Outbox.ts).
+ */
+const CiRepairsOnCi = (ci: PgClient.PgClient) =>
+  CiRepairs.pipe(
+    Layer.provide(Layer.merge(EventLogSqlInto("sweeper_outbox"), OutboxRepairEvents)),
+    Layer.provide(Layer.merge(Layer.succeed(PgClient.PgClient, ci), Layer.succeed(SqlClient.SqlClient, ci)))
+  )
+
+/**
+ * The services backed by PostgreSQL, each on the database GitLab keeps its tables in: with ci in
+ * main (one database) exactly SqlBackends; decomposed, the ci repairs on ci's client.
+ */
+export const DatabaseBackends = Layer.unwrap(Effect.gen(function*() {
+  const ci = yield* CiDatabase
+  type Backends = Layer.Layer<
+    Layer.Success<typeof SqlBackends>,
+    Layer.Error<typeof SqlBackends>,
+    Layer.Services<typeof SqlBackends> | MainDatabase
+  >
+  if (!ci.decomposed) return SqlBackends as Backends
+  const backends: Backends = Layer.merge(
+    CiRepairsOnCi(ci.sql),
+    Layer.mergeAll(ExportJobsSql, PlatformRecordsSql, EventRetentionSql)
+  ).pipe(Layer.provideMerge(EventLogSql))
+  return backends
+}))
 
 /**
  * How a command treats the schema: `migrate` applies pending migrations first
@@ -126,21 +172,54 @@ export const objectStorageLayer = (settings: ObjectStorageSettings): Layer.Layer
   }
 }
 
+/**
+ * Applies what is pending on main and, when ci is a database of its own, on ci (its outbox and
+ * fences; in standalone mode its platform tables, which main then does not get). Returns what was
+ * applied, `ci:`-prefixed for ci's.
+ */
+export const migrateDatabases = (settings: SweeperSettings, heavy: "run" | "refuse") =>
+  Effect.gen(function*() {
+    const ci = yield* CiDatabase
+    const decomposed = ci.decomposed
+    const main = yield* migrateWith(settings.schema, { heavy, decomposed })
+    const ciApplied = decomposed
+      ? yield* onClient(ci.sql)(migrateWith(settings.schema, { database: "ci", decomposed }))
+      : []
+    return [...main, ...ciApplied.map(([id, name]) => [id, `ci:${name}`] as const)]
+  })
+
+/** Pending migrations of main and (when separate) ci, `ci:`-prefixed for ci's. */
+export const pendingDatabases = (settings: SweeperSettings) =>
+  Effect.gen(function*() {
+    const ci = yield* CiDatabase
+    const { mode } = yield* detectSchemaMode(settings.schema)
+    const pending = yield* pendingMigrations(mode)
+    if (!ci.decomposed) return pending
+    const ciPending = yield* onClient(ci.sql)(
+      Effect.flatMap(detectCiSchemaMode(settings.schema), (detected) => pendingMigrations(detected.mode, "ci"))
+    )
+    return [...pending, ...ciPending.map((name) => `ci:${name}`)]
+  })
+
 const Migrated = (settings: SweeperSettings, access: SchemaAccess) =>
   Layer.effectDiscard(Effect.gen(function*() {
     if (access === "migrate" || Option.isNone(settings.databaseUrl)) {
       // A server's ledger may be large: heavy online steps are refused there (see migrateWith).
-      const applied = yield* migrateWith(settings.schema, {
-        heavy: Option.isSome(settings.databaseUrl) ? "refuse" : "run"
-      })
+      const applied = yield* migrateDatabases(settings, Option.isSome(settings.databaseUrl) ? "refuse" : "run")
       if (applied.length > 0) yield* Effect.logInfo("Applied migrations", applied.map(([id, name]) => `${id}_${name}`))
     } else {
-      const { mode } = yield* detectSchemaMode(settings.schema)
-      const pending = yield* pendingMigrations(mode)
+      const pending = yield* pendingDatabases(settings)
       if (pending.length > 0) return yield* new SchemaNotMigrated({ pending })
     }
-    // Every column a batch uses, before anything runs: a missing one stops start-up naming it.
-    yield* checkColumns
+    // Every column a batch uses, on the database that holds it, before anything runs: a missing one
+    // stops start-up naming it.
+    const ci = yield* CiDatabase
+    if (ci.decomposed) {
+      yield* checkColumns("main")
+      yield* onClient(ci.sql)(checkColumns("ci"))
+    } else {
+      yield* checkColumns("all")
+    }
   }))
 
 /** A server that cannot be reached (or a URL that cannot be used) is one typed error naming its host. */
@@ -205,8 +284,12 @@ const isConnectionFailure = (error: unknown) => {
   return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError")
 }
 
+/** Main's client, ci's (CiDatabase) and main's by its own name (MainDatabase), nothing migrated. */
+export const databaseClientsLayer = (settings: SweeperSettings) =>
+  Layer.merge(ciClientLayer(settings), MainDatabaseLive).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+
 export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") => {
-  const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientLayer(settings)))
+  const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientsLayer(settings)))
   if (Option.isNone(settings.databaseUrl)) return layer
   const url = settings.databaseUrl.value
   // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
@@ -275,18 +358,14 @@ export const appLayer = (access: SchemaAccess) =>
     return Layer.merge(healthLayer(settings), RepairSteps).pipe(
       Layer.provideMerge(
         Layer.mergeAll(
-          SqlBackends,
+          DatabaseBackends,
           redisBacked,
           objectStorageLayer(settings.objectStorage),
           TuningFromConfig,
           MetricsPrometheus
         )
       ),
-      Layer.provideMerge(
-        Layer.merge(ciClientLayer(settings), MainDatabaseLive).pipe(
-          Layer.provideMerge(databaseLayer(settings, access))
-        )
-      )
+      Layer.provideMerge(databaseLayer(settings, access))
     )
   })).pipe(Layer.provideMerge(SweeperConfig.layer))
 

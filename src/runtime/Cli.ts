@@ -8,11 +8,12 @@ import { Console, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { configureBatches, redisConfigured, SweeperConfig } from "../config/Config.ts"
 import { refusesLookAhead } from "../domain/Batch.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
-import { migrateWith, pendingPlan } from "../layers/postgres/Migrations.ts"
+import { pendingPlan } from "../layers/postgres/Migrations.ts"
 import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
-import { databaseClientLayer, describeBackends } from "./App.ts"
+import { databaseClientsLayer, describeBackends, migrateDatabases, pendingDatabases } from "./App.ts"
 import { attachDashedValues, budgetFlag, instantFlag, intFlag, runIdFlag } from "./CliFlags.ts"
 import { printEvent, printRun, printStatus } from "./CliPrint.ts"
 import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
@@ -88,19 +89,23 @@ const migrateCommand = Command.make(
       const { mode, source } = yield* detectSchemaMode(settings.schema)
       const modeNote = `${mode} mode, ${source === "detected" ? "detected" : "from SWEEPER_SCHEMA"}`
       if (plan) {
-        const pending = yield* pendingPlan(mode)
+        const ci = yield* CiDatabase
+        const ciPending = ci.decomposed
+          ? (yield* pendingDatabases(settings)).filter((name) => name.startsWith("ci:"))
+          : []
+        const pending = [...(yield* pendingPlan(mode)), ...ciPending]
         return yield* Console.log(
           pending.length === 0 ? `Schema is up to date (${modeNote})` : `Pending (${modeNote}): ${pending.join(", ")}`
         )
       }
-      const applied = yield* migrateWith(settings.schema)
+      const applied = yield* migrateDatabases(settings, "run")
       yield* Console.log(
         applied.length === 0
           ? `Schema is up to date (${modeNote})`
           : `Applied (${modeNote}): ${applied.map(([id, n]) => `${String(id).padStart(4, "0")}_${n}`).join(", ")}`
       )
     })
-    return yield* Effect.provide(migrateOrPlan, databaseClientLayer(settings))
+    return yield* Effect.provide(migrateOrPlan, databaseClientsLayer(settings))
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Apply pending database migrations (--plan: only list them)"))
 

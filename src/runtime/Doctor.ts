@@ -237,7 +237,7 @@ const gather = (applied: ReadonlyArray<string>) =>
     const settings = yield* SweeperConfig
     const sql = yield* PgClient.PgClient
     const { mode, source } = yield* detectSchemaMode(settings.schema)
-    const { checked, builds } = yield* checkColumns
+    const { checked, builds } = yield* checkColumns()
     const partitions = yield* partitionsOf(sql, builds.name)
     const now = yield* DateTime.now
     const scanReports: Array<ScanReport> = []

@@ -67,12 +67,13 @@ describe("Beside GitLab's schema", () => {
             "0003_schema_ownership",
             "0004_event_retention_indexes",
             "0005_console_rollup",
-            "0006_ledger_rollup"
+            "0006_ledger_rollup",
+            "0008_event_relay"
           ])
 
           const applied = yield* migrate
           // Sweeper's own transactional migrations (never the platform tables), then its online steps.
-          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 4, 4, 5, 6, 6])
+          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 4, 4, 5, 6, 6])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
           assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
@@ -85,6 +86,7 @@ describe("Beside GitLab's schema", () => {
             "sweeper_events",
             "sweeper_lease_fences",
             "sweeper_migrations",
+            "sweeper_relayed",
             "sweeper_runs",
             "sweeper_schema_ownership"
           ])
@@ -92,7 +94,7 @@ describe("Beside GitLab's schema", () => {
           // Still gitlab after its own migrations ran.
           assert.strictEqual((yield* detectSchemaMode(Option.none())).mode, "gitlab")
           assert.deepStrictEqual(yield* detectBuildsTable, partitioned ? PartitionedBuilds : PlainBuilds)
-          assert.strictEqual((yield* checkColumns).checked, partitioned ? 21 : 20)
+          assert.strictEqual((yield* checkColumns()).checked, partitioned ? 21 : 20)
         })
       ))
   }
@@ -247,7 +249,7 @@ describe("Beside GitLab's schema", () => {
       Effect.gen(function*() {
         const sql = yield* PgClient.PgClient
         yield* sql`ALTER TABLE p_ci_builds DROP COLUMN failure_reason`
-        const missing = yield* Effect.flip(checkColumns).pipe(
+        const missing = yield* Effect.flip(checkColumns()).pipe(
           Effect.flatMap((e) => e instanceof MissingColumn ? Effect.succeed(e) : Effect.die(e))
         )
         assert.deepStrictEqual([missing.table, missing.column, missing.found], [
@@ -260,7 +262,7 @@ describe("Beside GitLab's schema", () => {
           "column p_ci_builds.failure_reason is missing (a batch needs it as integer)"
         )
         yield* sql`ALTER TABLE p_ci_builds ADD COLUMN failure_reason text`
-        const typed = yield* Effect.flip(checkColumns).pipe(
+        const typed = yield* Effect.flip(checkColumns()).pipe(
           Effect.flatMap((e) => e instanceof MissingColumn ? Effect.succeed(e) : Effect.die(e))
         )
         assert.strictEqual(typed.message, "column p_ci_builds.failure_reason is text, a batch needs integer")

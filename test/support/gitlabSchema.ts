@@ -9,6 +9,12 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect } from "effect"
+import {
+  type DatabaseName,
+  databaseOfTable,
+  GITLAB_SCHEMAS,
+  WRITE_LOCK_TRIGGER_PREFIX
+} from "../../src/domain/Databases.ts"
 
 const namespaces = [
   `CREATE TABLE namespaces (
@@ -320,3 +326,27 @@ export const gitlabColumns = Effect.gen(function*() {
     WHERE table_schema IN ('public', 'gitlab_partitions_dynamic') AND table_name NOT LIKE 'sweeper\\_%'
     ORDER BY table_schema, table_name, ordinal_position`
 })
+
+/**
+ * A decomposed GitLab's write locks (its `gitlab:db:lock_writes`): on the database named, every
+ * table GitLab keeps in the other one gets the trigger `gitlab_schema_write_trigger_for_<table>`
+ * that refuses INSERT, UPDATE, DELETE and TRUNCATE, as GitLab installs it.
+ */
+export const lockWritesOfOthers = (database: DatabaseName) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql.unsafe(`CREATE OR REPLACE FUNCTION gitlab_schema_prevent_write() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        RAISE EXCEPTION 'Table: "%" is write protected within this Gitlab database.', TG_TABLE_NAME
+          USING ERRCODE = 'modifying_sql_data_not_permitted',
+          HINT = 'Make sure you are using the right database connection';
+      END $$`)
+    const present = yield* sql<{ name: string }>`SELECT name FROM unnest(${Object.keys(GITLAB_SCHEMAS)}::text[]) AS name
+      WHERE to_regclass(name) IS NOT NULL`
+    for (const { name } of present) {
+      if (databaseOfTable(name) === database) continue
+      yield* sql.unsafe(`CREATE TRIGGER ${WRITE_LOCK_TRIGGER_PREFIX}${name}
+        BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${name}
+        FOR EACH STATEMENT EXECUTE FUNCTION gitlab_schema_prevent_write()`)
+    }
+  })

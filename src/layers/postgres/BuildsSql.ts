@@ -19,6 +19,7 @@ import { EventLog } from "../../services/EventLog.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
+import { RepairEvents } from "./Outbox.ts"
 
 /** A build as the page queries select it (BuildsSql and StuckBuildsSql alike). */
 export interface BuildRow {
@@ -166,6 +167,7 @@ export const BuildsSql = Layer.effect(
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const events = yield* EventLog
+    const repairEvents = yield* RepairEvents
     // Decided once per process: GitLab converts ci_builds to p_ci_builds in a migration, not live.
     const table = yield* detectBuildsTable
 
@@ -226,7 +228,7 @@ export const BuildsSql = Layer.effect(
         const fields = buildEventFields(table, build, reason)
         yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
         return true
-      }))
+      })).pipe(Effect.tap((failed) => failed ? repairEvents.committed : Effect.void))
     }
 
     /**
@@ -265,7 +267,8 @@ export const BuildsSql = Layer.effect(
             failure_reason: reason
           })
         })),
-        "dropped"
+        "dropped",
+        repairEvents.table
       )
       const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
       const rows = yield* sql<{
@@ -296,6 +299,7 @@ export const BuildsSql = Layer.effect(
         SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
           (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
       if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+      if (rows[0]!.keys.length > 0) yield* repairEvents.committed
       const won = new Set(rows[0]!.keys)
       const held = new Set(rows[0]!.locked)
       // In page order, as the keyset read them.

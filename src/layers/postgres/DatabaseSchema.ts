@@ -9,6 +9,7 @@
  */
 import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { type DatabaseName, databaseOfTable } from "../../domain/Databases.ts"
 
 export type SchemaMode = "gitlab" | "standalone"
 
@@ -69,6 +70,19 @@ export const detectSchemaMode = (configured: Option.Option<SchemaMode>) =>
     if (Option.isSome(configured)) return { mode: configured.value, source: "SWEEPER_SCHEMA" as const }
     const sql = yield* SqlClient.SqlClient
     const gitlab = (yield* exists(sql, "project_export_jobs")) && !(yield* createdBySweeper(sql, "project_export_jobs"))
+    return { mode: gitlab ? "gitlab" as const : "standalone" as const, source: "detected" as const }
+  })
+
+/**
+ * A separate ci database's mode: `SWEEPER_SCHEMA` when set; else gitlab when a builds table exists
+ * that Sweeper did not create (GitLab's ci database), standalone when it is Sweeper's or empty.
+ */
+export const detectCiSchemaMode = (configured: Option.Option<SchemaMode>) =>
+  Effect.gen(function*() {
+    if (Option.isSome(configured)) return { mode: configured.value, source: "SWEEPER_SCHEMA" as const }
+    const sql = yield* SqlClient.SqlClient
+    const builds = (yield* exists(sql, "p_ci_builds")) ? "p_ci_builds" : "ci_builds"
+    const gitlab = (yield* exists(sql, builds)) && !(yield* createdBySweeper(sql, builds))
     return { mode: gitlab ? "gitlab" as const : "standalone" as const, source: "detected" as const }
   })
 
@@ -135,24 +149,30 @@ export const requiredColumns = (
   ]]
 ]
 
-/** Fails with the first missing (or wrongly typed) column, naming table and column. */
-export const checkColumns = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const builds = yield* detectBuildsTable
-  const required = requiredColumns(builds)
-  // current_schemas(false): the tables Sweeper's unqualified names resolve to (search_path).
-  const rows = yield* sql<{ table_name: string; column_name: string; data_type: string }>`
+/**
+ * Fails with the first missing (or wrongly typed) column, naming table and column. `tablesOf`: the
+ * tables of one database of a decomposed GitLab (run on that database's connection), or all.
+ */
+export const checkColumns = (tablesOf: "all" | DatabaseName = "all") =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const builds = yield* detectBuildsTable
+    const required = requiredColumns(builds).filter(([table]) =>
+      tablesOf === "all" || databaseOfTable(table) === tablesOf
+    )
+    // current_schemas(false): the tables Sweeper's unqualified names resolve to (search_path).
+    const rows = yield* sql<{ table_name: string; column_name: string; data_type: string }>`
     SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
     WHERE c.table_schema = ANY (current_schemas(false)) AND ${sql.in("c.table_name", required.map(([table]) => table))}`
-  let checked = 0
-  for (const [table, columns] of required) {
-    for (const [column, expected] of columns) {
-      const row = rows.find((r) => r.table_name === table && r.column_name === column)
-      if (row === undefined) return yield* new MissingColumn({ table, column, expected })
-      const found = FAMILIES[row.data_type] ?? row.data_type
-      if (found !== expected) return yield* new MissingColumn({ table, column, expected, found })
-      checked++
+    let checked = 0
+    for (const [table, columns] of required) {
+      for (const [column, expected] of columns) {
+        const row = rows.find((r) => r.table_name === table && r.column_name === column)
+        if (row === undefined) return yield* new MissingColumn({ table, column, expected })
+        const found = FAMILIES[row.data_type] ?? row.data_type
+        if (found !== expected) return yield* new MissingColumn({ table, column, expected, found })
+        checked++
+      }
     }
-  }
-  return { checked, builds }
-})
+    return { checked, builds }
+  })

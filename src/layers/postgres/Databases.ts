@@ -7,6 +7,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
 import type { DatabaseName } from "../../domain/Databases.ts"
 
 export class CiDatabase extends Context.Service<CiDatabase, {
@@ -46,3 +47,11 @@ export const clientOf = (
   database: DatabaseName
 ): Effect.Effect<PgClient.PgClient, never, PgClient.PgClient | CiDatabase> =>
   database === "main" ? Effect.map(PgClient.PgClient, (sql) => sql) : Effect.map(CiDatabase, (ci) => ci.sql)
+
+/** Runs `effect` with `sql` as its PgClient and SqlClient (a ci-table query on ci's connection). */
+export const onClient = (sql: PgClient.PgClient) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  effect.pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.provideService(PgClient.PgClient, sql))
+
+/** Runs `effect` on ci's connection (main's when ci is not separate). */
+export const onCi = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(CiDatabase, (ci) => onClient(ci.sql)(effect))

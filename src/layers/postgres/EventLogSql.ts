@@ -33,12 +33,13 @@ export const storedEvent = (row: EventRow): StoredEvent => ({
 export const eventsForWrittenCte = Effect.fnUntraced(function*(
   sql: PgClient.PgClient,
   keyed: ReadonlyArray<{ readonly key: string; readonly event: DomainEvent }>,
-  written: string
+  written: string,
+  table: EventsTable = "sweeper_events"
 ) {
   const run = yield* CurrentRun
   const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
   const rows = keyed.map(({ event, key }) => ({ key, stream: streamOf(event), type: event._tag, data: dataOf(event) }))
-  return sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+  return sql`INSERT INTO ${sql(table)} (stream, type, data, run_id, occurred_at)
     SELECT e.stream, e.type, e.data, ${run.runId}::uuid, ${occurredAt}::timestamptz
     FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (key text, stream text, type text, data jsonb))
       WITH ORDINALITY AS e(key, stream, type, data, n)
@@ -46,50 +47,60 @@ export const eventsForWrittenCte = Effect.fnUntraced(function*(
     ORDER BY e.n`
 })
 
-export const EventLogSql = Layer.effect(
-  EventLog,
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    const append = Effect.fn("EventLog.append")(function*(event: DomainEvent) {
-      const run = yield* CurrentRun
-      const now = yield* DateTime.now
-      yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at) VALUES (
+/** Main's ledger, or a separate ci database's outbox of repair events (see Outbox.ts). */
+export type EventsTable = "sweeper_events" | "sweeper_outbox"
+
+/**
+ * EventLog writing into `table`: main's ledger (EventLogSql), or, for a decomposed GitLab's ci
+ * repairs, ci's outbox, so that a repair's events share its ci transaction. Queries read `table`.
+ */
+export const EventLogSqlInto = (table: EventsTable) =>
+  Layer.effect(
+    EventLog,
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      const append = Effect.fn("EventLog.append")(function*(event: DomainEvent) {
+        const run = yield* CurrentRun
+        const now = yield* DateTime.now
+        yield* sql`INSERT INTO ${sql(table)} (stream, type, data, run_id, occurred_at) VALUES (
         ${streamOf(event)}, ${event._tag}, ${sql.json(dataOf(event))}, ${run.runId}, ${DateTime.toDateUtc(now)})`
-    })
-    // One INSERT for the whole batch, its rows as one jsonb parameter (ROWS FROM … WITH ORDINALITY
-    // keeps their order, so ids follow the batch): a page of repairs costs one round trip and three
-    // parameters for its events, not one round trip per row nor five parameters per row (which the
-    // driver would type and encode one by one, a CPU cost that showed in profiles at 1000 a page).
-    const appendAll = Effect.fn("EventLog.appendAll")(function*(batch: ReadonlyArray<DomainEvent>) {
-      if (batch.length === 0) return
-      const run = yield* CurrentRun
-      const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
-      const rows = batch.map((event) => ({ stream: streamOf(event), type: event._tag, data: dataOf(event) }))
-      yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+      })
+      // One INSERT for the whole batch, its rows as one jsonb parameter (ROWS FROM … WITH ORDINALITY
+      // keeps their order, so ids follow the batch): a page of repairs costs one round trip and three
+      // parameters for its events, not one round trip per row nor five parameters per row (which the
+      // driver would type and encode one by one, a CPU cost that showed in profiles at 1000 a page).
+      const appendAll = Effect.fn("EventLog.appendAll")(function*(batch: ReadonlyArray<DomainEvent>) {
+        if (batch.length === 0) return
+        const run = yield* CurrentRun
+        const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
+        const rows = batch.map((event) => ({ stream: streamOf(event), type: event._tag, data: dataOf(event) }))
+        yield* sql`INSERT INTO ${sql(table)} (stream, type, data, run_id, occurred_at)
         SELECT e.stream, e.type, e.data, ${run.runId}::uuid, ${occurredAt}::timestamptz
         FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (stream text, type text, data jsonb))
           WITH ORDINALITY AS e(stream, type, data, n)
         ORDER BY e.n`
+      })
+      const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
+        const clauses = [
+          filter.stream !== undefined ? sql`stream = ${filter.stream}` : undefined,
+          filter.streamPrefix !== undefined
+            ? sql`stream LIKE ${filter.streamPrefix.replace(/[%_\\]/g, "\\$&") + "%"}`
+            : undefined,
+          filter.type !== undefined ? sql`type = ${filter.type}` : undefined,
+          filter.runId !== undefined ? sql`run_id = ${filter.runId}` : undefined,
+          filter.since !== undefined ? sql`occurred_at >= ${filter.since}` : undefined,
+          filter.until !== undefined ? sql`occurred_at < ${filter.until}` : undefined
+        ].filter((clause) => clause !== undefined)
+        const where = clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+        const order = filter.newestFirst === true ? sql`ORDER BY id DESC` : sql`ORDER BY id`
+        const limit = filter.limit !== undefined ? sql`LIMIT ${filter.limit}` : sql``
+        const rows = yield* sql<
+          EventRow
+        >`SELECT id, stream, type, data, run_id, occurred_at FROM ${sql(table)} ${where} ${order} ${limit}`
+        return rows.map(storedEvent)
+      })
+      return EventLog.of({ append, appendAll, query, transaction: sql.withTransaction })
     })
-    const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
-      const clauses = [
-        filter.stream !== undefined ? sql`stream = ${filter.stream}` : undefined,
-        filter.streamPrefix !== undefined
-          ? sql`stream LIKE ${filter.streamPrefix.replace(/[%_\\]/g, "\\$&") + "%"}`
-          : undefined,
-        filter.type !== undefined ? sql`type = ${filter.type}` : undefined,
-        filter.runId !== undefined ? sql`run_id = ${filter.runId}` : undefined,
-        filter.since !== undefined ? sql`occurred_at >= ${filter.since}` : undefined,
-        filter.until !== undefined ? sql`occurred_at < ${filter.until}` : undefined
-      ].filter((clause) => clause !== undefined)
-      const where = clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
-      const order = filter.newestFirst === true ? sql`ORDER BY id DESC` : sql`ORDER BY id`
-      const limit = filter.limit !== undefined ? sql`LIMIT ${filter.limit}` : sql``
-      const rows = yield* sql<
-        EventRow
-      >`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events ${where} ${order} ${limit}`
-      return rows.map(storedEvent)
-    })
-    return EventLog.of({ append, appendAll, query, transaction: sql.withTransaction })
-  })
-)
+  )
+
+export const EventLogSql = EventLogSqlInto("sweeper_events")

@@ -13,10 +13,17 @@
  * or indexes the whole table is an online step (ONLINE_STEPS), never part of a transaction that
  * holds a lock appends need; see migrateWith for when `start` runs those steps and when it refuses.
  */
-import { Effect, Option, Predicate, Schedule, Schema } from "effect"
+import { Context, Effect, Option, Predicate, Schedule, Schema } from "effect"
 import { Migrator, SqlClient } from "effect/sql"
 import { SqlError } from "effect/sql/SqlError"
-import { detectSchemaMode, MIGRATIONS_TABLE, OWNERSHIP_TABLE, type SchemaMode } from "./DatabaseSchema.ts"
+import { type DatabaseName, databaseOfTable } from "../../domain/Databases.ts"
+import {
+  detectCiSchemaMode,
+  detectSchemaMode,
+  MIGRATIONS_TABLE,
+  OWNERSHIP_TABLE,
+  type SchemaMode
+} from "./DatabaseSchema.ts"
 
 export const PLATFORM_TABLES = [
   "namespaces",
@@ -36,8 +43,18 @@ const createOwnershipTable = Effect.gen(function*() {
 })
 
 /**
- * Creates `table` with `create` and then its `indexes`, only when the table does not exist yet, and
- * records that Sweeper created it. An existing table (someone else's) is left exactly as it is.
+ * Which platform tables a standalone database gets: all of them when ci and main are one database;
+ * in a decomposed layout each database only those GitLab keeps there (its gitlab_schema's), so
+ * exactly one database holds each table, as in a decomposed GitLab.
+ */
+export const PlatformTablesOf = Context.Reference<"all" | DatabaseName>("sweeper/layers/postgres/PlatformTablesOf", {
+  defaultValue: () => "all"
+})
+
+/**
+ * Creates `table` with `create` and then its `indexes`, only when the table does not exist yet and
+ * belongs in this database, and records that Sweeper created it. An existing table (someone
+ * else's) is left exactly as it is.
  */
 const ownTable = (
   table: string,
@@ -46,6 +63,8 @@ const ownTable = (
 ) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const here = yield* PlatformTablesOf
+    if (here !== "all" && databaseOfTable(table) !== here) return
     const found = yield* sql<{ found: boolean }>`SELECT to_regclass(${table}) IS NOT NULL AS found`
     if (found[0]?.found === true) return
     yield* create
@@ -298,6 +317,39 @@ const stuckBuildsFamily = Effect.gen(function*() {
   }
 })
 
+/**
+ * Replay of repair events written in the ci database (a decomposed GitLab): the outbox ids whose
+ * events main's ledger already has. The relay inserts an id here in the same transaction as its
+ * events, so a relay repeated after a crash finds it and appends nothing twice (see Outbox.ts).
+ */
+const eventRelay = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_relayed (
+    outbox_id bigint PRIMARY KEY,
+    relayed_at timestamptz NOT NULL DEFAULT now()
+  )`
+})
+
+/**
+ * The ci database's own Sweeper tables: the lease fences its repairs check in their own transaction,
+ * and the outbox their events are written to in that transaction, for the relay to move to main.
+ */
+const ciOutbox = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_lease_fences (
+    name text PRIMARY KEY,
+    epoch bigint NOT NULL
+  )`
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_outbox (
+    id bigserial PRIMARY KEY,
+    stream text NOT NULL,
+    type text NOT NULL,
+    data jsonb NOT NULL,
+    run_id uuid NULL,
+    occurred_at timestamptz NOT NULL DEFAULT now()
+  )`
+})
+
 const ALL = {
   "0001_platform_tables": platformTables,
   "0002_sweeper_tables": sweeperTables,
@@ -305,19 +357,29 @@ const ALL = {
   "0004_event_retention_indexes": retentionIndexes,
   "0005_console_rollup": ledgerRollup,
   "0006_ledger_rollup": ledgerRollup,
-  "0007_stuck_builds_family": stuckBuildsFamily
+  "0007_stuck_builds_family": stuckBuildsFamily,
+  "0008_event_relay": eventRelay
+} as const
+
+/** A separate ci database's migrations (its own sweeper_migrations): the outbox, and ci's platform tables. */
+const CI = {
+  "0001_platform_tables": platformTables,
+  "0007_stuck_builds_family": stuckBuildsFamily,
+  "0008_ci_outbox": ciOutbox
 } as const
 
 /** Migrations of Sweeper's own platform tables: a gitlab-mode database never gets them. */
 const PLATFORM_ONLY: ReadonlySet<string> = new Set(["0001_platform_tables", "0007_stuck_builds_family"])
 
 /** The migrations of a mode: gitlab mode never gets the platform tables. */
-export const migrationsFor = (mode: SchemaMode) =>
-  Migrator.fromRecord(
+export const migrationsFor = (mode: SchemaMode, database: DatabaseName = "main") => {
+  const all = database === "main" ? ALL : CI
+  return Migrator.fromRecord(
     mode === "gitlab"
-      ? Object.fromEntries(Object.entries(ALL).filter(([name]) => !PLATFORM_ONLY.has(name)))
-      : ALL
+      ? Object.fromEntries(Object.entries(all).filter(([name]) => !PLATFORM_ONLY.has(name)))
+      : all
   )
+}
 
 const runMigrator = Migrator.make({})
 
@@ -442,10 +504,10 @@ export const pendingOnlineSteps = Effect.gen(function*() {
 })
 
 /** `<id>_<name>` of every migration of `mode` not applied yet (the Migrator runs ids above the latest). */
-export const pendingMigrations = (mode: SchemaMode) =>
+export const pendingMigrations = (mode: SchemaMode, database: DatabaseName = "main") =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const all = yield* migrationsFor(mode)
+    const all = yield* migrationsFor(mode, database)
     const found = yield* sql<{ found: boolean }>`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS found`
     const latest = found[0]?.found === true
       ? Number(
@@ -516,7 +578,16 @@ const isLockTimeout = (error: unknown): boolean =>
  *    its health checks, and one operator-run `sweeper migrate` does them once, with its progress.
  * Returns the migrations and steps applied, as `[id, name]`.
  */
-export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly heavy?: "run" | "refuse" } = {}) =>
+export const migrateWith = (mode: Option.Option<SchemaMode>, options: {
+  readonly heavy?: "run" | "refuse"
+  /**
+   * Which of GitLab's databases this connection is: a separate ci database gets only its own
+   * migrations (CI) and has no ledger, so no online steps. Default main.
+   */
+  readonly database?: DatabaseName
+  /** Decomposed: each database gets only the platform tables GitLab keeps there (standalone mode). */
+  readonly decomposed?: boolean
+} = {}) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     // The "transaction" here only pins one connection (the embedded database has no other): it opens
@@ -534,9 +605,10 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly
         ),
         { until: (got) => got, schedule: Schedule.spaced("100 millis") }
       )
+      const database = options.database ?? "main"
       const work = Effect.gen(function*() {
-        const detected = yield* detectSchemaMode(mode)
-        if (options.heavy === "refuse") {
+        const detected = database === "main" ? yield* detectSchemaMode(mode) : yield* detectCiSchemaMode(mode)
+        if (options.heavy === "refuse" && database === "main") {
           const size = yield* ledgerSize(ONLINE_INLINE_MAX_EVENTS)
           if (size > ONLINE_INLINE_MAX_EVENTS) {
             const steps = yield* pendingOnlineSteps
@@ -549,7 +621,9 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly
         yield* sql.unsafe(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
         // The Migrator runs in a savepoint of this transaction: a lock timeout rolls back to it.
         const applied = yield* Effect.retry(
-          runMigrator({ loader: migrationsFor(detected.mode), table: MIGRATIONS_TABLE }),
+          runMigrator({ loader: migrationsFor(detected.mode, database), table: MIGRATIONS_TABLE }).pipe(
+            Effect.provideService(PlatformTablesOf, options.decomposed === true ? database : "all")
+          ),
           {
             while: isLockTimeout,
             schedule: Schedule.min([Schedule.exponential("200 millis"), Schedule.spaced("2 seconds")]),
@@ -558,7 +632,7 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: { readonly
         )
         yield* sql`COMMIT`
         const online: Array<readonly [number, string]> = []
-        for (const step of yield* pendingOnlineSteps) {
+        for (const step of database === "main" ? yield* pendingOnlineSteps : []) {
           yield* Effect.logInfo(`Migration step: ${stepLabel(step)}`)
           yield* step.run
           online.push([step.id, step.name])

@@ -12,6 +12,7 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Layer, Option } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, BuildKey } from "../../domain/Build.ts"
+import { WRITE_LOCK_TRIGGER_PREFIX } from "../../domain/Databases.ts"
 import { type FenceError, isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import {
@@ -30,19 +31,24 @@ import { buildEventFields, type BuildRow, keyMatch, keysetAfter, keyString, toBu
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
 import { eventsForWrittenCte } from "./EventLogSql.ts"
 import { fencedCte, fenceWrite } from "./Fencing.ts"
+import { RepairEvents } from "./Outbox.ts"
 
 /** Which of GitLab's runner tables the database holds: decides how `build.stuck?` is asked. */
 export interface RunnerTables {
   readonly runners: boolean
   readonly runnerProjects: boolean
-  /** ci_runner_namespaces, and projects/namespaces beside it (absent in a decomposed ci database). */
+  /** ci_runner_namespaces, and projects/namespaces held beside it (not in a decomposed ci database). */
   readonly groupScope: boolean
 }
 
 const detectRunnerTables = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
+  // Held here: present and not write-locked. A decomposed GitLab's ci database keeps stale, locked
+  // copies of projects and namespaces (main's tables): joining those would find no group at all.
   const rows = yield* sql<{ name: string; found: boolean }>`
-    SELECT name, to_regclass(name) IS NOT NULL AS found
+    SELECT name, to_regclass(name) IS NOT NULL AND NOT EXISTS (
+        SELECT FROM pg_trigger t WHERE t.tgrelid = to_regclass(name)
+          AND t.tgname = ${WRITE_LOCK_TRIGGER_PREFIX} || name AND t.tgenabled <> 'D') AS found
     FROM unnest(ARRAY['ci_runners', 'ci_runner_projects', 'ci_runner_namespaces', 'projects', 'namespaces']) AS name`
   const has = (name: string) => rows.some((row) => row.name === name && row.found)
   return {
@@ -130,6 +136,7 @@ export const StuckBuildsSql = Layer.effect(
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const events = yield* EventLog
+    const repairEvents = yield* RepairEvents
     const table = yield* detectBuildsTable
     const runners = yield* detectRunnerTables
     const keyJoin = sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
@@ -177,7 +184,8 @@ export const StuckBuildsSql = Layer.effect(
         const logged = yield* eventsForWrittenCte(
           sql,
           builds.map((build) => ({ key: keyString(table, build), event: droppedEvent(table, rule, build, reason) })),
-          "dropped"
+          "dropped",
+          repairEvents.table
         )
         const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
         const claimedJoin = sql.literal(table.key.map((column) => `c.${column} = b.${column}`).join(" AND "))
@@ -227,6 +235,7 @@ export const StuckBuildsSql = Layer.effect(
         }
         const rows = result.value
         if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+        if (rows[0]!.keys.length > 0) yield* repairEvents.committed
         const won = new Set(rows[0]!.keys)
         const held = new Set(rows[0]!.locked)
         return {
@@ -289,7 +298,7 @@ export const StuckBuildsSql = Layer.effect(
           outcome === "dropped" ? droppedEvent(table, rule, build, reason) : new BuildDoomed(fields)
         )
         return true
-      }))
+      })).pipe(Effect.tap((failed) => failed === true ? repairEvents.committed : Effect.void))
 
     return StuckBuilds.of({
       findStuck,

@@ -1,0 +1,108 @@
+/**
+ * Repair events of a decomposed GitLab: the repair is in ci, the ledger in main, and no transaction
+ * spans the two. So a ci repair writes its events into ci's `sweeper_outbox` in the repair's own
+ * statement or transaction (both commit or neither), and the relay then moves them to main's
+ * `sweeper_events`, exactly once whatever dies when:
+ *
+ * 1. In ci, a transaction claims the oldest outbox rows `FOR UPDATE SKIP LOCKED` (another relay,
+ *    another replica's, passes them over).
+ * 2. In main, ONE statement records each row's outbox id in `sweeper_relayed` (`ON CONFLICT DO
+ *    NOTHING`) and appends the events of exactly the ids it recorded, in outbox order, with their
+ *    run and time as written.
+ * 3. In ci, the claimed rows are deleted and the transaction commits; then their ids leave
+ *    `sweeper_relayed`.
+ *
+ * Killed before 2 commits: the rows are still in the outbox, nothing in main; relayed later. Killed
+ * between 2 and 3: the rows are back (the claim rolled back) but their ids are in `sweeper_relayed`:
+ * the next relay appends nothing for them and deletes them. Killed after 3: ids left in
+ * `sweeper_relayed` name rows that no longer exist (outbox ids are never reused); the next relay
+ * forgets them. The relay runs after every ci repair commits and when the ci layers start, so a
+ * crash's leftovers reach the ledger at the next start or the next repair, whichever comes first.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Context, Effect, Layer } from "effect"
+import type { SqlError } from "effect/sql/SqlError"
+import { MainDatabase } from "./Databases.ts"
+import type { EventRow, EventsTable } from "./EventLogSql.ts"
+
+/**
+ * Where a repair writes its events in its own transaction, and what must follow the commit. Read
+ * once by the repair layers when they are built: main's ledger itself by default; a decomposed
+ * GitLab's ci repairs get the outbox and its relay.
+ */
+export const RepairEvents = Context.Reference<{
+  readonly table: EventsTable
+  readonly committed: Effect.Effect<void, SqlError>
+}>("sweeper/layers/postgres/RepairEvents", {
+  defaultValue: () => ({ table: "sweeper_events", committed: Effect.void })
+})
+
+/** Outbox rows claimed per relay round: one main statement of at most this many events. */
+export const RELAY_BATCH = 1000
+
+/** Moves everything in ci's outbox to main's ledger, exactly once, RELAY_BATCH rows at a time. */
+export const relayOutbox = (ci: PgClient.PgClient, main: PgClient.PgClient): Effect.Effect<void, SqlError> => {
+  const round = ci.withTransaction(Effect.gen(function*() {
+    const rows = yield* ci<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_outbox
+      ORDER BY id LIMIT ${RELAY_BATCH} FOR UPDATE SKIP LOCKED`
+    if (rows.length === 0) return []
+    const records = rows.map((row) => ({
+      id: String(row.id),
+      stream: row.stream,
+      type: row.type,
+      data: row.data,
+      run_id: row.run_id,
+      occurred_at: row.occurred_at.toISOString()
+    }))
+    yield* main`WITH batch AS (
+        SELECT * FROM jsonb_to_recordset(${main.json(records)})
+          AS e(id bigint, stream text, type text, data jsonb, run_id uuid, occurred_at timestamptz)),
+      fresh AS (
+        INSERT INTO sweeper_relayed (outbox_id) SELECT id FROM batch ON CONFLICT DO NOTHING RETURNING outbox_id)
+      INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+      SELECT stream, type, data, run_id, occurred_at FROM batch WHERE id IN (SELECT outbox_id FROM fresh) ORDER BY id`
+    const ids = records.map((record) => record.id)
+    yield* ci`DELETE FROM sweeper_outbox WHERE id = ANY (${ids}::bigint[])`
+    return ids
+  }))
+
+  return Effect.gen(function*() {
+    while (true) {
+      const ids = yield* round
+      if (ids.length === 0) return
+      // Committed away in ci: their ids are no longer needed to recognise a repeated relay.
+      yield* main`DELETE FROM sweeper_relayed WHERE outbox_id = ANY (${ids}::bigint[])`
+      if (ids.length < RELAY_BATCH) return
+    }
+  })
+}
+
+/** The relay at start-up: first forgets ids a crash left behind whose rows are gone, then relays. */
+const recoverOutbox = (ci: PgClient.PgClient, main: PgClient.PgClient) =>
+  Effect.gen(function*() {
+    const relayed = yield* main<{ readonly id: string }>`SELECT outbox_id AS id FROM sweeper_relayed`
+    if (relayed.length > 0) {
+      const ids = relayed.map((row) => String(row.id))
+      const present = yield* ci<
+        { readonly id: string }
+      >`SELECT id FROM sweeper_outbox WHERE id = ANY (${ids}::bigint[])`
+      const still = new Set(present.map((row) => String(row.id)))
+      const gone = ids.filter((id) => !still.has(id))
+      if (gone.length > 0) yield* main`DELETE FROM sweeper_relayed WHERE outbox_id = ANY (${gone}::bigint[])`
+    }
+    yield* relayOutbox(ci, main)
+  })
+
+/**
+ * The ci repairs' RepairEvents, on ci's PgClient with main's MainDatabase: events into the outbox,
+ * the relay after every commit. Building it relays whatever an earlier process left.
+ */
+export const OutboxRepairEvents = Layer.effect(
+  RepairEvents,
+  Effect.gen(function*() {
+    const ci = yield* PgClient.PgClient
+    const main = yield* MainDatabase
+    yield* recoverOutbox(ci, main)
+    return { table: "sweeper_outbox" as const, committed: relayOutbox(ci, main) }
+  })
+)
