@@ -3,7 +3,10 @@
  * each with a streaming standby (test/support/pgStandby.ts), and the gate as the composition root
  * wires it (App.ts: ciClientLayer from CI_DATABASE_URL, healthLayer over the registry's batches).
  * Replay paused on ci's standby holds drop-canceling-builds (RepairHeld on ci) while
- * stuck-export-jobs, which writes main, goes on; paused on main's instead, the reverse.
+ * stuck-export-jobs, which writes main, goes on; paused on main's instead, the reverse. Then the same
+ * through the CLI, as an operator runs it with DATABASE_URL and CI_DATABASE_URL: the drop run waits
+ * on ci's lag (its RepairHeld in main's ledger says ci) while stuck-export-jobs runs to its end, and
+ * the drop finishes once ci's standby catches up.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
@@ -13,9 +16,16 @@ import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMe
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { ciClientLayer, healthLayer } from "../../src/runtime/App.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
+import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
+import { runCli } from "../support/cli.ts"
 import { type ReplicatedPostgres, replicatedPostgres } from "../support/pgStandby.ts"
+import { waitFor } from "../support/processes.ts"
+import { freshRedisUrl } from "../support/redis.ts"
 
 const STOP = 4_000_000
+const STUCK = 300
+/** The CLI's databases, one on each primary. */
+const DATABASE = "hg_gate_e2e"
 const HEALTH = Schema.decodeUnknownSync(HealthJson)(
   JSON.stringify({ replicationLag: { stop: "4MB", resume: "1MB" } })
 )
@@ -116,5 +126,48 @@ layer(PairsLive, { excludeTestServices: true, timeout: "300 seconds" })(
           }).pipe(Effect.provide(GateLive))
         )
       }))
+
+    it.effect("through the CLI: ci behind holds the drop run (RepairHeld on ci), stuck-export-jobs runs to its end", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { ci, main } = yield* Pairs
+        yield* Effect.promise(() => Promise.all([main, ci].map((pair) => pair.primary(`CREATE DATABASE ${DATABASE}`))))
+        const env = {
+          DATABASE_URL: main.urlOf(DATABASE),
+          CI_DATABASE_URL: ci.urlOf(DATABASE),
+          REDIS_URL: yield* freshRedisUrl,
+          SWEEPER_HEALTH: JSON.stringify({ replicationLag: { stop: "4MB", resume: "1MB" } })
+        }
+        const migrated = yield* Effect.promise(() => runCli(["migrate"], env))
+        assert.strictEqual(migrated.code, 0, migrated.stderr)
+        yield* seedStuckCancelingBuilds(STUCK).pipe(
+          Effect.provide(PgClient.layer({ url: Redacted.make(ci.urlOf(DATABASE)), maxConnections: 1 }))
+        )
+        const gateEvents = () =>
+          main.primary(
+            `SELECT type, data->>'batch', data->>'database' FROM sweeper_events
+             WHERE type IN ('RepairHeld', 'RepairReleased') ORDER BY id`,
+            DATABASE
+          )
+
+        // Both runs start with ci's standby behind: the drop waits on it, stuck-export-jobs (main) does not.
+        yield* lagging(ci)
+        const drop = runCli(["run", "drop-canceling-builds", "--json"], env, 120_000)
+        const exports = yield* Effect.promise(() => runCli(["run", "stuck-export-jobs", "--json"], env))
+        assert.strictEqual(exports.code, 0, exports.stderr)
+        yield* Effect.promise(() =>
+          waitFor("the drop run held", async () => (await gateEvents()).length > 0 || undefined, 60_000)
+        )
+        assert.deepStrictEqual(yield* Effect.promise(gateEvents), [["RepairHeld", "drop-canceling-builds", "ci"]])
+
+        yield* caughtUp(ci)
+        const dropped = yield* Effect.promise(() => drop)
+        assert.strictEqual(dropped.code, 0, `${dropped.stderr}\n${dropped.stdout}`)
+        const summary = JSON.parse(dropped.stdout.trim().split("\n").at(-1)!) as { summary: { dropped: number } }
+        assert.strictEqual(summary.summary.dropped, STUCK)
+        assert.deepStrictEqual(yield* Effect.promise(gateEvents), [
+          ["RepairHeld", "drop-canceling-builds", "ci"],
+          ["RepairReleased", "drop-canceling-builds", "ci"]
+        ])
+      })))
   }
 )
