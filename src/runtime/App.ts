@@ -16,7 +16,7 @@ import { describeObjectStorage, type ObjectStorageSettings } from "../config/Obj
 import { redactUrl } from "../config/RedisUrl.ts"
 import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { HealthGateLive } from "../layers/health/HealthGateLive.ts"
-import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
+import { DatabaseSignalsLive, HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { ConcurrencyLimitsMemory } from "../layers/memory/ConcurrencyLimitsMemory.ts"
 import { JobQueueMemory } from "../layers/memory/JobQueueMemory.ts"
 import { JobStatusMemory } from "../layers/memory/JobStatusMemory.ts"
@@ -258,7 +258,7 @@ type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlErro
  * client. A CI_DATABASE_URL that reaches main's very database is treated as one database.
  */
 export const ciClientLayer = (
-  settings: SweeperSettings
+  settings: Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
 ): Layer.Layer<CiDatabase, CiClientError, PgClient.PgClient> => {
   type Client = Layer.Layer<PgClient.PgClient, CiClientError>
   const separate = Option.match(settings.ciDatabaseUrl, {
@@ -354,7 +354,8 @@ export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> =
 
 /**
  * The health gate when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
- * batch in the registry, its signals read on the database and Redis stores configured here.
+ * batch in the registry, its signals read on the databases and Redis stores configured here
+ * (PostgreSQL's on main and, when ci is a database of its own, on ci too: needs CiDatabase).
  * Absent, both references keep their defaults (a gate that never holds, a report saying so).
  */
 export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
@@ -362,6 +363,7 @@ export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurre
     onNone: () => Layer.empty,
     onSome: (config) =>
       HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(
+        Layer.provide(DatabaseSignalsLive),
         Layer.provide(HealthSignalsLive)
       )
   })

@@ -14,7 +14,19 @@
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
-import { Cache, Context, DateTime, Effect, Layer, Option, Schedule, Schema, Stream, SubscriptionRef } from "effect"
+import {
+  Cache,
+  Context,
+  DateTime,
+  Effect,
+  Latch,
+  Layer,
+  Option,
+  Schedule,
+  Schema,
+  Stream,
+  SubscriptionRef
+} from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { SweeperConfig } from "../config/Config.ts"
 import { describeError } from "../domain/Errors.ts"
@@ -85,7 +97,10 @@ const FEED_PERIOD = "1 second"
  * and only when they differ from the last reading renders the SSE frames once: `batches` (the views
  * as JSON, for scripts) and `page` (each card's HTML and the holds banner, which the page script
  * swaps in). Each client's stream is the ref's changes: the current frames first, then each change.
- * So an open tab costs neither a read nor a render of its own, however many are open.
+ * So an open tab costs neither a read nor a render of its own, however many are open; and with no
+ * tab open nothing is read at all: the fiber waits, and the first client's connection reads the
+ * views before its stream starts (an idle supervisor otherwise built every card's view each second
+ * for nobody, which kept its allocation, and its resident heap, growing).
  */
 export class ConsoleFeed extends Context.Service<ConsoleFeed, {
   /** The SSE frames now, then every change; fails with `TooManyStreams` beyond MAX_STREAMS. */
@@ -116,7 +131,8 @@ export interface ConsoleReading {
 
 /**
  * The feed over any reading (the views in the supervisor, a counting fake in tests): one fiber in
- * the caller's scope reads every FEED_PERIOD, whatever the number of clients.
+ * the caller's scope reads every FEED_PERIOD while at least one client is connected, whatever their
+ * number, and not at all while none is.
  */
 export const makeConsoleFeed = Effect.fnUntraced(function*(
   read: Effect.Effect<ConsoleReading>,
@@ -125,33 +141,42 @@ export const makeConsoleFeed = Effect.fnUntraced(function*(
   const maxStreams = options.maxStreams ?? MAX_STREAMS
   // Times inside the views (next ticks) move on their own; the key leaves out what only the clock
   // changed, so an idle console sends nothing until something happens.
-  const keyed = Effect.map(read, (reading) => ({
-    ...reading,
-    key: JSON.stringify([reading.views.map(({ nextTicks: _, ...rest }) => rest), reading.holds])
-  }))
-  const first = yield* read
-  const latest = yield* SubscriptionRef.make(frames(first.views, first.holds))
-  yield* Stream.fromEffectSchedule(keyed, Schedule.spaced(FEED_PERIOD)).pipe(
-    Stream.changesWith((a, b) => a.key === b.key),
-    Stream.drop(1),
-    Stream.runForEach(({ holds, views }) => SubscriptionRef.set(latest, frames(views, holds))),
-    Effect.forkScoped
-  )
+  const keyOf = (reading: ConsoleReading) =>
+    JSON.stringify([reading.views.map(({ nextTicks: _, ...rest }) => rest), reading.holds])
+  let lastKey: string | undefined
+  const latest = yield* SubscriptionRef.make(encoder.encode(""))
+  /** One reading; the frames are rendered and published only when it differs from the last. */
+  const refresh = Effect.flatMap(read, (reading) => {
+    const key = keyOf(reading)
+    if (key === lastKey) return Effect.void
+    lastKey = key
+    return SubscriptionRef.set(latest, frames(reading.views, reading.holds))
+  })
+  // Open while a client is connected: the reading fiber passes it before each period's read.
+  const connected = yield* Latch.make(false)
+  yield* Effect.forkScoped(Effect.forever(
+    Latch.await(connected).pipe(Effect.andThen(Effect.sleep(FEED_PERIOD)), Effect.andThen(refresh))
+  ))
   let open = 0
   const heartbeat = Stream.tick(HEARTBEAT).pipe(
     Stream.drop(1),
     Stream.map(() => encoder.encode(": heartbeat\n\n"))
   )
+  const close = Effect.sync(() => {
+    if (--open === 0) Latch.closeUnsafe(connected)
+  })
   return ConsoleFeed.of({
     clients: Effect.sync(() => open),
     open: Effect.suspend(() => {
       if (open >= maxStreams) return Effect.fail(new TooManyStreams({ max: maxStreams }))
-      open++
+      if (open++ === 0) Latch.openUnsafe(connected)
       const stream = Stream.concat(
         Stream.make(encoder.encode("retry: 3000\n\n")),
         SubscriptionRef.changes(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
-      ).pipe(Stream.ensuring(Effect.sync(() => open--)))
-      return Effect.succeed(stream)
+      ).pipe(Stream.ensuring(close))
+      // Read now, so the stream starts with the views as they are, not as they were when the last
+      // client left (with clients already connected the frames are at most a period old anyway).
+      return open === 1 ? refresh.pipe(Effect.onInterrupt(() => close), Effect.as(stream)) : Effect.succeed(stream)
     })
   })
 })

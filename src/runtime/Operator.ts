@@ -11,7 +11,6 @@
  * in the data directory, else opens the embedded database there — but only one that exists or was
  * named, never an empty `./.sweeper` made up on the spot (the REPL takes the same road).
  */
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Cause, Config, Context, DateTime, Duration, Effect, Fiber, Layer, Option, Redacted, Schema } from "effect"
 import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
@@ -221,7 +220,10 @@ export const remote = (endpoint: SupervisorEndpoint, target: string) =>
       })
     })
     // node:http, not fetch: fetch gives up on headers after five minutes, and a run's answer may take longer.
-  ).pipe(Layer.provide(NodeHttpClient.layerNodeHttp))
+    // Imported when a command asks a supervisor: the supervisor itself never does (idle RSS).
+  ).pipe(Layer.provide(Layer.unwrap(Effect.promise(async () =>
+    (await import("@effect/platform-node/NodeHttpClient")).layerNodeHttp
+  ))))
 
 /** The configured database and Redis, through the supervisor's own layers. */
 export const local = (target: string) =>
