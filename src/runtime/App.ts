@@ -127,9 +127,11 @@ const CiRepairs = Layer.mergeAll(BuildsSql, StuckBuildsSql)
  * The ci repairs on a decomposed GitLab's ci database: ci's client as their PgClient, their events
  * into ci's outbox in their own transaction, relayed to main's ledger after each commit (Outbox.ts).
  */
-const CiRepairsOnCi = (ci: PgClient.PgClient) =>
+const CiRepairsOnCi = (ci: PgClient.PgClient, access: SchemaAccess) =>
   CiRepairs.pipe(
-    Layer.provide(Layer.merge(EventLogSqlInto("sweeper_outbox"), OutboxRepairEvents)),
+    Layer.provide(
+      Layer.merge(EventLogSqlInto("sweeper_outbox"), OutboxRepairEvents({ recover: access === "migrate" }))
+    ),
     Layer.provide(Layer.merge(Layer.succeed(PgClient.PgClient, ci), Layer.succeed(SqlClient.SqlClient, ci)))
   )
 
@@ -137,20 +139,21 @@ const CiRepairsOnCi = (ci: PgClient.PgClient) =>
  * The services backed by PostgreSQL, each on the database GitLab keeps its tables in: with ci in
  * main (one database) exactly SqlBackends; decomposed, the ci repairs on ci's client.
  */
-export const DatabaseBackends = Layer.unwrap(Effect.gen(function*() {
-  const ci = yield* CiDatabase
-  type Backends = Layer.Layer<
-    Layer.Success<typeof SqlBackends>,
-    Layer.Error<typeof SqlBackends>,
-    Layer.Services<typeof SqlBackends> | MainDatabase
-  >
-  if (!ci.decomposed) return SqlBackends as Backends
-  const backends: Backends = Layer.merge(
-    CiRepairsOnCi(ci.sql),
-    Layer.mergeAll(ExportJobsSql, PlatformRecordsSql, EventRetentionSql)
-  ).pipe(Layer.provideMerge(EventLogSql))
-  return backends
-}))
+export const DatabaseBackends = (access: SchemaAccess = "migrate") =>
+  Layer.unwrap(Effect.gen(function*() {
+    const ci = yield* CiDatabase
+    type Backends = Layer.Layer<
+      Layer.Success<typeof SqlBackends>,
+      Layer.Error<typeof SqlBackends>,
+      Layer.Services<typeof SqlBackends> | MainDatabase
+    >
+    if (!ci.decomposed) return SqlBackends as Backends
+    const backends: Backends = Layer.merge(
+      CiRepairsOnCi(ci.sql, access),
+      Layer.mergeAll(ExportJobsSql, PlatformRecordsSql, EventRetentionSql)
+    ).pipe(Layer.provideMerge(EventLogSql))
+    return backends
+  }))
 
 /**
  * How a command treats the schema: `migrate` applies pending migrations first
@@ -376,7 +379,7 @@ export const appLayer = (access: SchemaAccess) =>
     return Layer.merge(healthLayer(settings), RepairSteps).pipe(
       Layer.provideMerge(
         Layer.mergeAll(
-          DatabaseBackends,
+          DatabaseBackends(access),
           redisBacked,
           objectStorageLayer(settings.objectStorage),
           TuningFromConfig,
