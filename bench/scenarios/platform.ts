@@ -7,6 +7,7 @@ import { performance } from "node:perf_hooks"
 import { SweeperConfig, type SweeperSettings, TuningFromConfig } from "../../src/config/Config.ts"
 import type { Batch } from "../../src/domain/Batch.ts"
 import { ObjectStorageLocal } from "../../src/layers/objectStorage/ObjectStorageLocal.ts"
+import { SingleDatabase } from "../../src/layers/postgres/Databases.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { healthLayer, RedisBackends, RepairSteps, SqlBackends } from "../../src/runtime/App.ts"
 import { startingAt } from "../../src/runtime/Clocks.ts"
@@ -25,7 +26,9 @@ export const sweeperPlatform = (context: PhaseContext, settings: Partial<Sweeper
   const config = SweeperConfig.layerWith(all)
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
+  // One database (ci in main): the gate reads every PostgreSQL signal there, as main.
   const gate = healthLayer({ health: all.health ?? Option.none(), concurrencyLimits: all.concurrencyLimits ?? {} })
+    .pipe(Layer.provide(SingleDatabase))
   return Layer.merge(gate, RepairSteps).pipe(
     Layer.provideMerge(
       Layer.mergeAll(

@@ -11,8 +11,6 @@
  * `gitlab_schema_write_trigger_for_<table>`. So a database *holds* a table when the table exists
  * there and is not write-locked.
  */
-import type { BatchWrites } from "./Batch.ts"
-
 export type DatabaseName = "main" | "ci"
 
 export const DATABASE_NAMES: ReadonlyArray<DatabaseName> = ["main", "ci"]
@@ -43,7 +41,10 @@ export const databaseOfTable = (table: string): DatabaseName => GITLAB_SCHEMAS[t
  * The database a batch repairs: where the GitLab tables it writes live. A batch that writes only
  * Sweeper's own tables (its events) repairs Redis or objects, and its database writes are main's.
  */
-export const databaseOfWrites = (writes: BatchWrites | undefined): DatabaseName => {
+export const databaseOfWrites = (
+  // BatchWrites' `tables`, by shape: Batch.ts reaches Health.ts, which asks this file.
+  writes: { readonly tables?: ReadonlyArray<string> | undefined } | undefined
+): DatabaseName => {
   const gitlabTables = (writes?.tables ?? []).filter((table) => GITLAB_SCHEMAS[table] !== undefined)
   return gitlabTables.some((table) => databaseOfTable(table) === "ci") ? "ci" : "main"
 }

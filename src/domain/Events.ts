@@ -158,7 +158,9 @@ export class RepairHeld extends Schema.TaggedClass<RepairHeld>()("RepairHeld", {
   /** The unit of value and threshold (bytes, seconds, bytes/s, ratio, tables, value). */
   unit: Schema.optionalKey(Schema.String),
   /** Why the reading was unknown, when that is what held. */
-  unknown: Schema.optionalKey(Schema.String)
+  unknown: Schema.optionalKey(Schema.String),
+  /** The database a PostgreSQL signal was read on (`main`, `ci`); absent for Redis, Sidekiq, Prometheus. */
+  database: Schema.optionalKey(Schema.Literals(["main", "ci"]))
 }) {}
 
 /** The hold ended: the signal is at or under its resume threshold (or the run's budget ran out while held). */
@@ -167,7 +169,9 @@ export class RepairReleased extends Schema.TaggedClass<RepairReleased>()("Repair
   signal: Schema.String,
   heldMs: Schema.Number,
   /** `budget`: the run's budget ended while held (the next tick carries on); absent: the signal recovered. */
-  reason: Schema.optionalKey(Schema.Literals(["budget"]))
+  reason: Schema.optionalKey(Schema.Literals(["budget"])),
+  /** As in its RepairHeld. */
+  database: Schema.optionalKey(Schema.Literals(["main", "ci"]))
 }) {}
 
 /** The stream of EventsPruned: the event log's own history. */

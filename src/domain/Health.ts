@@ -10,6 +10,7 @@
  * of the batch's tables being vacuumed, a Prometheus rule in whatever its query returns.
  */
 import { ByteSize, Duration, Effect, Option, Result, Schema, SchemaGetter, SchemaIssue } from "effect"
+import { type DatabaseName, databaseOfTable, databaseOfWrites } from "./Databases.ts"
 
 /** GitLab's Redis stores, by the names the Redis layer gives them. */
 export type RedisStoreName = "sharedState" | "queues" | "queuesMetadata"
@@ -542,21 +543,43 @@ export interface WriteSet {
   readonly tables: ReadonlyArray<string>
   readonly redisStores: ReadonlyArray<RedisStoreName>
   readonly queues: ReadonlyArray<string>
+  /**
+   * The GitLab databases whose database-wide signals (replication lag, WAL rate, long transactions)
+   * gate the batch: the one it repairs (`databasesOf`), none when it writes no table.
+   */
+  readonly databases: ReadonlyArray<DatabaseName>
 }
+
+/**
+ * The database a batch's writes go to, as the gate reads it: with a decomposed GitLab the one its
+ * GitLab tables live in (drop-* batches write ci), else the one database, named main. A batch that
+ * writes no table is gated by no database signal.
+ */
+export const databasesOf = (
+  // BatchWrites, by shape: Batch.ts asks this file for RedisStoreName.
+  writes: { readonly tables?: ReadonlyArray<string> | undefined } | undefined,
+  decomposed: boolean
+): ReadonlyArray<DatabaseName> =>
+  (writes?.tables ?? []).length === 0 ? [] : [decomposed ? databaseOfWrites(writes) : "main"]
 
 /** Sweeper's own tables (its event ledger, run rollups): `sweeper_…`. */
 export const isSweeperTable = (table: string): boolean => table.startsWith("sweeper_")
 
+/** The rules read on PostgreSQL: each belongs to one database. */
+export const isPostgresSignal = (rule: SignalRule): boolean =>
+  rule.source._tag === "ReplicationLag" || rule.source._tag === "WalRate" ||
+  rule.source._tag === "Autovacuum" || rule.source._tag === "LongTransactions"
+
 /**
- * The subjects a rule is read on for a batch; empty: the rule does not apply to it. "" = the whole
- * database / server.
+ * The subjects a rule is read on for a batch; empty: the rule does not apply to it. A database-wide
+ * PostgreSQL signal's subject is the database (`main`, `ci`); "" = the whole server (Prometheus).
  */
 export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<string> => {
   switch (rule.source._tag) {
     case "ReplicationLag":
     case "WalRate":
     case "LongTransactions":
-      return writes.tables.length > 0 ? [""] : []
+      return writes.databases
     case "Autovacuum":
       // A vacuum of Sweeper's own ledger harms no one Sweeper's writes would: it never holds.
       return writes.tables.filter((table) => !isSweeperTable(table))
@@ -567,6 +590,21 @@ export const subjectsFor = (rule: SignalRule, writes: WriteSet): ReadonlyArray<s
     case "Prometheus":
       return [""]
   }
+}
+
+/**
+ * The database a PostgreSQL rule reads a subject on: a database-wide signal's subject names it, a
+ * table is read where GitLab keeps it (all in main when ci is not decomposed). Undefined: not a
+ * PostgreSQL signal.
+ */
+export const databaseOfSubject = (
+  rule: SignalRule,
+  subject: string,
+  decomposed: boolean
+): DatabaseName | undefined => {
+  if (!isPostgresSignal(rule)) return undefined
+  if (rule.source._tag !== "Autovacuum") return subject === "ci" ? "ci" : "main"
+  return decomposed ? databaseOfTable(subject) : "main"
 }
 
 /** A reading as the dashboard writes it: `38 MB`, `12 s`, `48 MB/s`, `0.93`. */
@@ -602,24 +640,28 @@ export const formatThreshold = (rule: SignalRule, threshold: Threshold, baseline
 /** `06:45:10` (UTC), as the dashboard and `sweeper status` write a hold's start. */
 export const clockTime = (millis: number) => new Date(millis).toISOString().slice(11, 19)
 
-/** One line: `drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10`. */
+/** One line: `drop-canceling-builds held by replicationLag on ci: 38 MB > 8 MB since 06:45:10`. */
 export const holdText = (hold: {
   readonly batch: string
   readonly signal: string
+  /** The database a PostgreSQL signal was read on (absent for Redis, Sidekiq, Prometheus). */
+  readonly database?: string | undefined
   readonly display: string
   readonly threshold: string
   /** A Prometheus rule's threshold carries its own comparison (`< 0.99`). */
   readonly prometheus: boolean
   readonly since: number
 }) =>
-  `${hold.batch} held by ${hold.signal}: ${hold.display} ${hold.prometheus ? "" : "> "}${hold.threshold} since ${
-    clockTime(hold.since)
-  }`
+  `${hold.batch} held by ${hold.signal}${hold.database === undefined ? "" : ` on ${hold.database}`}: ${hold.display} ${
+    hold.prometheus ? "" : "> "
+  }${hold.threshold} since ${clockTime(hold.since)}`
 
 /** A hold as the event log shows it (any process's), for `sweeper status`. */
 export interface OpenHold {
   readonly batch: string
   readonly signal: string
+  /** The database a PostgreSQL signal held on. */
+  readonly database?: string
   readonly since: Date
   readonly text: string
 }
@@ -649,12 +691,14 @@ export const openHolds = (
       const prometheus = /^\s*[<>]/.test(stop)
       const display = v === null ? `unknown (${String(event.data.unknown ?? "")})` : formatValue(unit, v)
       const threshold = prometheus || t === null ? stop : formatValue(unit, t)
+      const database = typeof event.data.database === "string" ? event.data.database : undefined
       open.set(signal, {
         batch,
         signal,
+        ...(database === undefined ? {} : { database }),
         since: event.occurredAt,
         runId: event.runId,
-        text: holdText({ batch, signal, display, threshold, prometheus, since: event.occurredAt.getTime() })
+        text: holdText({ batch, signal, database, display, threshold, prometheus, since: event.occurredAt.getTime() })
       })
     } else if (event.type === "RepairReleased") {
       open.delete(signal)

@@ -83,6 +83,10 @@ export const BatchViewSchema = Schema.Struct({
   ),
   lastSuccessAt: Iso,
   consecutiveFailures: Schema.Number,
+  /** The database its GitLab writes go to: "ci" only when the ci tables are a database of their own. */
+  database: Schema.Literals(["main", "ci"]),
+  /** GitLab's ci tables are in a database of their own (a decomposed GitLab). */
+  decomposed: Schema.Boolean,
   config: Schema.Struct({
     budget: Schema.String,
     lease: Schema.NullOr(Schema.Struct({ name: Schema.String, ttl: Schema.String })),

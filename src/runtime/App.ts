@@ -16,7 +16,7 @@ import { describeObjectStorage, type ObjectStorageSettings } from "../config/Obj
 import { redactUrl } from "../config/RedisUrl.ts"
 import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
 import { HealthGateLive } from "../layers/health/HealthGateLive.ts"
-import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
+import { DatabaseSignalsLive, HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { ConcurrencyLimitsMemory } from "../layers/memory/ConcurrencyLimitsMemory.ts"
 import { JobQueueMemory } from "../layers/memory/JobQueueMemory.ts"
 import { JobStatusMemory } from "../layers/memory/JobStatusMemory.ts"
@@ -123,9 +123,11 @@ const CiRepairs = Layer.mergeAll(BuildsSql, StuckBuildsSql)
  * The ci repairs on a decomposed GitLab's ci database: ci's client as their PgClient, their events
  * into ci's outbox in their own transaction, relayed to main's ledger after each commit (Outbox.ts).
  */
-const CiRepairsOnCi = (ci: PgClient.PgClient) =>
+const CiRepairsOnCi = (ci: PgClient.PgClient, access: SchemaAccess) =>
   CiRepairs.pipe(
-    Layer.provide(Layer.merge(EventLogSqlInto("sweeper_outbox"), OutboxRepairEvents)),
+    Layer.provide(
+      Layer.merge(EventLogSqlInto("sweeper_outbox"), OutboxRepairEvents({ recover: access === "migrate" }))
+    ),
     Layer.provide(Layer.merge(Layer.succeed(PgClient.PgClient, ci), Layer.succeed(SqlClient.SqlClient, ci)))
   )
 
@@ -133,20 +135,21 @@ const CiRepairsOnCi = (ci: PgClient.PgClient) =>
  * The services backed by PostgreSQL, each on the database GitLab keeps its tables in: with ci in
  * main (one database) exactly SqlBackends; decomposed, the ci repairs on ci's client.
  */
-export const DatabaseBackends = Layer.unwrap(Effect.gen(function*() {
-  const ci = yield* CiDatabase
-  type Backends = Layer.Layer<
-    Layer.Success<typeof SqlBackends>,
-    Layer.Error<typeof SqlBackends>,
-    Layer.Services<typeof SqlBackends> | MainDatabase
-  >
-  if (!ci.decomposed) return SqlBackends as Backends
-  const backends: Backends = Layer.merge(
-    CiRepairsOnCi(ci.sql),
-    Layer.mergeAll(ExportJobsSql, PlatformRecordsSql, EventRetentionSql)
-  ).pipe(Layer.provideMerge(EventLogSql))
-  return backends
-}))
+export const DatabaseBackends = (access: SchemaAccess = "migrate") =>
+  Layer.unwrap(Effect.gen(function*() {
+    const ci = yield* CiDatabase
+    type Backends = Layer.Layer<
+      Layer.Success<typeof SqlBackends>,
+      Layer.Error<typeof SqlBackends>,
+      Layer.Services<typeof SqlBackends> | MainDatabase
+    >
+    if (!ci.decomposed) return SqlBackends as Backends
+    const backends: Backends = Layer.merge(
+      CiRepairsOnCi(ci.sql, access),
+      Layer.mergeAll(ExportJobsSql, PlatformRecordsSql, EventRetentionSql)
+    ).pipe(Layer.provideMerge(EventLogSql))
+    return backends
+  }))
 
 /**
  * How a command treats the schema: `migrate` applies pending migrations first
@@ -262,7 +265,7 @@ type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlErro
  * client. A CI_DATABASE_URL that reaches main's very database is treated as one database.
  */
 export const ciClientLayer = (
-  settings: SweeperSettings
+  settings: Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
 ): Layer.Layer<CiDatabase, CiClientError, PgClient.PgClient> => {
   type Client = Layer.Layer<PgClient.PgClient, CiClientError>
   const separate = Option.match(settings.ciDatabaseUrl, {
@@ -328,11 +331,29 @@ export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = 
   )
 }
 
-export const describeBackends = (settings: SweeperSettings) => ({
-  postgres: Option.match(settings.databaseUrl, {
+/**
+ * The PostgreSQL databases configuration names: one, or `main: …, ci: …` when GitLab's ci tables
+ * have a database of their own (CI_DATABASE_URL, or the second embedded one).
+ */
+export const describePostgres = (
+  settings: Pick<SweeperSettings, "databaseUrl" | "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+) => {
+  const main = Option.match(settings.databaseUrl, {
     onNone: () => `embedded PGlite (${join(settings.dataDir, "pgdata")})`,
     onSome: (url) => redactUrl(Redacted.value(url))
-  }),
+  })
+  const ci = Option.match(settings.ciDatabaseUrl, {
+    onNone: () =>
+      settings.embeddedCiDatabase && Option.isNone(settings.databaseUrl)
+        ? Option.some(`embedded PGlite (${join(settings.dataDir, "ci", "pgdata")})`)
+        : Option.none<string>(),
+    onSome: (url) => Option.some(redactUrl(Redacted.value(url)))
+  })
+  return Option.match(ci, { onNone: () => main, onSome: (separate) => `main: ${main}, ci: ${separate}` })
+}
+
+export const describeBackends = (settings: SweeperSettings) => ({
+  postgres: describePostgres(settings),
   redis: Option.match(storeUrls(settings), {
     onNone: () => "in-memory (embedded, this process only)",
     onSome: (urls) => {
@@ -354,7 +375,8 @@ export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> =
 
 /**
  * The health gate when SWEEPER_HEALTH is set: HealthGate and HealthReport for every
- * batch in the registry, its signals read on the database and Redis stores configured here.
+ * batch in the registry, its signals read on the databases and Redis stores configured here
+ * (PostgreSQL's on main and, when ci is a database of its own, on ci too: needs CiDatabase).
  * Absent, both references keep their defaults (a gate that never holds, a report saying so).
  */
 export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
@@ -362,6 +384,7 @@ export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurre
     onNone: () => Layer.empty,
     onSome: (config) =>
       HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(
+        Layer.provide(DatabaseSignalsLive),
         Layer.provide(HealthSignalsLive)
       )
   })
@@ -374,7 +397,7 @@ export const appLayer = (access: SchemaAccess) =>
     return Layer.merge(healthLayer(settings), RepairSteps).pipe(
       Layer.provideMerge(
         Layer.mergeAll(
-          DatabaseBackends,
+          DatabaseBackends(access),
           redisBacked,
           objectStorageLayer(settings.objectStorage),
           TuningFromConfig,

@@ -2,12 +2,14 @@
  * One batch as an operator sees it, shared by `sweeper status`, `GET /api/batches` and the
  * dashboard so the three never disagree: its schedule in words with the next fire times, its
  * state (idle / running / paused by whom / disabled / breaker open until when), its last run with
- * the error's cause, and its configuration (budget, lease, missed-run policy).
+ * the error's cause, its configuration (budget, lease, missed-run policy), and the database it
+ * writes (GitLab's main or ci, which differ only in a decomposed GitLab).
  */
 import { Cron, Duration, Option } from "effect"
 import { HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import type { BatchHistory } from "../domain/BatchState.ts"
 import { breakerOpenUntil } from "../domain/BatchState.ts"
+import { databaseOfWrites } from "../domain/Databases.ts"
 import { DEFAULT_MISSED_RUN_POLICY } from "../domain/Schedule.ts"
 import type { RegisteredBatch } from "../programs/index.ts"
 import type { BatchSnapshot } from "./Scheduler.ts"
@@ -22,6 +24,8 @@ export interface BatchInput {
   readonly running: boolean
   readonly disabled: boolean
   readonly history: BatchHistory
+  /** GitLab's ci tables are in a database of their own (CiDatabase.decomposed); default: one database. */
+  readonly decomposed?: boolean | undefined
 }
 
 const NEXT_TICKS = 3
@@ -122,6 +126,9 @@ export const batchView = (input: BatchInput, now: Date) => {
     },
     lastSuccessAt: iso(history.lastSuccessAt),
     consecutiveFailures: history.consecutiveFailures,
+    // With one database every batch writes it, and it is main's: "ci" only says something decomposed.
+    database: input.decomposed === true ? databaseOfWrites(batch.writes) : "main",
+    decomposed: input.decomposed === true,
     config: {
       budget: Duration.format(batch.budget),
       lease: Option.match(batch.lease, {
@@ -136,8 +143,9 @@ export const batchView = (input: BatchInput, now: Date) => {
 export type BatchView = ReturnType<typeof batchView>
 
 /** A scheduler snapshot's view now: what /metrics, the API and the console start from. */
-export const snapshotView = (snapshot: BatchSnapshot, now: Date): BatchView =>
+export const snapshotView = (snapshot: BatchSnapshot, now: Date, decomposed = false): BatchView =>
   batchView({
+    decomposed,
     batch: snapshot.batch,
     cronText: snapshot.cron,
     cron: snapshot.cronSchedule,

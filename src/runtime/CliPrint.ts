@@ -75,11 +75,23 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
   Effect.gen(function*() {
     if (json) return yield* Console.log(JSON.stringify(views))
     const now = DateTime.toEpochMillis(yield* DateTime.now)
+    // Which database each batch writes is a column only when there are two (a decomposed GitLab).
+    const decomposed = views.some((v) => v.decomposed)
     const rows = [
-      ["BATCH", "STATE", "SCHEDULE", "NEXT TICK", "LAST RUN", "OUTCOME", "FAILURES"],
+      [
+        "BATCH",
+        "STATE",
+        ...(decomposed ? ["DATABASE"] : []),
+        "SCHEDULE",
+        "NEXT TICK",
+        "LAST RUN",
+        "OUTCOME",
+        "FAILURES"
+      ],
       ...views.map((v) => [
         v.name,
         stateDetail(v),
+        ...(decomposed ? [v.database] : []),
         `${v.cronInWords} (${v.timezone})`,
         v.nextTick ?? "-",
         ago(v.lastRun?.finishedAt ?? null, now),

@@ -85,10 +85,39 @@ export const simulateCommand = Command.make(
   Command.withDescription("Play the GitLab around Sweeper: stuck exports, builds, uploads, rebalances, throttled jobs")
 )
 
+/**
+ * `--decomposed`: GitLab's ci tables in a database of their own, as GitLab.com and every
+ * self-managed GitLab since 17.0 may have them. On the embedded default that is a second embedded
+ * database (SWEEPER_EMBEDDED_CI_DATABASE); on a configured server, CI_DATABASE_URL must name it.
+ */
+const decomposedEnvironment = (
+  env: Record<string, string | undefined>
+): Effect.Effect<Record<string, string>, InvalidFlag> =>
+  env.DATABASE_URL === undefined
+    ? Effect.succeed({ SWEEPER_EMBEDDED_CI_DATABASE: "true" })
+    : env.CI_DATABASE_URL === undefined
+    ? Effect.fail(
+      new InvalidFlag({
+        flag: "--decomposed",
+        message: "--decomposed with DATABASE_URL needs CI_DATABASE_URL, the database GitLab's ci tables go in"
+      })
+    )
+    : Effect.succeed({})
+
 export const demo = Command.make(
   "demo",
-  { rate: simulationFlags.rate },
-  Effect.fn("Cli.demo")(function*({ rate }) {
+  {
+    rate: simulationFlags.rate,
+    decomposed: Flag.Boolean("decomposed").pipe(
+      Flag.withDescription(
+        "GitLab's ci tables (builds, runners) in a second database, as a decomposed GitLab keeps them: " +
+          "a second embedded one, or CI_DATABASE_URL beside DATABASE_URL"
+      ),
+      Flag.withDefault(false)
+    )
+  },
+  Effect.fn("Cli.demo")(function*({ decomposed, rate }) {
+    const ci = decomposed ? yield* decomposedEnvironment(process.env) : {}
     // A fresh directory per demo unless one is given; ours is removed when the demo stops.
     const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
     // The buttons need a token and the demo must not open its write API to anyone: it makes one,
@@ -97,18 +126,22 @@ export const demo = Command.make(
     const env = {
       ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!),
       ...(token === undefined ? {} : { SWEEPER_API_TOKEN: token }),
-      ...process.env
+      ...process.env,
+      // The flag is asked for on this very command line: it wins over the environment.
+      ...ci
     } as Record<string, string>
     const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
     yield* Console.log(
-      `Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}`
+      `Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}${
+        decomposed ? "; GitLab decomposed: ci tables in a database of their own" : ""
+      }`
     )
     return yield* Effect.gen(function*() {
       const settings = yield* SweeperConfig
       yield* configureBatches(batches)
       yield* refuseGitLabDatabase
-      if (Option.isSome(settings.databaseUrl) || redisConfigured(settings)) {
-        yield* Effect.logInfo("Demo on the configured backends", describeBackends(settings))
+      if (Option.isSome(settings.databaseUrl) || redisConfigured(settings) || decomposed) {
+        yield* Effect.logInfo("Demo backends", describeBackends(settings))
       }
       const reach = (url: string) => Console.log(demoReachText({ url, dataDir: env.SWEEPER_DATA_DIR!, token }))
       return yield* Layer.launch(superviseWithSimulator(options, reach))

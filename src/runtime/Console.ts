@@ -14,14 +14,29 @@
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
-import { Cache, Context, DateTime, Effect, Layer, Option, Schedule, Schema, Stream, SubscriptionRef } from "effect"
+import {
+  Cache,
+  Context,
+  DateTime,
+  Effect,
+  Latch,
+  Layer,
+  Option,
+  Schedule,
+  Schema,
+  Stream,
+  SubscriptionRef
+} from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { SweeperConfig } from "../config/Config.ts"
 import { describeError } from "../domain/Errors.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { RunHistorySql } from "../layers/postgres/RunHistorySql.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { HealthReport } from "../services/HealthReport.ts"
 import { RunHistory } from "../services/RunHistory.ts"
+import { describePostgres } from "./App.ts"
 import { BacklogLive } from "./Backlog.ts"
 import { snapshotView } from "./BatchView.ts"
 import { chooseWindow, isWindow, WINDOWS } from "./Charts.ts"
@@ -45,8 +60,13 @@ const DEFAULT_EVENTS = 100
 const BATCH_PAGE_RUNS = 50
 
 /** A batch as the console shows it: the shared view, its live run and its last backlog sample. */
-export const cardView = (snapshot: BatchSnapshot, now: Date, backlog: BacklogSnapshot | undefined): CardView => ({
-  ...snapshotView(snapshot, now),
+export const cardView = (
+  snapshot: BatchSnapshot,
+  now: Date,
+  backlog: BacklogSnapshot | undefined,
+  decomposed = false
+): CardView => ({
+  ...snapshotView(snapshot, now, decomposed),
   live: snapshot.status === "running" ? liveRun(snapshot.name) : null,
   backlog: (() => {
     const mine = backlog?.batches.find((b) => b.batch === snapshot.name)
@@ -60,7 +80,9 @@ export const consoleViews = Effect.gen(function*() {
   const backlog = yield* Effect.serviceOption(Backlog)
   const now = DateTime.toDateUtc(yield* DateTime.now)
   const sample = Option.isSome(backlog) ? yield* backlog.value.current : undefined
-  return (yield* scheduler.snapshots).map((s) => cardView(s, now, sample))
+  // Every app composition has CiDatabase; a console built without one has one database.
+  const decomposed = Option.exists(yield* Effect.serviceOption(CiDatabase), (ci) => ci.decomposed)
+  return (yield* scheduler.snapshots).map((s) => cardView(s, now, sample, decomposed))
 })
 
 /** The most `/api/stream` connections served at once; one more is answered 503. */
@@ -75,7 +97,10 @@ const FEED_PERIOD = "1 second"
  * and only when they differ from the last reading renders the SSE frames once: `batches` (the views
  * as JSON, for scripts) and `page` (each card's HTML and the holds banner, which the page script
  * swaps in). Each client's stream is the ref's changes: the current frames first, then each change.
- * So an open tab costs neither a read nor a render of its own, however many are open.
+ * So an open tab costs neither a read nor a render of its own, however many are open; and with no
+ * tab open nothing is read at all: the fiber waits, and the first client's connection reads the
+ * views before its stream starts (an idle supervisor otherwise built every card's view each second
+ * for nobody, which kept its allocation, and its resident heap, growing).
  */
 export class ConsoleFeed extends Context.Service<ConsoleFeed, {
   /** The SSE frames now, then every change; fails with `TooManyStreams` beyond MAX_STREAMS. */
@@ -106,7 +131,8 @@ export interface ConsoleReading {
 
 /**
  * The feed over any reading (the views in the supervisor, a counting fake in tests): one fiber in
- * the caller's scope reads every FEED_PERIOD, whatever the number of clients.
+ * the caller's scope reads every FEED_PERIOD while at least one client is connected, whatever their
+ * number, and not at all while none is.
  */
 export const makeConsoleFeed = Effect.fnUntraced(function*(
   read: Effect.Effect<ConsoleReading>,
@@ -115,33 +141,42 @@ export const makeConsoleFeed = Effect.fnUntraced(function*(
   const maxStreams = options.maxStreams ?? MAX_STREAMS
   // Times inside the views (next ticks) move on their own; the key leaves out what only the clock
   // changed, so an idle console sends nothing until something happens.
-  const keyed = Effect.map(read, (reading) => ({
-    ...reading,
-    key: JSON.stringify([reading.views.map(({ nextTicks: _, ...rest }) => rest), reading.holds])
-  }))
-  const first = yield* read
-  const latest = yield* SubscriptionRef.make(frames(first.views, first.holds))
-  yield* Stream.fromEffectSchedule(keyed, Schedule.spaced(FEED_PERIOD)).pipe(
-    Stream.changesWith((a, b) => a.key === b.key),
-    Stream.drop(1),
-    Stream.runForEach(({ holds, views }) => SubscriptionRef.set(latest, frames(views, holds))),
-    Effect.forkScoped
-  )
+  const keyOf = (reading: ConsoleReading) =>
+    JSON.stringify([reading.views.map(({ nextTicks: _, ...rest }) => rest), reading.holds])
+  let lastKey: string | undefined
+  const latest = yield* SubscriptionRef.make(encoder.encode(""))
+  /** One reading; the frames are rendered and published only when it differs from the last. */
+  const refresh = Effect.flatMap(read, (reading) => {
+    const key = keyOf(reading)
+    if (key === lastKey) return Effect.void
+    lastKey = key
+    return SubscriptionRef.set(latest, frames(reading.views, reading.holds))
+  })
+  // Open while a client is connected: the reading fiber passes it before each period's read.
+  const connected = yield* Latch.make(false)
+  yield* Effect.forkScoped(Effect.forever(
+    Latch.await(connected).pipe(Effect.andThen(Effect.sleep(FEED_PERIOD)), Effect.andThen(refresh))
+  ))
   let open = 0
   const heartbeat = Stream.tick(HEARTBEAT).pipe(
     Stream.drop(1),
     Stream.map(() => encoder.encode(": heartbeat\n\n"))
   )
+  const close = Effect.sync(() => {
+    if (--open === 0) Latch.closeUnsafe(connected)
+  })
   return ConsoleFeed.of({
     clients: Effect.sync(() => open),
     open: Effect.suspend(() => {
       if (open >= maxStreams) return Effect.fail(new TooManyStreams({ max: maxStreams }))
-      open++
+      if (open++ === 0) Latch.openUnsafe(connected)
       const stream = Stream.concat(
         Stream.make(encoder.encode("retry: 3000\n\n")),
         SubscriptionRef.changes(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
-      ).pipe(Stream.ensuring(Effect.sync(() => open--)))
-      return Effect.succeed(stream)
+      ).pipe(Stream.ensuring(close))
+      // Read now, so the stream starts with the views as they are, not as they were when the last
+      // client left (with clients already connected the frames are at most a period old anyway).
+      return open === 1 ? refresh.pipe(Effect.onInterrupt(() => close), Effect.as(stream)) : Effect.succeed(stream)
     })
   })
 })
@@ -168,6 +203,9 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   const events = yield* EventLog
   const health = yield* HealthReport
   const context = yield* Effect.context<RunHistory | Backlog | Scheduler>()
+  // Decomposed, the overview names both databases (as the start-up log does); one database, nothing.
+  const ci = yield* Effect.serviceOption(CiDatabase)
+  const databases = Option.exists(ci, (found) => found.decomposed) ? describePostgres(yield* SweeperConfig) : undefined
   const query = Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     return new URL(request.url, "http://sweeper").searchParams
@@ -228,7 +266,12 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
       const stream = ((yield* query).get("stream") ?? "").trim().slice(0, 500)
       const found = stream === "" ? [] : yield* events.query({ stream, newestFirst: true, limit: DEFAULT_EVENTS })
       return html(
-        dashboardPage(yield* views, { stream, events: found, holds: (yield* health.snapshot).holds.map((h) => h.text) })
+        dashboardPage(yield* views, {
+          stream,
+          events: found,
+          holds: (yield* health.snapshot).holds.map((h) => h.text),
+          databases
+        })
       )
     }))
   )

@@ -179,6 +179,11 @@ export const card = (view: CardView) => {
   <dt>Schedule</dt><dd>${e(view.cronInWords)} <code>${e(view.cron)}</code> <span class="muted">${
     e(view.timezone)
   }</span></dd>
+  ${
+    view.decomposed
+      ? `<dt>Database</dt><dd class="database" data-database="${view.database}">${view.database}</dd>`
+      : ""
+  }
   <dt>Next</dt><dd class="ticks">${
     view.nextTicks.length === 0
       ? "<span class=\"muted\">nothing scheduled</span>"
@@ -248,11 +253,17 @@ export const dashboardPage = (
     readonly stream: string
     readonly events: ReadonlyArray<StoredEvent>
     readonly holds?: ReadonlyArray<string>
+    /** The databases when GitLab is decomposed (`main: …, ci: …`); absent with one database. */
+    readonly databases?: string | undefined
   } = { stream: "", events: [] }
 ) =>
   layout(
     "Sweeper",
-    `${searchForm(search.stream)}<div id="flash" role="status"></div>
+    `${
+      search.databases === undefined
+        ? ""
+        : `<p class="databases muted small" data-databases>GitLab decomposed: ${e(search.databases)}</p>`
+    }${searchForm(search.stream)}<div id="flash" role="status"></div>
 <div data-live data-overview>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
 ${searchResults(search.stream, search.events)}</div>`
   )

@@ -11,7 +11,6 @@
  * in the data directory, else opens the embedded database there — but only one that exists or was
  * named, never an empty `./.sweeper` made up on the spot (the REPL takes the same road).
  */
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Cause, Config, Context, DateTime, Duration, Effect, Fiber, Layer, Option, Redacted, Schema } from "effect"
 import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
@@ -31,6 +30,7 @@ import {
 } from "../domain/Errors.ts"
 import { healthStream } from "../domain/Events.ts"
 import { openHolds } from "../domain/Health.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { batches, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { AnyApiError, type BatchViewSchema, type EventSchema, type RunResultSchema, SweeperApi } from "./Api.ts"
@@ -220,7 +220,10 @@ export const remote = (endpoint: SupervisorEndpoint, target: string) =>
       })
     })
     // node:http, not fetch: fetch gives up on headers after five minutes, and a run's answer may take longer.
-  ).pipe(Layer.provide(NodeHttpClient.layerNodeHttp))
+    // Imported when a command asks a supervisor: the supervisor itself never does (idle RSS).
+  ).pipe(Layer.provide(Layer.unwrap(Effect.promise(async () =>
+    (await import("@effect/platform-node/NodeHttpClient")).layerNodeHttp
+  ))))
 
 /** The configured database and Redis, through the supervisor's own layers. */
 export const local = (target: string) =>
@@ -233,6 +236,7 @@ export const local = (target: string) =>
         const settings = yield* SweeperConfig
         const now = new Date(DateTime.toEpochMillis(yield* DateTime.now))
         const events = yield* EventLog
+        const { decomposed } = yield* CiDatabase
         return yield* Effect.forEach(
           yield* configureBatches(batches),
           ({ batch, cronText, cron, disabled }) =>
@@ -250,7 +254,7 @@ export const local = (target: string) =>
               const holds = openHolds(recent).map((hold) => hold.text)
               return {
                 ...batchView(
-                  { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history },
+                  { batch, cronText, cron, timezone: settings.timezone, running: false, disabled, history, decomposed },
                   now
                 ),
                 holds

@@ -10,7 +10,7 @@ import { join } from "node:path"
 import { SweeperConfig } from "../config/Config.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { cronVariable } from "../domain/Schedule.ts"
-import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
+import { detectCiSchemaMode, detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { batches } from "../programs/index.ts"
 import { simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
 import { AppLayer, databaseClientLayer } from "./App.ts"
@@ -66,19 +66,30 @@ export const superviseWithSimulator = (
   })).pipe(Layer.provide(Supervisor))
 
 /**
- * The simulator writes GitLab's tables and consumes its queues: never on a real GitLab's database.
- * Asked before anything migrates, so a refused run leaves no table behind.
+ * The simulator writes GitLab's tables and consumes its queues: never on a real GitLab's database,
+ * main or ci (GitLab's ci database is told by its builds table). Asked before anything migrates, so
+ * a refused run leaves no table behind.
  */
 export const refuseGitLabDatabase = Effect.gen(function*() {
   const settings = yield* SweeperConfig
   if (Option.isNone(settings.databaseUrl)) return
-  const { mode } = yield* detectSchemaMode(settings.schema).pipe(Effect.provide(databaseClientLayer(settings)))
-  if (mode === "gitlab") {
-    return yield* new InvalidConfig({
-      variable: "DATABASE_URL",
-      message:
-        "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
-    })
+  const databases = [
+    { variable: "DATABASE_URL", client: databaseClientLayer(settings), detect: detectSchemaMode },
+    ...Option.toArray(settings.ciDatabaseUrl).map((url) => ({
+      variable: "CI_DATABASE_URL",
+      client: databaseClientLayer({ ...settings, databaseUrl: Option.some(url) }),
+      detect: detectCiSchemaMode
+    }))
+  ]
+  for (const { client, detect, variable } of databases) {
+    const { mode } = yield* detect(settings.schema).pipe(Effect.provide(client))
+    if (mode === "gitlab") {
+      return yield* new InvalidConfig({
+        variable,
+        message:
+          "this database's platform tables belong to a GitLab (gitlab schema mode); the simulator only plays GitLab on a standalone database"
+      })
+    }
   }
 })
 

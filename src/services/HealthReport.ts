@@ -5,12 +5,18 @@
  * (or in a bare spec) the report says the gate is not configured.
  */
 import { Context, Effect } from "effect"
+import type { DatabaseName } from "../domain/Databases.ts"
 
 export interface SignalReport {
   /** Configuration key (or a Prometheus rule's name). */
   readonly signal: string
-  /** What it was read on: `""` the database or server as a whole, else a table, store or queue. */
+  /**
+   * What it was read on: the database (`main`, `ci`) for a database-wide PostgreSQL signal, a table,
+   * store or queue, or `""` the server as a whole (Prometheus).
+   */
   readonly subject: string
+  /** The database a PostgreSQL signal is read on (absent for Redis, Sidekiq and Prometheus signals). */
+  readonly database?: DatabaseName | undefined
   /** `over`: past its stop threshold now; `ok`: not; `unknown`: could not be read (`reason` says why). */
   readonly state: "ok" | "over" | "unknown" | "pending"
   readonly value: number | null
@@ -26,12 +32,14 @@ export interface SignalReport {
 export interface HoldReport {
   readonly batch: string
   readonly signal: string
+  /** The database a PostgreSQL signal held on. */
+  readonly database?: DatabaseName | undefined
   readonly value: number | null
   readonly display: string
   readonly threshold: string
   /** ISO time the hold began. */
   readonly since: string
-  /** One line: `drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10`. */
+  /** One line: `drop-canceling-builds held by replicationLag on ci: 38 MB > 8 MB since 06:45:10`. */
   readonly text: string
 }
 

@@ -8,6 +8,7 @@
  * an answer that is not a number): the gate turns that into an `unknown` reading, logged and counted.
  */
 import { Context, type Effect, Schema } from "effect"
+import type { DatabaseName } from "../domain/Databases.ts"
 import type { RedisStoreName } from "../domain/Health.ts"
 
 export class SignalUnreadable extends Schema.TaggedError<SignalUnreadable>()("SignalUnreadable", {
@@ -56,3 +57,13 @@ export class HealthSignals extends Context.Service<HealthSignals, {
   readonly prometheus: (url: string, query: string) => Effect.Effect<number, SignalUnreadable>
   readonly privileges: Effect.Effect<SignalPrivileges, SignalUnreadable>
 }>()("sweeper/services/HealthSignals") {}
+
+/**
+ * HealthSignals per GitLab database, for the PostgreSQL signals of a decomposed GitLab: the gate reads
+ * replication lag, WAL, vacuums and transactions on the database a batch writes. Absent (ci is not a
+ * database of its own), HealthSignals reads them all, on the one database, named main.
+ */
+export class DatabaseSignals extends Context.Service<
+  DatabaseSignals,
+  Readonly<Record<DatabaseName, HealthSignals["Service"]>>
+>()("sweeper/services/DatabaseSignals") {}

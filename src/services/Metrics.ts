@@ -108,9 +108,12 @@ export const eventsPrunedTotal = Metric.counter("sweeper_events_pruned_total", {
   incremental: true
 })
 
-/** Health gate: 1 while `signal` holds `batch`. */
+/**
+ * Health gate: 1 while `signal` holds `batch`. The gate's series are labelled by signal (and batch);
+ * a PostgreSQL signal's also by `database` (main, ci): which of GitLab's databases it was read on.
+ */
 export const repairHeld = Metric.gauge("sweeper_repair_held", {
-  description: "1 while the health gate holds the batch on the signal, else 0"
+  description: "1 while the health gate holds the batch on the signal (of the database, for PostgreSQL signals), else 0"
 })
 
 export const repairHeldSecondsTotal = Metric.counter("sweeper_repair_held_seconds_total", {
@@ -120,7 +123,7 @@ export const repairHeldSecondsTotal = Metric.counter("sweeper_repair_held_second
 
 export const healthSignal = Metric.gauge("sweeper_health_signal", {
   description:
-    "The health signal's last reading in its unit (bytes, seconds, bytes/s, used/max ratio, tables under vacuum, a rule's value); the worst over its stores, queues or tables"
+    "The health signal's last reading in its unit (bytes, seconds, bytes/s, used/max ratio, tables under vacuum, a rule's value); the worst over its stores, queues or tables; PostgreSQL signals per database"
 })
 
 export const healthSignalUnknown = Metric.gauge("sweeper_health_signal_unknown", {

@@ -6,7 +6,8 @@
  * one place instead of each carrying its own copy of them.
  *
  * Redis goes through a raw client (one server, or the store the key lives in) rather than
- * SimulatorStores: only a pipeline of chunked commands is fast enough at a million entries.
+ * SimulatorStores: only a pipeline of chunked commands is fast enough at a million entries. Builds
+ * go through the ci database's client (Seed.ts's `ciClient`), the rest through main's.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect } from "effect"
@@ -16,6 +17,7 @@ import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../domain/DirectUpload.ts"
 import { EXPORT_JOB_STATUS_TTL, jobStatusKey } from "../domain/SidekiqStatus.ts"
 import type { RedisClient } from "../layers/redis/Redis.ts"
+import { ciClient } from "./Seed.ts"
 
 /**
  * `rows` builds in `ci_builds` over the 60 days before `now` − 2 h: finished ones mostly, some
@@ -29,7 +31,7 @@ export const seedBuildsWithStuckCanceling = Effect.fn("Fixtures.buildsWithStuckC
   readonly stuckEvery: number
   readonly now: Date
 }) {
-  const sql = yield* PgClient.PgClient
+  const sql = yield* ciClient
   const { rows, stuckEvery, now } = options
   yield* sql`
     INSERT INTO ci_builds (id, project_id, commit_id, name, type, status, failure_reason, runner_id, lock_version,
@@ -66,7 +68,7 @@ export const seedBuildsWithStuckCanceling = Effect.fn("Fixtures.buildsWithStuckC
 
 /** Builds stuck in canceling at `now` (`Ci::Build`, created and updated over an hour ago). */
 export const countStuckCanceling = Effect.fn("Fixtures.countStuckCanceling")(function*(now: Date) {
-  const sql = yield* PgClient.PgClient
+  const sql = yield* ciClient
   const cutoff = new Date(now.getTime() - 3_600_000)
   const rows = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds
     WHERE status = 'canceling' AND type = 'Ci::Build' AND created_at < ${cutoff}::timestamptz AT TIME ZONE 'UTC'
@@ -80,7 +82,7 @@ export const countStuckCanceling = Effect.fn("Fixtures.countStuckCanceling")(fun
  * every build is to be dropped exactly once.
  */
 export const seedStuckCancelingBuilds = Effect.fn("Fixtures.stuckCancelingBuilds")(function*(count: number) {
-  const sql = yield* PgClient.PgClient
+  const sql = yield* ciClient
   yield* sql`INSERT INTO ci_builds (project_id, status, runner_id, created_at, updated_at)
     SELECT g % 50, 'canceling', g % 5, '2026-01-01 00:00:00'::timestamp + g * interval '1 millisecond', '2026-01-01 00:00:00'
     FROM generate_series(1, ${count}) g`

@@ -7,15 +7,20 @@
  * `updated_at` is more than an hour old, exactly what GitLab would hold after an hour of waiting.
  * Targets the standalone schema (embedded, demos, tests) and `p_ci_builds` when it exists; GitLab's
  * own wider tables (NOT NULL organisation columns and the like) are not filled in.
+ *
+ * Builds are GitLab's ci tables: they are written and read through the ci database's client
+ * (`ciClient`), so a decomposed GitLab (CI_DATABASE_URL, or the demo's second embedded database)
+ * gets them where GitLab keeps them; everything else is main's.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Option } from "effect"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { fieldOf, type Location, PENDING_DIRECT_UPLOADS_KEY } from "../domain/DirectUpload.ts"
 import { ExportJobStatus } from "../domain/ExportJob.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"
 import { newJid, queueKey, sidekiqJob } from "../domain/Sidekiq.ts"
 import { EXPORT_JOB_STATUS_TTL } from "../domain/SidekiqStatus.ts"
+import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { RebalancingState } from "../services/RebalancingState.ts"
 import { SimulatorObjects } from "./Objects.ts"
@@ -24,6 +29,16 @@ import { SimulatorStores } from "./Stores.ts"
 /** `timestamp without time zone` holding UTC, as GitLab stores build times. */
 const utcTimestamp = (millis: number) => new Date(millis).toISOString().replace("T", " ").replace("Z", "")
 const instant = (millis: number) => new Date(millis).toISOString()
+
+/**
+ * The client of GitLab's ci database: CiDatabase's when the composition has one (every app
+ * composition does; it is main's own client when ci is not separate), else the PgClient in context,
+ * the one database of a test or benchmark that seeds builds beside its own client.
+ */
+export const ciClient: Effect.Effect<PgClient.PgClient, never, PgClient.PgClient> = Effect.gen(function*() {
+  const ci = yield* Effect.serviceOption(CiDatabase)
+  return Option.isSome(ci) ? ci.value.sql : yield* PgClient.PgClient
+})
 
 /** A group and a project in it; returns both ids (bigserial). */
 export const seedProject = Effect.fn("Seed.project")(function*(name: string, namespaceId?: number) {
@@ -84,9 +99,9 @@ export const killExportJob = Effect.fn("Seed.killExportJob")(function*(job: { re
   yield* (yield* JobStatus).untrack(job.jid).pipe(Effect.orDie)
 })
 
-/** Whether builds live in GitLab ≥ 16's partitioned `p_ci_builds`. */
+/** Whether builds live in GitLab ≥ 16's partitioned `p_ci_builds` (asked of the ci database). */
 export const buildsTable = Effect.fn("Seed.buildsTable")(function*() {
-  const sql = yield* PgClient.PgClient
+  const sql = yield* ciClient
   const [row] = yield* sql<{ found: boolean }>`SELECT to_regclass('p_ci_builds') IS NOT NULL AS found`
   return row!.found ? "p_ci_builds" as const : "ci_builds" as const
 })
@@ -103,7 +118,7 @@ export const seedBuild = Effect.fn("Seed.build")(function*(options: {
   readonly scheduledAgeMillis?: number
   readonly table: "ci_builds" | "p_ci_builds"
 }) {
-  const sql = yield* PgClient.PgClient
+  const sql = yield* ciClient
   const at = utcTimestamp(options.nowMillis - options.ageMillis)
   const updated = utcTimestamp(options.nowMillis - (options.updatedAgeMillis ?? options.ageMillis))
   const started = utcTimestamp(options.nowMillis - options.ageMillis - 60_000)

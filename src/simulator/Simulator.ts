@@ -308,16 +308,22 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
     }
   })
 
+  // Each scenario's failure is its own: builds that cannot be written (a ci database without its
+  // tables) must not keep this tick's exports, uploads and jobs from being made.
+  const scenario = <E, R>(name: Scenario, make: Effect.Effect<void, E, R>) =>
+    on(name)
+      ? make.pipe(Effect.catchCause((cause) => Effect.logWarning(`Simulator ${name} failed this tick`, cause)))
+      : Effect.void
   const tick = Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
-    if (on("exports")) yield* exports(now)
-    if (on("builds")) yield* builds(now)
-    if (on("uploads")) yield* uploads(now)
-    if (on("rebalances")) yield* rebalances()
-    if (on("throttled")) yield* throttled(now)
+    yield* scenario("exports", exports(now))
+    yield* scenario("builds", builds(now))
+    yield* scenario("uploads", uploads(now))
+    yield* scenario("rebalances", rebalances())
+    yield* scenario("throttled", throttled(now))
     tickNumber++
     ledger.ticks++
-  }).pipe(Effect.catchCause((cause) => Effect.logWarning("Simulator tick failed", cause)))
+  })
 
   const every = options.tick ?? Duration.seconds(1)
   const started = yield* Clock.currentTimeMillis

@@ -13,6 +13,8 @@ import {
   addSample,
   baselineOf,
   compileHealth,
+  databaseOfSubject,
+  databasesOf,
   HealthJson,
   judge,
   median,
@@ -306,9 +308,41 @@ describe("hysteresis", () => {
 
   it("autovacuum never watches Sweeper's own tables", () => {
     const vacuum = rule({ autovacuum: { stop: true } })
-    const writes = { tables: ["ci_builds", "sweeper_events", "sweeper_runs"], redisStores: [], queues: [] }
+    const writes = {
+      tables: ["ci_builds", "sweeper_events", "sweeper_runs"],
+      redisStores: [],
+      queues: [],
+      databases: ["ci" as const]
+    }
     assert.deepStrictEqual(subjectsFor(vacuum, writes), ["ci_builds"])
     assert.deepStrictEqual(subjectsFor(vacuum, { ...writes, tables: ["sweeper_events"] }), [])
+  })
+
+  it("database-wide PostgreSQL signals are read on the database the batch writes; tables where they are kept", () => {
+    const lagRule = rule({ replicationLag: { stop: "8MB" } })
+    const vacuum = rule({ autovacuum: { stop: true } })
+    const prometheus = rule({
+      prometheus: { url: "http://p:9090", rules: [{ name: "apdex", query: "q", stop: "< 1" }] }
+    })
+    const drop = { tables: ["ci_builds", "sweeper_events"] }
+    const exports = { tables: ["project_export_jobs", "sweeper_events"] }
+    const uploads = { tables: ["sweeper_events"] }
+    // Decomposed: drop-* batches write ci, the others main; a batch writing no table, no database.
+    assert.deepStrictEqual(databasesOf(drop, true), ["ci"])
+    assert.deepStrictEqual(databasesOf(exports, true), ["main"])
+    assert.deepStrictEqual(databasesOf(uploads, true), ["main"])
+    assert.deepStrictEqual(databasesOf({}, true), [])
+    // One database: every batch's is main.
+    assert.deepStrictEqual(databasesOf(drop, false), ["main"])
+    const writes = { ...drop, redisStores: [], queues: [], databases: databasesOf(drop, true) }
+    assert.deepStrictEqual(subjectsFor(lagRule, writes), ["ci"])
+    assert.deepStrictEqual(subjectsFor(prometheus, writes), [""])
+    assert.strictEqual(databaseOfSubject(lagRule, "ci", true), "ci")
+    assert.strictEqual(databaseOfSubject(lagRule, "main", true), "main")
+    assert.strictEqual(databaseOfSubject(vacuum, "ci_builds", true), "ci")
+    assert.strictEqual(databaseOfSubject(vacuum, "ci_builds", false), "main")
+    assert.strictEqual(databaseOfSubject(vacuum, "project_export_jobs", true), "main")
+    assert.isUndefined(databaseOfSubject(prometheus, "", true))
   })
 })
 
@@ -438,13 +472,15 @@ describe("open holds from a batch's stream (sweeper status)", () => {
   })
 
   it("a RepairHeld without its RepairReleased, in a run not finished, is open; the line says value, threshold and since", () => {
-    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10)]).map((h) => h.text), [
-      "drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 06:45:10"
+    assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10, { database: "ci" })]).map((h) => h.text), [
+      "drop-canceling-builds held by replicationLag on ci: 38 MB > 8 MB since 06:45:10"
     ])
+    assert.strictEqual(openHolds([held("replicationLag", "r1", 10, { database: "ci" })])[0]?.database, "ci")
     assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), released("replicationLag", "r1", 12)]), [])
     // A run killed while held: its RunFinished (abandoned) closes the hold.
     assert.deepStrictEqual(openHolds([held("replicationLag", "r1", 10), finished("r1", 50)]), [])
-    // Prometheus rules carry their comparison; unknown readings say why.
+    // Prometheus rules carry their comparison; unknown readings say why; a hold written before holds
+    // named their database says none.
     const apdex = held("patroniApdex", "r2", 20, { value: 0.95, threshold: 0.99, stop: "< 0.99", unit: "value" })
     const unknownLag = held("replicationLag", "r2", 21, {
       value: null,

@@ -80,15 +80,17 @@ describe("HealthGate layer", () => {
         value: 38_000_000,
         threshold: 8_000_000,
         stop: "8MB",
-        unit: "bytes"
+        unit: "bytes",
+        // One database (ci not decomposed): main, as every PostgreSQL signal is read there.
+        database: "main"
       }])
       const report = yield* (yield* HealthReport).snapshot
       assert.deepStrictEqual(report.holds.map((h) => h.text), [
-        "drop-canceling-builds held by replicationLag: 38 MB > 8 MB since 00:00:01"
+        "drop-canceling-builds held by replicationLag on main: 38 MB > 8 MB since 00:00:01"
       ])
       assert.include(
         yield* prometheusText,
-        `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 1`
+        `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag",database="main"} 1`
       )
 
       // Under stop but over resume: still held (hysteresis), re-checked every second.
@@ -107,10 +109,13 @@ describe("HealthGate layer", () => {
       assert.strictEqual(events[1]!.heldMs, verdict.heldMs)
       assert.deepStrictEqual((yield* (yield* HealthReport).snapshot).holds, [])
       const text = yield* prometheusText
-      assert.include(text, `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 0`)
+      assert.include(
+        text,
+        `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag",database="main"} 0`
+      )
       const counted = Number(
-        /sweeper_repair_held_seconds_total\{batch="drop-canceling-builds",signal="replicationLag"\} ([\d.]+)/.exec(text)
-          ?.[1]
+        /sweeper_repair_held_seconds_total\{batch="drop-canceling-builds",signal="replicationLag",database="main"\} ([\d.]+)/
+          .exec(text)?.[1]
       )
       assert.isAtLeast(counted, 4)
       // The next unit: healthy again, no new events.
@@ -185,9 +190,13 @@ describe("HealthGate layer", () => {
         "pg_stat_activity: connection refused"
       ]])
       const text = yield* prometheusText
-      assert.include(text, `sweeper_health_signal_unknown{signal="replicationLag"} 1`)
-      assert.include(text, `sweeper_health_signal{signal="replicationLag"} NaN`, "unreadable is no reading, not 0")
-      assert.match(text, /sweeper_health_signal_unknown_total\{signal="replicationLag"\} [1-9]/)
+      assert.include(text, `sweeper_health_signal_unknown{signal="replicationLag",database="main"} 1`)
+      assert.include(
+        text,
+        `sweeper_health_signal{signal="replicationLag",database="main"} NaN`,
+        "unreadable is no reading, not 0"
+      )
+      assert.match(text, /sweeper_health_signal_unknown_total\{signal="replicationLag",database="main"\} [1-9]/)
       values.oldestTransaction = 30
       yield* second
       const verdict = yield* Fiber.join(fiber)
@@ -233,7 +242,7 @@ describe("HealthGate layer", () => {
       assert.deepStrictEqual((yield* gateEvents).map((e) => [e.type, e.signal]), [["RepairHeld", "walRate"]])
       assert.match(
         (yield* (yield* HealthReport).snapshot).holds[0]!.text,
-        /held by walRate: 50 MB\/s > 3x median \(30 MB\/s\)/
+        /held by walRate on main: 50 MB\/s > 3x median \(30 MB\/s\)/
       )
       yield* at(20e6, 3)
       assert.isUndefined(fiber.pollUnsafe())
@@ -298,11 +307,14 @@ describe("HealthGate layer", () => {
       yield* second
       const report = yield* (yield* HealthReport).snapshot
       assert.isTrue(report.configured)
-      assert.deepStrictEqual(report.signals.map((s) => [s.signal, s.subject, s.state, s.display, s.stop, s.resume]), [
-        ["replicationLag", "", "over", "9 MB", "8 MB", "2 MB"],
-        ["redisMemory", "sharedState", "ok", "0.5", "0.9", "0.8"],
-        ["redisMemory", "queues", "unknown", "unknown", "0.9", "0.8"]
-      ])
+      assert.deepStrictEqual(
+        report.signals.map((s) => [s.signal, s.subject, s.database, s.state, s.display, s.stop, s.resume]),
+        [
+          ["replicationLag", "main", "main", "over", "9 MB", "8 MB", "2 MB"],
+          ["redisMemory", "sharedState", undefined, "ok", "0.5", "0.9", "0.8"],
+          ["redisMemory", "queues", undefined, "unknown", "unknown", "0.9", "0.8"]
+        ]
+      )
       assert.isTrue(Option.isSome(Option.fromNullishOr(report.signals[0]!.readAt)))
     }).pipe(Effect.provide(Gate({ ...LAG, redisMemory: { stop: 0.9, resume: 0.8 } }))))
 })

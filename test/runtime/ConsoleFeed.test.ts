@@ -2,7 +2,8 @@
  * The console's shared feed (ConsoleFeed): however many tabs are open, the views are read once a
  * period and each change is rendered once; every client gets the current frames on connecting and
  * each change after; idle streams carry a heartbeat; one client beyond the cap is refused. Before
- * the feed, each open `/api/stream` ran its own once-a-second read, so reads grew with the clients.
+ * the feed, each open `/api/stream` ran its own once-a-second read, so reads grew with the clients;
+ * with no client connected the feed reads nothing (an idle supervisor's allocation, and so its RSS).
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Stream } from "effect"
@@ -63,6 +64,40 @@ describe("ConsoleFeed", () => {
         assert.lengthOf(frames.filter((f) => f.startsWith(": heartbeat")), 1)
       }
     }))
+
+  it.effect("reads nothing while no client is connected, and a client connecting later gets the views as they are", () =>
+    Effect.gen(function*() {
+      const { read, state } = countingReading()
+      const feed = yield* makeConsoleFeed(read)
+      yield* TestClock.adjust("60 seconds")
+      assert.strictEqual(state.reads, 0, "an idle supervisor with no console open reads nothing")
+      const frames = (stream: Stream.Stream<Uint8Array>) =>
+        Effect.gen(function*() {
+          const received: Array<string> = []
+          const fiber = yield* Effect.forkChild(
+            Stream.runForEach(stream, (bytes) => Effect.sync(() => received.push(decoder.decode(bytes))))
+          )
+          return { received, fiber }
+        })
+      const first = yield* frames(yield* feed.open)
+      yield* TestClock.adjust("10 seconds")
+      const whileOpen = state.reads
+      assert.isAtLeast(whileOpen, 10, "one read on connecting, then one a period")
+      yield* Fiber.interrupt(first.fiber)
+      yield* TestClock.adjust("1 millis")
+      // What changed while nobody watched is what the next client sees first.
+      state.holds = ["stuck-export-jobs held: queue latency 90 s over 60 s"]
+      yield* TestClock.adjust("60 seconds")
+      assert.isAtMost(state.reads - whileOpen, 1, "reading stops when the last client leaves")
+      const second = yield* frames(yield* feed.open)
+      yield* TestClock.adjust("1 millis")
+      const pages = second.received.filter((f) => f.includes("event: page"))
+      assert.lengthOf(pages, 1, second.received.join("|"))
+      assert.include(pages[0], "queue latency 90 s")
+      yield* TestClock.adjust("5 seconds")
+      assert.isAtLeast(state.reads - whileOpen, 5, "and starts again with the next client")
+      yield* Fiber.interrupt(second.fiber)
+    }).pipe(Effect.scoped))
 
   it.effect("refuses a client beyond the cap and takes one again once a stream closes", () =>
     Effect.gen(function*() {

@@ -24,7 +24,8 @@ const TOKEN = "health-e2e-token"
 const OTHER_BATCHES =
   "stuck-export-jobs,delete-stale-direct-uploads,reschedule-stuck-issue-rebalances,concurrency-limit-resume,prune-events," +
   "drop-pending-builds,drop-running-builds,drop-scheduled-builds"
-const HOLD_LINE = /drop-canceling-builds held by replicationLag: \d+(\.\d+)? MB > 32 MB since \d\d:\d\d:\d\d/
+// One database (no CI_DATABASE_URL): main, named in every line, event and metric of a PostgreSQL signal.
+const HOLD_LINE = /drop-canceling-builds held by replicationLag on main: \d+(\.\d+)? MB > 32 MB since \d\d:\d\d:\d\d/
 const HEALTH = JSON.stringify({ replicationLag: { stop: "32MB", resume: "1MB" } })
 
 class Setup extends Context.Service<Setup, { readonly pair: ReplicatedPostgres; readonly redisUrl: string }>()(
@@ -136,8 +137,14 @@ layer(SetupLive, { excludeTestServices: true, timeout: "360 seconds" })(
           ["RepairHeld", "batch:drop-canceling-builds:health", "t"],
           ["RepairReleased", "batch:drop-canceling-builds:health", "t"]
         ])
-        const heldData = JSON.parse(gateEvents[0]![2]!) as { signal: string; value: number; threshold: number }
+        const heldData = JSON.parse(gateEvents[0]![2]!) as {
+          signal: string
+          value: number
+          threshold: number
+          database: string
+        }
         assert.strictEqual(heldData.signal, "replicationLag")
+        assert.strictEqual(heldData.database, "main")
         assert.strictEqual(heldData.threshold, 32_000_000)
         assert.isAbove(heldData.value, 32_000_000)
         const releasedData = JSON.parse(gateEvents[1]![2]!) as { heldMs: number; reason?: string }
@@ -166,13 +173,16 @@ layer(SetupLive, { excludeTestServices: true, timeout: "360 seconds" })(
           const health = () =>
             fetch(`${url}/api/health`).then((r) => r.json()) as Promise<{
               configured: boolean
-              signals: ReadonlyArray<{ signal: string; state: string; value: number; stop: string; resume: string }>
+              signals: ReadonlyArray<
+                { signal: string; database: string; state: string; value: number; stop: string; resume: string }
+              >
               holds: ReadonlyArray<{ batch: string; signal: string; text: string }>
             }>
           const before = yield* Effect.promise(health)
           assert.isTrue(before.configured)
-          assert.deepStrictEqual(before.signals.map((s) => [s.signal, s.state, s.stop, s.resume]), [[
+          assert.deepStrictEqual(before.signals.map((s) => [s.signal, s.database, s.state, s.stop, s.resume]), [[
             "replicationLag",
+            "main",
             "over",
             "32 MB",
             "1 MB"
@@ -200,8 +210,11 @@ layer(SetupLive, { excludeTestServices: true, timeout: "360 seconds" })(
           assert.match(dashboard, HOLD_LINE)
           assert.include(dashboard, "Held by the health gate")
           const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
-          assert.include(metrics, `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag"} 1`)
-          assert.match(metrics, /sweeper_health_signal\{signal="replicationLag"\} \d/)
+          assert.include(
+            metrics,
+            `sweeper_repair_held{batch="drop-canceling-builds",signal="replicationLag",database="main"} 1`
+          )
+          assert.match(metrics, /sweeper_health_signal\{signal="replicationLag",database="main"\} \d/)
 
           yield* Effect.promise(() => pair.resumeReplay())
           const finished = yield* Effect.promise(() => run)

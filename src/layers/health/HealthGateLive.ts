@@ -12,6 +12,10 @@
  *   unknown. Before every unit of a real run the WAL-position signal (replication lag) is read
  *   fresh — one query on the primary — so a batch stops within one unit of its threshold instead of
  *   within a second of writes.
+ * - PostgreSQL's signals are read on each GitLab database a batch may write (main, and ci when it is a
+ *   database of its own: DatabaseSignals): a batch is judged on the database it writes
+ *   (`databasesOf`), its autovacuum on the database that holds each table. Without a separate ci
+ *   database there is one, named main, read once.
  * - Holds belong to the run: its concurrent waiters share them (one RepairHeld … RepairReleased
  *   pair per signal and hold, in `batch:<name>:health`, never in the stream the batch's state is
  *   folded from), held time is wall-clock, and a hold ends when its signal releases or its last
@@ -25,10 +29,13 @@
  */
 import { Cause, Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Semaphore } from "effect"
 import { type BatchWrites, CurrentRun } from "../../domain/Batch.ts"
+import type { DatabaseName } from "../../domain/Databases.ts"
 import { RepairHeld, RepairReleased } from "../../domain/Events.ts"
 import {
   addSample,
   baselineOf as warmBaseline,
+  databaseOfSubject,
+  databasesOf,
   formatThreshold,
   formatValue,
   type HealthConfig,
@@ -54,7 +61,7 @@ import * as Holds from "../../domain/HealthHolds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
 import { HealthReport, type HealthSnapshot, type HoldReport, type SignalReport } from "../../services/HealthReport.ts"
-import { HealthSignals, type SignalUnreadable } from "../../services/HealthSignals.ts"
+import { DatabaseSignals, HealthSignals, type SignalUnreadable } from "../../services/HealthSignals.ts"
 import {
   concurrencyLimitEffectiveLimit,
   healthSignal,
@@ -94,6 +101,8 @@ export interface GateOptions {
 interface Slot {
   readonly rule: SignalRule
   readonly subject: string
+  /** The database a PostgreSQL signal is read on; undefined for the others. */
+  readonly database: DatabaseName | undefined
   reading: Option.Option<Reading>
   readAt: number | null
   samples: ReadonlyArray<Sample>
@@ -107,8 +116,9 @@ const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
 
 const isRelative = (rule: SignalRule) => rule.stop.bound._tag === "Relative" || rule.resume.bound._tag === "Relative"
 
-export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>): WriteSet => ({
+export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>, decomposed = false): WriteSet => ({
   tables: batch.writes?.tables ?? [],
+  databases: databasesOf(batch.writes, decomposed),
   redisStores: batch.writes?.redisStores ?? [],
   queues: [
     ...new Set([
@@ -123,6 +133,11 @@ export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>
 export const makeHealthGate = (options: GateOptions) =>
   Effect.gen(function*() {
     const signals = yield* HealthSignals
+    const byDatabase = yield* Effect.serviceOption(DatabaseSignals)
+    // Without a ci database of its own, every PostgreSQL signal is read on the one client, as main.
+    const decomposed = Option.isSome(byDatabase)
+    const signalsOf = (database: DatabaseName): HealthSignals["Service"] =>
+      Option.isSome(byDatabase) ? byDatabase.value[database] : signals
     const events = yield* EventLog
     // Captured once: beforeUnit and effectiveLimit are called from programs, which need not know
     // that the gate counts its holds.
@@ -131,7 +146,9 @@ export const makeHealthGate = (options: GateOptions) =>
     const limitQueues = [...new Set(Object.values(options.concurrencyLimits).map((setting) => setting.queue))]
 
     // What each batch writes, and which rules can hold it (on which subjects).
-    const writeSets = new Map(options.batches.map((batch) => [batch.name, writeSetOf(batch, limitQueues)]))
+    const writeSets = new Map(
+      options.batches.map((batch) => [batch.name, writeSetOf(batch, limitQueues, decomposed)])
+    )
     const throttling = new Set(
       options.batches.filter((batch) => batch.writes?.concurrencyLimitQueues === true).map((batch) => batch.name)
     )
@@ -154,6 +171,7 @@ export const makeHealthGate = (options: GateOptions) =>
             slots.set(key, {
               rule,
               subject,
+              database: databaseOfSubject(rule, subject, decomposed),
               reading: Option.none(),
               readAt: null,
               samples: [],
@@ -165,14 +183,28 @@ export const makeHealthGate = (options: GateOptions) =>
       }
     }
     const slotsOf = (rule: SignalRule) => [...slots.values()].filter((slot) => slot.rule === rule)
-    const vacuumTables = [
+    /** The databases some slot reads, each once per round whatever number of batches write it. */
+    const databases = [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))]
+    const vacuumTables = (database: DatabaseName) => [
       ...new Set(
-        [...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum").map((slot) => slot.subject)
+        [...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum" && slot.database === database)
+          .map((slot) => slot.subject)
       )
     ]
+    /** A signal's labels: PostgreSQL ones name their database. */
+    const labelsOf = (signal: string, database: DatabaseName | undefined) =>
+      database === undefined ? { signal } : { signal, database }
+
+    /** A rule's slots by database (one group, undefined, for a signal not read on PostgreSQL). */
+    const slotGroups = config.rules.flatMap((rule) => {
+      const ruleSlots = slotsOf(rule)
+      return [...new Set(ruleSlots.map((slot) => slot.database))].map((database) =>
+        [rule, database, ruleSlots.filter((slot) => slot.database === database)] as const
+      )
+    })
 
     // ---- the sampler -----------------------------------------------------------------------------
-    let previousWal: { at: number; position: number } | undefined
+    const previousWal = new Map<DatabaseName, { at: number; position: number }>()
     /** When the newest round started (null before the first). */
     let lastRoundAt: number | null = null
     /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
@@ -194,9 +226,13 @@ export const makeHealthGate = (options: GateOptions) =>
       Effect.gen(function*() {
         slot.reading = Option.some(reading)
         slot.readAt = at
-        const where = { signal: slot.rule.signal, ...(slot.subject === "" ? {} : { subject: slot.subject }) }
+        const where = {
+          signal: slot.rule.signal,
+          ...(slot.subject === "" ? {} : { subject: slot.subject }),
+          ...(slot.database === undefined ? {} : { database: slot.database })
+        }
         if (reading._tag === "Unknown") {
-          yield* increment(healthSignalUnknownTotal, 1, { signal: slot.rule.signal })
+          yield* increment(healthSignalUnknownTotal, 1, labelsOf(slot.rule.signal, slot.database))
           if (slot.unknownLogged !== reading.reason) {
             slot.unknownLogged = reading.reason
             yield* Effect.logWarning("Health signal unknown", {
@@ -213,25 +249,34 @@ export const makeHealthGate = (options: GateOptions) =>
 
     const sampleRound = Effect.gen(function*() {
       const at = yield* Clock.currentTimeMillis
-      // Read once per round what several slots share.
-      const replication = yield* Effect.cached(signals.replicationLag)
-      const vacuuming = vacuumTables.length === 0
-        ? Effect.succeed([] as ReadonlyArray<string>)
-        : signals.vacuuming(vacuumTables)
-      const vacuumed = yield* Effect.cached(vacuuming)
+      // Read once per round and database what several slots share.
+      type Lag = Effect.Effect<{ readonly bytes: number; readonly seconds: number }, SignalUnreadable>
+      const replication = new Map<DatabaseName, Lag>()
+      const vacuumed = new Map<DatabaseName, Effect.Effect<ReadonlyArray<string>, SignalUnreadable>>()
+      for (const database of databases) {
+        replication.set(database, yield* Effect.cached(signalsOf(database).replicationLag))
+        const tables = vacuumTables(database)
+        vacuumed.set(
+          database,
+          yield* Effect.cached(
+            tables.length === 0 ? Effect.succeed([] as ReadonlyArray<string>) : signalsOf(database).vacuuming(tables)
+          )
+        )
+      }
       const read = (slot: Slot): Effect.Effect<Option.Option<Reading>> => {
         const source = slot.rule.source
+        const database = slot.database ?? "main"
         switch (source._tag) {
           case "ReplicationLag":
-            return Effect.map(replicationReading(replication, source.measure), Option.some)
+            return Effect.map(replicationReading(replication.get(database)!, source.measure), Option.some)
           case "WalRate":
-            return Effect.map(Effect.result(signals.walPosition), (result) => {
+            return Effect.map(Effect.result(signalsOf(database).walPosition), (result) => {
               if (result._tag === "Failure") {
-                previousWal = undefined
+                previousWal.delete(database)
                 return Option.some(unknown(result.failure.message))
               }
-              const before = previousWal
-              previousWal = { at, position: result.success }
+              const before = previousWal.get(database)
+              previousWal.set(database, { at, position: result.success })
               // The first sample has nothing to take a rate against: no reading yet (not unknown).
               if (before === undefined || at <= before.at) return Option.none()
               const rate = Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))
@@ -244,11 +289,11 @@ export const makeHealthGate = (options: GateOptions) =>
             })
           case "Autovacuum":
             return Effect.map(
-              asReading(Effect.map(vacuumed, (tables) => tables.includes(slot.subject) ? 1 : 0)),
+              asReading(Effect.map(vacuumed.get(database)!, (tables) => tables.includes(slot.subject) ? 1 : 0)),
               Option.some
             )
           case "LongTransactions":
-            return Effect.map(asReading(signals.oldestTransaction), Option.some)
+            return Effect.map(asReading(signalsOf(database).oldestTransaction), Option.some)
           case "RedisMemory":
             return Effect.map(asReading(signals.redisMemory(slot.subject as RedisStoreName)), Option.some)
           case "QueueLatency":
@@ -274,17 +319,16 @@ export const makeHealthGate = (options: GateOptions) =>
       // Baselines once per round, not per unit or per report.
       for (const slot of slots.values()) if (isRelative(slot.rule)) slot.baseline = warmBaseline(slot.samples)
       lastRoundAt = at
-      // Gauges: per signal the worst reading over its subjects, and whether any is unknown.
-      for (const rule of config.rules) {
-        const readings = slotsOf(rule).flatMap((slot) => Option.toArray(slot.reading))
+      // Gauges: per signal (and database) the worst reading over its subjects, and whether any is unknown.
+      for (const [rule, database, group] of slotGroups) {
+        const readings = group.flatMap((slot) => Option.toArray(slot.reading))
         if (readings.length === 0) continue
         const known = readings.filter((r) => r._tag === "Value")
         // Nothing readable: NaN, not a reassuring 0 (sweeper_health_signal_unknown says why).
         const worst = known.length === 0 ? value(Number.NaN) : worstOf(rule, known)
-        yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, { signal: rule.signal })
-        yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, {
-          signal: rule.signal
-        })
+        const labels = labelsOf(rule.signal, database)
+        yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, labels)
+        yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, labels)
       }
     })
 
@@ -326,31 +370,43 @@ export const makeHealthGate = (options: GateOptions) =>
         ? guardedRound(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
         : Effect.void
 
-    // The WAL-position signal read fresh before a unit. Each ask takes a ticket; a read covers every
-    // ticket issued before it began, so concurrent units share a read but none uses one begun before it asked.
-    const replicationLock = yield* Semaphore.make(1)
-    let issued = 0
-    let covered = 0
-    const freshReplication = Effect.suspend(() => {
-      if (replicationSlots.length === 0) return Effect.void
-      const ticket = ++issued
-      return replicationLock.withPermits(1)(Effect.gen(function*() {
-        if (covered >= ticket) return
-        covered = issued
-        const at = yield* Clock.currentTimeMillis
-        const lag = yield* Effect.cached(signals.replicationLag)
-        for (const slot of replicationSlots) {
-          const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
-          yield* record(slot, yield* replicationReading(lag, source.measure), at)
-        }
-      }))
-    })
+    // The WAL-position signal read fresh before a unit, on the database the batch writes. Each ask
+    // takes a ticket; a read covers every ticket issued before it began, so concurrent units share a
+    // read but none uses one begun before it asked.
+    const tickets = new Map<DatabaseName, { readonly lock: Semaphore.Semaphore; issued: number; covered: number }>()
+    for (const database of databases) tickets.set(database, { lock: yield* Semaphore.make(1), issued: 0, covered: 0 })
+    const freshReplication = (database: DatabaseName) =>
+      Effect.suspend(() => {
+        const mine = replicationSlots.filter((slot) => slot.database === database)
+        const state = tickets.get(database)
+        if (mine.length === 0 || state === undefined) return Effect.void
+        const ticket = ++state.issued
+        return state.lock.withPermits(1)(Effect.gen(function*() {
+          if (state.covered >= ticket) return
+          state.covered = state.issued
+          const at = yield* Clock.currentTimeMillis
+          const lag = yield* Effect.cached(signalsOf(database).replicationLag)
+          for (const slot of mine) {
+            const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
+            yield* record(slot, yield* replicationReading(lag, source.measure), at)
+          }
+        }))
+      })
 
     // ---- judging a batch -------------------------------------------------------------------------
-    const baselineOf = (rule: SignalRule, subject = ""): Option.Option<number> => {
+    /** A rule's baseline as it applies to a batch: on the batch's own subject (its database's WAL rate). */
+    const baselineOf = (rule: SignalRule, batch: string): Option.Option<number> => {
+      const subject = subjectsFor(rule, writeSets.get(batch)!)[0] ?? ""
       const slot = slots.get(slotKey(rule.signal, subject)) ?? slotsOf(rule)[0]
       return slot === undefined ? Option.none() : slot.baseline
     }
+    /** The database a PostgreSQL rule reads for a batch (undefined for the others). */
+    const databaseFor = (signal: string, batch: string): DatabaseName | undefined => {
+      const rule = config.rules.find((r) => r.signal === signal)
+      const subject = rule === undefined ? undefined : subjectsFor(rule, writeSets.get(batch)!)[0]
+      return rule === undefined || subject === undefined ? undefined : databaseOfSubject(rule, subject, decomposed)
+    }
+    const heldLabels = (batch: string, signal: string) => ({ batch, ...labelsOf(signal, databaseFor(signal, batch)) })
     /** A rule's readings on the batch's subjects; one not read for STALE_AFTER is unknown. */
     const readingsFor = (rule: SignalRule, batch: string, now: number): ReadonlyArray<Reading> =>
       subjectsFor(rule, writeSets.get(batch)!).flatMap((subject) => {
@@ -379,7 +435,8 @@ export const makeHealthGate = (options: GateOptions) =>
 
     const startHold = Effect.fnUntraced(
       function*(key: string, batch: string, rule: SignalRule, reading: Reading, now: number) {
-        const baseline = baselineOf(rule)
+        const baseline = baselineOf(rule, batch)
+        const database = databaseFor(rule.signal, batch)
         const threshold = Option.getOrNull(thresholdValue(rule.stop, baseline))
         const v = reading._tag === "Value" ? reading.value : null
         const display = reading._tag === "Value" ? formatValue(rule.unit, reading.value) : `unknown (${reading.reason})`
@@ -392,7 +449,7 @@ export const makeHealthGate = (options: GateOptions) =>
           threshold: thresholdText
         })
         counted.set(slotKey(key, rule.signal), now)
-        yield* setGauge(repairHeld, 1, { batch, signal: rule.signal })
+        yield* setGauge(repairHeld, 1, heldLabels(batch, rule.signal))
         yield* append(
           new RepairHeld({
             batch,
@@ -401,12 +458,14 @@ export const makeHealthGate = (options: GateOptions) =>
             threshold,
             stop: rule.stop.text,
             unit: rule.unit,
-            ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {})
+            ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {}),
+            ...(database === undefined ? {} : { database })
           })
         )
         yield* Effect.logWarning("Repair held", {
           batch,
           signal: rule.signal,
+          ...(database === undefined ? {} : { database }),
           value: display,
           threshold: thresholdText
         })
@@ -417,7 +476,7 @@ export const makeHealthGate = (options: GateOptions) =>
       const last = counted.get(slotKey(key, signal)) ?? now
       counted.set(slotKey(key, signal), now)
       const seconds = (now - last) / 1000
-      return seconds > 0 ? increment(repairHeldSecondsTotal, seconds, { batch, signal }) : Effect.void
+      return seconds > 0 ? increment(repairHeldSecondsTotal, seconds, heldLabels(batch, signal)) : Effect.void
     }
 
     const endHold = Effect.fnUntraced(function*(key: string, signal: string, now: number, reason?: "budget") {
@@ -428,12 +487,17 @@ export const makeHealthGate = (options: GateOptions) =>
       entry.state = Holds.closeHold(entry.state, signal, now)
       yield* countHeld(key, batch, signal, now)
       counted.delete(slotKey(key, signal))
-      yield* setGauge(repairHeld, 0, { batch, signal })
+      yield* setGauge(repairHeld, 0, heldLabels(batch, signal))
       const heldMs = now - hold.since
-      yield* append(new RepairReleased({ batch, signal, heldMs, ...(reason === undefined ? {} : { reason }) }))
+      const database = databaseFor(signal, batch)
+      const where = database === undefined ? {} : { database }
+      yield* append(
+        new RepairReleased({ batch, signal, heldMs, ...(reason === undefined ? {} : { reason }), ...where })
+      )
       yield* Effect.logInfo("Repair released", {
         batch,
         signal,
+        ...where,
         held_ms: heldMs,
         ...(reason === undefined ? {} : { reason })
       })
@@ -465,7 +529,7 @@ export const makeHealthGate = (options: GateOptions) =>
     const dryVerdict = (batch: string, rules: ReadonlyArray<SignalRule>, now: number) =>
       Effect.gen(function*() {
         const wouldHold = rules.filter((rule) =>
-          judge(rule, false, readingsFor(rule, batch, now), baselineOf(rule)).held
+          judge(rule, false, readingsFor(rule, batch, now), baselineOf(rule, batch)).held
         )
           .map((rule) => rule.signal)
         const said = wouldHold.join(", ")
@@ -483,7 +547,8 @@ export const makeHealthGate = (options: GateOptions) =>
           const rules = holdingRules(batch)
           if (rules.length === 0) return PROCEED
           const run = yield* CurrentRun
-          const writesDatabase = (writeSets.get(batch)?.tables.length ?? 0) > 0
+          const writtenDatabases = writeSets.get(batch)?.databases ?? []
+          const writesDatabase = writtenDatabases.length > 0
           if (run.dryRun) {
             yield* ensureFresh(yield* Clock.currentTimeMillis, deadlineMillis)
             return yield* dryVerdict(batch, rules, yield* Clock.currentTimeMillis)
@@ -497,13 +562,15 @@ export const makeHealthGate = (options: GateOptions) =>
               const asked = yield* Clock.currentTimeMillis
               if (writesDatabase) lastDemandAt = asked
               yield* ensureFresh(asked, deadlineMillis)
-              if (writesDatabase) yield* Effect.timeoutOption(freshReplication, waitBound(asked, deadlineMillis))
+              for (const database of writtenDatabases) {
+                yield* Effect.timeoutOption(freshReplication(database), waitBound(asked, deadlineMillis))
+              }
               const now = yield* Clock.currentTimeMillis
               const step = Holds.check(
                 runOf(key, batch).state,
                 rules,
                 (rule) => readingsFor(rule, batch, now),
-                (rule) => baselineOf(rule)
+                (rule) => baselineOf(rule, batch)
               )
               for (const { reading, rule } of step.open) yield* startHold(key, batch, rule, reading, now)
               for (const signal of step.close) yield* endHold(key, signal, now)
@@ -546,7 +613,7 @@ export const makeHealthGate = (options: GateOptions) =>
           for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
             const readings = readingsFor(rule, batch, now)
             if (readings.length === 0) continue
-            const isHeld = judge(rule, held.get(rule.signal) === true, readings, baselineOf(rule)).held
+            const isHeld = judge(rule, held.get(rule.signal) === true, readings, baselineOf(rule, batch)).held
             held.set(rule.signal, isHeld)
             unhealthy ||= isHeld
           }
@@ -567,12 +634,17 @@ export const makeHealthGate = (options: GateOptions) =>
     // ---- series present from start-up --------------------------------------------------------------
     for (const batch of writeSets.keys()) {
       for (const rule of holdingRules(batch)) {
-        yield* setGauge(repairHeld, 0, { batch, signal: rule.signal })
+        yield* setGauge(repairHeld, 0, heldLabels(batch, rule.signal))
         // `increment` skips 0; the series must exist at 0 so rate() and the dashboard see the first hold.
-        yield* Metric.update(Metric.withAttributes(repairHeldSecondsTotal, { batch, signal: rule.signal }), 0)
+        yield* Metric.update(Metric.withAttributes(repairHeldSecondsTotal, heldLabels(batch, rule.signal)), 0)
       }
     }
-    for (const rule of config.rules) yield* setGauge(healthSignalUnknown, 0, { signal: rule.signal })
+    for (const rule of config.rules) {
+      const groups = slotGroups.filter(([r]) => r === rule)
+      // A rule no batch reads still says it is not unknown.
+      if (groups.length === 0) yield* setGauge(healthSignalUnknown, 0, { signal: rule.signal })
+      for (const [, database] of groups) yield* setGauge(healthSignalUnknown, 0, labelsOf(rule.signal, database))
+    }
     for (const [worker, setting] of Object.entries(options.concurrencyLimits)) {
       yield* setGauge(concurrencyLimitEffectiveLimit, setting.limit, { worker })
     }
@@ -585,6 +657,7 @@ export const makeHealthGate = (options: GateOptions) =>
         const base = {
           signal: slot.rule.signal,
           subject: slot.subject,
+          ...(slot.database === undefined ? {} : { database: slot.database }),
           stop: formatThreshold(slot.rule, slot.rule.stop, baseline),
           resume: formatThreshold(slot.rule, slot.rule.resume, baseline),
           readAt: slot.readAt === null ? null : new Date(slot.readAt).toISOString()
@@ -604,9 +677,11 @@ export const makeHealthGate = (options: GateOptions) =>
       for (const { batch, state } of runs.values()) {
         for (const [signal, hold] of state.holds) {
           const rule = config.rules.find((r) => r.signal === signal)
+          const database = databaseFor(signal, batch)
           holdReports.push({
             batch,
             signal,
+            ...(database === undefined ? {} : { database }),
             value: hold.value,
             display: hold.display,
             threshold: hold.threshold,
@@ -614,6 +689,7 @@ export const makeHealthGate = (options: GateOptions) =>
             text: holdText({
               batch,
               signal,
+              database,
               display: hold.display,
               threshold: hold.threshold,
               prometheus: rule?.source._tag === "Prometheus",

@@ -1,7 +1,8 @@
 /**
  * HealthSignals read from the real servers:
  *
- * - PostgreSQL, on the database Sweeper repairs: `pg_stat_replication` over physical standbys
+ * - PostgreSQL, on the database of the PgClient it is given (main's; a second instance on ci's, see
+ *   DatabaseSignalsLive): `pg_stat_replication` over physical standbys
  *   (largest replay lag in bytes behind `pg_current_wal_lsn()`, and `replay_lag`),
  *   `pg_current_wal_lsn()` for the WAL rate, `pg_stat_progress_vacuum` joined to the batch's
  *   tables and their partitions, and the oldest `xact_start` in `pg_stat_activity` of any other
@@ -18,12 +19,13 @@
  * stuck sampler.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { FetchHttpClient, HttpClient } from "effect/http"
 import { Cluster } from "ioredis"
 import { describeError } from "../../domain/Errors.ts"
 import type { RedisStoreName } from "../../domain/Health.ts"
-import { HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+import { DatabaseSignals, HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+import { CiDatabase } from "../postgres/Databases.ts"
 import { type RedisClient, RedisStores } from "../redis/Redis.ts"
 
 /** Longer than this and the reading is unknown: the sampler reads once a second. */
@@ -311,3 +313,22 @@ export const HealthSignalsWith = Layer.effect(
 )
 
 export const HealthSignalsLive = HealthSignalsWith.pipe(Layer.provide(FetchHttpClient.layer))
+
+/**
+ * With a decomposed GitLab, PostgreSQL's signals on each database: HealthSignals (main's client)
+ * for main, a second instance over CiDatabase's client for ci. Not decomposed: nothing, so the gate
+ * reads the one database once, as main.
+ */
+export const DatabaseSignalsLive = Layer.unwrap(Effect.gen(function*() {
+  const ci = yield* CiDatabase
+  if (!ci.decomposed) return Layer.empty
+  return Layer.effect(
+    DatabaseSignals,
+    Effect.gen(function*() {
+      const main = yield* HealthSignals
+      // Fresh: the layer is memoized, and its instance in this build is main's.
+      const onCi = Layer.fresh(HealthSignalsLive).pipe(Layer.provide(Layer.succeed(PgClient.PgClient, ci.sql)))
+      return DatabaseSignals.of({ main, ci: Context.get(yield* Layer.build(onCi), HealthSignals) })
+    })
+  )
+}))

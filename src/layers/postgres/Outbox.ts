@@ -95,14 +95,16 @@ const recoverOutbox = (ci: PgClient.PgClient, main: PgClient.PgClient) =>
 
 /**
  * The ci repairs' RepairEvents, on ci's PgClient with main's MainDatabase: events into the outbox,
- * the relay after every commit. Building it relays whatever an earlier process left.
+ * the relay after every commit. With `recover` (commands that write: `start`, `run`), building it
+ * relays whatever an earlier process left; commands that only read write nothing, this included.
  */
-export const OutboxRepairEvents = Layer.effect(
-  RepairEvents,
-  Effect.gen(function*() {
-    const ci = yield* PgClient.PgClient
-    const main = yield* MainDatabase
-    yield* recoverOutbox(ci, main)
-    return { table: "sweeper_outbox" as const, committed: relayOutbox(ci, main) }
-  })
-)
+export const OutboxRepairEvents = (options: { readonly recover: boolean }) =>
+  Layer.effect(
+    RepairEvents,
+    Effect.gen(function*() {
+      const ci = yield* PgClient.PgClient
+      const main = yield* MainDatabase
+      if (options.recover) yield* recoverOutbox(ci, main)
+      return { table: "sweeper_outbox" as const, committed: relayOutbox(ci, main) }
+    })
+  )

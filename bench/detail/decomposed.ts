@@ -1,0 +1,88 @@
+/**
+ * What a decomposed GitLab costs a ci repair: drop-canceling-builds on one database against the same
+ * run on main + ci, where each page's events go through ci's outbox and the relay to main's ledger
+ * (src/layers/postgres/Outbox.ts). Both on fresh databases of the local PostgreSQL server, the same
+ * seed (BENCH_ROWS builds, every 100th stuck in canceling), the production layers (App.ts's
+ * DatabaseBackends), alternating single/decomposed twice. Prints builds/s and the ratio.
+ *
+ *   npm run bench -- detail/decomposed
+ *   BENCH_ROWS=100000 npm run bench -- detail/decomposed
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { PgClient } from "@effect/sql-pg"
+import { Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
+import { performance } from "node:perf_hooks"
+import { SweeperConfig, TuningFromConfig } from "../../src/config/Config.ts"
+import { CiDatabase, MainDatabaseLive, onClient } from "../../src/layers/postgres/Databases.ts"
+import { migrateWith } from "../../src/layers/postgres/Migrations.ts"
+import { layerServer } from "../../src/layers/postgres/Postgres.ts"
+import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
+import { Redis } from "../../src/layers/redis/Redis.ts"
+import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
+import { DatabaseBackends } from "../../src/runtime/App.ts"
+import { startingAt } from "../../src/runtime/Clocks.ts"
+import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
+import { benchDatabase, benchRedis, envInt, redisUrl } from "../support/harness.ts"
+import { BenchLogging } from "../support/logging.ts"
+
+const ROWS = envInt("BENCH_ROWS", 200_000)
+const STUCK_EVERY = 100
+const NOW = new Date("2026-01-01T05:00:00Z")
+
+const clientOn = (url: string) =>
+  Effect.map(Layer.build(layerServer(Redacted.make(url))), (context) => Context.get(context, PgClient.PgClient))
+
+const program = Effect.gen(function*() {
+  yield* benchRedis
+  console.log(`drop-canceling-builds, ${ROWS.toLocaleString("en")} builds (1 in ${STUCK_EVERY} stuck) per run\n`)
+  const figures: Record<string, Array<number>> = { single: [], decomposed: [] }
+  for (const layout of ["single", "decomposed", "single", "decomposed"] as const) {
+    figures[layout]!.push(yield* measure(layout))
+  }
+  const best = (list: Array<number>) => Math.max(...list)
+  console.log(
+    `\nbuilds/s best of two: single ${best(figures.single!).toFixed(0)}, decomposed ${
+      best(figures.decomposed!).toFixed(0)
+    }; decomposed/single ${(best(figures.decomposed!) / best(figures.single!)).toFixed(3)}`
+  )
+})
+
+/** builds/s of one run on a fresh layout. */
+const measure = (layout: "single" | "decomposed") =>
+  Effect.scoped(Effect.gen(function*() {
+    const mainUrl = (yield* benchDatabase(undefined)).url
+    const ciUrl = layout === "single" ? mainUrl : (yield* benchDatabase(undefined)).url
+    const main = yield* clientOn(mainUrl)
+    const ci = yield* clientOn(ciUrl)
+    const decomposed = layout === "decomposed"
+    yield* onClient(main)(migrateWith(Option.none(), { decomposed }))
+    if (decomposed) yield* onClient(ci)(migrateWith(Option.none(), { database: "ci", decomposed }))
+    yield* onClient(ci)(seedBuildsWithStuckCanceling({ rows: ROWS, stuckEvery: STUCK_EVERY, now: NOW }))
+    yield* ci`ANALYZE ci_builds`
+    const Clients = Layer.mergeAll(
+      Layer.succeed(PgClient.PgClient, main),
+      Layer.succeed(SqlClient.SqlClient, main),
+      Layer.succeed(CiDatabase, CiDatabase.of({ sql: ci, decomposed }))
+    )
+    const Platform = Layer.mergeAll(DatabaseBackends(), LeaseRedis, MetricsPrometheus, TuningFromConfig).pipe(
+      Layer.provideMerge(MainDatabaseLive.pipe(Layer.provideMerge(Clients))),
+      Layer.provideMerge(Layer.mergeAll(Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({})))
+    )
+    return yield* Effect.gen(function*() {
+      const start = performance.now()
+      const result = yield* runBatch(DropCancelingBuilds, { trigger: "manual" }).pipe(startingAt(NOW))
+      const seconds = (performance.now() - start) / 1000
+      const dropped = (result.summary as { dropped: number }).dropped
+      const events = yield* main<{ n: string }>`SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'`
+      console.log(
+        `${layout.padEnd(10)} ${result.outcome}: ${dropped} dropped in ${seconds.toFixed(2)} s ` +
+          `(${(dropped / seconds).toFixed(0)} builds/s), ${Number(events[0]!.n)} BuildDropped in main`
+      )
+      return dropped / seconds
+    }).pipe(Effect.provide(Platform))
+  }))
+
+program.pipe(Effect.scoped, Effect.provide(BenchLogging), Effect.timeout(Duration.minutes(30)), NodeRuntime.runMain)
