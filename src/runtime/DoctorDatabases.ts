@@ -14,7 +14,7 @@ import { redactUrl } from "../config/RedisUrl.ts"
 import { type DatabaseName, databaseOfTable, GITLAB_SCHEMAS, holds } from "../domain/Databases.ts"
 import { type LayoutSurvey, type TablePrivilege, tablePrivileges } from "../layers/postgres/DatabaseLayout.ts"
 import { batches } from "../programs/index.ts"
-import { describeBackends } from "./App.ts"
+import { describePostgres } from "./App.ts"
 
 export interface ConnectionReport {
   readonly database: DatabaseName
@@ -85,7 +85,9 @@ export const gatherDatabases = (
   survey: LayoutSurvey
 ) =>
   Effect.gen(function*() {
-    const connections = [yield* connectionReport("main", describeBackends(settings).postgres, clients.main, survey)]
+    // main's alone (describePostgres names both when ci is separate).
+    const mainBackend = describePostgres({ ...settings, ciDatabaseUrl: Option.none(), embeddedCiDatabase: false })
+    const connections = [yield* connectionReport("main", mainBackend, clients.main, survey)]
     if (survey.decomposed) connections.push(yield* connectionReport("ci", ciBackend(settings), clients.ci, survey))
     const layout = survey.decomposed
       ? "ok: every table Sweeper needs is writable in the one database GitLab keeps it in"
