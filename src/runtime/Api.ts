@@ -13,7 +13,7 @@
  * /readyz, /metrics, the dashboard, the SSE stream) stay router
  * routes in Http.ts: they are not JSON.
  */
-import { Schema } from "effect"
+import { Effect, Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema } from "effect/http-api"
 import { ConsoleApi, EventSchema } from "./ConsoleApi.ts"
 
@@ -83,10 +83,13 @@ export const BatchViewSchema = Schema.Struct({
   ),
   lastSuccessAt: Iso,
   consecutiveFailures: Schema.Number,
-  /** The database its GitLab writes go to: "ci" only when the ci tables are a database of their own. */
-  database: Schema.Literals(["main", "ci"]),
+  /**
+   * The database its GitLab writes go to: "ci" only when the ci tables are a database of their own.
+   * A supervisor of an earlier release (a rolling upgrade) sends neither field: one database.
+   */
+  database: Schema.Literals(["main", "ci"]).pipe(Schema.withDecodingDefaultKey(Effect.succeed("main" as const))),
   /** GitLab's ci tables are in a database of their own (a decomposed GitLab). */
-  decomposed: Schema.Boolean,
+  decomposed: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(false))),
   config: Schema.Struct({
     budget: Schema.String,
     lease: Schema.NullOr(Schema.Struct({ name: Schema.String, ttl: Schema.String })),
