@@ -247,10 +247,11 @@ layer(SetupLive, { excludeTestServices: true, timeout: "360 seconds" })(
         assert.match(superuser.stdout, /redisMemory\s+UNREADABLE\s+sharedState: maxmemory is 0/)
         assert.strictEqual(superuser.code, 0, superuser.stdout)
 
-        // A role that may read the tables but not other backends' statistics.
+        // A role with what the batches need on the tables (doctor counts a missing UPDATE as a
+        // problem of its own) but not other backends' statistics.
         yield* Effect.promise(() =>
           pair.primary(
-            `DROP ROLE IF EXISTS sweeper_doctor; CREATE ROLE sweeper_doctor LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO sweeper_doctor`,
+            `DROP ROLE IF EXISTS sweeper_doctor; CREATE ROLE sweeper_doctor LOGIN; GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA public TO sweeper_doctor`,
             database
           )
         )
