@@ -62,7 +62,9 @@ describe("kill -9 mid-run, then run to completion", () => {
           SELECT id, status, lock_version, updated_at FROM ci_builds WHERE id > ${STUCK} ORDER BY id`
           const outsideBefore = yield* outside
 
-          const env = yield* baseEnv
+          // Pages of 50: twenty statements a run, so a kill can land between them on a fast machine
+          // too (one page of 1000 commits every repair at once and ends the run before any kill).
+          const env = { ...(yield* baseEnv), SWEEPER_DROP_BATCH_SIZE: "50" }
           const kills = yield* killRepeatedly({
             batch: "drop-canceling-builds",
             env,

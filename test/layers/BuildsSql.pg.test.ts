@@ -571,6 +571,11 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         yield* Effect.orDie(noOtherSnapshot)
         yield* builds.revisitWritten(fromStart)
         yield* builds.dropMany(pageB!, NOW)
+        // The same wait for B: the first scan can only mark B's rows dead once no transaction that
+        // began before B's commit is running anywhere (a suite running beside this one holds some).
+        const [afterB] = yield* sql<{ next: string }>`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS next`
+        yield* Effect.orDie(allBegunEnded(afterB!.next))
+        yield* Effect.orDie(noOtherSnapshot)
         // The first scan from the start fetches B's 2000 dead rows but not A's (marked dead by the
         // walk); the second fetches neither.
         const first = yield* probe
