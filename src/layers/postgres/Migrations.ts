@@ -174,25 +174,42 @@ const platformTables = Effect.gen(function*() {
   )
 })
 
-const sweeperTables = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_events (
+/**
+ * An event table: main's ledger (`sweeper_events`) or a separate ci database's outbox
+ * (`sweeper_outbox`), whose rows the relay copies into the ledger column for column.
+ */
+const createEventTable = (table: "sweeper_events" | "sweeper_outbox") =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
     id bigserial PRIMARY KEY,
     stream text NOT NULL,
     type text NOT NULL,
     data jsonb NOT NULL,
     run_id uuid NULL,
     occurred_at timestamptz NOT NULL DEFAULT now()
-  )`
-  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_stream_and_id ON sweeper_events (stream, id)`
-  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_run_id ON sweeper_events (run_id) WHERE run_id IS NOT NULL`
-  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_type_and_occurred_at ON sweeper_events (type, occurred_at)`
-  // Fencing: the newest epoch that has written under each exclusive lease. A write carrying an
-  // older epoch finds a newer one here and is rejected (see layers/Fencing.ts).
-  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_lease_fences (
+  )`)
+
+/**
+ * Fencing: the newest epoch that has written under each exclusive lease. A write carrying an older
+ * epoch finds a newer one here and is rejected (see layers/Fencing.ts). In every database Sweeper
+ * writes, beside the writes it fences.
+ */
+const createLeaseFences = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) =>
+    sql`CREATE TABLE IF NOT EXISTS sweeper_lease_fences (
     name text PRIMARY KEY,
     epoch bigint NOT NULL
   )`
+)
+
+const sweeperTables = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* createEventTable("sweeper_events")
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_stream_and_id ON sweeper_events (stream, id)`
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_run_id ON sweeper_events (run_id) WHERE run_id IS NOT NULL`
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_events_on_type_and_occurred_at ON sweeper_events (type, occurred_at)`
+  yield* createLeaseFences
 })
 
 /**
@@ -335,19 +352,8 @@ const eventRelay = Effect.gen(function*() {
  * and the outbox their events are written to in that transaction, for the relay to move to main.
  */
 const ciOutbox = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_lease_fences (
-    name text PRIMARY KEY,
-    epoch bigint NOT NULL
-  )`
-  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_outbox (
-    id bigserial PRIMARY KEY,
-    stream text NOT NULL,
-    type text NOT NULL,
-    data jsonb NOT NULL,
-    run_id uuid NULL,
-    occurred_at timestamptz NOT NULL DEFAULT now()
-  )`
+  yield* createLeaseFences
+  yield* createEventTable("sweeper_outbox")
 })
 
 const ALL = {
