@@ -303,7 +303,9 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
         assert.strictEqual(report.postgres.buildsTable, "ci_builds")
 
         // A ci database that cannot be reached: one line naming its host, never its password (exit 3).
-        for (const unreachable of ["postgres://postgres:s3cret@127.0.0.1:1/ci", `${main}_absent`]) {
+        const absent = new URL(main)
+        absent.pathname = `${absent.pathname}_absent`
+        for (const unreachable of ["postgres://postgres:s3cret@127.0.0.1:1/ci", absent.toString()]) {
           const result = yield* cli(["doctor"], { ...env, CI_DATABASE_URL: unreachable })
           assert.strictEqual(result.code, 3, result.stderr)
           const lines = result.stderr.trim().split("\n")

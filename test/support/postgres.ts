@@ -9,14 +9,25 @@ import { randomBytes } from "node:crypto"
 import { migrate } from "../../src/layers/postgres/Migrations.ts"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 
-export const adminUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
+/**
+ * Tests bound hangs, not connection speed: on a loaded 2-core CI machine a loopback connect once took
+ * longer than @effect/sql-pg's default 5 s (a CI run failed on it, not on what its test checks), so
+ * every test URL carries libpq's `connect_timeout` — read by the test process and, through
+ * DATABASE_URL, by the CLI and supervisors it starts. A URL that already names one keeps its own.
+ */
+const patient = (url: URL) => {
+  if (!url.searchParams.has("connect_timeout")) url.searchParams.set("connect_timeout", "30")
+  return url.toString()
+}
+
+export const adminUrl = patient(new URL(process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"))
 
 const admin = PgClient.layer({ url: Redacted.make(adminUrl), maxConnections: 1 })
 
 export const databaseUrl = (name: string) => {
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
-  return url.toString()
+  return patient(url)
 }
 
 /** Creates a fresh, empty database named `<prefix>_<random>`; yields its URL; drops it at scope close. */
