@@ -3,21 +3,19 @@
  * decoded by its own Schema at the edge. A bad value fails start-up with one message naming the
  * variable (`InvalidConfig`); nothing falls back to a default because it was malformed or empty.
  */
-import {
-  Config,
-  ConfigProvider,
-  Context,
-  type Cron,
-  DateTime,
-  Duration,
-  Effect,
-  Layer,
-  Option,
-  Redacted,
-  Result,
-  Schema,
-  SchemaTransformation
-} from "effect"
+import * as Config from "effect/Config"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
+import type * as Cron from "effect/Cron"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaTransformation from "effect/SchemaTransformation"
 import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"

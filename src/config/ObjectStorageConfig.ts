@@ -14,7 +14,12 @@
  * each provider's required keys are present. Secrets are decoded straight into `Redacted`, and the
  * error messages never quote the input (a JSON syntax error would otherwise echo a secret).
  */
-import { Effect, Option, type Redacted, Schema, SchemaGetter, SchemaIssue } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import * as SchemaGetter from "effect/SchemaGetter"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { isAbsolute, join, resolve } from "node:path"
 import { type Location, LOCATIONS } from "../domain/DirectUpload.ts"
 

@@ -3,7 +3,7 @@
  * the batch's own read and judged by the batch's own decision (the reader sits beside the program
  * and calls the same service method and domain predicate), so the backlog and the run cannot drift.
  */
-import { DateTime } from "effect"
+import * as DateTime from "effect/DateTime"
 
 /** The most entries any backlog read looks at: a count beyond it is reported as "more than". */
 export const BACKLOG_CAP = 1000

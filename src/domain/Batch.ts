@@ -2,7 +2,11 @@
  * The batch descriptor: what the scheduler, the run guard, the CLI and the dashboard need to know
  * about a batch, as plain data plus the program itself.
  */
-import { Context, DateTime, Duration, Effect, Option } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { BacklogReading } from "./Backlog.ts"
 import type { FenceError } from "./Errors.ts"
 import type { RedisStoreName } from "./Health.ts"

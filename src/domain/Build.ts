@@ -1,5 +1,7 @@
 /** CI builds (`ci_builds`) as drop-canceling-builds sees them. */
-import { Context, DateTime, Duration } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
 
 /** A build in `canceling` whose created_at and updated_at are both older than this is stuck. */
 export const CANCELING_TIMEOUT = Duration.hours(1)

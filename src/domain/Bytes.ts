@@ -4,7 +4,7 @@
  * nor be matched against one (a lossy decoder turns `ok/bin\\xff` into `ok/bin\uFFFD`, the name of a
  * different object).
  */
-import { Option } from "effect"
+import * as Option from "effect/Option"
 
 /**
  * Strict UTF-8. `ignoreBOM` keeps a leading U+FEFF in the text instead of silently dropping it, so

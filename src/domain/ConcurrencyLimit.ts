@@ -5,7 +5,9 @@
  * Schemas for what GitLab writes (deferred list elements, executing-tracker fields, Sidekiq's
  * `<pid>:work` hash) — all untrusted, so all decoded, never hand-parsed.
  */
-import { Duration, Option, Schema } from "effect"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { decodeUtf8 } from "./Bytes.ts"
 import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "./Events.ts"
 import { hashTagOf } from "./RedisKey.ts"

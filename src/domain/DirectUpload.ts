@@ -3,7 +3,11 @@
  * Redis hash, field `<location>:<path>`, value = the epoch second the upload was prepared. An entry
  * still there hours later belongs to an upload that never completed.
  */
-import { DateTime, Duration, Option, Result, Schema } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { decodeUtf8, escapeBytes } from "./Bytes.ts"
 
 /** GitLab's `ObjectStorage::PendingDirectUpload::KEY`. */

@@ -1,4 +1,5 @@
-import { Predicate, Schema } from "effect"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
 
 /**
  * Redis error replies that say the request itself is wrong: the same request gets the same answer,

@@ -2,7 +2,7 @@
  * Every run and every repair is an event in `sweeper_events`. Each event class knows its
  * stream; `data` is the class's encoded fields.
  */
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 
 /**
  * A run's id as the run guard makes it (a UUID): a filter by anything else can match nothing, and

@@ -1,5 +1,6 @@
 /** Project export jobs (`project_export_jobs`) as stuck-export-jobs sees them. */
-import { DateTime, Duration } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
 
 /** ProjectExportJob's state machine values (smallint `status`). */
 export const ExportJobStatus = {

@@ -9,7 +9,14 @@
  * seconds, WAL rate in bytes per second, Redis memory as a used/max ratio, autovacuum as the number
  * of the batch's tables being vacuumed, a Prometheus rule in whatever its query returns.
  */
-import { ByteSize, Duration, Effect, Option, Result, Schema, SchemaGetter, SchemaIssue } from "effect"
+import * as ByteSize from "effect/ByteSize"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaGetter from "effect/SchemaGetter"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { type DatabaseName, databaseOfTable, databaseOfWrites } from "./Databases.ts"
 
 /** GitLab's Redis stores, by the names the Redis layer gives them. */

@@ -11,7 +11,7 @@
  *   every verdict of a run, as the repair loop does, gives exactly that time.
  */
 
-import type { Option } from "effect"
+import type * as Option from "effect/Option"
 import { judge, type Reading, type SignalRule } from "./Health.ts"
 
 export interface OpenHold {

@@ -4,7 +4,7 @@
  * a forgotten transaction) would be skipped silently forever. So each skip is counted per row
  * across runs, and a row skipped in LOCKED_RUNS_WARNING runs in a row is warned about.
  */
-import { Duration } from "effect"
+import * as Duration from "effect/Duration"
 
 /** A row skipped as locked in this many runs in a row is warned about (each run after, too). */
 export const LOCKED_RUNS_WARNING = 3

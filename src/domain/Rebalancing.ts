@@ -5,7 +5,10 @@
  * decoded with Schema; anything that is not `"1/<id>"` or `"2/<id>"` (including bytes that are not
  * UTF-8) is counted, never fatal, and never acted on.
  */
-import { Duration, Option, Schema, SchemaTransformation } from "effect"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as SchemaTransformation from "effect/SchemaTransformation"
 import { decodeUtf8, escapeBytes } from "./Bytes.ts"
 
 /** SADDed by the rebalancer when it starts a rebalance, SREMed when it finishes. */

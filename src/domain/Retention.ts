@@ -9,7 +9,9 @@
  * whatever its age. `keptForState` names exactly those events; pruning everything else older than
  * the cutoff leaves `foldHistory` and `unfinishedRuns` of every batch as they were (tested).
  */
-import { Context, DateTime, Duration } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
 import type { StoredEvent } from "./Events.ts"
 
 /** The default retention: a quarter of repair history to answer "why was build 123 failed". */

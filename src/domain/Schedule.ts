@@ -2,7 +2,10 @@
  * Cron arithmetic for the scheduler, pure: when the next tick is, which ticks a stopped process
  * missed, and what to do about them at start-up.
  */
-import { Cron, DateTime, Duration, Result } from "effect"
+import * as Cron from "effect/Cron"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Result from "effect/Result"
 
 export type MissedRunPolicy =
   /** Run the latest missed tick once at start-up if it is younger than one period; skip the rest. */

@@ -3,7 +3,8 @@
  * consumer can run what Sweeper enqueues. Pure: the jid's randomness comes from effect's `Random`
  * (seedable in tests, like every other input) and the de-duplication digest from the caller.
  */
-import { Effect, Random } from "effect"
+import * as Effect from "effect/Effect"
+import * as Random from "effect/Random"
 
 export interface SidekiqJob {
   readonly class: string

@@ -3,7 +3,7 @@
  * `gitlab-sidekiq-status:<jid>` = "1" with a TTL; the key disappears when the job finishes (or the
  * TTL lapses after a crash). An absent key therefore means "completed", whatever the outcome.
  */
-import { Duration } from "effect"
+import * as Duration from "effect/Duration"
 
 export const jobStatusKey = (jid: string) => `gitlab-sidekiq-status:${jid}`
 

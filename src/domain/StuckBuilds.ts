@@ -7,7 +7,9 @@
  * cannot leave the scope (a trigger refusing the update, a row another transaction holds) is read
  * again forever. Sweeper walks each rule's scope once, in keyset order, and counts such rows.
  */
-import { Context, DateTime, Duration } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
 import type { BuildStatus } from "./Build.ts"
 
 /**

@@ -20,7 +20,8 @@
  * cluster-wide (the repair loop's `underLease`), and one worker's failure neither stops nor hides the
  * others (`isolatedEach`). `resumeWorker` is exported for a runtime that schedules workers itself.
  */
-import { Effect, Option } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import * as C from "../domain/ConcurrencyLimit.ts"
 import { isolatedEach, leasedPasses, sumHeld, withDeadline } from "../repair/RepairLoop.ts"

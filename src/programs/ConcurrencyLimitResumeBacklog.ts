@@ -12,7 +12,10 @@
  * the keyspace's size; the reading says when it is capped (more workers waiting than read) or
  * stale (no complete discovery yet, or an old one).
  */
-import { Clock, Duration, Effect, Option } from "effect"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { backlogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { resumesDeferred } from "../domain/ConcurrencyLimit.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"

@@ -16,7 +16,9 @@
  * object store has its entry removed, as GitLab does, but is counted as `skippedNoStore`,
  * never as a deleted object.
  */
-import { Duration, Effect, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import * as D from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"

@@ -3,7 +3,9 @@
  * entries (never the whole hash), sorted by the run's `staleEntries` at the run's cutoff. Each stale
  * entry has been due since it turned three hours old; a hash larger than the sample means "more than".
  */
-import { DateTime, Effect, Stream } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Stream from "effect/Stream"
 import { BACKLOG_CAP, backlogPart, type BacklogReading, earliest } from "../domain/Backlog.ts"
 import { decisionTime } from "../domain/Batch.ts"
 import { STALE_AFTER, staleAt, staleEntries } from "../domain/DirectUpload.ts"

@@ -14,7 +14,10 @@
  * GitLab's parent StuckCiJobsWorker runs at :00 and schedules this worker 45 minutes later; Sweeper
  * uses :45 as its own cron so that a restart between :00 and :45 cannot lose the run.
  */
-import { DateTime, Duration, Effect, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import {
   type CancelingBuild,

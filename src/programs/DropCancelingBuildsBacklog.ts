@@ -3,7 +3,9 @@
  * stopped after BACKLOG_CAP + 1 builds. Every build it returns is one the run would fail; each has
  * been due since both its timestamps passed the one-hour cutoff.
  */
-import { DateTime, Effect, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { BACKLOG_CAP, backlogPart, type BacklogReading, earliest } from "../domain/Backlog.ts"
 import { decisionTime } from "../domain/Batch.ts"
 import { CANCELING_TIMEOUT, cancelingCutoff } from "../domain/Build.ts"

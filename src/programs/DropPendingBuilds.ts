@@ -16,7 +16,9 @@
  * re-reads "the first 100" until empty, so one row that cannot be failed keeps the worker busy for
  * ever; here every row is read once per run.
  */
-import { Duration, Effect, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { PENDING_OUTDATED, PENDING_STUCK, PENDING_WAITING_FOR_ACK } from "../domain/StuckBuilds.ts"
 import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"

@@ -8,7 +8,9 @@
  *
  * Sweeper's cron is :15 itself, so a restart between :00 and :15 cannot lose the run.
  */
-import { Duration, Effect, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import { RUNNING_OUTDATED } from "../domain/StuckBuilds.ts"
 import { dropStuckRules, stuckBacklog, type StuckFamilySummary } from "../repair/StuckFamily.ts"

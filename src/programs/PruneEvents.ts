@@ -10,7 +10,10 @@
  * `sweeper events prune --before T` is this batch run once with its decision time set to
  * T + retention, so the cutoff is exactly T; the CLI refuses a T inside the retention period.
  */
-import { DateTime, Duration, Effect, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
 import { type Held, logIds, repeatUntilDone } from "../repair/RepairLoop.ts"

@@ -24,7 +24,9 @@
  * dropped by de-duplication. A dry run pushes nothing and reports as enqueued what it would push
  * (with `duplicates: 0`, since it does not look at de-duplication keys).
  */
-import { Duration, Effect, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun } from "../domain/Batch.ts"
 import * as R from "../domain/Rebalancing.ts"
 import { each, type Held, NOT_HELD } from "../repair/RepairLoop.ts"

@@ -4,7 +4,7 @@
  * naming a deleted namespace or project is one the run never reschedules. The set holds no times,
  * so no age. At most BACKLOG_CAP ids of each type are looked up.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { BACKLOG_CAP, backlogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { parseRunningRebalances, rebalanceTypeName, rebalanceUnits } from "../domain/Rebalancing.ts"
 import { PlatformRecords } from "../services/PlatformRecords.ts"

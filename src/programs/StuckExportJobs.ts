@@ -13,7 +13,11 @@
  * A job whose row another open transaction holds is skipped rather than waited for:
  * counted in `skippedLocked`, logged with its id, found again by the next run.
  */
-import { Array as Arr, DateTime, Duration, Effect, Option } from "effect"
+import * as Arr from "effect/Array"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
 import { capped } from "../domain/Summary.ts"

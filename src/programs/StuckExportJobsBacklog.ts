@@ -3,7 +3,7 @@
  * their Sidekiq status looked up, the completed ones re-read, and `decideStuckExport` asked — so a
  * parallel export in its grace period, which the run leaves alone, never counts as waiting.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { BACKLOG_CAP, backlogPart, type BacklogReading, earliest } from "../domain/Backlog.ts"
 import { decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, stuckExportDueAt } from "../domain/ExportJob.ts"

@@ -2,7 +2,7 @@
  * The batch registry: plain data that the scheduler, CLI, REPL and HTTP API all read. Adding a
  * batch is adding it here.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { Batch } from "../domain/Batch.ts"
 import { UnknownBatch } from "../domain/Errors.ts"
 import type { PlatformServices } from "../services/Platform.ts"

@@ -7,7 +7,9 @@
  * (RowLocked from `drop` or `doom`) is "locked": skipped, never waited for and never doomed (issue
  * 18), found again by the next run.
  */
-import { DateTime, Effect, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import {
   type CancelingBuild,

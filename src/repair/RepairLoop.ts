@@ -23,7 +23,16 @@
  * same way, but it depends only on domain/ and services/ (CurrentRun, Clock, the HealthGate and
  * Lease contracts), so programs may import it as they import those.
  */
-import { Cause, Clock, Duration, Effect, Exit, Option, Predicate, Ref, Schedule, Stream } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import { lockedTooOften } from "../domain/LockedRows.ts"

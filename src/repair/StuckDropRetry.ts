@@ -6,7 +6,9 @@
  * write refused for good (a trigger raising, or swallowing the update) is "refused"; both are
  * counted and passed, never retried within the run, so one bad row cannot keep a run going.
  */
-import { DateTime, Effect, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import { type DropOutcome, MAX_DROP_ATTEMPTS } from "../domain/Build.ts"
 import { type FenceError, isTransientSqlError, type RowLocked } from "../domain/Errors.ts"

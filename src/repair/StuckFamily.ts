@@ -6,7 +6,11 @@
  * scope (locked by another transaction, refused by a trigger, a zombie whose write changes nothing)
  * is counted and passed — the run ends when the keyset does, never re-reading the same head.
  */
-import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import * as Clock from "effect/Clock"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { BACKLOG_CAP, type BacklogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { type BuildCursor, cursorOf, DropBatchSize } from "../domain/Build.ts"

@@ -4,7 +4,10 @@
  * supervisor at start-up append `RunFinished{outcome: "abandoned"}` for it, under the old run's id,
  * once `abandonedBecause` (domain/BatchState.ts) proves it can no longer be running.
  */
-import { DateTime, Duration, Effect, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Batch, CurrentRun, HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import { abandonedBecause, type LastRun, unfinishedRuns } from "../domain/BatchState.ts"
 import { RunFinished } from "../domain/Events.ts"

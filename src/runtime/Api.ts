@@ -13,8 +13,13 @@
  * /readyz, /metrics, the dashboard, the SSE stream) stay router
  * routes in Http.ts: they are not JSON.
  */
-import { Effect, Schema } from "effect"
-import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema } from "effect/http-api"
+import * as Effect from "effect/Effect"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as Schema from "effect/Schema"
 import { ConsoleApi, EventSchema } from "./ConsoleApi.ts"
 
 /** An error of the one shape, for one code at one status. */

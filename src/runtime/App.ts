@@ -7,8 +7,14 @@
  * Everything above the backends (programs, run guard, scheduler) is the same either way.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Context, Effect, Layer, Option, Predicate, Redacted } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { join } from "node:path"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "../config/Config.ts"

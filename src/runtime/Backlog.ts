@@ -12,7 +12,13 @@
  * `sweeper_backlog_stale{batch}` exist from start-up (0).
  */
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Duration, Effect, Layer, Metric, Ref, Schedule } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
 import type { BacklogPart, BacklogReading } from "../domain/Backlog.ts"
 import { describeError } from "../domain/Errors.ts"
 import { batches, batchNames, type RegisteredBatch } from "../programs/index.ts"

@@ -5,7 +5,9 @@
  * the error's cause, its configuration (budget, lease, missed-run policy), and the database it
  * writes (GitLab's main or ci, which differ only in a decomposed GitLab).
  */
-import { Cron, Duration, Option } from "effect"
+import * as Cron from "effect/Cron"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
 import { HARD_TIMEOUT_GRACE } from "../domain/Batch.ts"
 import type { BatchHistory } from "../domain/BatchState.ts"
 import { breakerOpenUntil } from "../domain/BatchState.ts"

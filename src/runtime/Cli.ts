@@ -4,8 +4,15 @@
  * (CliPrint.ts). The process itself is composed in Supervisor.ts; the simulator's commands are in
  * CliSimulator.ts.
  */
-import { Console, DateTime, Duration, Effect, Layer, Option } from "effect"
-import { Argument, Command, Flag } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
+import * as Console from "effect/Console"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { configureBatches, redisConfigured, SweeperConfig } from "../config/Config.ts"
 import { refusesLookAhead } from "../domain/Batch.ts"
 import { CiDatabase } from "../layers/postgres/Databases.ts"

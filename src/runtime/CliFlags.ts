@@ -3,8 +3,14 @@
  * (negative, zero where it means nothing, a fraction, huge, empty, garbage) is refused while the
  * command line is parsed, as one line and exit 2, before anything opens a database.
  */
-import { DateTime, Duration, Effect, Option, Schema, SchemaIssue, SchemaTransformation } from "effect"
-import { Flag } from "effect/cli"
+import * as Flag from "effect/cli/Flag"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
+import * as SchemaTransformation from "effect/SchemaTransformation"
 import { isRunId } from "../domain/Events.ts"
 
 const UNITS: Record<string, number> = {

@@ -2,7 +2,9 @@
  * What the `sweeper` commands print: one line per run or event (or its JSON with `--json`), and
  * the status table, aligned and — on a terminal — cut to its width, so a row never wraps.
  */
-import { Console, DateTime, Effect } from "effect"
+import * as Console from "effect/Console"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
 import type { EventView, RunView, View } from "./Operator.ts"
 
 export const printRun = (result: RunView, asJson: boolean) =>

@@ -2,8 +2,17 @@
  * `sweeper simulate` (the simulator against the configured backends, or beside an in-process
  * supervisor) and `sweeper demo` (both in one process, fast crons, for a newcomer).
  */
-import { Cause, ConfigProvider, Console, type Duration, Effect, Exit, Layer, Option, Schema } from "effect"
-import { Command, Flag } from "effect/cli"
+import * as Cause from "effect/Cause"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Console from "effect/Console"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"

@@ -1,4 +1,5 @@
-import { Clock, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
 
 /** A clock that reads `base` shifted by `offsetMs` and still advances (for `sweeper run --now`). */
 export const offsetClock = (base: Clock.Clock, offsetMs: number): Clock.Clock => {

@@ -14,20 +14,20 @@
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
-import {
-  Cache,
-  Context,
-  DateTime,
-  Effect,
-  Latch,
-  Layer,
-  Option,
-  Schedule,
-  Schema,
-  Stream,
-  SubscriptionRef
-} from "effect"
-import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import * as Cache from "effect/Cache"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as Latch from "effect/Latch"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import { SweeperConfig } from "../config/Config.ts"
 import { describeError } from "../domain/Errors.ts"
 import { CiDatabase } from "../layers/postgres/Databases.ts"

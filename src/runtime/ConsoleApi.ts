@@ -8,8 +8,13 @@
  *
  * Errors have the API's one shape, `{"error": {"code", "message"}}`.
  */
-import { DateTime, Effect, Schema } from "effect"
-import { type HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import type * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as Schema from "effect/Schema"
 import { describeError } from "../domain/Errors.ts"
 import type { StoredEvent } from "../domain/Events.ts"
 import { batchNames } from "../programs/index.ts"

@@ -10,8 +10,13 @@
  * time, outside any transaction (CREATE INDEX CONCURRENTLY refuses to run inside one).
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Console, DateTime, Effect, Option } from "effect"
-import { Command, Flag } from "effect/cli"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
+import * as Clock from "effect/Clock"
+import * as Console from "effect/Console"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { SweeperConfig } from "../config/Config.ts"
 import { type DatabaseName, databaseOfTable } from "../domain/Databases.ts"
 import { formatValue, type RedisStoreName } from "../domain/Health.ts"

@@ -6,8 +6,10 @@
  * here: the start-up check (DatabaseLayout.checkLayout) refuses it in one line first.
  */
 import type { PgClient } from "@effect/sql-pg"
-import { Effect, Option, Redacted } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { join } from "node:path"
 import type { SweeperSettings } from "../config/Config.ts"
 import { redactUrl } from "../config/RedisUrl.ts"

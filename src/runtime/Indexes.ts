@@ -15,8 +15,10 @@
  * the parent automatically.
  */
 import type { PgClient } from "@effect/sql-pg"
-import { type DateTime, Effect, Option } from "effect"
-import type { Statement } from "effect/sql"
+import type * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Statement from "effect/sql/Statement"
 import { cancelingCutoff, DROP_BATCH_SIZE } from "../domain/Build.ts"
 import { EVENT_RETENTION, PRUNE_PAGE_SIZE, pruneCutoff } from "../domain/Retention.ts"
 import {

@@ -11,7 +11,12 @@
  * one incident (a hold, a dead-list move, a doomed build), so collapsing repeats would hide all but
  * the first; a source that would repeat itself (a signal staying unknown) says so once on its own.
  */
-import { Config, Effect, Layer, Logger, Option, References } from "effect"
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as Option from "effect/Option"
+import * as References from "effect/References"
 import { hostname } from "node:os"
 import { InvalidConfig } from "../domain/Errors.ts"
 

@@ -11,9 +11,20 @@
  * in the data directory, else opens the embedded database there — but only one that exists or was
  * named, never an empty `./.sweeper` made up on the spot (the REPL takes the same road).
  */
-import { Cause, Config, Context, DateTime, Duration, Effect, Fiber, Layer, Option, Redacted, Schema } from "effect"
-import { HttpClient, HttpClientRequest } from "effect/http"
-import { HttpApiClient } from "effect/http-api"
+import * as Cause from "effect/Cause"
+import * as Config from "effect/Config"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as HttpApiClient from "effect/http-api/HttpApiClient"
+import * as HttpClient from "effect/http/HttpClient"
+import * as HttpClientRequest from "effect/http/HttpClientRequest"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import { existsSync } from "node:fs"
 import { userInfo } from "node:os"
 import { join, resolve } from "node:path"

@@ -10,7 +10,11 @@
  *   sweeper> await sweeper.status()
  *   sweeper> sweeper.batches
  */
-import { ConfigProvider, Effect, Layer, ManagedRuntime, Schema } from "effect"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as Schema from "effect/Schema"
 import repl from "node:repl"
 import { environment } from "../config/Config.ts"
 import { batchNames } from "../programs/index.ts"

@@ -7,7 +7,14 @@
  *
  * It never fails: whatever happens is an outcome in the returned RunResult.
  */
-import { Cause, DateTime, Duration, Effect, Exit, Option, Ref, Schedule } from "effect"
+import * as Cause from "effect/Cause"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
 import { randomUUID } from "node:crypto"
 import { SweeperConfig } from "../config/Config.ts"
 import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } from "../domain/Batch.ts"

@@ -2,7 +2,7 @@
  * A batch's recent runs, read back from its events: each RunFinished joined with its RunStarted
  * (trigger, node, when it started). Shared by the API, the dashboard and the CLI.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { StoredEvent } from "../domain/Events.ts"
 import { EventLog } from "../services/EventLog.ts"
 

@@ -13,25 +13,23 @@
  * - Shutdown: no new runs; in-flight runs get SWEEPER_SHUTDOWN_GRACE to finish, then are
  *   interrupted (their leases are released by the guard's finalizers).
  */
-import {
-  Cause,
-  Context,
-  type Cron,
-  DateTime,
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Fiber,
-  FiberMap,
-  FiberSet,
-  Layer,
-  Option,
-  Queue,
-  Ref,
-  Schedule,
-  Semaphore
-} from "effect"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import type * as Cron from "effect/Cron"
+import * as DateTime from "effect/DateTime"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as FiberMap from "effect/FiberMap"
+import * as FiberSet from "effect/FiberSet"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import * as Semaphore from "effect/Semaphore"
 import { configureBatches, SweeperConfig } from "../config/Config.ts"
 import { type BatchHistory, foldHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
 import { BatchDisabled, describeError, PauseNotRecorded, UnknownBatch } from "../domain/Errors.ts"

@@ -4,8 +4,11 @@
  * announcement that they are up — once, here, for `start`, `simulate --supervise` and `demo`. The
  * CLI's one-off commands take the same backends through Operator.ts.
  */
-import { Console, Effect, Layer, Option } from "effect"
-import { HttpServer } from "effect/http"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as HttpServer from "effect/http/HttpServer"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { join } from "node:path"
 import { SweeperConfig } from "../config/Config.ts"
 import { InvalidConfig } from "../domain/Errors.ts"

@@ -4,7 +4,9 @@
  * process, so the CLI reads this file and asks the supervisor over HTTP for `status`, `events`
  * and `run` instead of failing with "database open in process N".
  */
-import { Effect, Option, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { randomBytes } from "node:crypto"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"

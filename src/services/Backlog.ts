@@ -6,7 +6,8 @@
  * GitLab table. The dashboard's overview and `/metrics` (`sweeper_backlog{batch}`,
  * `sweeper_backlog_oldest_seconds{batch}`) both show `current`.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { BacklogPart } from "../domain/Backlog.ts"
 
 export { BACKLOG_CAP, type BacklogPart } from "../domain/Backlog.ts"

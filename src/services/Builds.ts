@@ -1,5 +1,8 @@
 /** `ci_builds` as drop-canceling-builds needs it. Writes append their event in the same transaction. */
-import { Context, type DateTime, type Effect, type Option } from "effect"
+import * as Context from "effect/Context"
+import type * as DateTime from "effect/DateTime"
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, BuildKey, CancelingBuild, DropOutcome } from "../domain/Build.ts"
 import type { FenceError, RowLocked } from "../domain/Errors.ts"

@@ -7,7 +7,10 @@
  * and write the same bytes; the pure rules (key forms, the job shape, what counts as stale) are in
  * domain/ConcurrencyLimit.ts.
  */
-import { Context, type Duration, type Effect, type Option } from "effect"
+import * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import type { ConcurrencyLimitSetting, DeferredJob, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"

@@ -2,7 +2,8 @@
  * The append-only event log (`sweeper_events`). `append` joins the caller's SQL transaction when
  * there is one, so a repair and its event commit together; the run id comes from `CurrentRun`.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { DomainEvent, StoredEvent } from "../domain/Events.ts"
 

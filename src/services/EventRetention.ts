@@ -2,7 +2,8 @@
  * Pruning `sweeper_events` (domain/Retention.ts says what goes and what stays). A store apart from
  * EventLog: only the prune-events batch deletes events, every other caller only appends and reads.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { FenceError } from "../domain/Errors.ts"
 

@@ -1,5 +1,7 @@
 /** `project_export_jobs` as stuck-export-jobs needs it. The fail write appends its event in the same transaction. */
-import { Context, type DateTime, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as DateTime from "effect/DateTime"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { FenceError } from "../domain/Errors.ts"
 import type { EnqueuedExportJob, ExportJobRef } from "../domain/ExportJob.ts"

@@ -7,7 +7,8 @@
  * A reference with a default, like `CurrentRun`: a program run bare (a spec, the REPL) sees an
  * open gate that never holds, and the runtime provides the configured one (`SWEEPER_HEALTH`).
  */
-import { Context, Effect } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 
 export interface GateRequest {
   /** The batch about to do a unit of work (kebab-case name). */

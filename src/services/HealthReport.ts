@@ -4,7 +4,8 @@
  * held by what since when. A reference with a default, like `HealthGate`: without SWEEPER_HEALTH
  * (or in a bare spec) the report says the gate is not configured.
  */
-import { Context, Effect } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import type { DatabaseName } from "../domain/Databases.ts"
 
 export interface SignalReport {

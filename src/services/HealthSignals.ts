@@ -7,7 +7,9 @@
  * Every reader fails with `SignalUnreadable` naming why (no privilege, server down, no maxmemory,
  * an answer that is not a number): the gate turns that into an `unknown` reading, logged and counted.
  */
-import { Context, type Effect, Schema } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import type { DatabaseName } from "../domain/Databases.ts"
 import type { RedisStoreName } from "../domain/Health.ts"
 

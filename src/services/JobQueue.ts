@@ -10,7 +10,8 @@
  * The contract only: both backends are `makeJobQueue` (layers/JobQueueShared.ts) over their own two
  * Redis steps, so they produce the same bytes.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { RedisError } from "../domain/Errors.ts"
 
 export type JobArgs = ReadonlyArray<unknown>

@@ -3,7 +3,9 @@
  * `gitlab-sidekiq-status:<jid>` key any more. `track` / `untrack` are what a Sidekiq job does while
  * it runs; Sweeper itself only reads, tests and the simulator write.
  */
-import { Context, type Duration, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
 import type { RedisError } from "../domain/Errors.ts"
 
 export class JobStatus extends Context.Service<JobStatus, {

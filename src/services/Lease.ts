@@ -12,7 +12,10 @@
  * A tick claim (`claim`) is the same SET NX EX without an epoch: it is never renewed or fenced, only
  * held until it expires, so it leaves no counter behind.
  */
-import { Context, type Duration, type Effect, type Option } from "effect"
+import * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type { RedisError } from "../domain/Errors.ts"
 
 // The key forms (`leaseKey`, `epochKey`) are pure rules: domain/Lease.ts.

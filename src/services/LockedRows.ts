@@ -3,7 +3,8 @@
  * diagnostic, not a repair: where no backend is provided (a bare spec, a benchmark harness) the
  * default counts nothing, so no caller has to provide it.
  */
-import { Context, Effect } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import type { RedisError } from "../domain/Errors.ts"
 
 export interface LockedRowsService {

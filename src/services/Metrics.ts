@@ -5,7 +5,9 @@
  * `prometheusText`. The implementation (layers/MetricsPrometheus.ts) keeps the series and samples
  * the process figures at each scrape, so a spec can swap it like any other service.
  */
-import { Context, Effect, Metric } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 
 export const runsTotal = Metric.counter("sweeper_runs_total", {
   description: "Batch runs by batch and outcome",

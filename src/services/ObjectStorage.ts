@@ -8,7 +8,9 @@
  * Backends are layers (local directories, S3-compatible, Azure Blob) picked by the composition root
  * from `SWEEPER_OBJECT_STORAGE`.
  */
-import { Context, type Effect, type Result } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
+import type * as Result from "effect/Result"
 import type { Location } from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
 

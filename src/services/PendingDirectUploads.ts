@@ -4,7 +4,9 @@
  * in the domain decides what they mean. The scan never loads the whole hash: it is HSCAN
  * with a COUNT hint, one page per round trip, pulled only as fast as the consumer handles entries.
  */
-import { Context, type Effect, type Stream } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
+import type * as Stream from "effect/Stream"
 import type { RawPendingEntry } from "../domain/DirectUpload.ts"
 import type { RedisError } from "../domain/Errors.ts"
 

@@ -3,7 +3,8 @@
  * `Namespace.id_in(ids)` / `Project.id_in(ids)` reduced to the ids, for batches that hold ids from
  * Redis which may outlive their rows.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 
 export class PlatformRecords extends Context.Service<PlatformRecords, {

@@ -7,7 +7,8 @@
  * that did not happen, and the container, still in the running set, is pushed and recorded again by
  * the next run — an extra event, never a push without one (docs/operations.md, Failure handling).
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { RedisError } from "../domain/Errors.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"

@@ -4,7 +4,8 @@
  * it; `track` does what the rebalancer does on start (SADD, then refresh the 10-day expiry), for
  * tests and the simulator.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { RedisError } from "../domain/Errors.ts"
 import type { RebalanceType } from "../domain/Rebalancing.ts"
 

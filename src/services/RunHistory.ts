@@ -3,7 +3,8 @@
  * paged by keyset, and a batch's runs over a window for the history charts. Read-only, separate
  * from EventLog so paging and the per-run rollup stay out of the append path's contract.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { StoredEvent } from "../domain/Events.ts"
 

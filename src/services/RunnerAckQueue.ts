@@ -5,7 +5,8 @@
  * expiring two minutes after the last. Sweeper only reads it; `setWaiting` does what GitLab does when
  * it hands a build over, for tests and the simulator.
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { RedisError } from "../domain/Errors.ts"
 
 export class RunnerAckQueue extends Context.Service<RunnerAckQueue, {

@@ -4,7 +4,8 @@
  * storage, the pending hash, the event log): objects, then events, then entries. The entry is the
  * record that the repair is not finished, so it goes last (docs/operations.md, Failure handling).
  */
-import { Context, type Effect } from "effect"
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { StaleUpload, StaleUploadOutcome } from "../domain/DirectUpload.ts"
 import type { ObjectStorageError, RedisError } from "../domain/Errors.ts"

@@ -3,7 +3,10 @@
  * contract for every rule of src/domain/StuckBuilds.ts, so the three programs differ only in the
  * rules they walk. Writes append their event in the same transaction.
  */
-import { Context, type DateTime, type Effect, type Option } from "effect"
+import * as Context from "effect/Context"
+import type * as DateTime from "effect/DateTime"
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, CancelingBuild, DropOutcome } from "../domain/Build.ts"
 import type { FenceError } from "../domain/Errors.ts"

@@ -17,7 +17,12 @@
  * threads never race each other past a limit: what the ledger records is Sweeper's doing.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Effect, Option, Schema, Semaphore } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import { parseCounter, parseLimitOverride, workerKeys } from "../domain/ConcurrencyLimit.ts"
 import {
   RebalanceContainer,

@@ -10,7 +10,8 @@
  * go through the ci database's client (Seed.ts's `ciClient`), the rest through main's.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import { mkdir, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"

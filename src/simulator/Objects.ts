@@ -5,7 +5,10 @@
  * the Workhorse upload that wrote the object, so it needs the other half. One implementation per
  * provider, picked from the same `SWEEPER_OBJECT_STORAGE` settings as Sweeper's.
  */
-import { Context, Effect, Layer, Redacted } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { mkdir, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { SweeperConfig } from "../config/Config.ts"

@@ -13,7 +13,9 @@
  * gets them where GitLab keeps them; everything else is main's.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { workerKeys } from "../domain/ConcurrencyLimit.ts"
 import { fieldOf, type Location, PENDING_DIRECT_UPLOADS_KEY } from "../domain/DirectUpload.ts"
 import { ExportJobStatus } from "../domain/ExportJob.ts"

@@ -23,7 +23,11 @@
  *                or has jobs deferred already.
  */
 import type { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Layer, Schema } from "effect"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import type { SqlError } from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { SweeperConfig } from "../config/Config.ts"

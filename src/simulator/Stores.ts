@@ -9,7 +9,10 @@
  * configured Redis provides the three store connections; `SimulatorStores.layer` takes the one
  * present rather than re-deciding from configuration, so it can never disagree with Sweeper.
  */
-import { Context, Effect, Layer, Option } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { MemoryRedis, type MemoryRedisStore } from "../layers/memory/MemoryRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis, type RedisClient, SharedStateRedis } from "../layers/redis/Redis.ts"
 

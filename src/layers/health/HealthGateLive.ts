@@ -27,7 +27,16 @@
  * counted every sample, healthy for an open rule unless it says `onUnknown: "hold"`, and never the
  * end of a hold.
  */
-import { Cause, Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Semaphore } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Semaphore from "effect/Semaphore"
 import { type BatchWrites, CurrentRun } from "../../domain/Batch.ts"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import { RepairHeld, RepairReleased } from "../../domain/Events.ts"

@@ -19,8 +19,15 @@
  * stuck sampler.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { FetchHttpClient, HttpClient } from "effect/http"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import * as HttpClient from "effect/http/HttpClient"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { Cluster } from "ioredis"
 import { describeError } from "../../domain/Errors.ts"
 import type { RedisStoreName } from "../../domain/Health.ts"

@@ -4,7 +4,12 @@
  * its lock_version bumped by a concurrent writer, as a real race would; `locked.add(id)` holds the
  * row as another open transaction would (`FOR UPDATE`) until `locked.delete(id)`: writes skip it.
  */
-import { Context, DateTime, Effect, Layer, Option, Order } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Order from "effect/Order"
 import { checkFence } from "../../domain/Batch.ts"
 import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"

@@ -5,7 +5,8 @@
  * the crash tests exercise the same protocol here. A command the in-memory Redis refuses (WRONGTYPE)
  * fails as a RedisError, as on Redis.
  */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { SweeperConfig } from "../../config/Config.ts"
 import { processWorkKey } from "../../domain/ConcurrencyLimit.ts"
 import { RedisError } from "../../domain/Errors.ts"

@@ -1,5 +1,9 @@
 /** EventLog in memory: the events of a failed `transaction` are rolled back like SQL's. */
-import { Context, DateTime, Effect, Exit, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import { CurrentRun } from "../../domain/Batch.ts"
 import { dataOf, type DomainEvent, type StoredEvent, streamOf } from "../../domain/Events.ts"
 import { type EventFilter, EventLog } from "../../services/EventLog.ts"

@@ -1,5 +1,6 @@
 /** EventRetention over the memory event store: the domain rule (`prunable`) applied directly. */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { checkFence } from "../../domain/Batch.ts"
 import { EventsPruned } from "../../domain/Events.ts"
 import { prunable } from "../../domain/Retention.ts"

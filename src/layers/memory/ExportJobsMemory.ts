@@ -6,7 +6,10 @@
  * wins the race would. `locked.add(id)` holds a row as another open transaction would: the write
  * skips it (ExportJobsSql's SKIP LOCKED) until `locked.delete(id)`.
  */
-import { Context, DateTime, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { checkFence } from "../../domain/Batch.ts"
 import { ExportJobFailed } from "../../domain/Events.ts"
 import { type EnqueuedExportJob, ExportJobStatus, isEnqueued } from "../../domain/ExportJob.ts"

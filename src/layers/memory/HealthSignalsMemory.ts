@@ -4,7 +4,9 @@
  * set reads as healthy (0, no vacuum, no standby). DatabaseSignalsMemory adds a ci database whose
  * readings are MemoryCiSignalValues' (main's stay MemorySignalValues'), for a decomposed gate.
  */
-import { Context, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import type { RedisStoreName } from "../../domain/Health.ts"
 import { DatabaseSignals, HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
 

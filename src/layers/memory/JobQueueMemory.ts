@@ -3,7 +3,8 @@
  * checked, then `SADD queues` and the jobs LPUSHed in one synchronous step (all or none, like the
  * one LPUSH), then the claims set.
  */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { RedisError } from "../../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import { JobQueue } from "../../services/JobQueue.ts"

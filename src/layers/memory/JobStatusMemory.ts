@@ -1,5 +1,6 @@
 /** JobStatus over the in-memory Redis: same keys and TTLs as JobStatusRedis, expiry follows the Clock. */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { JOB_STATUS_VALUE, jobStatusKey } from "../../domain/SidekiqStatus.ts"
 import { JobStatus } from "../../services/JobStatus.ts"
 import { ttlSeconds } from "../redis/LeaseRedis.ts"

@@ -1,5 +1,8 @@
 /** Lease over the in-memory Redis, same keys and semantics as LeaseRedis. */
-import { Clock, Effect, Layer, Option } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { randomUUID } from "node:crypto"
 import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../domain/Lease.ts"
 import { Lease, type LeaseHandle } from "../../services/Lease.ts"

@@ -9,7 +9,10 @@
  * stored as its UTF-8 bytes (what ioredis sends), string-returning methods decode them as ioredis does
  * (lossily), and the `…Buffer` methods return the exact bytes, like ioredis's `hscanBuffer`.
  */
-import { Clock, Context, Effect, Layer } from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 
 type Value =
   | { readonly type: "string"; value: string }

@@ -4,7 +4,10 @@
  * (`failures`), observe the deletes in order (`deletes`, `onDelete`) and make each delete take time
  * (`latency`, slept on the effect Clock so TestClock drives it).
  */
-import { Context, Duration, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { fieldOf, type Location } from "../../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../../domain/Errors.ts"
 import { type DeleteOutcome, ObjectStorage } from "../../services/ObjectStorage.ts"

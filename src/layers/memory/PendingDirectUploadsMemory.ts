@@ -1,5 +1,8 @@
 /** PendingDirectUploads over the in-memory Redis, same key, paging and bytes as PendingDirectUploadsRedis. */
-import { Effect, Layer, Option, Stream } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
 import { PENDING_DIRECT_UPLOADS_KEY, SCAN_PAGE_SIZE } from "../../domain/DirectUpload.ts"
 import { RedisError } from "../../domain/Errors.ts"
 import { PendingDirectUploads } from "../../services/PendingDirectUploads.ts"

@@ -2,7 +2,9 @@
  * PlatformRecords in memory, for program specs: the ids of the rows that exist, seedable
  * (`MemoryPlatformRecords`), and the id lists each look-up was asked about, for inspection.
  */
-import { Context, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { PlatformRecords } from "../../services/PlatformRecords.ts"
 
 export class MemoryPlatformRecords extends Context.Service<MemoryPlatformRecords, {

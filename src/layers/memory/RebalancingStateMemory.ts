@@ -1,5 +1,7 @@
 /** RebalancingState over the in-memory Redis, same key and member format as RebalancingStateRedis. */
-import { Duration, Effect, Layer } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { RedisError } from "../../domain/Errors.ts"
 import {
   rebalanceMember,

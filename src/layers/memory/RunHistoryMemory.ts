@@ -1,5 +1,6 @@
 /** RunHistory over the in-memory event log (MemoryEvents), for specs: the same answers, no indexes. */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { HISTORY_MAX_RUNS, type HistoryBucket, RunHistory, type RunPoint } from "../../services/RunHistory.ts"
 import { runDetailOf } from "../postgres/RunHistorySql.ts"
 import { MemoryEvents } from "./EventLogMemory.ts"

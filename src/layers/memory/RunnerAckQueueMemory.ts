@@ -1,5 +1,7 @@
 /** RunnerAckQueue over the in-memory Redis, same key and expiry as RunnerAckQueueRedis. */
-import { Duration, Effect, Layer } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { RedisError } from "../../domain/Errors.ts"
 import { RUNNER_ACK_QUEUE_EXPIRY, runnerAckQueueKey } from "../../domain/StuckBuilds.ts"
 import { RunnerAckQueue } from "../../services/RunnerAckQueue.ts"

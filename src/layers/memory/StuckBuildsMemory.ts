@@ -5,7 +5,11 @@
  * would, `refused` makes writes of a row fail as a trigger raising would, `zombies` rows whose
  * writes silently change nothing. `onlineRunner` lists builds some online runner could pick.
  */
-import { Context, DateTime, Effect, Layer, Option } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { checkFence } from "../../domain/Batch.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"

@@ -7,7 +7,9 @@
  * network or 5xx are ObjectStorageErrors and the entry stays. Snapshots go with their blob (a blob
  * that has snapshots cannot be deleted alone).
  */
-import { Effect, Layer, Redacted } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { type AzureConnection, type BucketRef, objectKey } from "../../config/ObjectStorageConfig.ts"
 import type { Location } from "../../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../../domain/Errors.ts"

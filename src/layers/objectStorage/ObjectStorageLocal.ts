@@ -4,7 +4,11 @@
  * (`..`, an absolute path, a symlinked directory pointing elsewhere) is refused as an error, which
  * keeps its Redis entry for a human to look at.
  */
-import { Effect, Layer, Option, Predicate, Result } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Result from "effect/Result"
 import { realpath, stat, unlink } from "node:fs/promises"
 import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path"
 import type { Location } from "../../domain/DirectUpload.ts"

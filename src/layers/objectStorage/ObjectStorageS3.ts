@@ -8,7 +8,12 @@
  * so it is an ObjectStorageError like auth, network and 5xx failures — the entry stays.
  */
 import type { S3Client } from "@aws-sdk/client-s3"
-import { Array as Arr, Effect, Layer, Option, Redacted, Result } from "effect"
+import * as Arr from "effect/Array"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import { type BucketRef, objectKey, type S3Connection } from "../../config/ObjectStorageConfig.ts"
 import type { Location } from "../../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../../domain/Errors.ts"

@@ -1,5 +1,6 @@
 /** Helpers the bucket-backed ObjectStorage layers (S3, Azure) share. */
-import { Effect, Predicate } from "effect"
+import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
 import type { Location } from "../../domain/DirectUpload.ts"
 import { ObjectStorageError } from "../../domain/Errors.ts"
 

@@ -8,7 +8,10 @@
  * statement here is built from the same description.
  */
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"

@@ -5,8 +5,9 @@
  * table's columns are checked: on the database that holds it, so a ci table is checked on ci.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import {
   type DatabaseName,
   databaseOfTable,

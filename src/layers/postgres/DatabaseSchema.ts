@@ -7,8 +7,10 @@
  * Also here: which table builds live in (`p_ci_builds`, GitLab ≥ 16, LIST-partitioned on
  * `partition_id`, or the older plain `ci_builds`) and the start-up check of every column a batch uses.
  */
-import { Effect, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { type DatabaseName, databaseOfTable } from "../../domain/Databases.ts"
 
 export type SchemaMode = "gitlab" | "standalone"

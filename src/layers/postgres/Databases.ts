@@ -6,8 +6,10 @@
  * and `MainDatabase` when they must also reach main (the event outbox's relay).
  */
 import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import type { DatabaseName } from "../../domain/Databases.ts"
 
 export class CiDatabase extends Context.Service<CiDatabase, {

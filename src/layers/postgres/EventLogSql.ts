@@ -1,6 +1,8 @@
 /** EventLog on PostgreSQL. `append` uses whatever connection the fiber's transaction holds. */
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { CurrentRun } from "../../domain/Batch.ts"
 import { dataOf, type DomainEvent, type StoredEvent, streamOf } from "../../domain/Events.ts"
 import { type EventFilter, EventLog } from "../../services/EventLog.ts"

@@ -5,7 +5,8 @@
  * its own transaction with the lease fence and the page's EventsPruned.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { EventsPruned } from "../../domain/Events.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { EventRetention } from "../../services/EventRetention.ts"

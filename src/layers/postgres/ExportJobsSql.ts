@@ -1,6 +1,9 @@
 /** ExportJobs on PostgreSQL (`project_export_jobs`, `project_relation_exports`). */
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { ExportJobFailed } from "../../domain/Events.ts"
 import { type EnqueuedExportJob, ExportJobStatus } from "../../domain/ExportJob.ts"
 import { ExportJobs, type FailManyResult } from "../../services/ExportJobs.ts"

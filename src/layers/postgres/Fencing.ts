@@ -5,7 +5,9 @@
  * without a lease (no fence in CurrentRun) write unfenced.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { CurrentRun } from "../../domain/Batch.ts"
 import { LeaseLost } from "../../domain/Errors.ts"
 

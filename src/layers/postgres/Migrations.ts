@@ -13,8 +13,14 @@
  * or indexes the whole table is an online step (ONLINE_STEPS), never part of a transaction that
  * holds a lock appends need; see migrateWith for when `start` runs those steps and when it refuses.
  */
-import { Context, Effect, Option, Predicate, Schedule, Schema } from "effect"
-import { Migrator, SqlClient } from "effect/sql"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as Migrator from "effect/sql/Migrator"
+import * as SqlClient from "effect/sql/SqlClient"
 import { SqlError } from "effect/sql/SqlError"
 import { type DatabaseName, databaseOfTable } from "../../domain/Databases.ts"
 import {

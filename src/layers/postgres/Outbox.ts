@@ -20,7 +20,9 @@
  * crash's leftovers reach the ledger at the next start or the next repair, whichever comes first.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import type { SqlError } from "effect/sql/SqlError"
 import { MainDatabase } from "./Databases.ts"
 import type { EventRow, EventsTable } from "./EventLogSql.ts"

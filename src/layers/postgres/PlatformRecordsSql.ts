@@ -1,6 +1,7 @@
 /** PlatformRecords on PostgreSQL: one primary-key look-up per table and call. */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { PlatformRecords } from "../../services/PlatformRecords.ts"
 
 /** The primary-key look-up (exported so `sweeper doctor` EXPLAINs the exact text). */

@@ -8,7 +8,10 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import type { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { Effect, Layer, type Redacted, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import type { Server, Socket } from "node:net"
 import { join } from "node:path"

@@ -4,7 +4,8 @@
  * are the repaired items its RunFinished carries, not a count of its events.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import type { StoredEvent } from "../../domain/Events.ts"
 import {
   HISTORY_MAX_RUNS,

@@ -9,7 +9,10 @@
  * re-query, so GitLab's loop never ends; the cursor here moves past every row read.
  */
 import { PgClient } from "@effect/sql-pg"
-import { DateTime, Effect, Layer, Option } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, BuildKey } from "../../domain/Build.ts"
 import { WRITE_LOCK_TRIGGER_PREFIX } from "../../domain/Databases.ts"

@@ -5,8 +5,10 @@
  * see. The event-loop delay histogram runs while the layer is alive and is reset at each scrape, so
  * its p99 covers the time since the previous scrape.
  */
-import { Effect, Layer, Metric } from "effect"
-import { PrometheusMetrics } from "effect/observability"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import {
   directUploadsVanishedTotal,

@@ -8,7 +8,13 @@
  * steps and their recovery (docs/architecture.md, "Resume across stores") — is `makeConcurrencyLimits`, here, so
  * both backends read the same keys and write the same bytes.
  */
-import { Array as Arr, Clock, Duration, Effect, Option, Random, Schema } from "effect"
+import * as Arr from "effect/Array"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Random from "effect/Random"
+import * as Schema from "effect/Schema"
 import type { SqlError } from "effect/sql/SqlError"
 import { decodeUtf8 } from "../../domain/Bytes.ts"
 import {

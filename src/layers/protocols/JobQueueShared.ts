@@ -4,7 +4,9 @@
  * slicing, deciding which job is a duplicate, the `beforePush` hook and logging duplicates is
  * `makeJobQueue`, here, so both backends produce the same bytes.
  */
-import { Clock, Effect, Random } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Random from "effect/Random"
 import { createHash } from "node:crypto"
 import type { RedisError } from "../../domain/Errors.ts"
 import { BULK_PUSH_SLICE, duplicateDigestInput, duplicateKeyOf, jidFrom, sidekiqJob } from "../../domain/Sidekiq.ts"

@@ -1,5 +1,6 @@
 /** RebalanceReschedule over the job queue and the event log: the events go in each slice's `beforePush`. */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { RebalanceRescheduled } from "../../domain/Events.ts"
 import {
   type RebalanceType,

@@ -2,7 +2,9 @@
  * StaleUploadRepair over the configured object storage, the pending hash and the event log: one
  * implementation for every backend, since the order of the three writes is the rule.
  */
-import { Effect, Layer, Result } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import type { Location, StaleUpload, StaleUploadOutcome } from "../../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../../domain/Errors.ts"
 import { StaleDirectUploadDeleted } from "../../domain/Events.ts"

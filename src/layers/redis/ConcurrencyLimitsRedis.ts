@@ -21,7 +21,8 @@
  *   field and value are read (HSCAN) and given back as the exact bytes, so a tracker holding bytes
  *   that are not UTF-8 is compared and removed like any other.
  */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { Cluster } from "ioredis"
 import { SweeperConfig } from "../../config/Config.ts"
 import { processWorkKey } from "../../domain/ConcurrencyLimit.ts"

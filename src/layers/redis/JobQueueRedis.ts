@@ -17,7 +17,9 @@
  * Commands of one step are sent together (ioredis writes them without waiting for replies), so a
  * slice costs three round trips whatever its size, on one server or a cluster.
  */
-import { Effect, Layer, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import type { Result } from "ioredis"
 import { RedisError } from "../../domain/Errors.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"

@@ -5,7 +5,9 @@
  * be refused (CROSSSLOT): there the slice is one GET per key, all sent at once (ioredis routes each
  * to its node without waiting for replies), which still costs one round trip per slice.
  */
-import { type Duration, Effect, Layer } from "effect"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { JOB_STATUS_LOOKUP_SLICE, JOB_STATUS_VALUE, jobStatusKey } from "../../domain/SidekiqStatus.ts"
 import { JobStatus } from "../../services/JobStatus.ts"
 import { ttlSeconds } from "./LeaseRedis.ts"

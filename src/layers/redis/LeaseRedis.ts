@@ -1,5 +1,8 @@
 /** Lease on real Redis: acquisition, renewal and release are single Lua scripts (compare-and-act). */
-import { Duration, Effect, Layer, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { randomUUID } from "node:crypto"
 import { EPOCH_TTL_SECONDS, epochKey, leaseKey } from "../../domain/Lease.ts"
 import { Lease, type LeaseHandle } from "../../services/Lease.ts"

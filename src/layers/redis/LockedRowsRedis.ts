@@ -1,5 +1,7 @@
 /** LockedRows on the SharedState Redis: one INCR and EXPIRE per row, in one pipelined round trip. */
-import { Duration, Effect, Layer } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { LOCKED_COUNT_TTL, lockedRowKey } from "../../domain/LockedRows.ts"
 import { LockedRows } from "../../services/LockedRows.ts"
 import { SharedStateRedis } from "./Redis.ts"

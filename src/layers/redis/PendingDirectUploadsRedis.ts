@@ -3,7 +3,10 @@
  * Fields and values are read as Buffers (`hscanBuffer`) and HEXISTS/HDEL are given the very Buffer
  * read, so a field that is not UTF-8 is neither mangled nor deleted under another name.
  */
-import { Effect, Layer, Option, Stream } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
 import { PENDING_DIRECT_UPLOADS_KEY, type RawPendingEntry, SCAN_PAGE_SIZE } from "../../domain/DirectUpload.ts"
 import { PendingDirectUploads } from "../../services/PendingDirectUploads.ts"
 import { SharedStateRedis } from "./Redis.ts"

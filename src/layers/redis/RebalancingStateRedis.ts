@@ -1,5 +1,7 @@
 /** RebalancingState on real Redis (GitLab's shared-state instance). */
-import { Duration, Effect, Layer } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import {
   rebalanceMember,
   type RebalanceType,

@@ -9,7 +9,10 @@
  * the same commands; on a cluster every Lua script and pipeline must stay within one hash slot,
  * which each service layer guarantees for its own keys.
  */
-import { Context, Effect, Layer, Redacted } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { Cluster, Redis as IORedis } from "ioredis"
 import { parseRedisUrl, redactUrl } from "../../config/RedisUrl.ts"
 import { RedisError } from "../../domain/Errors.ts"

@@ -1,5 +1,7 @@
 /** RunnerAckQueue on real Redis (GitLab's shared-state instance). */
-import { Duration, Effect, Layer } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { RUNNER_ACK_QUEUE_EXPIRY, runnerAckQueueKey } from "../../domain/StuckBuilds.ts"
 import { RunnerAckQueue } from "../../services/RunnerAckQueue.ts"
 import { SharedStateRedis } from "./Redis.ts"
