@@ -305,34 +305,55 @@ export const ciClientLayer = (
   )
 }
 
-/** effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query. */
+/**
+ * effect's SqlError reasons that mean "could not get to the server", as opposed to a bad query: a
+ * connection or authentication error, or any error the server answered while a connection was being
+ * opened (operation "connect": no such database, 3D000, arrives as an UnknownError).
+ */
 const isConnectionFailure = (error: unknown) => {
   const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
-  return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError")
+  return Predicate.isTagged(reason, "ConnectionError") || Predicate.isTagged(reason, "AuthenticationError") ||
+    (Predicate.hasProperty(reason, "operation") && reason.operation === "connect")
 }
 
 /** Main's client, ci's (CiDatabase) and main's by its own name (MainDatabase), nothing migrated. */
 export const databaseClientsLayer = (settings: SweeperSettings) =>
   Layer.merge(ciClientLayer(settings), MainDatabaseLive).pipe(Layer.provideMerge(databaseClientLayer(settings)))
 
+/** A cause whose failure is a connection failure of main's server, as one typed error naming its host. */
+const mainUnavailable = (settings: SweeperSettings, cause: Cause.Cause<unknown>) =>
+  Option.isSome(settings.databaseUrl) && isConnectionFailure(Cause.squash(cause))
+    ? Option.some(
+      new InfrastructureUnavailable({
+        service: "PostgreSQL",
+        host: hostOfUrl(Redacted.value(settings.databaseUrl.value)),
+        detail: describeError(Cause.squash(cause))
+      })
+    )
+    : Option.none()
+
+/**
+ * Main's client connects lazily: an unreachable server (or a missing database or role) surfaces at
+ * the first query. An effect that makes it, as one typed error naming the host.
+ */
+export const reachingMain = (settings: SweeperSettings) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchCause(effect, (cause) =>
+    Option.match(mainUnavailable(settings, cause), {
+      onNone: () => Effect.failCause(cause),
+      onSome: (error): Effect.Effect<never, E | InfrastructureUnavailable> => Effect.fail(error)
+    }))
+
 export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = "migrate") => {
   const layer = Migrated(settings, access).pipe(Layer.provideMerge(databaseClientsLayer(settings)))
-  if (Option.isNone(settings.databaseUrl)) return layer
-  const url = settings.databaseUrl.value
-  // The client connects lazily: an unreachable server surfaces at the first query (the schema check).
+  // The schema check is the first query.
   return Layer.catchCause(
     layer,
     (cause) =>
       Layer.effectContext<Layer.Success<typeof layer>, Layer.Error<typeof layer> | InfrastructureUnavailable, never>(
-        isConnectionFailure(Cause.squash(cause))
-          ? Effect.fail(
-            new InfrastructureUnavailable({
-              service: "PostgreSQL",
-              host: hostOfUrl(Redacted.value(url)),
-              detail: describeError(Cause.squash(cause))
-            })
-          )
-          : Effect.failCause(cause)
+        Option.match(mainUnavailable(settings, cause), {
+          onNone: () => Effect.failCause(cause),
+          onSome: Effect.fail
+        })
       )
   )
 }

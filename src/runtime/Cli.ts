@@ -20,7 +20,7 @@ import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { pendingPlan } from "../layers/postgres/Migrations.ts"
 import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
-import { databaseClientsLayer, describeBackends, migrateDatabases, pendingDatabases } from "./App.ts"
+import { databaseClientsLayer, describeBackends, migrateDatabases, pendingDatabases, reachingMain } from "./App.ts"
 import { attachDashedValues, budgetFlag, instantFlag, intFlag, runIdFlag } from "./CliFlags.ts"
 import { printEvent, printRun, printStatus } from "./CliPrint.ts"
 import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
@@ -112,7 +112,7 @@ const migrateCommand = Command.make(
           : `Applied (${modeNote}): ${applied.map(([id, n]) => `${String(id).padStart(4, "0")}_${n}`).join(", ")}`
       )
     })
-    return yield* Effect.provide(migrateOrPlan, databaseClientsLayer(settings))
+    return yield* migrateOrPlan.pipe(Effect.provide(databaseClientsLayer(settings)), reachingMain(settings))
   }, Effect.provide(SweeperConfig.layer))
 ).pipe(Command.withDescription("Apply pending database migrations (--plan: only list them)"))
 

@@ -8,7 +8,7 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { runCli } from "../support/cli.ts"
-import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
+import { adminUrl, PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTest, TestRedisUrl } from "../support/redis.ts"
 
 const T = "2026-01-01T05:00:00.000Z"
@@ -59,6 +59,21 @@ layer(Platform, { excludeTestServices: true })("sweeper CLI conventions (real pr
         assert.lengthOf(errorLines(pg.stderr), 1, pg.stderr)
         assert.match(errorLines(pg.stderr)[0]!, /cannot reach PostgreSQL at 127\.0\.0\.1:1: .*ECONNREFUSED/)
         assert.notInclude(pg.stderr, "hunter2")
+
+        // A server that answers, but not for this database: every command that opens it says so in one line.
+        const absentDatabase = new URL(adminUrl)
+        absentDatabase.pathname = "/sweeper_no_such_database"
+        absentDatabase.password = "hunter2"
+        for (const command of [["status"], ["doctor"], ["migrate"], ["run", "stuck-export-jobs"]]) {
+          const absent = yield* sweeper(command, { DATABASE_URL: absentDatabase.toString() })
+          assert.strictEqual(absent.code, 3, `${command.join(" ")}: ${absent.stderr}`)
+          assert.lengthOf(errorLines(absent.stderr), 1, absent.stderr)
+          assert.match(
+            errorLines(absent.stderr)[0]!,
+            new RegExp(`cannot reach PostgreSQL at ${absentDatabase.host}: .*"sweeper_no_such_database" does not exist`)
+          )
+          assert.notInclude(absent.stderr, "hunter2")
+        }
 
         const malformed = yield* sweeper(["status"], { DATABASE_URL: "postgres://gitlab:hunter2@[nope" })
         assert.strictEqual(malformed.code, 3)
