@@ -12,9 +12,11 @@ import * as DateTime from "effect/DateTime"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import type { SqlError } from "effect/sql/SqlError"
+import type * as Statement from "effect/sql/Statement"
 import { type BuildCursor, type BuildKey, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
-import { RowLocked } from "../../domain/Errors.ts"
-import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
+import { type FenceError, isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
+import { BuildDoomed, BuildDropped, type DomainEvent } from "../../domain/Events.ts"
 import { cancelingReasonCode, CurrentFailureReasonSet, type FailureReasonSet } from "../../domain/StuckBuilds.ts"
 import { retryOrDoom } from "../../repair/DropRetry.ts"
 import { Builds, type DropManyResult } from "../../services/Builds.ts"
@@ -92,7 +94,7 @@ const pageRecordset = (sql: PgClient.PgClient, table: BuildsTable, builds: Reado
 }
 
 /** `b.id = r.id [AND b.partition_id = r.partition_id]`: the page's rows matched by their whole key. */
-const keyJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
+export const keyJoin = (sql: PgClient.PgClient, table: BuildsTable) =>
   sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
 
 /** `c.id = b.id [AND …]`: a row of the table matched to the claimed rows. */
@@ -165,6 +167,99 @@ export const revisitWrittenQuery = (sql: PgClient.PgClient, from: {
   readonly after: Option.Option<BuildCursor>
 }, table: BuildsTable = PlainBuilds) => stuckCancelingQuery(sql, { ...from, limit: 1 }, table)
 
+/** A page of builds to fail in one statement (drop-canceling's and the stuck-builds family's). */
+export interface DropPage {
+  readonly builds: ReadonlyArray<CancelingBuild>
+  /** What a build must still match, checked as the statement claims it: `b.status = 'canceling'`, a rule. */
+  readonly match: Statement.Fragment
+  readonly reason: number
+  readonly at: Date
+  readonly event: (build: CancelingBuild) => DomainEvent
+  /**
+   * What a statement that fails for good (not a lost connection or a deadlock) answers instead, e.g.
+   * the page in halves; absent, the failure is the run's.
+   */
+  readonly refused?: Effect.Effect<DropManyResult, SqlError | FenceError>
+}
+
+/**
+ * A page in ONE statement, so one round trip and one commit: the fence, one UPDATE … FROM the
+ * page's (key, lock_version) with each row's own guard, and the INSERT of the events of exactly
+ * the rows that UPDATE changed, as data-modifying CTEs of a single autocommitted statement (all
+ * of it commits or none). A row that changed since it was read (status or lock_version) is not
+ * in `dropped`: it stays as it is, gets no event, and the caller retries it on its own. Measured
+ * against BEGIN, fence, UPDATE, INSERT, COMMIT as five round trips: see BENCHMARKS.md.
+ *
+ * The rows are claimed first with `FOR UPDATE SKIP LOCKED` (`claimed`), and only claimed rows
+ * are updated: a row held by another open transaction is passed over instead of waited for (a
+ * plain UPDATE waits for that transaction to end, however long). The claim checks `match` on the
+ * row's newest version under the lock this statement then holds, so the UPDATE's own guard needs
+ * only the lock_version. `locked` tells those
+ * from lost races: page rows that still match their guard in the statement's snapshot but were
+ * not claimed. It is read only when fewer rows were claimed than the page holds (a one-time
+ * filter: PostgreSQL does not scan at all otherwise). A row changed and committed by another
+ * writer in the instant between the snapshot and the claim also lands in `locked`: skipped
+ * rather than retried, and the next run reads it as it is then.
+ */
+export const dropPage = Effect.fnUntraced(function*(
+  sql: PgClient.PgClient,
+  table: BuildsTable,
+  repairEvents: typeof RepairEvents.Service,
+  page: DropPage
+) {
+  const { builds, match, reason, at } = page
+  if (builds.length === 0) return { dropped: [], locked: [] } satisfies DropManyResult
+  const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
+  const fence = yield* fencedCte(sql)
+  const logged = yield* eventsForWrittenCte(
+    sql,
+    builds.map((build) => ({ key: keyString(table, build), event: page.event(build) })),
+    "dropped",
+    repairEvents.table
+  )
+  const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
+  const statement = sql<{
+    readonly fenced: string | number
+    readonly keys: ReadonlyArray<string>
+    readonly locked: ReadonlyArray<string>
+  }>`
+    WITH fenced AS (${fence.cte}),
+    page AS (SELECT * FROM ${pageRecordset(sql, table, builds)}),
+    claimed AS (
+      SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
+      WHERE ${match} AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
+      FOR UPDATE OF b SKIP LOCKED),
+    dropped AS (
+      UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
+        finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
+      FROM claimed r WHERE ${keyJoin(sql, table)} AND b.lock_version = r.read_lock_version
+      RETURNING ${key} AS key),
+    logged AS (${logged}),
+    locked AS (
+      SELECT ${key} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
+      WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)
+        AND ${match} AND b.lock_version = r.read_lock_version
+        AND NOT EXISTS (SELECT FROM claimed c WHERE ${claimedJoin(sql, table)}))
+    SELECT (SELECT count(*) FROM fenced) AS fenced,
+      (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
+      (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
+  const refused = page.refused
+  const answer = yield* (refused === undefined ? statement : statement.pipe(
+    Effect.catchIf((error) => !isTransientSqlError(error), () => Effect.succeed(undefined))
+  ))
+  if (answer === undefined) return yield* refused!
+  const row = answer[0]!
+  if (Number(row.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
+  if (row.keys.length > 0) yield* repairEvents.committed
+  const won = new Set(row.keys)
+  const held = new Set(row.locked)
+  // In page order, as the keyset read them.
+  return {
+    dropped: builds.filter((build) => won.has(keyString(table, build))),
+    locked: builds.filter((build) => held.has(keyString(table, build)))
+  } satisfies DropManyResult
+})
+
 export const BuildsSql = Layer.effect(
   Builds,
   Effect.gen(function*() {
@@ -234,82 +329,15 @@ export const BuildsSql = Layer.effect(
       })).pipe(Effect.tap((failed) => failed ? repairEvents.committed : Effect.void))
     }
 
-    /**
-     * A page in ONE statement, so one round trip and one commit: the fence, one UPDATE … FROM the
-     * page's (key, lock_version) with each row's own guard, and the INSERT of the events of exactly
-     * the rows that UPDATE changed, as data-modifying CTEs of a single autocommitted statement (all
-     * of it commits or none). A row that changed since it was read (status or lock_version) is not
-     * in `dropped`: it stays as it is, gets no event, and the caller retries it on its own. Measured
-     * against BEGIN, fence, UPDATE, INSERT, COMMIT as five round trips: see BENCHMARKS.md.
-     *
-     * The rows are claimed first with `FOR UPDATE SKIP LOCKED` (`claimed`), and only claimed rows
-     * are updated: a row held by another open transaction is passed over instead of waited for (a
-     * plain UPDATE waits for that transaction to end, however long:). `locked` tells those
-     * from lost races: page rows that still match their guard in the statement's snapshot but were
-     * not claimed. It is read only when fewer rows were claimed than the page holds (a one-time
-     * filter: PostgreSQL does not scan at all otherwise). A row changed and committed by another
-     * writer in the instant between the snapshot and the claim also lands in `locked`: skipped
-     * rather than retried, and the next run reads it as it is then.
-     */
     const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {
-      if (builds.length === 0) return { dropped: [], locked: [] }
       const reason = cancelingReasonCode(yield* CurrentFailureReasonSet)
-      const at = DateTime.toDateUtc(now)
-      const recordset = pageRecordset(sql, table, builds)
-      const key = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
-      const fence = yield* fencedCte(sql)
-      const eventsCte = yield* eventsForWrittenCte(
-        sql,
-        builds.map((build) => ({
-          key: keyString(table, build),
-          event: new BuildDropped({
-            id: build.id,
-            ...(table.partitioned ? { partition_id: build.partitionId! } : {}),
-            project_id: build.projectId,
-            runner_id: build.runnerId,
-            failure_reason: reason
-          })
-        })),
-        "dropped",
-        repairEvents.table
-      )
-      const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
-      const rows = yield* sql<{
-        readonly fenced: string | number
-        readonly keys: ReadonlyArray<string>
-        readonly locked: ReadonlyArray<string>
-      }>`
-        WITH fenced AS (${fence.cte}),
-        page AS (SELECT * FROM ${recordset}),
-        claimed AS (
-          SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${
-        keyJoin(sql, table)
-      }
-          WHERE b.status = 'canceling' AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
-          FOR UPDATE OF b SKIP LOCKED),
-        dropped AS (
-          UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
-            finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
-          FROM claimed r
-          WHERE ${keyJoin(sql, table)} AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
-          RETURNING ${key} AS key),
-        logged AS (${eventsCte}),
-        locked AS (
-          SELECT ${key} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin(sql, table)}
-          WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)
-            AND b.status = 'canceling' AND b.lock_version = r.read_lock_version
-            AND NOT EXISTS (SELECT FROM claimed c WHERE ${claimedJoin(sql, table)}))
-        SELECT (SELECT count(*) FROM fenced) AS fenced, (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
-          (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
-      if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
-      if (rows[0]!.keys.length > 0) yield* repairEvents.committed
-      const won = new Set(rows[0]!.keys)
-      const held = new Set(rows[0]!.locked)
-      // In page order, as the keyset read them.
-      return {
-        dropped: builds.filter((build) => won.has(keyString(table, build))),
-        locked: builds.filter((build) => held.has(keyString(table, build)))
-      } satisfies DropManyResult
+      return yield* dropPage(sql, table, repairEvents, {
+        builds,
+        match: sql`b.status = 'canceling'`,
+        reason,
+        at: DateTime.toDateUtc(now),
+        event: (build) => new BuildDropped(buildEventFields(table, build, reason))
+      })
     })
 
     const revisitWritten = Effect.fn("Builds.revisitWritten")(function*(from: {

@@ -16,7 +16,7 @@ import * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
 import type { BuildCursor, BuildKey } from "../../domain/Build.ts"
 import { WRITE_LOCK_TRIGGER_PREFIX } from "../../domain/Databases.ts"
-import { type FenceError, isTransientSqlError, RowLocked } from "../../domain/Errors.ts"
+import { type FenceError, RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
 import {
   FailureReasons,
@@ -30,10 +30,18 @@ import { retryOrDoomFamily } from "../../repair/StuckDropRetry.ts"
 import type { DropManyResult } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { type FamilyBuild, StuckBuilds } from "../../services/StuckBuilds.ts"
-import { buildEventFields, type BuildRow, keyMatch, keysetAfter, keyString, toBuild } from "./BuildsSql.ts"
+import {
+  buildEventFields,
+  type BuildRow,
+  dropPage,
+  keyJoin,
+  keyMatch,
+  keysetAfter,
+  keyString,
+  toBuild
+} from "./BuildsSql.ts"
 import { type BuildsTable, detectBuildsTable, PlainBuilds } from "./DatabaseSchema.ts"
-import { eventsForWrittenCte } from "./EventLogSql.ts"
-import { fencedCte, fenceWrite } from "./Fencing.ts"
+import { fenceWrite } from "./Fencing.ts"
 import { RepairEvents } from "./Outbox.ts"
 
 /** Which of GitLab's runner tables the database holds: decides how `build.stuck?` is asked. */
@@ -142,8 +150,6 @@ export const StuckBuildsSql = Layer.effect(
     const repairEvents = yield* RepairEvents
     const table = yield* detectBuildsTable
     const runners = yield* detectRunnerTables
-    const keyJoin = sql.literal(table.key.map((column) => `b.${column} = r.${column}`).join(" AND "))
-    const keyText = table.partitioned ? sql`b.id::text || ':' || b.partition_id::text` : sql`b.id::text`
 
     const findStuck = Effect.fn("StuckBuilds.findStuck")(function*(options: {
       readonly rule: StuckRule
@@ -153,19 +159,6 @@ export const StuckBuildsSql = Layer.effect(
     }) {
       return (yield* stuckPageQuery(sql, options, table, runners)).map(toBuild)
     })
-
-    /** The page as one jsonb parameter: key and the lock_version read. */
-    const recordset = (builds: ReadonlyArray<FamilyBuild>) => {
-      const rows = builds.map((build) =>
-        table.partitioned
-          ? { id: build.id, partition_id: build.partitionId, read_lock_version: build.lockVersion }
-          : { id: build.id, read_lock_version: build.lockVersion }
-      )
-      const shape = table.partitioned
-        ? "id bigint, partition_id bigint, read_lock_version integer"
-        : "id bigint, read_lock_version integer"
-      return sql`jsonb_to_recordset(${sql.json(rows)}) AS r(${sql.literal(shape)})`
-    }
 
     /**
      * A page in one statement (fence, claim with SKIP LOCKED, guarded UPDATE, events), as
@@ -180,51 +173,10 @@ export const StuckBuildsSql = Layer.effect(
       now: DateTime.Utc
     ) => Effect.Effect<DropManyResult, SqlError | FenceError> = Effect.fn("StuckBuilds.dropMany")(
       function*(rule: StuckRule, reasons: FailureReasonSet, builds: ReadonlyArray<FamilyBuild>, now: DateTime.Utc) {
-        if (builds.length === 0) return { dropped: [], locked: [] } satisfies DropManyResult
         const reason = reasonCodeOf(rule, reasons)
-        const at = DateTime.toDateUtc(yield* DateTime.now)
-        const fence = yield* fencedCte(sql)
-        const logged = yield* eventsForWrittenCte(
-          sql,
-          builds.map((build) => ({ key: keyString(table, build), event: droppedEvent(table, rule, build, reason) })),
-          "dropped",
-          repairEvents.table
-        )
-        const claimedColumns = sql.literal(table.key.map((column) => `b.${column}`).join(", "))
-        const claimedJoin = sql.literal(table.key.map((column) => `c.${column} = b.${column}`).join(" AND "))
-        const match = ruleMatch(sql, runners, rule, now)
-        const statement = sql<{
-          readonly fenced: string | number
-          readonly keys: ReadonlyArray<string>
-          readonly locked: ReadonlyArray<string>
-        }>`
-          WITH fenced AS (${fence.cte}),
-          page AS (SELECT * FROM ${recordset(builds)}),
-          claimed AS (
-            SELECT ${claimedColumns}, r.read_lock_version FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin}
-            WHERE ${match} AND b.lock_version = r.read_lock_version AND EXISTS (SELECT FROM fenced)
-            FOR UPDATE OF b SKIP LOCKED),
-          dropped AS (
-            UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
-              finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
-            FROM claimed r WHERE ${keyJoin} AND b.lock_version = r.read_lock_version
-            RETURNING ${keyText} AS key),
-          logged AS (${logged}),
-          locked AS (
-            SELECT ${keyText} AS key FROM ${sql(table.name)} AS b JOIN page r ON ${keyJoin}
-            WHERE (SELECT count(*) FROM claimed) < (SELECT count(*) FROM page) AND EXISTS (SELECT FROM fenced)
-              AND ${match} AND b.lock_version = r.read_lock_version
-              AND NOT EXISTS (SELECT FROM claimed c WHERE ${claimedJoin}))
-          SELECT (SELECT count(*) FROM fenced) AS fenced,
-            (SELECT coalesce(jsonb_agg(key), '[]') FROM dropped) AS keys,
-            (SELECT coalesce(jsonb_agg(key), '[]') FROM locked) AS locked`
-        const result = yield* statement.pipe(
-          Effect.map(Option.some),
-          Effect.catchIf((error) => !isTransientSqlError(error), () => Effect.succeed(Option.none()))
-        )
-        if (Option.isNone(result)) {
-          // Halves, each its own statement, down to the refused rows alone (left for retryOrDoom to
-          // count): a page with one refused row costs about 2·log2(page) statements, not one per row.
+        // Halves, each its own statement, down to the refused rows alone (left for retryOrDoom to
+        // count): a page with one refused row costs about 2·log2(page) statements, not one per row.
+        const halves = Effect.gen(function*() {
           if (builds.length === 1) return { dropped: [], locked: [] } satisfies DropManyResult
           const half = Math.ceil(builds.length / 2)
           const [first, second] = [
@@ -235,16 +187,15 @@ export const StuckBuildsSql = Layer.effect(
             dropped: [...first.dropped, ...second.dropped],
             locked: [...first.locked, ...second.locked]
           } satisfies DropManyResult
-        }
-        const rows = result.value
-        if (Number(rows[0]!.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
-        if (rows[0]!.keys.length > 0) yield* repairEvents.committed
-        const won = new Set(rows[0]!.keys)
-        const held = new Set(rows[0]!.locked)
-        return {
-          dropped: builds.filter((build) => won.has(keyString(table, build))),
-          locked: builds.filter((build) => held.has(keyString(table, build)))
-        } satisfies DropManyResult
+        })
+        return yield* dropPage(sql, table, repairEvents, {
+          builds,
+          match: ruleMatch(sql, runners, rule, now),
+          reason,
+          at: DateTime.toDateUtc(yield* DateTime.now),
+          event: (build) => droppedEvent(table, rule, build, reason),
+          refused: halves
+        })
       }
     )
 
@@ -286,7 +237,7 @@ export const StuckBuildsSql = Layer.effect(
           updated AS (
             UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
               finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
-            FROM claimed r WHERE ${keyJoin} RETURNING b.id)
+            FROM claimed r WHERE ${keyJoin(sql, table)} RETURNING b.id)
           SELECT (SELECT count(*) FROM claimed) AS claimed, (SELECT count(*) FROM updated) AS updated,
             EXISTS (SELECT FROM ${sql(table.name)} AS b WHERE ${keyMatch(sql, table, build)} AND ${match} ${lockGuard})
               AS matched`
