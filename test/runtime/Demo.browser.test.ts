@@ -8,18 +8,14 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { launchChromium } from "../support/browser.ts"
+import { startDemo } from "../support/demo.ts"
 import { waitFor } from "../support/processes.ts"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
-
-const exitOf = (child: ChildProcess) =>
-  new Promise<number | string>((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal ?? "unknown")))
 
 /** WCAG's contrast ratio of two `rgb(…)` colours. */
 const contrast = (a: string, b: string) => {
@@ -41,31 +37,18 @@ describe("npm run demo in a browser", () => {
       Effect.promise(async () => {
         // Launched first: a browser that cannot start leaves no demo behind.
         const browser = await launchChromium()
-        const dataDir = mkdtempSync(join(tmpdir(), "sweeper-demo-browser-"))
-        const child = spawn("npm", ["run", "--silent", "demo"], {
-          cwd: root,
-          env: {
-            PATH: process.env.PATH ?? "",
-            HOME: process.env.HOME ?? "/tmp",
-            SWEEPER_DATA_DIR: dataDir,
-            SWEEPER_HTTP_PORT: "0"
-          },
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-        let stdout = ""
-        child.stdout.on("data", (chunk) => (stdout += chunk))
-        child.stderr.on("data", () => {})
-        const exited = exitOf(child)
+        const demo = startDemo()
+        const { dataDir } = demo
         try {
           const link = await waitFor(
             "the dashboard link with the demo's token",
-            async () => /(http:\/\/\S+\/#token=[0-9a-f]+)/.exec(stdout)?.[1],
+            async () => /(http:\/\/\S+\/#token=[0-9a-f]+)/.exec(demo.stdout())?.[1],
             90_000
           )
           const base = link.slice(0, link.indexOf("#"))
           // The commands that reach this demo, with its data directory.
           for (const command of ["npx sweeper status", "npx sweeper run drop-canceling-builds --dry-run"]) {
-            assert.include(stdout, `SWEEPER_DATA_DIR=${dataDir} ${command}`)
+            assert.include(demo.stdout(), `SWEEPER_DATA_DIR=${dataDir} ${command}`)
           }
           // The token is needed: without it the write API refuses.
           const refused = await fetch(`${base}api/batches/drop-canceling-builds/pause`, { method: "POST" })
@@ -160,11 +143,7 @@ describe("npm run demo in a browser", () => {
           }
           assert.deepStrictEqual(errors, [])
         } finally {
-          await browser.close()
-          if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM")
-          await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 30_000))])
-          if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-          rmSync(dataDir, { recursive: true, force: true })
+          await demo.cleanUp()
         }
       }),
     240_000

@@ -6,14 +6,10 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync, mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { existsSync } from "node:fs"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
+import { startDemo } from "../support/demo.ts"
 import { waitFor } from "../support/processes.ts"
-
-const root = fileURLToPath(new URL("../..", import.meta.url))
 
 /** One repair event type per batch: the five kinds of repair. */
 const REPAIRS = [
@@ -45,35 +41,18 @@ const cardsShowingRepairs = (html: string) =>
     return keys.some((key) => Number(new RegExp(`data-key="${key}" data-value="(\\d+)"`).exec(card)?.[1] ?? "0") > 0)
   }).map(([batch]) => batch)
 
-const exitOf = (child: ChildProcess) =>
-  new Promise<number | string>((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal ?? "unknown")))
-
 describe("npm run demo", () => {
   it.live(
     "shows all five kinds of repair within a minute and stops cleanly on SIGTERM",
     () =>
       Effect.promise(async () => {
-        const dataDir = mkdtempSync(join(tmpdir(), "sweeper-demo-test-"))
-        const child = spawn("npm", ["run", "--silent", "demo"], {
-          cwd: root,
-          env: {
-            PATH: process.env.PATH ?? "",
-            HOME: process.env.HOME ?? "/tmp",
-            SWEEPER_DATA_DIR: dataDir,
-            SWEEPER_HTTP_PORT: "0"
-          },
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-        let stdout = ""
-        let stderr = ""
-        child.stdout.on("data", (chunk) => (stdout += chunk))
-        child.stderr.on("data", (chunk) => (stderr += chunk))
-        const exited = exitOf(child)
+        const demo = startDemo()
+        const { dataDir } = demo
         try {
           // Generous: on a loaded CI machine starting PGlite alone can take most of a minute.
           const url = await waitFor(
             "the dashboard URL",
-            async () => /Dashboard: (http:\/\/\S+)/.exec(stdout)?.[1],
+            async () => /Dashboard: (http:\/\/\S+)/.exec(demo.stdout())?.[1],
             90_000
           )
           const listening = Date.now()
@@ -125,17 +104,11 @@ describe("npm run demo", () => {
             }`
           )
 
-          child.kill("SIGTERM")
-          const code = await Promise.race([
-            exited,
-            new Promise((resolve) => setTimeout(() => resolve("still running"), 30_000))
-          ])
-          assert.strictEqual(code, 0, `${stdout}\n${stderr.slice(-4000)}`)
+          const code = await demo.stop()
+          assert.strictEqual(code, 0, `${demo.stdout()}\n${demo.stderr().slice(-4000)}`)
           assert.isFalse(existsSync(join(dataDir, "embedded.lock")), "the embedded database's lock is released")
         } finally {
-          if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-          await exited
-          rmSync(dataDir, { recursive: true, force: true })
+          await demo.cleanUp()
         }
       }),
     200_000

@@ -7,21 +7,13 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
 import { ExportJobStatus } from "../../src/domain/ExportJob.ts"
 import { runCli } from "../support/cli.ts"
+import { startDemo } from "../support/demo.ts"
 import { waitFor } from "../support/processes.ts"
 
-const root = fileURLToPath(new URL("../..", import.meta.url))
-
 const BUILD_BATCHES = ["drop-canceling-builds", "drop-pending-builds", "drop-running-builds", "drop-scheduled-builds"]
-
-const exitOf = (child: ChildProcess) =>
-  new Promise<number | string>((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal ?? "unknown")))
 
 /** Rows of one query on an embedded database the demo has left on disk. */
 const query = async <A>(pgdata: string, text: string): Promise<ReadonlyArray<A>> => {
@@ -50,29 +42,15 @@ describe("npm run demo -- --decomposed", () => {
     "two embedded databases: builds in ci, exports and events in main, each batch's database on the dashboard",
     () =>
       Effect.promise(async () => {
-        const dataDir = mkdtempSync(join(tmpdir(), "sweeper-demo-decomposed-"))
-        const child = spawn("npm", ["run", "--silent", "demo", "--", "--decomposed"], {
-          cwd: root,
-          env: {
-            PATH: process.env.PATH ?? "",
-            HOME: process.env.HOME ?? "/tmp",
-            SWEEPER_DATA_DIR: dataDir,
-            SWEEPER_HTTP_PORT: "0"
-          },
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-        let stdout = ""
-        let stderr = ""
-        child.stdout.on("data", (chunk) => (stdout += chunk))
-        child.stderr.on("data", (chunk) => (stderr += chunk))
-        const exited = exitOf(child)
+        const demo = startDemo(["--decomposed"])
+        const { dataDir } = demo
         try {
           const url = await waitFor(
             "the dashboard URL",
-            async () => /Dashboard: (http:\/\/\S+)/.exec(stdout)?.[1],
+            async () => /Dashboard: (http:\/\/\S+)/.exec(demo.stdout())?.[1],
             120_000
           )
-          assert.include(stdout, "GitLab decomposed")
+          assert.include(demo.stdout(), "GitLab decomposed")
 
           // Each batch's database: the build batches write ci, the others main.
           const views = (await (await fetch(`${url}api/batches`)).json()) as ReadonlyArray<
@@ -112,12 +90,8 @@ describe("npm run demo -- --decomposed", () => {
             500
           )
 
-          child.kill("SIGTERM")
-          const code = await Promise.race([
-            exited,
-            new Promise((resolve) => setTimeout(() => resolve("still running"), 30_000))
-          ])
-          assert.strictEqual(code, 0, `${stdout}\n${stderr.slice(-4000)}`)
+          const code = await demo.stop()
+          assert.strictEqual(code, 0, `${demo.stdout()}\n${demo.stderr().slice(-4000)}`)
 
           // On disk: every build in ci, some failed by the repairs; none in main.
           const ci = await buildsByStatus(join(dataDir, "ci", "pgdata"))
@@ -135,9 +109,7 @@ describe("npm run demo -- --decomposed", () => {
           )
           assert.deepStrictEqual(events.map((e) => e.type), ["BuildDropped", "ExportJobFailed"])
         } finally {
-          if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-          await exited
-          rmSync(dataDir, { recursive: true, force: true })
+          await demo.cleanUp()
         }
       }),
     300_000
