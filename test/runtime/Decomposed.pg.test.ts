@@ -182,6 +182,71 @@ describe("decomposed GitLab: main and ci databases", () => {
   }
 
   it.live(
+    "a relay main refuses: the run counts every drop, the events wait in ci and reach main once it accepts",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const db = yield* decomposed
+        yield* seedStuckCancelingBuilds(STUCK).pipe(Effect.provideService(PgClient.PgClient, db.ci))
+        // Main refuses the relay's statement (as a full disk or a revoked grant would) until the test lifts it.
+        yield* db.main.unsafe(`CREATE FUNCTION test_refuse_relay() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN RAISE EXCEPTION 'relay refused by the test'; END $$`)
+        yield* db.main.unsafe(`CREATE TRIGGER test_refuse BEFORE INSERT ON sweeper_relayed
+          FOR EACH STATEMENT EXECUTE FUNCTION test_refuse_relay()`)
+
+        const supervisor = startSweeper("decomposed-relay", {
+          ...db.env,
+          SWEEPER_CRON_DROP_CANCELING_BUILDS: "*/2 * * * * *"
+        })
+        yield* Effect.addFinalizer(() =>
+          Effect.promise(() => {
+            supervisor.child.kill("SIGTERM")
+            return supervisor.exited
+          })
+        )
+        const summary = yield* Effect.promise(() =>
+          waitFor(
+            "a drop-canceling run that has finished",
+            () =>
+              Effect.runPromise(
+                db.main<{ data: { outcome: string; summary: { dropped: number } } }>`SELECT data FROM sweeper_events
+                WHERE type = 'RunFinished' AND stream = 'batch:drop-canceling-builds' ORDER BY id LIMIT 1`
+              ).then((rows) => rows[0]?.data),
+            90_000,
+            200
+          )
+        )
+        // The run succeeded and counted what it did in ci; its events wait in ci's outbox.
+        assert.strictEqual(summary.outcome, "succeeded", JSON.stringify(summary))
+        assert.strictEqual(summary.summary.dropped, STUCK)
+        assert.strictEqual(yield* count(db.ci, "SELECT count(*) AS n FROM ci_builds WHERE status = 'failed'"), STUCK)
+        assert.strictEqual(yield* count(db.ci, "SELECT count(*) AS n FROM sweeper_outbox"), STUCK)
+        assert.strictEqual(
+          yield* count(db.main, "SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'"),
+          0
+        )
+        assert.include(supervisor.output(), "not yet relayed")
+
+        // Main accepts again: with nothing left to repair, the relay is retried on its own.
+        yield* db.main.unsafe("DROP TRIGGER test_refuse ON sweeper_relayed")
+        yield* Effect.promise(() =>
+          waitFor(
+            "the events in main",
+            () =>
+              Effect.runPromise(Effect.zipWith(
+                count(db.ci, "SELECT count(*) AS n FROM sweeper_outbox"),
+                count(db.main, "SELECT count(*) AS n FROM sweeper_relayed"),
+                (outbox, relayed) => outbox + relayed
+              )).then((left) => left === 0 || undefined),
+            30_000,
+            200
+          )
+        )
+        yield* assertExactlyOnce(db)
+      })),
+    { timeout: 180_000 }
+  )
+
+  it.live(
     "GitLab's own layout: both databases hold every table, each copy GitLab does not use write-locked",
     () =>
       Effect.scoped(Effect.gen(function*() {

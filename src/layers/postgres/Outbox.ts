@@ -17,13 +17,18 @@
  * the next relay appends nothing for them and deletes them. Killed after 3: ids left in
  * `sweeper_relayed` name rows that no longer exist (outbox ids are never reused); the next relay
  * forgets them. The relay runs after every ci repair commits and when the ci layers start, so a
- * crash's leftovers reach the ledger at the next start or the next repair, whichever comes first.
+ * crash's leftovers reach the ledger at the next start or the next repair, whichever comes first;
+ * a relay that failed is retried within seconds (OutboxRepairEvents).
  */
 import { PgClient } from "@effect/sql-pg"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
 import type { SqlError } from "effect/sql/SqlError"
+import { describeError } from "../../domain/Errors.ts"
 import { MainDatabase } from "./Databases.ts"
 import type { EventRow, EventsTable } from "./EventLogSql.ts"
 
@@ -95,10 +100,19 @@ const recoverOutbox = (ci: PgClient.PgClient, main: PgClient.PgClient) =>
     yield* relayOutbox(ci, main)
   })
 
+/** How soon a relay that failed (main unreachable, a statement refused) is tried again. */
+export const RELAY_RETRY = Duration.seconds(5)
+
 /**
  * The ci repairs' RepairEvents, on ci's PgClient with main's MainDatabase: events into the outbox,
  * the relay after every commit. With `recover` (commands that write: `start`, `run`), building it
  * relays whatever an earlier process left; commands that only read write nothing, this included.
+ *
+ * A relay that fails does not fail the repair that committed before it: the builds are failed and
+ * their events are safe in ci's outbox, so the page counts what it did (a failed page would be
+ * retried, find its builds no longer stuck, and count nothing). The failure is logged and the relay
+ * owed: tried again every RELAY_RETRY while this layer lives (not only at the next repair, which
+ * may be hours away) and once more when it is released.
  */
 export const OutboxRepairEvents = (options: { readonly recover: boolean }) =>
   Layer.effect(
@@ -107,6 +121,19 @@ export const OutboxRepairEvents = (options: { readonly recover: boolean }) =>
       const ci = yield* PgClient.PgClient
       const main = yield* MainDatabase
       if (options.recover) yield* recoverOutbox(ci, main)
-      return { table: "sweeper_outbox" as const, committed: relayOutbox(ci, main) }
+      const owed = yield* Ref.make(false)
+      const relay = relayOutbox(ci, main).pipe(
+        Effect.andThen(Ref.set(owed, false)),
+        Effect.catch((error) =>
+          Ref.set(owed, true).pipe(Effect.andThen(Effect.logWarning(
+            "Repair events not yet relayed from ci's outbox to main's ledger; retrying",
+            describeError(error)
+          )))
+        )
+      )
+      const relayIfOwed = Effect.when(relay, Ref.get(owed))
+      yield* relayIfOwed.pipe(Effect.repeat(Schedule.spaced(RELAY_RETRY)), Effect.forkScoped)
+      yield* Effect.addFinalizer(() => relayIfOwed.pipe(Effect.timeout(RELAY_RETRY), Effect.ignore))
+      return { table: "sweeper_outbox" as const, committed: relay }
     })
   )
