@@ -67,7 +67,8 @@ const measure = (layout: "single" | "decomposed") =>
       Layer.succeed(SqlClient.SqlClient, main),
       Layer.succeed(CiDatabase, CiDatabase.of({ sql: ci, decomposed }))
     )
-    const Platform = Layer.mergeAll(DatabaseBackends(), LeaseRedis, MetricsPrometheus, TuningFromConfig).pipe(
+    const Platform = Layer.mergeAll(DatabaseBackends(), LeaseRedis, TuningFromConfig).pipe(
+      Layer.provideMerge(MetricsPrometheus),
       Layer.provideMerge(MainDatabaseLive.pipe(Layer.provideMerge(Clients))),
       Layer.provideMerge(Layer.mergeAll(Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({})))
     )

@@ -67,6 +67,7 @@ import { RebalancingStateRedis } from "../layers/redis/RebalancingStateRedis.ts"
 import { Redis, type StoreUrls } from "../layers/redis/Redis.ts"
 import { RunnerAckQueueRedis } from "../layers/redis/RunnerAckQueueRedis.ts"
 import { batches } from "../programs/index.ts"
+import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
 
 /**
@@ -147,7 +148,7 @@ export const DatabaseBackends = (access: SchemaAccess = "migrate") =>
     type Backends = Layer.Layer<
       Layer.Success<typeof SqlBackends>,
       Layer.Error<typeof SqlBackends>,
-      Layer.Services<typeof SqlBackends> | MainDatabase
+      Layer.Services<typeof SqlBackends> | MainDatabase | Metrics
     >
     if (!ci.decomposed) return SqlBackends as Backends
     const backends: Backends = Layer.merge(
@@ -427,9 +428,8 @@ export const appLayer = (access: SchemaAccess) =>
           DatabaseBackends(access),
           redisBacked,
           objectStorageLayer(settings.objectStorage),
-          TuningFromConfig,
-          MetricsPrometheus
-        )
+          TuningFromConfig
+        ).pipe(Layer.provideMerge(MetricsPrometheus))
       ),
       Layer.provideMerge(databaseLayer(settings, access))
     )

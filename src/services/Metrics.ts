@@ -111,6 +111,20 @@ export const eventsPrunedTotal = Metric.counter("sweeper_events_pruned_total", {
 })
 
 /**
+ * A decomposed GitLab's ci repairs write their events into ci's outbox and relay them to main's
+ * ledger; a relay that fails leaves them waiting there and is retried (layers/postgres/Outbox.ts).
+ */
+export const outboxRelayOwed = Metric.gauge("sweeper_outbox_relay_owed", {
+  description:
+    "1 while ci repairs' events wait in ci's outbox after a relay to main's ledger failed (retried every 5 s), else 0"
+})
+
+export const outboxRelayFailuresTotal = Metric.counter("sweeper_outbox_relay_failures_total", {
+  description: "Relays of ci repairs' events to main's ledger that failed (the events stay in ci's outbox)",
+  incremental: true
+})
+
+/**
  * Health gate: 1 while `signal` holds `batch`. The gate's series are labelled by signal (and batch);
  * a PostgreSQL signal's also by `database` (main, ci): which of GitLab's databases it was read on.
  */
@@ -193,8 +207,9 @@ export class Metrics extends Context.Service<Metrics, {
   observe(histogram: Metric.Histogram<number>, value: number, attributes?: Attributes): Effect.Effect<void>
   /**
    * Every run and missed-tick series of every batch, present from start-up at 0 (OUTCOMES ×
-   * MISSED_REASONS), and the pruned-events counter, so `increase()` sees the first event and "nothing
-   * pruned for days while the table grows" is an expression over a series that exists.
+   * MISSED_REASONS), the pruned-events counter and the outbox relay's series, so `increase()` sees the
+   * first event and "nothing pruned for days while the table grows" is an expression over a series
+   * that exists.
    */
   initialiseSeries(batches: ReadonlyArray<string>): Effect.Effect<void>
   /** Every series as Prometheus text (0.0.4), with the process figures read now. */

@@ -225,6 +225,11 @@ describe("decomposed GitLab: main and ci databases", () => {
           0
         )
         assert.include(supervisor.output(), "not yet relayed")
+        const metrics = (url: string) => Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
+        const address = yield* Effect.promise(() => supervisor.listening)
+        const owed = yield* metrics(address)
+        assert.match(owed, /^sweeper_outbox_relay_owed(\{\})? 1$/m)
+        assert.match(owed, /^sweeper_outbox_relay_failures_total(\{\})? [1-9]\d*$/m)
 
         // Main accepts again: with nothing left to repair, the relay is retried on its own.
         yield* db.main.unsafe("DROP TRIGGER test_refuse ON sweeper_relayed")
@@ -242,6 +247,7 @@ describe("decomposed GitLab: main and ci databases", () => {
           )
         )
         yield* assertExactlyOnce(db)
+        assert.match(yield* metrics(address), /^sweeper_outbox_relay_owed(\{\})? 0$/m)
       })),
     { timeout: 180_000 }
   )

@@ -29,6 +29,7 @@ import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
 import type { SqlError } from "effect/sql/SqlError"
 import { describeError } from "../../domain/Errors.ts"
+import { Metrics, outboxRelayFailuresTotal, outboxRelayOwed } from "../../services/Metrics.ts"
 import { MainDatabase } from "./Databases.ts"
 import type { EventRow, EventsTable } from "./EventLogSql.ts"
 
@@ -104,7 +105,8 @@ const recoverOutbox = (ci: PgClient.PgClient, main: PgClient.PgClient) =>
 export const RELAY_RETRY = Duration.seconds(5)
 
 /**
- * The ci repairs' RepairEvents, on ci's PgClient with main's MainDatabase: events into the outbox,
+ * The ci repairs' RepairEvents, on ci's PgClient with main's MainDatabase (and Metrics: the relay's
+ * sweeper_outbox_relay_owed and _failures_total): events into the outbox,
  * the relay after every commit. With `recover` (commands that write: `start`, `run`), building it
  * relays whatever an earlier process left; commands that only read write nothing, this included.
  *
@@ -121,14 +123,22 @@ export const OutboxRepairEvents = (options: { readonly recover: boolean }) =>
       const ci = yield* PgClient.PgClient
       const main = yield* MainDatabase
       if (options.recover) yield* recoverOutbox(ci, main)
+      const metrics = yield* Metrics
       const owed = yield* Ref.make(false)
+      const setOwed = (value: boolean) =>
+        Ref.set(owed, value).pipe(Effect.andThen(metrics.setGauge(outboxRelayOwed, value ? 1 : 0)))
+      yield* setOwed(false)
       const relay = relayOutbox(ci, main).pipe(
-        Effect.andThen(Ref.set(owed, false)),
+        Effect.andThen(setOwed(false)),
         Effect.catch((error) =>
-          Ref.set(owed, true).pipe(Effect.andThen(Effect.logWarning(
-            "Repair events not yet relayed from ci's outbox to main's ledger; retrying",
-            describeError(error)
-          )))
+          Effect.all([
+            setOwed(true),
+            metrics.increment(outboxRelayFailuresTotal, 1),
+            Effect.logWarning(
+              "Repair events not yet relayed from ci's outbox to main's ledger; retrying",
+              describeError(error)
+            )
+          ], { discard: true })
         )
       )
       const relayIfOwed = Effect.when(relay, Ref.get(owed))

@@ -15,6 +15,8 @@ import {
   eventsPrunedTotal,
   Metrics,
   MISSED_REASONS,
+  outboxRelayFailuresTotal,
+  outboxRelayOwed,
   OUTCOMES,
   runsTotal,
   ticksMissedTotal
@@ -75,7 +77,10 @@ export const MetricsPrometheus = Layer.effect(
             Effect.forEach(MISSED_REASONS, (reason) => update(ticksMissedTotal, 0, { batch, reason }))
           ]), { discard: true }).pipe(
             Effect.andThen(update(eventsPrunedTotal, 0)),
-            Effect.andThen(update(directUploadsVanishedTotal, 0))
+            Effect.andThen(update(directUploadsVanishedTotal, 0)),
+            // 0 on one database too (nothing can wait in an outbox there): one alert rule for both layouts.
+            Effect.andThen(update(outboxRelayOwed, 0)),
+            Effect.andThen(update(outboxRelayFailuresTotal, 0))
           ),
       prometheusText: Effect.andThen(sampleProcess, PrometheusMetrics.format())
     })
