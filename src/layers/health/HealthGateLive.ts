@@ -37,14 +37,13 @@ import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
-import { type BatchWrites, CurrentRun } from "../../domain/Batch.ts"
+import { CurrentRun } from "../../domain/Batch.ts"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import { RepairHeld, RepairReleased } from "../../domain/Events.ts"
 import {
   addSample,
   baselineOf as warmBaseline,
   databaseOfSubject,
-  databasesOf,
   formatThreshold,
   formatValue,
   type HealthConfig,
@@ -63,8 +62,7 @@ import {
   throttleStep,
   unknown,
   value,
-  worstOf,
-  type WriteSet
+  worstOf
 } from "../../domain/Health.ts"
 import * as Holds from "../../domain/HealthHolds.ts"
 import { EventLog } from "../../services/EventLog.ts"
@@ -82,6 +80,9 @@ import {
   repairHeldSecondsTotal,
   setGauge
 } from "../../services/Metrics.ts"
+import { gateBatches, type GatedBatch, signalLabels } from "./HealthGateBatches.ts"
+
+export { type GatedBatch, writeSetOf } from "./HealthGateBatches.ts"
 
 /** How often the sampler reads while no batch of this process has written for ACTIVE_WINDOW. */
 export const IDLE_INTERVAL = Duration.seconds(10)
@@ -93,12 +94,6 @@ export const FRESH_ROUND = Duration.millis(1500)
 export const STALE_AFTER = Duration.seconds(5)
 /** The longest a unit waits for a fresh round when it has no deadline of its own. */
 export const ROUND_WAIT = Duration.seconds(5)
-
-/** A batch as the gate needs it: its name and what it writes. */
-export interface GatedBatch {
-  readonly name: string
-  readonly writes?: BatchWrites | undefined
-}
 
 export interface GateOptions {
   readonly config: HealthConfig
@@ -125,19 +120,6 @@ const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
 
 const isRelative = (rule: SignalRule) => rule.stop.bound._tag === "Relative" || rule.resume.bound._tag === "Relative"
 
-export const writeSetOf = (batch: GatedBatch, limitQueues: ReadonlyArray<string>, decomposed = false): WriteSet => ({
-  tables: batch.writes?.tables ?? [],
-  databases: databasesOf(batch.writes, decomposed),
-  redisStores: batch.writes?.redisStores ?? [],
-  queues: [
-    ...new Set([
-      ...(batch.writes?.queues ?? []),
-      // Workers discovered at run time (not in SWEEPER_CONCURRENCY_LIMITS) are resumed into `default`.
-      ...(batch.writes?.concurrencyLimitQueues === true ? [...limitQueues, "default"] : [])
-    ])
-  ]
-})
-
 /** The gate and its report, over HealthSignals and EventLog; its sampler lives as long as the layer. */
 export const makeHealthGate = (options: GateOptions) =>
   Effect.gen(function*() {
@@ -154,21 +136,12 @@ export const makeHealthGate = (options: GateOptions) =>
     const { config } = options
     const limitQueues = [...new Set(Object.values(options.concurrencyLimits).map((setting) => setting.queue))]
 
-    // What each batch writes, and which rules can hold it (on which subjects).
-    const writeSets = new Map(
-      options.batches.map((batch) => [batch.name, writeSetOf(batch, limitQueues, decomposed)])
+    const { databaseFor, holdingRules, throttling, writeSets } = gateBatches(
+      config,
+      options.batches,
+      limitQueues,
+      decomposed
     )
-    const throttling = new Set(
-      options.batches.filter((batch) => batch.writes?.concurrencyLimitQueues === true).map((batch) => batch.name)
-    )
-    const holdingRules = (batch: string): ReadonlyArray<SignalRule> => {
-      const writes = writeSets.get(batch)
-      if (writes === undefined) return []
-      return config.rules.filter((rule) =>
-        subjectsFor(rule, writes).length > 0 &&
-        !(config.throttleLimits && throttling.has(batch) && throttlesInsteadOfHolding(rule))
-      )
-    }
 
     // One slot per rule and subject any batch needs: the sampler's work list.
     const slots = new Map<string, Slot>()
@@ -200,9 +173,6 @@ export const makeHealthGate = (options: GateOptions) =>
           .map((slot) => slot.subject)
       )
     ]
-    /** A signal's labels: PostgreSQL ones name their database. */
-    const labelsOf = (signal: string, database: DatabaseName | undefined) =>
-      database === undefined ? { signal } : { signal, database }
 
     /** A rule's slots by database (one group, undefined, for a signal not read on PostgreSQL). */
     const slotGroups = config.rules.flatMap((rule) => {
@@ -241,7 +211,7 @@ export const makeHealthGate = (options: GateOptions) =>
           ...(slot.database === undefined ? {} : { database: slot.database })
         }
         if (reading._tag === "Unknown") {
-          yield* increment(healthSignalUnknownTotal, 1, labelsOf(slot.rule.signal, slot.database))
+          yield* increment(healthSignalUnknownTotal, 1, signalLabels(slot.rule.signal, slot.database))
           if (slot.unknownLogged !== reading.reason) {
             slot.unknownLogged = reading.reason
             yield* Effect.logWarning("Health signal unknown", {
@@ -335,7 +305,7 @@ export const makeHealthGate = (options: GateOptions) =>
         const known = readings.filter((r) => r._tag === "Value")
         // Nothing readable: NaN, not a reassuring 0 (sweeper_health_signal_unknown says why).
         const worst = known.length === 0 ? value(Number.NaN) : worstOf(rule, known)
-        const labels = labelsOf(rule.signal, database)
+        const labels = signalLabels(rule.signal, database)
         yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, labels)
         yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, labels)
       }
@@ -409,13 +379,10 @@ export const makeHealthGate = (options: GateOptions) =>
       const slot = slots.get(slotKey(rule.signal, subject)) ?? slotsOf(rule)[0]
       return slot === undefined ? Option.none() : slot.baseline
     }
-    /** The database a PostgreSQL rule reads for a batch (undefined for the others). */
-    const databaseFor = (signal: string, batch: string): DatabaseName | undefined => {
-      const rule = config.rules.find((r) => r.signal === signal)
-      const subject = rule === undefined ? undefined : subjectsFor(rule, writeSets.get(batch)!)[0]
-      return rule === undefined || subject === undefined ? undefined : databaseOfSubject(rule, subject, decomposed)
-    }
-    const heldLabels = (batch: string, signal: string) => ({ batch, ...labelsOf(signal, databaseFor(signal, batch)) })
+    const heldLabels = (batch: string, signal: string) => ({
+      batch,
+      ...signalLabels(signal, databaseFor(signal, batch))
+    })
     /** A rule's readings on the batch's subjects; one not read for STALE_AFTER is unknown. */
     const readingsFor = (rule: SignalRule, batch: string, now: number): ReadonlyArray<Reading> =>
       subjectsFor(rule, writeSets.get(batch)!).flatMap((subject) => {
@@ -652,7 +619,7 @@ export const makeHealthGate = (options: GateOptions) =>
       const groups = slotGroups.filter(([r]) => r === rule)
       // A rule no batch reads still says it is not unknown.
       if (groups.length === 0) yield* setGauge(healthSignalUnknown, 0, { signal: rule.signal })
-      for (const [, database] of groups) yield* setGauge(healthSignalUnknown, 0, labelsOf(rule.signal, database))
+      for (const [, database] of groups) yield* setGauge(healthSignalUnknown, 0, signalLabels(rule.signal, database))
     }
     for (const [worker, setting] of Object.entries(options.concurrencyLimits)) {
       yield* setGauge(concurrencyLimitEffectiveLimit, setting.limit, { worker })
