@@ -27,7 +27,6 @@
  * counted every sample, healthy for an open rule unless it says `onUnknown: "hold"`, and never the
  * end of a hold.
  */
-import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -35,15 +34,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Schedule from "effect/Schedule"
-import * as Semaphore from "effect/Semaphore"
 import { CurrentRun } from "../../domain/Batch.ts"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import { RepairHeld, RepairReleased } from "../../domain/Events.ts"
 import {
-  addSample,
-  baselineOf as warmBaseline,
-  databaseOfSubject,
   formatThreshold,
   formatValue,
   type HealthConfig,
@@ -51,29 +45,19 @@ import {
   judge,
   type Reading,
   RECHECK_INTERVAL,
-  type RedisStoreName,
-  type Sample,
-  satisfies,
   type SignalRule,
-  subjectsFor,
   thresholdValue,
   throttlesInsteadOfHolding,
   type ThrottleState,
-  throttleStep,
-  unknown,
-  value,
-  worstOf
+  throttleStep
 } from "../../domain/Health.ts"
 import * as Holds from "../../domain/HealthHolds.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
-import { HealthReport, type HealthSnapshot, type HoldReport, type SignalReport } from "../../services/HealthReport.ts"
-import { DatabaseSignals, HealthSignals, type SignalUnreadable } from "../../services/HealthSignals.ts"
+import { HealthReport, type HealthSnapshot, type HoldReport } from "../../services/HealthReport.ts"
+import { DatabaseSignals, HealthSignals } from "../../services/HealthSignals.ts"
 import {
   concurrencyLimitEffectiveLimit,
-  healthSignal,
-  healthSignalUnknown,
-  healthSignalUnknownTotal,
   increment,
   Metrics,
   repairHeld,
@@ -81,19 +65,10 @@ import {
   setGauge
 } from "../../services/Metrics.ts"
 import { gateBatches, type GatedBatch, signalLabels } from "./HealthGateBatches.ts"
+import { makeSampler } from "./HealthSampler.ts"
 
 export { type GatedBatch, writeSetOf } from "./HealthGateBatches.ts"
-
-/** How often the sampler reads while no batch of this process has written for ACTIVE_WINDOW. */
-export const IDLE_INTERVAL = Duration.seconds(10)
-/** A batch that asked the gate this recently keeps the sampler at RECHECK_INTERVAL. */
-export const ACTIVE_WINDOW = Duration.seconds(30)
-/** A unit never decides on a round older than this: it takes a new one first (an idle sampler's are older). */
-export const FRESH_ROUND = Duration.millis(1500)
-/** A subject not read for this long (a few rounds: a hung server, a failing sampler) is unknown. */
-export const STALE_AFTER = Duration.seconds(5)
-/** The longest a unit waits for a fresh round when it has no deadline of its own. */
-export const ROUND_WAIT = Duration.seconds(5)
+export { ACTIVE_WINDOW, FRESH_ROUND, IDLE_INTERVAL, ROUND_WAIT, STALE_AFTER } from "./HealthSampler.ts"
 
 export interface GateOptions {
   readonly config: HealthConfig
@@ -102,23 +77,8 @@ export interface GateOptions {
   readonly concurrencyLimits: Readonly<Record<string, { readonly limit: number; readonly queue: string }>>
 }
 
-interface Slot {
-  readonly rule: SignalRule
-  readonly subject: string
-  /** The database a PostgreSQL signal is read on; undefined for the others. */
-  readonly database: DatabaseName | undefined
-  reading: Option.Option<Reading>
-  readAt: number | null
-  samples: ReadonlyArray<Sample>
-  /** The relative baseline, computed once per round from `samples` (None while warming up). */
-  baseline: Option.Option<number>
-  /** The reason last logged as unknown (so a signal down for an hour is one line, not 3,600). */
-  unknownLogged: string | undefined
-}
-
-const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
-
-const isRelative = (rule: SignalRule) => rule.stop.bound._tag === "Relative" || rule.resume.bound._tag === "Relative"
+/** The key of a run's hold on a signal. */
+const holdKey = (run: string, signal: string) => `${run}\u0000${signal}`
 
 /** The gate and its report, over HealthSignals and EventLog; its sampler lives as long as the layer. */
 export const makeHealthGate = (options: GateOptions) =>
@@ -143,257 +103,19 @@ export const makeHealthGate = (options: GateOptions) =>
       decomposed
     )
 
-    // One slot per rule and subject any batch needs: the sampler's work list.
-    const slots = new Map<string, Slot>()
-    for (const rule of config.rules) {
-      for (const writes of writeSets.values()) {
-        for (const subject of subjectsFor(rule, writes)) {
-          const key = slotKey(rule.signal, subject)
-          if (!slots.has(key)) {
-            slots.set(key, {
-              rule,
-              subject,
-              database: databaseOfSubject(rule, subject, decomposed),
-              reading: Option.none(),
-              readAt: null,
-              samples: [],
-              baseline: Option.none(),
-              unknownLogged: undefined
-            })
-          }
-        }
-      }
-    }
-    const slotsOf = (rule: SignalRule) => [...slots.values()].filter((slot) => slot.rule === rule)
-    /** The databases some slot reads, each once per round whatever number of batches write it. */
-    const databases = [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))]
-    const vacuumTables = (database: DatabaseName) => [
-      ...new Set(
-        [...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum" && slot.database === database)
-          .map((slot) => slot.subject)
-      )
-    ]
-
-    /** A rule's slots by database (one group, undefined, for a signal not read on PostgreSQL). */
-    const slotGroups = config.rules.flatMap((rule) => {
-      const ruleSlots = slotsOf(rule)
-      return [...new Set(ruleSlots.map((slot) => slot.database))].map((database) =>
-        [rule, database, ruleSlots.filter((slot) => slot.database === database)] as const
-      )
+    const sampler = yield* makeSampler({
+      rules: config.rules,
+      writeSets,
+      decomposed,
+      signals,
+      signalsOf
     })
 
-    // ---- the sampler -----------------------------------------------------------------------------
-    const previousWal = new Map<DatabaseName, { at: number; position: number }>()
-    /** When the newest round started (null before the first). */
-    let lastRoundAt: number | null = null
-    /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
-    let lastDemandAt = Number.NEGATIVE_INFINITY
-    const roundLock = yield* Semaphore.make(1)
-    const asReading = (effect: Effect.Effect<number, SignalUnreadable>) =>
-      Effect.match(effect, {
-        onFailure: (error) => unknown(error.reason === "" ? error.message : `${error.source}: ${error.reason}`),
-        onSuccess: value
-      })
-
-    const replicationSlots = [...slots.values()].filter((slot) => slot.rule.source._tag === "ReplicationLag")
-    const replicationReading = (
-      result: Effect.Effect<{ readonly bytes: number; readonly seconds: number }, SignalUnreadable>,
-      measure: "bytes" | "seconds"
-    ) => asReading(Effect.map(result, (lag) => lag[measure]))
-
-    const record = (slot: Slot, reading: Reading, at: number) =>
-      Effect.gen(function*() {
-        slot.reading = Option.some(reading)
-        slot.readAt = at
-        const where = {
-          signal: slot.rule.signal,
-          ...(slot.subject === "" ? {} : { subject: slot.subject }),
-          ...(slot.database === undefined ? {} : { database: slot.database })
-        }
-        if (reading._tag === "Unknown") {
-          yield* increment(healthSignalUnknownTotal, 1, signalLabels(slot.rule.signal, slot.database))
-          if (slot.unknownLogged !== reading.reason) {
-            slot.unknownLogged = reading.reason
-            yield* Effect.logWarning("Health signal unknown", {
-              ...where,
-              reason: reading.reason,
-              treatedAs: slot.rule.onUnknown
-            })
-          }
-        } else if (slot.unknownLogged !== undefined) {
-          slot.unknownLogged = undefined
-          yield* Effect.logInfo("Health signal readable again", where)
-        }
-      })
-
-    const sampleRound = Effect.gen(function*() {
-      const at = yield* Clock.currentTimeMillis
-      // Read once per round and database what several slots share.
-      type Lag = Effect.Effect<{ readonly bytes: number; readonly seconds: number }, SignalUnreadable>
-      const replication = new Map<DatabaseName, Lag>()
-      const vacuumed = new Map<DatabaseName, Effect.Effect<ReadonlyArray<string>, SignalUnreadable>>()
-      for (const database of databases) {
-        replication.set(database, yield* Effect.cached(signalsOf(database).replicationLag))
-        const tables = vacuumTables(database)
-        vacuumed.set(
-          database,
-          yield* Effect.cached(
-            tables.length === 0 ? Effect.succeed([] as ReadonlyArray<string>) : signalsOf(database).vacuuming(tables)
-          )
-        )
-      }
-      const read = (slot: Slot): Effect.Effect<Option.Option<Reading>> => {
-        const source = slot.rule.source
-        const database = slot.database ?? "main"
-        switch (source._tag) {
-          case "ReplicationLag":
-            return Effect.map(replicationReading(replication.get(database)!, source.measure), Option.some)
-          case "WalRate":
-            return Effect.map(Effect.result(signalsOf(database).walPosition), (result) => {
-              if (result._tag === "Failure") {
-                previousWal.delete(database)
-                return Option.some(unknown(result.failure.message))
-              }
-              const before = previousWal.get(database)
-              previousWal.set(database, { at, position: result.success })
-              // The first sample has nothing to take a rate against: no reading yet (not unknown).
-              if (before === undefined || at <= before.at) return Option.none()
-              const rate = Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))
-              // The baseline is the platform's normal: WAL written while this process's batches
-              // wrote (within ACTIVE_WINDOW) is partly Sweeper's own, so it is left out of it.
-              if (isRelative(slot.rule) && before.at - lastDemandAt > Duration.toMillis(ACTIVE_WINDOW)) {
-                slot.samples = addSample(slot.samples, at, rate)
-              }
-              return Option.some(value(rate))
-            })
-          case "Autovacuum":
-            return Effect.map(
-              asReading(Effect.map(vacuumed.get(database)!, (tables) => tables.includes(slot.subject) ? 1 : 0)),
-              Option.some
-            )
-          case "LongTransactions":
-            return Effect.map(asReading(signalsOf(database).oldestTransaction), Option.some)
-          case "RedisMemory":
-            return Effect.map(asReading(signals.redisMemory(slot.subject as RedisStoreName)), Option.some)
-          case "QueueLatency":
-            return Effect.map(asReading(signals.queueLatency(slot.subject)), Option.some)
-          case "Prometheus":
-            return Effect.map(asReading(signals.prometheus(source.url, source.query)), Option.some)
-        }
-      }
-      yield* Effect.forEach([...slots.values()], (slot) =>
-        Effect.gen(function*() {
-          const reading = yield* read(slot)
-          if (Option.isNone(reading)) {
-            // Read, but nothing to judge yet (the WAL rate's first sample).
-            slot.readAt = at
-            return
-          }
-          const r = reading.value
-          if (r._tag === "Value" && isRelative(slot.rule) && slot.rule.source._tag !== "WalRate") {
-            slot.samples = addSample(slot.samples, at, r.value)
-          }
-          yield* record(slot, r, at)
-        }), { concurrency: "unbounded", discard: true })
-      // Baselines once per round, not per unit or per report.
-      for (const slot of slots.values()) if (isRelative(slot.rule)) slot.baseline = warmBaseline(slot.samples)
-      lastRoundAt = at
-      // Gauges: per signal (and database) the worst reading over its subjects, and whether any is unknown.
-      for (const [rule, database, group] of slotGroups) {
-        const readings = group.flatMap((slot) => Option.toArray(slot.reading))
-        if (readings.length === 0) continue
-        const known = readings.filter((r) => r._tag === "Value")
-        // Nothing readable: NaN, not a reassuring 0 (sweeper_health_signal_unknown says why).
-        const worst = known.length === 0 ? value(Number.NaN) : worstOf(rule, known)
-        const labels = signalLabels(rule.signal, database)
-        yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, labels)
-        yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, labels)
-      }
-    })
-
-    /** One round at a time; a round that fails or dies is logged, and the next one is still taken. */
-    const guardedRound = (when: (now: number) => boolean) =>
-      roundLock.withPermits(1)(
-        Effect.flatMap(Clock.currentTimeMillis, (now) => when(now) ? sampleRound : Effect.void)
-      ).pipe(
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.logError("Health sampler round failed; the next one is on schedule", cause)
-        )
-      )
-    const isStale = (now: number) => lastRoundAt === null || now - lastRoundAt > Duration.toMillis(FRESH_ROUND)
-    const active = (now: number) => now - lastDemandAt <= Duration.toMillis(ACTIVE_WINDOW)
-
-    // Supervised by its schedule, which ticks every RECHECK_INTERVAL: a round on every tick while a
-    // batch of this process runs, on every IDLE_INTERVAL otherwise, so a starting batch is never
-    // left waiting on an idle sleep.
-    // A round a unit took itself less than half a tick ago serves the tick.
-    yield* guardedRound((now) =>
-      lastRoundAt === null ||
-      (active(now)
-        ? now - lastRoundAt >= Duration.toMillis(RECHECK_INTERVAL) / 2
-        : now - lastRoundAt >= Duration.toMillis(IDLE_INTERVAL))
-    ).pipe(
-      Effect.repeat(Schedule.spaced(RECHECK_INTERVAL)),
-      Effect.forkScoped
-    )
-
-    /** How long a unit may wait for a reading: ROUND_WAIT, and never past its deadline. */
-    const waitBound = (now: number, deadlineMillis: number | undefined) =>
-      Duration.millis(Math.max(1, Math.min(Duration.toMillis(ROUND_WAIT), (deadlineMillis ?? Infinity) - now)))
-
-    /** Readings from a round no older than FRESH_ROUND before deciding, waiting at most until `deadline` for them. */
-    const ensureFresh = (now: number, deadlineMillis: number | undefined) =>
-      isStale(now)
-        ? guardedRound(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
-        : Effect.void
-
-    // The WAL-position signal read fresh before a unit, on the database the batch writes. Each ask
-    // takes a ticket; a read covers every ticket issued before it began, so concurrent units share a
-    // read but none uses one begun before it asked.
-    const tickets = new Map<DatabaseName, { readonly lock: Semaphore.Semaphore; issued: number; covered: number }>()
-    for (const database of databases) tickets.set(database, { lock: yield* Semaphore.make(1), issued: 0, covered: 0 })
-    const freshReplication = (database: DatabaseName) =>
-      Effect.suspend(() => {
-        const mine = replicationSlots.filter((slot) => slot.database === database)
-        const state = tickets.get(database)
-        if (mine.length === 0 || state === undefined) return Effect.void
-        const ticket = ++state.issued
-        return state.lock.withPermits(1)(Effect.gen(function*() {
-          if (state.covered >= ticket) return
-          state.covered = state.issued
-          const at = yield* Clock.currentTimeMillis
-          const lag = yield* Effect.cached(signalsOf(database).replicationLag)
-          for (const slot of mine) {
-            const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
-            yield* record(slot, yield* replicationReading(lag, source.measure), at)
-          }
-        }))
-      })
-
-    // ---- judging a batch -------------------------------------------------------------------------
-    /** A rule's baseline as it applies to a batch: on the batch's own subject (its database's WAL rate). */
-    const baselineOf = (rule: SignalRule, batch: string): Option.Option<number> => {
-      const subject = subjectsFor(rule, writeSets.get(batch)!)[0] ?? ""
-      const slot = slots.get(slotKey(rule.signal, subject)) ?? slotsOf(rule)[0]
-      return slot === undefined ? Option.none() : slot.baseline
-    }
+    // ---- the runs' holds ---------------------------------------------------------------------------
     const heldLabels = (batch: string, signal: string) => ({
       batch,
       ...signalLabels(signal, databaseFor(signal, batch))
     })
-    /** A rule's readings on the batch's subjects; one not read for STALE_AFTER is unknown. */
-    const readingsFor = (rule: SignalRule, batch: string, now: number): ReadonlyArray<Reading> =>
-      subjectsFor(rule, writeSets.get(batch)!).flatMap((subject) => {
-        const slot = slots.get(slotKey(rule.signal, subject))
-        if (slot === undefined) return []
-        if (slot.readAt === null) return [unknown("not read yet")]
-        if (now - slot.readAt > Duration.toMillis(STALE_AFTER)) {
-          return [unknown(`not read for ${Math.round((now - slot.readAt) / 1000)} s`)]
-        }
-        return Option.toArray(slot.reading)
-      })
 
     /** Runs by key (run id, or the batch for a run without one), with the batch they belong to. */
     const runs = new Map<string, { readonly batch: string; state: Holds.RunHolds }>()
@@ -411,7 +133,7 @@ export const makeHealthGate = (options: GateOptions) =>
 
     const startHold = Effect.fnUntraced(
       function*(key: string, batch: string, rule: SignalRule, reading: Reading, now: number) {
-        const baseline = baselineOf(rule, batch)
+        const baseline = sampler.baselineOf(rule, batch)
         const database = databaseFor(rule.signal, batch)
         const threshold = Option.getOrNull(thresholdValue(rule.stop, baseline))
         const v = reading._tag === "Value" ? reading.value : null
@@ -424,7 +146,7 @@ export const makeHealthGate = (options: GateOptions) =>
           display,
           threshold: thresholdText
         })
-        counted.set(slotKey(key, rule.signal), now)
+        counted.set(holdKey(key, rule.signal), now)
         yield* setGauge(repairHeld, 1, heldLabels(batch, rule.signal))
         yield* append(
           new RepairHeld({
@@ -449,8 +171,8 @@ export const makeHealthGate = (options: GateOptions) =>
     )
 
     const countHeld = (key: string, batch: string, signal: string, now: number) => {
-      const last = counted.get(slotKey(key, signal)) ?? now
-      counted.set(slotKey(key, signal), now)
+      const last = counted.get(holdKey(key, signal)) ?? now
+      counted.set(holdKey(key, signal), now)
       const seconds = (now - last) / 1000
       return seconds > 0 ? increment(repairHeldSecondsTotal, seconds, heldLabels(batch, signal)) : Effect.void
     }
@@ -462,7 +184,7 @@ export const makeHealthGate = (options: GateOptions) =>
       const batch = entry.batch
       entry.state = Holds.closeHold(entry.state, signal, now)
       yield* countHeld(key, batch, signal, now)
-      counted.delete(slotKey(key, signal))
+      counted.delete(holdKey(key, signal))
       yield* setGauge(repairHeld, 0, heldLabels(batch, signal))
       const heldMs = now - hold.since
       const database = databaseFor(signal, batch)
@@ -505,7 +227,7 @@ export const makeHealthGate = (options: GateOptions) =>
     const dryVerdict = (batch: string, rules: ReadonlyArray<SignalRule>, now: number) =>
       Effect.gen(function*() {
         const wouldHold = rules.filter((rule) =>
-          judge(rule, false, readingsFor(rule, batch, now), baselineOf(rule, batch)).held
+          judge(rule, false, sampler.readingsFor(rule, batch, now), sampler.baselineOf(rule, batch)).held
         )
           .map((rule) => rule.signal)
         const said = wouldHold.join(", ")
@@ -526,7 +248,7 @@ export const makeHealthGate = (options: GateOptions) =>
           const writtenDatabases = writeSets.get(batch)?.databases ?? []
           const writesDatabase = writtenDatabases.length > 0
           if (run.dryRun) {
-            yield* ensureFresh(yield* Clock.currentTimeMillis, deadlineMillis)
+            yield* sampler.ensureFresh(yield* Clock.currentTimeMillis, deadlineMillis)
             return yield* dryVerdict(batch, rules, yield* Clock.currentTimeMillis)
           }
           const key = run.runId ?? `batch:${batch}`
@@ -536,17 +258,17 @@ export const makeHealthGate = (options: GateOptions) =>
           return yield* Effect.gen(function*() {
             while (true) {
               const asked = yield* Clock.currentTimeMillis
-              if (writesDatabase) lastDemandAt = asked
-              yield* ensureFresh(asked, deadlineMillis)
+              if (writesDatabase) sampler.demanded(asked)
+              yield* sampler.ensureFresh(asked, deadlineMillis)
               for (const database of writtenDatabases) {
-                yield* Effect.timeoutOption(freshReplication(database), waitBound(asked, deadlineMillis))
+                yield* sampler.freshReplication(database, asked, deadlineMillis)
               }
               const now = yield* Clock.currentTimeMillis
               const step = Holds.check(
                 runOf(key, batch).state,
                 rules,
-                (rule) => readingsFor(rule, batch, now),
-                (rule) => baselineOf(rule, batch)
+                (rule) => sampler.readingsFor(rule, batch, now),
+                (rule) => sampler.baselineOf(rule, batch)
               )
               for (const { reading, rule } of step.open) yield* startHold(key, batch, rule, reading, now)
               for (const signal of step.close) yield* endHold(key, signal, now)
@@ -580,16 +302,16 @@ export const makeHealthGate = (options: GateOptions) =>
           if (!config.throttleLimits || !throttling.has(batch)) return limit
           const run = yield* CurrentRun
           const asked = yield* Clock.currentTimeMillis
-          if (!run.dryRun) lastDemandAt = asked
-          yield* ensureFresh(asked, undefined)
+          if (!run.dryRun) sampler.demanded(asked)
+          yield* sampler.ensureFresh(asked, undefined)
           const now = yield* Clock.currentTimeMillis
           const previous = throttles.get(worker)
           const held = new Map(previous?.held ?? [])
           let unhealthy = false
           for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
-            const readings = readingsFor(rule, batch, now)
+            const readings = sampler.readingsFor(rule, batch, now)
             if (readings.length === 0) continue
-            const isHeld = judge(rule, held.get(rule.signal) === true, readings, baselineOf(rule, batch)).held
+            const isHeld = judge(rule, held.get(rule.signal) === true, readings, sampler.baselineOf(rule, batch)).held
             held.set(rule.signal, isHeld)
             unhealthy ||= isHeld
           }
@@ -615,40 +337,14 @@ export const makeHealthGate = (options: GateOptions) =>
         yield* Metric.update(Metric.withAttributes(repairHeldSecondsTotal, heldLabels(batch, rule.signal)), 0)
       }
     }
-    for (const rule of config.rules) {
-      const groups = slotGroups.filter(([r]) => r === rule)
-      // A rule no batch reads still says it is not unknown.
-      if (groups.length === 0) yield* setGauge(healthSignalUnknown, 0, { signal: rule.signal })
-      for (const [, database] of groups) yield* setGauge(healthSignalUnknown, 0, signalLabels(rule.signal, database))
-    }
+    yield* sampler.seriesAtStart
     for (const [worker, setting] of Object.entries(options.concurrencyLimits)) {
       yield* setGauge(concurrencyLimitEffectiveLimit, setting.limit, { worker })
     }
 
     // ---- the report ----------------------------------------------------------------------------------
     const snapshot: Effect.Effect<HealthSnapshot> = Effect.sync(() => {
-      const signalReports: Array<SignalReport> = [...slots.values()].map((slot) => {
-        const baseline = slot.baseline
-        const reading = Option.getOrUndefined(slot.reading)
-        const base = {
-          signal: slot.rule.signal,
-          subject: slot.subject,
-          ...(slot.database === undefined ? {} : { database: slot.database }),
-          stop: formatThreshold(slot.rule, slot.rule.stop, baseline),
-          resume: formatThreshold(slot.rule, slot.rule.resume, baseline),
-          readAt: slot.readAt === null ? null : new Date(slot.readAt).toISOString()
-        }
-        if (reading === undefined) return { ...base, state: "pending" as const, value: null, display: "not read yet" }
-        if (reading._tag === "Unknown") {
-          return { ...base, state: "unknown" as const, value: null, display: "unknown", reason: reading.reason }
-        }
-        return {
-          ...base,
-          state: satisfies(slot.rule.stop, reading.value, baseline) ? "over" as const : "ok" as const,
-          value: reading.value,
-          display: formatValue(slot.rule.unit, reading.value)
-        }
-      })
+      const signalReports = sampler.signalReports()
       const holdReports: Array<HoldReport> = []
       for (const { batch, state } of runs.values()) {
         for (const [signal, hold] of state.holds) {
