@@ -26,6 +26,11 @@
  * A signal that cannot be read is `unknown`: logged when it becomes unknown (and when it recovers),
  * counted every sample, healthy for an open rule unless it says `onUnknown: "hold"`, and never the
  * end of a hold.
+ *
+ * The parts, each in its own file: what the gate knows of its batches (HealthGateBatches.ts), the
+ * sampler and its freshness (HealthSampler.ts), the runs' holds and their events (HealthGateHolds.ts)
+ * and the throttled concurrency limits (HealthGateThrottle.ts). This file composes them and decides a
+ * unit: a dry run's verdict, or a real run's wait until its holds release or its deadline passes.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -35,21 +40,14 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { CurrentRun } from "../../domain/Batch.ts"
 import type { DatabaseName } from "../../domain/Databases.ts"
-import {
-  type HealthConfig,
-  judge,
-  RECHECK_INTERVAL,
-  type SignalRule,
-  throttlesInsteadOfHolding,
-  type ThrottleState,
-  throttleStep
-} from "../../domain/Health.ts"
+import { type HealthConfig, judge, RECHECK_INTERVAL, type SignalRule } from "../../domain/Health.ts"
 import { HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
 import { HealthReport, type HealthSnapshot } from "../../services/HealthReport.ts"
 import { DatabaseSignals, HealthSignals } from "../../services/HealthSignals.ts"
-import { concurrencyLimitEffectiveLimit, Metrics, setGauge } from "../../services/Metrics.ts"
+import { Metrics } from "../../services/Metrics.ts"
 import { gateBatches, type GatedBatch } from "./HealthGateBatches.ts"
 import { makeGateHolds } from "./HealthGateHolds.ts"
+import { makeThrottle } from "./HealthGateThrottle.ts"
 import { makeSampler } from "./HealthSampler.ts"
 
 export { type GatedBatch, writeSetOf } from "./HealthGateBatches.ts"
@@ -88,6 +86,7 @@ export const makeHealthGate = (options: GateOptions) =>
       signalsOf
     })
     const holds = yield* makeGateHolds(batches, config.rules, sampler)
+    const throttle = makeThrottle(config, batches.throttling, options.concurrencyLimits, sampler)
 
     const dryLogged = new Map<string, string>()
     /** A dry run: judged as if nothing held it, waiting for nothing and writing nothing. */
@@ -159,53 +158,19 @@ export const makeHealthGate = (options: GateOptions) =>
         metrics
       )
 
-    // ---- throttled concurrency limits --------------------------------------------------------------
-    const throttles = new Map<string, { state: ThrottleState; limit: number; held: Map<string, boolean> }>()
-    const effectiveLimit: HealthGateShape["effectiveLimit"] = ({ batch, worker, limit }) =>
-      Effect.provideService(
-        Effect.gen(function*() {
-          if (!config.throttleLimits || !batches.throttling.has(batch)) return limit
-          const run = yield* CurrentRun
-          const asked = yield* Clock.currentTimeMillis
-          if (!run.dryRun) sampler.demanded(asked)
-          yield* sampler.ensureFresh(asked, undefined)
-          const now = yield* Clock.currentTimeMillis
-          const previous = throttles.get(worker)
-          const held = new Map(previous?.held ?? [])
-          let unhealthy = false
-          for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
-            const readings = sampler.readingsFor(rule, batch, now)
-            if (readings.length === 0) continue
-            const isHeld = judge(rule, held.get(rule.signal) === true, readings, sampler.baselineOf(rule, batch)).held
-            held.set(rule.signal, isHeld)
-            unhealthy ||= isHeld
-          }
-          const state = throttleStep(limit, Option.map(Option.fromUndefinedOr(previous), (p) => p.state), unhealthy)
-          // A dry run says what the limit would be, and leaves the throttle where the real runs put it.
-          if (run.dryRun) return state.effective
-          throttles.set(worker, { state, limit, held })
-          yield* setGauge(concurrencyLimitEffectiveLimit, state.effective, { worker })
-          if (state.effective !== limit) {
-            yield* Effect.logInfo("Concurrency limit throttled", { worker, limit, effective: state.effective })
-          }
-          return state.effective
-        }),
-        Metrics,
-        metrics
-      )
+    const effectiveLimit: HealthGateShape["effectiveLimit"] = (request) =>
+      Effect.provideService(throttle.effectiveLimit(request), Metrics, metrics)
 
     // Every series exists from start-up, at rest, so that rate() and the dashboard see its first change.
     yield* holds.seriesAtStart
     yield* sampler.seriesAtStart
-    for (const [worker, setting] of Object.entries(options.concurrencyLimits)) {
-      yield* setGauge(concurrencyLimitEffectiveLimit, setting.limit, { worker })
-    }
+    yield* throttle.seriesAtStart
 
     const snapshot: Effect.Effect<HealthSnapshot> = Effect.sync(() => ({
       configured: true,
       signals: sampler.signalReports(),
       holds: holds.holdReports(),
-      throttled: [...throttles].map(([worker, t]) => ({ worker, limit: t.limit, effective: t.state.effective }))
+      throttled: throttle.throttleReports()
     }))
 
     return { gate: { beforeUnit, effectiveLimit } satisfies HealthGateShape, report: { snapshot } }
