@@ -1,8 +1,8 @@
 /**
  * The health gate's readings, each from the real thing: PostgreSQL's statistics views on
  * the repaired database, Redis' `INFO memory` per store, the oldest job of a Sidekiq queue,
- * Prometheus' instant-query API. The gate (src/layers/health/HealthGateLive.ts) samples these off the
- * repair path, at most once a second; `sweeper doctor` calls them once to say what each reads now.
+ * Prometheus' instant-query API. The gate's sampler (src/layers/health/HealthSampler.ts) reads these off
+ * the repair path, at most once a second; `sweeper doctor` calls them once to say what each reads now.
  *
  * Every reader fails with `SignalUnreadable` naming why (no privilege, server down, no maxmemory,
  * an answer that is not a number): the gate turns that into an `unknown` reading, logged and counted.
