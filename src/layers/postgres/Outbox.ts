@@ -125,20 +125,26 @@ export const OutboxRepairEvents = (options: { readonly recover: boolean }) =>
       if (options.recover) yield* recoverOutbox(ci, main)
       const metrics = yield* Metrics
       const owed = yield* Ref.make(false)
+      /** Sets whether a relay is owed; answers whether it was before. */
       const setOwed = (value: boolean) =>
-        Ref.set(owed, value).pipe(Effect.andThen(metrics.setGauge(outboxRelayOwed, value ? 1 : 0)))
+        Ref.getAndSet(owed, value).pipe(Effect.tap(metrics.setGauge(outboxRelayOwed, value ? 1 : 0)))
       yield* setOwed(false)
+      // Logged when the relay starts failing and when it recovers, not at every page or retry of an
+      // outage (the failures counter counts those).
       const relay = relayOutbox(ci, main).pipe(
         Effect.andThen(setOwed(false)),
+        Effect.flatMap((wasOwed) =>
+          wasOwed ? Effect.logInfo("Repair events relayed from ci's outbox to main's ledger again") : Effect.void
+        ),
         Effect.catch((error) =>
-          Effect.all([
-            setOwed(true),
-            metrics.increment(outboxRelayFailuresTotal, 1),
-            Effect.logWarning(
-              "Repair events not yet relayed from ci's outbox to main's ledger; retrying",
-              describeError(error)
+          Effect.all([setOwed(true), metrics.increment(outboxRelayFailuresTotal, 1)]).pipe(
+            Effect.flatMap(([wasOwed]) =>
+              wasOwed ? Effect.void : Effect.logWarning(
+                "Repair events not yet relayed from ci's outbox to main's ledger; retrying",
+                describeError(error)
+              )
             )
-          ], { discard: true })
+          )
         )
       )
       const relayIfOwed = Effect.when(relay, Ref.get(owed))
