@@ -34,8 +34,13 @@ export const GITLAB_SCHEMAS: Readonly<Record<string, GitlabSchema>> = {
 /** The prefix of GitLab's write-lock trigger on a table's copy in the database that does not hold it. */
 export const WRITE_LOCK_TRIGGER_PREFIX = "gitlab_schema_write_trigger_for_"
 
-/** The database a table is kept in: its gitlab_schema's; Sweeper's own and unknown tables are main's. */
-export const databaseOfTable = (table: string): DatabaseName => GITLAB_SCHEMAS[table] === "gitlab_ci" ? "ci" : "main"
+/**
+ * The database a table is kept in: its gitlab_schema's when ci is a database of its own
+ * (`decomposed`, the default); Sweeper's own and unknown tables are main's, and with one database
+ * every table is in it, named main.
+ */
+export const databaseOfTable = (table: string, decomposed = true): DatabaseName =>
+  decomposed && GITLAB_SCHEMAS[table] === "gitlab_ci" ? "ci" : "main"
 
 /**
  * The database a batch repairs: where the GitLab tables it writes live. A batch that writes only
@@ -43,10 +48,11 @@ export const databaseOfTable = (table: string): DatabaseName => GITLAB_SCHEMAS[t
  */
 export const databaseOfWrites = (
   // BatchWrites' `tables`, by shape: Batch.ts reaches Health.ts, which asks this file.
-  writes: { readonly tables?: ReadonlyArray<string> | undefined } | undefined
+  writes: { readonly tables?: ReadonlyArray<string> | undefined } | undefined,
+  decomposed = true
 ): DatabaseName => {
   const gitlabTables = (writes?.tables ?? []).filter((table) => GITLAB_SCHEMAS[table] !== undefined)
-  return gitlabTables.some((table) => databaseOfTable(table) === "ci") ? "ci" : "main"
+  return gitlabTables.some((table) => databaseOfTable(table, decomposed) === "ci") ? "ci" : "main"
 }
 
 /** Where each of these tables is held (exists and is not write-locked), as one database reports it. */
@@ -97,7 +103,7 @@ export const layoutProblems = (
   for (const table of [...needed, ...optional]) {
     const heldBy = where(table, holds)
     const lockedIn = where(table, (holding) => holding.exists && holding.writeLocked)
-    const expected = decomposed ? databaseOfTable(table) : "main"
+    const expected = databaseOfTable(table, decomposed)
     const problem = { table, heldBy, lockedIn, expected, decomposed }
     if (!decomposed) {
       if (lockedIn.length > 0) problems.push(problem)

@@ -566,8 +566,7 @@ export const databasesOf = (
   // BatchWrites, by shape: Batch.ts asks this file for RedisStoreName.
   writes: { readonly tables?: ReadonlyArray<string> | undefined } | undefined,
   decomposed: boolean
-): ReadonlyArray<DatabaseName> =>
-  (writes?.tables ?? []).length === 0 ? [] : [decomposed ? databaseOfWrites(writes) : "main"]
+): ReadonlyArray<DatabaseName> => (writes?.tables ?? []).length === 0 ? [] : [databaseOfWrites(writes, decomposed)]
 
 /** Sweeper's own tables (its event ledger, run rollups): `sweeper_…`. */
 export const isSweeperTable = (table: string): boolean => table.startsWith("sweeper_")
@@ -611,7 +610,7 @@ export const databaseOfSubject = (
 ): DatabaseName | undefined => {
   if (!isPostgresSignal(rule)) return undefined
   if (rule.source._tag !== "Autovacuum") return subject === "ci" ? "ci" : "main"
-  return decomposed ? databaseOfTable(subject) : "main"
+  return databaseOfTable(subject, decomposed)
 }
 
 /** A reading as the dashboard writes it: `38 MB`, `12 s`, `48 MB/s`, `0.93`. */

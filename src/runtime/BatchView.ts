@@ -129,7 +129,7 @@ export const batchView = (input: BatchInput, now: Date) => {
     lastSuccessAt: iso(history.lastSuccessAt),
     consecutiveFailures: history.consecutiveFailures,
     // With one database every batch writes it, and it is main's: "ci" only says something decomposed.
-    database: input.decomposed === true ? databaseOfWrites(batch.writes) : "main",
+    database: databaseOfWrites(batch.writes, input.decomposed === true),
     decomposed: input.decomposed === true,
     config: {
       budget: Duration.format(batch.budget),

@@ -23,9 +23,11 @@ const lines = (...args: Parameters<typeof layoutProblems>) => layoutProblems(...
 describe("Databases: which database holds which table", () => {
   it("gitlab_schema decides: ci tables in ci, the rest (and Sweeper's own) in main", () => {
     assert.deepStrictEqual(
-      ["ci_builds", "p_ci_builds", "ci_runners", "projects", "sweeper_events"].map(databaseOfTable),
+      ["ci_builds", "p_ci_builds", "ci_runners", "projects", "sweeper_events"].map((table) => databaseOfTable(table)),
       ["ci", "ci", "ci", "main", "main"]
     )
+    // With one database (ci = main) every table is in it, named main.
+    assert.strictEqual(databaseOfTable("ci_builds", false), "main")
     assert.strictEqual(databaseOfWrites({ tables: ["ci_builds", "p_ci_builds", "sweeper_events"] }), "ci")
     assert.strictEqual(databaseOfWrites({ tables: ["project_export_jobs", "sweeper_events"] }), "main")
   })
