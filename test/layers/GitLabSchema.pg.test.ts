@@ -94,7 +94,7 @@ describe("Beside GitLab's schema", () => {
           // Still gitlab after its own migrations ran.
           assert.strictEqual((yield* detectSchemaMode(Option.none())).mode, "gitlab")
           assert.deepStrictEqual(yield* detectBuildsTable, partitioned ? PartitionedBuilds : PlainBuilds)
-          assert.strictEqual((yield* checkColumns()).checked, partitioned ? 21 : 20)
+          assert.strictEqual((yield* checkColumns).checked, partitioned ? 21 : 20)
         })
       ))
   }
@@ -249,7 +249,7 @@ describe("Beside GitLab's schema", () => {
       Effect.gen(function*() {
         const sql = yield* PgClient.PgClient
         yield* sql`ALTER TABLE p_ci_builds DROP COLUMN failure_reason`
-        const missing = yield* Effect.flip(checkColumns()).pipe(
+        const missing = yield* Effect.flip(checkColumns).pipe(
           Effect.flatMap((e) => e instanceof MissingColumn ? Effect.succeed(e) : Effect.die(e))
         )
         assert.deepStrictEqual([missing.table, missing.column, missing.found], [
@@ -262,7 +262,7 @@ describe("Beside GitLab's schema", () => {
           "column p_ci_builds.failure_reason is missing (a batch needs it as integer)"
         )
         yield* sql`ALTER TABLE p_ci_builds ADD COLUMN failure_reason text`
-        const typed = yield* Effect.flip(checkColumns()).pipe(
+        const typed = yield* Effect.flip(checkColumns).pipe(
           Effect.flatMap((e) => e instanceof MissingColumn ? Effect.succeed(e) : Effect.die(e))
         )
         assert.strictEqual(typed.message, "column p_ci_builds.failure_reason is text, a batch needs integer")

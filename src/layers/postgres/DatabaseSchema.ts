@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
-import { type DatabaseName, databaseOfTable } from "../../domain/Databases.ts"
+import type { SqlError } from "effect/sql/SqlError"
 
 export type SchemaMode = "gitlab" | "standalone"
 
@@ -66,27 +66,32 @@ const createdBySweeper = (sql: SqlClient.SqlClient, table: string) =>
     return false
   })
 
-/** `SWEEPER_SCHEMA` when set; else gitlab when `project_export_jobs` exists and Sweeper did not create it. */
-export const detectSchemaMode = (configured: Option.Option<SchemaMode>) =>
+/**
+ * `SWEEPER_SCHEMA` when set; else gitlab when the database's marker table exists and Sweeper did
+ * not create it, standalone when it is Sweeper's or absent.
+ */
+const detectModeBy = (
+  configured: Option.Option<SchemaMode>,
+  markerTable: (sql: SqlClient.SqlClient) => Effect.Effect<string, SqlError>
+) =>
   Effect.gen(function*() {
     if (Option.isSome(configured)) return { mode: configured.value, source: "SWEEPER_SCHEMA" as const }
     const sql = yield* SqlClient.SqlClient
-    const gitlab = (yield* exists(sql, "project_export_jobs")) && !(yield* createdBySweeper(sql, "project_export_jobs"))
+    const marker = yield* markerTable(sql)
+    const gitlab = (yield* exists(sql, marker)) && !(yield* createdBySweeper(sql, marker))
     return { mode: gitlab ? "gitlab" as const : "standalone" as const, source: "detected" as const }
   })
 
-/**
- * A separate ci database's mode: `SWEEPER_SCHEMA` when set; else gitlab when a builds table exists
- * that Sweeper did not create (GitLab's ci database), standalone when it is Sweeper's or empty.
- */
+/** Main's mode, told by `project_export_jobs`. */
+export const detectSchemaMode = (configured: Option.Option<SchemaMode>) =>
+  detectModeBy(configured, () => Effect.succeed("project_export_jobs"))
+
+/** A separate ci database's mode, told by its builds table (GitLab's ci database has one it made). */
 export const detectCiSchemaMode = (configured: Option.Option<SchemaMode>) =>
-  Effect.gen(function*() {
-    if (Option.isSome(configured)) return { mode: configured.value, source: "SWEEPER_SCHEMA" as const }
-    const sql = yield* SqlClient.SqlClient
-    const builds = (yield* exists(sql, "p_ci_builds")) ? "p_ci_builds" : "ci_builds"
-    const gitlab = (yield* exists(sql, builds)) && !(yield* createdBySweeper(sql, builds))
-    return { mode: gitlab ? "gitlab" as const : "standalone" as const, source: "detected" as const }
-  })
+  detectModeBy(
+    configured,
+    (sql) => Effect.map(exists(sql, "p_ci_builds"), (found) => found ? "p_ci_builds" : "ci_builds")
+  )
 
 /**
  * Where builds are read and written. Partitioned: `p_ci_builds`, whose primary key is
@@ -179,15 +184,8 @@ export const checkColumnsOf = (required: RequiredColumns) =>
     return checked
   })
 
-/**
- * Every column a batch uses, on the database in context. `tablesOf`: the tables of one database of
- * a decomposed GitLab (run on that database's connection), or all.
- */
-export const checkColumns = (tablesOf: "all" | DatabaseName = "all") =>
-  Effect.gen(function*() {
-    const builds = yield* detectBuildsTable
-    const required = requiredColumns(builds).filter(([table]) =>
-      tablesOf === "all" || databaseOfTable(table) === tablesOf
-    )
-    return { checked: yield* checkColumnsOf(required), builds }
-  })
+/** Every column a batch uses, all on the database in context (one database; DatabaseLayout checks two). */
+export const checkColumns = Effect.gen(function*() {
+  const builds = yield* detectBuildsTable
+  return { checked: yield* checkColumnsOf(requiredColumns(builds)), builds }
+})
