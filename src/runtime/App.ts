@@ -266,6 +266,14 @@ export const databaseClientLayer = (
 
 type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlError
 
+/** The PostgreSQL server at `url` could not be reached, or refused the connection: one line naming its host. */
+const postgresUnavailable = (url: Redacted.Redacted<string>, error: unknown) =>
+  new InfrastructureUnavailable({
+    service: "PostgreSQL",
+    host: hostOfUrl(Redacted.value(url)),
+    detail: describeError(error)
+  })
+
 /**
  * GitLab's ci database as configuration names it (needs main's PgClient): CI_DATABASE_URL's server,
  * or a second embedded database under `<dataDir>/ci` (SWEEPER_EMBEDDED_CI_DATABASE); else main's
@@ -291,13 +299,7 @@ export const ciClientLayer = (
       const decomposed = !(yield* sameDatabase(main, ci).pipe(
         Effect.catch((error): Effect.Effect<never, SqlError | InfrastructureUnavailable> =>
           Option.isSome(settings.ciDatabaseUrl)
-            ? Effect.fail(
-              new InfrastructureUnavailable({
-                service: "PostgreSQL",
-                host: hostOfUrl(Redacted.value(settings.ciDatabaseUrl.value)),
-                detail: describeError(error)
-              })
-            )
+            ? Effect.fail(postgresUnavailable(settings.ciDatabaseUrl.value, error))
             : Effect.fail(error)
         )
       ))
@@ -324,13 +326,7 @@ export const databaseClientsLayer = (settings: SweeperSettings) =>
 /** A cause whose failure is a connection failure of main's server, as one typed error naming its host. */
 const mainUnavailable = (settings: SweeperSettings, cause: Cause.Cause<unknown>) =>
   Option.isSome(settings.databaseUrl) && isConnectionFailure(Cause.squash(cause))
-    ? Option.some(
-      new InfrastructureUnavailable({
-        service: "PostgreSQL",
-        host: hostOfUrl(Redacted.value(settings.databaseUrl.value)),
-        detail: describeError(Cause.squash(cause))
-      })
-    )
+    ? Option.some(postgresUnavailable(settings.databaseUrl.value, Cause.squash(cause)))
     : Option.none()
 
 /**
@@ -366,19 +362,31 @@ export const databaseLayer = (settings: SweeperSettings, access: SchemaAccess = 
 export const describePostgres = (
   settings: Pick<SweeperSettings, "databaseUrl" | "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
 ) => {
-  const main = Option.match(settings.databaseUrl, {
+  const main = describeMainDatabase(settings)
+  return Option.match(describeCiDatabase(settings), {
+    onNone: () => main,
+    onSome: (separate) => `main: ${main}, ci: ${separate}`
+  })
+}
+
+/** Main's database as configuration names it: its URL (password redacted) or the embedded one's directory. */
+export const describeMainDatabase = (settings: Pick<SweeperSettings, "databaseUrl" | "dataDir">) =>
+  Option.match(settings.databaseUrl, {
     onNone: () => `embedded PGlite (${join(settings.dataDir, "pgdata")})`,
     onSome: (url) => redactUrl(Redacted.value(url))
   })
-  const ci = Option.match(settings.ciDatabaseUrl, {
+
+/** ci's database when configuration names one of its own (CI_DATABASE_URL, or the second embedded one). */
+export const describeCiDatabase = (
+  settings: Pick<SweeperSettings, "databaseUrl" | "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+) =>
+  Option.match(settings.ciDatabaseUrl, {
     onNone: () =>
       settings.embeddedCiDatabase && Option.isNone(settings.databaseUrl)
         ? Option.some(`embedded PGlite (${join(settings.dataDir, "ci", "pgdata")})`)
         : Option.none<string>(),
     onSome: (url) => Option.some(redactUrl(Redacted.value(url)))
   })
-  return Option.match(ci, { onNone: () => main, onSome: (separate) => `main: ${main}, ci: ${separate}` })
-}
 
 export const describeBackends = (settings: SweeperSettings) => ({
   postgres: describePostgres(settings),

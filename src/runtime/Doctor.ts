@@ -9,7 +9,6 @@
  * `--apply-indexes` is the only thing here that writes: it runs the recommended statements one at a
  * time, outside any transaction (CREATE INDEX CONCURRENTLY refuses to run inside one).
  */
-import { PgClient } from "@effect/sql-pg"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Clock from "effect/Clock"
@@ -25,7 +24,7 @@ import { writeSetOf } from "../layers/health/HealthGateBatches.ts"
 import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
 import { checkLayout } from "../layers/postgres/DatabaseLayout.ts"
-import { CiDatabase } from "../layers/postgres/Databases.ts"
+import { databaseClients } from "../layers/postgres/Databases.ts"
 import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/redis/Redis.ts"
 import { batches } from "../programs/index.ts"
@@ -251,12 +250,12 @@ const storeReport = (store: StoreReport["store"], redis: Option.Option<Redis["Se
 const gather = (applied: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const settings = yield* SweeperConfig
-    const sql = yield* PgClient.PgClient
-    const clients = { main: sql, ci: (yield* CiDatabase).sql }
+    const clients = yield* databaseClients
+    const sql = clients.main
     const { mode, source } = yield* detectSchemaMode(settings.schema)
     const { checked, builds, survey } = yield* checkLayout
     const databases = yield* gatherDatabases(settings, clients, survey)
-    const databaseOf = (table: string) => survey.decomposed ? databaseOfTable(table) : "main"
+    const databaseOf = (table: string) => databaseOfTable(table, survey.decomposed)
     const partitions = yield* partitionsOf(clients[databaseOf(builds.name)], builds.name)
     const now = yield* DateTime.now
     const scanReports: Array<ScanReport> = []
@@ -325,7 +324,7 @@ const gather = (applied: ReadonlyArray<string>) =>
 /** Runs every recommended statement, one at a time, each in its own implicit transaction. */
 const applyRecommended = (report: DoctorReport) =>
   Effect.gen(function*() {
-    const clients = { main: yield* PgClient.PgClient, ci: (yield* CiDatabase).sql }
+    const clients = yield* databaseClients
     const applied: Array<string> = []
     for (const scan of report.scans) {
       for (const statement of scan.recommended) {

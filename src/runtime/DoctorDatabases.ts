@@ -8,15 +8,12 @@
 import type { PgClient } from "@effect/sql-pg"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as Redacted from "effect/Redacted"
-import * as SqlClient from "effect/sql/SqlClient"
-import { join } from "node:path"
 import type { SweeperSettings } from "../config/Config.ts"
-import { redactUrl } from "../config/RedisUrl.ts"
 import { type DatabaseName, databaseOfTable, GITLAB_SCHEMAS, holds } from "../domain/Databases.ts"
 import { type LayoutSurvey, type TablePrivilege, tablePrivileges } from "../layers/postgres/DatabaseLayout.ts"
+import { onClient } from "../layers/postgres/Databases.ts"
 import { batches } from "../programs/index.ts"
-import { describePostgres } from "./App.ts"
+import { describeCiDatabase, describeMainDatabase } from "./App.ts"
 
 export interface ConnectionReport {
   readonly database: DatabaseName
@@ -41,13 +38,6 @@ export interface DatabasesReport {
   readonly layout: string
 }
 
-/** ci's backend as configuration names it. */
-const ciBackend = (settings: SweeperSettings) =>
-  Option.match(settings.ciDatabaseUrl, {
-    onNone: () => `embedded PGlite (${join(settings.dataDir, "ci", "pgdata")})`,
-    onSome: (url) => redactUrl(Redacted.value(url))
-  })
-
 /** The GitLab tables the registered batches write, builds named as this database has them. */
 const writtenTables = (builds: string) => {
   const written = batches.flatMap((batch) => batch.writes?.tables ?? [])
@@ -66,10 +56,10 @@ const connectionReport = (
   Effect.gen(function*() {
     const holdings = survey.holdings[database] ?? []
     const mine = writtenTables(survey.builds.name).filter((table) =>
-      !survey.decomposed || databaseOfTable(table) === database
+      databaseOfTable(table, survey.decomposed) === database
     )
     const rows = yield* client<{ role: string }>`SELECT current_user AS role`
-    const privileges = yield* Effect.provideService(tablePrivileges(mine), SqlClient.SqlClient, client)
+    const privileges = yield* onClient(client)(tablePrivileges(mine))
     return {
       database,
       backend,
@@ -87,10 +77,11 @@ export const gatherDatabases = (
   survey: LayoutSurvey
 ) =>
   Effect.gen(function*() {
-    // main's alone (describePostgres names both when ci is separate).
-    const mainBackend = describePostgres({ ...settings, ciDatabaseUrl: Option.none(), embeddedCiDatabase: false })
-    const connections = [yield* connectionReport("main", mainBackend, clients.main, survey)]
-    if (survey.decomposed) connections.push(yield* connectionReport("ci", ciBackend(settings), clients.ci, survey))
+    const connections = [yield* connectionReport("main", describeMainDatabase(settings), clients.main, survey)]
+    const ciBackend = describeCiDatabase(settings)
+    if (survey.decomposed && Option.isSome(ciBackend)) {
+      connections.push(yield* connectionReport("ci", ciBackend.value, clients.ci, survey))
+    }
     const layout = survey.decomposed
       ? "ok: every table Sweeper needs is writable in the one database GitLab keeps it in"
       : "ok: one database (ci's tables are in main)"

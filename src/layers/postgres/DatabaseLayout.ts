@@ -9,6 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import {
+  DATABASE_NAMES,
   type DatabaseName,
   databaseOfTable,
   describeLayoutProblem,
@@ -18,7 +19,7 @@ import {
   type TableHolding,
   WRITE_LOCK_TRIGGER_PREFIX
 } from "../../domain/Databases.ts"
-import { CiDatabase } from "./Databases.ts"
+import { CiDatabase, onClient } from "./Databases.ts"
 import { type BuildsTable, checkColumnsOf, detectBuildsTable, requiredColumns } from "./DatabaseSchema.ts"
 
 export class UnusableLayout extends Schema.TaggedError<UnusableLayout>()("UnusableLayout", {
@@ -79,12 +80,11 @@ export interface LayoutSurvey {
 const connections = Effect.gen(function*() {
   const main = yield* PgClient.PgClient
   const ci = yield* CiDatabase
-  return ci.decomposed ? { main, ci: ci.sql } : { main }
+  const clients: { readonly main: PgClient.PgClient; readonly ci?: PgClient.PgClient } = ci.decomposed
+    ? { main, ci: ci.sql }
+    : { main }
+  return clients
 })
-
-/** On one connection. */
-const on = <A, E>(client: PgClient.PgClient, effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
-  Effect.provideService(effect, SqlClient.SqlClient, client)
 
 /**
  * Asks every connection which of the needed and runner tables it holds. Builds are p_ci_builds
@@ -92,12 +92,12 @@ const on = <A, E>(client: PgClient.PgClient, effect: Effect.Effect<A, E, SqlClie
  */
 export const surveyLayout = Effect.gen(function*() {
   const clients = yield* connections
-  const builds = yield* on(clients.ci ?? clients.main, detectBuildsTable)
+  const builds = yield* onClient(clients.ci ?? clients.main)(detectBuildsTable)
   const needed = requiredColumns(builds).map(([table]) => table)
   const tables = [...needed, ...RUNNER_TABLES]
   const holdings: Partial<Record<DatabaseName, ReadonlyArray<TableHolding>>> = {
-    main: yield* on(clients.main, tableHoldings(tables)),
-    ...(clients.ci === undefined ? {} : { ci: yield* on(clients.ci, tableHoldings(tables)) })
+    main: yield* onClient(clients.main)(tableHoldings(tables)),
+    ...(clients.ci === undefined ? {} : { ci: yield* onClient(clients.ci)(tableHoldings(tables)) })
   }
   const problems = layoutProblems(needed, holdings, RUNNER_TABLES)
   return { decomposed: clients.ci !== undefined, builds, holdings, problems } satisfies LayoutSurvey
@@ -121,11 +121,11 @@ export const checkLayout = Effect.gen(function*() {
   const clients = yield* connections
   const required = requiredColumns(survey.builds)
   let checked = 0
-  for (const database of ["main", "ci"] as const) {
-    const client = database === "main" ? clients.main : clients.ci
+  for (const database of DATABASE_NAMES) {
+    const client = clients[database]
     if (client === undefined) continue
-    const own = survey.decomposed ? required.filter(([table]) => databaseOfTable(table) === database) : required
-    checked += yield* on(client, checkColumnsOf(own))
+    const own = required.filter(([table]) => databaseOfTable(table, survey.decomposed) === database)
+    checked += yield* onClient(client)(checkColumnsOf(own))
   }
   return { checked, builds: survey.builds, survey }
 })

@@ -44,16 +44,15 @@ export const SingleDatabase = Layer.effect(
 /** main's client as MainDatabase (provided beside PgClient at the composition root). */
 export const MainDatabaseLive = Layer.effect(MainDatabase, Effect.map(PgClient.PgClient, (sql) => sql))
 
-/** The client of a named database. */
-export const clientOf = (
-  database: DatabaseName
-): Effect.Effect<PgClient.PgClient, never, PgClient.PgClient | CiDatabase> =>
-  database === "main" ? Effect.map(PgClient.PgClient, (sql) => sql) : Effect.map(CiDatabase, (ci) => ci.sql)
+/** The client of each of GitLab's databases: main's, and ci's (main's own when ci is not separate). */
+export const databaseClients: Effect.Effect<
+  Readonly<Record<DatabaseName, PgClient.PgClient>>,
+  never,
+  PgClient.PgClient | CiDatabase
+> = Effect.gen(function*() {
+  return { main: yield* PgClient.PgClient, ci: (yield* CiDatabase).sql }
+})
 
 /** Runs `effect` with `sql` as its PgClient and SqlClient (a ci-table query on ci's connection). */
 export const onClient = (sql: PgClient.PgClient) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   effect.pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.provideService(PgClient.PgClient, sql))
-
-/** Runs `effect` on ci's connection (main's when ci is not separate). */
-export const onCi = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(CiDatabase, (ci) => onClient(ci.sql)(effect))
