@@ -70,8 +70,20 @@ describe("the newcomer's path in README", () => {
             const done = await shellInCheckout(command, "")
             assert.strictEqual(done.code, 0, `${command}: ${done.stderr}`)
           }
-          // The batch is paused (README's first line); the simulator makes a stuck build a second.
-          await new Promise((resolve) => setTimeout(resolve, 4000))
+          // The batch is paused (README's first line); the simulator makes a stuck build a second. Its
+          // ticks share the embedded database with nine batches every few seconds, so on a loaded
+          // machine a fixed wait can end before the first one: wait until a dry run would drop one.
+          const dryRun = `SWEEPER_DATA_DIR=${dataDir} npx sweeper run drop-canceling-builds --dry-run --json`
+          await waitFor(
+            "a stuck build for the REPL's run to drop",
+            async () => {
+              const dry = await shellInCheckout(dryRun)
+              assert.strictEqual(dry.code, 0, dry.stderr)
+              return (JSON.parse(dry.stdout) as { targetsTotal?: number }).targetsTotal! > 0 || undefined
+            },
+            60_000,
+            500
+          )
           const played = await shellInCheckout(repl!, replInput.join("\n") + "\n")
           assert.strictEqual(played.code, 0, played.stderr)
           assert.include(played.stdout, "talking to the supervisor at http://127.0.0.1:")
