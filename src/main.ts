@@ -18,9 +18,9 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Runtime from "effect/Runtime"
+import { cli, supervisor } from "./cli/Cli.ts"
 import { environment } from "./config/Config.ts"
-import { cli, supervisor } from "./runtime/Cli.ts"
-import { LoggingLive } from "./runtime/Logging.ts"
+import { LoggingLive } from "./supervisor/Logging.ts"
 
 const fail = (code: 2 | 3, message: string) =>
   Console.error(`sweeper: ${message.replace(/\s*\n\s*/g, " ")}`).pipe(Effect.andThen(Effect.sync(() => {

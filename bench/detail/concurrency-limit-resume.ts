@@ -25,8 +25,8 @@ import { ConcurrencyLimitsRedis } from "../../src/layers/redis/ConcurrencyLimits
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
 import { Redis } from "../../src/layers/redis/Redis.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { ConcurrencyLimits } from "../../src/services/ConcurrencyLimits.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import {
   adminUrl,
   benchDatabase,

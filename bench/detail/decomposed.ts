@@ -21,10 +21,10 @@ import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
 import { Redis } from "../../src/layers/redis/Redis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
-import { DatabaseBackends } from "../../src/runtime/App.ts"
-import { startingAt } from "../../src/runtime/Clocks.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
+import { DatabaseBackends } from "../../src/supervisor/App.ts"
+import { startingAt } from "../../src/supervisor/Clocks.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { benchDatabase, benchRedis, envInt, redisUrl } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"
 

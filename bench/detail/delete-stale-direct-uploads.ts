@@ -38,10 +38,10 @@ import {
   DeleteStaleDirectUploads,
   type DeleteStaleDirectUploadsSummary
 } from "../../src/programs/DeleteStaleDirectUploads.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { ObjectStorage } from "../../src/services/ObjectStorage.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import {
   adminUrl,
   benchDatabase,

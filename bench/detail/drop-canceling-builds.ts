@@ -18,9 +18,9 @@ import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
 import { Redis } from "../../src/layers/redis/Redis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
-import { startingAt } from "../../src/runtime/Clocks.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
+import { startingAt } from "../../src/supervisor/Clocks.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { adminUrl, benchDatabase, benchRedis, migratedDatabase, redisUrl, timed } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"
 
@@ -64,7 +64,7 @@ const program = Effect.gen(function*() {
   )
 
   const Database = migratedDatabase(url)
-  // Exactly the production layers drop-canceling-builds runs on (see runtime/App.ts).
+  // Exactly the production layers drop-canceling-builds runs on (see supervisor/App.ts).
   const Platform = Layer.mergeAll(BuildsSql, LeaseRedis, MetricsPrometheus).pipe(
     Layer.provideMerge(EventLogSql),
     Layer.provideMerge(

@@ -18,9 +18,9 @@ import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
 import { EventRetentionSql } from "../../src/layers/postgres/EventRetentionSql.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { PruneEvents, type PruneEventsSummary } from "../../src/programs/PruneEvents.ts"
-import { MemoryBackends } from "../../src/runtime/App.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventRetention } from "../../src/services/EventRetention.ts"
+import { MemoryBackends } from "../../src/supervisor/App.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { benchDatabase, envInt, fmt, line, migratedDatabase, timed } from "../support/harness.ts"
 
 const EVENTS = envInt("BENCH_EVENTS", 1_000_000)

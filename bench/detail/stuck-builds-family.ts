@@ -38,7 +38,7 @@ import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus
 import { DropPendingBuilds } from "../../src/programs/DropPendingBuilds.ts"
 import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
 import { DropScheduledBuilds } from "../../src/programs/DropScheduledBuilds.ts"
-import { startingAt } from "../../src/runtime/Clocks.ts"
+import { startingAt } from "../../src/supervisor/Clocks.ts"
 import { benchDatabase, envInt, fmt, line, migratedDatabase } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"
 

@@ -23,9 +23,9 @@ import { JobStatusRedis } from "../../src/layers/redis/JobStatusRedis.ts"
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
 import { Redis } from "../../src/layers/redis/Redis.ts"
 import { StuckExportJobs, type StuckExportJobsSummary } from "../../src/programs/StuckExportJobs.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { ExportJobs } from "../../src/services/ExportJobs.ts"
 import { JobStatus } from "../../src/services/JobStatus.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import {
   adminUrl,
   benchDatabase,

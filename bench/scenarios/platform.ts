@@ -1,5 +1,5 @@
 /**
- * The production layers a Sweeper phase runs on (runtime/App.ts's SQL and Redis backends over the
+ * The production layers a Sweeper phase runs on (supervisor/App.ts's SQL and Redis backends over the
  * phase's fresh database and Redis db), and running one batch through the run guard on them.
  */
 import { Data, type Duration, Effect, Layer, Option, Redacted } from "effect"
@@ -9,9 +9,9 @@ import type { Batch } from "../../src/domain/Batch.ts"
 import { ObjectStorageLocal } from "../../src/layers/objectStorage/ObjectStorageLocal.ts"
 import { SingleDatabase } from "../../src/layers/postgres/Databases.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
-import { healthLayer, RedisBackends, RepairSteps, SqlBackends } from "../../src/runtime/App.ts"
-import { startingAt } from "../../src/runtime/Clocks.ts"
-import { runBatch, type RunResult } from "../../src/runtime/RunGuard.ts"
+import { healthLayer, RedisBackends, RepairSteps, SqlBackends } from "../../src/supervisor/App.ts"
+import { startingAt } from "../../src/supervisor/Clocks.ts"
+import { runBatch, type RunResult } from "../../src/supervisor/RunGuard.ts"
 import type { PhaseContext } from "../support/compare.ts"
 import { migratedDatabase } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"

@@ -1,6 +1,6 @@
 /**
  * The logging benchmarks measure Sweeper with: production's. `sweeper start` logs at Info
- * (SWEEPER_LOG_LEVEL's default) as JSON lines on stderr (runtime/Logging.ts), and some batches log
+ * (SWEEPER_LOG_LEVEL's default) as JSON lines on stderr (supervisor/Logging.ts), and some batches log
  * a line per repair (drop-canceling-builds: one per build, SPEC §2; 100,000 builds write about
  * 32 MB), so a benchmark at Warn measured a quieter Sweeper than the one operators run.
  *
@@ -13,7 +13,7 @@ import { Effect, Layer, Logger, LogLevel, References } from "effect"
 import { closeSync, fstatSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { jsonLogger } from "../../src/runtime/Logging.ts"
+import { jsonLogger } from "../../src/supervisor/Logging.ts"
 
 const requested = process.env.BENCH_LOG_LEVEL ?? "Info"
 if (!(LogLevel.values as ReadonlyArray<string>).includes(requested)) {

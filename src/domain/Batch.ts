@@ -71,7 +71,7 @@ export interface BatchWrites {
 
 /**
  * `abandoned`: the run's process died (kill -9, OOM, power) before it wrote its RunFinished; a later
- * run of the batch closed it on its behalf (src/runtime/AbandonedRuns.ts).
+ * run of the batch closed it on its behalf (src/supervisor/AbandonedRuns.ts).
  */
 export type Outcome = "succeeded" | "failed" | "timed_out" | "skipped" | "abandoned"
 

@@ -34,7 +34,7 @@ export type DropOutcome = "dropped" | "doomed" | "changed_meanwhile" | "locked"
 
 /**
  * The seed's "Dropping outdated build" line, as the message's structured value rather than
- * annotations: the JSON line is the same (runtime/Logging.ts flattens both), and a page of 1000 logs
+ * annotations: the JSON line is the same (supervisor/Logging.ts flattens both), and a page of 1000 logs
  * in ≈ 2 ms instead of ≈ 10–25 ms (measured), most of which went to setting annotations per line.
  */
 export const DROPPING_MESSAGE = "Dropping outdated build"

@@ -24,7 +24,7 @@ export const repairedItems = (summary: unknown, fields: ReadonlyArray<string> | 
 
 /*
  * Adding up run summaries: what a run retried by the run guard reports is the sum of its attempts
- * (src/runtime/RunGuard.ts, `reportProgress` in Batch.ts).
+ * (src/supervisor/RunGuard.ts, `reportProgress` in Batch.ts).
  */
 
 /**

@@ -1,8 +1,8 @@
 /**
  * The house's rules, checked on the tree itself: lines a reader can see whole, no import cycle, no
  * import pointing from a room to a higher one (domain ← services ← repair/config ← layers ← programs ←
- * runtime/simulator), programs short enough to read as their batch's flowchart, and comments that
- * say the reason themselves. Each rule is also run on a small made-up tree to show it can fail.
+ * supervisor/simulator ← views ← http/doctor ← cli), programs short enough to read as their batch's
+ * flowchart, and comments that say the reason themselves. Each rule is also run on a small made-up tree to show it can fail.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { readdirSync } from "node:fs"
@@ -40,7 +40,7 @@ describe("the house's layout", () => {
     assert.deepStrictEqual(cycles(importGraph(src)), [])
   })
 
-  it("no import points up: domain ← services ← repair/config ← layers ← programs ← runtime/simulator", () => {
+  it("no import points up: domain ← services ← repair/config ← layers ← programs ← supervisor/simulator ← views ← http/doctor ← cli", () => {
     const graph = importGraph(src)
     assert.isAbove(graph.size, 100)
     assert.deepStrictEqual(upwardImports(graph), [])
@@ -83,17 +83,20 @@ describe("the checks fail on a tree that breaks them", () => {
     ])
   })
 
-  it("an adapter importing a program, or the domain importing a service, points up", () => {
+  it("an adapter importing a program, the domain importing a service or a read model the console, points up", () => {
     const files = new Map([
       ["src/layers/redis/R.ts", `import { P } from "../../programs/P.ts"`],
       ["src/domain/D.ts", `import { S } from "../services/S.ts"`],
       ["src/services/S.ts", `import { D } from "../domain/D.ts"`],
       ["src/programs/P.ts", `import { S } from "../services/S.ts"`],
-      ["src/runtime/App.ts", `import { P } from "../programs/P.ts"`]
+      ["src/supervisor/App.ts", `import { P } from "../programs/P.ts"`],
+      ["src/views/V.ts", `import { H } from "../http/H.ts"`],
+      ["src/http/H.ts", `import { V } from "../views/V.ts"`]
     ])
     assert.deepStrictEqual(upwardImports(importGraph(files)), [
       "src/layers/redis/R.ts -> src/programs/P.ts",
-      "src/domain/D.ts -> src/services/S.ts"
+      "src/domain/D.ts -> src/services/S.ts",
+      "src/views/V.ts -> src/http/H.ts"
     ])
     assert.strictEqual(roomOf("src/main.ts"), "(entry)")
   })

@@ -152,8 +152,8 @@ export const cycles = (graph: ReadonlyMap<string, ReadonlyArray<string>>): Array
 
 /**
  * The rooms of src/ by rank: a file may import its own room and rooms of a lower rank, never a higher
- * one. Rooms of one rank (repair and config; runtime and simulator) may use each other; the cycle
- * check keeps that one-way.
+ * one. Rooms of one rank (repair and config; supervisor and simulator; http and doctor) may use each
+ * other; the cycle check keeps that one-way.
  */
 export const ROOM_RANK: Readonly<Record<string, number>> = {
   domain: 0,
@@ -162,9 +162,13 @@ export const ROOM_RANK: Readonly<Record<string, number>> = {
   config: 2,
   layers: 3,
   programs: 4,
-  runtime: 5,
+  supervisor: 5,
   simulator: 5,
-  "(entry)": 6
+  views: 6,
+  http: 7,
+  doctor: 7,
+  cli: 8,
+  "(entry)": 9
 }
 
 /** The room of a file under src/: its first folder, or "(entry)" for a file at the top. */

@@ -16,10 +16,10 @@ import { type GatedBatch, HealthGateLive } from "../../src/layers/health/HealthG
 import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { HealthSignalsMemory, MemorySignalValues } from "../../src/layers/memory/HealthSignalsMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
-import { loadHistory } from "../../src/runtime/Scheduler.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
 import { HealthReport } from "../../src/services/HealthReport.ts"
+import { loadHistory } from "../../src/supervisor/Scheduler.ts"
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
 const RESUME: GatedBatch = {

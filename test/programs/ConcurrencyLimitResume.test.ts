@@ -8,9 +8,9 @@ import { queueKey, type SidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { ConcurrencyLimitResume, resumeWorker } from "../../src/programs/ConcurrencyLimitResume.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
 import { Lease } from "../../src/services/Lease.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")

@@ -9,7 +9,6 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryObjectStorage, putObjects } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { StaleUploadRepairLive } from "../../src/layers/protocols/StaleUploadRepairLive.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
 import {
   directUploadsDeletedTotal,
@@ -17,6 +16,7 @@ import {
   directUploadsVanishedTotal
 } from "../../src/services/Metrics.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")

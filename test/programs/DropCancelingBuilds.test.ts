@@ -6,9 +6,9 @@ import { type BuildRecord, MemoryBuilds } from "../../src/layers/memory/BuildsMe
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
 import { Lease } from "../../src/services/Lease.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")

@@ -14,7 +14,7 @@ import { PrunePageSize } from "../../src/domain/Retention.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { PruneEvents } from "../../src/programs/PruneEvents.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { randomHistory } from "../support/eventHistory.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 

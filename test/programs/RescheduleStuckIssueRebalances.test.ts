@@ -10,9 +10,9 @@ import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { MemoryPlatformRecords } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { duplicateKey } from "../../src/layers/protocols/JobQueueShared.ts"
 import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { prometheusText } from "../../src/services/Metrics.ts"
 import { RebalancingState } from "../../src/services/RebalancingState.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:15:00Z")

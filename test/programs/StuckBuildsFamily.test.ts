@@ -16,9 +16,9 @@ import { type FamilyBuildRecord, MemoryStuckBuilds } from "../../src/layers/memo
 import { DropPendingBuilds } from "../../src/programs/DropPendingBuilds.ts"
 import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
 import { DropScheduledBuilds } from "../../src/programs/DropScheduledBuilds.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { HealthGate, openGate } from "../../src/services/HealthGate.ts"
 import { RunnerAckQueue } from "../../src/services/RunnerAckQueue.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")

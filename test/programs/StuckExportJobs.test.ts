@@ -6,9 +6,9 @@ import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { type ExportJobRecord, MemoryExportJobs } from "../../src/layers/memory/ExportJobsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
-import { runBatch } from "../../src/runtime/RunGuard.ts"
 import { JobStatus } from "../../src/services/JobStatus.ts"
 import { stuckExportJobsFailedTotal } from "../../src/services/Metrics.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:30:00Z")

@@ -12,11 +12,11 @@ import { CurrentRun } from "../../src/domain/Batch.ts"
 import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
-import { MemoryBackends, RepairSteps, SqlBackends } from "../../src/runtime/App.ts"
-import { BacklogLive } from "../../src/runtime/Backlog.ts"
 import { Backlog } from "../../src/services/Backlog.ts"
 import { emptyLedger } from "../../src/simulator/Ledger.ts"
 import { produce, SimulatorLive } from "../../src/simulator/Simulator.ts"
+import { MemoryBackends, RepairSteps, SqlBackends } from "../../src/supervisor/App.ts"
+import { BacklogLive } from "../../src/views/Backlog.ts"
 import { PgTest } from "../support/postgres.ts"
 
 const Platform = Layer.mergeAll(BacklogLive, SimulatorLive).pipe(

@@ -13,7 +13,7 @@ import { ObjectStorageMemory } from "../../src/layers/memory/ObjectStorageMemory
 import { PlatformRecordsMemory } from "../../src/layers/memory/PlatformRecordsMemory.ts"
 import { StuckBuildsMemory } from "../../src/layers/memory/StuckBuildsMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
-import { MemoryBackends, RepairSteps } from "../../src/runtime/App.ts"
+import { MemoryBackends, RepairSteps } from "../../src/supervisor/App.ts"
 
 export const MemoryPlatform = (settings: Partial<SweeperSettings> = {}) =>
   RepairSteps.pipe(

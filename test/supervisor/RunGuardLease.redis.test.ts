@@ -1,0 +1,101 @@
+/**
+ * The batch lease's renewal against real Redis: an error while renewing is not a lost lease. A
+ * renewal cut off for a moment is retried on a short schedule and the run finishes; one that keeps
+ * failing fails the run as transient, with its cause; only a renewal that finds another token is a
+ * lost lease.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { randomUUID } from "node:crypto"
+import { type Batch, checkFence } from "../../src/domain/Batch.ts"
+import { RedisError } from "../../src/domain/Errors.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
+import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
+import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
+import { Redis } from "../../src/layers/redis/Redis.ts"
+import { Lease } from "../../src/services/Lease.ts"
+import { runBatch } from "../../src/supervisor/RunGuard.ts"
+import { cutProxy } from "../support/cutProxy.ts"
+import { MemoryPlatform } from "../support/memory.ts"
+import { RedisTest, TestRedisUrl } from "../support/redis.ts"
+
+/** A batch under a 3 s lease (renewed every second) that works for `millis`, then writes behind the fence. */
+const leased = (millis: number): Batch<string, unknown, never> => ({
+  name: `fake-${randomUUID().slice(0, 8)}`,
+  worker: "FakeWorker",
+  description: "a fake batch",
+  cron: "* * * * *",
+  budget: Duration.minutes(1),
+  lease: Option.some({ name: `fake/${randomUUID()}`, ttl: Duration.seconds(3) }),
+  run: Effect.sleep(Duration.millis(millis)).pipe(Effect.andThen(checkFence), Effect.as("done"))
+})
+
+/** The run's events by type. */
+const types = Effect.map(MemoryEvents, (events) => events.map((e) => e.type))
+
+/** Lease on the real Redis at `url`. */
+const leaseAt = (url: string) => LeaseRedis.pipe(Layer.provide(Redis.layerSingle(Redacted.make(url))), Layer.orDie)
+
+describe("batch lease renewal on real Redis", () => {
+  it.live(
+    "a renewal cut off for a moment is retried: the run keeps its lease and succeeds",
+    () =>
+      Effect.gen(function*() {
+        const direct = new URL(yield* TestRedisUrl)
+        const proxy = yield* cutProxy({ host: direct.hostname, port: Number(direct.port === "" ? 6379 : direct.port) })
+        // The renewal script is the only one that calls EXPIRE: the first renewal is cut off.
+        proxy.cutOn(Buffer.from("redis.call('EXPIRE'"), 1)
+        const restore = Effect.promise(() => proxy.cut).pipe(
+          Effect.andThen(Effect.sleep("600 millis")),
+          Effect.andThen(Effect.promise(() => proxy.restore()))
+        )
+        const batch = leased(3_500)
+        const [result] = yield* Effect.all([
+          runBatch(batch, { trigger: "manual" }).pipe(
+            Effect.provide(leaseAt(`redis://127.0.0.1:${proxy.port}${direct.pathname}`))
+          ),
+          restore
+        ], { concurrency: 2 })
+        assert.strictEqual(result.outcome, "succeeded", result.error)
+        assert.notInclude(yield* types, "LeaseLost")
+      }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryPlatform(), RedisTest))),
+    30_000
+  )
+
+  it.live(
+    "a renewal that keeps failing fails the run as transient, with its cause; it is not a lost lease",
+    () =>
+      Effect.gen(function*() {
+        const lease = yield* Lease
+        const failing = Lease.of({
+          ...lease,
+          renew: () =>
+            Effect.fail(new RedisError({ operation: "lease.renew", cause: new Error("OOM command not allowed") }))
+        })
+        const result = yield* runBatch(leased(4_000), { trigger: "manual" }).pipe(Effect.provideService(Lease, failing))
+        assert.strictEqual(result.outcome, "failed")
+        assert.notStrictEqual(result.reason, "lease lost")
+        assert.include(result.error ?? "", "OOM command not allowed")
+        assert.notInclude(yield* types, "LeaseLost")
+      }).pipe(Effect.provide(leaseLayer().pipe(Layer.provideMerge(Layer.merge(MemoryPlatform(), RedisTest))))),
+    60_000
+  )
+
+  it.live("a renewal that finds another token is a lost lease", () =>
+    Effect.gen(function*() {
+      const batch = leased(3_000)
+      const redis = yield* Redis
+      const steal = Effect.sleep("500 millis").pipe(
+        Effect.andThen(redis.use("steal", (c) => c.set(leaseKey(Option.getOrThrow(batch.lease).name), "another")))
+      )
+      const [result] = yield* Effect.all([runBatch(batch, { trigger: "manual" }), steal], { concurrency: 2 })
+      assert.strictEqual(result.outcome, "failed")
+      assert.strictEqual(result.reason, "lease lost")
+      assert.include(yield* types, "LeaseLost")
+    }).pipe(Effect.provide(leaseLayer().pipe(Layer.provideMerge(Layer.merge(MemoryPlatform(), RedisTest))))), 30_000)
+})
+
+/** LeaseRedis on the test's own Redis database. */
+function leaseLayer() {
+  return Layer.unwrap(Effect.map(TestRedisUrl, leaseAt))
+}
