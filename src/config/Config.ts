@@ -19,7 +19,7 @@ import * as SchemaTransformation from "effect/SchemaTransformation"
 import { hostname } from "node:os"
 import type { Batch } from "../domain/Batch.ts"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, DropBatchSize } from "../domain/Build.ts"
-import type { ConcurrencyLimitSetting } from "../domain/ConcurrencyLimit.ts"
+import { type ConcurrencyLimitSetting, isWorkerClassName } from "../domain/ConcurrencyLimit.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
 import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
@@ -203,9 +203,6 @@ export const EventRetentionDuration = Schema.DurationFromString.check(
   )
 )
 
-/** A Sidekiq worker class name as GitLab writes it: the jobs we enqueue carry it as `class`. */
-const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
-
 // The key check is a filter on the whole record: a refined key schema in Schema.Record silently
 // drops the keys it refuses, and a typo'd worker would vanish instead of failing start-up.
 const ConcurrencyLimitsJson = Schema.fromJsonString(
@@ -213,7 +210,7 @@ const ConcurrencyLimitsJson = Schema.fromJsonString(
     Schema.String,
     Schema.Struct({ limit: Schema.Int, queue: Schema.optionalKey(NonEmpty) })
   ).check(Schema.makeFilter((limits) => {
-    const bad = Object.keys(limits).find((worker) => !WORKER_CLASS.test(worker))
+    const bad = Object.keys(limits).find((worker) => !isWorkerClassName(worker))
     return bad === undefined ||
       `worker ${JSON.stringify(bad)} is not a class name like "Releases::CreateEvidenceWorker"`
   }))

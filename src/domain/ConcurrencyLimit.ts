@@ -57,6 +57,16 @@ export const camelize = (term: string, inflections: Inflections = NO_ACRONYMS): 
     )
 }
 
+/**
+ * A Sidekiq worker class name as GitLab writes it (`Releases::CreateEvidenceWorker`): every job
+ * Sweeper pushes carries its worker as `class`, and Sidekiq constantizes it. A configured worker is
+ * checked at start-up; a name found in Redis keys (camelized from their key form, so anyone who can
+ * write a key chooses it) is checked before any of its jobs is pushed.
+ */
+const WORKER_CLASS = /^[A-Z][A-Za-z0-9_]*(::[A-Z][A-Za-z0-9_]*)*$/
+
+export const isWorkerClassName = (worker: string): boolean => WORKER_CLASS.test(worker)
+
 // ---------------------------------------------------------------------------------------------
 // Keys (GitLab's formats)
 // ---------------------------------------------------------------------------------------------
@@ -446,7 +456,7 @@ export type WorkerOutcome =
   | { readonly _tag: "LeaseHeld"; readonly worker: string }
   /** The health gate held the first pass until the budget ended. */
   | { readonly _tag: "Held"; readonly worker: string; readonly held: HeldTime }
-  /** No limit configured nor set in Redis. */
+  /** No limit configured nor set in Redis, or a name from Redis that is no class name. */
   | { readonly _tag: "UnknownWorker"; readonly worker: string }
   /** The run's deadline came before the worker's first pass (it waited for a slot): the next tick. */
   | { readonly _tag: "NotReached"; readonly worker: string }

@@ -355,6 +355,30 @@ describe("concurrency-limit-resume", () => {
       assert.deepStrictEqual(yield* resumeWorker(unknown), { _tag: "UnknownWorker", worker: unknown })
     }).pipe(Effect.provide(platform({ [W]: 5 }))))
 
+  it.effect("a worker name from Redis keys that is not a class name is never pushed to Sidekiq, journal or not", () =>
+    Effect.gen(function*() {
+      yield* seed(W, elements(0, 1))
+      const redis = yield* MemoryRedis
+      // Key forms a writer of Redis can choose: camelized they are no class name GitLab has.
+      for (const form of ["kernel.exec", "evil worker", "a;system"]) {
+        redis.rpush(`sidekiq:concurrency_limit:throttled_jobs:{${form}}`, ...elements(0, 3))
+        redis.set(`sidekiq:concurrency_limit:{${form}}:current_limit`, "5")
+      }
+      // A move journal left behind is finished before any limit is asked: it must not be either.
+      redis.rpush(
+        "sidekiq:concurrency_limit:{x.y}:sweeper_moving",
+        JSON.stringify({ sweeper_move: 1, batch: "0123456789abcdef01234567", queue: "default", worker: "X.y" }),
+        JSON.stringify({ class: "X.y", args: [], jid: "0123456789abcdef01234567", queue: "default" })
+      )
+      const summary = yield* run
+      assert.deepStrictEqual(summary.workers.map((w) => w.worker), [W])
+      assert.deepStrictEqual((yield* consumed()).map((job) => job.class), [W])
+      for (const form of ["kernel.exec", "evil worker", "a;system"]) {
+        assert.lengthOf(redis.lrange(`sidekiq:concurrency_limit:throttled_jobs:{${form}}`, 0, -1), 3)
+      }
+      assert.deepStrictEqual(yield* resumeWorker("Kernel.exec"), { _tag: "UnknownWorker", worker: "Kernel.exec" })
+    }).pipe(Effect.provide(platform({ [W]: 5 }))))
+
   it.effect("stale trackers are cleaned before counting (older than 600 s, strictly, and not backed by a running job)", () =>
     Effect.gen(function*() {
       yield* seed(W, elements(0, 10))
