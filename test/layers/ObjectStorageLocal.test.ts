@@ -1,8 +1,8 @@
 /** ObjectStorageLocal on real temporary directories. */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { execFileSync } from "node:child_process"
-import { existsSync } from "node:fs"
+import { execFileSync, spawn } from "node:child_process"
+import { existsSync, readdirSync } from "node:fs"
 import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
@@ -26,6 +26,35 @@ const touch = (path: string) =>
     await mkdir(dirname(path), { recursive: true })
     await writeFile(path, "partial upload")
   })
+
+/**
+ * A process swapping `<root>/race` (a directory) and `<root>/swap` (a symlink to `outside`) as fast
+ * as it can, with renameat2(RENAME_EXCHANGE): each name is always one or the other, never absent.
+ * Resolves once the first swap is done; stopped with the scope.
+ */
+const swapping = (root: string) =>
+  Effect.acquireRelease(
+    Effect.callback<ReturnType<typeof spawn>>((resume) => {
+      const script = [
+        "import ctypes, sys",
+        "libc = ctypes.CDLL(None, use_errno=True)",
+        "a, b = sys.argv[1].encode(), sys.argv[2].encode()",
+        "if libc.renameat2(-100, a, -100, b, 2) != 0: sys.exit('renameat2: errno %d' % ctypes.get_errno())",
+        "print('ready', flush=True)",
+        "while True: libc.renameat2(-100, a, -100, b, 2)"
+      ].join("\n")
+      const child = spawn("python3", ["-c", script, join(root, "race"), join(root, "swap")], {
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      child.stdout.once("data", () => resume(Effect.succeed(child)))
+      child.once("exit", (code) => resume(Effect.die(new Error(`swapper exited ${code}`))))
+    }),
+    (child) =>
+      Effect.callback<void>((resume) => {
+        child.once("exit", () => resume(Effect.void))
+        child.kill("SIGKILL")
+      })
+  )
 
 /** Runs `delete` against a store configured with `objectStorage`. */
 const deleteWith = (roots: Partial<Record<Location, string>>, location: Location, path: string) =>
@@ -145,4 +174,29 @@ describe("ObjectStorageLocal", () => {
       const notDir = yield* Effect.flip(deleteWith({ artifacts: join(base, "a-file") }, "artifacts", "obj"))
       assert.match(notDir.message, /not a directory/)
     }))
+
+  it.live("a directory swapped for a symlink to outside the root during a run deletes nothing outside", () =>
+    Effect.gen(function*() {
+      const { root, outside } = yield* tempTree
+      const names = Array.from({ length: 1000 }, (_, i) => `f${String(i).padStart(4, "0")}`)
+      yield* Effect.promise(async () => {
+        await mkdir(join(root, "race"))
+        await symlink(outside, join(root, "swap"))
+        for (const name of names) {
+          await writeFile(join(root, "race", name), "partial upload")
+          await writeFile(join(outside, name), "not Sweeper's")
+        }
+      })
+      const outcomes = yield* Effect.scoped(Effect.gen(function*() {
+        yield* swapping(root)
+        const storage = yield* Effect.provide(ObjectStorage, ObjectStorageLocal({ artifacts: root }))
+        return yield* storage.deleteMany("artifacts", names.map((name) => `race/${name}`))
+      }))
+      const survivors = new Set(readdirSync(outside))
+      const lost = names.filter((name) => !survivors.has(name))
+      const deleted = outcomes.filter((outcome) => outcome._tag === "Success" && outcome.success === "deleted")
+      console.log(`race: ${deleted.length} of ${names.length} deleted inside the root, ${lost.length} outside`)
+      assert.deepStrictEqual(lost, [], "files outside the root were deleted")
+      assert.isAbove(deleted.length, 0, "the run deleted nothing: the race was not exercised")
+    }), 60_000)
 })
