@@ -24,10 +24,10 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Latch from "effect/Latch"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import * as SubscriptionRef from "effect/SubscriptionRef"
 import { SweeperConfig } from "../config/Config.ts"
 import { describeError } from "../domain/Errors.ts"
 import { CiDatabase } from "../layers/postgres/Databases.ts"
@@ -96,7 +96,7 @@ const FEED_PERIOD = "1 second"
  * One feed of view changes for every console client. A single fiber reads the views once a second,
  * and only when they differ from the last reading renders the SSE frames once: `batches` (the views
  * as JSON, for scripts) and `page` (each card's HTML and the holds banner, which the page script
- * swaps in). Each client's stream is the ref's changes: the current frames first, then each change.
+ * swaps in). Each client's stream is the feed's PubSub: the current frames first, then each change.
  * So an open tab costs neither a read nor a render of its own, however many are open; and with no
  * tab open nothing is read at all: the fiber waits, and the first client's connection reads the
  * views before its stream starts (an idle supervisor otherwise built every card's view each second
@@ -144,13 +144,18 @@ export const makeConsoleFeed = Effect.fnUntraced(function*(
   const keyOf = (reading: ConsoleReading) =>
     JSON.stringify([reading.views.map(({ nextTicks: _, ...rest }) => rest), reading.holds])
   let lastKey: string | undefined
-  const latest = yield* SubscriptionRef.make(encoder.encode(""))
+  // Each frame is the whole state, so a client that reads slowly (or not at all) needs only the
+  // newest: a sliding PubSub of one keeps that for each subscriber and drops what it has not taken
+  // (an unbounded one kept every frame a stalled client missed). The replay is the current frames,
+  // what a client connecting now is sent first.
+  const latest = yield* PubSub.sliding<Uint8Array>({ capacity: 1, replay: 1 })
+  yield* PubSub.publish(latest, encoder.encode(""))
   /** One reading; the frames are rendered and published only when it differs from the last. */
   const refresh = Effect.flatMap(read, (reading) => {
     const key = keyOf(reading)
     if (key === lastKey) return Effect.void
     lastKey = key
-    return SubscriptionRef.set(latest, frames(reading.views, reading.holds))
+    return PubSub.publish(latest, frames(reading.views, reading.holds))
   })
   // Open while a client is connected: the reading fiber passes it before each period's read.
   const connected = yield* Latch.make(false)
@@ -172,7 +177,7 @@ export const makeConsoleFeed = Effect.fnUntraced(function*(
       if (open++ === 0) Latch.openUnsafe(connected)
       const stream = Stream.concat(
         Stream.make(encoder.encode("retry: 3000\n\n")),
-        SubscriptionRef.changes(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
+        Stream.fromPubSub(latest).pipe(Stream.merge(heartbeat, { haltStrategy: "left" }))
       ).pipe(Stream.ensuring(close))
       // Read now, so the stream starts with the views as they are, not as they were when the last
       // client left (with clients already connected the frames are at most a period old anyway).

@@ -6,7 +6,7 @@
  * with no client connected the feed reads nothing (an idle supervisor's allocation, and so its RSS).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Fiber, Stream } from "effect"
+import { Effect, Fiber, Latch, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { makeConsoleFeed, makeHistoryFragments, TooManyStreams } from "../../src/http/Console.ts"
 
@@ -97,6 +97,32 @@ describe("ConsoleFeed", () => {
       yield* TestClock.adjust("5 seconds")
       assert.isAtLeast(state.reads - whileOpen, 5, "and starts again with the next client")
       yield* Fiber.interrupt(second.fiber)
+    }).pipe(Effect.scoped))
+
+  it.effect("a client that stops reading holds only the newest frames, not every change it missed", () =>
+    Effect.gen(function*() {
+      const { read, state } = countingReading()
+      const feed = yield* makeConsoleFeed(read)
+      const reading = yield* Latch.make(false)
+      const received: Array<string> = []
+      // Takes the first frame, then waits (a socket that no longer drains) until the latch opens.
+      yield* Effect.forkChild(
+        Stream.runForEach(yield* feed.open, (bytes) =>
+          Effect.andThen(
+            Effect.sync(() => received.push(decoder.decode(bytes))),
+            received.length === 0 ? Effect.void : Latch.await(reading)
+          ))
+      )
+      yield* TestClock.adjust("1 millis")
+      for (let change = 1; change <= 50; change++) {
+        state.holds = [`hold number ${change}`]
+        yield* TestClock.adjust("1 second")
+      }
+      yield* Latch.open(reading)
+      yield* TestClock.adjust("1 millis")
+      const pages = received.filter((f) => f.includes("event: page"))
+      assert.isAtMost(pages.length, 3, `${pages.length} page frames kept for one stalled client`)
+      assert.include(pages.at(-1), "hold number 50")
     }).pipe(Effect.scoped))
 
   it.effect("refuses a client beyond the cap and takes one again once a stream closes", () =>
