@@ -14,9 +14,11 @@
  * `ConsoleServices` builds RunHistory on PostgreSQL and the Backlog sampler on the Redis in use
  * (real stores, or the embedded in-memory one).
  */
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as Cache from "effect/Cache"
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -136,9 +138,14 @@ export interface ConsoleReading {
  */
 export const makeConsoleFeed = Effect.fnUntraced(function*(
   read: Effect.Effect<ConsoleReading>,
-  options: { readonly maxStreams?: number | undefined } = {}
+  options: {
+    readonly maxStreams?: number | undefined
+    /** How often the views are read while a client is connected (FEED_PERIOD). */
+    readonly period?: Duration.Input | undefined
+  } = {}
 ) {
   const maxStreams = options.maxStreams ?? MAX_STREAMS
+  const period = options.period ?? FEED_PERIOD
   // Times inside the views (next ticks) move on their own; the key leaves out what only the clock
   // changed, so an idle console sends nothing until something happens.
   const keyOf = (reading: ConsoleReading) =>
@@ -160,7 +167,7 @@ export const makeConsoleFeed = Effect.fnUntraced(function*(
   // Open while a client is connected: the reading fiber passes it before each period's read.
   const connected = yield* Latch.make(false)
   yield* Effect.forkScoped(Effect.forever(
-    Latch.await(connected).pipe(Effect.andThen(Effect.sleep(FEED_PERIOD)), Effect.andThen(refresh))
+    Latch.await(connected).pipe(Effect.andThen(Effect.sleep(period)), Effect.andThen(refresh))
   ))
   let open = 0
   const heartbeat = Stream.tick(HEARTBEAT).pipe(
@@ -198,6 +205,42 @@ export const ConsoleFeedLive = (options: { readonly maxStreams?: number } = {}) 
       })
       return yield* makeConsoleFeed(read, options)
     })
+  )
+
+/**
+ * How long a console stream may go without handing a byte to its client before the client is
+ * dropped. A healthy stream writes at least every HEARTBEAT, so only a client that stopped reading
+ * (its socket's buffers full, our write waiting) reaches it; dropping it ends its stream and frees
+ * its slot, which it would otherwise hold for as long as its connection stayed open.
+ */
+export const WRITE_TIMEOUT = "45 seconds"
+
+/**
+ * Server-sent events: the shared feed's frames (ConsoleFeed), capped at its number of streams. The
+ * write timeout is the socket's inactivity timeout (Node refreshes it as each write completes, not
+ * when one is queued), so it is a bound on a write waiting for the client.
+ */
+export const eventStream = (feed: ConsoleFeed["Service"], options: { readonly writeTimeout?: Duration.Input } = {}) =>
+  feed.open.pipe(
+    Effect.tap(() =>
+      Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+        Effect.sync(() => {
+          const response = NodeHttpServerRequest.toServerResponse(request)
+          const timeout = Duration.toMillis(Duration.fromInputUnsafe(options.writeTimeout ?? WRITE_TIMEOUT))
+          response.setTimeout(timeout, () => response.destroy())
+        }))
+    ),
+    Effect.map((stream) =>
+      HttpServerResponse.stream(stream, {
+        contentType: "text/event-stream",
+        headers: { "cache-control": "no-cache" }
+      })
+    ),
+    Effect.catch((error) =>
+      Effect.succeed(HttpServerResponse.jsonUnsafe({
+        error: { code: "unavailable", message: `the console serves at most ${error.max} streams at once` }
+      }, { status: 503, headers: { "retry-after": "10" } }))
+    )
   )
 
 const html = (page: string, status = 200) =>
@@ -243,25 +286,7 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   yield* router.add("GET", SCRIPT_PATH, asset(SCRIPT, "text/javascript; charset=utf-8"))
   yield* router.add("GET", STYLE_PATH, asset(STYLE, "text/css; charset=utf-8"))
 
-  // Server-sent events: the shared feed's frames (ConsoleFeed), capped at MAX_STREAMS connections.
-  const feed = yield* ConsoleFeed
-  yield* router.add(
-    "GET",
-    "/api/stream",
-    feed.open.pipe(
-      Effect.map((stream) =>
-        HttpServerResponse.stream(stream, {
-          contentType: "text/event-stream",
-          headers: { "cache-control": "no-cache" }
-        })
-      ),
-      Effect.catch((error) =>
-        Effect.succeed(HttpServerResponse.jsonUnsafe({
-          error: { code: "unavailable", message: `the console serves at most ${error.max} streams at once` }
-        }, { status: 503, headers: { "retry-after": "10" } }))
-      )
-    )
-  )
+  yield* router.add("GET", "/api/stream", eventStream(yield* ConsoleFeed))
   yield* router.add("GET", "/favicon.ico", Effect.succeed(favicon))
 
   yield* router.add(
