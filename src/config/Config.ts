@@ -53,6 +53,11 @@ export interface SweeperSettings {
   readonly concurrencyLimits: Readonly<Record<string, ConcurrencyLimitSetting>>
   readonly httpHost: string
   readonly httpPort: number
+  /**
+   * `SWEEPER_HTTP_ALLOWED_HOSTS`: names besides its own address and `localhost` that the server
+   * answers to in a request's Host (a reverse proxy's name, a DNS name of this machine); lower case.
+   */
+  readonly httpAllowedHosts: ReadonlyArray<string>
   readonly timezone: string
   readonly disabledBatches: ReadonlyArray<string>
   readonly shutdownGrace: Duration.Duration
@@ -240,6 +245,10 @@ const settings = Config.all({
   httpHost: Config.schema(NonEmpty, "SWEEPER_HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
   // 0 asks the OS for a free port (tests, several replicas on one machine).
   httpPort: Config.schema(HttpPort, "SWEEPER_HTTP_PORT").pipe(Config.withDefault(9394)),
+  httpAllowedHosts: Config.String("SWEEPER_HTTP_ALLOWED_HOSTS").pipe(
+    Config.withDefault(""),
+    Config.map((list) => list.split(",").map((name) => name.trim().toLowerCase()).filter((name) => name.length > 0))
+  ),
   timezone: Config.schema(TimeZone, "SWEEPER_TIMEZONE").pipe(Config.withDefault("UTC")),
   disabledBatches: Config.String("SWEEPER_DISABLED_BATCHES").pipe(
     Config.withDefault(""),
@@ -361,6 +370,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       concurrencyLimits: {},
       httpHost: "127.0.0.1",
       httpPort: 0,
+      httpAllowedHosts: [],
       timezone: "UTC",
       disabledBatches: [],
       shutdownGrace: Duration.seconds(25),

@@ -41,6 +41,8 @@ export const BadRequest = apiError("bad_request", 400)
 export const Internal = apiError("internal", 500)
 /** A store this action must write to refused (a pause that could not be recorded): nothing changed. */
 export const Unavailable = apiError("unavailable", 503)
+/** A request body past HttpGuards' limit (a larger Content-Length is refused before any handler). */
+export const PayloadTooLarge = apiError("payload_too_large", 413)
 
 /** Any of the above, as a client reads it back. */
 export const AnyApiError = Schema.Struct({ error: Schema.Struct({ code: Schema.String, message: Schema.String }) })
@@ -184,7 +186,7 @@ export const ActionsGroup = HttpApiGroup.make("actions")
     // The server reads it raw (Http.ts): no body at all is `{}`.
     payload: RunBody,
     success: RunResultSchema,
-    error: [UnknownBatchError, BatchDisabledError, BadRequest, Internal]
+    error: [UnknownBatchError, BatchDisabledError, BadRequest, PayloadTooLarge, Internal]
   }))
   .add(HttpApiEndpoint.post("pause", "/api/batches/:name/pause", {
     params: name,

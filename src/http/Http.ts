@@ -13,9 +13,11 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { PgClient } from "@effect/sql-pg"
+import * as Cause from "effect/Cause"
 import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpRouter from "effect/http/HttpRouter"
@@ -52,6 +54,7 @@ import { snapshotView } from "../views/BatchView.ts"
 import { recentRuns } from "../views/Runs.ts"
 import { Authorized, ErrorShape, RunBody, SweeperApi } from "./Api.ts"
 import { ConsoleRoutes, ConsoleServices, consoleViews } from "./Console.ts"
+import { HttpGuards, isBodyTooLarge, payloadTooLarge } from "./HttpGuards.ts"
 import { consoleHandlers } from "./ConsoleApi.ts"
 
 export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seconds", {
@@ -74,6 +77,8 @@ export type ErrorCode =
   | "not_found"
   | "internal"
   | "unavailable"
+  | "payload_too_large"
+  | "misdirected"
 
 const STATUS: Record<ErrorCode, number> = {
   unauthorized: 401,
@@ -84,7 +89,10 @@ const STATUS: Record<ErrorCode, number> = {
   not_found: 404,
   internal: 500,
   /** A store this action must write to refused (a pause that could not be recorded): nothing changed. */
-  unavailable: 503
+  unavailable: 503,
+  payload_too_large: 413,
+  /** A Host that is not this server's (HttpGuards.ts). */
+  misdirected: 421
 }
 
 /** The one error shape every endpoint answers with. */
@@ -297,7 +305,14 @@ const ActionsLive = HttpApiBuilder.group(
         Effect.gen(function*() {
           // A body that cannot be read is refused, never taken for an empty one: an empty body means
           // a real run with the defaults, which is not what a client whose `{"dryRun": true}` was lost asked for.
-          const text = yield* request.text.pipe(Effect.catchCause(() => badRequest("body: could not be read")))
+          const read = yield* Effect.exit(request.text)
+          if (Exit.isFailure(read)) {
+            // One past the size limit (HttpGuards.ts) is refused as such: 413, not "could not be read".
+            return yield* Option.exists(Cause.findErrorOption(read.cause), isBodyTooLarge)
+              ? Effect.fail(payloadTooLarge)
+              : badRequest("body: could not be read")
+          }
+          const text = read.value
           const decoded = text.trim() === ""
             ? Option.some({})
             : Schema.decodeUnknownOption(Schema.fromJsonString(RunBody))(text)
@@ -383,7 +398,7 @@ export const ApiLive = HttpApiBuilder.layer(SweeperApi).pipe(
 /** The HTTP server on SWEEPER_HTTP_HOST:SWEEPER_HTTP_PORT (port 0 picks a free port). */
 export const HttpLive = Layer.unwrap(Effect.gen(function*() {
   const settings = yield* SweeperConfig
-  return HttpRouter.serve(Layer.mergeAll(Routes, ApiLive, ConsoleRoutes).pipe(Layer.provide(ConsoleServices)), {
+  return HttpRouter.serve(Layer.mergeAll(Routes, ApiLive, ConsoleRoutes, HttpGuards).pipe(Layer.provide(ConsoleServices)), {
     disableListenLog: true,
     disableLogger: true
   }).pipe(

@@ -2,8 +2,9 @@
  * The dashboard in a real browser (Debian's chromium driven by playwright-core) against a real
  * supervisor on real PostgreSQL and Redis: it loads, "Run now" asks for the token and the new run
  * appears, an entity search shows that build's history, "Pause" shows the batch paused by the
- * dashboard, and the page reads at 1400 px and at 400 px (no sideways scrolling). With
- * SWEEPER_UPDATE_SCREENSHOTS=1 it also rewrites the README's screenshot, docs/dashboard.png.
+ * dashboard, the page reads at 1400 px and at 400 px (no sideways scrolling), and nothing it
+ * loads is refused by its content security policy. With SWEEPER_UPDATE_SCREENSHOTS=1 it also
+ * rewrites the README's screenshot, docs/dashboard.png.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
@@ -57,6 +58,11 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("dashboa
 
         yield* Effect.promise(async () => {
           const page = await instance.newPage({ viewport: { width: 1400, height: 1000 } })
+          // The pages' content security policy must not refuse anything they use.
+          const refused: Array<string> = []
+          page.on("console", (message) => {
+            if (/Content Security Policy|Refused to/i.test(message.text())) refused.push(message.text())
+          })
           const prompts: Array<string> = []
           page.on("dialog", (dialog) => {
             prompts.push(dialog.message())
@@ -127,6 +133,7 @@ layer(Layer.mergeAll(PgTest, RedisTest), { excludeTestServices: true })("dashboa
           const overflow = await page.evaluate("document.documentElement.scrollWidth") as number
           assert.isAtMost(overflow, 400)
           await page.screenshot({ path: join(tmpdir(), "sweeper-dashboard-400.png"), fullPage: true })
+          assert.deepStrictEqual(refused, [])
           await page.close()
         })
       }).pipe(Effect.scoped),
