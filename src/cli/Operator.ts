@@ -41,6 +41,7 @@ import {
 } from "../domain/Errors.ts"
 import { healthStream } from "../domain/Events.ts"
 import { openHolds } from "../domain/Health.ts"
+import { redact } from "../domain/Redaction.ts"
 import { AnyApiError, type BatchViewSchema, type EventSchema, type RunResultSchema, SweeperApi } from "../http/Api.ts"
 import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { batches, findBatch } from "../programs/index.ts"
@@ -307,7 +308,7 @@ export const layer = Layer.unwrap(
     const explicitUrl = yield* Config.option(Config.schema(NonEmptyText, "SWEEPER_URL"))
     if (Option.isSome(explicitUrl)) {
       const token = Option.match(settings.apiToken, { onNone: () => "", onSome: Redacted.value })
-      const target = `the supervisor at ${explicitUrl.value} (SWEEPER_URL)`
+      const target = `the supervisor at ${redact(explicitUrl.value)} (SWEEPER_URL)`
       yield* Effect.logInfo(`Talking to ${target}`)
       return remote({ url: explicitUrl.value, token }, target)
     }

@@ -22,6 +22,7 @@ import * as SchemaGetter from "effect/SchemaGetter"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { isAbsolute, join, resolve } from "node:path"
 import { type Location, LOCATIONS } from "../domain/DirectUpload.ts"
+import { redact } from "../domain/Redaction.ts"
 
 /** A bucket (S3) or container (Azure) and the key prefix every object of the location sits under. */
 export interface BucketRef {
@@ -63,12 +64,16 @@ export const NoObjectStorage: ObjectStorageSettings = { _tag: "Local", roots: {}
 /** The key of `<path>` in a bucket: after the bucket's prefix, if any. */
 export const objectKey = (ref: BucketRef, path: string): string => (ref.prefix === "" ? path : `${ref.prefix}/${path}`)
 
-/** A URL for a log line: user and password (if someone put them there) dropped. */
-const withoutUserInfo = (url: string): string => {
+/**
+ * An endpoint for a log line: without user information (the SDKs take credentials from the
+ * configuration, never from the URL, so it says nothing about where objects go), and any secret
+ * left in it, a SAS token in a query say, masked.
+ */
+const forLog = (url: string): string => {
   const parsed = new URL(url)
   parsed.username = ""
   parsed.password = ""
-  return parsed.toString().replace(/\/$/, "")
+  return redact(parsed.toString().replace(/\/$/, ""))
 }
 
 /** Locations this configuration has a store for (for start-up logs; never secrets). */
@@ -82,7 +87,7 @@ export const describeObjectStorage = (settings: ObjectStorageSettings): string =
       return `S3 ${
         Option.match(settings.connection.endpoint, {
           onNone: () => `AWS ${settings.connection.region}`,
-          onSome: withoutUserInfo
+          onSome: forLog
         })
       } (${
         Object.entries(settings.buckets).map(([location, ref]) =>
@@ -90,7 +95,7 @@ export const describeObjectStorage = (settings: ObjectStorageSettings): string =
         ).join(", ")
       })`
     case "Azure":
-      return `Azure ${withoutUserInfo(settings.connection.serviceUrl)} (${
+      return `Azure ${forLog(settings.connection.serviceUrl)} (${
         Object.entries(settings.containers).map(([location, ref]) =>
           `${location} → ${ref.bucket}${ref.prefix === "" ? "" : `/${ref.prefix}`}`
         ).join(", ")
@@ -148,7 +153,7 @@ const Url = Schema.String.check(
   Schema.makeFilter((text: string) =>
     URL.canParse(text) && /^https?:$/.test(new URL(text).protocol)
       ? undefined
-      : `must be an http(s) URL, got ${JSON.stringify(text)}`
+      : `must be an http(s) URL, got ${JSON.stringify(redact(text))}`
   )
 )
 

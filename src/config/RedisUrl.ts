@@ -1,4 +1,5 @@
 /** Redis store URLs as configured: one server, or a cluster's seed nodes separated by commas. */
+import { redact } from "../domain/Redaction.ts"
 
 /** A parsed store URL: one server, or the seed nodes of a cluster plus the shared credentials. */
 export type ParsedRedisUrl =
@@ -25,7 +26,7 @@ export const parseRedisUrl = (raw: string): ParsedRedisUrl | { readonly kind: "i
     try {
       url = new URL(part)
     } catch {
-      return { kind: "invalid", message: `not a URL: ${redactUrl(part)}` }
+      return { kind: "invalid", message: `not a URL: ${redact(part)}` }
     }
     if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
       return { kind: "invalid", message: `expected redis:// or rediss://, got ${url.protocol}//` }
@@ -49,15 +50,3 @@ export const parseRedisUrl = (raw: string): ParsedRedisUrl | { readonly kind: "i
     tls: parsed.some((url) => url.protocol === "rediss:")
   }
 }
-
-/** The URL(s) with passwords replaced, for logs and reports. */
-export const redactUrl = (raw: string): string =>
-  raw.split(",").map((part) => {
-    try {
-      const url = new URL(part.trim())
-      if (url.password !== "") url.password = "***"
-      return url.toString()
-    } catch {
-      return "(unparsable URL)"
-    }
-  }).join(",")

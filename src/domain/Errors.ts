@@ -1,5 +1,6 @@
 import * as Predicate from "effect/Predicate"
 import * as Schema from "effect/Schema"
+import { redact } from "./Redaction.ts"
 
 /**
  * Redis error replies that say the request itself is wrong: the same request gets the same answer,
@@ -213,10 +214,6 @@ export const isTransient = (error: unknown): boolean => {
   return !Predicate.hasProperty(error, "isRetryable") || error.isRetryable === true
 }
 
-/** `postgres://user:secret@host` → `postgres://user:***@host`: error texts may quote a URL. */
-export const redactSecrets = (text: string): string =>
-  text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:/@\s]*):[^@\s]*@/gi, "$1:***@")
-
 const MAX_CHAIN = 8
 
 const stringField = (value: unknown, key: string): string | undefined => {
@@ -241,7 +238,7 @@ const detailsOf = (error: unknown): Array<string> => {
 /**
  * An error as one line that keeps its cause: every link of its `reason`/`cause` chain that says
  * something new, e.g. `SqlError: PgConnection: Query failed: relation "x" does not exist [SQLSTATE
- * 42P01]` rather than only the outermost wrapper. Passwords in quoted URLs are masked.
+ * 42P01]` rather than only the outermost wrapper. Secrets it quotes are masked (Redaction.ts).
  */
 export const describeError = (error: unknown): string => {
   const parts: Array<string> = []
@@ -280,7 +277,7 @@ export const describeError = (error: unknown): string => {
       ? node.cause
       : undefined
   }
-  return redactSecrets(parts.length === 0 ? String(error) : parts.join(": "))
+  return redact(parts.length === 0 ? String(error) : parts.join(": "))
 }
 
 /** PostgreSQL or Redis could not be reached (or its URL is unusable) at start-up: exit 3. */

@@ -19,8 +19,8 @@ import type { SqlError } from "effect/sql/SqlError"
 import { join } from "node:path"
 import { resolveStoreUrls, SweeperConfig, type SweeperSettings, TuningFromConfig } from "../config/Config.ts"
 import { describeObjectStorage, type ObjectStorageSettings } from "../config/ObjectStorageConfig.ts"
-import { redactUrl } from "../config/RedisUrl.ts"
 import { describeError, hostOfUrl, InfrastructureUnavailable } from "../domain/Errors.ts"
+import { redact } from "../domain/Redaction.ts"
 import { HealthGateLive } from "../layers/health/HealthGateLive.ts"
 import { DatabaseSignalsLive, HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { ConcurrencyLimitsMemory } from "../layers/memory/ConcurrencyLimitsMemory.ts"
@@ -373,7 +373,7 @@ export const describePostgres = (
 export const describeMainDatabase = (settings: Pick<SweeperSettings, "databaseUrl" | "dataDir">) =>
   Option.match(settings.databaseUrl, {
     onNone: () => `embedded PGlite (${join(settings.dataDir, "pgdata")})`,
-    onSome: (url) => redactUrl(Redacted.value(url))
+    onSome: (url) => redact(Redacted.value(url))
   })
 
 /** ci's database when configuration names one of its own (CI_DATABASE_URL, or the second embedded one). */
@@ -385,7 +385,7 @@ export const describeCiDatabase = (
       settings.embeddedCiDatabase && Option.isNone(settings.databaseUrl)
         ? Option.some(`embedded PGlite (${join(settings.dataDir, "ci", "pgdata")})`)
         : Option.none<string>(),
-    onSome: (url) => Option.some(redactUrl(Redacted.value(url)))
+    onSome: (url) => Option.some(redact(Redacted.value(url)))
   })
 
 export const describeBackends = (settings: SweeperSettings) => ({
@@ -395,7 +395,7 @@ export const describeBackends = (settings: SweeperSettings) => ({
     onSome: (urls) => {
       const describe = (url: Redacted.Redacted<string>) => {
         const raw = Redacted.value(url)
-        return `${raw.includes(",") ? "cluster " : ""}${redactUrl(raw)}`
+        return `${raw.includes(",") ? "cluster " : ""}${redact(raw)}`
       }
       const all = [urls.sharedState, urls.queues, urls.queuesMetadata].map(describe)
       return all[0] === all[1] && all[1] === all[2]

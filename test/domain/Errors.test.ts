@@ -1,7 +1,8 @@
 /** A failure keeps its cause: the one-line rendering walks the whole reason/cause chain. */
 import { assert, describe, it } from "@effect/vitest"
 import { ConnectionError, SqlError, SqlSyntaxError } from "effect/sql/SqlError"
-import { describeError, redactSecrets, RedisError } from "../../src/domain/Errors.ts"
+import { describeError, RedisError } from "../../src/domain/Errors.ts"
+import { redact } from "../../src/domain/Redaction.ts"
 
 /** What PostgreSQL's driver hands over for `SELECT * FROM nope` (fields as observed on a real server). */
 const pgError = (message: string, code: string) => Object.assign(new Error(message), { severity: "ERROR", code })
@@ -66,6 +67,6 @@ describe("describeError", () => {
     const text = describeError(new Error("could not reach postgres://gitlab:hunter2@db.internal:5432/gitlab"))
     assert.notInclude(text, "hunter2")
     assert.include(text, "postgres://gitlab:***@db.internal:5432/gitlab")
-    assert.strictEqual(redactSecrets("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0")
+    assert.strictEqual(redact("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0")
   })
 })

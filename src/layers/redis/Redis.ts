@@ -14,7 +14,8 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { Cluster, Redis as IORedis } from "ioredis"
-import { parseRedisUrl, redactUrl } from "../../config/RedisUrl.ts"
+import { parseRedisUrl } from "../../config/RedisUrl.ts"
+import { redact } from "../../domain/Redaction.ts"
 import { RedisError } from "../../domain/Errors.ts"
 import { serverName, toRedisError } from "./RedisErrors.ts"
 
@@ -113,7 +114,7 @@ const connect = (url: Redacted.Redacted<string>) =>
     if (parsed.kind === "invalid") {
       return yield* new RedisError({ operation: "connect", cause: new Error(parsed.message) })
     }
-    const description = redactUrl(raw)
+    const description = redact(raw)
     // Errors name the server by host:port (never the URL: it may hold a password); a cluster by its seed nodes.
     const server = parsed.kind === "cluster" ? parsed.nodes.map(serverName).join(",") : undefined
     const serverOf = (client: RedisClient) => server ?? serverName((client as IORedis).options)
