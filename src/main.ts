@@ -20,10 +20,11 @@ import * as Layer from "effect/Layer"
 import * as Runtime from "effect/Runtime"
 import { cli, supervisor } from "./cli/Cli.ts"
 import { environment } from "./config/Config.ts"
+import { redact } from "./domain/Redaction.ts"
 import { LoggingLive } from "./supervisor/Logging.ts"
 
 const fail = (code: 2 | 3, message: string) =>
-  Console.error(`sweeper: ${message.replace(/\s*\n\s*/g, " ")}`).pipe(Effect.andThen(Effect.sync(() => {
+  Console.error(`sweeper: ${redact(message.replace(/\s*\n\s*/g, " "))}`).pipe(Effect.andThen(Effect.sync(() => {
     process.exitCode = code
   })))
 

@@ -19,13 +19,23 @@ import * as Option from "effect/Option"
 import * as References from "effect/References"
 import { hostname } from "node:os"
 import { InvalidConfig } from "../domain/Errors.ts"
+import { redact } from "../domain/Redaction.ts"
 
 /** Fields every line has; an annotation or value may not overwrite them. */
 const RESERVED = new Set(["timestamp", "level", "message", "service", "node", "cause"])
 
-const plain = (value: unknown): unknown => {
+/**
+ * A value as a line carries it, every text in it through the one redaction: whatever a log call
+ * quotes (a URL in a message, a field, a nested summary, a cause), no password reaches a line.
+ */
+const plain = (value: unknown, depth = 0): unknown => {
+  if (typeof value === "string") return redact(value)
   if (value instanceof Date) return value.toISOString()
   if (typeof value === "bigint") return value.toString()
+  if (depth < 8 && Array.isArray(value)) return value.map((item) => plain(item, depth + 1))
+  if (depth < 8 && value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, plain(item, depth + 1)]))
+  }
   return value
 }
 
@@ -55,7 +65,7 @@ export const makeFlattener = (node: string) => {
         fields.details = fields.details === undefined ? plain(part) : [fields.details, plain(part)].flat()
       }
     }
-    const message = texts.join(" ")
+    const message = redact(texts.join(" "))
     const line: Record<string, unknown> = {
       timestamp: record.timestamp,
       level: record.level,
@@ -67,7 +77,7 @@ export const makeFlattener = (node: string) => {
       line[RESERVED.has(key) ? `data_${key}` : key] = plain(value)
     }
     Object.assign(line, fields)
-    if (record.cause !== undefined && record.cause.length > 0) line.cause = record.cause
+    if (record.cause !== undefined && record.cause.length > 0) line.cause = redact(record.cause)
     return line
   }
 }

@@ -2,13 +2,14 @@
  * No password Sweeper was given is printed: in each form a driver accepts, through each place that
  * prints a URL — the start-up "Backends" line and `doctor` (describeBackends), the dashboard's
  * databases (describePostgres), errors (describeError), a configuration error quoting a value, and
- * the CLI's "Talking to" line for SWEEPER_URL.
+ * the CLI's "Talking to" line for SWEEPER_URL — and, whatever a log line quotes, the logger.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Option, Redacted } from "effect"
+import { ConfigProvider, Effect, Logger, Option, Redacted } from "effect"
 import { SweeperConfig } from "../../src/config/Config.ts"
 import { describeError } from "../../src/domain/Errors.ts"
 import { describeBackends, describePostgres } from "../../src/supervisor/App.ts"
+import { jsonLogger, textLogger } from "../../src/supervisor/Logging.ts"
 import { runCli } from "../support/cli.ts"
 
 /** Every secret below contains this; none may be printed. */
@@ -111,6 +112,22 @@ describe("secrets are never printed", () => {
       )
       assert.notInclude(error.message, SECRET, error.message)
       assert.include(error.message, "endpoint")
+    }))
+
+  it.effect("a log line quoting a URL, in its message, a field or its cause, in either format", () =>
+    Effect.gen(function*() {
+      const lines: Array<string> = []
+      const url = FORMS[1]!.main
+      const logged = Effect.logWarning(`cannot reach ${url}`, { url, nested: { url } }).pipe(
+        Effect.annotateLogs({ target: FORMS[0]!.ci! }),
+        Effect.andThen(Effect.logError("failed", new Error(`connect ${FORMS[0]!.main}`)))
+      )
+      const write = (line: string) => {
+        lines.push(line)
+      }
+      yield* logged.pipe(Effect.provide(Logger.layer([jsonLogger("n", write), textLogger("n", write)])))
+      assert.lengthOf(lines, 4)
+      for (const line of lines) assert.notInclude(line, SECRET, line)
     }))
 
   it.live("SWEEPER_URL with credentials or a token in its query is logged without them", () =>
