@@ -5,6 +5,7 @@
  */
 import type { Outcome } from "./Batch.ts"
 import type { StoredEvent } from "./Events.ts"
+import { redact } from "./Redaction.ts"
 
 /** A non-dry run with a RunStarted and, so far, no RunFinished: running, or killed. */
 export interface OpenRun {
@@ -101,7 +102,8 @@ export const evolve = (state: BatchHistory, event: StoredEvent): BatchHistory =>
         durationMs: Number(event.data.duration_ms ?? 0),
         summary: event.data.summary,
         reason: typeof event.data.reason === "string" ? event.data.reason : undefined,
-        error: typeof event.data.error === "string" ? event.data.error : undefined
+        // Redacted as read too: a ledger written before a form was known keeps what it was given.
+        error: typeof event.data.error === "string" ? redact(event.data.error) : undefined
       })
     }
     case "TickMissed":

@@ -54,8 +54,8 @@ import { snapshotView } from "../views/BatchView.ts"
 import { recentRuns } from "../views/Runs.ts"
 import { Authorized, ErrorShape, RunBody, SweeperApi } from "./Api.ts"
 import { ConsoleRoutes, ConsoleServices, consoleViews } from "./Console.ts"
-import { HttpGuards, isBodyTooLarge, payloadTooLarge } from "./HttpGuards.ts"
 import { consoleHandlers } from "./ConsoleApi.ts"
+import { HttpGuards, isBodyTooLarge, payloadTooLarge } from "./HttpGuards.ts"
 
 export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seconds", {
   description: "Seconds since each batch's last successful run (absent until its first success)"
@@ -398,10 +398,13 @@ export const ApiLive = HttpApiBuilder.layer(SweeperApi).pipe(
 /** The HTTP server on SWEEPER_HTTP_HOST:SWEEPER_HTTP_PORT (port 0 picks a free port). */
 export const HttpLive = Layer.unwrap(Effect.gen(function*() {
   const settings = yield* SweeperConfig
-  return HttpRouter.serve(Layer.mergeAll(Routes, ApiLive, ConsoleRoutes, HttpGuards).pipe(Layer.provide(ConsoleServices)), {
-    disableListenLog: true,
-    disableLogger: true
-  }).pipe(
+  return HttpRouter.serve(
+    Layer.mergeAll(Routes, ApiLive, ConsoleRoutes, HttpGuards).pipe(Layer.provide(ConsoleServices)),
+    {
+      disableListenLog: true,
+      disableLogger: true
+    }
+  ).pipe(
     Layer.provideMerge(NodeHttpServer.layer(createServer, { port: settings.httpPort, host: settings.httpHost }))
   )
 }))

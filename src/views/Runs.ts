@@ -4,6 +4,7 @@
  */
 import * as Effect from "effect/Effect"
 import type { StoredEvent } from "../domain/Events.ts"
+import { redact } from "../domain/Redaction.ts"
 import { EventLog } from "../services/EventLog.ts"
 
 export interface RunRecord {
@@ -24,6 +25,8 @@ export interface RunRecord {
 }
 
 const text = (value: unknown) => typeof value === "string" ? value : null
+/** An error text as shown: redacted as read too, for a ledger written before a form was known. */
+const redactedText = (value: unknown) => typeof value === "string" ? redact(value) : null
 
 export const MAX_RUNS = 500
 
@@ -61,7 +64,7 @@ export const recentRuns = Effect.fnUntraced(
         outcome: text(data.outcome) ?? "unknown",
         summary: data.summary ?? null,
         reason: text(data.reason),
-        error: text(data.error),
+        error: redactedText(data.error),
         targets: Array.isArray(data.targets) ? data.targets.filter((t): t is string => typeof t === "string") : null,
         targetsTotal: typeof data.targetsTotal === "number" ? data.targetsTotal : null
       }

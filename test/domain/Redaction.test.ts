@@ -45,7 +45,10 @@ const cases: ReadonlyArray<readonly [string, string]> = [
     "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5==;EndpointSuffix=core.windows.net",
     "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=***;EndpointSuffix=core.windows.net"
   ],
-  ["BlobEndpoint=https://acct;SharedAccessSignature=sv=1&sig=x", "BlobEndpoint=https://acct;SharedAccessSignature=***&sig=***"],
+  [
+    "BlobEndpoint=https://acct;SharedAccessSignature=sv=1&sig=x",
+    "BlobEndpoint=https://acct;SharedAccessSignature=***&sig=***"
+  ],
   [
     `{"aws_access_key_id":"AKIA","aws_secret_access_key":"hunter2","azure_storage_access_key": "a2V5"}`,
     `{"aws_access_key_id":"AKIA","aws_secret_access_key":"***","azure_storage_access_key": "***"}`

@@ -24,45 +24,49 @@ const eventually = (check: () => Effect.Effect<boolean>, seconds: number) =>
   })
 
 describe("console event stream", () => {
-  it.live("a client that stops reading is disconnected after the write timeout and its slot is freed", () =>
-    Effect.gen(function*() {
-      // A reading that changes every period and renders large frames: a busy console, quickly.
-      let change = 0
-      const filler = "x".repeat(256 * 1024)
-      const read = Effect.sync(() => ({ views: [], holds: [`change ${change++} ${filler}`] }))
-      const feed = yield* makeConsoleFeed(read, { maxStreams: 1, period: "20 millis" })
-      const server = yield* Layer.build(
-        HttpRouter.serve(HttpRouter.add("GET", "/api/stream", eventStream(feed, { writeTimeout: "1 second" })), {
-          disableListenLog: true,
-          disableLogger: true
-        }).pipe(Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })))
-      )
-      const { address } = Context.get(server, HttpServer.HttpServer)
-      const port = address._tag === "UnixPathAddress" ? 0 : address.port
-      const before = rssMb()
+  it.live(
+    "a client that stops reading is disconnected after the write timeout and its slot is freed",
+    () =>
+      Effect.gen(function*() {
+        // A reading that changes every period and renders large frames: a busy console, quickly.
+        let change = 0
+        const filler = "x".repeat(256 * 1024)
+        const read = Effect.sync(() => ({ views: [], holds: [`change ${change++} ${filler}`] }))
+        const feed = yield* makeConsoleFeed(read, { maxStreams: 1, period: "20 millis" })
+        const server = yield* Layer.build(
+          HttpRouter.serve(HttpRouter.add("GET", "/api/stream", eventStream(feed, { writeTimeout: "1 second" })), {
+            disableListenLog: true,
+            disableLogger: true
+          }).pipe(Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })))
+        )
+        const { address } = Context.get(server, HttpServer.HttpServer)
+        const port = address._tag === "UnixPathAddress" ? 0 : address.port
+        const before = rssMb()
 
-      // Sends its request, then never reads a byte of the answer.
-      yield* Effect.acquireRelease(
-        Effect.sync(() => {
-          const socket = connect(port, "127.0.0.1")
-          socket.write(`GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`)
-          socket.pause()
-          return socket
-        }),
-        (socket) => Effect.sync(() => socket.destroy())
-      )
-      assert.isTrue(yield* eventually(() => Effect.map(feed.clients, (n) => n === 1), 10), "the stream opened")
-      const freed = yield* eventually(() => Effect.map(feed.clients, (n) => n === 0), 30)
-      const during = rssMb()
-      console.log(`stalled stream: RSS ${before} MB before, ${during} MB after; ${change} frames of 512 kB rendered`)
-      assert.isTrue(freed, "the stalled client still holds its stream slot")
+        // Sends its request, then never reads a byte of the answer.
+        yield* Effect.acquireRelease(
+          Effect.sync(() => {
+            const socket = connect(port, "127.0.0.1")
+            socket.write(`GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`)
+            socket.pause()
+            return socket
+          }),
+          (socket) => Effect.sync(() => socket.destroy())
+        )
+        assert.isTrue(yield* eventually(() => Effect.map(feed.clients, (n) => n === 1), 10), "the stream opened")
+        const freed = yield* eventually(() => Effect.map(feed.clients, (n) => n === 0), 30)
+        const during = rssMb()
+        console.log(`stalled stream: RSS ${before} MB before, ${during} MB after; ${change} frames of 512 kB rendered`)
+        assert.isTrue(freed, "the stalled client still holds its stream slot")
 
-      // The slot is free for the next client, which is served.
-      const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/api/stream`))
-      assert.strictEqual(response.status, 200)
-      const reader = response.body!.getReader()
-      const first = yield* Effect.promise(() => reader.read())
-      assert.include(new TextDecoder().decode(first.value), "retry:")
-      yield* Effect.promise(() => reader.cancel())
-    }).pipe(Effect.scoped), 60_000)
+        // The slot is free for the next client, which is served.
+        const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/api/stream`))
+        assert.strictEqual(response.status, 200)
+        const reader = response.body!.getReader()
+        const first = yield* Effect.promise(() => reader.read())
+        assert.include(new TextDecoder().decode(first.value), "retry:")
+        yield* Effect.promise(() => reader.cancel())
+      }).pipe(Effect.scoped),
+    60_000
+  )
 })

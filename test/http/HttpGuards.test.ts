@@ -19,7 +19,9 @@ describe("Host check", () => {
     }
     // An IPv4 request on a dual-stack socket shows its local address IPv4-mapped.
     assert.isTrue(isOwnHost("10.0.0.5", new Set(), "::ffff:10.0.0.5"))
-    for (const foreign of ["evil.example", "localhost.evil", "127.0.0.1.nip.io", "sweeper.internal.evil", "", "[::2]"]) {
+    for (
+      const foreign of ["evil.example", "localhost.evil", "127.0.0.1.nip.io", "sweeper.internal.evil", "", "[::2]"]
+    ) {
       assert.isFalse(isOwnHost(foreign, names, "10.0.0.5"), foreign)
     }
   })

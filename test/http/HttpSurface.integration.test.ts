@@ -83,85 +83,96 @@ const call = (
   })
 
 describe("HTTP surface guards", () => {
-  it.live("refuses foreign Hosts and large bodies, and sends the console's security headers", () =>
-    Effect.gen(function*() {
-      const db = yield* freshDatabase
-      const redisUrl = yield* freshRedisUrl
-      const sweeper = yield* Effect.acquireRelease(
-        Effect.sync(() =>
-          startSweeper("surface", {
-            DATABASE_URL: db.url,
-            REDIS_URL: redisUrl,
-            SWEEPER_API_TOKEN: TOKEN,
-            SWEEPER_HTTP_ALLOWED_HOSTS: "sweeper.internal, Ops.Example.com"
-          })
-        ),
-        (p) =>
-          Effect.promise(async () => {
-            p.child.kill("SIGKILL")
-            await p.exited
-          })
-      )
-      const port = Number(new URL(yield* Effect.promise(() => sweeper.listening)).port)
+  it.live(
+    "refuses foreign Hosts and large bodies, and sends the console's security headers",
+    () =>
+      Effect.gen(function*() {
+        const db = yield* freshDatabase
+        const redisUrl = yield* freshRedisUrl
+        const sweeper = yield* Effect.acquireRelease(
+          Effect.sync(() =>
+            startSweeper("surface", {
+              DATABASE_URL: db.url,
+              REDIS_URL: redisUrl,
+              SWEEPER_API_TOKEN: TOKEN,
+              SWEEPER_HTTP_ALLOWED_HOSTS: "sweeper.internal, Ops.Example.com"
+            })
+          ),
+          (p) =>
+            Effect.promise(async () => {
+              p.child.kill("SIGKILL")
+              await p.exited
+            })
+        )
+        const port = Number(new URL(yield* Effect.promise(() => sweeper.listening)).port)
 
-      // The server's own names: its address, localhost, and those configured (any port, any case).
-      for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, "sweeper.internal", "ops.example.com:443"]) {
-        const own = yield* call(port, { path: "/api/batches", headers: { host } })
-        assert.strictEqual(own.status, 200, host)
-      }
-      // Anything else, as a page whose name was rebound to 127.0.0.1 would send it, reads nothing.
-      for (const host of [`evil.example:${port}`, "127.0.0.1.evil.example", "sweeper.internal.evil.example", "localhost.evil"]) {
-        for (const path of ["/api/batches", "/", "/api/stream", "/metrics"]) {
-          const foreign = yield* call(port, { path, headers: { host } })
-          assert.strictEqual(foreign.status, 421, `${host} ${path}`)
-          assert.notInclude(foreign.body, "stuck-export-jobs")
+        // The server's own names: its address, localhost, and those configured (any port, any case).
+        for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, "sweeper.internal", "ops.example.com:443"]) {
+          const own = yield* call(port, { path: "/api/batches", headers: { host } })
+          assert.strictEqual(own.status, 200, host)
         }
-      }
+        // Anything else, as a page whose name was rebound to 127.0.0.1 would send it, reads nothing.
+        for (
+          const host of [
+            `evil.example:${port}`,
+            "127.0.0.1.evil.example",
+            "sweeper.internal.evil.example",
+            "localhost.evil"
+          ]
+        ) {
+          for (const path of ["/api/batches", "/", "/api/stream", "/metrics"]) {
+            const foreign = yield* call(port, { path, headers: { host } })
+            assert.strictEqual(foreign.status, 421, `${host} ${path}`)
+            assert.notInclude(foreign.body, "stuck-export-jobs")
+          }
+        }
 
-      // Every console page: a policy that allows only its own script and styles, never framed, no referrer.
-      const page = yield* call(port, { path: "/" })
-      assert.strictEqual(page.status, 200)
-      const policy = String(page.headers["content-security-policy"])
-      for (const directive of ["default-src 'none'", "script-src 'self'", "frame-ancestors 'none'"]) {
-        assert.include(policy, directive)
-      }
-      assert.strictEqual(page.headers["x-content-type-options"], "nosniff")
-      assert.strictEqual(page.headers["referrer-policy"], "no-referrer")
-      assert.strictEqual(page.headers["x-frame-options"], "DENY")
+        // Every console page: a policy that allows only its own script and styles, never framed, no referrer.
+        const page = yield* call(port, { path: "/" })
+        assert.strictEqual(page.status, 200)
+        const policy = String(page.headers["content-security-policy"])
+        for (const directive of ["default-src 'none'", "script-src 'self'", "frame-ancestors 'none'"]) {
+          assert.include(policy, directive)
+        }
+        assert.strictEqual(page.headers["x-content-type-options"], "nosniff")
+        assert.strictEqual(page.headers["referrer-policy"], "no-referrer")
+        assert.strictEqual(page.headers["x-frame-options"], "DENY")
 
-      const run = "/api/batches/stuck-export-jobs/run"
-      const auth = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }
-      // A small body is read as before.
-      const dry = yield* call(port, { method: "POST", path: run, headers: auth, body: ["{\"dryRun\": true}"] })
-      assert.strictEqual(dry.status, 200, dry.body)
-      // A declared 50 MB is refused before a byte of it is read: only 1 KB is ever sent.
-      const declared = yield* call(port, {
-        method: "POST",
-        path: run,
-        headers: auth,
-        body: ["x".repeat(1024)],
-        declaredLength: 50 * 1024 * 1024,
-        seconds: 5
-      })
-      assert.strictEqual(declared.status, 413, declared.body)
-      assert.include(declared.body, "\"payload_too_large\"")
-      // A chunked body with no length is refused once it passes the limit, not read to its end.
-      const chunked = yield* call(port, {
-        method: "POST",
-        path: run,
-        headers: { ...auth, "transfer-encoding": "chunked" },
-        body: Array.from({ length: 2000 }, () => "y".repeat(16 * 1024)),
-        seconds: 10
-      })
-      assert.strictEqual(chunked.status, 413, chunked.body)
-      // Without the token a large body is still not read: 413 or 401, answered at once.
-      const anonymous = yield* call(port, {
-        method: "POST",
-        path: run,
-        body: ["x"],
-        declaredLength: 50 * 1024 * 1024,
-        seconds: 5
-      })
-      assert.include([401, 413], anonymous.status)
-    }).pipe(Effect.scoped), 150_000)
+        const run = "/api/batches/stuck-export-jobs/run"
+        const auth = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }
+        // A small body is read as before.
+        const dry = yield* call(port, { method: "POST", path: run, headers: auth, body: ["{\"dryRun\": true}"] })
+        assert.strictEqual(dry.status, 200, dry.body)
+        // A declared 50 MB is refused before a byte of it is read: only 1 KB is ever sent.
+        const declared = yield* call(port, {
+          method: "POST",
+          path: run,
+          headers: auth,
+          body: ["x".repeat(1024)],
+          declaredLength: 50 * 1024 * 1024,
+          seconds: 5
+        })
+        assert.strictEqual(declared.status, 413, declared.body)
+        assert.include(declared.body, "\"payload_too_large\"")
+        // A chunked body with no length is refused once it passes the limit, not read to its end.
+        const chunked = yield* call(port, {
+          method: "POST",
+          path: run,
+          headers: { ...auth, "transfer-encoding": "chunked" },
+          body: Array.from({ length: 2000 }, () => "y".repeat(16 * 1024)),
+          seconds: 10
+        })
+        assert.strictEqual(chunked.status, 413, chunked.body)
+        // Without the token a large body is still not read: 413 or 401, answered at once.
+        const anonymous = yield* call(port, {
+          method: "POST",
+          path: run,
+          body: ["x"],
+          declaredLength: 50 * 1024 * 1024,
+          seconds: 5
+        })
+        assert.include([401, 413], anonymous.status)
+      }).pipe(Effect.scoped),
+    150_000
+  )
 })

@@ -175,28 +175,32 @@ describe("ObjectStorageLocal", () => {
       assert.match(notDir.message, /not a directory/)
     }))
 
-  it.live("a directory swapped for a symlink to outside the root during a run deletes nothing outside", () =>
-    Effect.gen(function*() {
-      const { root, outside } = yield* tempTree
-      const names = Array.from({ length: 1000 }, (_, i) => `f${String(i).padStart(4, "0")}`)
-      yield* Effect.promise(async () => {
-        await mkdir(join(root, "race"))
-        await symlink(outside, join(root, "swap"))
-        for (const name of names) {
-          await writeFile(join(root, "race", name), "partial upload")
-          await writeFile(join(outside, name), "not Sweeper's")
-        }
-      })
-      const outcomes = yield* Effect.scoped(Effect.gen(function*() {
-        yield* swapping(root)
-        const storage = yield* Effect.provide(ObjectStorage, ObjectStorageLocal({ artifacts: root }))
-        return yield* storage.deleteMany("artifacts", names.map((name) => `race/${name}`))
-      }))
-      const survivors = new Set(readdirSync(outside))
-      const lost = names.filter((name) => !survivors.has(name))
-      const deleted = outcomes.filter((outcome) => outcome._tag === "Success" && outcome.success === "deleted")
-      console.log(`race: ${deleted.length} of ${names.length} deleted inside the root, ${lost.length} outside`)
-      assert.deepStrictEqual(lost, [], "files outside the root were deleted")
-      assert.isAbove(deleted.length, 0, "the run deleted nothing: the race was not exercised")
-    }), 60_000)
+  it.live(
+    "a directory swapped for a symlink to outside the root during a run deletes nothing outside",
+    () =>
+      Effect.gen(function*() {
+        const { root, outside } = yield* tempTree
+        const names = Array.from({ length: 1000 }, (_, i) => `f${String(i).padStart(4, "0")}`)
+        yield* Effect.promise(async () => {
+          await mkdir(join(root, "race"))
+          await symlink(outside, join(root, "swap"))
+          for (const name of names) {
+            await writeFile(join(root, "race", name), "partial upload")
+            await writeFile(join(outside, name), "not Sweeper's")
+          }
+        })
+        const outcomes = yield* Effect.scoped(Effect.gen(function*() {
+          yield* swapping(root)
+          const storage = yield* Effect.provide(ObjectStorage, ObjectStorageLocal({ artifacts: root }))
+          return yield* storage.deleteMany("artifacts", names.map((name) => `race/${name}`))
+        }))
+        const survivors = new Set(readdirSync(outside))
+        const lost = names.filter((name) => !survivors.has(name))
+        const deleted = outcomes.filter((outcome) => outcome._tag === "Success" && outcome.success === "deleted")
+        console.log(`race: ${deleted.length} of ${names.length} deleted inside the root, ${lost.length} outside`)
+        assert.deepStrictEqual(lost, [], "files outside the root were deleted")
+        assert.isAbove(deleted.length, 0, "the run deleted nothing: the race was not exercised")
+      }),
+    60_000
+  )
 })

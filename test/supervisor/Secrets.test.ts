@@ -7,7 +7,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Logger, Option, Redacted } from "effect"
 import { SweeperConfig } from "../../src/config/Config.ts"
+import { foldHistory } from "../../src/domain/BatchState.ts"
 import { describeError } from "../../src/domain/Errors.ts"
+import { runDetailOf } from "../../src/layers/postgres/RunHistorySql.ts"
 import { describeBackends, describePostgres } from "../../src/supervisor/App.ts"
 import { jsonLogger, textLogger } from "../../src/supervisor/Logging.ts"
 import { runCli } from "../support/cli.ts"
@@ -129,6 +131,22 @@ describe("secrets are never printed", () => {
       assert.lengthOf(lines, 4)
       for (const line of lines) assert.notInclude(line, SECRET, line)
     }))
+
+  it("a run error a ledger kept from before is shown redacted on the card, the run page and the API", () => {
+    const finished = {
+      id: 2,
+      stream: "batch:stuck-export-jobs",
+      type: "RunFinished",
+      data: { outcome: "failed", duration_ms: 5, error: `SqlError: cannot reach ${FORMS[1]!.main}` },
+      runId: "00000000-0000-4000-8000-000000000000",
+      occurredAt: new Date("2026-01-01T00:00:00Z")
+    }
+    const shown = [foldHistory([finished]).lastRun?.error, runDetailOf(finished.runId, undefined, finished, [])?.error]
+    for (const text of shown) {
+      assert.include(text, "cannot reach postgres://gitlab@db/gitlab")
+      assert.notInclude(text, SECRET)
+    }
+  })
 
   it.live("SWEEPER_URL with credentials or a token in its query is logged without them", () =>
     Effect.gen(function*() {

@@ -88,7 +88,9 @@ const openRoot = (configured: string) =>
     const handle = yield* openDirectory("root", root, DIRECTORY)
     if (Option.isNone(handle)) {
       const found = yield* attempt("root", () => lstat(root))
-      return yield* Effect.fail(Option.isNone(found) ? `root ${root} does not exist` : `root ${root} is not a directory`)
+      return yield* Effect.fail(
+        Option.isNone(found) ? `root ${root} does not exist` : `root ${root} is not a directory`
+      )
     }
     // Without /proc every name below would look absent, and every entry would be dropped as "missing".
     const proc = yield* attempt("/proc/self/fd", () => lstat(`/proc/self/fd/${handle.value.fd}`))

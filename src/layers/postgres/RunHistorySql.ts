@@ -7,6 +7,7 @@ import { PgClient } from "@effect/sql-pg"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { StoredEvent } from "../../domain/Events.ts"
+import { redact } from "../../domain/Redaction.ts"
 import {
   HISTORY_MAX_RUNS,
   type HistoryBucket,
@@ -17,6 +18,8 @@ import {
 import { type EventRow, storedEvent as stored } from "./EventLogSql.ts"
 
 const text = (value: unknown) => typeof value === "string" ? value : null
+/** An error text as shown: redacted as read too, for a ledger written before a form was known. */
+const redactedText = (value: unknown) => typeof value === "string" ? redact(value) : null
 
 /** Shared by the SQL and memory layers: a run's header from its RunStarted / RunFinished. */
 export const runDetailOf = (
@@ -39,7 +42,7 @@ export const runDetailOf = (
     outcome: text(finished?.data.outcome),
     reason: text(finished?.data.reason),
     summary: finished?.data.summary ?? null,
-    error: text(finished?.data.error),
+    error: redactedText(finished?.data.error),
     holds,
     repairs: typeof finished?.data.repaired === "number" ? finished.data.repaired : 0
   }

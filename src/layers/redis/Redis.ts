@@ -15,8 +15,8 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { Cluster, Redis as IORedis } from "ioredis"
 import { parseRedisUrl } from "../../config/RedisUrl.ts"
-import { redact } from "../../domain/Redaction.ts"
 import { RedisError } from "../../domain/Errors.ts"
+import { redact } from "../../domain/Redaction.ts"
 import { serverName, toRedisError } from "./RedisErrors.ts"
 
 /** A single server or a cluster: ioredis gives both the same command surface. */
