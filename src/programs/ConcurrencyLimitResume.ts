@@ -86,13 +86,6 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
  * renewed before every pass and kept alive between them (a gate hold may outlast its TTL).
  */
 export const resumeWorker = Effect.fn("ConcurrencyLimitResume.resumeWorker")(function*(worker: string) {
-  // Names come from Redis keys too: one that is no class name would become a pushed job's `class`.
-  if (!C.isWorkerClassName(worker)) {
-    yield* Effect.logWarning("Skipped a worker found in Redis whose name is not a class name").pipe(
-      Effect.annotateLogs({ worker })
-    )
-    return { _tag: "UnknownWorker", worker } as const
-  }
   const run = yield* leasedPasses({
     lease: C.workerLeaseName(worker),
     ttl: C.WORKER_LEASE_TTL,

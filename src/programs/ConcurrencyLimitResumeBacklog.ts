@@ -17,7 +17,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { backlogPart, type BacklogReading } from "../domain/Backlog.ts"
-import { isWorkerClassName, resumesDeferred } from "../domain/ConcurrencyLimit.ts"
+import { resumesDeferred } from "../domain/ConcurrencyLimit.ts"
 import { ConcurrencyLimits } from "../services/ConcurrencyLimits.ts"
 
 /** 50 SCANs of COUNT 1000 (0.2 s measured on 1 M keys), at most every 20 s: 1 M keys in ~20 samples. */
@@ -47,8 +47,7 @@ export const concurrencyLimitResumeBacklog = Effect.gen(function*() {
   const left = { noLimit: 0, breakerOpen: 0 }
   const parts = yield* Effect.forEach(read, ({ worker, size }) =>
     Effect.gen(function*() {
-      // A name from Redis that is no class name is skipped by the pass: not waiting for it either.
-      const setting = isWorkerClassName(worker) ? yield* limits.limitOf(worker) : Option.none()
+      const setting = yield* limits.limitOf(worker)
       if (!resumesDeferred(setting)) {
         left[Option.isNone(setting) ? "noLimit" : "breakerOpen"]++
         return []

@@ -34,7 +34,7 @@ const call = (
     readonly seconds?: number
   }
 ) =>
-  Effect.callback<Answer, Error>((resume) => {
+  Effect.callback<Answer>((resume) => {
     let answered = false
     const req = request({
       host: "127.0.0.1",
@@ -50,7 +50,7 @@ const call = (
     })
     const timer = setTimeout(() => {
       req.destroy()
-      resume(Effect.fail(new Error(`no answer to ${options.path} within ${options.seconds ?? 10} s`)))
+      resume(Effect.die(new Error(`no answer to ${options.path} within ${options.seconds ?? 10} s`)))
     }, (options.seconds ?? 10) * 1000)
     req.on("response", (response) => {
       answered = true
@@ -66,7 +66,7 @@ const call = (
       // A server that answers and closes while the body is still being sent: the answer counts.
       if (!answered) {
         clearTimeout(timer)
-        resume(Effect.fail(error))
+        resume(Effect.die(error))
       }
     })
     const chunks = [...(options.body ?? [])]

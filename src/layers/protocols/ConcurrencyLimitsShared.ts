@@ -24,6 +24,7 @@ import {
   DEFERRED_KEY_PATTERN,
   type DeferredJob,
   encodeJournalHeader,
+  isWorkerClassName,
   JOURNAL_KEY_PATTERN,
   journalKeyFormOf,
   MOVE_JOURNAL_TTL,
@@ -172,6 +173,17 @@ export const makeConcurrencyLimits = (
 ): ConcurrencyLimits["Service"] => {
   /** A key form found by SCAN back to a worker name: the configured worker it belongs to, else camelize. */
   const byKeyForm = new Map(Object.keys(configured).map((worker) => [underscore(worker), worker]))
+  const workerOfKeyForm = (w: string) => byKeyForm.get(w) ?? camelize(w)
+  /**
+   * A key form camelizes into whatever a writer of Redis chose (`kernel.exec` → `Kernel.exec`), and
+   * a pushed job's `class` is what Sidekiq constantizes: a discovered name gets the class-name check
+   * a configured worker gets, and one that fails it is never a worker here — no limit, no recovered
+   * move, nothing pushed.
+   */
+  const warnNotAClass = (worker: string, key: string) =>
+    Effect.logWarning("Skipped a worker found in Redis whose name is not a class name").pipe(
+      Effect.annotateLogs({ worker, key })
+    )
   /** A command on `key`, its WRONGTYPE failure named after the key (permanent, isolated by the caller). */
   const onKey = <A>(key: string, effect: Effect.Effect<A, RedisError>) => Effect.mapError(effect, refineWrongType(key))
 
@@ -182,8 +194,10 @@ export const makeConcurrencyLimits = (
       const [next, keys] = yield* store.scan(cursor, pattern, SCAN_COUNT)
       cursor = next
       for (const key of keys) {
-        const w = keyFormOf(key)
-        if (Option.isSome(w)) found.push(byKeyForm.get(w.value) ?? camelize(w.value))
+        const worker = Option.map(keyFormOf(key), workerOfKeyForm)
+        if (Option.isNone(worker)) continue
+        if (isWorkerClassName(worker.value)) found.push(worker.value)
+        else yield* warnNotAClass(worker.value, key)
       }
     } while (cursor !== "0")
     return found
@@ -195,7 +209,9 @@ export const makeConcurrencyLimits = (
    */
   let known: { readonly workers: ReadonlySet<string>; readonly at: number } | null = null
   let sweep = { cursor: "0", found: new Set<string>(), keys: 0, startedAt: 0, steppedAt: Number.NEGATIVE_INFINITY }
-  const workerOfKey = (key: string) => Option.map(workerKeyFormOf(key), (w) => byKeyForm.get(w) ?? camelize(w))
+  // The backlog's sweep leaves them out quietly: the run's discovery warns about each.
+  const workerOfKey = (key: string) =>
+    Option.filter(Option.map(workerKeyFormOf(key), workerOfKeyForm), isWorkerClassName)
 
   const knownDeferredWorkers = Effect.fn("ConcurrencyLimits.knownDeferredWorkers")(function*(step: SweepStep) {
     const now = yield* Clock.currentTimeMillis
@@ -255,6 +271,7 @@ export const makeConcurrencyLimits = (
   }).pipe(Effect.withSpan("ConcurrencyLimits.workersWithDeferredJobs"))
 
   const limitOf = Effect.fn("ConcurrencyLimits.limitOf")(function*(worker: string) {
+    if (!isWorkerClassName(worker)) return Option.none<WorkerLimit>()
     const setting = configured[worker]
     const key = workerKeys(worker).currentLimit
     const raw = yield* onKey(key, store.get(key))
@@ -364,6 +381,7 @@ export const makeConcurrencyLimits = (
 
   const recoverMove = <E = never, R = never>(worker: string, record: RecordMove<E, R> = recordNothing) =>
     Effect.gen(function*() {
+      if (!isWorkerClassName(worker)) return Option.none<RecoveredMove>()
       const keys = workerKeys(worker)
       const journal = yield* onKey(keys.journal, store.lrange(keys.journal, 0, -1))
       if (journal.length === 0) return Option.none<RecoveredMove>()
