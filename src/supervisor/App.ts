@@ -261,7 +261,7 @@ export const databaseClientLayer = (
 ): Layer.Layer<Layer.Success<Embedded>, Layer.Error<Embedded> | InfrastructureUnavailable> =>
   Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
-    onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
+    onSome: (url) => layerServer(url, settings.databaseTimeouts).pipe(unavailable("PostgreSQL", url))
   })
 
 type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlError
@@ -280,13 +280,16 @@ const postgresUnavailable = (url: Redacted.Redacted<string>, error: unknown) =>
  * client. A CI_DATABASE_URL that reaches main's very database is treated as one database.
  */
 export const ciClientLayer = (
-  settings: Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+  settings:
+    & Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+    & Partial<Pick<SweeperSettings, "databaseTimeouts">>
 ): Layer.Layer<CiDatabase, CiClientError, PgClient.PgClient> => {
   type Client = Layer.Layer<PgClient.PgClient, CiClientError>
   const separate = Option.match(settings.ciDatabaseUrl, {
     onNone: (): Option.Option<Client> =>
       settings.embeddedCiDatabase ? Option.some(layerEmbedded(join(settings.dataDir, "ci"))) : Option.none(),
-    onSome: (url): Option.Option<Client> => Option.some(layerServer(url).pipe(unavailable("PostgreSQL", url)))
+    onSome: (url): Option.Option<Client> =>
+      Option.some(layerServer(url, settings.databaseTimeouts).pipe(unavailable("PostgreSQL", url)))
   })
   if (Option.isNone(separate)) return SingleDatabase
   return Layer.effect(

@@ -651,7 +651,13 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: {
         }
         return [...applied, ...online]
       })
-      return yield* work.pipe(Effect.ensuring(Effect.ignore(sql`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`)))
+      // An online step on a large ledger takes longer than the statement timeout Sweeper's sessions
+      // carry (SWEEPER_PG_STATEMENT_TIMEOUT): none on this connection while it migrates.
+      yield* sql`SET statement_timeout = 0`
+      return yield* work.pipe(
+        Effect.ensuring(Effect.ignore(sql`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`)),
+        Effect.ensuring(Effect.ignore(sql`RESET statement_timeout`))
+      )
     })).pipe(Effect.provideService(SqlClient.BeginTransaction, "SELECT 1"))
   })
 
