@@ -72,6 +72,13 @@ export const RELAY_BATCH = 1000
 /** How soon a relay that failed (main unreachable, a statement refused) is tried again. */
 export const RELAY_RETRY = Duration.seconds(5)
 
+/**
+ * The least time between two passes' starts: the first commit after a quiet spell is relayed at
+ * once, the pages of a burst a few at a time, in one main statement per round instead of one per
+ * page (measured: see BENCHMARKS.md, "A decomposed GitLab").
+ */
+export const RELAY_COALESCE = Duration.millis(25)
+
 /** How long a run's end waits for the relay to bring its events before RunFinished says they are owed. */
 export const SETTLE_WAIT = Duration.seconds(10)
 
@@ -81,6 +88,12 @@ export const SETTLE_WAIT = Duration.seconds(10)
  * appended a second time.
  */
 export const RELAYED_KEYS_KEPT = Duration.days(30)
+
+/**
+ * How often a relay looks for owed runs when it knows of none of its own (another process's, which
+ * stopped before they were closed); with one of its own, every pass does.
+ */
+const OWED_RUNS_CHECK_EVERY = Duration.minutes(1)
 
 /** How often a relay forgets keys older than RELAYED_KEYS_KEPT, and how many at a time. */
 const FORGET_EVERY = Duration.hours(1)
@@ -152,17 +165,20 @@ const closeOwedRuns = (ci: PgClient.PgClient, main: PgClient.PgClient) =>
     return ids.length - done.length
   })
 
+/** Rounds until one reads fewer than RELAY_BATCH rows. */
+const relayRounds = (ci: PgClient.PgClient, main: PgClient.PgClient) =>
+  Effect.gen(function*() {
+    while ((yield* relayRound(ci, main)) === RELAY_BATCH) {
+      // Full round: there may be more.
+    }
+  })
+
 /**
  * One relay pass: rounds until one reads fewer than RELAY_BATCH rows, then closes the owed runs
  * that are complete. Answers how many owed runs remain open.
  */
 export const relayOutbox = (ci: PgClient.PgClient, main: PgClient.PgClient): Effect.Effect<number, SqlError> =>
-  Effect.gen(function*() {
-    while ((yield* relayRound(ci, main)) === RELAY_BATCH) {
-      // Full round: there may be more.
-    }
-    return yield* closeOwedRuns(ci, main)
-  })
+  Effect.andThen(relayRounds(ci, main), closeOwedRuns(ci, main))
 
 /** Keys older than RELAYED_KEYS_KEPT leave main, FORGET_AT_ONCE at a time. */
 const forgetOldKeys = (main: PgClient.PgClient) =>
@@ -187,8 +203,8 @@ const makeRelay = (options: { readonly recover: boolean }) =>
     /** Events each run of this process committed to the outbox (for a run's end when ci is unreachable). */
     const written = yield* Ref.make<ReadonlyMap<string, number>>(new Map())
     const wake = yield* Queue.sliding<void>(1)
-    /** The pass that starts next, completed with whether it succeeded. */
-    const nextPass = yield* Ref.make(yield* Deferred.make<boolean>())
+    /** Completed, with whether it succeeded, when the pass under way (or, idle, the next one) ends. */
+    const passEnd = yield* Ref.make(yield* Deferred.make<boolean>())
 
     /** Sets whether a relay is owed; answers whether it was before. */
     const setOwed = (value: boolean) =>
@@ -214,31 +230,49 @@ const makeRelay = (options: { readonly recover: boolean }) =>
         }
       })
 
+    // Only the worker fiber reads and writes these two.
     let forgotAt = Number.NEGATIVE_INFINITY
+    let owedRunsCheckedAt = Number.NEGATIVE_INFINITY
+    const ended = (succeededOrNot: boolean) =>
+      Effect.flatMap(
+        Effect.flatMap(Deferred.make<boolean>(), (next) => Ref.getAndSet(passEnd, next)),
+        (end) => Deferred.succeed(end, succeededOrNot)
+      )
     const pass = Effect.gen(function*() {
-      const fresh = yield* Deferred.make<boolean>()
-      const waiting = yield* Ref.getAndSet(nextPass, fresh)
       yield* Ref.set(dirty, false)
-      const exit = yield* Effect.exit(relayOutbox(ci, main)).pipe(
-        Effect.onInterrupt(() => Effect.andThen(Ref.set(dirty, true), Deferred.succeed(waiting, false)))
+      const startedAt = yield* Clock.currentTimeMillis
+      // Owed runs: every pass while this process knows of one, else now and then.
+      const checkOwed = (yield* Ref.get(openRuns)) ||
+        startedAt - owedRunsCheckedAt >= Duration.toMillis(OWED_RUNS_CHECK_EVERY)
+      const work = checkOwed
+        ? Effect.andThen(relayRounds(ci, main), closeOwedRuns(ci, main)).pipe(
+          Effect.tap(() => Effect.sync(() => (owedRunsCheckedAt = startedAt)))
+        )
+        : Effect.as(relayRounds(ci, main), 0) // no owed run of its own, or checkOwed would be set
+      const exit = yield* Effect.exit(work).pipe(
+        Effect.onInterrupt(() => Effect.andThen(Ref.set(dirty, true), ended(false)))
       )
       if (Exit.isSuccess(exit)) yield* succeeded(exit.value)
       else {
         yield* Ref.set(dirty, true)
         yield* failed(exit.cause)
       }
-      yield* Deferred.succeed(waiting, Exit.isSuccess(exit))
-      const now = yield* Clock.currentTimeMillis
-      if (Exit.isSuccess(exit) && now - forgotAt >= Duration.toMillis(FORGET_EVERY)) {
-        forgotAt = now
+      yield* ended(Exit.isSuccess(exit))
+      if (Exit.isSuccess(exit) && startedAt - forgotAt >= Duration.toMillis(FORGET_EVERY)) {
+        forgotAt = startedAt
         yield* forgetOldKeys(main).pipe(Effect.ignore)
       }
     })
     const worker = Effect.gen(function*() {
+      let lastPassAt = Number.NEGATIVE_INFINITY
       while (true) {
         const retrying = (yield* Ref.get(owed)) || (yield* Ref.get(openRuns))
         if (retrying) yield* Queue.take(wake).pipe(Effect.timeoutOption(RELAY_RETRY))
         else yield* Queue.take(wake)
+        // A burst of pages is relayed several pages a pass: fewer statements and commits in ci and main.
+        const since = (yield* Clock.currentTimeMillis) - lastPassAt
+        if (since < Duration.toMillis(RELAY_COALESCE)) yield* Effect.sleep(Duration.toMillis(RELAY_COALESCE) - since)
+        lastPassAt = yield* Clock.currentTimeMillis
         yield* pass
       }
     })
@@ -267,11 +301,32 @@ const makeRelay = (options: { readonly recover: boolean }) =>
         yield* wakeUp
       })
 
-    /** The run's rows still in ci, and how many of them main has not taken. */
-    const owedIn = (runId: string) =>
+    /** The keys of the run's rows still in ci's outbox. */
+    const waitingKeys = (runId: string) =>
+      Effect.map(
+        ci<{ readonly key: string }>`SELECT key FROM sweeper_outbox WHERE run_id = ${runId}::uuid`,
+        (rows) => rows.map((row) => row.key)
+      )
+
+    /**
+     * Until none of the run's rows is left in ci: each time, the end of the pass under way (which
+     * may have read before the run's last commit) or of the next one. Stops at a pass that fails.
+     */
+    const untilRelayed = (runId: string) =>
       Effect.gen(function*() {
-        const keys = (yield* ci<{ readonly key: string }>`SELECT key FROM sweeper_outbox WHERE run_id = ${runId}::uuid`)
-          .map((row) => row.key)
+        while (true) {
+          const end = yield* Ref.get(passEnd)
+          yield* wakeUp
+          if (!(yield* Deferred.await(end))) return
+          if ((yield* waitingKeys(runId)).length === 0) return
+        }
+      })
+
+    const eventsOwed = (runId: string) =>
+      Effect.gen(function*() {
+        if ((yield* waitingKeys(runId)).length === 0) return 0
+        yield* untilRelayed(runId).pipe(Effect.timeoutOption(SETTLE_WAIT))
+        const keys = yield* waitingKeys(runId)
         if (keys.length === 0) return 0
         // Rows main has already taken (relayed, not yet cleared from ci) are not owed; with main
         // unreachable, every one of them counts.
@@ -281,16 +336,6 @@ const makeRelay = (options: { readonly recover: boolean }) =>
           Effect.orElseSucceed(() => 0)
         )
         return keys.length - taken
-      })
-
-    const eventsOwed = (runId: string) =>
-      Effect.gen(function*() {
-        const before = yield* owedIn(runId)
-        if (before === 0) return 0
-        const waiting = yield* Ref.get(nextPass)
-        yield* wakeUp
-        yield* Deferred.await(waiting).pipe(Effect.timeoutOption(SETTLE_WAIT))
-        return yield* owedIn(runId)
       }).pipe(
         // ci unreachable: what this process saw the run commit there may all be owed.
         Effect.catch((error) =>
