@@ -6,6 +6,7 @@
  * RunEventsRelayed); when main cannot take RunFinished at all, it waits in ci's outbox behind the
  * run's events (layers/postgres/Outbox.ts).
  */
+import type * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type { SqlError } from "effect/sql/SqlError"
@@ -14,10 +15,10 @@ import type { RunFinished } from "../domain/Events.ts"
 export const RunLedger = Context.Reference<{
   /**
    * How many of the run's repair events are not in the ledger yet, after giving the relay a bounded
-   * chance to bring them. Fails when that cannot be known (ci unreachable) for a run this process
-   * saw write nothing there.
+   * chance to bring them. Fails when that cannot be known (ci unreachable or not answering) for a
+   * run this process saw write nothing there.
    */
-  readonly eventsOwed: (runId: string) => Effect.Effect<number, SqlError>
+  readonly eventsOwed: (runId: string) => Effect.Effect<number, SqlError | Cause.TimeoutError>
   /**
    * Appends the run's RunFinished with `append`; one that says events are owed is registered in the
    * same transaction, so the relay appends RunEventsRelayed once the last of them is in.

@@ -82,6 +82,9 @@ export const RELAY_COALESCE = Duration.millis(25)
 /** How long a run's end waits for the relay to bring its events before RunFinished says they are owed. */
 export const SETTLE_WAIT = Duration.seconds(10)
 
+/** How long a run's end waits for one answer from ci or main about its events (they may hang). */
+const ASK_WAIT = Duration.seconds(2)
+
 /**
  * How long main keeps the key of an outbox row it has appended: a ci restored to a point less than
  * this far back brings back rows the relay then recognises; further back, their events would be
@@ -249,9 +252,11 @@ const makeRelay = (options: { readonly recover: boolean }) =>
           Effect.tap(() => Effect.sync(() => (owedRunsCheckedAt = startedAt)))
         )
         : Effect.as(relayRounds(ci, main), 0) // no owed run of its own, or checkOwed would be set
-      const exit = yield* Effect.exit(work).pipe(
-        Effect.onInterrupt(() => Effect.andThen(Ref.set(dirty, true), ended(false)))
+      const exit = yield* Effect.exit(
+        work.pipe(Effect.onInterrupt(() => Effect.andThen(Ref.set(dirty, true), ended(false))))
       )
+      // Stopped (the process is stopping): not a failed relay; the finalizer takes over.
+      if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return
       if (Exit.isSuccess(exit)) yield* succeeded(exit.value)
       else {
         yield* Ref.set(dirty, true)
@@ -324,14 +329,16 @@ const makeRelay = (options: { readonly recover: boolean }) =>
 
     const eventsOwed = (runId: string) =>
       Effect.gen(function*() {
-        if ((yield* waitingKeys(runId)).length === 0) return 0
+        // Every run's end asks, a run of main's batches too: a ci that hangs delays it ASK_WAIT at most.
+        if ((yield* waitingKeys(runId).pipe(Effect.timeout(ASK_WAIT))).length === 0) return 0
         yield* untilRelayed(runId).pipe(Effect.timeoutOption(SETTLE_WAIT))
-        const keys = yield* waitingKeys(runId)
+        const keys = yield* waitingKeys(runId).pipe(Effect.timeout(ASK_WAIT))
         if (keys.length === 0) return 0
         // Rows main has already taken (relayed, not yet cleared from ci) are not owed; with main
         // unreachable, every one of them counts.
         const taken = yield* main<{ readonly n: string }>`SELECT count(*) AS n FROM sweeper_relayed_keys
           WHERE key = ANY (${keys}::uuid[])`.pipe(
+          Effect.timeout(ASK_WAIT),
           Effect.map((rows) => Number(rows[0]?.n ?? 0)),
           Effect.orElseSucceed(() => 0)
         )
