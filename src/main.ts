@@ -3,8 +3,10 @@
  *
  * Exit codes: 0 success (a run `succeeded` or was `skipped`), 1 a run `failed`/`timed_out`,
  * 2 bad input (usage, flags, configuration, a disabled batch without --force), 3 infrastructure
- * unreachable (PostgreSQL, Redis, or the running supervisor). Errors are one line on stderr, so
- * stdout stays clean for `--json`.
+ * unreachable (PostgreSQL, Redis, or the running supervisor), 4 a run that succeeded or was
+ * skipped but is not fully recorded yet (repair events or its RunFinished still on their way to
+ * main's ledger: a decomposed GitLab's relay). Errors are one line on stderr, so stdout stays clean
+ * for `--json`.
  */
 // Subpaths, not the package barrel: the barrel also loads its Redis client (node-redis, ~480
 // modules), WebSocket, cluster and RPC modules, which the supervisor never uses (idle RSS).

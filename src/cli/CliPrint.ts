@@ -5,6 +5,7 @@
 import * as Console from "effect/Console"
 import * as DateTime from "effect/DateTime"
 import * as Effect from "effect/Effect"
+import { fullyRecorded } from "../supervisor/RunGuard.ts"
 import type { EventView, RunView, View } from "./Operator.ts"
 
 export const printRun = (result: RunView, asJson: boolean) =>
@@ -18,7 +19,9 @@ export const printRun = (result: RunView, asJson: boolean) =>
         summary: result.summary,
         ...(result.reason === undefined ? {} : { reason: result.reason }),
         ...(result.error === undefined ? {} : { error: result.error }),
-        ...(result.targets === undefined ? {} : { targets: result.targets, targetsTotal: result.targetsTotal })
+        ...(result.targets === undefined ? {} : { targets: result.targets, targetsTotal: result.targetsTotal }),
+        ...(result.eventsOwed === undefined ? {} : { eventsOwed: result.eventsOwed }),
+        ...(result.runFinished === undefined ? {} : { runFinished: result.runFinished })
       }))
     } else {
       const label = result.dryRun ? `${result.batch} (dry run)` : result.batch
@@ -30,9 +33,21 @@ export const printRun = (result: RunView, asJson: boolean) =>
         yield* Console.log(`  would change ${result.targetsTotal} (first ${result.targets.length} listed):`)
         for (const target of result.targets) yield* Console.log(`    ${target}`)
       }
+      if (!fullyRecorded(result)) yield* Console.log(`  not fully recorded: ${notRecorded(result)}`)
     }
     if (result.outcome === "failed" || result.outcome === "timed_out") process.exitCode = 1
+    else if (!fullyRecorded(result)) process.exitCode = 4
   })
+
+/** What of a run the ledger does not have yet, in words. */
+const notRecorded = (result: RunView) =>
+  [
+    ...(result.eventsOwed === undefined ? [] : [
+      `${result.eventsOwed} repair event(s) not yet in main's ledger (waiting in ci's outbox; the relay retries)`
+    ]),
+    ...(result.runFinished === "outbox" ? ["RunFinished waits in ci's outbox behind them"] : []),
+    ...(result.runFinished === "nowhere" ? ["RunFinished could not be recorded anywhere"] : [])
+  ].join("; ")
 
 export const printEvent = (event: EventView, asJson: boolean) =>
   Console.log(

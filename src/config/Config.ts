@@ -73,6 +73,28 @@ export interface SweeperSettings {
   readonly eventRetention: Duration.Duration
   /** `SWEEPER_HEALTH`: the health gate's signals and thresholds; none = no gate. */
   readonly health: Option.Option<HealthConfig>
+  /** `SWEEPER_PG_*_TIMEOUT`: what every connection to a GitLab database sets for its session. */
+  readonly databaseTimeouts: DatabaseTimeouts
+}
+
+/**
+ * PostgreSQL's statement_timeout, lock_timeout and idle_in_transaction_session_timeout for each
+ * session Sweeper opens to a server (`SWEEPER_PG_STATEMENT_TIMEOUT`, `…_LOCK_TIMEOUT`,
+ * `…_IDLE_IN_TRANSACTION_TIMEOUT`): no statement of Sweeper's runs, waits for a lock or sits in an
+ * open transaction longer than these on GitLab's databases. Zero sends nothing: the server's or
+ * the role's own setting applies (behind a pooler that refuses these startup parameters, set them
+ * on the role; `sweeper doctor` shows what is in force).
+ */
+export interface DatabaseTimeouts {
+  readonly statement: Duration.Duration
+  readonly lock: Duration.Duration
+  readonly idleInTransaction: Duration.Duration
+}
+
+export const DATABASE_TIMEOUTS: DatabaseTimeouts = {
+  statement: Duration.seconds(60),
+  lock: Duration.seconds(10),
+  idleInTransaction: Duration.seconds(60)
 }
 
 export interface RedisStoreUrlSettings {
@@ -270,7 +292,14 @@ const settings = Config.all({
   eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(
     Config.withDefault(EVENT_RETENTION)
   ),
-  health: Config.option(Config.schema(HealthJson, "SWEEPER_HEALTH"))
+  health: Config.option(Config.schema(HealthJson, "SWEEPER_HEALTH")),
+  databaseTimeouts: Config.all({
+    statement: Config.Duration("SWEEPER_PG_STATEMENT_TIMEOUT").pipe(Config.withDefault(DATABASE_TIMEOUTS.statement)),
+    lock: Config.Duration("SWEEPER_PG_LOCK_TIMEOUT").pipe(Config.withDefault(DATABASE_TIMEOUTS.lock)),
+    idleInTransaction: Config.Duration("SWEEPER_PG_IDLE_IN_TRANSACTION_TIMEOUT").pipe(
+      Config.withDefault(DATABASE_TIMEOUTS.idleInTransaction)
+    )
+  })
 })
 
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
@@ -380,6 +409,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       failureReasons: "legacy",
       eventRetention: EVENT_RETENTION,
       health: Option.none(),
+      databaseTimeouts: DATABASE_TIMEOUTS,
       ...overrides
     })
 }

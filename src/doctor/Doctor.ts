@@ -9,6 +9,7 @@
  * `--apply-indexes` is the only thing here that writes: it runs the recommended statements one at a
  * time, outside any transaction (CREATE INDEX CONCURRENTLY refuses to run inside one).
  */
+import type { PgClient } from "@effect/sql-pg"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Clock from "effect/Clock"
@@ -30,7 +31,13 @@ import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "
 import { batches } from "../programs/index.ts"
 import { HealthSignals } from "../services/HealthSignals.ts"
 import { describeBackends, ReadOnlyAppLayer } from "../supervisor/App.ts"
-import { type DatabasesReport, gatherDatabases, privilegeProblems, renderDatabases } from "./DoctorDatabases.ts"
+import {
+  type DatabasesReport,
+  gatherDatabases,
+  privilegeProblems,
+  renderDatabases,
+  timeoutProblems
+} from "./DoctorDatabases.ts"
 import { createStatements, judgeScan, partitionsOf, REDIS_ONLY_BATCHES, scans } from "./Indexes.ts"
 
 /** Beyond this, time thresholds (1 h, 3 h, 6 h) compared with other machines' timestamps drift. */
@@ -289,6 +296,7 @@ const gather = (applied: ReadonlyArray<string>) =>
     const health = yield* healthCheck
     const problems = [
       ...privilegeProblems(databases),
+      ...timeoutProblems(databases),
       ...health.signals.filter((s) => s.configured && !s.readable).map((s) =>
         `SWEEPER_HEALTH ${s.signal} cannot be read: ${s.reading}`
       ),
@@ -321,6 +329,20 @@ const gather = (applied: ReadonlyArray<string>) =>
     } satisfies DoctorReport
   })
 
+/**
+ * `statement` alone on a connection of its own with no statement timeout: an index build on a large
+ * table takes far longer than the timeout Sweeper's sessions carry (SWEEPER_PG_STATEMENT_TIMEOUT),
+ * and CREATE INDEX CONCURRENTLY refuses to share a query string (an implicit transaction) with a SET.
+ */
+const withoutStatementTimeout = (sql: PgClient.PgClient, statement: string) =>
+  Effect.scoped(Effect.gen(function*() {
+    const connection = yield* sql.reserve
+    yield* connection.executeRaw("SET statement_timeout = 0", [])
+    yield* connection.executeRaw(statement, []).pipe(
+      Effect.ensuring(Effect.ignore(connection.executeRaw("RESET statement_timeout", [])))
+    )
+  }))
+
 /** Runs every recommended statement, one at a time, each in its own implicit transaction. */
 const applyRecommended = (report: DoctorReport) =>
   Effect.gen(function*() {
@@ -329,7 +351,7 @@ const applyRecommended = (report: DoctorReport) =>
     for (const scan of report.scans) {
       for (const statement of scan.recommended) {
         yield* Effect.logInfo("Applying index statement", { statement, database: scan.database })
-        yield* clients[scan.database].unsafe(statement)
+        yield* withoutStatementTimeout(clients[scan.database], statement)
         applied.push(statement)
       }
     }

@@ -2,8 +2,9 @@
  * `sweeper doctor`'s view of each database connection: main, and ci when it is a database of its
  * own. Per connection: where it points (password redacted), the role it connects as and what that
  * role may do on the GitLab tables its batches write, which of GitLab's tables it holds and which
- * it has only write-locked copies of; then the layout verdict. A layout that cannot work never gets
- * here: the start-up check (DatabaseLayout.checkLayout) refuses it in one line first.
+ * it has only write-locked copies of, and the session timeouts its sessions carry; then the layout
+ * verdict. A layout that cannot work never gets here: the start-up check
+ * (DatabaseLayout.checkLayout) refuses it in one line first.
  */
 import type { PgClient } from "@effect/sql-pg"
 import * as Effect from "effect/Effect"
@@ -28,7 +29,33 @@ export interface ConnectionReport {
   readonly writeLocked: ReadonlyArray<string>
   /** SELECT and UPDATE on each GitLab table its batches write. */
   readonly privileges: ReadonlyArray<TablePrivilege>
+  /**
+   * The session timeouts in force on Sweeper's connections, as PostgreSQL shows them (`0` = off);
+   * absent on the embedded database, which is Sweeper's own.
+   */
+  readonly timeouts?: SessionTimeouts
 }
+
+export interface SessionTimeouts {
+  readonly statement: string
+  readonly lock: string
+  readonly idleInTransaction: string
+}
+
+/** Each timeout's PostgreSQL setting and the variable that sets it. */
+const TIMEOUT_SETTINGS = [
+  ["statement", "statement_timeout", "SWEEPER_PG_STATEMENT_TIMEOUT"],
+  ["lock", "lock_timeout", "SWEEPER_PG_LOCK_TIMEOUT"],
+  ["idleInTransaction", "idle_in_transaction_session_timeout", "SWEEPER_PG_IDLE_IN_TRANSACTION_TIMEOUT"]
+] as const
+
+const sessionTimeouts = (client: PgClient.PgClient) =>
+  Effect.map(
+    client<SessionTimeouts>`SELECT current_setting('statement_timeout') AS statement,
+      current_setting('lock_timeout') AS lock,
+      current_setting('idle_in_transaction_session_timeout') AS "idleInTransaction"`,
+    (rows) => rows[0]!
+  )
 
 export interface DatabasesReport {
   /** Two databases (CI_DATABASE_URL or the embedded ci database, not naming main's own). */
@@ -51,7 +78,8 @@ const connectionReport = (
   database: DatabaseName,
   backend: string,
   client: PgClient.PgClient,
-  survey: LayoutSurvey
+  survey: LayoutSurvey,
+  server: boolean
 ) =>
   Effect.gen(function*() {
     const holdings = survey.holdings[database] ?? []
@@ -60,6 +88,7 @@ const connectionReport = (
     )
     const rows = yield* client<{ role: string }>`SELECT current_user AS role`
     const privileges = yield* onClient(client)(tablePrivileges(mine))
+    const timeouts = server ? { timeouts: yield* sessionTimeouts(client) } : {}
     return {
       database,
       backend,
@@ -67,7 +96,8 @@ const connectionReport = (
       role: rows[0]?.role ?? "?",
       holds: holdings.filter(holds).map((holding) => holding.table),
       writeLocked: holdings.filter((holding) => holding.exists && holding.writeLocked).map((holding) => holding.table),
-      privileges
+      privileges,
+      ...timeouts
     } satisfies ConnectionReport
   })
 
@@ -77,10 +107,11 @@ export const gatherDatabases = (
   survey: LayoutSurvey
 ) =>
   Effect.gen(function*() {
-    const connections = [yield* connectionReport("main", describeMainDatabase(settings), clients.main, survey)]
+    const server = Option.isSome(settings.databaseUrl)
+    const connections = [yield* connectionReport("main", describeMainDatabase(settings), clients.main, survey, server)]
     const ciBackend = describeCiDatabase(settings)
     if (survey.decomposed && Option.isSome(ciBackend)) {
-      connections.push(yield* connectionReport("ci", ciBackend.value, clients.ci, survey))
+      connections.push(yield* connectionReport("ci", ciBackend.value, clients.ci, survey, server))
     }
     const layout = survey.decomposed
       ? "ok: every table Sweeper needs is writable in the one database GitLab keeps it in"
@@ -99,6 +130,20 @@ export const privilegeProblems = (report: DatabasesReport): ReadonlyArray<string
     })
   )
 
+/**
+ * A timeout that is off on a GitLab database: a statement of Sweeper's could then run, wait for a
+ * lock, or hold a transaction open (and vacuum back) without end. Doctor problems.
+ */
+export const timeoutProblems = (report: DatabasesReport): ReadonlyArray<string> =>
+  report.connections.flatMap((connection) =>
+    TIMEOUT_SETTINGS.flatMap(([field, setting, variable]) => {
+      const value = connection.timeouts?.[field]
+      return value === "0"
+        ? [`${setting} is off on ${connection.database}: set ${variable}, or set it on role ${connection.role}`]
+        : []
+    })
+  )
+
 const list = (tables: ReadonlyArray<string>) => tables.length === 0 ? "none" : tables.join(", ")
 
 export const renderDatabases = (report: DatabasesReport): ReadonlyArray<string> => [
@@ -113,7 +158,11 @@ export const renderDatabases = (report: DatabasesReport): ReadonlyArray<string> 
       `    ${privilege.table}: ${privilege.select ? "SELECT" : "no SELECT"}, ${
         privilege.update ? "UPDATE" : "no UPDATE"
       }`
-    )
+    ),
+    ...(connection.timeouts === undefined ? [] : [
+      `    timeouts: statement ${connection.timeouts.statement}, lock ${connection.timeouts.lock}, ` +
+      `idle in transaction ${connection.timeouts.idleInTransaction}`
+    ])
   ]),
   `  layout: ${report.layout}`
 ]

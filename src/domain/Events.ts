@@ -38,7 +38,23 @@ export class RunFinished extends Schema.TaggedClass<RunFinished>()("RunFinished"
   error: Schema.optionalKey(Schema.String),
   /** A dry run's would-be targets (first 100) and their total. */
   targets: Schema.optionalKey(Schema.Array(Schema.String)),
-  targetsTotal: Schema.optionalKey(Schema.Number)
+  targetsTotal: Schema.optionalKey(Schema.Number),
+  /**
+   * How many of the run's repair events were not yet in the ledger when it finished (a decomposed
+   * GitLab's ci repairs, still in ci's outbox): the run's RunEventsRelayed follows once they all are.
+   * Absent: every event of the run precedes this RunFinished.
+   */
+  eventsOwed: Schema.optionalKey(Schema.Number)
+}) {}
+
+/**
+ * Closes a run whose RunFinished said events were owed: every repair event of the run is in the
+ * ledger, before this one. Appended once, by the relay that finds the last of them delivered.
+ */
+export class RunEventsRelayed extends Schema.TaggedClass<RunEventsRelayed>()("RunEventsRelayed", {
+  batch: Schema.String,
+  /** What the run's RunFinished said was owed. */
+  events: Schema.Number
 }) {}
 
 export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
@@ -180,6 +196,7 @@ export const RETENTION_STREAM = "retention:sweeper_events"
 export const DomainEvent = Schema.Union([
   RunStarted,
   RunFinished,
+  RunEventsRelayed,
   TickMissed,
   BatchPaused,
   BatchResumed,
@@ -206,6 +223,7 @@ export const streamOf = (event: DomainEvent): string => {
   switch (event._tag) {
     case "RunStarted":
     case "RunFinished":
+    case "RunEventsRelayed":
     case "TickMissed":
     case "BatchPaused":
     case "BatchResumed":

@@ -139,7 +139,11 @@ export const RunResultSchema = Schema.Struct({
   closed: Schema.optional(Schema.Array(Schema.Unknown)),
   dryRun: Schema.Boolean,
   targets: Schema.optional(Schema.Array(Schema.String)),
-  targetsTotal: Schema.optional(Schema.Number)
+  targetsTotal: Schema.optional(Schema.Number),
+  /** Repair events not yet in the ledger when the run ended (a decomposed GitLab's relay); absent: none. */
+  eventsOwed: Schema.optional(Schema.Number),
+  /** Where RunFinished went when main's ledger could not take it; absent: in the ledger. */
+  runFinished: Schema.optional(Schema.Literals(["outbox", "nowhere"]))
 })
 
 /** A stored event: defined beside the console's group (imported here, never the other way), one schema for both. */

@@ -2,7 +2,8 @@
  * Closing runs whose process died: a run killed mid-way (kill -9, OOM, lost machine) leaves a
  * RunStarted with no RunFinished. Whoever next runs the batch — any trigger, any replica — and the
  * supervisor at start-up append `RunFinished{outcome: "abandoned"}` for it, under the old run's id,
- * once `abandonedBecause` (domain/BatchState.ts) proves it can no longer be running.
+ * once `abandonedBecause` (domain/BatchState.ts) proves it can no longer be running — unless its
+ * RunFinished waits in ci's outbox to be relayed (a decomposed GitLab whose main it could not reach).
  */
 import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
@@ -13,6 +14,7 @@ import { abandonedBecause, type LastRun, unfinishedRuns } from "../domain/BatchS
 import { RunFinished } from "../domain/Events.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { increment, type Metrics, runsTotal } from "../services/Metrics.ts"
+import { RunLedger } from "../services/RunLedger.ts"
 
 /** How far back a batch's stream is searched for unfinished runs (every event type counts). */
 export const ABANDONED_SEARCH_EVENTS = 200
@@ -30,6 +32,7 @@ export const closeAbandonedRuns = (
 ): Effect.Effect<ReadonlyArray<LastRun>, never, EventLog | Metrics> =>
   Effect.gen(function*() {
     const events = yield* EventLog
+    const ledger = yield* RunLedger
     const recent = yield* events.query({
       stream: `batch:${batch.name}`,
       newestFirst: true,
@@ -47,19 +50,23 @@ export const closeAbandonedRuns = (
         slackMs: Duration.toMillis(ABANDON_SLACK)
       })
       if (because === undefined) continue
+      // Over, not abandoned: its RunFinished waits in ci's outbox, behind its events, for the relay.
+      if (yield* ledger.finishDeferred(run.runId)) continue
       const durationMs = now.getTime() - run.startedAt.getTime()
       const reason = `no RunFinished; ${because}; closed by ${options.closedBy}`
+      // Its repair events still on their way to the ledger, as a finished run's RunFinished says them.
+      const eventsOwed = yield* ledger.eventsOwed(run.runId)
+      const finished = new RunFinished({
+        batch: batch.name,
+        outcome: "abandoned",
+        summary: null,
+        duration_ms: durationMs,
+        dryRun: run.dryRun,
+        reason,
+        ...(eventsOwed > 0 ? { eventsOwed } : {})
+      })
       // Under the old run's id, so `sweeper events --run <id>` shows the run closed.
-      yield* events.append(
-        new RunFinished({
-          batch: batch.name,
-          outcome: "abandoned",
-          summary: null,
-          duration_ms: durationMs,
-          dryRun: run.dryRun,
-          reason
-        })
-      ).pipe(
+      yield* ledger.appendFinished(finished, run.runId, events.append(finished)).pipe(
         Effect.provideService(CurrentRun, {
           runId: run.runId,
           batch: batch.name,

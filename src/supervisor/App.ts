@@ -69,6 +69,7 @@ import { RunnerAckQueueRedis } from "../layers/redis/RunnerAckQueueRedis.ts"
 import { batches } from "../programs/index.ts"
 import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
+import { RunLedger } from "../services/RunLedger.ts"
 
 /**
  * Write steps that span several backends (objects, then events, then entries…), one implementation
@@ -129,14 +130,22 @@ const CiRepairs = Layer.mergeAll(BuildsSql, StuckBuildsSql)
 /**
  * The ci repairs on a decomposed GitLab's ci database: ci's client as their PgClient, their events
  * into ci's outbox in their own transaction, relayed to main's ledger after each commit (Outbox.ts).
+ * The relay's RunLedger goes out to the run guard; its RepairEvents and the outbox's EventLog stay
+ * with the ci repairs.
  */
-const CiRepairsOnCi = (ci: PgClient.PgClient, access: SchemaAccess) =>
-  CiRepairs.pipe(
-    Layer.provide(
-      Layer.merge(EventLogSqlInto("sweeper_outbox"), OutboxRepairEvents({ recover: access === "migrate" }))
-    ),
-    Layer.provide(Layer.merge(Layer.succeed(PgClient.PgClient, ci), Layer.succeed(SqlClient.SqlClient, ci)))
+const CiRepairsOnCi = (ci: PgClient.PgClient, access: SchemaAccess) => {
+  const ciClient = Layer.merge(Layer.succeed(PgClient.PgClient, ci), Layer.succeed(SqlClient.SqlClient, ci))
+  const outbox = OutboxRepairEvents({ recover: access === "migrate" }).pipe(Layer.provide(ciClient))
+  return Layer.merge(
+    CiRepairs.pipe(Layer.provide(Layer.merge(EventLogSqlInto("sweeper_outbox"), outbox)), Layer.provide(ciClient)),
+    Layer.effect(
+      RunLedger,
+      Effect.gen(function*() {
+        return yield* RunLedger
+      })
+    ).pipe(Layer.provide(outbox))
   )
+}
 
 /**
  * The services backed by PostgreSQL, each on the database GitLab keeps its tables in: with ci in
@@ -261,7 +270,7 @@ export const databaseClientLayer = (
 ): Layer.Layer<Layer.Success<Embedded>, Layer.Error<Embedded> | InfrastructureUnavailable> =>
   Option.match(settings.databaseUrl, {
     onNone: () => layerEmbedded(settings.dataDir),
-    onSome: (url) => layerServer(url).pipe(unavailable("PostgreSQL", url))
+    onSome: (url) => layerServer(url, settings.databaseTimeouts).pipe(unavailable("PostgreSQL", url))
   })
 
 type CiClientError = Layer.Error<Embedded> | InfrastructureUnavailable | SqlError
@@ -280,13 +289,16 @@ const postgresUnavailable = (url: Redacted.Redacted<string>, error: unknown) =>
  * client. A CI_DATABASE_URL that reaches main's very database is treated as one database.
  */
 export const ciClientLayer = (
-  settings: Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+  settings:
+    & Pick<SweeperSettings, "ciDatabaseUrl" | "embeddedCiDatabase" | "dataDir">
+    & Partial<Pick<SweeperSettings, "databaseTimeouts">>
 ): Layer.Layer<CiDatabase, CiClientError, PgClient.PgClient> => {
   type Client = Layer.Layer<PgClient.PgClient, CiClientError>
   const separate = Option.match(settings.ciDatabaseUrl, {
     onNone: (): Option.Option<Client> =>
       settings.embeddedCiDatabase ? Option.some(layerEmbedded(join(settings.dataDir, "ci"))) : Option.none(),
-    onSome: (url): Option.Option<Client> => Option.some(layerServer(url).pipe(unavailable("PostgreSQL", url)))
+    onSome: (url): Option.Option<Client> =>
+      Option.some(layerServer(url, settings.databaseTimeouts).pipe(unavailable("PostgreSQL", url)))
   })
   if (Option.isNone(separate)) return SingleDatabase
   return Layer.effect(

@@ -5,6 +5,9 @@
  *   tick lease → exclusive lease (renewed, fenced) → span + log annotations → time budget →
  *   retry of transient errors → RunStarted / RunFinished events → metrics → every failure caught.
  *
+ * RunFinished comes after every repair event of the run in the ledger, or says how many are still
+ * owed (a decomposed GitLab's relay; see RunLedger), and the result says so (`eventsOwed`).
+ *
  * It never fails: whatever happens is an outcome in the returned RunResult.
  */
 import * as Cause from "effect/Cause"
@@ -34,6 +37,7 @@ import {
   runsTotal,
   setGauge
 } from "../services/Metrics.ts"
+import { RunLedger } from "../services/RunLedger.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 import { trackRun } from "./LiveProgress.ts"
 
@@ -68,7 +72,18 @@ export interface RunResult {
   /** A dry run's would-be targets (first MAX_LISTED_TARGETS) and how many there were in all. */
   readonly targets?: ReadonlyArray<string> | undefined
   readonly targetsTotal?: number | undefined
+  /**
+   * How many of the run's repair events were not yet in the ledger when it ended (a decomposed
+   * GitLab's ci repairs: still in ci's outbox); absent when none.
+   */
+  readonly eventsOwed?: number | undefined
+  /** Where RunFinished went when not into the ledger: ci's outbox behind the run's events, or nowhere. */
+  readonly runFinished?: "outbox" | "nowhere" | undefined
 }
+
+/** Whether the ledger has everything of the run: its RunFinished and every one of its repair events. */
+export const fullyRecorded = (result: Pick<RunResult, "eventsOwed" | "runFinished">) =>
+  (result.eventsOwed ?? 0) === 0 && result.runFinished === undefined
 
 /** Transient infrastructure errors: exponential backoff from 200 ms, capped at 5 s, jittered, 3 retries. */
 export const transientRetry = Schedule.min([Schedule.exponential("200 millis"), Schedule.spaced("5 seconds")]).pipe(
@@ -190,6 +205,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const config = yield* SweeperConfig
     const lease = yield* Lease
     const events = yield* EventLog
+    const ledger = yield* RunLedger
     const runId = randomUUID()
     const dryRun = options.dryRun === true
     const budget = options.budget ?? batch.budget
@@ -245,24 +261,51 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       dryRun
     } satisfies RunResult
 
+    /**
+     * Appends RunFinished: into the ledger, saying how many of the run's repair events are still on
+     * their way there (RunLedger); where main cannot take it, behind those events in ci's outbox.
+     */
+    const recordFinish = Effect.fnUntraced(function*(fields: ConstructorParameters<typeof RunFinished>[0]) {
+      // A run that wrote nothing has nothing owed, whatever ci's state (nothing to ask there).
+      const eventsOwed = dryRun ? 0 : yield* ledger.eventsOwed(runId).pipe(Effect.orElseSucceed(() => 0))
+      const finished = new RunFinished({ ...fields, ...(eventsOwed > 0 ? { eventsOwed } : {}) })
+      const runFinished = yield* ledger.appendFinished(finished, runId, events.append(finished)).pipe(
+        Effect.as(undefined),
+        Effect.catchCause((cause) =>
+          Effect.gen(function*() {
+            // Relayed behind every event of the run, it owes none by the time it is in the ledger.
+            if (yield* ledger.deferFinished(new RunFinished(fields), runId)) {
+              yield* Effect.logWarning(
+                "RunFinished waits in ci's outbox: main's ledger could not take it",
+                describe(cause)
+              )
+              return "outbox" as const
+            }
+            yield* Effect.logError("Could not record RunFinished", describe(cause))
+            return "nowhere" as const
+          })
+        )
+      )
+      return {
+        ...(eventsOwed > 0 ? { eventsOwed } : {}),
+        ...(runFinished === undefined ? {} : { runFinished })
+      }
+    })
+
     const finish = Effect.fnUntraced(
       function*(outcome: Outcome, summary: unknown, details: { reason?: string; error?: string } = {}) {
         const durationMs = DateTime.toEpochMillis(yield* DateTime.now) - startedMs
         const repaired = repairedItems(summary, batch.repairedCounts)
-        yield* events.append(
-          new RunFinished({
-            batch: batch.name,
-            outcome,
-            summary,
-            duration_ms: durationMs,
-            dryRun,
-            ...(repaired === undefined ? {} : { repaired }),
-            ...details,
-            ...listed()
-          })
-        ).pipe(
-          Effect.catchCause((cause) => Effect.logError("Could not record RunFinished", describe(cause)))
-        )
+        const recorded = yield* recordFinish({
+          batch: batch.name,
+          outcome,
+          summary,
+          duration_ms: durationMs,
+          dryRun,
+          ...(repaired === undefined ? {} : { repaired }),
+          ...details,
+          ...listed()
+        })
         yield* increment(runsTotal, 1, { batch: batch.name, outcome })
         yield* observe(runDurationSeconds, durationMs / 1000, { batch: batch.name, outcome })
         if (outcome === "succeeded" && !dryRun) {
@@ -272,7 +315,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
         }
         const log = outcome === "failed" || outcome === "timed_out" ? Effect.logError : Effect.logInfo
         yield* log(dryRun ? `Dry run ${outcome}` : `Run ${outcome}`).pipe(
-          Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details, ...listed() })
+          Effect.annotateLogs({ outcome, summary, duration_ms: durationMs, ...details, ...listed(), ...recorded })
         )
         return {
           batch: batch.name,
@@ -284,6 +327,7 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
           durationMs,
           dryRun,
           ...listed(),
+          ...recorded,
           closed
         } satisfies RunResult
       }

@@ -367,4 +367,37 @@ describe("sweeper doctor per database connection; a layout that cannot work is r
       })),
     600_000
   )
+
+  it.live(
+    "every connection carries the configured session timeouts; one that is off is a problem",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { ci, main } = yield* decomposedGitLab({ partitioned: true, runners: true })
+        const env = {
+          ...envOf(main, ci, yield* freshRedisUrl),
+          SWEEPER_PG_STATEMENT_TIMEOUT: "45 seconds",
+          SWEEPER_PG_LOCK_TIMEOUT: "7 seconds",
+          SWEEPER_PG_IDLE_IN_TRANSACTION_TIMEOUT: "50 seconds"
+        }
+        yield* migrated(env)
+        const report = yield* doctorJson(env)
+        const timeouts = { statement: "45s", lock: "7s", idleInTransaction: "50s" }
+        assert.deepStrictEqual(report.databases.connections.map((c) => [c.database, c.timeouts]), [
+          ["main", timeouts],
+          ["ci", timeouts]
+        ])
+        const human = yield* cli(["doctor"], env)
+        assert.include(human.stdout, "    timeouts: statement 45s, lock 7s, idle in transaction 50s")
+
+        // Nothing sent and nothing set on the server or the role: off, which doctor calls a problem.
+        const off = yield* cli(["doctor", "--json"], { ...env, SWEEPER_PG_LOCK_TIMEOUT: "0 seconds" })
+        assert.strictEqual(off.code, 1, off.stderr)
+        const offReport = JSON.parse(off.stdout) as DoctorReport
+        assert.deepStrictEqual(offReport.problems, [
+          "lock_timeout is off on main: set SWEEPER_PG_LOCK_TIMEOUT, or set it on role postgres",
+          "lock_timeout is off on ci: set SWEEPER_PG_LOCK_TIMEOUT, or set it on role postgres"
+        ])
+      })),
+    600_000
+  )
 })

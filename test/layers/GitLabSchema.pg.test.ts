@@ -68,12 +68,13 @@ describe("Beside GitLab's schema", () => {
             "0004_event_retention_indexes",
             "0005_console_rollup",
             "0006_ledger_rollup",
-            "0008_event_relay"
+            "0008_event_relay",
+            "0010_relay_keys"
           ])
 
           const applied = yield* migrate
           // Sweeper's own transactional migrations (never the platform tables), then its online steps.
-          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 4, 4, 5, 6, 6])
+          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 10, 4, 4, 5, 6, 6])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
           assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
@@ -86,7 +87,9 @@ describe("Beside GitLab's schema", () => {
             "sweeper_events",
             "sweeper_lease_fences",
             "sweeper_migrations",
+            "sweeper_owed_runs",
             "sweeper_relayed",
+            "sweeper_relayed_keys",
             "sweeper_runs",
             "sweeper_schema_ownership"
           ])

@@ -11,6 +11,7 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { runCli } from "../support/cli.ts"
+import { assertLedgerOrder, blockRepairEvents, holdAdvisory, refuseRepairEvents } from "../support/decomposed.ts"
 import { createGitLabSchema, lockWritesOfOthers } from "../support/gitlabSchema.ts"
 import { freshDatabase } from "../support/postgres.ts"
 import { startSweeper, waitFor } from "../support/processes.ts"
@@ -69,24 +70,16 @@ const assertExactlyOnce = (db: { main: PgClient.PgClient; ci: PgClient.PgClient 
   })
 
 /**
- * Makes `statement` on `table` wait on an advisory lock the test holds: the relay stops right there,
- * the writes before it committed, the ones after it not yet made.
+ * Makes a DELETE on `table` wait on an advisory lock the test holds: the relay stops right there,
+ * the writes before it committed, the ones after it not yet made. Returns the trigger's removal.
  */
-const blockAt = (sql: PgClient.PgClient, table: string, statement: "INSERT" | "DELETE", key: number) =>
+const blockAt = (sql: PgClient.PgClient, table: string, key: number) =>
   Effect.gen(function*() {
-    yield* sql.unsafe(`CREATE FUNCTION test_block_${statement.toLowerCase()}() RETURNS trigger LANGUAGE plpgsql AS
+    yield* sql.unsafe(`CREATE FUNCTION test_block_delete() RETURNS trigger LANGUAGE plpgsql AS
       $$ BEGIN PERFORM pg_advisory_xact_lock_shared(${key}); RETURN NULL; END $$`)
-    yield* sql.unsafe(`CREATE TRIGGER test_block BEFORE ${statement} ON ${table}
-      FOR EACH STATEMENT EXECUTE FUNCTION test_block_${statement.toLowerCase()}()`)
-  })
-
-/** Holds advisory lock `key` on a connection of its own until the returned effect releases it. */
-const holdAdvisory = (url: string, key: number) =>
-  Effect.gen(function*() {
-    const holder = yield* clientOf(url)
-    const release = yield* holder.reserve
-    yield* release.executeRaw(`SELECT pg_advisory_lock(${key})`, [])
-    return release.executeRaw(`SELECT pg_advisory_unlock(${key})`, []).pipe(Effect.asVoid, Effect.orDie)
+    yield* sql.unsafe(`CREATE TRIGGER test_block BEFORE DELETE ON ${table}
+      FOR EACH STATEMENT EXECUTE FUNCTION test_block_delete()`)
+    return sql.unsafe(`DROP TRIGGER test_block ON ${table}`).pipe(Effect.asVoid, Effect.orDie)
   })
 
 const runBatch = (env: Record<string, string>) =>
@@ -136,9 +129,7 @@ describe("decomposed GitLab: main and ci databases", () => {
         const key = 4242
         const before = crash === "before main commits the events"
         const url = before ? db.env.DATABASE_URL : db.env.CI_DATABASE_URL
-        yield* before
-          ? blockAt(db.main, "sweeper_relayed", "INSERT", key)
-          : blockAt(db.ci, "sweeper_outbox", "DELETE", key)
+        const unblock = before ? yield* blockRepairEvents(db.main, key) : yield* blockAt(db.ci, "sweeper_outbox", key)
         const release = yield* holdAdvisory(url, key)
 
         const child = startSweeper("decomposed-kill", db.env, ["run", "drop-canceling-builds", "--json"])
@@ -163,21 +154,39 @@ describe("decomposed GitLab: main and ci databases", () => {
             50
           )
         )
-        const relayed = yield* count(db.main, "SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'")
-        assert.strictEqual(relayed, before ? 0 : 50, "main's events at the kill")
-        assert.strictEqual(yield* count(db.ci, "SELECT count(*) AS n FROM sweeper_outbox"), 50)
+        // The relay runs beside the pages, which go on meanwhile: every failed build's event is still
+        // in ci's outbox, and main has none of them, or the first round's.
+        const kill = yield* Effect.all([
+          count(db.main, "SELECT count(*) AS n FROM sweeper_events WHERE type = 'BuildDropped'"),
+          count(db.ci, "SELECT count(*) AS n FROM sweeper_outbox"),
+          count(db.ci, "SELECT count(*) AS n FROM ci_builds WHERE status = 'failed'")
+        ])
         child.child.kill("SIGKILL")
         yield* Effect.promise(() => child.exited)
+        const [relayed, waiting, failed] = kill
+        if (before) assert.strictEqual(relayed, 0, "main's events at the kill")
+        else assert.isAtLeast(relayed, 50, "main's events at the kill")
+        assert.isAtMost(relayed, failed)
+        assert.strictEqual(waiting, failed, "every failed build's event in ci's outbox at the kill")
         yield* release
-        yield* (before ? db.main : db.ci).unsafe(
-          `DROP TRIGGER test_block ON ${before ? "sweeper_relayed" : "sweeper_outbox"}`
-        )
+        yield* unblock
 
         // The killed run's lease lapses; the rerun takes it over as a later process would.
         yield* Effect.sleep("3500 millis")
         const rerun = yield* runBatch(db.env)
         assert.strictEqual(rerun.code, 0, rerun.stderr)
+        yield* Effect.promise(() =>
+          waitFor(
+            "the killed run's events closed",
+            () =>
+              Effect.runPromise(count(db.main, "SELECT count(*) AS n FROM sweeper_owed_runs")).then((n) =>
+                n === 0 || undefined
+              ),
+            30_000
+          )
+        )
         yield* assertExactlyOnce(db)
+        yield* assertLedgerOrder(db.main)
       })), { timeout: 180_000 })
   }
 
@@ -188,10 +197,7 @@ describe("decomposed GitLab: main and ci databases", () => {
         const db = yield* decomposed
         yield* seedStuckCancelingBuilds(STUCK).pipe(Effect.provideService(PgClient.PgClient, db.ci))
         // Main refuses the relay's statement (as a full disk or a revoked grant would) until the test lifts it.
-        yield* db.main.unsafe(`CREATE FUNCTION test_refuse_relay() RETURNS trigger LANGUAGE plpgsql AS
-          $$ BEGIN RAISE EXCEPTION 'relay refused by the test'; END $$`)
-        yield* db.main.unsafe(`CREATE TRIGGER test_refuse BEFORE INSERT ON sweeper_relayed
-          FOR EACH STATEMENT EXECUTE FUNCTION test_refuse_relay()`)
+        const lift = yield* refuseRepairEvents(db.main)
 
         const supervisor = startSweeper("decomposed-relay", {
           ...db.env,
@@ -226,15 +232,23 @@ describe("decomposed GitLab: main and ci databases", () => {
         )
         const metrics = (url: string) => Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
         const address = yield* Effect.promise(() => supervisor.listening)
-        const owed = yield* metrics(address)
-        assert.match(owed, /^sweeper_outbox_relay_owed(\{\})? 1$/m)
-        // A relay after each of the run's pages of 50, each refused: counted each, logged once.
-        const failures = Number(/^sweeper_outbox_relay_failures_total(?:\{\})? (\d+)$/m.exec(owed)?.[1])
-        assert.isAtLeast(failures, STUCK / 50)
+        assert.match(yield* metrics(address), /^sweeper_outbox_relay_owed(\{\})? 1$/m)
+        // Relays after the run's pages and then every few seconds, each refused: counted each, logged once.
+        yield* Effect.promise(() =>
+          waitFor(
+            "a failed relay counted for as many as the run's pages",
+            () =>
+              Effect.runPromise(metrics(address)).then((text) => {
+                const failures = Number(/^sweeper_outbox_relay_failures_total(?:\{\})? (\d+)$/m.exec(text)?.[1])
+                return failures >= STUCK / 50 || undefined
+              }),
+            60_000
+          )
+        )
         assert.lengthOf(supervisor.output().match(/not yet relayed/g) ?? [], 1)
 
         // Main accepts again: with nothing left to repair, the relay is retried on its own.
-        yield* db.main.unsafe("DROP TRIGGER test_refuse ON sweeper_relayed")
+        yield* lift
         yield* Effect.promise(() =>
           waitFor(
             "the events in main",
@@ -258,6 +272,19 @@ describe("decomposed GitLab: main and ci databases", () => {
           )
         )
         assert.match(yield* metrics(address), /^sweeper_outbox_relay_owed(\{\})? 0$/m)
+        // The run's RunFinished said what it owed; RunEventsRelayed closed it after every event.
+        yield* Effect.promise(() =>
+          waitFor(
+            "the run closed",
+            () =>
+              Effect.runPromise(count(db.main, "SELECT count(*) AS n FROM sweeper_owed_runs")).then((n) =>
+                n === 0 || undefined
+              ),
+            30_000
+          )
+        )
+        const runs = yield* assertLedgerOrder(db.main)
+        assert.strictEqual(runs.find((run) => run.repairs > 0)?.owedAtFinish, STUCK)
       })),
     { timeout: 180_000 }
   )

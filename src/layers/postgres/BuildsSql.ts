@@ -250,7 +250,7 @@ export const dropPage = Effect.fnUntraced(function*(
   if (answer === undefined) return yield* refused!
   const row = answer[0]!
   if (Number(row.fenced) === 0 && Option.isSome(fence.lost)) return yield* fence.lost.value
-  if (row.keys.length > 0) yield* repairEvents.committed
+  if (row.keys.length > 0) yield* repairEvents.committed(row.keys.length)
   const won = new Set(row.keys)
   const held = new Set(row.locked)
   // In page order, as the keyset read them.
@@ -326,7 +326,7 @@ export const BuildsSql = Layer.effect(
         const fields = buildEventFields(table, build, reason)
         yield* events.append(outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields))
         return true
-      })).pipe(Effect.tap((failed) => failed ? repairEvents.committed : Effect.void))
+      })).pipe(Effect.tap((failed) => failed ? repairEvents.committed(1) : Effect.void))
     }
 
     const dropMany = Effect.fn("Builds.dropMany")(function*(builds: ReadonlyArray<CancelingBuild>, now: DateTime.Utc) {

@@ -354,6 +354,51 @@ const eventRelay = Effect.gen(function*() {
 })
 
 /**
+ * The key a relay recognises an outbox row by, for rows written before keys existed: derived from
+ * the row's id in both databases alike (ci's rows here, main's recorded ids in relayKeys), so a row
+ * main had already taken is still recognised once, and never again after that.
+ */
+const legacyKey = (id: string) => `md5('sweeper_outbox:' || ${id})::uuid`
+
+/**
+ * Main's side of outbox keys: the key of every outbox row whose events main's ledger has
+ * (`sweeper_relayed_keys`, kept for RELAYED_KEYS_KEPT whatever happens to ci, so a row a restored
+ * ci brings back is recognised), and the runs whose RunFinished said events were still owed
+ * (`sweeper_owed_runs`), until the relay appends their RunEventsRelayed. Ids main recorded before
+ * keys existed become their keys; `sweeper_relayed` stays, empty, for replicas of the previous release.
+ */
+const relayKeys = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_relayed_keys (
+    key uuid PRIMARY KEY,
+    relayed_at timestamptz NOT NULL DEFAULT now()
+  )`
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_relayed_keys_on_relayed_at ON sweeper_relayed_keys (relayed_at)`
+  yield* sql.unsafe(`INSERT INTO sweeper_relayed_keys (key) SELECT ${legacyKey("outbox_id")} FROM sweeper_relayed
+    ON CONFLICT DO NOTHING`)
+  yield* sql`DELETE FROM sweeper_relayed`
+  yield* sql`CREATE TABLE IF NOT EXISTS sweeper_owed_runs (
+    run_id uuid PRIMARY KEY,
+    batch text NOT NULL,
+    events bigint NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT now()
+  )`
+})
+
+/**
+ * ci's side: every outbox row gets a random key (`gen_random_uuid()`), which no restore or failover
+ * of ci can hand out again the way it hands out ids again; rows already there get their legacy key.
+ * And an index on run_id: a run's end asks what of it is still in the outbox.
+ */
+const outboxKeys = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE sweeper_outbox ADD COLUMN IF NOT EXISTS key uuid`
+  yield* sql.unsafe(`UPDATE sweeper_outbox SET key = ${legacyKey("id")} WHERE key IS NULL`)
+  yield* sql`ALTER TABLE sweeper_outbox ALTER COLUMN key SET DEFAULT gen_random_uuid(), ALTER COLUMN key SET NOT NULL`
+  yield* sql`CREATE INDEX IF NOT EXISTS index_sweeper_outbox_on_run_id ON sweeper_outbox (run_id)`
+})
+
+/**
  * The ci database's own Sweeper tables: the lease fences its repairs check in their own transaction,
  * and the outbox their events are written to in that transaction, for the relay to move to main.
  */
@@ -370,14 +415,16 @@ const ALL = {
   "0005_console_rollup": ledgerRollup,
   "0006_ledger_rollup": ledgerRollup,
   "0007_stuck_builds_family": stuckBuildsFamily,
-  "0008_event_relay": eventRelay
+  "0008_event_relay": eventRelay,
+  "0010_relay_keys": relayKeys
 } as const
 
 /** A separate ci database's migrations (its own sweeper_migrations): the outbox, and ci's platform tables. */
 const CI = {
   "0001_platform_tables": platformTables,
   "0007_stuck_builds_family": stuckBuildsFamily,
-  "0008_ci_outbox": ciOutbox
+  "0008_ci_outbox": ciOutbox,
+  "0010_outbox_keys": outboxKeys
 } as const
 
 /** Migrations of Sweeper's own platform tables: a gitlab-mode database never gets them. */
@@ -651,7 +698,13 @@ export const migrateWith = (mode: Option.Option<SchemaMode>, options: {
         }
         return [...applied, ...online]
       })
-      return yield* work.pipe(Effect.ensuring(Effect.ignore(sql`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`)))
+      // An online step on a large ledger takes longer than the statement timeout Sweeper's sessions
+      // carry (SWEEPER_PG_STATEMENT_TIMEOUT): none on this connection while it migrates.
+      yield* sql`SET statement_timeout = 0`
+      return yield* work.pipe(
+        Effect.ensuring(Effect.ignore(sql`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`)),
+        Effect.ensuring(Effect.ignore(sql`RESET statement_timeout`))
+      )
     })).pipe(Effect.provideService(SqlClient.BeginTransaction, "SELECT 1"))
   })
 

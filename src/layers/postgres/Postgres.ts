@@ -8,6 +8,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import type { PGLiteSocketServer } from "@electric-sql/pglite-socket"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Redacted from "effect/Redacted"
@@ -15,6 +16,7 @@ import * as Schema from "effect/Schema"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import type { Server, Socket } from "node:net"
 import { join } from "node:path"
+import type { DatabaseTimeouts } from "../../config/Config.ts"
 
 export class EmbeddedDatabaseBusy extends Schema.TaggedError<EmbeddedDatabaseBusy>()("EmbeddedDatabaseBusy", {
   dataDir: Schema.String,
@@ -32,8 +34,32 @@ export class EmbeddedDatabaseError extends Schema.TaggedError<EmbeddedDatabaseEr
 
 const sessionDefaults = { startupParameters: { TimeZone: "UTC" } } as const
 
-export const layerServer = (url: Redacted.Redacted<string>) =>
-  PgClient.layer({ url, maxConnections: 10, ...sessionDefaults })
+/** The session settings of `timeouts` as startup parameters, in ms; a zero one is not sent. */
+export const timeoutParameters = (timeouts: DatabaseTimeouts): Readonly<Record<string, string>> =>
+  Object.fromEntries(
+    ([
+      ["statement_timeout", timeouts.statement],
+      ["lock_timeout", timeouts.lock],
+      ["idle_in_transaction_session_timeout", timeouts.idleInTransaction]
+    ] as const)
+      .filter(([, duration]) => Duration.toMillis(duration) > 0)
+      .map(([name, duration]) => [name, `${Math.ceil(Duration.toMillis(duration))}ms`])
+  )
+
+/**
+ * A PostgreSQL server's client. Sweeper's own connections to GitLab's databases pass the configured
+ * `timeouts`, sent in every session's startup packet; without them (tests, benchmarks) the
+ * server's defaults apply.
+ */
+export const layerServer = (url: Redacted.Redacted<string>, timeouts?: DatabaseTimeouts) =>
+  PgClient.layer({
+    url,
+    maxConnections: 10,
+    startupParameters: {
+      ...sessionDefaults.startupParameters,
+      ...(timeouts === undefined ? {} : timeoutParameters(timeouts))
+    }
+  })
 
 /** Whether a process with this pid is running (signal 0 checks without signalling). */
 export const isAlive = (pid: number) => {

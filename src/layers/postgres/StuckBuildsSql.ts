@@ -252,7 +252,7 @@ export const StuckBuildsSql = Layer.effect(
           outcome === "dropped" ? droppedEvent(table, rule, build, reason) : new BuildDoomed(fields)
         )
         return true
-      })).pipe(Effect.tap((failed) => failed === true ? repairEvents.committed : Effect.void))
+      })).pipe(Effect.tap((failed) => failed === true ? repairEvents.committed(1) : Effect.void))
 
     return StuckBuilds.of({
       findStuck,
