@@ -304,7 +304,8 @@ describe("makeJobQueue", () => {
         Effect.sync(() => {
           steps.push(`push ${jobs.length}`)
           pushed.push(jobs)
-        })
+        }),
+      pushOnce: () => Effect.succeed(true)
     }
     return { steps, pushed, store }
   }

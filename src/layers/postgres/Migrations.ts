@@ -30,6 +30,7 @@ import {
   OWNERSHIP_TABLE,
   type SchemaMode
 } from "./DatabaseSchema.ts"
+import { transitionTables } from "./migrations/0009_transition_tables.ts"
 
 export const PLATFORM_TABLES = [
   "namespaces",
@@ -370,14 +371,16 @@ const ALL = {
   "0005_console_rollup": ledgerRollup,
   "0006_ledger_rollup": ledgerRollup,
   "0007_stuck_builds_family": stuckBuildsFamily,
-  "0008_event_relay": eventRelay
+  "0008_event_relay": eventRelay,
+  "0009_transition_tables": transitionTables(ownTable)
 } as const
 
 /** A separate ci database's migrations (its own sweeper_migrations): the outbox, and ci's platform tables. */
 const CI = {
   "0001_platform_tables": platformTables,
   "0007_stuck_builds_family": stuckBuildsFamily,
-  "0008_ci_outbox": ciOutbox
+  "0008_ci_outbox": ciOutbox,
+  "0009_transition_tables": transitionTables(ownTable)
 } as const
 
 /** Migrations of Sweeper's own platform tables: a gitlab-mode database never gets them. */
