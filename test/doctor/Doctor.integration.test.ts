@@ -110,7 +110,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(
           plan.stdout.trim(),
           "Pending (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
-            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, "
+            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, "
             + ONLINE.map((step) => `${step} (online)`).join(", ")
         )
         assert.deepStrictEqual(yield* tables(url), before)
@@ -120,7 +120,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(
           migrated.stdout.trim(),
           "Applied (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
-            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, "
+            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, "
             + ONLINE.join(", ")
         )
         assert.strictEqual(

@@ -176,9 +176,10 @@ describe("soak: supervisor + simulator on real servers", () => {
           exactlyOnce("builds", dropped, ledger.builds.stuck.map((id) => `build:${id}`))
           untouched("builds", [dropped, doomed], ledger.builds.healthy.map((id) => `build:${id}`))
           // Each failed with its rule's reason, as its event says: stale_schedule (7) for a delayed
-          // build, runner_provisioning_timeout (24) when the waiting-for-ack rule reached it first
-          // (an old pending build the simulator wrote behind the outdated walk's cursor qualifies for
-          // both, as in GitLab), stuck_or_timeout_failure (3) otherwise.
+          // build, runner_provisioning_timeout (24 when the operator names it so; the rule is off
+          // otherwise) when the waiting-for-ack rule reached it first (an old pending build the
+          // simulator wrote behind the outdated walk's cursor qualifies for both, as in GitLab),
+          // stuck_or_timeout_failure (3) otherwise.
           const [wrongReason] = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds b WHERE id IN ${
             sql.in(ledger.builds.stuck)
           } AND NOT EXISTS (SELECT FROM sweeper_events e
