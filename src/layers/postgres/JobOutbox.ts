@@ -48,6 +48,9 @@ const randomUuid = Effect.map(Random.Random, (random) => {
   return `${text.slice(0, 8)}-${text.slice(8, 12)}-${text.slice(12, 16)}-${text.slice(16, 20)}-${text.slice(20)}`
 })
 
+/** Sweeper's job outbox, beside the builds (migration 0009). */
+export const JOB_OUTBOX = "sweeper_job_outbox"
+
 /**
  * What must follow a drop that wrote jobs into the outbox: the relay. Read once by the drop layers
  * when they are built; without a relay layer (a bare test composition) nothing is pushed and the
