@@ -51,13 +51,16 @@ type Env =
   | Layer.Success<typeof MetricsPrometheus>
   | Layer.Success<typeof RunnerAckQueueRedis>
 
-/** A fresh database with GitLab's layout (no runners: no runner is online), migrated in gitlab mode. */
-const onGitLab = <A, E>(layout: GitLabLayout, effect: Effect.Effect<A, E, Env>) =>
+/**
+ * A fresh database with GitLab's layout (no runners: no runner is online), migrated in gitlab mode;
+ * without a layout, Sweeper's own standalone schema (migration 0009's side tables).
+ */
+const onGitLab = <A, E>(layout: GitLabLayout | "standalone", effect: Effect.Effect<A, E, Env>) =>
   Effect.scoped(Effect.gen(function*() {
     const { url } = yield* freshDatabase
     const base = layerServer(Redacted.make(url))
     yield* Effect.gen(function*() {
-      yield* createGitLabSchema(layout)
+      if (layout !== "standalone") yield* createGitLabSchema(layout)
       yield* migrate
     }).pipe(Effect.provide(base))
     const redis = RedisTest
@@ -493,4 +496,53 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
         ])
       })
     ), 120_000)
+
+  it.live(
+    "on Sweeper's standalone schema: the same side effects on its own ci_pending_builds, ci_running_builds, ci_resources",
+    () =>
+      onGitLab(
+        "standalone",
+        Effect.gen(function*() {
+          const sql = yield* PgClient.PgClient
+          yield* sql`INSERT INTO ci_pipelines (id, project_id, status) VALUES (500, 10, 'running'), (504, 10, 'running')`
+          yield* sql`INSERT INTO ci_builds (id, project_id, commit_id, status, created_at, updated_at, runner_id,
+          resource_group_id) VALUES
+          (1, 10, 500, 'canceling', '2026-01-02 03:00:00', '2026-01-02 03:00:00', 2, 70),
+          (2, 10, 500, 'pending', '2026-01-02 03:00:00', '2026-01-02 03:00:00', NULL, NULL),
+          (3, 10, 500, 'running', '2026-01-02 03:00:00', '2026-01-02 03:00:00', 2, NULL),
+          (5, 10, 504, 'pending', '2026-01-02 04:30:00', '2026-01-02 04:30:00', NULL, NULL),
+          (6, 10, 504, 'running', '2026-01-02 04:30:00', '2026-01-02 04:30:00', 2, NULL)`
+          yield* sql`INSERT INTO ci_resource_groups (id, project_id, key) VALUES (70, 10, 'production')`
+          yield* sql`INSERT INTO ci_resources (resource_group_id, build_id, project_id) VALUES (70, 1, 10)`
+          yield* sql`INSERT INTO ci_pending_builds (build_id, project_id) VALUES (2, 10), (5, 10)`
+          yield* sql`INSERT INTO ci_running_builds (build_id, project_id, runner_id, runner_type) VALUES (3, 10, 2, 1),
+          (6, 10, 2, 1)`
+          yield* sql`INSERT INTO ci_builds_runner_session (build_id, project_id, url) VALUES (3, 10, 'u3'), (6, 10, 'u6')`
+          assert.deepStrictEqual(yield* runAll("legacy"), [1, 1, 1, 0])
+          const ids = (rows: ReadonlyArray<{ id: string }>) => rows.map((r) => Number(r.id))
+          assert.deepStrictEqual(ids(yield* sql<{ id: string }>`SELECT build_id AS id FROM ci_pending_builds`), [5])
+          assert.deepStrictEqual(ids(yield* sql<{ id: string }>`SELECT build_id AS id FROM ci_running_builds`), [6])
+          assert.deepStrictEqual(ids(yield* sql<{ id: string }>`SELECT build_id AS id FROM ci_builds_runner_session`), [
+            6
+          ])
+          assert.deepStrictEqual(yield* sql`SELECT build_id FROM ci_resources`, [{ build_id: null }])
+          assert.deepStrictEqual(
+            (yield* sql<{ processed: boolean | null }>`SELECT processed FROM ci_builds ORDER BY id`).map((r) =>
+              r.processed
+            ),
+            [false, false, false, null, null]
+          )
+          assert.deepStrictEqual(yield* outbox, [
+            "Ci::BuildFinishedWorker default [1]",
+            "Ci::BuildFinishedWorker default [2]",
+            "Ci::BuildFinishedWorker default [3]",
+            "Ci::ResourceGroups::AssignResourceFromResourceGroupWorker default [70]",
+            "PipelineProcessWorker default [500]",
+            "PipelineProcessWorker default [500]",
+            "PipelineProcessWorker default [500]"
+          ])
+        })
+      ),
+    120_000
+  )
 })
