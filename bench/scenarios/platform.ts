@@ -34,7 +34,8 @@ export const sweeperPlatform = (context: PhaseContext, settings: Partial<Sweeper
       Layer.mergeAll(
         // The drops push their after-transition jobs through the Redis-backed JobQueue.
         SqlBackends.pipe(
-          Layer.provideMerge(RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }))
+          Layer.provideMerge(RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis })),
+          Layer.provideMerge(MetricsPrometheus)
         ),
         ObjectStorageLocal(roots),
         TuningFromConfig,

@@ -23,7 +23,7 @@ const Platform = Layer.mergeAll(BacklogLive, SimulatorLive).pipe(
   Layer.provideMerge(RepairSteps),
   Layer.provideMerge(
     Layer.mergeAll(
-      SqlBackends.pipe(Layer.provideMerge(MemoryBackends)),
+      SqlBackends.pipe(Layer.provideMerge(MemoryBackends), Layer.provideMerge(MetricsPrometheus)),
       ObjectStorageMemory(),
       TuningFromConfig,
       MetricsPrometheus

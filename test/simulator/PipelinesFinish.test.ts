@@ -26,7 +26,7 @@ const Platform = SimulatorLive.pipe(
   Layer.provideMerge(RepairSteps),
   Layer.provideMerge(
     Layer.mergeAll(
-      SqlBackends.pipe(Layer.provideMerge(MemoryBackends)),
+      SqlBackends.pipe(Layer.provideMerge(MemoryBackends), Layer.provideMerge(MetricsPrometheus)),
       ObjectStorageMemory(),
       TuningFromConfig,
       MetricsPrometheus

@@ -37,7 +37,7 @@ const Platform = BacklogLive.pipe(
   Layer.provideMerge(RepairSteps),
   Layer.provideMerge(
     Layer.mergeAll(
-      SqlBackends.pipe(Layer.provideMerge(MemoryBackends)),
+      SqlBackends.pipe(Layer.provideMerge(MemoryBackends), Layer.provideMerge(MetricsPrometheus)),
       ObjectStorageMemory(),
       TuningFromConfig,
       MetricsPrometheus

@@ -38,6 +38,7 @@ import {
   TRANSITION_JOB_RETRY
 } from "../../domain/TransitionJobs.ts"
 import { JobQueue } from "../../services/JobQueue.ts"
+import { jobRelayFailuresTotal, jobRelayOwed, jobsRelayedTotal, Metrics } from "../../services/Metrics.ts"
 
 /** A relay's name in `claimed_by`: a version-4 uuid from the fiber's Random. */
 const randomUuid = Effect.map(Random.Random, (random) => {
@@ -145,7 +146,8 @@ export const JOB_RELAY_RETRY = Duration.seconds(5)
 
 /**
  * The drops' TransitionJobRelay on the builds' database (the PgClient in context: ci's on a
- * decomposed GitLab) and the JobQueue. With `recover` (commands that write: `start`, `run`),
+ * decomposed GitLab) and the JobQueue (and Metrics: sweeper_job_relay_owed, _failures_total and
+ * sweeper_jobs_relayed_total). With `recover` (commands that write: `start`, `run`),
  * building it relays what an earlier process left. A relay that fails does not fail the drop that
  * committed before it (its jobs are safe in the outbox): logged once, owed, tried again every
  * JOB_RELAY_RETRY while the layer lives and once more when it is released.
@@ -156,16 +158,22 @@ export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
       const queue = yield* JobQueue
+      const metrics = yield* Metrics
       const relayer = yield* randomUuid
       const owed = yield* Ref.make(false)
+      /** Sets whether a relay is owed; answers whether it was before. */
+      const setOwed = (value: boolean) =>
+        Ref.getAndSet(owed, value).pipe(Effect.tap(metrics.setGauge(jobRelayOwed, value ? 1 : 0)))
+      yield* setOwed(false)
       const relayWith = (takeOver: boolean) =>
         relayJobOutbox(sql, queue, relayer, { takeOver }).pipe(
-          Effect.andThen(Ref.getAndSet(owed, false)),
+          Effect.tap((pushed) => pushed > 0 ? metrics.increment(jobsRelayedTotal, pushed) : Effect.void),
+          Effect.andThen(setOwed(false)),
           Effect.flatMap((wasOwed) =>
             wasOwed ? Effect.logInfo("Transition jobs relayed from the job outbox to Sidekiq again") : Effect.void
           ),
           Effect.catch((error) =>
-            Ref.getAndSet(owed, true).pipe(Effect.flatMap((wasOwed) =>
+            Effect.all([setOwed(true), metrics.increment(jobRelayFailuresTotal, 1)]).pipe(Effect.flatMap(([wasOwed]) =>
               wasOwed ? Effect.void : Effect.logWarning(
                 "Transition jobs not yet relayed from the job outbox to Sidekiq; retrying",
                 describeError(error)
