@@ -59,8 +59,11 @@ describe("the simulator's pipelines", () => {
         yield* DropPendingBuilds.run.pipe(run(DropPendingBuilds.name))
         yield* DropRunningBuilds.run.pipe(run(DropRunningBuilds.name))
         yield* DropScheduledBuilds.run.pipe(run(DropScheduledBuilds.name))
-        for (let i = 0; i < 200; i++) {
-          if (ledger.pipelines.stuck.every((id) => ledger.pipelines.status[id] === "failed")) break
+        // The relay runs beside the drops and the consumer polls: a loaded machine may take seconds.
+        for (let i = 0; i < 600; i++) {
+          const finished = ledger.pipelines.stuck.every((id) => ledger.pipelines.status[id] === "failed")
+          const built = ledger.builds.stuck.every((id) => ledger.transitionJobs.buildFinished[id] !== undefined)
+          if (finished && built) break
           yield* Effect.sleep("50 millis")
         }
         yield* Fiber.interrupt(consumer)
