@@ -192,7 +192,7 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
    * One build in its pipeline, with the rows GitLab gives it beside: a pending build its runner-queue
    * row, a running one its running-build row and runner session (when the ci database has them).
    */
-  const build = Effect.fn("Simulator.build")(function*(options: {
+  const build = Effect.fn("Simulator.build")(function*(spec: {
     readonly status: string
     readonly now: number
     readonly age: Duration.Duration
@@ -202,16 +202,16 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
   }) {
     const id = yield* seedBuild({
       projectId: home.projectId,
-      status: options.status,
-      nowMillis: options.now,
-      ageMillis: Duration.toMillis(options.age),
-      ...(options.updatedAge === undefined ? {} : { updatedAgeMillis: Duration.toMillis(options.updatedAge) }),
-      ...(options.scheduledAgeMillis === undefined ? {} : { scheduledAgeMillis: options.scheduledAgeMillis }),
-      pipelineId: options.pipelineId,
+      status: spec.status,
+      nowMillis: spec.now,
+      ageMillis: Duration.toMillis(spec.age),
+      ...(spec.updatedAge === undefined ? {} : { updatedAgeMillis: Duration.toMillis(spec.updatedAge) }),
+      ...(spec.scheduledAgeMillis === undefined ? {} : { scheduledAgeMillis: spec.scheduledAgeMillis }),
+      pipelineId: spec.pipelineId,
       table
     })
-    if (options.status === "pending" && sides.pending) yield* enqueueBuild(id, home.projectId)
-    if (options.status === "running" && sides.running && sides.sessions) yield* trackRunning(id, home.projectId, 7)
+    if (spec.status === "pending" && sides.pending) yield* enqueueBuild(id, home.projectId)
+    if (spec.status === "running" && sides.running && sides.sessions) yield* trackRunning(id, home.projectId, 7)
     return id
   })
 

@@ -270,7 +270,7 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
             assert.isNull(rows.find((r) => r.id === "4")!.scheduled_at)
 
             // The side tables: only the dropped builds' rows went; resources of dropped builds freed.
-            const ids = (rows: ReadonlyArray<{ build_id: string | null }>) => rows.map((r) => r.build_id)
+            const ids = (found: ReadonlyArray<{ build_id: string | null }>) => found.map((r) => r.build_id)
             assert.deepStrictEqual(
               ids(yield* sql<{ build_id: string }>`SELECT build_id::text FROM ci_pending_builds ORDER BY build_id`),
               [

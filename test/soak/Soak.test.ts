@@ -176,7 +176,8 @@ describe("soak: supervisor + simulator on real servers", () => {
           exactlyOnce("builds", dropped, ledger.builds.stuck.map((id) => `build:${id}`))
           untouched("builds", [dropped, doomed], ledger.builds.healthy.map((id) => `build:${id}`))
           // Each failed with its rule's reason, as its event says: stale_schedule (7) for a delayed
-          // build (its scheduled_at cleared by the drop, as GitLab's transition clears it), runner_provisioning_timeout (24 when the operator names it so; the rule is off
+          // build (its scheduled_at cleared by the drop, as GitLab's transition clears it),
+          // runner_provisioning_timeout (24 when the operator names it so; the rule is off
           // otherwise) when the waiting-for-ack rule reached it first (an old pending build the
           // simulator wrote behind the outdated walk's cursor qualifies for both, as in GitLab),
           // stuck_or_timeout_failure (3) otherwise.
