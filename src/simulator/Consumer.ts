@@ -118,7 +118,7 @@ export const runConsumer = Effect.fn("Consumer.run")(function*(options: Consumer
     ledger.pipelines.processed[pipelineId] = (ledger.pipelines.processed[pipelineId] ?? 0) + 1
     if (processed === null) return
     ledger.pipelines.status[pipelineId] = processed.to
-    if (processed.from !== processed.to) {
+    if (processed.changed) {
       yield* Effect.logInfo(`Pipeline #${pipelineId} ${processed.to}`, {
         pipeline_id: pipelineId,
         from: processed.from

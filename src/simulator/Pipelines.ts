@@ -96,7 +96,8 @@ const COMPLETED = ["success", "failed", "canceled", "skipped"]
 /**
  * The stand-in for `PipelineProcessWorker [pipeline_id]`: the pipeline's status composed from its
  * latest builds (`retried` not true), written with finished_at once complete, and those builds
- * marked processed. Returns the pipeline's status before and after, or null when it does not exist.
+ * marked processed. Returns the pipeline's status before and after and whether this call changed it,
+ * or null when it does not exist.
  */
 export const processPipeline = Effect.fn("Pipelines.process")(function*(
   pipelineId: number,
@@ -113,8 +114,11 @@ export const processPipeline = Effect.fn("Pipelines.process")(function*(
   const status = compositeStatus(latest.map((row) => row.status))
   const at = utcTimestamp(nowMillis)
   const finished = COMPLETED.includes(status) ? sql`coalesce(finished_at, ${at}::timestamp)` : sql`NULL`
-  yield* sql`UPDATE ${sql(pipelines)} SET status = ${status}, finished_at = ${finished},
-    updated_at = ${at}::timestamp, lock_version = lock_version + 1 WHERE id = ${pipelineId}`
+  // Only a status that changes is written (GitLab's set_status is a no-op on the same status), so of
+  // two workers processing one pipeline at once, one changes it.
+  const changed = yield* sql`UPDATE ${sql(pipelines)} SET status = ${status}, finished_at = ${finished},
+    updated_at = ${at}::timestamp, lock_version = lock_version + 1
+    WHERE id = ${pipelineId} AND status IS DISTINCT FROM ${status} RETURNING 1`
   yield* sql`UPDATE ${sql(builds)} SET processed = true WHERE commit_id = ${pipelineId} AND retried IS NOT TRUE`
-  return { from: pipeline.status ?? "created", to: status }
+  return { from: pipeline.status ?? "created", to: status, changed: changed.length > 0 }
 })
