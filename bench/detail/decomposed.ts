@@ -19,6 +19,7 @@ import { CiDatabase, MainDatabaseLive, onClient } from "../../src/layers/postgre
 import { migrateWith } from "../../src/layers/postgres/Migrations.ts"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
+import { JobQueueRedis } from "../../src/layers/redis/JobQueueRedis.ts"
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
 import { Redis } from "../../src/layers/redis/Redis.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
@@ -79,6 +80,7 @@ const measure = (layout: "single" | "decomposed") =>
       Layer.succeed(CiDatabase, CiDatabase.of({ sql: ci, decomposed }))
     )
     const Platform = Layer.mergeAll(DatabaseBackends(), LeaseRedis, TuningFromConfig).pipe(
+      Layer.provideMerge(JobQueueRedis.pipe(Layer.provide(Redis.layerSingle(Redacted.make(redisUrl))))),
       Layer.provideMerge(MetricsPrometheus),
       Layer.provideMerge(MainDatabaseLive.pipe(Layer.provideMerge(Clients))),
       Layer.provideMerge(Layer.mergeAll(Redis.layerSingle(Redacted.make(redisUrl)), SweeperConfig.layerWith({})))

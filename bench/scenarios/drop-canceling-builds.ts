@@ -1,8 +1,13 @@
 /**
  * drop-canceling-builds: a ci_builds table of finished builds over 60 days with every 10th build
- * stuck in canceling (plus canceling bridges and fresh canceling builds that must stay).
- *   raw        one guarded UPDATE of every stuck build (the issue's "raw limit")
- *   per-record GitLab's loop: a keyset page of 100, then one UPDATE per build, each its own commit
+ * stuck in canceling (plus canceling bridges and fresh canceling builds that must stay), about 20
+ * builds a pipeline. Every phase does a drop's whole work, as GitLab's `drop!` does it: the row
+ * (with `processed`), the build's runner-queue and running-build rows deleted, and its jobs pushed
+ * to Sidekiq (PipelineProcessWorker per pipeline, Ci::BuildFinishedWorker per build).
+ *   raw        one guarded UPDATE of every stuck build with the DELETEs in the same statement, then
+ *              the jobs LPUSHed in slices of 1000 (the issue's "raw limit": no outbox, no marker)
+ *   per-record GitLab's loop: a keyset page of 100, then per build one UPDATE and its DELETEs in
+ *              its own commit, then its two jobs pushed (GitLab's run_after_commit)
  * Extras: a run with nothing to do right after the large repair (dead index entries, no VACUUM)
  * and after VACUUM — the issue's "< 50 ms" figures.
  */
@@ -10,10 +15,11 @@ import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Option } from "effect"
 import { performance } from "node:perf_hooks"
 import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX } from "../../src/domain/Build.ts"
+import { queueKey, sidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { stuckCancelingQuery } from "../../src/layers/postgres/BuildsSql.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
-import type { Scenario } from "../support/compare.ts"
+import type { PhaseContext, Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
 import { runOnce, succeeded, withSweeper } from "./platform.ts"
 
@@ -28,6 +34,37 @@ const CUTOFF = new Date(NOW.getTime() - 3_600_000)
 const seed = (size: Size) => seedBuildsWithStuckCanceling({ rows: size.rows, stuckEvery: size.stuckEvery, now: NOW })
 
 const PER_RECORD_PAGE = 100
+
+/**
+ * The Sidekiq jobs of dropped builds in GitLab's wire format: PipelineProcessWorker per distinct
+ * pipeline (`distinct`: once per statement, as Sweeper; GitLab's own loop pushes one per build) and
+ * Ci::BuildFinishedWorker per build.
+ */
+const jobsOf = (rows: ReadonlyArray<{ id: string; pipeline_id: string | null }>, distinct = true) => {
+  const at = NOW.getTime()
+  const job = (workerClass: string, arg: number, n: number) =>
+    JSON.stringify(
+      sidekiqJob({
+        workerClass,
+        args: [arg],
+        queue: "default",
+        jid: n.toString(16).padStart(24, "0"),
+        nowMillis: at,
+        extra: { retry: 3 }
+      })
+    )
+  const pipelines = rows.flatMap((row) => row.pipeline_id === null ? [] : [Number(row.pipeline_id)])
+  return [
+    ...(distinct ? [...new Set(pipelines)] : pipelines).map((p, i) => job("PipelineProcessWorker", p, i)),
+    ...rows.map((row, i) => job("Ci::BuildFinishedWorker", Number(row.id), 1_000_000 + i))
+  ]
+}
+
+/** LPUSH in slices of 1000, one pipeline each (what a bulk push costs without an outbox or a marker). */
+const pushJobs = async (context: PhaseContext, jobs: ReadonlyArray<string>) => {
+  await context.redis.sadd("queues", "default")
+  for (let i = 0; i < jobs.length; i += 1000) await context.redis.lpush(queueKey("default"), ...jobs.slice(i, i + 1000))
+}
 
 /** EXPLAIN (ANALYZE, BUFFERS) of the batch's first page query: its time and the buffers it touched. */
 const explainScan = Effect.gen(function*() {
@@ -62,7 +99,7 @@ const settings = (): { readonly dropBatchSize?: number } => {
 
 export const scenario: Scenario<Size> = {
   name: "drop-canceling-builds",
-  description: "builds stuck in canceling, failed with stuck_or_timeout_failure",
+  description: "builds stuck in canceling, failed with stuck_or_timeout_failure, their jobs pushed to Sidekiq",
   sizes: {
     // 10 k stuck: enough pages (100 at the default size) that the run guard's fixed cost (≈ 5 ms)
     // does not decide the ratio, small enough for CI's smoke run.
@@ -76,34 +113,39 @@ export const scenario: Scenario<Size> = {
     Effect.gen(function*() {
       const { summary, seconds } = yield* runOnce(DropCancelingBuilds, context, { now: NOW, settings: settings() })
       const dropped = Number(summary.dropped ?? 0) + Number(summary.doomed ?? 0)
+      const jobs = yield* Effect.promise(() => context.redis.llen(queueKey("default")))
       return {
         repaired: dropped,
         seconds,
-        notes: { pages: Number(summary.batches ?? 0), batchSize: settings().dropBatchSize ?? DROP_BATCH_SIZE }
+        notes: { pages: Number(summary.batches ?? 0), batchSize: settings().dropBatchSize ?? DROP_BATCH_SIZE, jobs }
       }
     }),
 
-  raw: () => () =>
+  raw: () => (context) =>
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
       const start = performance.now()
-      const rows = yield* sql<{ n: string }>`
+      const rows = yield* sql<{ id: string; pipeline_id: string | null }>`
         WITH dropped AS (
           UPDATE ci_builds SET status = 'failed', failure_reason = 3,
             finished_at = ${NOW}::timestamptz AT TIME ZONE 'UTC', updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC',
-            lock_version = lock_version + 1
+            lock_version = lock_version + 1, processed = coalesce(retried, false)
           WHERE status = 'canceling' AND type = 'Ci::Build'
             AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC' AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
-          RETURNING 1)
-        SELECT count(*) AS n FROM dropped`
+          RETURNING id, commit_id),
+        unqueued AS (DELETE FROM ci_pending_builds q USING dropped d WHERE q.build_id = d.id),
+        untracked AS (DELETE FROM ci_running_builds q USING dropped d WHERE q.build_id = d.id)
+        SELECT id, commit_id AS pipeline_id FROM dropped`
+      yield* Effect.promise(() => pushJobs(context, jobsOf(rows)))
       const seconds = (performance.now() - start) / 1000
       // Not timed: what the first scan after a repair that leaves its dead index entries behind
       // costs (the Sweeper phase revisits its pages; this one does not).
       const first = yield* explainScan
-      return { repaired: Number(rows[0]!.n), seconds, notes: { "first scan after": first } }
+      const jobs = yield* Effect.promise(() => context.redis.llen(queueKey("default")))
+      return { repaired: rows.length, seconds, notes: { "first scan after": first, jobs } }
     }),
 
-  perRecord: () => () =>
+  perRecord: () => (context) =>
     Effect.gen(function*() {
       const sql = yield* PgClient.PgClient
       let repaired = 0
@@ -122,17 +164,28 @@ export const scenario: Scenario<Size> = {
         if (page.length === 0) break
         pages++
         for (const build of page) {
-          const updated = yield* sql<{ id: string }>`
-            UPDATE ci_builds SET status = 'failed', failure_reason = 3,
-              finished_at = ${NOW}::timestamptz AT TIME ZONE 'UTC', updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC',
-              lock_version = lock_version + 1
-            WHERE id = ${build.id} AND status = 'canceling' AND lock_version = ${build.lock_version}
-            RETURNING id`
+          const updated = yield* sql.withTransaction(Effect.gen(function*() {
+            const rows = yield* sql<{ id: string; pipeline_id: string | null }>`
+              UPDATE ci_builds SET status = 'failed', failure_reason = 3,
+                finished_at = ${NOW}::timestamptz AT TIME ZONE 'UTC', updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC',
+                lock_version = lock_version + 1, processed = coalesce(retried, false)
+              WHERE id = ${build.id} AND status = 'canceling' AND lock_version = ${build.lock_version}
+              RETURNING id, commit_id AS pipeline_id`
+            if (rows.length > 0) {
+              yield* sql`DELETE FROM ci_pending_builds WHERE build_id = ${build.id}`
+              yield* sql`DELETE FROM ci_running_builds WHERE build_id = ${build.id}`
+            }
+            return rows
+          }))
+          // After commit, as GitLab's run_after_commit: its two jobs, one push each.
+          for (const job of jobsOf(updated, false)) {
+            yield* Effect.promise(() => context.redis.lpush(queueKey("default"), job))
+          }
           repaired += updated.length
         }
         after = page[page.length - 1]!
       }
-      return { repaired, notes: { pages } }
+      return { repaired, notes: { pages, jobs: yield* Effect.promise(() => context.redis.llen(queueKey("default"))) } }
     }),
 
   extras: () => (context) =>

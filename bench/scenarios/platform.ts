@@ -32,8 +32,11 @@ export const sweeperPlatform = (context: PhaseContext, settings: Partial<Sweeper
   return Layer.merge(gate, RepairSteps).pipe(
     Layer.provideMerge(
       Layer.mergeAll(
-        SqlBackends,
-        RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis }),
+        // The drops push their after-transition jobs through the Redis-backed JobQueue.
+        SqlBackends.pipe(
+          Layer.provideMerge(RedisBackends({ sharedState: redis, queues: redis, queuesMetadata: redis })),
+          Layer.provideMerge(MetricsPrometheus)
+        ),
         ObjectStorageLocal(roots),
         TuningFromConfig,
         MetricsPrometheus

@@ -24,7 +24,19 @@ import { InvalidConfig } from "../domain/Errors.ts"
 import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
-import { CurrentFailureReasonSet, FAILURE_REASON_SETS, type FailureReasonSet } from "../domain/StuckBuilds.ts"
+import {
+  CurrentFailureReasonSet,
+  FAILURE_REASON_SETS,
+  type FailureReasonSet,
+  RunnerProvisioningTimeoutReason
+} from "../domain/StuckBuilds.ts"
+import {
+  CurrentTransitionQueues,
+  DEFAULT_ROUTING,
+  resolveTransitionQueues,
+  TRANSITION_WORKERS,
+  type TransitionQueues
+} from "../domain/TransitionJobs.ts"
 import { NoObjectStorage, ObjectStorageJson, type ObjectStorageSettings } from "./ObjectStorageConfig.ts"
 import { parseRedisUrl } from "./RedisUrl.ts"
 
@@ -69,6 +81,13 @@ export interface SweeperSettings {
   readonly dropBatchSize: number
   /** `SWEEPER_FAILURE_REASONS`: which GitLab's failure reasons the stuck-builds drops write. */
   readonly failureReasons: FailureReasonSet
+  /**
+   * `SWEEPER_RUNNER_PROVISIONING_TIMEOUT_REASON`: the integer of GitLab's runner_provisioning_timeout
+   * in the operator's GitLab; none keeps drop-pending-builds' waiting-for-ack rule off.
+   */
+  readonly runnerProvisioningTimeoutReason: Option.Option<number>
+  /** `SWEEPER_TRANSITION_QUEUES`: the Sidekiq queue of each job a drop owes GitLab (domain/TransitionJobs.ts). */
+  readonly transitionQueues: TransitionQueues
   /** `SWEEPER_EVENT_RETENTION`: events older than this are pruned (prune-events, `sweeper events prune`). */
   readonly eventRetention: Duration.Duration
   /** `SWEEPER_HEALTH`: the health gate's signals and thresholds; none = no gate. */
@@ -230,6 +249,26 @@ export const EventRetentionDuration = Schema.DurationFromString.check(
   )
 )
 
+/**
+ * `SWEEPER_TRANSITION_QUEUES`: `default`, `worker`, or a JSON object of worker class → queue naming
+ * only the three workers a drop pushes (a typo'd class fails start-up rather than being ignored).
+ */
+const TransitionQueuesSetting = Schema.Union([
+  Schema.Literals(["default", "worker"]),
+  Schema.fromJsonString(
+    Schema.Record(Schema.String, NonEmpty).check(Schema.makeFilter((queues) => {
+      const bad = Object.keys(queues).find((worker) => !(TRANSITION_WORKERS as ReadonlyArray<string>).includes(worker))
+      return bad === undefined ||
+        `worker ${JSON.stringify(bad)} is not one a drop pushes (${TRANSITION_WORKERS.join(", ")})`
+    }))
+  )
+])
+
+/** A failure_reason integer as GitLab's enum stores it (a non-negative integer). */
+const ReasonInteger = Schema.String.check(
+  Schema.isPattern(/^[0-9]{1,5}$/, { message: "expected the failure_reason integer, e.g. 24" })
+).pipe(Schema.decodeTo(Schema.Int, SchemaTransformation.numberFromString))
+
 // The key check is a filter on the whole record: a refined key schema in Schema.Record silently
 // drops the keys it refuses, and a typo'd worker would vanish instead of failing start-up.
 const ConcurrencyLimitsJson = Schema.fromJsonString(
@@ -288,6 +327,13 @@ const settings = Config.all({
   ).pipe(Config.withDefault(DROP_BATCH_SIZE)),
   failureReasons: Config.schema(Schema.Literals(FAILURE_REASON_SETS), "SWEEPER_FAILURE_REASONS").pipe(
     Config.withDefault<FailureReasonSet>("legacy")
+  ),
+  runnerProvisioningTimeoutReason: Config.option(
+    Config.schema(ReasonInteger, "SWEEPER_RUNNER_PROVISIONING_TIMEOUT_REASON")
+  ),
+  transitionQueues: Config.schema(TransitionQueuesSetting, "SWEEPER_TRANSITION_QUEUES").pipe(
+    Config.withDefault<typeof TransitionQueuesSetting.Type>("default"),
+    Config.map(resolveTransitionQueues)
   ),
   eventRetention: Config.schema(EventRetentionDuration, "SWEEPER_EVENT_RETENTION").pipe(
     Config.withDefault(EVENT_RETENTION)
@@ -407,6 +453,8 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       schema: Option.none(),
       dropBatchSize: DROP_BATCH_SIZE,
       failureReasons: "legacy",
+      runnerProvisioningTimeoutReason: Option.none(),
+      transitionQueues: DEFAULT_ROUTING,
       eventRetention: EVENT_RETENTION,
       health: Option.none(),
       databaseTimeouts: DATABASE_TIMEOUTS,
@@ -414,8 +462,16 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
     })
 }
 
-/** Programs' tuning references (DropBatchSize, EventRetentionPeriod) set from SweeperConfig. */
+/** Programs' tuning references (DropBatchSize, EventRetentionPeriod, …) set from SweeperConfig. */
 export const TuningFromConfig = Layer.mergeAll(
+  Layer.effect(
+    RunnerProvisioningTimeoutReason,
+    Effect.map(SweeperConfig, (config: SweeperSettings) => config.runnerProvisioningTimeoutReason)
+  ),
+  Layer.effect(
+    CurrentTransitionQueues,
+    Effect.map(SweeperConfig, (config: SweeperSettings) => config.transitionQueues)
+  ),
   Layer.effect(DropBatchSize, Effect.map(SweeperConfig, (config: SweeperSettings) => config.dropBatchSize)),
   Layer.effect(
     CurrentFailureReasonSet,

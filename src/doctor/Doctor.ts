@@ -21,12 +21,19 @@ import { SweeperConfig } from "../config/Config.ts"
 import { type DatabaseName, databaseOfTable } from "../domain/Databases.ts"
 import { formatValue, type RedisStoreName } from "../domain/Health.ts"
 import { describeReasonSet, type FailureReasonSet } from "../domain/StuckBuilds.ts"
+import { describeTransitionQueues, type TransitionQueues } from "../domain/TransitionJobs.ts"
 import { writeSetOf } from "../layers/health/HealthGateBatches.ts"
 import { HealthSignalsLive } from "../layers/health/HealthSignalsLive.ts"
 import { MemoryRedis } from "../layers/memory/MemoryRedis.ts"
-import { checkLayout } from "../layers/postgres/DatabaseLayout.ts"
-import { databaseClients } from "../layers/postgres/Databases.ts"
-import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
+import { checkLayout, tableHoldings } from "../layers/postgres/DatabaseLayout.ts"
+import { databaseClients, onClient } from "../layers/postgres/Databases.ts"
+import { type BuildsTable, detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
+import { JOB_OUTBOX } from "../layers/postgres/JobOutbox.ts"
+import {
+  describeTransitionEffects,
+  detectTransitionTables,
+  TRANSITION_TABLES
+} from "../layers/postgres/TransitionsSql.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/redis/Redis.ts"
 import { batches } from "../programs/index.ts"
 import { HealthSignals } from "../services/HealthSignals.ts"
@@ -101,12 +108,60 @@ export interface DoctorReport {
   readonly databases: DatabasesReport
   /** `SWEEPER_FAILURE_REASONS`: which GitLab's failure reasons the build drops write. */
   readonly failureReasons: { readonly set: FailureReasonSet; readonly description: string }
+  /** What a drop does beside the build's row on the database holding the builds, and where its jobs go. */
+  readonly transitions: TransitionsReport
   readonly scans: ReadonlyArray<ScanReport>
   readonly redisOnlyBatches: ReadonlyArray<string>
   readonly redis: ReadonlyArray<StoreReport>
   readonly health: HealthCheck
   readonly applied: ReadonlyArray<string>
 }
+
+export interface TransitionsReport {
+  /** The database holding the builds, where the side tables and the job outbox must be. */
+  readonly database: DatabaseName
+  /** GitLab's tables a drop touches, the pipelines and Sweeper's job outbox: held there or not. */
+  readonly tables: ReadonlyArray<{ readonly table: string; readonly held: boolean }>
+  /** One line per effect a drop produces here (or does without). */
+  readonly effects: ReadonlyArray<string>
+  /** `SWEEPER_TRANSITION_QUEUES`: worker class → queue. */
+  readonly queues: TransitionQueues
+}
+
+/**
+ * The transition side of a drop on the database holding the builds: which of GitLab's tables it
+ * holds (the drop touches only those), whether the job outbox is there, what a drop produces.
+ */
+const transitionsCheck = (
+  client: PgClient.PgClient,
+  database: DatabaseName,
+  builds: BuildsTable,
+  queues: TransitionQueues
+) =>
+  Effect.gen(function*() {
+    const side = yield* onClient(client)(detectTransitionTables)
+    const pipelines = builds.partitioned ? "p_ci_pipelines" : "ci_pipelines"
+    const others = yield* onClient(client)(tableHoldings([pipelines, JOB_OUTBOX]))
+    const heldHere = (table: string) => others.some((h) => h.table === table && h.exists && !h.writeLocked)
+    return {
+      database,
+      tables: [
+        ...TRANSITION_TABLES.map((table) => ({
+          table,
+          held: {
+            ci_pending_builds: side.pendingBuilds,
+            ci_running_builds: side.runningBuilds,
+            ci_builds_runner_session: side.runnerSessions,
+            ci_resources: side.resources
+          }[table]
+        })),
+        { table: pipelines, held: heldHere(pipelines) },
+        { table: JOB_OUTBOX, held: heldHere(JOB_OUTBOX) }
+      ],
+      effects: describeTransitionEffects(side),
+      queues
+    } satisfies TransitionsReport
+  })
 
 /** Every signal the health gate knows, read once on what the registered batches write, configured or not. */
 const healthCheck = Effect.gen(function*() {
@@ -294,9 +349,22 @@ const gather = (applied: ReadonlyArray<string>) =>
       yield* storeReport("QueuesMetadata", yield* Effect.serviceOption(QueuesMetadataRedis), inMemory)
     ]
     const health = yield* healthCheck
+    const transitions = yield* transitionsCheck(
+      clients[databaseOf(builds.name)],
+      databaseOf(builds.name),
+      builds,
+      settings.transitionQueues
+    )
+    // GitLab always has these beside its builds: missing there, this is not the database that holds them.
+    const missing = transitions.tables.filter((t) => !t.held && (mode === "gitlab" || t.table === JOB_OUTBOX))
     const problems = [
       ...privilegeProblems(databases),
       ...timeoutProblems(databases),
+      ...missing.map((t) =>
+        `${t.table} is not held by ${transitions.database}, where the builds are: a drop cannot ${
+          t.table === JOB_OUTBOX ? "owe GitLab its jobs (run `sweeper migrate`)" : "do what GitLab's drop! does there"
+        }`
+      ),
       ...health.signals.filter((s) => s.configured && !s.readable).map((s) =>
         `SWEEPER_HEALTH ${s.signal} cannot be read: ${s.reading}`
       ),
@@ -320,7 +388,11 @@ const gather = (applied: ReadonlyArray<string>) =>
         clockSkewMs: pgSkew
       },
       databases,
-      failureReasons: { set: settings.failureReasons, description: describeReasonSet(settings.failureReasons) },
+      failureReasons: {
+        set: settings.failureReasons,
+        description: describeReasonSet(settings.failureReasons, settings.runnerProvisioningTimeoutReason)
+      },
+      transitions,
       scans: scanReports,
       redisOnlyBatches: [...REDIS_ONLY_BATCHES],
       redis,
@@ -376,6 +448,12 @@ export const renderReport = (report: DoctorReport): string => {
   lines.push(`  ${report.failureReasons.description} (SWEEPER_FAILURE_REASONS)`)
   for (const statement of report.applied) lines.push(`  applied: ${statement}`)
   lines.push(...renderDatabases(report.databases))
+  const t = report.transitions
+  lines.push(`Transitions on ${t.database} (what a drop does beside the build's row, as GitLab's drop!)`)
+  lines.push(`  tables: ${t.tables.map((table) => `${table.table} ${table.held ? "held" : "NOT HELD"}`).join(", ")}`)
+  for (const effect of t.effects) lines.push(`  - ${effect}`)
+  lines.push("  jobs (SWEEPER_TRANSITION_QUEUES):")
+  for (const line of describeTransitionQueues(t.queues)) lines.push(`    ${line}`)
   lines.push("Scans")
   for (const scan of report.scans) {
     // Which database it was explained on, when there are two.

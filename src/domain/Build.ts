@@ -80,6 +80,8 @@ export interface BuildKey {
 export interface CancelingBuild extends BuildKey {
   readonly projectId: number
   readonly runnerId: number | null
+  /** Its pipeline (GitLab's commit_id), when the backend reads it. */
+  readonly pipelineId?: number | null | undefined
   readonly status: string
   readonly lockVersion: number
   readonly createdAt: DateTime.Utc

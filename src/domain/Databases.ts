@@ -28,7 +28,14 @@ export const GITLAB_SCHEMAS: Readonly<Record<string, GitlabSchema>> = {
   p_ci_builds: "gitlab_ci",
   ci_runners: "gitlab_ci",
   ci_runner_projects: "gitlab_ci",
-  ci_runner_namespaces: "gitlab_ci"
+  ci_runner_namespaces: "gitlab_ci",
+  ci_pipelines: "gitlab_ci",
+  p_ci_pipelines: "gitlab_ci",
+  ci_pending_builds: "gitlab_ci",
+  ci_running_builds: "gitlab_ci",
+  ci_builds_runner_session: "gitlab_ci",
+  ci_resource_groups: "gitlab_ci",
+  ci_resources: "gitlab_ci"
 }
 
 /** The prefix of GitLab's write-lock trigger on a table's copy in the database that does not hold it. */

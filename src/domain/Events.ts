@@ -92,7 +92,15 @@ export class BuildDropped extends Schema.TaggedClass<BuildDropped>()("BuildDropp
   partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
+  /** The build's pipeline (GitLab's commit_id), when it has one: the run page lists the pipelines touched. */
+  pipeline_id: Schema.optionalKey(Schema.Number),
+  /**
+   * The reason the build was dropped with. Written to its row when it ends `failed`; a canceling
+   * build GitLab's way ends `canceled` with its failure_reason left as it was.
+   */
   failure_reason: Schema.Number,
+  /** `canceled` when it ended canceled (GitLab's drop of a canceling build); absent: failed. */
+  status: Schema.optionalKey(Schema.Literal("canceled")),
   /** The stuck-builds family's rule that dropped it (GitLab's build_stuck_type); absent for canceling. */
   stuck_type: Schema.optionalKey(Schema.Literals(["outdated", "stuck", "waiting_for_ack"])),
   /** Which batch's rule (pending_outdated, pending_stuck, running_outdated, scheduled_outdated). */
@@ -105,6 +113,7 @@ export class BuildDoomed extends Schema.TaggedClass<BuildDoomed>()("BuildDoomed"
   partition_id: Schema.optionalKey(Schema.Number),
   project_id: Schema.Number,
   runner_id: Schema.NullOr(Schema.Number),
+  pipeline_id: Schema.optionalKey(Schema.Number),
   failure_reason: Schema.Number
 }) {}
 

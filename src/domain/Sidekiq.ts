@@ -12,7 +12,8 @@ export interface SidekiqJob {
   /** 24 lowercase hex characters. */
   readonly jid: string
   readonly queue: string
-  readonly retry: true
+  /** `true` (Sidekiq's default of 25 retries) or the worker's own count (`sidekiq_options retry: 3`). */
+  readonly retry: true | number
   /** Float epoch seconds. */
   readonly created_at: number
   readonly enqueued_at: number

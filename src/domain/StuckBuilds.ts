@@ -10,6 +10,8 @@
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { BuildStatus } from "./Build.ts"
 
 /**
@@ -21,12 +23,6 @@ export const FailureReasons = {
   stale_schedule: 7,
   job_execution_timeout: 8,
   data_integrity_failure: 12,
-  /**
-   * Only GitLab 18.x, whose runner acknowledgement ("two-phase commit") it belongs to: its enum lists
-   * it after failed_outdated_deployment_job (23) and before the 1_000s; GitLab 19 dropped it and
-   * gives 24 to job_execution_server_timeout, so only the legacy set may write it.
-   */
-  runner_provisioning_timeout: 24,
   stuck_pending_with_matching_runners: 25,
   stuck_pending_no_matching_runners: 26,
   no_updates_running: 27,
@@ -35,6 +31,23 @@ export const FailureReasons = {
   server_timeout_canceling: 30
 } as const
 export type FailureReasonName = keyof typeof FailureReasons
+
+/**
+ * The waiting-for-ack rule's reason, which GitLab's source does not pin to an integer Sweeper could
+ * cite: the rule came with GitLab MR 204709 (≈ 18.x, `runner_provisioning_timeout`), no enum file
+ * of that era was found, and in every 19.x enum (`app/models/concerns/enums/ci/commit_status.rb`)
+ * 24 is job_execution_server_timeout. Writing a guessed integer would give the build another
+ * reason, so the operator names it (`SWEEPER_RUNNER_PROVISIONING_TIMEOUT_REASON`, the value of
+ * `Ci::Build.failure_reasons['runner_provisioning_timeout']` in their GitLab); unset, the rule is off.
+ */
+export const RUNNER_PROVISIONING_TIMEOUT = "runner_provisioning_timeout"
+export type RuleReasonName = FailureReasonName | typeof RUNNER_PROVISIONING_TIMEOUT
+
+/** `SWEEPER_RUNNER_PROVISIONING_TIMEOUT_REASON`; none keeps the waiting-for-ack rule off. */
+export const RunnerProvisioningTimeoutReason = Context.Reference<Option.Option<number>>(
+  "sweeper/domain/StuckBuilds/RunnerProvisioningTimeoutReason",
+  { defaultValue: () => Option.none() }
+)
 
 /**
  * Which reasons the drops write. "legacy": GitLab before 19.0 (one stuck_or_timeout_failure for
@@ -83,7 +96,7 @@ export interface StuckRule {
   readonly skipsWaitingForAck?: boolean
   /** The reason sets under which the rule runs at all; every set when absent. */
   readonly sets?: ReadonlyArray<FailureReasonSet>
-  readonly reason: Readonly<Record<FailureReasonSet, FailureReasonName>>
+  readonly reason: Readonly<Record<FailureReasonSet, RuleReasonName>>
 }
 
 /** BUILD_PENDING_OUTDATED_TIMEOUT: pending for a day, whatever the runners. */
@@ -100,8 +113,8 @@ export const PENDING_OUTDATED: StuckRule = {
 /**
  * BUILD_PENDING_OUTDATED_WAITING_FOR_ACK_TIMEOUT: pending, handed to a runner, no update for an hour,
  * and the runner's acknowledgement window long closed: the runner took the build and went away, so
- * GitLab's own retry-on-no-ack worker missed it. Legacy set only: GitLab 19 removed the rule and the
- * reason's integer now means another reason there.
+ * GitLab's own retry-on-no-ack worker missed it. Legacy set only (GitLab 19 removed the rule), and
+ * only once the operator has named runner_provisioning_timeout's integer (see above).
  */
 export const PENDING_WAITING_FOR_ACK: StuckRule = {
   name: "pending_waiting_for_ack",
@@ -116,9 +129,26 @@ export const PENDING_WAITING_FOR_ACK: StuckRule = {
   reason: { legacy: "runner_provisioning_timeout", "gitlab-19": "runner_provisioning_timeout" }
 }
 
-/** The rules that run under a reason set, in the order given. */
-export const rulesFor = (rules: ReadonlyArray<StuckRule>, set: FailureReasonSet): ReadonlyArray<StuckRule> =>
-  rules.filter((rule) => rule.sets === undefined || rule.sets.includes(set))
+/**
+ * The rules that run under a reason set, in the order given: those of the set, less any whose
+ * reason's integer is not known (runner_provisioning_timeout until the operator names it).
+ */
+export const rulesFor = (
+  rules: ReadonlyArray<StuckRule>,
+  set: FailureReasonSet,
+  provisioningTimeout: Option.Option<number> = Option.none()
+): ReadonlyArray<StuckRule> =>
+  rules.filter((rule) =>
+    (rule.sets === undefined || rule.sets.includes(set)) &&
+    (rule.reason[set] !== RUNNER_PROVISIONING_TIMEOUT || Option.isSome(provisioningTimeout))
+  )
+
+/** `rulesFor` with the configured reason set and runner_provisioning_timeout integer. */
+export const rulesInForce = (rules: ReadonlyArray<StuckRule>) =>
+  Effect.map(
+    Effect.all([CurrentFailureReasonSet, RunnerProvisioningTimeoutReason]),
+    ([set, provisioning]) => rulesFor(rules, set, provisioning)
+  )
 
 /** GitLab's shared-state key holding the runner manager a build awaits acknowledgement from. */
 export const runnerAckQueueKey = (buildId: number) => `runner:build_ack_queue:${buildId}`
@@ -169,12 +199,46 @@ export const SCHEDULED_OUTDATED: StuckRule = {
  */
 export const RUNNER_ONLINE_CONTACT_TIMEOUT = Duration.hours(2)
 
-/** What drop-canceling-builds writes: GitLab 19 names the canceling case no_updates_canceling. */
-export const cancelingReasonCode = (set: FailureReasonSet): number =>
-  set === "gitlab-19" ? FailureReasons.no_updates_canceling : FailureReasons.stuck_or_timeout_failure
+/**
+ * How drop-canceling-builds ends a stuck canceling build. `gitlab-19`: as GitLab's own drop does
+ * (DropCancelingService calls `drop!(:no_updates_canceling)`, and CommitStatus's `drop` event has
+ * `transition canceling: :canceled`; only `before_transition any => :failed` writes a failure
+ * reason, and Ci::Build's canceling → canceled hook writes one only for server_timeout_canceling):
+ * `canceled`, failure_reason left as it is. The reason dropped with (no_updates_canceling) is only
+ * in Sweeper's event. `legacy`: the seed's `failed` with stuck_or_timeout_failure (3).
+ */
+export interface CancelingEnd {
+  readonly status: "failed" | "canceled"
+  /** What failure_reason is set to; null: left as it is. */
+  readonly written: number | null
+  /** The reason of the drop, as the event records it. */
+  readonly reason: number
+}
+
+export const cancelingEnd = (set: FailureReasonSet): CancelingEnd =>
+  set === "gitlab-19"
+    ? { status: "canceled", written: null, reason: FailureReasons.no_updates_canceling }
+    : {
+      status: "failed",
+      written: FailureReasons.stuck_or_timeout_failure,
+      reason: FailureReasons.stuck_or_timeout_failure
+    }
 
 export const reasonOf = (rule: StuckRule, set: FailureReasonSet) => rule.reason[set]
-export const reasonCodeOf = (rule: StuckRule, set: FailureReasonSet): number => FailureReasons[reasonOf(rule, set)]
+
+/**
+ * The integer a rule writes under `set`: GitLab's enum value, or for runner_provisioning_timeout the
+ * operator's. A rule whose integer is not known never runs (`rulesFor`), so asking is a defect.
+ */
+export const reasonCodeOf = (rule: StuckRule, set: FailureReasonSet): Effect.Effect<number> => {
+  const name = reasonOf(rule, set)
+  if (name !== RUNNER_PROVISIONING_TIMEOUT) return Effect.succeed(FailureReasons[name])
+  return Effect.flatMap(RunnerProvisioningTimeoutReason, (configured) =>
+    Option.match(configured, {
+      onNone: () => Effect.die(new Error(`${rule.name} runs only once runner_provisioning_timeout's integer is set`)),
+      onSome: Effect.succeed
+    }))
+}
 
 /** Everything strictly before this instant is "older than" the rule's timeout. */
 export const ruleCutoff = (rule: StuckRule, now: DateTime.Utc): DateTime.Utc =>
@@ -206,10 +270,15 @@ export const matchesRule = (rule: StuckRule, build: FamilyBuildFacts, now: DateT
 }
 
 /** The reason-set line `sweeper doctor` prints. */
-export const describeReasonSet = (set: FailureReasonSet): string =>
+export const describeReasonSet = (set: FailureReasonSet, provisioningTimeout: Option.Option<number> = Option.none()) =>
   set === "legacy"
     ? "failure reasons: legacy (before GitLab 19.0): stuck builds fail with stuck_or_timeout_failure (3), " +
-      "pending builds their runner never acknowledged with runner_provisioning_timeout (24)"
+      "stuck canceling builds too (failed); " + Option.match(provisioningTimeout, {
+        onNone: () =>
+          "pending builds their runner never acknowledged: rule off (SWEEPER_RUNNER_PROVISIONING_TIMEOUT_REASON unset)",
+        onSome: (code) => `pending builds their runner never acknowledged with runner_provisioning_timeout (${code})`
+      })
     : "failure reasons: gitlab-19: pending stuck_pending_with_matching_runners (25) / " +
       "stuck_pending_no_matching_runners (26), running no_updates_running (27), " +
-      "canceling no_updates_canceling (28), scheduled stale_schedule (7)"
+      "scheduled stale_schedule (7); stuck canceling builds end canceled (dropped for no_updates_canceling, " +
+      "failure_reason left as it is, as GitLab's drop! of a canceling build)"

@@ -59,7 +59,9 @@ export const RunResponse = Schema.Struct({
     summary: Schema.Unknown,
     error: Schema.NullOr(Schema.String),
     holds: Schema.Array(EventSchema),
-    repairs: Schema.Number
+    repairs: Schema.Number,
+    /** The pipelines of the builds the run dropped (one more than the page lists when cut). */
+    pipelines: Schema.Array(Schema.Number)
   }),
   repairs: Schema.Struct({
     type: Schema.NullOr(Schema.String),

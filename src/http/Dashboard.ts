@@ -11,7 +11,13 @@
  */
 import type { StoredEvent } from "../domain/Events.ts"
 import type { BatchBacklog } from "../services/Backlog.ts"
-import type { HistoryBucket, RepairPage, RunDetail, RunPoint } from "../services/RunHistory.ts"
+import {
+  type HistoryBucket,
+  type RepairPage,
+  RUN_PIPELINES_MAX,
+  type RunDetail,
+  type RunPoint
+} from "../services/RunHistory.ts"
 import type { LiveRun } from "../supervisor/LiveProgress.ts"
 import type { BatchView } from "../views/BatchView.ts"
 import type { RunRecord } from "../views/Runs.ts"
@@ -415,6 +421,17 @@ const runQuery = (runId: string, params: { readonly type: string | null; readonl
 }
 
 /** A run: outcome, trigger, node, timings, summary, error, holds, and its repairs paged by keyset. */
+/**
+ * The pipelines a run's drops touched: GitLab recomputes each (the PipelineProcessWorker the drop
+ * pushed), so these are the pipelines an operator may want to look at after the run.
+ */
+const pipelinesRow = (pipelines: ReadonlyArray<number>) =>
+  pipelines.length === 0 ?
+    "" :
+    `<dt>Pipelines</dt><dd data-pipelines="${e(pipelines.slice(0, RUN_PIPELINES_MAX).join(" "))}">${
+      pipelines.slice(0, RUN_PIPELINES_MAX).map((id) => `<code>#${id}</code>`).join(" ")
+    }${pipelines.length > RUN_PIPELINES_MAX ? ` <span class="muted">and more</span>` : ""}</dd>`
+
 export const runPage = (
   run: RunDetail,
   page: RepairPage,
@@ -449,6 +466,7 @@ ${run.reason === null ? "" : `<dt>Reason</dt><dd>${e(run.reason)}</dd>`}
 <dt>Summary</dt><dd>${counts(run.summary) || "<span class=\"muted\">—</span>"}</dd>
 ${run.error === null ? "" : `<dt>Error</dt><dd class="error"><pre class="cause">${e(run.error)}</pre></dd>`}
 <dt>Repairs</dt><dd data-repairs="${run.repairs}">${run.repairs}</dd>
+${pipelinesRow(run.pipelines)}
 </dl></section>
 <section class="runs" id="repairs"><h2>Repairs</h2>
 <form class="filter" method="get" action="/runs/${e(run.runId)}"><label for="type">Type</label>

@@ -5,7 +5,8 @@
  * - waiting for ack: pending builds handed to a runner and not updated for an hour
  *   (BUILD_PENDING_OUTDATED_WAITING_FOR_ACK_TIMEOUT), passed over while the runner's acknowledgement
  *   window is still open (GitLab's Redis entry) → runner_provisioning_timeout; GitLab 18 only, so
- *   not with `SWEEPER_FAILURE_REASONS=gitlab-19` (19 removed the rule);
+ *   not with `SWEEPER_FAILURE_REASONS=gitlab-19` (19 removed the rule), and only once the operator
+ *   has named that reason's integer (no GitLab source pins it: domain/StuckBuilds.ts);
  * - stuck: pending builds created and updated over an hour ago (BUILD_PENDING_STUCK_TIMEOUT) that
  *   no online runner could pick (GitLab's `build.stuck?`).
  * Outdated and stuck fail the build with stuck_or_timeout_failure, or with GitLab 19's reasons

@@ -14,7 +14,7 @@ import * as Option from "effect/Option"
 import { BACKLOG_CAP, type BacklogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { type BuildCursor, cursorOf, DropBatchSize } from "../domain/Build.ts"
-import { CurrentFailureReasonSet, reasonOf, rulesFor, type StuckRule } from "../domain/StuckBuilds.ts"
+import { CurrentFailureReasonSet, reasonOf, rulesInForce, type StuckRule } from "../domain/StuckBuilds.ts"
 import { RunnerAckQueue } from "../services/RunnerAckQueue.ts"
 import { type FamilyBuild, StuckBuilds } from "../services/StuckBuilds.ts"
 import { type Held, keysetPages, logIds, sumHeld } from "./RepairLoop.ts"
@@ -114,11 +114,10 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
 export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: ReadonlyArray<StuckRule>) =>
   Effect.gen(function*() {
     const run = yield* CurrentRun
-    const reasons = yield* CurrentFailureReasonSet
     const budgetMs = Duration.toMillis(Option.getOrElse(run.budget, () => budget))
     const started = yield* Clock.currentTimeMillis
     const walks: Array<StuckFamilySummary> = []
-    for (const rule of rulesFor(rules, reasons)) {
+    for (const rule of yield* rulesInForce(rules)) {
       const left = budgetMs - ((yield* Clock.currentTimeMillis) - started)
       if (walks.length > 0 && left <= 0) break
       const walk = yield* dropStuckRule(batch, budget, rule).pipe(
@@ -150,13 +149,11 @@ export const stuckBacklog = (rules: ReadonlyArray<StuckRule>) =>
     const builds = yield* StuckBuilds
     const ackQueue = yield* RunnerAckQueue
     const now = yield* DateTime.now
-    const parts = yield* Effect.forEach(rulesFor(rules, yield* CurrentFailureReasonSet), (rule) =>
+    const parts = yield* Effect.forEach(yield* rulesInForce(rules), (rule) =>
       Effect.gen(function*() {
         const read = yield* builds.findStuck({ rule, now, after: Option.none(), limit: BACKLOG_CAP + 1 })
         const waiting = rule.skipsWaitingForAck === true
-          ? yield* ackQueue.waitingForAck(read.map((build) =>
-            build.id
-          ))
+          ? yield* ackQueue.waitingForAck(read.map((build) => build.id))
           : new Set<number>()
         const page = read.filter((build) => !waiting.has(build.id))
         const due = rule.timestamps === "scheduled_at" ?

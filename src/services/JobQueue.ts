@@ -39,6 +39,26 @@ export type EnqueueOutcome =
  */
 export type BeforePush<E, R> = (outcomes: ReadonlyArray<EnqueueOutcome>) => Effect.Effect<void, E, R>
 
+/** One job of a `pushOnce` batch: its class and args, and when it was decided (its `created_at`). */
+export interface OnceJob {
+  readonly workerClass: string
+  readonly args: JobArgs
+  readonly createdAtMillis: number
+  /** The worker's `sidekiq_options retry:`; Sidekiq's default (true) when absent. */
+  readonly retry?: number
+}
+
+export interface PushOnce {
+  readonly queue: string
+  /**
+   * The batch's marker key, in the slot of `queue:<queue>`: set (NX, with `ttlSeconds`) in the same
+   * atomic step as the push, so a batch whose marker is already there is refused whole.
+   */
+  readonly marker: string
+  readonly ttlSeconds: number
+  readonly jobs: ReadonlyArray<OnceJob>
+}
+
 export class JobQueue extends Context.Service<JobQueue, {
   /**
    * One outcome per element of `args`, in order. Empty `args` → no Redis call. Jids are chosen
@@ -49,4 +69,12 @@ export class JobQueue extends Context.Service<JobQueue, {
     request: BulkEnqueue,
     beforePush?: BeforePush<E, R>
   ): Effect.Effect<ReadonlyArray<EnqueueOutcome>, RedisError | E, R>
+  /**
+   * A batch pushed at most once, for an outbox relay that may run twice over the same batch (killed
+   * between the push and forgetting the batch): `SET marker NX EX ttl` and, only when it was not
+   * there, one LPUSH of every job, as one atomic step. "pushed", or "already" when a push of this
+   * batch came first (nothing pushed now). No `until_executed` claims: the relay's jobs are GitLab's
+   * own after-transition jobs, which GitLab's server-side de-duplication handles as it does its own.
+   */
+  pushOnce(request: PushOnce): Effect.Effect<"pushed" | "already", RedisError>
 }>()("sweeper/services/JobQueue") {}

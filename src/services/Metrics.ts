@@ -124,6 +124,22 @@ export const outboxRelayFailuresTotal = Metric.counter("sweeper_outbox_relay_fai
   incremental: true
 })
 
+export const jobRelayOwed = Metric.gauge("sweeper_job_relay_owed", {
+  description:
+    "1 while dropped builds' after-transition jobs wait in sweeper_job_outbox after a relay to Sidekiq failed (retried every 5 s), else 0"
+})
+
+export const jobRelayFailuresTotal = Metric.counter("sweeper_job_relay_failures_total", {
+  description: "Relays of dropped builds' after-transition jobs to Sidekiq that failed (the jobs stay in the outbox)",
+  incremental: true
+})
+
+export const jobsRelayedTotal = Metric.counter("sweeper_jobs_relayed_total", {
+  description:
+    "After-transition jobs of dropped builds pushed to Sidekiq (PipelineProcessWorker, Ci::BuildFinishedWorker, …)",
+  incremental: true
+})
+
 /**
  * Health gate: 1 while `signal` holds `batch`. The gate's series are labelled by signal (and batch);
  * a PostgreSQL signal's also by `database` (main, ci): which of GitLab's databases it was read on.

@@ -31,7 +31,15 @@ export interface RunDetail {
    * its RunFinished says; 0 when it does not (still running, killed, or recorded before runs said).
    */
   readonly repairs: number
+  /**
+   * The pipelines of the builds the run dropped (their BuildDropped events' pipeline_id), smallest
+   * first, at most RUN_PIPELINES_MAX: what GitLab recomputes after the run, for an operator to open.
+   */
+  readonly pipelines: ReadonlyArray<number>
 }
+
+/** Pipelines listed on a run page; a run that touched more says so and lists these. */
+export const RUN_PIPELINES_MAX = 100
 
 /** One run in a batch's history: one mark per chart. */
 export interface RunPoint {

@@ -1,8 +1,10 @@
 /**
  * A Sidekiq-style consumer for the queues Sweeper writes to: `Issues::RebalancingWorker` (a real
  * `relative_position` rebalance, then the rebalancer's own clean-up: SREM from the running set and
- * the `until_executed` claim released) and the throttled workers, run under GitLab's concurrency
- * limit the way its server middleware does:
+ * the `until_executed` claim released), the jobs a build drop pushes (`PipelineProcessWorker`: the
+ * pipeline's status recomputed from its latest builds, Pipelines.ts; `Ci::BuildFinishedWorker` and
+ * `AssignResourceFromResourceGroupWorker`: counted), and the throttled workers, run under GitLab's
+ * concurrency limit the way its server middleware does:
  *
  * - a fresh job of a limited worker is deferred (RPUSH `{args, context, buffered_at}`) when jobs
  *   are already deferred or the worker is at its limit (HLEN executing + pending_resumed), else it
@@ -32,8 +34,15 @@ import {
   RUNNING_REBALANCES_KEY
 } from "../domain/Rebalancing.ts"
 import { queueKey } from "../domain/Sidekiq.ts"
+import {
+  ASSIGN_RESOURCE_WORKER,
+  BUILD_FINISHED_WORKER,
+  PIPELINE_PROCESS_WORKER,
+  type TransitionQueues
+} from "../domain/TransitionJobs.ts"
 import { duplicateKey } from "../layers/protocols/JobQueueShared.ts"
 import type { Ledger } from "./Ledger.ts"
+import { processPipeline } from "./Pipelines.ts"
 import { deferJob } from "./Seed.ts"
 import { SimulatorStores } from "./Stores.ts"
 
@@ -47,6 +56,9 @@ const decodeJob = Schema.decodeUnknownOption(PoppedJob)
 
 export interface ConsumerOptions {
   readonly ledger: Ledger
+  /** Where a drop's jobs go (SWEEPER_TRANSITION_QUEUES), and the builds table they name builds of. */
+  readonly transitionQueues: TransitionQueues
+  readonly builds: "ci_builds" | "p_ci_builds"
   /** Limited workers: class name → configured limit and queue (a Redis `current_limit` wins). */
   readonly limited: Readonly<Record<string, { readonly limit: number; readonly queue: string }>>
   /** Concurrent fetchers ("Sidekiq threads"). */
@@ -91,7 +103,28 @@ export const runConsumer = Effect.fn("Consumer.run")(function*(options: Consumer
   const stores = yield* SimulatorStores
   const { ledger } = options
   const starting = yield* Semaphore.make(1)
-  const queues = [...new Set([REBALANCING_QUEUE, ...Object.values(options.limited).map((w) => w.queue)])]
+  const queues = [
+    ...new Set([
+      REBALANCING_QUEUE,
+      ...Object.values(options.transitionQueues),
+      ...Object.values(options.limited).map((w) => w.queue)
+    ])
+  ]
+
+  /** GitLab's PipelineProcessWorker, as Pipelines.ts plays it; logs a pipeline it finished. */
+  const runPipelineProcess = Effect.fn("Consumer.PipelineProcessWorker")(function*(args: ReadonlyArray<unknown>) {
+    const pipelineId = Number(args[0])
+    const processed = yield* processPipeline(pipelineId, yield* Clock.currentTimeMillis, options.builds)
+    ledger.pipelines.processed[pipelineId] = (ledger.pipelines.processed[pipelineId] ?? 0) + 1
+    if (processed === null) return
+    ledger.pipelines.status[pipelineId] = processed.to
+    if (processed.changed) {
+      yield* Effect.logInfo(`Pipeline #${pipelineId} ${processed.to}`, {
+        pipeline_id: pipelineId,
+        from: processed.from
+      })
+    }
+  })
 
   const limitOf = Effect.fn(function*(worker: string) {
     const override = parseLimitOverride(yield* stores.get("queuesMetadata", workerKeys(worker).currentLimit))
@@ -158,6 +191,11 @@ export const runConsumer = Effect.fn("Consumer.run")(function*(options: Consumer
         }
         const { class: workerClass, args } = job.value
         if (workerClass === REBALANCING_WORKER) yield* runRebalancingWorker(ledger, args)
+        else if (workerClass === PIPELINE_PROCESS_WORKER) yield* runPipelineProcess(args)
+        else if (workerClass === BUILD_FINISHED_WORKER) {
+          const id = Number(args[0])
+          ledger.transitionJobs.buildFinished[id] = (ledger.transitionJobs.buildFinished[id] ?? 0) + 1
+        } else if (workerClass === ASSIGN_RESOURCE_WORKER) ledger.transitionJobs.assignResource++
         else if (options.limited[workerClass] !== undefined) {
           yield* runLimited(tid, workerClass, args, job.value.concurrency_limit_resume === true)
         } else ledger.unknownJobs++

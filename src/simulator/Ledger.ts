@@ -8,6 +8,19 @@
 export interface Ledger {
   readonly exports: { readonly stuck: Array<number>; readonly healthy: Array<number> }
   readonly builds: { readonly stuck: Array<number>; readonly healthy: Array<number> }
+  /**
+   * Pipelines: those holding the stuck builds (GitLab can finish each once they are all dropped) and
+   * those holding only healthy ones (must stay running); the stand-in pipeline worker's runs per
+   * pipeline and the status it last wrote.
+   */
+  readonly pipelines: {
+    readonly stuck: Array<number>
+    readonly healthy: Array<number>
+    readonly processed: Record<number, number>
+    readonly status: Record<number, string>
+  }
+  /** The other jobs a drop pushes, as the consumer ran them: Ci::BuildFinishedWorker per build id, resource groups. */
+  readonly transitionJobs: { readonly buildFinished: Record<number, number>; assignResource: number }
   /** Pending-upload fields (`<location>:<path>`), and where the stale ones' objects were written. */
   readonly uploads: { readonly stuck: Array<string>; readonly healthy: Array<string>; readonly objects: Array<string> }
   /** Running-rebalance members (`<type>/<id>`) left behind by a rebalancer that died. */
@@ -33,6 +46,8 @@ export interface Ledger {
 export const emptyLedger = (): Ledger => ({
   exports: { stuck: [], healthy: [] },
   builds: { stuck: [], healthy: [] },
+  pipelines: { stuck: [], healthy: [], processed: {}, status: {} },
+  transitionJobs: { buildFinished: {}, assignResource: 0 },
   uploads: { stuck: [], healthy: [], objects: [] },
   rebalances: { stalled: [], ran: {} },
   throttled: { pushed: [], ran: {}, deferred: 0, resumedRan: 0, directRan: 0, maxExecuting: {}, limits: {} },
@@ -47,6 +62,8 @@ export const ledgerCounts = (ledger: Ledger) => ({
   healthyExports: ledger.exports.healthy.length,
   stuckBuilds: ledger.builds.stuck.length,
   healthyBuilds: ledger.builds.healthy.length,
+  pipelinesFinished: Object.values(ledger.pipelines.status).filter((s) => s !== "running").length,
+  buildFinishedJobs: Object.keys(ledger.transitionJobs.buildFinished).length,
   staleUploads: ledger.uploads.stuck.length,
   freshUploads: ledger.uploads.healthy.length,
   stalledRebalances: ledger.rebalances.stalled.length,

@@ -118,6 +118,8 @@ export const seedBuild = Effect.fn("Seed.build")(function*(options: {
   readonly updatedAgeMillis?: number
   /** A delayed build's start time, as an age (negative: still to come); none by default. */
   readonly scheduledAgeMillis?: number
+  /** Its pipeline (commit_id); GitLab's every build has one. Default 1, a pipeline no one plays. */
+  readonly pipelineId?: number
   readonly table: "ci_builds" | "p_ci_builds"
 }) {
   const sql = yield* ciClient
@@ -132,13 +134,17 @@ export const seedBuild = Effect.fn("Seed.build")(function*(options: {
       { id: string }
     >`INSERT INTO p_ci_builds (partition_id, project_id, commit_id, name, status, runner_id, created_at, updated_at,
         started_at, scheduled_at)
-        VALUES (100, ${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${updated}::timestamp,
+        VALUES (100, ${options.projectId}, ${
+      options.pipelineId ?? 1
+    }, 'rspec', ${options.status}, 7, ${at}::timestamp, ${updated}::timestamp,
           ${started}::timestamp, ${scheduled}::timestamptz) RETURNING id`
     : yield* sql<
       { id: string }
     >`INSERT INTO ci_builds (project_id, commit_id, name, status, runner_id, created_at, updated_at, started_at,
         scheduled_at)
-        VALUES (${options.projectId}, 1, 'rspec', ${options.status}, 7, ${at}::timestamp, ${updated}::timestamp,
+        VALUES (${options.projectId}, ${
+      options.pipelineId ?? 1
+    }, 'rspec', ${options.status}, 7, ${at}::timestamp, ${updated}::timestamp,
           ${started}::timestamp, ${scheduled}::timestamptz) RETURNING id`
   return Number(row!.id)
 })

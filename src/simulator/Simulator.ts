@@ -43,6 +43,7 @@ import type { JobStatus } from "../services/JobStatus.ts"
 import { runConsumer } from "./Consumer.ts"
 import { emptyLedger, type Ledger, ledgerCounts } from "./Ledger.ts"
 import { SimulatorObjects, SimulatorObjectsFromConfig } from "./Objects.ts"
+import { enqueueBuild, queueTables, seedPipeline, trackRunning } from "./Pipelines.ts"
 import {
   AGES,
   buildsTable,
@@ -130,6 +131,9 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
   const run = randomUUID().slice(0, 8)
   const home = yield* seedProject(`simulator-${run}`)
   const table = yield* buildsTable()
+  const sides = on("builds")
+    ? yield* queueTables()
+    : { pending: false, running: false, sessions: false, pipelines: false }
   const limited = on("throttled") ? yield* limitedWorkers() : {}
   const location = uploadLocation(yield* SimulatorObjects)
   let n = 0
@@ -184,74 +188,93 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
     }
   })
 
+  /**
+   * One build in its pipeline, with the rows GitLab gives it beside: a pending build its runner-queue
+   * row, a running one its running-build row and runner session (when the ci database has them).
+   */
+  const build = Effect.fn("Simulator.build")(function*(spec: {
+    readonly status: string
+    readonly now: number
+    readonly age: Duration.Duration
+    readonly updatedAge?: Duration.Duration
+    readonly scheduledAgeMillis?: number
+    readonly pipelineId: number
+  }) {
+    const id = yield* seedBuild({
+      projectId: home.projectId,
+      status: spec.status,
+      nowMillis: spec.now,
+      ageMillis: Duration.toMillis(spec.age),
+      ...(spec.updatedAge === undefined ? {} : { updatedAgeMillis: Duration.toMillis(spec.updatedAge) }),
+      ...(spec.scheduledAgeMillis === undefined ? {} : { scheduledAgeMillis: spec.scheduledAgeMillis }),
+      pipelineId: spec.pipelineId,
+      table
+    })
+    if (spec.status === "pending" && sides.pending) yield* enqueueBuild(id, home.projectId)
+    if (spec.status === "running" && sides.running && sides.sessions) yield* trackRunning(id, home.projectId, 7)
+    return id
+  })
+
+  /**
+   * Each tick's builds in two pipelines: one holding every stuck build (and a finished one), which
+   * GitLab can finish only once Sweeper has dropped them all, and one holding the healthy controls,
+   * which must stay running.
+   */
   const builds = Effect.fn("Simulator.builds")(function*(now: number) {
-    for (let i = 0; i < options.rate; i++) {
-      ledger.builds.stuck.push(
-        yield* seedBuild({
-          projectId: home.projectId,
-          status: "canceling",
-          nowMillis: now,
-          ageMillis: Duration.toMillis(AGES.stuckBuild),
-          table
-        })
+    const stuckPipeline = sides.pipelines
+      ? yield* seedPipeline({ projectId: home.projectId, nowMillis: now, builds: table })
+      : 1
+    const healthyPipeline = sides.pipelines
+      ? yield* seedPipeline({ projectId: home.projectId, nowMillis: now, builds: table })
+      : 1
+    if (sides.pipelines) {
+      ledger.pipelines.stuck.push(stuckPipeline)
+      ledger.pipelines.healthy.push(healthyPipeline)
+      ledger.builds.healthy.push(
+        yield* build({ status: "success", now, age: AGES.stuckBuild, pipelineId: stuckPipeline })
       )
+    }
+    const stuck = (id: number) => Effect.sync(() => ledger.builds.stuck.push(id))
+    const healthy = (id: number) => Effect.sync(() => ledger.builds.healthy.push(id))
+    for (let i = 0; i < options.rate; i++) {
+      yield* stuck(yield* build({ status: "canceling", now, age: AGES.stuckBuild, pipelineId: stuckPipeline }))
       if (i % 2 === 0) {
-        ledger.builds.healthy.push(
-          yield* seedBuild({
-            projectId: home.projectId,
-            status: "canceling",
-            nowMillis: now,
-            ageMillis: Duration.toMillis(AGES.recentBuild),
-            table
-          })
-        )
+        yield* healthy(yield* build({ status: "canceling", now, age: AGES.recentBuild, pipelineId: healthyPipeline }))
       } else {
         // Running for two hours but still sending updates: drop-running-builds must leave it.
-        ledger.builds.healthy.push(
-          yield* seedBuild({
-            projectId: home.projectId,
+        yield* healthy(
+          yield* build({
             status: "running",
-            nowMillis: now,
-            ageMillis: Duration.toMillis(AGES.stuckBuild),
-            updatedAgeMillis: Duration.toMillis(AGES.recentBuild),
-            table
+            now,
+            age: AGES.stuckBuild,
+            updatedAge: AGES.recentBuild,
+            pipelineId: healthyPipeline
           })
         )
       }
     }
-    const family = [
-      ["pending", AGES.outdatedPendingBuild, ledger.builds.stuck],
-      ["running", AGES.stuckBuild, ledger.builds.stuck],
-      ["pending", AGES.recentBuild, ledger.builds.healthy]
-    ] as const
-    for (const [status, age, list] of family) {
-      list.push(
-        yield* seedBuild({
-          projectId: home.projectId,
-          status,
-          nowMillis: now,
-          ageMillis: Duration.toMillis(age),
-          table
-        })
-      )
-    }
+    yield* stuck(yield* build({ status: "pending", now, age: AGES.outdatedPendingBuild, pipelineId: stuckPipeline }))
+    yield* stuck(yield* build({ status: "running", now, age: AGES.stuckBuild, pipelineId: stuckPipeline }))
+    yield* healthy(yield* build({ status: "pending", now, age: AGES.recentBuild, pipelineId: healthyPipeline }))
     // Delayed builds: one whose time came two hours ago (stale_schedule), one due in ten minutes.
-    const delayed = [[Duration.toMillis(AGES.stuckBuild), ledger.builds.stuck], [
-      -Duration.toMillis(AGES.recentBuild),
-      ledger.builds.healthy
-    ]] as const
-    for (const [scheduledAgeMillis, list] of delayed) {
-      list.push(
-        yield* seedBuild({
-          projectId: home.projectId,
-          status: "scheduled",
-          nowMillis: now,
-          ageMillis: Duration.toMillis(AGES.outdatedPendingBuild),
-          scheduledAgeMillis,
-          table
-        })
-      )
-    }
+    yield* stuck(
+      yield* build({
+        status: "scheduled",
+        now,
+        age: AGES.outdatedPendingBuild,
+        scheduledAgeMillis: Duration.toMillis(AGES.stuckBuild),
+        pipelineId: stuckPipeline
+      })
+    )
+    yield* healthy(
+      yield* build({
+        status: "scheduled",
+        now,
+        age: AGES.outdatedPendingBuild,
+        scheduledAgeMillis: -Duration.toMillis(AGES.recentBuild),
+        pipelineId: healthyPipeline
+      })
+    )
   })
 
   const uploads = Effect.fn("Simulator.uploads")(function*(now: number) {
@@ -347,6 +370,8 @@ export const consume = Effect.fn("Simulator.consume")(function*(options: Simulat
   yield* runConsumer({
     ledger,
     limited,
+    transitionQueues: (yield* SweeperConfig).transitionQueues,
+    builds: yield* buildsTable(),
     threads: options.threads ?? 8,
     jobMillis: Duration.toMillis(options.jobDuration ?? Duration.millis(500))
   })

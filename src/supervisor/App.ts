@@ -49,6 +49,7 @@ import { detectCiSchemaMode, detectSchemaMode, SchemaNotMigrated } from "../laye
 import { EventLogSql, EventLogSqlInto } from "../layers/postgres/EventLogSql.ts"
 import { EventRetentionSql } from "../layers/postgres/EventRetentionSql.ts"
 import { ExportJobsSql } from "../layers/postgres/ExportJobsSql.ts"
+import { JobOutboxRelay } from "../layers/postgres/JobOutbox.ts"
 import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts"
 import { OutboxRepairEvents } from "../layers/postgres/Outbox.ts"
 import { PlatformRecordsSql } from "../layers/postgres/PlatformRecordsSql.ts"
@@ -67,6 +68,7 @@ import { RebalancingStateRedis } from "../layers/redis/RebalancingStateRedis.ts"
 import { Redis, type StoreUrls } from "../layers/redis/Redis.ts"
 import { RunnerAckQueueRedis } from "../layers/redis/RunnerAckQueueRedis.ts"
 import { batches } from "../programs/index.ts"
+import type { JobQueue } from "../services/JobQueue.ts"
 import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
 import { RunLedger } from "../services/RunLedger.ts"
@@ -113,31 +115,43 @@ export const MemoryBackends = Layer.mergeAll(
   ConcurrencyLimitsMemory
 ).pipe(Layer.provideMerge(MemoryRedis.layer))
 
-/** The services backed by PostgreSQL, all on one database, given its PgClient. */
-export const SqlBackends = Layer.mergeAll(
-  BuildsSql,
-  StuckBuildsSql,
-  ExportJobsSql,
-  PlatformRecordsSql,
-  EventRetentionSql
-).pipe(
-  Layer.provideMerge(EventLogSql)
-)
+/**
+ * The drops' relay of the job outbox to Sidekiq (JobOutbox.ts) on the builds' database (the
+ * PgClient it is given) and the JobQueue: the after-transition jobs GitLab would push. Commands that
+ * write (`migrate` access) relay what an earlier process left when it is built.
+ */
+const jobRelay = (access: SchemaAccess) => JobOutboxRelay({ recover: access === "migrate" })
+
+/** The services backed by PostgreSQL, all on one database, given its PgClient (and the JobQueue). */
+const sqlBackends = (access: SchemaAccess) =>
+  Layer.mergeAll(
+    Layer.mergeAll(BuildsSql, StuckBuildsSql).pipe(Layer.provide(jobRelay(access))),
+    ExportJobsSql,
+    PlatformRecordsSql,
+    EventRetentionSql
+  ).pipe(
+    Layer.provideMerge(EventLogSql)
+  )
+
+export const SqlBackends = sqlBackends("migrate")
 
 /** The repairs of GitLab's ci tables: builds (drop-canceling) and the stuck-builds family. */
 const CiRepairs = Layer.mergeAll(BuildsSql, StuckBuildsSql)
 
 /**
  * The ci repairs on a decomposed GitLab's ci database: ci's client as their PgClient, their events
- * into ci's outbox in their own transaction, relayed to main's ledger after each commit (Outbox.ts).
- * The relay's RunLedger goes out to the run guard; its RepairEvents and the outbox's EventLog stay
- * with the ci repairs.
+ * into ci's outbox in their own transaction, relayed to main's ledger after each commit (Outbox.ts),
+ * their jobs into ci's job outbox, relayed to Sidekiq (JobOutbox.ts). The relay's RunLedger goes out
+ * to the run guard; its RepairEvents and the outbox's EventLog stay with the ci repairs.
  */
 const CiRepairsOnCi = (ci: PgClient.PgClient, access: SchemaAccess) => {
   const ciClient = Layer.merge(Layer.succeed(PgClient.PgClient, ci), Layer.succeed(SqlClient.SqlClient, ci))
   const outbox = OutboxRepairEvents({ recover: access === "migrate" }).pipe(Layer.provide(ciClient))
   return Layer.merge(
-    CiRepairs.pipe(Layer.provide(Layer.merge(EventLogSqlInto("sweeper_outbox"), outbox)), Layer.provide(ciClient)),
+    CiRepairs.pipe(
+      Layer.provide(Layer.mergeAll(EventLogSqlInto("sweeper_outbox"), outbox, jobRelay(access))),
+      Layer.provide(ciClient)
+    ),
     Layer.effect(
       RunLedger,
       Effect.gen(function*() {
@@ -157,9 +171,9 @@ export const DatabaseBackends = (access: SchemaAccess = "migrate") =>
     type Backends = Layer.Layer<
       Layer.Success<typeof SqlBackends>,
       Layer.Error<typeof SqlBackends>,
-      Layer.Services<typeof SqlBackends> | MainDatabase | Metrics
+      Layer.Services<typeof SqlBackends> | MainDatabase | Metrics | JobQueue
     >
-    if (!ci.decomposed) return SqlBackends as Backends
+    if (!ci.decomposed) return sqlBackends(access) as Backends
     const backends: Backends = Layer.merge(
       CiRepairsOnCi(ci.sql, access),
       Layer.mergeAll(ExportJobsSql, PlatformRecordsSql, EventRetentionSql)
@@ -441,16 +455,18 @@ export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurre
 export const appLayer = (access: SchemaAccess) =>
   Layer.unwrap(Effect.gen(function*() {
     const settings = yield* SweeperConfig
-    const redisBacked = Option.match(storeUrls(settings), { onNone: () => MemoryBackends, onSome: RedisBackends })
+    const platform = Layer.mergeAll(
+      DatabaseBackends(access),
+      objectStorageLayer(settings.objectStorage),
+      TuningFromConfig
+    )
+    // The drops' job relay pushes through the JobQueue: the Redis-backed services feed the database ones.
+    const backends = Layer.mergeAll(Option.match(storeUrls(settings), {
+      onNone: () => Layer.provideMerge(platform, MemoryBackends),
+      onSome: (urls) => Layer.provideMerge(platform, RedisBackends(urls))
+    }))
     return Layer.merge(healthLayer(settings), RepairSteps).pipe(
-      Layer.provideMerge(
-        Layer.mergeAll(
-          DatabaseBackends(access),
-          redisBacked,
-          objectStorageLayer(settings.objectStorage),
-          TuningFromConfig
-        ).pipe(Layer.provideMerge(MetricsPrometheus))
-      ),
+      Layer.provideMerge(Layer.provideMerge(backends, MetricsPrometheus)),
       Layer.provideMerge(databaseLayer(settings, access))
     )
   })).pipe(Layer.provideMerge(SweeperConfig.layer))

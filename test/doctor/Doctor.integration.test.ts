@@ -110,7 +110,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(
           plan.stdout.trim(),
           "Pending (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
-            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0010_relay_keys, "
+            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, 0010_relay_keys, "
             + ONLINE.map((step) => `${step} (online)`).join(", ")
         )
         assert.deepStrictEqual(yield* tables(url), before)
@@ -120,7 +120,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.strictEqual(
           migrated.stdout.trim(),
           "Applied (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
-            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0010_relay_keys, "
+            + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, 0010_relay_keys, "
             + ONLINE.join(", ")
         )
         assert.strictEqual(
@@ -158,9 +158,14 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
         assert.isTrue(report.ok)
         assert.strictEqual(report.failureReasons.set, "legacy")
         // GitLab 19's reasons when the setting says so, named in the human report.
-        const nineteen = yield* cli(["doctor"], { ...env, SWEEPER_FAILURE_REASONS: "gitlab-19" })
+        const nineteen = yield* cli(["doctor"], {
+          ...env,
+          SWEEPER_FAILURE_REASONS: "gitlab-19",
+          SWEEPER_TRANSITION_QUEUES: "worker"
+        })
         assert.include(nineteen.stdout, "failure reasons: gitlab-19")
         assert.include(nineteen.stdout, "no_updates_running (27)")
+        assert.include(nineteen.stdout, "Ci::BuildFinishedWorker → queue:pipeline_processing:ci_build_finished")
         assert.deepStrictEqual(report.problems, [])
         assert.strictEqual(report.postgres.schemaMode, "gitlab")
         assert.strictEqual(report.postgres.schemaModeSource, "detected")
@@ -169,7 +174,19 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           "public.ci_builds",
           "gitlab_partitions_dynamic.ci_builds_101"
         ])
-        assert.strictEqual(report.postgres.columnsChecked, 21)
+        assert.strictEqual(report.postgres.columnsChecked, 25)
+        // What a drop does here: every side table held beside the builds, the jobs on `default`.
+        assert.strictEqual(report.transitions.database, "main")
+        assert.deepStrictEqual(report.transitions.tables.filter((t) => !t.held), [])
+        assert.deepStrictEqual(report.transitions.tables.map((t) => t.table), [
+          "ci_pending_builds",
+          "ci_running_builds",
+          "ci_builds_runner_session",
+          "ci_resources",
+          "p_ci_pipelines",
+          "sweeper_job_outbox"
+        ])
+        assert.deepStrictEqual(Object.values(report.transitions.queues), ["default", "default", "default"])
         assert.deepStrictEqual(report.scans.map((s) => [s.batch, s.table, s.served, s.recommended.length]), [
           ["stuck-export-jobs", "project_export_jobs", true, 0],
           ["drop-canceling-builds", "p_ci_builds", true, 0],
@@ -199,6 +216,9 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           "builds: p_ci_builds (partitions: public.ci_builds, gitlab_partitions_dynamic.ci_builds_101)"
         )
         assert.include(human.stdout, "served by ci_builds_status_created_at_project_id_idx")
+        assert.include(human.stdout, "Transitions on main (what a drop does beside the build's row, as GitLab's drop!)")
+        assert.include(human.stdout, "a build leaving pending: its ci_pending_builds row deleted")
+        assert.include(human.stdout, "PipelineProcessWorker → queue:default")
         assert.strictEqual(human.stdout.trim().split("\n").at(-1), "OK")
       })),
     600_000

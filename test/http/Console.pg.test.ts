@@ -26,7 +26,7 @@ import { PgTest } from "../support/postgres.ts"
 const Console = Layer.mergeAll(RunHistorySql, BacklogLive).pipe(
   // The batches' own services: each batch's backlog is read through them.
   Layer.provideMerge(RepairSteps),
-  Layer.provideMerge(Layer.mergeAll(SqlBackends, MemoryBackends, ObjectStorageMemory())),
+  Layer.provideMerge(Layer.mergeAll(SqlBackends.pipe(Layer.provideMerge(MemoryBackends)), ObjectStorageMemory())),
   Layer.provideMerge(MetricsPrometheus),
   Layer.provideMerge(
     SweeperConfig.layerWith({ concurrencyLimits: { "Releases::CreateEvidenceWorker": { limit: 3, queue: "default" } } })

@@ -37,7 +37,8 @@ const failed: RunDetail = {
       occurredAt: at("2026-11-24T03:45:50Z")
     }
   ],
-  repairs: 200
+  repairs: 200,
+  pipelines: []
 }
 
 const repair = (id: number) => ({
@@ -69,6 +70,21 @@ describe("run page", () => {
     assert.include(html, `<a class="entity" href="/?stream=build%3A101#history">build:101</a>`)
     assert.include(html, `<a rel="next" href="/runs/${RUN}?after=102">Next page</a>`)
     assert.notInclude(html, "First page")
+  })
+
+  it("lists the pipelines the run's drops touched (none: no row), and says when there were more", () => {
+    assert.notInclude(runPage(failed, { events: [], next: null }, { type: null, after: undefined }), "Pipelines")
+    const touched = runPage({ ...failed, pipelines: [500, 502] }, { events: [], next: null }, {
+      type: null,
+      after: undefined
+    })
+    assert.include(touched, `<dt>Pipelines</dt><dd data-pipelines="500 502"><code>#500</code> <code>#502</code></dd>`)
+    const many = runPage({ ...failed, pipelines: Array.from({ length: 101 }, (_, i) => i + 1) }, {
+      events: [],
+      next: null
+    }, { type: null, after: undefined })
+    assert.include(many, "<code>#100</code> <span class=\"muted\">and more</span>")
+    assert.notInclude(many, "#101")
   })
 
   it("a later page filtered by type links back to the first, keeps the filter, and ends without a next link", () => {

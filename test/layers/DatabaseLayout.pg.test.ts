@@ -48,12 +48,12 @@ describe("Database layout: which connection holds which table", () => {
   it.live("tableHoldings: present on the search path, and locked only by GitLab's enabled trigger", () =>
     Effect.scoped(Effect.gen(function*() {
       const { main } = yield* decomposedGitLab
-      const tables = ["projects", "p_ci_builds", "ci_runners", "ci_pipelines"]
+      const tables = ["projects", "p_ci_builds", "ci_runners", "ci_job_artifacts"]
       assert.deepStrictEqual(yield* on(main, tableHoldings(tables)), [
         { table: "projects", exists: true, writeLocked: false },
         { table: "p_ci_builds", exists: true, writeLocked: true },
         { table: "ci_runners", exists: true, writeLocked: true },
-        { table: "ci_pipelines", exists: false, writeLocked: false }
+        { table: "ci_job_artifacts", exists: false, writeLocked: false }
       ])
       yield* on(
         main,
@@ -67,7 +67,7 @@ describe("Database layout: which connection holds which table", () => {
       )
       assert.deepStrictEqual(
         (yield* on(main, tableHoldings(tables))).map((h) => [h.table, h.writeLocked]),
-        [["projects", false], ["p_ci_builds", true], ["ci_runners", false], ["ci_pipelines", false]]
+        [["projects", false], ["p_ci_builds", true], ["ci_runners", false], ["ci_job_artifacts", false]]
       )
     })))
 
@@ -75,7 +75,7 @@ describe("Database layout: which connection holds which table", () => {
     Effect.scoped(Effect.gen(function*() {
       const { ci, main } = yield* decomposedGitLab
       const ok = yield* checkBoth(main, ci)
-      assert.strictEqual(ok.checked, 21)
+      assert.strictEqual(ok.checked, 25)
       assert.strictEqual(ok.builds.name, "p_ci_builds")
       assert.deepStrictEqual(ok.survey.problems, [])
 
@@ -84,7 +84,7 @@ describe("Database layout: which connection holds which table", () => {
         main,
         Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(`ALTER TABLE p_ci_builds DROP COLUMN failure_reason`))
       )
-      assert.strictEqual((yield* checkBoth(main, ci)).checked, 21)
+      assert.strictEqual((yield* checkBoth(main, ci)).checked, 25)
       // ci's copy is the one the batches write.
       yield* on(
         ci,

@@ -69,12 +69,13 @@ describe("Beside GitLab's schema", () => {
             "0005_console_rollup",
             "0006_ledger_rollup",
             "0008_event_relay",
+            "0009_transition_tables",
             "0010_relay_keys"
           ])
 
           const applied = yield* migrate
           // Sweeper's own transactional migrations (never the platform tables), then its online steps.
-          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 10, 4, 4, 5, 6, 6])
+          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 9, 10, 4, 4, 5, 6, 6])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
           assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
@@ -85,6 +86,7 @@ describe("Beside GitLab's schema", () => {
           assert.deepStrictEqual(tables.map((t) => t.table_name), [
             "sweeper_backfills",
             "sweeper_events",
+            "sweeper_job_outbox",
             "sweeper_lease_fences",
             "sweeper_migrations",
             "sweeper_owed_runs",
@@ -97,7 +99,7 @@ describe("Beside GitLab's schema", () => {
           // Still gitlab after its own migrations ran.
           assert.strictEqual((yield* detectSchemaMode(Option.none())).mode, "gitlab")
           assert.deepStrictEqual(yield* detectBuildsTable, partitioned ? PartitionedBuilds : PlainBuilds)
-          assert.strictEqual((yield* checkColumns).checked, partitioned ? 21 : 20)
+          assert.strictEqual((yield* checkColumns).checked, partitioned ? 25 : 24)
         })
       ))
   }
@@ -114,6 +116,12 @@ describe("Beside GitLab's schema", () => {
         >`SELECT table_name FROM sweeper_schema_ownership ORDER BY table_name`
         assert.deepStrictEqual(owned.map((r) => r.table_name), [
           "ci_builds",
+          "ci_builds_runner_session",
+          "ci_pending_builds",
+          "ci_pipelines",
+          "ci_resource_groups",
+          "ci_resources",
+          "ci_running_builds",
           "issues",
           "namespaces",
           "project_export_jobs",

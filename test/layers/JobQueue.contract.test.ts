@@ -7,6 +7,7 @@ import { Context, Effect, Layer, Random, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { RedisError } from "../../src/domain/Errors.ts"
 import { queueKey, QUEUES_SET } from "../../src/domain/Sidekiq.ts"
+import { pushedMarkerKey } from "../../src/domain/TransitionJobs.ts"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import {
@@ -284,6 +285,40 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.strictEqual(yield* keys.get(duplicateKey("broken", WORKER, [null, null, 9])), null)
         assert.strictEqual(yield* keys.get(queueKey("broken")), "not a list")
       }).pipe(Effect.provide(backend)))
+
+    it.effect("pushOnce: a batch pushed whole with its marker (TTL), refused whole the second time", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(NOW_MILLIS)
+        const queue = yield* JobQueue
+        const keys = yield* Keys
+        const marker = pushedMarkerKey("default", "5d2c1f0e-8b7a-4c3d-9e6f-0a1b2c3d4e5f")
+        const batch = {
+          queue: "default",
+          marker,
+          ttlSeconds: 600,
+          jobs: [
+            { workerClass: "PipelineProcessWorker", args: [700], createdAtMillis: NOW_MILLIS - 1500, retry: 3 },
+            { workerClass: "Ci::BuildFinishedWorker", args: [1], createdAtMillis: NOW_MILLIS - 1500, retry: 3 }
+          ]
+        }
+        assert.strictEqual(yield* queue.pushOnce(batch), "pushed")
+        assert.strictEqual(yield* queue.pushOnce(batch), "already")
+        const jobs = (yield* keys.list(queueKey("default"))).map((raw) => JSON.parse(raw) as Record<string, unknown>)
+        // LPUSH: the consumer pops from the right, so the first job of the batch is at the end.
+        assert.deepStrictEqual(jobs.map((j) => [j.class, j.args, j.queue, j.retry]).toReversed(), [
+          ["PipelineProcessWorker", [700], "default", 3],
+          ["Ci::BuildFinishedWorker", [1], "default", 3]
+        ])
+        for (const job of jobs) {
+          assert.strictEqual(job.created_at, (NOW_MILLIS - 1500) / 1000)
+          assert.strictEqual(job.enqueued_at, NOW_MILLIS / 1000)
+          assert.match(String(job.jid), /^[0-9a-f]{24}$/)
+        }
+        assert.include(yield* keys.members(QUEUES_SET), "default")
+        const ttl = yield* keys.ttl(marker)
+        assert.isAbove(ttl, 590)
+        assert.isAtMost(ttl, 600)
+      }).pipe(Effect.provide(backend)))
   })
 }
 
@@ -304,7 +339,8 @@ describe("makeJobQueue", () => {
         Effect.sync(() => {
           steps.push(`push ${jobs.length}`)
           pushed.push(jobs)
-        })
+        }),
+      pushOnce: () => Effect.succeed(true)
     }
     return { steps, pushed, store }
   }

@@ -27,7 +27,7 @@ const run = (
   finishedAt: string,
   repairs: number,
   firstId: number,
-  options: { readonly repaired?: number; readonly dryRun?: boolean } = {}
+  options: { readonly repaired?: number; readonly dryRun?: boolean; readonly pipelineOf?: (id: number) => number } = {}
 ) =>
   Effect.gen(function*() {
     const log = yield* EventLog
@@ -36,7 +36,13 @@ const run = (
       const id = firstId + i
       return i % 5 === 4
         ? new BuildDoomed({ id, project_id: 1, runner_id: null, failure_reason: 12 })
-        : new BuildDropped({ id, project_id: 1, runner_id: null, failure_reason: 3 })
+        : new BuildDropped({
+          id,
+          project_id: 1,
+          runner_id: null,
+          ...(options.pipelineOf === undefined ? {} : { pipeline_id: options.pipelineOf(id) }),
+          failure_reason: 3
+        })
     })
     yield* Effect.gen(function*() {
       yield* log.append(
@@ -70,6 +76,23 @@ const run = (
 type Register = (name: string, body: Effect.Effect<void, unknown, EventLog | RunHistory>) => void
 
 const contract = (test: Register) => {
+  test(
+    "a run's pipelines: those of the builds it dropped, distinct, smallest first, one more than the page lists",
+    Effect.gen(function*() {
+      const history = yield* RunHistory
+      const few = yield* run("drop-running-builds", "2026-11-24T09:00:00Z", 12, 9000, {
+        pipelineOf: (id) => 700 - (id % 3)
+      })
+      assert.deepStrictEqual((yield* history.run(few))!.pipelines, [698, 699, 700])
+      const none = yield* run("drop-running-builds", "2026-11-24T09:10:00Z", 3, 9100)
+      assert.deepStrictEqual((yield* history.run(none))!.pipelines, [])
+      const many = yield* run("drop-running-builds", "2026-11-24T09:20:00Z", 150, 9200, { pipelineOf: (id) => id })
+      const listed = (yield* history.run(many))!.pipelines
+      assert.lengthOf(listed, 101)
+      assert.strictEqual(listed[0], 9200)
+    })
+  )
+
   test(
     "a run: its header, repairs paged by keyset and by type, exactly its own",
     Effect.gen(function*() {

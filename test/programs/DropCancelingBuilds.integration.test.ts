@@ -160,7 +160,13 @@ const suite = (topology: RedisTopology) =>
               new Set(Array.from({ length: STUCK }, (_, i) => `build:${i + 1}`))
             )
             const five = drops.find((e) => e.stream === "build:5")!
-            assert.deepStrictEqual(five.data, { id: 5, project_id: 105, runner_id: null, failure_reason: 3 })
+            assert.deepStrictEqual(five.data, {
+              id: 5,
+              project_id: 105,
+              runner_id: null,
+              pipeline_id: 5005,
+              failure_reason: 3
+            })
 
             const redis = yield* Redis
             assert.isNull(yield* redis.use("test.get", (c) => c.get(LEASE)))

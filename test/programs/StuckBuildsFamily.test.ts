@@ -9,7 +9,7 @@ import { DateTime, Duration, Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
-import { CurrentFailureReasonSet } from "../../src/domain/StuckBuilds.ts"
+import { CurrentFailureReasonSet, RunnerProvisioningTimeoutReason } from "../../src/domain/StuckBuilds.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { type FamilyBuildRecord, MemoryStuckBuilds } from "../../src/layers/memory/StuckBuildsMemory.ts"
@@ -170,7 +170,10 @@ describe("drop-pending-builds: a runner assigned, its acknowledgement awaited", 
   const assigned = (updated: Duration.Input, overrides: Partial<FamilyBuildRecord> = {}) =>
     build({ status: "pending", createdAt: ago("36 hours"), updatedAt: ago(updated), ...overrides })
 
-  it.effect("1 h + 1 s without update → runner_provisioning_timeout (24); exactly 1 h, 30 min, no runner stay", () =>
+  /** The operator named runner_provisioning_timeout's integer in their GitLab (24 in this test). */
+  const named = Effect.provideService(RunnerProvisioningTimeoutReason, Option.some(24))
+
+  it.effect("1 h + 1 s without update → runner_provisioning_timeout as named (24); exactly 1 h, 30 min, no runner stay", () =>
     Effect.gen(function*() {
       const stale = assigned("3601 seconds")
       const exactly = assigned("1 hour")
@@ -187,6 +190,16 @@ describe("drop-pending-builds: a runner assigned, its acknowledgement awaited", 
         "waiting_for_ack",
         "pending_waiting_for_ack"
       ]])
+    }).pipe(named, Effect.provide(MemoryPlatform())))
+
+  it.effect("runner_provisioning_timeout's integer not named: the rule is off, no guessed integer is written", () =>
+    Effect.gen(function*() {
+      const stale = assigned("3601 seconds")
+      const state = yield* seed(stale)
+      state.onlineRunner.add(stale.id)
+      const summary = yield* summaryOf(DropPendingBuilds.run)
+      assert.strictEqual(summary.dropped, 0)
+      assert.deepStrictEqual([(yield* row(stale.id)).status, (yield* row(stale.id)).failureReason], ["pending", null])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   it.effect("skipped while the runner's ack window is open, even across a whole page; dropped once it expires", () =>
@@ -217,7 +230,7 @@ describe("drop-pending-builds: a runner assigned, its acknowledgement awaited", 
       yield* TestClock.adjust("121 seconds")
       const later = yield* DropPendingBuilds.run
       assert.strictEqual(later.dropped, 100)
-    }).pipe(Effect.provide(MemoryPlatform())))
+    }).pipe(named, Effect.provide(MemoryPlatform())))
 
   it.effect("GitLab 19's reason set: the rule does not run (GitLab 19 removed it; 24 means another reason there)", () =>
     Effect.gen(function*() {
@@ -229,7 +242,7 @@ describe("drop-pending-builds: a runner assigned, its acknowledgement awaited", 
       )
       assert.strictEqual(summary.dropped, 0)
       assert.strictEqual((yield* row(stale.id)).status, "pending")
-    }).pipe(Effect.provide(MemoryPlatform())))
+    }).pipe(named, Effect.provide(MemoryPlatform())))
 })
 
 describe("drop-scheduled-builds", () => {

@@ -17,16 +17,20 @@ import {
   RUNNING_REBALANCES_KEY
 } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
+import { DEFAULT_ROUTING } from "../../src/domain/TransitionJobs.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { RebalancingStateMemory } from "../../src/layers/memory/RebalancingStateMemory.ts"
 import { duplicateKey } from "../../src/layers/protocols/JobQueueShared.ts"
 import { runConsumer } from "../../src/simulator/Consumer.ts"
 import { emptyLedger } from "../../src/simulator/Ledger.ts"
-import { pushJob, seedIssues, seedProject, stallRebalance } from "../../src/simulator/Seed.ts"
+import { compositeStatus, seedPipeline } from "../../src/simulator/Pipelines.ts"
+import { pushJob, seedBuild, seedIssues, seedProject, stallRebalance } from "../../src/simulator/Seed.ts"
 import { SimulatorStores, SimulatorStoresLive } from "../../src/simulator/Stores.ts"
 import { PgTest } from "../support/postgres.ts"
 
 const WORKER = "Releases::CreateEvidenceWorker"
+/** A default install's routing, on Sweeper's own ci_builds. */
+const TRANSITIONS = { transitionQueues: DEFAULT_ROUTING, builds: "ci_builds" as const }
 const keys = workerKeys(WORKER)
 
 const eventually = <A>(what: string, probe: Effect.Effect<A | undefined>) =>
@@ -48,7 +52,13 @@ describe("simulator consumer", () => {
         const redis = yield* MemoryRedis
         const ledger = emptyLedger()
         const consumer = yield* Effect.forkChild(
-          runConsumer({ ledger, limited: { [WORKER]: { limit: 2, queue: "default" } }, threads: 4, jobMillis: 400 })
+          runConsumer({
+            ledger,
+            limited: { [WORKER]: { limit: 2, queue: "default" } },
+            threads: 4,
+            jobMillis: 400,
+            ...TRANSITIONS
+          })
         )
 
         // Five jobs arrive at once: two run, three wait in the order they came.
@@ -133,7 +143,9 @@ describe("simulator consumer", () => {
         })
 
         const ledger = emptyLedger()
-        const consumer = yield* Effect.forkChild(runConsumer({ ledger, limited: {}, threads: 1, jobMillis: 10 }))
+        const consumer = yield* Effect.forkChild(
+          runConsumer({ ledger, limited: {}, threads: 1, jobMillis: 10, ...TRANSITIONS })
+        )
         yield* eventually(
           "the rebalance to run",
           Effect.sync(() => ledger.rebalances.ran[`2/${projectId}`] === 1 || undefined)
@@ -179,4 +191,82 @@ describe("simulator consumer", () => {
       ),
     30_000
   )
+
+  it.live(
+    "GitLab's pipeline workers, played: a dropped build's PipelineProcessWorker finishes its pipeline from its latest builds",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        const { projectId } = yield* seedProject("pipelines")
+        const now = 1_772_366_400_000
+        const failing = yield* seedPipeline({ projectId, nowMillis: now, builds: "ci_builds" })
+        const waiting = yield* seedPipeline({ projectId, nowMillis: now, builds: "ci_builds" })
+        const build = (status: string, pipelineId: number) =>
+          seedBuild({ projectId, status, nowMillis: now, ageMillis: 600_000, pipelineId, table: "ci_builds" })
+        // What a drop leaves: one failed build beside a successful one; a retried copy does not count.
+        yield* build("success", failing)
+        const dropped = yield* build("failed", failing)
+        const retried = yield* build("running", failing)
+        yield* sql`UPDATE ci_builds SET retried = true WHERE id = ${retried}`
+        // A pipeline whose other build still runs stays running.
+        yield* build("failed", waiting)
+        yield* build("running", waiting)
+        for (
+          const [workerClass, args] of [
+            ["PipelineProcessWorker", [failing]],
+            ["PipelineProcessWorker", [waiting]],
+            ["Ci::BuildFinishedWorker", [dropped]],
+            ["Ci::ResourceGroups::AssignResourceFromResourceGroupWorker", [9]]
+          ] as const
+        ) yield* pushJob({ workerClass, args, queue: "default", nowMillis: now })
+
+        const ledger = emptyLedger()
+        const consumer = yield* Effect.forkChild(
+          runConsumer({ ledger, limited: {}, threads: 1, jobMillis: 10, ...TRANSITIONS })
+        )
+        yield* eventually(
+          "the four jobs to run",
+          Effect.sync(() => ledger.transitionJobs.assignResource === 1 || undefined)
+        )
+        yield* Fiber.interrupt(consumer)
+        assert.deepStrictEqual(ledger.pipelines.status, { [failing]: "failed", [waiting]: "running" })
+        assert.deepStrictEqual(ledger.transitionJobs.buildFinished, { [dropped]: 1 })
+        assert.strictEqual(ledger.unknownJobs, 0)
+        const rows = yield* sql<{ id: string; status: string; finished: boolean }>`
+          SELECT id::text, status, finished_at IS NOT NULL AS finished FROM ci_pipelines ORDER BY id`
+        assert.deepStrictEqual(rows.map((r) => [Number(r.id), r.status, r.finished]), [
+          [failing, "failed", true],
+          [waiting, "running", false]
+        ])
+        const processed = yield* sql<{ id: string; processed: boolean | null }>`
+          SELECT id::text, processed FROM ci_builds WHERE commit_id = ${failing} ORDER BY id`
+        assert.deepStrictEqual(processed.map((r) => r.processed), [true, true, null])
+      }).pipe(
+        Effect.provide(
+          Layer.mergeAll(SimulatorStoresLive, RebalancingStateMemory).pipe(
+            Layer.provideMerge(MemoryRedis.layer),
+            Layer.provideMerge(PgTest)
+          )
+        )
+      ),
+    30_000
+  )
+
+  it("GitLab's composite status of a pipeline's jobs, rule by rule", () => {
+    const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+      [[], "success"],
+      [["skipped"], "skipped"],
+      [["success", "skipped"], "success"],
+      [["canceled", "success"], "canceled"],
+      [["pending", "created"], "pending"],
+      [["failed", "running"], "running"],
+      [["failed", "manual"], "manual"],
+      [["failed", "created"], "running"],
+      [["failed", "canceling"], "canceling"],
+      [["failed", "success", "canceled"], "failed"]
+    ]
+    for (const [statuses, expected] of cases) {
+      assert.strictEqual(compositeStatus(statuses), expected, statuses.join(","))
+    }
+  })
 })

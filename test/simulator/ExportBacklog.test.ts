@@ -22,7 +22,12 @@ import { PgTest } from "../support/postgres.ts"
 const Platform = Layer.mergeAll(BacklogLive, SimulatorLive).pipe(
   Layer.provideMerge(RepairSteps),
   Layer.provideMerge(
-    Layer.mergeAll(SqlBackends, MemoryBackends, ObjectStorageMemory(), TuningFromConfig, MetricsPrometheus)
+    Layer.mergeAll(
+      SqlBackends.pipe(Layer.provideMerge(MemoryBackends), Layer.provideMerge(MetricsPrometheus)),
+      ObjectStorageMemory(),
+      TuningFromConfig,
+      MetricsPrometheus
+    )
   ),
   Layer.provideMerge(SweeperConfig.layerWith({})),
   Layer.provideMerge(PgTest)

@@ -176,15 +176,17 @@ describe("soak: supervisor + simulator on real servers", () => {
           exactlyOnce("builds", dropped, ledger.builds.stuck.map((id) => `build:${id}`))
           untouched("builds", [dropped, doomed], ledger.builds.healthy.map((id) => `build:${id}`))
           // Each failed with its rule's reason, as its event says: stale_schedule (7) for a delayed
-          // build, runner_provisioning_timeout (24) when the waiting-for-ack rule reached it first
-          // (an old pending build the simulator wrote behind the outdated walk's cursor qualifies for
-          // both, as in GitLab), stuck_or_timeout_failure (3) otherwise.
+          // build (its scheduled_at cleared by the drop, as GitLab's transition clears it),
+          // runner_provisioning_timeout (24 when the operator names it so; the rule is off
+          // otherwise) when the waiting-for-ack rule reached it first (an old pending build the
+          // simulator wrote behind the outdated walk's cursor qualifies for both, as in GitLab),
+          // stuck_or_timeout_failure (3) otherwise.
           const [wrongReason] = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds b WHERE id IN ${
             sql.in(ledger.builds.stuck)
           } AND NOT EXISTS (SELECT FROM sweeper_events e
             WHERE e.stream = 'build:' || b.id AND e.type = 'BuildDropped'
               AND (e.data->>'failure_reason')::int = b.failure_reason
-              AND b.failure_reason = CASE WHEN b.scheduled_at IS NOT NULL THEN 7
+              AND b.failure_reason = CASE WHEN e.data->>'rule' = 'scheduled_outdated' THEN 7
                 WHEN e.data->>'rule' = 'pending_waiting_for_ack' THEN 24 ELSE 3 END)`
           assert.strictEqual(Number(wrongReason!.n), 0)
           const [healthyChanged] = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ci_builds WHERE id IN ${

@@ -8,6 +8,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
+import { Redis as IORedis } from "ioredis"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { seedStuckCancelingBuilds } from "../../src/simulator/Fixtures.ts"
 import { runCli } from "../support/cli.ts"
@@ -340,10 +341,19 @@ describe("decomposed GitLab: main and ci databases", () => {
           50
         )
         assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM sweeper_outbox"), 0)
-        // Sweeper's own tables in ci are only the outbox, the fences and the migration record.
+        // The drops' jobs went through ci's job outbox, beside the builds, and were relayed.
+        assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM sweeper_job_outbox"), 0)
+        const queued = yield* Effect.acquireUseRelease(
+          Effect.sync(() => new IORedis(redis)),
+          (client) => Effect.promise(() => client.lrange("queue:default", 0, -1)),
+          (client) => Effect.promise(() => client.quit())
+        )
+        assert.strictEqual(queued.filter((job) => job.includes(`"class":"Ci::BuildFinishedWorker"`)).length, 50)
+        // Sweeper's own tables in ci are only the outboxes, the fences and the migration record.
         const ciOwn = yield* ci<{ name: string }>`SELECT table_name AS name FROM information_schema.tables
         WHERE table_schema = 'public' AND table_name LIKE 'sweeper%' ORDER BY 1`
         assert.deepStrictEqual(ciOwn.map((row) => row.name), [
+          "sweeper_job_outbox",
           "sweeper_lease_fences",
           "sweeper_migrations",
           "sweeper_outbox"

@@ -243,6 +243,116 @@ const runners = [
   `CREATE INDEX index_ci_runner_namespaces_on_runner_id ON ci_runner_namespaces USING btree (runner_id)`
 ]
 
+/** p_ci_pipelines' columns in GitLab's order (db/structure.sql, gitlabhq 41946e65). */
+const pipelineColumns = `
+    ref character varying,
+    sha character varying,
+    before_sha character varying,
+    created_at timestamp without time zone,
+    updated_at timestamp without time zone,
+    tag boolean DEFAULT false,
+    yaml_errors text,
+    committed_at timestamp without time zone,
+    project_id bigint,
+    status character varying,
+    started_at timestamp without time zone,
+    finished_at timestamp without time zone,
+    duration integer,
+    user_id bigint,
+    lock_version integer DEFAULT 0,
+    pipeline_schedule_id bigint,
+    source integer,
+    config_source integer,
+    protected boolean,
+    failure_reason integer,
+    iid integer,
+    merge_request_id bigint,
+    source_sha bytea,
+    target_sha bytea,
+    external_pull_request_id bigint,
+    ci_ref_id bigint,
+    locked smallint DEFAULT 1 NOT NULL,
+    partition_id bigint NOT NULL,
+    id bigint NOT NULL,
+    auto_canceled_by_id bigint,
+    auto_canceled_by_partition_id bigint,
+    trigger_id bigint,
+    CONSTRAINT check_2ba2a044b9 CHECK ((project_id IS NOT NULL)),
+    CONSTRAINT check_d7e99a025e CHECK ((lock_version IS NOT NULL))`
+
+/**
+ * GitLab's tables a build's transition touches beside it (db/structure.sql, gitlabhq 41946e65):
+ * the runner queue (ci_pending_builds), running builds (ci_running_builds), runner sessions, and
+ * resource groups with their resources, with their primary keys and GitLab's unique indexes.
+ */
+const transitionTables = [
+  `CREATE TABLE ci_pending_builds (
+    id bigint NOT NULL,
+    build_id bigint NOT NULL,
+    project_id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    protected boolean DEFAULT false NOT NULL,
+    instance_runners_enabled boolean DEFAULT false NOT NULL,
+    namespace_id bigint,
+    minutes_exceeded boolean DEFAULT false NOT NULL,
+    tag_ids bigint[] DEFAULT '{}'::bigint[],
+    namespace_traversal_ids bigint[] DEFAULT '{}'::bigint[],
+    partition_id bigint NOT NULL,
+    plan_id bigint,
+    plan_name_uid smallint\n  )`,
+  `CREATE TABLE ci_running_builds (
+    id bigint NOT NULL,
+    build_id bigint NOT NULL,
+    project_id bigint NOT NULL,
+    runner_id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    runner_type smallint NOT NULL,
+    partition_id bigint NOT NULL,
+    runner_owner_namespace_xid bigint\n  )`,
+  `CREATE TABLE ci_builds_runner_session (
+    id bigint NOT NULL,
+    url character varying NOT NULL,
+    certificate character varying,
+    "authorization" character varying,
+    build_id bigint NOT NULL,
+    partition_id bigint NOT NULL,
+    project_id bigint,
+    CONSTRAINT check_2eb15fa9f3 CHECK ((project_id IS NOT NULL))\n  )`,
+  `CREATE TABLE ci_resource_groups (
+    id bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    project_id bigint NOT NULL,
+    key character varying(255) NOT NULL,
+    process_mode smallint DEFAULT 0 NOT NULL\n  )`,
+  `CREATE TABLE ci_resources (
+    id bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    resource_group_id bigint NOT NULL,
+    build_id bigint,
+    partition_id bigint,
+    project_id bigint,
+    CONSTRAINT check_f3eccb9d35 CHECK ((project_id IS NOT NULL))\n  )`,
+  ...["ci_pending_builds", "ci_running_builds", "ci_builds_runner_session", "ci_resource_groups", "ci_resources"]
+    .flatMap((table) => [
+      `CREATE SEQUENCE ${table}_id_seq START WITH 1 INCREMENT BY 1 NO MINVALUE NO MAXVALUE CACHE 1`,
+      `ALTER SEQUENCE ${table}_id_seq OWNED BY ${table}.id`,
+      `ALTER TABLE ONLY ${table} ALTER COLUMN id SET DEFAULT nextval('${table}_id_seq'::regclass)`,
+      `ALTER TABLE ONLY ${table} ADD CONSTRAINT ${table}_pkey PRIMARY KEY (id)`
+    ]),
+  `CREATE UNIQUE INDEX index_ci_pending_builds_on_build_id ON ci_pending_builds USING btree (build_id)`,
+  `CREATE INDEX index_ci_pending_builds_on_created_at_and_id ON ci_pending_builds USING btree (created_at, id)`,
+  `CREATE UNIQUE INDEX index_ci_pending_builds_on_partition_id_build_id ON ci_pending_builds USING btree (partition_id, build_id)`,
+  `CREATE UNIQUE INDEX index_ci_running_builds_on_build_id ON ci_running_builds USING btree (build_id)`,
+  `CREATE UNIQUE INDEX index_ci_running_builds_on_partition_id_build_id ON ci_running_builds USING btree (partition_id, build_id)`,
+  `CREATE UNIQUE INDEX index_ci_builds_runner_session_on_build_id ON ci_builds_runner_session USING btree (build_id)`,
+  `CREATE UNIQUE INDEX index_ci_builds_runner_session_on_partition_id_build_id ON ci_builds_runner_session USING btree (partition_id, build_id)`,
+  `CREATE UNIQUE INDEX index_ci_resource_groups_on_project_id_and_key ON ci_resource_groups USING btree (project_id, key)`,
+  `CREATE INDEX index_ci_resources_on_build_id ON ci_resources USING btree (build_id)`,
+  `CREATE UNIQUE INDEX index_ci_resources_on_resource_group_id_and_build_id ON ci_resources USING btree (resource_group_id, build_id)`
+]
+
 export interface GitLabLayout {
   /** Also GitLab's runner tables (ci_runners and its project and group assignments). */
   readonly runners?: boolean
@@ -253,6 +363,33 @@ export interface GitLabLayout {
    * serving it (doctor must recommend one).
    */
   readonly withoutStatusIndex?: boolean
+  /**
+   * Leave out the pipelines and the tables a build's transition touches (queue, running builds,
+   * runner sessions, resources): a database where a drop can only write the build's row.
+   */
+  readonly withoutTransitionTables?: boolean
+}
+
+/** Pipelines: p_ci_pipelines with partitions 100 and 101, or the older plain ci_pipelines. */
+const pipelines = (layout: GitLabLayout) => {
+  if (!layout.partitioned) {
+    return [
+      `CREATE TABLE ci_pipelines (${
+        pipelineColumns.replace("partition_id bigint NOT NULL", "partition_id bigint DEFAULT 100 NOT NULL")
+      }\n  )`,
+      `ALTER TABLE ONLY ci_pipelines ADD CONSTRAINT ci_pipelines_pkey PRIMARY KEY (id)`,
+      `CREATE INDEX index_ci_pipelines_on_status_and_id ON ci_pipelines USING btree (status, id)`
+    ]
+  }
+  return [
+    `CREATE TABLE p_ci_pipelines (${pipelineColumns}\n  ) PARTITION BY LIST (partition_id)`,
+    `CREATE SEQUENCE ci_pipelines_id_seq START WITH 1 INCREMENT BY 1 NO MINVALUE NO MAXVALUE CACHE 1`,
+    `CREATE TABLE ci_pipelines PARTITION OF p_ci_pipelines FOR VALUES IN (100)`,
+    `CREATE TABLE gitlab_partitions_dynamic.ci_pipelines_101 PARTITION OF p_ci_pipelines FOR VALUES IN (101)`,
+    `ALTER TABLE ONLY ci_pipelines ALTER COLUMN id SET DEFAULT nextval('ci_pipelines_id_seq'::regclass)`,
+    `ALTER TABLE p_ci_pipelines ADD CONSTRAINT p_ci_pipelines_pkey PRIMARY KEY (id, partition_id)`,
+    `CREATE INDEX p_ci_pipelines_status_id_idx ON p_ci_pipelines USING btree (status, id)`
+  ]
 }
 
 const builds = (layout: GitLabLayout) => {
@@ -302,8 +439,17 @@ export const createGitLabSchema = (layout: GitLabLayout) =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const runnerTables = layout.runners === true ? runners : []
+    const transition = layout.withoutTransitionTables === true ? [] : [...pipelines(layout), ...transitionTables]
     for (
-      const statement of [...namespaces, ...projects, ...issues, ...exportJobs, ...builds(layout), ...runnerTables]
+      const statement of [
+        ...namespaces,
+        ...projects,
+        ...issues,
+        ...exportJobs,
+        ...builds(layout),
+        ...transition,
+        ...runnerTables
+      ]
     ) {
       yield* sql.unsafe(statement)
     }

@@ -36,7 +36,12 @@ const ProxiedDatabase = Layer.unwrap(Effect.gen(function*() {
 const Platform = BacklogLive.pipe(
   Layer.provideMerge(RepairSteps),
   Layer.provideMerge(
-    Layer.mergeAll(SqlBackends, MemoryBackends, ObjectStorageMemory(), TuningFromConfig, MetricsPrometheus)
+    Layer.mergeAll(
+      SqlBackends.pipe(Layer.provideMerge(MemoryBackends), Layer.provideMerge(MetricsPrometheus)),
+      ObjectStorageMemory(),
+      TuningFromConfig,
+      MetricsPrometheus
+    )
   ),
   Layer.provideMerge(SweeperConfig.layerWith({})),
   Layer.provideMerge(ProxiedDatabase)

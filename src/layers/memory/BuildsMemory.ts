@@ -14,7 +14,7 @@ import { checkFence } from "../../domain/Batch.ts"
 import { type BuildCursor, type CancelingBuild, FailureReason } from "../../domain/Build.ts"
 import { RowLocked } from "../../domain/Errors.ts"
 import { BuildDoomed, BuildDropped } from "../../domain/Events.ts"
-import { cancelingReasonCode, CurrentFailureReasonSet, type FailureReasonSet } from "../../domain/StuckBuilds.ts"
+import { cancelingEnd, CurrentFailureReasonSet, type FailureReasonSet } from "../../domain/StuckBuilds.ts"
 import { retryOrDoom } from "../../repair/DropRetry.ts"
 import { Builds } from "../../services/Builds.ts"
 import { EventLog } from "../../services/EventLog.ts"
@@ -96,14 +96,26 @@ export const BuildsMemory = Layer.effect(
         return undefined
       }
       if (state.locked.has(build.id)) return "locked" as const
-      const reason = outcome === "dropped" ? cancelingReasonCode(set) : FailureReason.data_integrity_failure
-      row.status = "failed"
-      row.failureReason = reason
-      row.finishedAt = now
+      // A drop ends as the reason set says (canceled under gitlab-19, as GitLab's drop!); a doom as doom!.
+      const end = outcome === "dropped" ? cancelingEnd(set) : {
+        status: "failed" as const,
+        written: FailureReason.data_integrity_failure,
+        reason: FailureReason.data_integrity_failure
+      }
+      row.status = end.status
+      if (end.written !== null) row.failureReason = end.written
+      row.finishedAt = outcome === "doomed" && row.finishedAt !== null ? row.finishedAt : now
       row.updatedAt = now
       row.lockVersion++
-      const fields = { id: build.id, project_id: build.projectId, runner_id: build.runnerId, failure_reason: reason }
-      return outcome === "dropped" ? new BuildDropped(fields) : new BuildDoomed(fields)
+      const fields = {
+        id: build.id,
+        project_id: build.projectId,
+        runner_id: build.runnerId,
+        failure_reason: end.reason
+      }
+      return outcome === "dropped"
+        ? new BuildDropped(end.status === "canceled" ? { ...fields, status: end.status } : fields)
+        : new BuildDoomed(fields)
     }
 
     const failBuild = (build: CancelingBuild, now: DateTime.Utc, outcome: "dropped" | "doomed") =>

@@ -40,6 +40,13 @@ export const jobQueueMemoryStore = (store: MemoryRedisStore): JobQueueStore => (
           }
         }
       })
+    }),
+  pushOnce: (queue, marker, ttlSeconds, payloads) =>
+    step("jobQueue.pushOnce", () => {
+      store.sadd(QUEUES_SET, queue)
+      if (!store.set(marker, "1", { nx: true, exSeconds: ttlSeconds })) return false
+      store.lpush(queueKey(queue), ...payloads)
+      return true
     })
 })
 

@@ -1,7 +1,13 @@
 /** RunHistory over the in-memory event log (MemoryEvents), for specs: the same answers, no indexes. */
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { HISTORY_MAX_RUNS, type HistoryBucket, RunHistory, type RunPoint } from "../../services/RunHistory.ts"
+import {
+  HISTORY_MAX_RUNS,
+  type HistoryBucket,
+  RUN_PIPELINES_MAX,
+  RunHistory,
+  type RunPoint
+} from "../../services/RunHistory.ts"
 import { runDetailOf } from "../postgres/RunHistorySql.ts"
 import { MemoryEvents } from "./EventLogMemory.ts"
 
@@ -40,7 +46,14 @@ export const RunHistoryMemory = Layer.effect(
             runId,
             all.find((e) => e.type === "RunStarted"),
             all.findLast((e) => e.type === "RunFinished"),
-            all.filter((e) => e.type === "RepairHeld" || e.type === "RepairReleased")
+            all.filter((e) => e.type === "RepairHeld" || e.type === "RepairReleased"),
+            [
+              ...new Set(
+                all.flatMap((e) =>
+                  e.type === "BuildDropped" && typeof e.data.pipeline_id === "number" ? [e.data.pipeline_id] : []
+                )
+              )
+            ].toSorted((a, b) => a - b).slice(0, RUN_PIPELINES_MAX + 1)
           )
         }),
       repairs: (runId, options) =>

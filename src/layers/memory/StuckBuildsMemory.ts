@@ -104,13 +104,14 @@ export const StuckBuildsMemory = Layer.effect(
     ) =>
       builds.length === 0 ? Effect.succeed({ dropped: [], locked: [] }) : events.transaction(Effect.gen(function*() {
         yield* checkFence
+        const reason = yield* reasonCodeOf(rule, reasons)
         // As on PostgreSQL, a row whose write raises aborts the whole page statement: nothing written.
         if (builds.some((build) => state.refused.has(build.id))) return { dropped: [], locked: [] }
         const dropped: Array<FamilyBuild> = []
         const locked: Array<FamilyBuild> = []
         const appended: Array<BuildDropped | BuildDoomed> = []
         for (const build of builds) {
-          const result = apply(rule, build, now, reasonCodeOf(rule, reasons), true)
+          const result = apply(rule, build, now, reason, true)
           if (result === "locked") locked.push(build)
           else if (typeof result !== "string") {
             dropped.push(build)
@@ -121,16 +122,18 @@ export const StuckBuildsMemory = Layer.effect(
         return { dropped, locked }
       }))
 
-    const write = (rule: StuckRule, now: DateTime.Utc, reason: number, lockGuard: boolean) => (build: FamilyBuild) =>
-      events.transaction(Effect.gen(function*() {
-        yield* checkFence
-        const result = apply(rule, build, now, reason, lockGuard)
-        if (result === "lost") return false
-        if (result === "refused") return "refused" as const
-        if (result === "locked") return yield* new RowLocked({ key: `build:${build.id}` })
-        yield* events.append(result)
-        return true
-      }))
+    const write =
+      (rule: StuckRule, now: DateTime.Utc, reasonCode: Effect.Effect<number>, lockGuard: boolean) =>
+      (build: FamilyBuild) =>
+        events.transaction(Effect.gen(function*() {
+          yield* checkFence
+          const result = apply(rule, build, now, yield* reasonCode, lockGuard)
+          if (result === "lost") return false
+          if (result === "refused") return "refused" as const
+          if (result === "locked") return yield* new RowLocked({ key: `build:${build.id}` })
+          yield* events.append(result)
+          return true
+        }))
 
     return StuckBuilds.of({
       findStuck: ({ rule, now, after, limit }) =>
@@ -156,7 +159,7 @@ export const StuckBuildsMemory = Layer.effect(
               )
             ),
           drop: write(rule, now, reasonCodeOf(rule, reasons), true),
-          doom: write(rule, now, FailureReasons.data_integrity_failure, false)
+          doom: write(rule, now, Effect.succeed(FailureReasons.data_integrity_failure), false)
         })(lost)
     })
   })

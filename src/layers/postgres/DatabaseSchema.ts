@@ -152,7 +152,13 @@ export const requiredColumns = (
     ["updated_at", "timestamp"],
     ["finished_at", "timestamp"],
     // drop-scheduled-builds: when a delayed build was due.
-    ["scheduled_at", "timestamp"]
+    ["scheduled_at", "timestamp"],
+    // A drop's transition side effects: the pipeline to process, processed as GitLab's before_save
+    // sets it (true for a retried build), the resource group whose resource it frees.
+    ["commit_id", "integer"],
+    ["processed", "boolean"],
+    ["retried", "boolean"],
+    ["resource_group_id", "integer"]
   ]]
 ]
 

@@ -30,6 +30,7 @@ import {
   OWNERSHIP_TABLE,
   type SchemaMode
 } from "./DatabaseSchema.ts"
+import { transitionTables } from "./migrations/0009_transition_tables.ts"
 
 export const PLATFORM_TABLES = [
   "namespaces",
@@ -416,6 +417,7 @@ const ALL = {
   "0006_ledger_rollup": ledgerRollup,
   "0007_stuck_builds_family": stuckBuildsFamily,
   "0008_event_relay": eventRelay,
+  "0009_transition_tables": transitionTables(ownTable),
   "0010_relay_keys": relayKeys
 } as const
 
@@ -424,6 +426,7 @@ const CI = {
   "0001_platform_tables": platformTables,
   "0007_stuck_builds_family": stuckBuildsFamily,
   "0008_ci_outbox": ciOutbox,
+  "0009_transition_tables": transitionTables(ownTable),
   "0010_outbox_keys": outboxKeys
 } as const
 

@@ -11,6 +11,7 @@ import { redact } from "../../domain/Redaction.ts"
 import {
   HISTORY_MAX_RUNS,
   type HistoryBucket,
+  RUN_PIPELINES_MAX,
   type RunDetail,
   RunHistory,
   type RunPoint
@@ -26,7 +27,8 @@ export const runDetailOf = (
   runId: string,
   started: StoredEvent | undefined,
   finished: StoredEvent | undefined,
-  holds: ReadonlyArray<StoredEvent>
+  holds: ReadonlyArray<StoredEvent>,
+  pipelines: ReadonlyArray<number> = []
 ): RunDetail | null => {
   if (started === undefined && finished === undefined) return null
   const any = (finished ?? started)!
@@ -44,9 +46,19 @@ export const runDetailOf = (
     summary: finished?.data.summary ?? null,
     error: redactedText(finished?.data.error),
     holds,
-    repairs: typeof finished?.data.repaired === "number" ? finished.data.repaired : 0
+    repairs: typeof finished?.data.repaired === "number" ? finished.data.repaired : 0,
+    pipelines
   }
 }
+
+/**
+ * The distinct pipelines of a run's dropped builds, smallest first, RUN_PIPELINES_MAX + 1 of them
+ * (one more says the list was cut). Reads the run's events by (run_id, id).
+ */
+export const runPipelinesQuery = (sql: PgClient.PgClient, runId: string) =>
+  sql<{ pipeline_id: string }>`SELECT DISTINCT (data->>'pipeline_id')::bigint AS pipeline_id FROM sweeper_events
+    WHERE run_id = ${runId} AND type = 'BuildDropped' AND jsonb_typeof(data->'pipeline_id') = 'number'
+    ORDER BY 1 LIMIT ${RUN_PIPELINES_MAX + 1}`
 
 /** RunStarted (first event) and RunFinished (last) of a run: one step from each end of (run_id, id). */
 export const runEndsQuery = (sql: PgClient.PgClient, runId: string) =>
@@ -129,7 +141,8 @@ export const RunHistorySql = Layer.effect(
       if (started === undefined && finished === undefined) return null
       const holds = yield* sql<EventRow>`SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
         WHERE run_id = ${runId} AND type IN ('RepairHeld', 'RepairReleased') ORDER BY id LIMIT 200`
-      return runDetailOf(runId, started, finished, holds.map(stored))
+      const pipelines = yield* runPipelinesQuery(sql, runId)
+      return runDetailOf(runId, started, finished, holds.map(stored), pipelines.map((row) => Number(row.pipeline_id)))
     })
 
     const repairs = Effect.fn("RunHistory.repairs")(

@@ -34,7 +34,8 @@ import {
   buildEventFields,
   type BuildRow,
   dropPage,
-  keyJoin,
+  dropSide,
+  failOneBuild,
   keyMatch,
   keysetAfter,
   keyString,
@@ -110,7 +111,7 @@ export const ruleMatch = (sql: PgClient.PgClient, runners: RunnerTables, rule: S
 const columns = (sql: PgClient.PgClient, table: BuildsTable) =>
   sql`b.id, ${
     table.partitioned ? sql`b.partition_id, ` : sql``
-  }b.project_id, b.runner_id, b.status, b.lock_version, b.created_at, b.updated_at,
+  }b.project_id, b.runner_id, b.commit_id, b.status, b.lock_version, b.created_at, b.updated_at,
     to_char(b.created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created_at_exact`
 
 const keysetColumns = (table: BuildsTable) => ["created_at", "project_id", ...table.key].map((c) => `b.${c}`).join(", ")
@@ -140,7 +141,11 @@ export const stuckPageQuery = (
 }
 
 const droppedEvent = (table: BuildsTable, rule: StuckRule, build: FamilyBuild, reason: number) =>
-  new BuildDropped({ ...buildEventFields(table, build, reason), stuck_type: rule.stuckType, rule: rule.name })
+  new BuildDropped({
+    ...buildEventFields(table, build, reason),
+    stuck_type: rule.stuckType,
+    rule: rule.name
+  })
 
 export const StuckBuildsSql = Layer.effect(
   StuckBuilds,
@@ -150,6 +155,7 @@ export const StuckBuildsSql = Layer.effect(
     const repairEvents = yield* RepairEvents
     const table = yield* detectBuildsTable
     const runners = yield* detectRunnerTables
+    const side = yield* dropSide
 
     const findStuck = Effect.fn("StuckBuilds.findStuck")(function*(options: {
       readonly rule: StuckRule
@@ -173,7 +179,7 @@ export const StuckBuildsSql = Layer.effect(
       now: DateTime.Utc
     ) => Effect.Effect<DropManyResult, SqlError | FenceError> = Effect.fn("StuckBuilds.dropMany")(
       function*(rule: StuckRule, reasons: FailureReasonSet, builds: ReadonlyArray<FamilyBuild>, now: DateTime.Utc) {
-        const reason = reasonCodeOf(rule, reasons)
+        const reason = yield* reasonCodeOf(rule, reasons)
         // Halves, each its own statement, down to the refused rows alone (left for retryOrDoom to
         // count): a page with one refused row costs about 2·log2(page) statements, not one per row.
         const halves = Effect.gen(function*() {
@@ -188,9 +194,10 @@ export const StuckBuildsSql = Layer.effect(
             locked: [...first.locked, ...second.locked]
           } satisfies DropManyResult
         })
-        return yield* dropPage(sql, table, repairEvents, {
+        return yield* dropPage(sql, table, repairEvents, side, {
           builds,
           match: ruleMatch(sql, runners, rule, now),
+          status: "failed",
           reason,
           at: DateTime.toDateUtc(yield* DateTime.now),
           event: (build) => droppedEvent(table, rule, build, reason),
@@ -220,39 +227,35 @@ export const StuckBuildsSql = Layer.effect(
     ) =>
     (build: FamilyBuild) =>
       events.transaction(Effect.gen(function*() {
-        const reason = outcome === "dropped" ? reasonCodeOf(rule, reasons) : FailureReasons.data_integrity_failure
+        const reason = outcome === "dropped"
+          ? yield* reasonCodeOf(rule, reasons)
+          : FailureReasons.data_integrity_failure
         const lockGuard = outcome === "dropped" ? sql`AND b.lock_version = ${build.lockVersion}` : sql``
-        const at = DateTime.toDateUtc(yield* DateTime.now)
-        const match = ruleMatch(sql, runners, rule, now)
         yield* fenceWrite(sql)
-        const rows = yield* sql<{
-          readonly claimed: string | number
-          readonly updated: string | number
-          readonly matched: boolean
-        }>`
-          WITH claimed AS (
-            SELECT ${sql.literal(table.key.map((c) => `b.${c}`).join(", "))} FROM ${sql(table.name)} AS b
-            WHERE ${keyMatch(sql, table, build)} AND ${match} ${lockGuard}
-            FOR UPDATE OF b SKIP LOCKED),
-          updated AS (
-            UPDATE ${sql(table.name)} AS b SET status = 'failed', failure_reason = ${reason},
-              finished_at = ${at}, updated_at = ${at}, lock_version = b.lock_version + 1
-            FROM claimed r WHERE ${keyJoin(sql, table)} RETURNING b.id)
-          SELECT (SELECT count(*) FROM claimed) AS claimed, (SELECT count(*) FROM updated) AS updated,
-            EXISTS (SELECT FROM ${sql(table.name)} AS b WHERE ${keyMatch(sql, table, build)} AND ${match} ${lockGuard})
-              AS matched`
-        if (Number(rows[0]!.updated) === 0) {
+        const written = yield* failOneBuild(sql, table, side, {
+          build,
+          guard: sql`${ruleMatch(sql, runners, rule, now)} ${lockGuard}`,
+          outcome,
+          status: "failed",
+          reason,
+          at: DateTime.toDateUtc(yield* DateTime.now)
+        })
+        if (written.updated === 0) {
           // Claimed yet not updated: a trigger swallowed the write; the row stays as it is for good.
-          if (Number(rows[0]!.claimed) > 0) return "refused" as const
-          if (rows[0]!.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
-          return false
+          if (written.claimed > 0) return { failed: "refused" as const, jobs: 0 }
+          if (written.matched) return yield* new RowLocked({ key: `build:${keyString(table, build)}` })
+          return { failed: false, jobs: 0 }
         }
         const fields = buildEventFields(table, build, reason)
         yield* events.append(
           outcome === "dropped" ? droppedEvent(table, rule, build, reason) : new BuildDoomed(fields)
         )
-        return true
-      })).pipe(Effect.tap((failed) => failed === true ? repairEvents.committed(1) : Effect.void))
+        return { failed: true, jobs: written.jobs }
+      })).pipe(
+        Effect.tap((written) => written.failed === true ? repairEvents.committed(1) : Effect.void),
+        Effect.tap((written) => written.jobs > 0 ? side.jobs.committed : Effect.void),
+        Effect.map((written) => written.failed)
+      )
 
     return StuckBuilds.of({
       findStuck,

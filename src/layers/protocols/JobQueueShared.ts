@@ -10,7 +10,13 @@ import * as Random from "effect/Random"
 import { createHash } from "node:crypto"
 import type { RedisError } from "../../domain/Errors.ts"
 import { BULK_PUSH_SLICE, duplicateDigestInput, duplicateKeyOf, jidFrom, sidekiqJob } from "../../domain/Sidekiq.ts"
-import { type BeforePush, type BulkEnqueue, type EnqueueOutcome, JobQueue } from "../../services/JobQueue.ts"
+import {
+  type BeforePush,
+  type BulkEnqueue,
+  type EnqueueOutcome,
+  JobQueue,
+  type PushOnce
+} from "../../services/JobQueue.ts"
 
 /**
  * GitLab's `until_executed` claim key of a job: `resque:gitlab:duplicate:<queue>:<sha256 of "<class>:<JSON args>">`.
@@ -41,6 +47,16 @@ export interface JobQueueStore {
    * pushed is not claimed.
    */
   push(queue: string, jobs: ReadonlyArray<PreparedJob>): Effect.Effect<void, RedisError>
+  /**
+   * `SADD queues <queue>`, then `SET marker 1 NX EX ttl` and, only if it was set, one LPUSH of the
+   * payloads, those two atomically. True when pushed, false when the marker was there.
+   */
+  pushOnce(
+    queue: string,
+    marker: string,
+    ttlSeconds: number,
+    payloads: ReadonlyArray<string>
+  ): Effect.Effect<boolean, RedisError>
 }
 
 export const makeJobQueue = (store: JobQueueStore): JobQueue["Service"] => {
@@ -111,5 +127,25 @@ export const makeJobQueue = (store: JobQueueStore): JobQueue["Service"] => {
       }
       return outcomes as ReadonlyArray<EnqueueOutcome>
     }).pipe(Effect.withSpan("JobQueue.bulkEnqueue"))
-  return JobQueue.of({ bulkEnqueue })
+  const pushOnce = (request: PushOnce) =>
+    Effect.gen(function*() {
+      const nowMillis = yield* Clock.currentTimeMillis
+      const random = yield* Random.Random
+      const payloads = request.jobs.map((job) => {
+        const built = sidekiqJob({
+          workerClass: job.workerClass,
+          args: job.args,
+          queue: request.queue,
+          jid: jidFrom(random),
+          nowMillis,
+          ...(job.retry === undefined ? {} : { extra: { retry: job.retry } })
+        })
+        // created_at: when the job was decided (the drop's commit), as Sidekiq's client stamps it.
+        return JSON.stringify({ ...built, created_at: job.createdAtMillis / 1000 })
+      })
+      if (payloads.length === 0) return "pushed" as const
+      const pushed = yield* store.pushOnce(request.queue, request.marker, request.ttlSeconds, payloads)
+      return pushed ? "pushed" as const : "already" as const
+    }).pipe(Effect.withSpan("JobQueue.pushOnce"))
+  return JobQueue.of({ bulkEnqueue, pushOnce })
 }

@@ -22,15 +22,19 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import type { Result } from "ioredis"
 import { RedisError } from "../../domain/Errors.ts"
+import { hashTagOf } from "../../domain/RedisKey.ts"
 import { DUPLICATE_KEY_TTL_SECONDS, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import { JobQueue } from "../../services/JobQueue.ts"
 import { type ClaimHolder, makeJobQueue, type PreparedJob } from "../protocols/JobQueueShared.ts"
+import { PUSH } from "./ConcurrencyLimitsRedis.ts"
 import { QueuesMetadataRedis, QueuesRedis } from "./Redis.ts"
 
 declare module "ioredis" {
   interface RedisCommander<Context> {
     /** KEYS: one duplicate key. Reply {0} free, {1, jid or false} held. */
     sweeperCheckClaim(numKeys: number, ...keysAndArgs: Array<string | number>): Result<unknown, Context>
+    /** KEYS: queue:<queue>, the batch's marker (same slot). ARGV: TTL seconds, payloads. 1 pushed, 0 refused. */
+    sweeperPushOnce(numKeys: number, ...keysAndArgs: Array<string | number>): Result<number, Context>
   }
 }
 
@@ -53,6 +57,8 @@ export const JobQueueRedis = Layer.effect(
     const metadata = yield* QueuesMetadataRedis
     // ioredis sends EVALSHA and falls back to EVAL per connection (per node on a cluster).
     metadata.client.defineCommand("sweeperCheckClaim", { lua: CHECK_CLAIM })
+    // The resumed jobs' script: SET the marker NX and, only if it was not there, LPUSH the jobs.
+    queues.client.defineCommand("sweeperPushOnce", { lua: PUSH })
 
     const fail = (cause: unknown) => new RedisError({ operation: "jobQueue.push", cause })
 
@@ -89,6 +95,23 @@ export const JobQueueRedis = Layer.effect(
       )
     })
 
-    return makeJobQueue({ checkClaims, push })
+    const pushOnce = Effect.fnUntraced(
+      function*(queue: string, marker: string, ttlSeconds: number, payloads: ReadonlyArray<string>) {
+        // One script over two keys: on a cluster they must share a slot, which the marker's hash tag gives.
+        if (hashTagOf(marker) !== hashTagOf(queueKey(queue))) {
+          return yield* fail(new Error(`marker ${marker} is not in the slot of ${queueKey(queue)}`))
+        }
+        yield* queues.use("jobQueue.pushOnce", async (client) => {
+          await client.sadd(QUEUES_SET, queue)
+        })
+        const pushed = yield* queues.use(
+          "jobQueue.pushOnce",
+          (client) => client.sweeperPushOnce(2, queueKey(queue), marker, ttlSeconds, ...payloads)
+        )
+        return pushed === 1
+      }
+    )
+
+    return makeJobQueue({ checkClaims, push, pushOnce })
   })
 )

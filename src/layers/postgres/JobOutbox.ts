@@ -1,0 +1,205 @@
+/**
+ * The relay of `sweeper_job_outbox` to Sidekiq: the jobs GitLab pushes after a build's transition
+ * commits (PipelineProcessWorker, Ci::BuildFinishedWorker, AssignResourceFromResourceGroupWorker),
+ * written by the drop's own statement beside the builds and pushed here after the commit, exactly
+ * once whatever dies when. Ci::BuildFinishedWorker is not idempotent in GitLab, so "at least once"
+ * would not do; losing one would leave the build's hooks, token and trace archive undone.
+ *
+ * 1. Claim (one short autocommit statement, never held across a Redis call): the oldest unclaimed
+ *    batches, or batches whose claim is older than OUTBOX_CLAIM_LEASE (a relay that died or hangs),
+ *    stamped `claimed_at = now()`. A batch is one page write's jobs, named by a uuid PostgreSQL drew
+ *    in that write, so it never repeats, not even after a point-in-time restore of the database.
+ * 2. Push, per batch and queue: one Lua script on the Queues store sets the marker
+ *    `sweeper:job_outbox:{queue:<q>}:<batch>` (NX, TTL PUSHED_MARKER_TTL) and, only if it was not
+ *    there, LPUSHes the batch's jobs, in GitLab's wire format. A second push of the same batch, by
+ *    this relay after a crash or by another that took over its claim, finds the marker: nothing.
+ * 3. DELETE the batch's rows.
+ *
+ * Killed before 2: the rows wait, claimed, until the lease passes; then relayed. Killed between 2 and
+ * 3: the next relay pushes nothing (the marker) and deletes them. A relay runs soon after every drop
+ * that wrote jobs, when a relay that failed is owed (every JOB_RELAY_RETRY), at start-up (`start`,
+ * `run`) and when the process stops.
+ * Separate from the ci event outbox's relay (Outbox.ts): different destination, different ids.
+ */
+import { PgClient } from "@effect/sql-pg"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Latch from "effect/Latch"
+import * as Layer from "effect/Layer"
+import * as Random from "effect/Random"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import type { SqlError } from "effect/sql/SqlError"
+import { describeError, type RedisError } from "../../domain/Errors.ts"
+import {
+  OUTBOX_CLAIM_LEASE,
+  PUSHED_MARKER_TTL,
+  pushedMarkerKey,
+  RELAY_BATCHES,
+  TRANSITION_JOB_RETRY
+} from "../../domain/TransitionJobs.ts"
+import { JobQueue } from "../../services/JobQueue.ts"
+import { jobRelayFailuresTotal, jobRelayOwed, jobsRelayedTotal, Metrics } from "../../services/Metrics.ts"
+
+/** A relay's name in `claimed_by`: a version-4 uuid from the fiber's Random. */
+const randomUuid = Effect.map(Random.Random, (random) => {
+  const hex = Array.from({ length: 32 }, () => Math.floor(random.nextDoubleUnsafe() * 16).toString(16))
+  hex[12] = "4"
+  hex[16] = (8 + Math.floor(random.nextDoubleUnsafe() * 4)).toString(16)
+  const text = hex.join("")
+  return `${text.slice(0, 8)}-${text.slice(8, 12)}-${text.slice(12, 16)}-${text.slice(16, 20)}-${text.slice(20)}`
+})
+
+/** Sweeper's job outbox, beside the builds (migration 0009). */
+export const JOB_OUTBOX = "sweeper_job_outbox"
+
+/**
+ * What must follow a drop that wrote jobs into the outbox: the relay. Read once by the drop layers
+ * when they are built; without a relay layer (a bare test composition) nothing is pushed and the
+ * rows wait in the outbox for the next process that relays.
+ */
+export const TransitionJobRelay = Context.Reference<{ readonly committed: Effect.Effect<void> }>(
+  "sweeper/layers/postgres/TransitionJobRelay",
+  { defaultValue: () => ({ committed: Effect.void }) }
+)
+
+interface OutboxRow {
+  readonly id: string
+  readonly batch: string
+  readonly worker: string
+  readonly queue: string
+  readonly args: ReadonlyArray<unknown>
+  readonly created_at: Date
+}
+
+/**
+ * Step 1: claims whole batches, the oldest first, for relay `relayer`: unclaimed ones, its own
+ * (a retry of its own failed push), those whose claim passed OUTBOX_CLAIM_LEASE, and with
+ * `takeOver` (start-up: whoever claimed them before may have died a moment ago) every one. Claims
+ * only save work: a batch claimed twice is still pushed once (the marker).
+ */
+const claim = (sql: PgClient.PgClient, relayer: string, takeOver: boolean) => {
+  const stale = sql`now() - ${`${Duration.toSeconds(OUTBOX_CLAIM_LEASE)} seconds`}::interval`
+  const claimable = takeOver
+    ? sql`TRUE`
+    : sql`(claimed_at IS NULL OR claimed_at < ${stale} OR claimed_by = ${relayer}::uuid)`
+  return sql<OutboxRow>`
+    UPDATE sweeper_job_outbox SET claimed_at = now(), claimed_by = ${relayer}::uuid
+    WHERE batch IN (
+        SELECT batch FROM sweeper_job_outbox WHERE ${claimable}
+        GROUP BY batch ORDER BY min(id) LIMIT ${RELAY_BATCHES})
+      AND ${claimable}
+    RETURNING id, batch, worker, queue, args, created_at`
+}
+
+/** Steps 2 and 3 for what one claim returned; the number of jobs pushed now (refused ones not counted). */
+const pushAndForget = (sql: PgClient.PgClient, queue: JobQueue["Service"], rows: ReadonlyArray<OutboxRow>) =>
+  Effect.gen(function*() {
+    const groups = new Map<string, Array<OutboxRow>>()
+    for (const row of [...rows].sort((a, b) => Number(a.id) - Number(b.id))) {
+      const key = `${row.batch}\u0000${row.queue}`
+      const group = groups.get(key)
+      if (group === undefined) groups.set(key, [row])
+      else group.push(row)
+    }
+    let pushed = 0
+    for (const group of groups.values()) {
+      const { batch, queue: name } = group[0]!
+      const outcome = yield* queue.pushOnce({
+        queue: name,
+        marker: pushedMarkerKey(name, batch),
+        ttlSeconds: Duration.toSeconds(PUSHED_MARKER_TTL),
+        jobs: group.map((row) => ({
+          workerClass: row.worker,
+          args: row.args,
+          createdAtMillis: row.created_at.getTime(),
+          retry: TRANSITION_JOB_RETRY
+        }))
+      })
+      if (outcome === "pushed") pushed += group.length
+    }
+    const batches = [...new Set(rows.map((row) => row.batch))]
+    yield* sql`DELETE FROM sweeper_job_outbox WHERE batch = ANY (${batches}::uuid[])`
+    return pushed
+  })
+
+/**
+ * Relays everything in the outbox `relayer` may claim (see `claim`), RELAY_BATCHES batches a round;
+ * the jobs pushed now (a batch refused by its marker counts none).
+ */
+export const relayJobOutbox = (
+  sql: PgClient.PgClient,
+  queue: JobQueue["Service"],
+  relayer: string,
+  options: { readonly takeOver?: boolean } = {}
+): Effect.Effect<number, SqlError | RedisError> =>
+  Effect.gen(function*() {
+    let pushed = 0
+    while (true) {
+      const rows = yield* claim(sql, relayer, options.takeOver === true)
+      if (rows.length === 0) return pushed
+      pushed += yield* pushAndForget(sql, queue, rows)
+    }
+  })
+
+/** How soon a relay that failed (Redis or the database unreachable) is tried again. */
+export const JOB_RELAY_RETRY = Duration.seconds(5)
+
+/**
+ * The drops' TransitionJobRelay on the builds' database (the PgClient in context: ci's on a
+ * decomposed GitLab) and the JobQueue (and Metrics: sweeper_job_relay_owed, _failures_total and
+ * sweeper_jobs_relayed_total). With `recover` (commands that write: `start`, `run`), building it
+ * relays what an earlier process left, taking over every claim.
+ *
+ * One fiber relays; a drop that wrote jobs only wakes it (a latch), so a page never waits for Redis
+ * and the jobs of many pages go out in one relay round (RELAY_BATCHES batches a claim) instead of
+ * three more round trips a page. A relay that fails does not fail the drop that committed before it
+ * (its jobs are safe in the outbox): logged once, owed, tried again every JOB_RELAY_RETRY while the
+ * layer lives; releasing the layer relays once more (a `sweeper run` pushes its jobs before it
+ * exits), then stops the fiber.
+ */
+export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
+  Layer.effect(
+    TransitionJobRelay,
+    Effect.gen(function*() {
+      const sql = yield* PgClient.PgClient
+      const queue = yield* JobQueue
+      const metrics = yield* Metrics
+      const relayer = yield* randomUuid
+      const owed = yield* Ref.make(false)
+      /** Sets whether a relay is owed; answers whether it was before. */
+      const setOwed = (value: boolean) =>
+        Ref.getAndSet(owed, value).pipe(Effect.tap(metrics.setGauge(jobRelayOwed, value ? 1 : 0)))
+      yield* setOwed(false)
+      const relayWith = (takeOver: boolean) =>
+        relayJobOutbox(sql, queue, relayer, { takeOver }).pipe(
+          Effect.tap((pushed) => pushed > 0 ? metrics.increment(jobsRelayedTotal, pushed) : Effect.void),
+          Effect.andThen(setOwed(false)),
+          Effect.flatMap((wasOwed) =>
+            wasOwed ? Effect.logInfo("Transition jobs relayed from the job outbox to Sidekiq again") : Effect.void
+          ),
+          Effect.catch((error) =>
+            Effect.all([setOwed(true), metrics.increment(jobRelayFailuresTotal, 1)]).pipe(Effect.flatMap(([wasOwed]) =>
+              wasOwed ? Effect.void : Effect.logWarning(
+                "Transition jobs not yet relayed from the job outbox to Sidekiq; retrying",
+                describeError(error)
+              )
+            ))
+          )
+        )
+      const relay = relayWith(false)
+      if (options.recover) yield* relayWith(true)
+      // Woken by every drop that wrote jobs, and every JOB_RELAY_RETRY while a relay is owed.
+      const wake = yield* Latch.make(false)
+      const relayWhenWoken = Latch.await(wake).pipe(Effect.andThen(Latch.close(wake)), Effect.andThen(relay))
+      yield* relayWhenWoken.pipe(Effect.forever, Effect.forkScoped)
+      yield* Effect.when(Latch.open(wake), Ref.get(owed)).pipe(
+        Effect.repeat(Schedule.spaced(JOB_RELAY_RETRY)),
+        Effect.forkScoped
+      )
+      // Added after the forks, so it runs before their interruption: whatever is left goes out.
+      yield* Effect.addFinalizer(() => relay.pipe(Effect.timeout(JOB_RELAY_RETRY), Effect.ignore))
+      return { committed: Effect.asVoid(Latch.open(wake)) }
+    })
+  )
