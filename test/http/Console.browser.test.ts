@@ -354,11 +354,16 @@ describe("console in a browser, on `npm run demo`", () => {
           await page.waitForURL(/\/batches\/drop-canceling-builds$/)
           const history = await (await fetch(`${base}/api/batches/drop-canceling-builds/history?window=24h`))
             .json() as { runs: ReadonlyArray<unknown> }
-          const marks = await page.locator("figure[data-chart=repairs] .mark").count()
+          // Both charts counted in one read: the page re-renders them live when a run finishes, and two
+          // reads apart can straddle that.
+          const [marks, outcomeMarks] = await page.evaluate(
+            "['repairs', 'outcomes'].map((chart) => " +
+              "document.querySelectorAll('figure[data-chart=' + chart + '] .mark').length)"
+          ) as [number, number]
           // A run may finish between the page and the API read: the page has the runs of its moment.
           assert.isAtLeast(marks, 1)
           assert.isAtMost(Math.abs(marks - history.runs.length), 1)
-          assert.strictEqual(await page.locator("figure[data-chart=outcomes] .mark").count(), marks)
+          assert.strictEqual(outcomeMarks, marks)
 
           await page.locator(`.runs tr[data-run="${runId}"] a.run-link`).click()
           await page.waitForURL(new RegExp(`/runs/${runId}$`))

@@ -145,7 +145,7 @@ describe("the ci relay at its edges", () => {
       Effect.scoped(Effect.gen(function*() {
         const db = yield* decomposedDatabases({ SWEEPER_DROP_BATCH_SIZE: "25" })
         yield* seed(db)
-        // Another replica's relay, 0.4 s per event in main, polling without pause.
+        // Another replica's relay, 0.2 s per event in main, polling without pause.
         yield* Effect.asVoid(slowRepairEventsOf(db.main, "second-relay"))
         const slowMain = yield* clientOf(`${db.mainUrl}&application_name=second-relay`)
         const second = yield* relayOutbox(db.ci, slowMain).pipe(Effect.ignore, Effect.forever, Effect.forkScoped)

@@ -73,12 +73,16 @@ export const refuseRepairEvents = (main: PgClient.PgClient) =>
 export const blockRepairEvents = (main: PgClient.PgClient, key: number) =>
   onRepairEvents(main, "test_block_repairs", `PERFORM pg_advisory_xact_lock_shared(${key}); RETURN NEW;`)
 
-/** Main takes 0.4 s for each repair event a session named `application` inserts. */
+/**
+ * Main takes 0.2 s for each repair event a session named `application` inserts: slow enough that the
+ * other relay waits on the rows it holds, and short enough that, holding every one of 300 (120 s at
+ * 0.4 s on a loaded CI machine), it still finishes within the tests' waits.
+ */
 export const slowRepairEventsOf = (main: PgClient.PgClient, application: string) =>
   onRepairEvents(
     main,
     "test_slow_repairs",
-    `IF current_setting('application_name') = '${application}' THEN PERFORM pg_sleep(0.4); END IF; RETURN NEW;`
+    `IF current_setting('application_name') = '${application}' THEN PERFORM pg_sleep(0.2); END IF; RETURN NEW;`
   )
 
 /** Holds advisory lock `key` on a connection of its own until the returned effect releases it. */
