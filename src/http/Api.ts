@@ -127,6 +127,17 @@ export const RunRecordSchema = Schema.Struct({
   targetsTotal: Schema.NullOr(Schema.Number)
 })
 
+/** A run that a run closed as abandoned before it began (AbandonedRuns' LastRun; its finishedAt a Date). */
+const ClosedRunSchema = Schema.Struct({
+  runId: Schema.NullOr(Schema.String),
+  outcome: Schema.String,
+  finishedAt: Schema.DateFromString,
+  durationMs: Schema.Number,
+  summary: Schema.Unknown,
+  reason: Schema.optional(Schema.String),
+  error: Schema.optional(Schema.String)
+})
+
 /** What one run through the run guard returned (RunGuard's RunResult, as JSON). */
 export const RunResultSchema = Schema.Struct({
   batch: Schema.String,
@@ -136,7 +147,7 @@ export const RunResultSchema = Schema.Struct({
   reason: Schema.optional(Schema.String),
   error: Schema.optional(Schema.String),
   durationMs: Schema.Number,
-  closed: Schema.optional(Schema.Array(Schema.Unknown)),
+  closed: Schema.optional(Schema.Array(ClosedRunSchema)),
   dryRun: Schema.Boolean,
   targets: Schema.optional(Schema.Array(Schema.String)),
   targetsTotal: Schema.optional(Schema.Number),
