@@ -236,50 +236,60 @@ describe("HTTP", () => {
       )
     }).pipe(Effect.scoped), 150_000)
 
-  it.live("a run through the API that closed an abandoned run answers with it (its finishedAt a date)", () =>
-    Effect.gen(function*() {
-      const db = yield* freshDatabase
-      const redisUrl = yield* freshRedisUrl
-      const sweeper = yield* Effect.acquireRelease(
-        Effect.sync(() =>
-          startSweeper("http-abandoned", {
-            DATABASE_URL: db.url,
-            REDIS_URL: redisUrl,
-            SWEEPER_HTTP_PORT: "0",
-            SWEEPER_API_TOKEN: TOKEN
-          })
-        ),
-        (p) =>
-          Effect.promise(async () => {
-            p.child.kill("SIGKILL")
-            await p.exited
-          })
-      )
-      const base = yield* Effect.promise(() => sweeper.listening)
-      // A run killed three hours ago: started, never finished, long past its budget.
-      const abandoned = randomUUID()
-      yield* Effect.gen(function*() {
-        const sql = yield* PgClient.PgClient
-        yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+  it.live(
+    "a run through the API that closed an abandoned run answers with it (its finishedAt a date)",
+    () =>
+      Effect.gen(function*() {
+        const db = yield* freshDatabase
+        const redisUrl = yield* freshRedisUrl
+        const sweeper = yield* Effect.acquireRelease(
+          Effect.sync(() =>
+            startSweeper("http-abandoned", {
+              DATABASE_URL: db.url,
+              REDIS_URL: redisUrl,
+              SWEEPER_HTTP_PORT: "0",
+              SWEEPER_API_TOKEN: TOKEN
+            })
+          ),
+          (p) =>
+            Effect.promise(async () => {
+              p.child.kill("SIGKILL")
+              await p.exited
+            })
+        )
+        const base = yield* Effect.promise(() => sweeper.listening)
+        // A run killed three hours ago: started, never finished, long past its budget.
+        const abandoned = randomUUID()
+        yield* Effect.gen(function*() {
+          const sql = yield* PgClient.PgClient
+          yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
           VALUES ('batch:stuck-export-jobs', 'RunStarted', ${
-          sql.json({ batch: "stuck-export-jobs", run_id: abandoned, node: "gone", trigger: "schedule", dryRun: false })
-        }, ${abandoned}, now() - interval '3 hours')`
-      }).pipe(Effect.provide(layerServer(Redacted.make(db.url))))
+            sql.json({
+              batch: "stuck-export-jobs",
+              run_id: abandoned,
+              node: "gone",
+              trigger: "schedule",
+              dryRun: false
+            })
+          }, ${abandoned}, now() - interval '3 hours')`
+        }).pipe(Effect.provide(layerServer(Redacted.make(db.url))))
 
-      const response = yield* Effect.promise(async () => {
-        const answer = await fetch(`${base}/api/batches/stuck-export-jobs/run`, {
-          method: "POST",
-          headers: { authorization: `Bearer ${TOKEN}` }
+        const response = yield* Effect.promise(async () => {
+          const answer = await fetch(`${base}/api/batches/stuck-export-jobs/run`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${TOKEN}` }
+          })
+          return { status: answer.status, body: await answer.text() }
         })
-        return { status: answer.status, body: await answer.text() }
-      })
-      assert.strictEqual(response.status, 200, response.body)
-      const result = JSON.parse(response.body) as {
-        outcome: string
-        closed: ReadonlyArray<{ runId: string; outcome: string; finishedAt: string }>
-      }
-      assert.strictEqual(result.outcome, "succeeded")
-      assert.deepStrictEqual(result.closed.map((run) => [run.runId, run.outcome]), [[abandoned, "abandoned"]])
-      assert.isFalse(Number.isNaN(Date.parse(result.closed[0]!.finishedAt)))
-    }).pipe(Effect.scoped), 150_000)
+        assert.strictEqual(response.status, 200, response.body)
+        const result = JSON.parse(response.body) as {
+          outcome: string
+          closed: ReadonlyArray<{ runId: string; outcome: string; finishedAt: string }>
+        }
+        assert.strictEqual(result.outcome, "succeeded")
+        assert.deepStrictEqual(result.closed.map((run) => [run.runId, run.outcome]), [[abandoned, "abandoned"]])
+        assert.isFalse(Number.isNaN(Date.parse(result.closed[0]!.finishedAt)))
+      }).pipe(Effect.scoped),
+    150_000
+  )
 })
