@@ -63,7 +63,8 @@ describe("npm run demo in a browser", () => {
           const errors: Array<string> = []
           page.on("pageerror", (error) => errors.push(error.message))
           await page.goto(link)
-          await page.waitForFunction("location.hash === ''")
+          await waitFor("the token's fragment gone", async () =>
+            (await page.evaluate("location.hash")) === "" || undefined, 10_000)
           assert.strictEqual(page.url(), base, "the token leaves the address bar")
 
           const drop = page.locator("section.card[data-batch=drop-canceling-builds]")
@@ -80,7 +81,9 @@ describe("npm run demo in a browser", () => {
 
           // Gone if the page reloads: the card below must be patched in this document.
           await page.evaluate("window.__sameDocument = true")
-          const answered = page.waitForResponse((r) => r.url().endsWith("/api/batches/drop-canceling-builds/run"))
+          const answered = page.waitForResponse((r) =>
+            r.url().endsWith("/api/batches/drop-canceling-builds/run")
+          )
           await run.click()
           const response = await answered
           assert.strictEqual(response.status(), 200, await response.text())
@@ -121,12 +124,12 @@ describe("npm run demo in a browser", () => {
           assert.include(fragment, "Repairs per run")
           assert.include(fragment, runId)
           // The scheduled runs every 5 s join the charts without a reload (the batch's own runs re-read them).
-          await page.waitForFunction(
-            "document.querySelectorAll('figure[data-chart=repairs] .mark').length >= 3",
-            null,
-            {
-              timeout: 30_000
-            }
+          // Polled from here: the console's content security policy refuses the eval that
+          // waitForFunction's in-page polling needs.
+          await waitFor(
+            "three runs on the repairs chart",
+            async () => (await page.locator("figure[data-chart=repairs] .mark").count()) >= 3 || undefined,
+            30_000
           )
           const width = await page.locator("figure[data-chart=repairs] .mark").first().getAttribute("width")
           assert.isAtLeast(Number(width), 2)
