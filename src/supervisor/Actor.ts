@@ -30,6 +30,8 @@ export interface ActorState {
   readonly nextTick: Date | undefined
   readonly pendingTick: Date | undefined
   readonly history: BatchHistory
+  /** The pause (its pausedAt, in ms) whose missed ticks have been logged: one line per pause, not per tick. */
+  readonly pauseLogged?: number | undefined
 }
 
 export interface Actor {

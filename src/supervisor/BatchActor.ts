@@ -120,6 +120,23 @@ const runNow = (actor: Actor, runs: Runs, message: Extract<Message, { _tag: "Run
   })
 
 /**
+ * A pause is the operator's decision, not a fault: its first missed tick says so once, at Info;
+ * the ones after it are recorded and counted without a line each.
+ */
+const logPauseOnce = (actor: Actor) =>
+  Effect.gen(function*() {
+    const { history, pauseLogged } = yield* Ref.get(actor.state)
+    const pause = history.pausedAt?.getTime() ?? 0
+    if (pauseLogged === pause) return
+    yield* Ref.update(actor.state, (s) => ({ ...s, pauseLogged: pause }))
+    yield* Effect.logInfo(
+      `Tick missed: paused${
+        history.pausedBy === undefined ? "" : ` by ${history.pausedBy}`
+      }; its ticks are skipped until it is resumed`
+    )
+  })
+
+/**
  * The ticks of one batch of messages: only the newest runs, the older ones overlapped. A tick
  * runs unless the batch is disabled or paused, or its circuit breaker is open.
  */
@@ -131,9 +148,8 @@ const runTicks = (actor: Actor, runs: Runs, ticks: ReadonlyArray<Extract<Message
     if (yield* Ref.get(runs.shuttingDown)) return
     yield* refreshPaused(actor)
     const { status, history } = yield* Ref.get(actor.state)
-    if (status === "disabled" || status === "paused") {
-      return yield* recordMissed(actor, newest.scheduledAt, "disabled")
-    }
+    if (status === "disabled") return yield* recordMissed(actor, newest.scheduledAt, "disabled")
+    if (status === "paused") return yield* recordMissed(actor, newest.scheduledAt, "paused", logPauseOnce(actor))
     const now = yield* currentDate
     if (isBreakerOpen(history, now, Duration.toMillis(periodAt(actor.cron, newest.scheduledAt)))) {
       yield* Effect.logWarning(`Circuit breaker open after ${history.consecutiveFailures} failed runs; tick skipped`)

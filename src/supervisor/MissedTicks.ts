@@ -61,7 +61,12 @@ const keepForLater = (actor: Actor, event: TickMissed) =>
  * (`database_unavailable`), this process already holds the tick's claim. A TickMissed that
  * cannot be written waits in memory (bounded) and is written once the database answers again.
  */
-export const recordMissed = (actor: Actor, scheduledAt: Date, reason: TickMissed["reason"]) =>
+export const recordMissed = (
+  actor: Actor,
+  scheduledAt: Date,
+  reason: TickMissed["reason"],
+  log: Effect.Effect<void> = Effect.logWarning("Tick missed")
+) =>
   Effect.gen(function*() {
     const events = yield* EventLog
     const lease = yield* Lease
@@ -70,7 +75,7 @@ export const recordMissed = (actor: Actor, scheduledAt: Date, reason: TickMissed
       if (!(yield* lease.claim(tickLeaseName(actor.batch.name, at), Duration.hours(25)))) return
     }
     yield* increment(ticksMissedTotal, 1, { batch: actor.batch.name, reason })
-    yield* Effect.logWarning("Tick missed")
+    yield* log
     yield* Ref.update(actor.state, (s) => ({ ...s, history: { ...s.history, lastCoveredTick: scheduledAt } }))
     const event = new TickMissed({ batch: actor.batch.name, scheduled_at: DateTime.formatIso(at), reason })
     yield* flushUnrecorded(actor)
