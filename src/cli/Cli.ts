@@ -202,7 +202,7 @@ const eventsPrune = Command.make(
   )
 ).pipe(
   Command.withDescription(
-    "Delete events older than --before (outside the retention period), keeping those batch state is folded from"
+    "Delete events older than --before (outside the retention period), keeping the events each batch's state is folded from"
   )
 )
 

@@ -163,5 +163,7 @@ export const demo = Command.make(
     )
   })
 ).pipe(
-  Command.withDescription("The supervisor plus a simulated GitLab, fast crons: watch all five repairs on the dashboard")
+  Command.withDescription(
+    `The supervisor plus a simulated GitLab on fast crons: watch its ${batches.length} batches repair on the dashboard`
+  )
 )

@@ -47,8 +47,9 @@ import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { batches, findBatch } from "../programs/index.ts"
 import { type EventFilter, EventLog } from "../services/EventLog.ts"
 import { AppLayer, describeBackends, ReadOnlyAppLayer } from "../supervisor/App.ts"
+import { recordPause } from "../supervisor/PauseState.ts"
 import { runBatch } from "../supervisor/RunGuard.ts"
-import { loadHistory, recordPause } from "../supervisor/Scheduler.ts"
+import { loadHistory } from "../supervisor/Scheduler.ts"
 import { findSupervisor, type SupervisorEndpoint } from "../supervisor/SupervisorAddress.ts"
 import { batchView } from "../views/BatchView.ts"
 import { parseDuration } from "./CliFlags.ts"
@@ -295,7 +296,7 @@ export const local = (target: string) =>
             budget: request.budget,
             asOf: request.asOf
           })
-          // A dry run only reads, so it never migrates (SPEC §8.1).
+          // A dry run only reads: it gets the read-only layers, which never migrate.
         }).pipe(Effect.provide(request.dryRun ? ReadOnlyAppLayer : AppLayer)),
       setPaused: (batch, action) => recordPause(batch, action, actor()).pipe(Effect.provide(AppLayer))
     })

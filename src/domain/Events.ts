@@ -66,6 +66,7 @@ export class TickMissed extends Schema.TaggedClass<TickMissed>()("TickMissed", {
     "lease_unavailable",
     "breaker_open",
     "disabled",
+    "paused",
     "database_unavailable"
   ])
 }) {}

@@ -102,7 +102,8 @@ const run = Effect.fn("PruneEvents.run")(function*() {
 export const PruneEvents = {
   name: NAME,
   worker: "Sweeper (own batch)",
-  description: "Deletes events older than SWEEPER_EVENT_RETENTION (90 days), keeping those batch state is folded from",
+  description:
+    "Deletes events older than SWEEPER_EVENT_RETENTION (90 days), keeping the events each batch's state is folded from",
   // Daily at 03:17: a quiet hour, off the minutes the other batches tick on (:00, :30, :45, */6, */15).
   cron: "17 3 * * *",
   budget: PRUNE_BUDGET,

@@ -174,7 +174,7 @@ export const concurrencyLimitEffectiveLimit = Metric.gauge("sidekiq_concurrency_
 
 export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
   description:
-    "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, …)",
+    "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, paused, …)",
   incremental: true
 })
 
@@ -210,6 +210,7 @@ export const MISSED_REASONS = [
   "lease_unavailable",
   "breaker_open",
   "disabled",
+  "paused",
   "database_unavailable"
 ] as const
 

@@ -114,12 +114,17 @@ describe("the checks fail on a tree that breaks them", () => {
       "/*",
       " * seed: stuck-export-jobs.ja.md",
       " */",
-      "export const c = 2"
+      "export const c = 2",
+      "const d = () => {",
+      "  run()",
+      "  // before a closing brace (SPEC §8.1)",
+      "}"
     ].join("\n")
     assert.deepStrictEqual(citingComments(new Map([["src/x.ts", text]])), [
       "src/x.ts:1: /** The lease (SPEC §0.2). */",
       "src/x.ts:2: // issue 18",
-      "src/x.ts:5: * seed: stuck-export-jobs.ja.md"
+      "src/x.ts:5: * seed: stuck-export-jobs.ja.md",
+      "src/x.ts:10: // before a closing brace (SPEC §8.1)"
     ])
   })
 })

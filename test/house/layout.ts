@@ -250,7 +250,8 @@ export const citingComments = (files: ReadonlyMap<string, string>): Array<string
           })
         }
       }
-      ts.forEachChild(node, visit)
+      // Tokens too (getChildren, not forEachChild): a comment just before a closing brace leads no node.
+      for (const child of node.getChildren(source)) visit(child)
     }
     visit(source)
     // The end-of-file token carries the comments after the last statement.

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { ConfigProvider, Context, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Scope } from "effect"
+import { ConfigProvider, Context, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Ref, Scope } from "effect"
 import { ConnectionError, SqlError } from "effect/sql/SqlError"
 import { TestClock } from "effect/testing"
 import type { SweeperSettings } from "../../src/config/Config.ts"
@@ -101,9 +101,32 @@ describe("Scheduler: batch actors", () => {
       yield* TestClock.adjust("10 minutes")
       assert.strictEqual(yield* Ref.get(runs), 1)
       const missed = yield* events("TickMissed")
-      assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "disabled"]])
+      assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "paused"]])
       assert.lengthOf(yield* events("BatchPaused"), 1)
       assert.lengthOf(yield* events("BatchResumed"), 1)
+    }).pipe(Effect.provide(platform())))
+
+  it.effect("a paused batch's missed ticks say paused, in one Info line per pause, not a warning per tick", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const lines: Array<{ level: string; message: string }> = []
+      const collector = Logger.make((options) => {
+        const message = Array.isArray(options.message) ? options.message[0] : options.message
+        if (String(message).startsWith("Tick missed")) lines.push({ level: options.logLevel, message: String(message) })
+      })
+      const { batch } = yield* testBatch(() => Effect.void)
+      const { scheduler } = yield* startScheduler(batch).pipe(Effect.provide(Logger.layer([collector])))
+      yield* scheduler.pause("test-batch", "ops")
+      yield* TestClock.adjust("29 minutes") // 00:10, 00:20, 00:30 missed
+      yield* scheduler.resume("test-batch", "ops")
+      yield* scheduler.pause("test-batch", "ops")
+      yield* TestClock.adjust("20 minutes") // 00:40, 00:50 missed under the second pause
+      const missed = yield* events("TickMissed")
+      assert.deepStrictEqual(missed.map((e) => e.data.reason), ["paused", "paused", "paused", "paused", "paused"])
+      assert.deepStrictEqual(lines, [
+        { level: "Info", message: "Tick missed: paused by ops; its ticks are skipped until it is resumed" },
+        { level: "Info", message: "Tick missed: paused by ops; its ticks are skipped until it is resumed" }
+      ])
     }).pipe(Effect.provide(platform())))
 
   it.effect("a pause written by another process (CLI, another replica) stops the next tick; its resume lets ticks run", () =>
@@ -123,7 +146,7 @@ describe("Scheduler: batch actors", () => {
       assert.strictEqual(yield* Ref.get(runs), 1)
       assert.strictEqual((yield* scheduler.snapshots)[0]!.status, "idle")
       const missed = yield* events("TickMissed")
-      assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "disabled"]])
+      assert.deepStrictEqual(missed.map((e) => [e.data.scheduled_at, e.data.reason]), [[at("00:10:00"), "paused"]])
     }).pipe(Effect.provide(platform())))
 
   it.effect("a pause or resume that cannot be recorded fails, changes nothing, and is not undone later", () =>

@@ -14,7 +14,7 @@ import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { OWNERSHIP_TABLE } from "../DatabaseSchema.ts"
 
-/** Migrations.ts's "create this platform table if absent, belonging here, and record it". */
+/** Ownership.ts's "create this platform table if absent, belonging here, and record it". */
 export type OwnTable = (
   table: string,
   create: Effect.Effect<unknown, unknown, SqlClient.SqlClient>,
