@@ -18,6 +18,15 @@ import {
   writeResults
 } from "./support/compare.ts"
 import { idleFootprint } from "./support/idle.ts"
+import {
+  describeComparison,
+  newestTwo,
+  readRegress,
+  regressResults,
+  regressScenario,
+  regressTable,
+  writeRegress
+} from "./support/regress.ts"
 
 const listTs = (dir: string, skip: ReadonlyArray<string> = []) =>
   readdirSync(new URL(dir, import.meta.url)).filter((file) => file.endsWith(".ts") && !skip.includes(file)).map((
@@ -28,9 +37,18 @@ const scenarios = listTs("./scenarios/", ["platform.ts"])
 const details = listTs("./detail/").map((name) => `detail/${name}`)
 
 const args = process.argv.slice(2)
-const scaleAt = args.indexOf("--scale")
-const scale = (scaleAt >= 0 ? args[scaleAt + 1] : "small") as Scale
-const name = args.find((arg, i) => !arg.startsWith("--") && (scaleAt < 0 || i !== scaleAt + 1))
+const command = args[0]
+const regressing = command === "regress" || command === "compare"
+const rest = regressing ? args.slice(1) : args
+const scaleAt = rest.indexOf("--scale")
+const roundsAt = rest.indexOf("--rounds")
+// The regression benchmark runs at the issue's scale unless told otherwise.
+const scale = (scaleAt >= 0 ? rest[scaleAt + 1] : regressing ? "full" : "small") as Scale
+const rounds = roundsAt >= 0 ? Number(rest[roundsAt + 1]) : 3
+const positional = rest.filter((arg, i) =>
+  !arg.startsWith("--") && (scaleAt < 0 || i !== scaleAt + 1) && (roundsAt < 0 || i !== roundsAt + 1)
+)
+const name = regressing && command === "regress" ? (positional[0] ?? "all") : positional[0]
 /** CI's smoke run: Sweeper and the raw baseline only (see RunOptions in support/compare.ts). */
 const perRecord = !args.includes("--no-per-record")
 
@@ -38,12 +56,41 @@ const usage = () => {
   console.error(
     `usage: npm run bench -- <${
       [...scenarios, "idle", "all"].join("|")
-    }> [--scale small|full] [--no-per-record]\n       npm run bench -- <${details.join("|")}>`
+    }> [--scale small|full] [--no-per-record]\n       npm run bench -- <${
+      details.join("|")
+    }>\n       npm run bench -- regress [<scenario>|all] [--scale full|small] [--rounds N]\n       npm run bench -- compare [<before.json> <after.json>]`
   )
   process.exit(2)
 }
 
-if (name === undefined || (scale !== "small" && scale !== "full")) usage()
+const loadScenario = (scenarioName: string) =>
+  Effect.map(
+    Effect.promise(() => import(`./scenarios/${scenarioName}.ts`)),
+    (module) => (module as { readonly scenario: Scenario<unknown> }).scenario
+  )
+
+if (command === "compare") {
+  const files = positional.length >= 2 ? [positional[0]!, positional[1]!] as const : newestTwo(scale)
+  if (files === undefined) {
+    console.error(`compare: fewer than two bench/results/regress-*-${scale}.json; run \`npm run bench -- regress\``)
+    process.exit(2)
+  }
+  console.log(describeComparison(readRegress(files[0]), readRegress(files[1])).join("\n"))
+} else if (command === "regress") {
+  if ((name !== "all" && !scenarios.includes(name)) || !Number.isInteger(rounds) || rounds < 1) usage()
+  const program = Effect.gen(function*() {
+    const figures = []
+    for (const scenarioName of name === "all" ? scenarios : [name]) {
+      figures.push(yield* regressScenario(yield* loadScenario(scenarioName), scale, rounds))
+    }
+    const results = regressResults(scale, rounds, figures)
+    console.log(`\n${regressTable(results)}\n`)
+    console.log(`results: ${writeRegress(results)}`)
+    const previous = newestTwo(scale)
+    if (previous !== undefined) console.log(`\n${describeComparison(readRegress(previous[0]), results).join("\n")}`)
+  })
+  NodeRuntime.runMain(program)
+} else if (name === undefined || (scale !== "small" && scale !== "full")) usage()
 else if (details.includes(name)) await import(`./${name}.ts`)
 else if (name === "idle") NodeRuntime.runMain(idleFootprint)
 else if (name !== "all" && !scenarios.includes(name)) usage()
@@ -52,10 +99,7 @@ else {
   const program = Effect.gen(function*() {
     const figures: Array<ScenarioFigures> = []
     for (const scenarioName of chosen) {
-      const module = (yield* Effect.promise(() => import(`./scenarios/${scenarioName}.ts`))) as {
-        readonly scenario: Scenario<unknown>
-      }
-      figures.push(yield* runScenario(module.scenario, scale, { perRecord }))
+      figures.push(yield* runScenario(yield* loadScenario(scenarioName), scale, { perRecord }))
     }
     const idle = name === "all" ? yield* idleFootprint : undefined
     console.log(`\n${markdownTable(figures)}\n`)

@@ -15,6 +15,7 @@ import { runBatch, type RunResult } from "../../src/supervisor/RunGuard.ts"
 import type { PhaseContext } from "../support/compare.ts"
 import { migratedDatabase } from "../support/harness.ts"
 import { BenchLogging } from "../support/logging.ts"
+import { spansEnabled, takeSpanReport, tallyTracer } from "../support/spans.ts"
 
 export const sweeperPlatform = (context: PhaseContext, settings: Partial<SweeperSettings> = {}) => {
   // The sweeper+gate phase: the health gate as the composition root provides it (App.ts).
@@ -79,7 +80,17 @@ export const withSweeper = <A, E>(
         { readonly result: RunResult; readonly seconds: number }
       >
     return yield* use(run)
-  }).pipe(Effect.scoped)
+  }).pipe(
+    Effect.scoped,
+    // BENCH_SPANS=1: where the run's time goes, by span (support/spans.ts), the layers' fibers included.
+    (effect) =>
+      spansEnabled
+        ? effect.pipe(
+          Effect.withTracer(tallyTracer),
+          Effect.ensuring(Effect.sync(() => console.log(takeSpanReport().map((line) => `    ${line}`).join("\n"))))
+        )
+        : effect
+  )
 
 /** One run of `batch`: its summary (failing the phase unless it succeeded) and its wall time. */
 export const runOnce = (batch: Batch<unknown, unknown, any>, context: PhaseContext, options: RunOnceOptions = {}) =>

@@ -137,6 +137,20 @@ const timePhase = (name: string, phase: Phase, context: PhaseContext, stuck: num
     return figures
   })
 
+/**
+ * One phase (`sweeper` or `raw`) of a scenario on its own freshly seeded data: what the regression
+ * benchmark alternates (support/regress.ts).
+ */
+export const runPhase = <Size>(scenario: Scenario<Size>, size: Size, name: "sweeper" | "raw") =>
+  withFreshData(
+    (context) => scenario.seed(size, context),
+    (context, stuck) =>
+      Effect.map(
+        timePhase(name, name === "sweeper" ? scenario.sweeper(size) : scenario.raw(size), context, stuck),
+        (phase) => ({ stuck, phase })
+      )
+  )
+
 export interface RunOptions {
   /**
    * Run the per-record baseline too (default). CI's smoke run leaves it out: one transaction or

@@ -53,6 +53,16 @@ export const benchDatabase = (synchronousCommit: string | undefined) =>
           `ALTER DATABASE ${name} SET synchronous_commit = '${synchronousCommit.replace(/[^a-z_]/g, "")}'`
         )
       }
+      // BENCH_AUTO_EXPLAIN=<ms>: the server logs the plan (with ANALYZE and BUFFERS) of every
+      // statement on this database slower than that, for finding where a statement's time goes.
+      const explainAbove = process.env.BENCH_AUTO_EXPLAIN
+      if (explainAbove !== undefined && /^\d+$/.test(explainAbove)) {
+        yield* sql.unsafe(`ALTER DATABASE ${name} SET session_preload_libraries = 'auto_explain'`)
+        yield* sql.unsafe(`ALTER DATABASE ${name} SET auto_explain.log_min_duration = ${explainAbove}`)
+        yield* sql.unsafe(`ALTER DATABASE ${name} SET auto_explain.log_analyze = on`)
+        yield* sql.unsafe(`ALTER DATABASE ${name} SET auto_explain.log_buffers = on`)
+        yield* sql.unsafe(`ALTER DATABASE ${name} SET auto_explain.log_nested_statements = on`)
+      }
       return { name, url: databaseUrl(name) }
     }).pipe(Effect.provide(admin)),
     ({ name }) =>

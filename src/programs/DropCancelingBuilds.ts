@@ -25,7 +25,7 @@ import {
   cursorOf,
   DropBatchSize,
   DROPPING_MESSAGE,
-  droppingFields
+  droppingPageFields
 } from "../domain/Build.ts"
 import { type Held, keysetPages, logLocked } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
@@ -58,7 +58,8 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     commit: (c: { dropped: number; doomed: number; skippedLocked: number }) => Effect.Effect<void>
   ) =>
     Effect.gen(function*() {
-      for (const build of page) yield* Effect.logInfo(DROPPING_MESSAGE, droppingFields(build, 1))
+      // GitLab's per-build line, written once per page with every build's fields (Build.ts).
+      yield* Effect.logInfo(DROPPING_MESSAGE, droppingPageFields(page))
       const written = yield* builds.dropMany(page, yield* DateTime.now)
       const won = new Set(written.dropped)
       const skipped = new Set(written.locked)

@@ -426,6 +426,45 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
     ), 120_000)
 
   it.live(
+    "a relay round ends with a claim that took fewer than a round's batches: no empty claim after it",
+    () =>
+      onGitLab(
+        { partitioned: false },
+        Effect.gen(function*() {
+          const sql = yield* PgClient.PgClient
+          const queue = yield* JobQueue
+          yield* seed(false, BUILDS, QUEUED)
+          yield* runAll("legacy")
+          // A batch committed while the relay pushes: the relay that claimed the others had taken
+          // every claimable batch, so it stops; the new batch waits for the wake its drop sends.
+          let pushes = 0
+          const late = "00000000-0000-4000-8000-0000000000ff"
+          const committing: JobQueue["Service"] = {
+            ...queue,
+            pushOnce: (request) =>
+              Effect.andThen(
+                queue.pushOnce(request),
+                pushes++ === 0
+                  ? sql`INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
+                      VALUES (${late}::uuid, 'Ci::BuildFinishedWorker', 'default', '[99]'::jsonb)`.pipe(
+                    Effect.orDie,
+                    Effect.asVoid
+                  )
+                  : Effect.void
+              )
+          }
+          yield* relayJobOutbox(sql, committing, "00000000-0000-4000-8000-00000000000d")
+          const left = yield* sql<{ batch: string }>`SELECT batch FROM sweeper_job_outbox`
+          assert.deepStrictEqual(left.map((row) => row.batch), [late])
+          // Its wake's relay pushes it.
+          assert.strictEqual(yield* relayJobOutbox(sql, queue, "00000000-0000-4000-8000-00000000000d"), 1)
+          assert.deepStrictEqual(yield* outbox, [])
+        })
+      ),
+    120_000
+  )
+
+  it.live(
     "a relay that dies between its push and its DELETE, or before its push, loses no job and pushes none twice",
     () =>
       onGitLab(

@@ -291,6 +291,27 @@ describe("drop-canceling-builds", () => {
       assert.lengthOf(yield* MemoryEvents, 20)
     }).pipe(Effect.provide(MemoryPlatform({ dropBatchSize: 7 }))))
 
+  it.effect("GitLab's Dropping outdated build line: one per page, carrying every build's id, runner and status", () =>
+    Effect.gen(function*() {
+      const rows = Array.from({ length: 10 }, (_, i) => build({ projectId: i, runnerId: 100 + i }))
+      yield* seed(...rows)
+      const lines: Array<Record<string, unknown>> = []
+      const collector = Logger.make((options) => {
+        const message = Array.isArray(options.message) ? options.message : [options.message]
+        if (message[0] === "Dropping outdated build") lines.push(message[1] as Record<string, unknown>)
+      })
+      yield* runProgram.pipe(Effect.provide(Logger.layer([collector])))
+      // Pages of 7: two lines, not ten, and together every build of the run in page order.
+      assert.deepStrictEqual(lines.map((line) => [line.count, line.attempt, line.failure_reason]), [
+        [7, 1, "stuck_or_timeout_failure"],
+        [3, 1, "stuck_or_timeout_failure"]
+      ])
+      assert.deepStrictEqual(
+        lines.flatMap((line) => line.builds as ReadonlyArray<unknown>),
+        rows.map((row) => ({ build_id: row.id, runner_id: row.runnerId, status: "canceling" }))
+      )
+    }).pipe(Effect.provide(MemoryPlatform({ dropBatchSize: 7 }))))
+
   it.effect("a page exactly the batch size ends with one empty read, no extra transaction", () =>
     Effect.gen(function*() {
       yield* seed(...Array.from({ length: 14 }, () => build()))

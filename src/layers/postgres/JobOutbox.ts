@@ -126,7 +126,10 @@ const pushAndForget = (sql: PgClient.PgClient, queue: JobQueue["Service"], rows:
 
 /**
  * Relays everything in the outbox `relayer` may claim (see `claim`), RELAY_BATCHES batches a round;
- * the jobs pushed now (a batch refused by its marker counts none).
+ * the jobs pushed now (a batch refused by its marker counts none). A claim that took fewer than
+ * RELAY_BATCHES batches took every claimable one, so the relay stops there rather than asking again:
+ * a batch committed since wakes the relay itself (`committed`), and that empty claim, which reads the
+ * whole outbox, was one statement in two during a large drop (measured: 186 claims for 100 pages).
  */
 export const relayJobOutbox = (
   sql: PgClient.PgClient,
@@ -140,6 +143,7 @@ export const relayJobOutbox = (
       const rows = yield* claim(sql, relayer, options.takeOver === true)
       if (rows.length === 0) return pushed
       pushed += yield* pushAndForget(sql, queue, rows)
+      if (new Set(rows.map((row) => row.batch)).size < RELAY_BATCHES) return pushed
     }
   })
 
