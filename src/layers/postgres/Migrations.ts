@@ -31,6 +31,7 @@ import {
   type SchemaMode
 } from "./DatabaseSchema.ts"
 import { transitionTables } from "./migrations/0009_transition_tables.ts"
+import { shadowCandidates } from "./migrations/0011_shadow_candidates.ts"
 
 export const PLATFORM_TABLES = [
   "namespaces",
@@ -418,7 +419,8 @@ const ALL = {
   "0007_stuck_builds_family": stuckBuildsFamily,
   "0008_event_relay": eventRelay,
   "0009_transition_tables": transitionTables(ownTable),
-  "0010_relay_keys": relayKeys
+  "0010_relay_keys": relayKeys,
+  "0011_shadow_candidates": shadowCandidates
 } as const
 
 /** A separate ci database's migrations (its own sweeper_migrations): the outbox, and ci's platform tables. */
