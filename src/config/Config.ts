@@ -24,7 +24,7 @@ import { InvalidConfig } from "../domain/Errors.ts"
 import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
-import { type Mode, MODES, modeVariable, SHADOW_BATCHES } from "../domain/Shadow.ts"
+import { type Mode, MODES, modeVariable, SHADOW_BATCHES, shadowCapable } from "../domain/Shadow.ts"
 import {
   CurrentFailureReasonSet,
   FAILURE_REASON_SETS,
@@ -362,7 +362,7 @@ const batchMode = (batch: string) =>
       Effect.mapError(invalidAs("SWEEPER_MODE"))
     )
     if (Option.isSome(mode)) {
-      if (mode.value === "shadow" && !SHADOW_BATCHES.includes(batch)) {
+      if (mode.value === "shadow" && !shadowCapable(batch)) {
         return yield* new InvalidConfig({
           variable: own,
           message: `batch ${batch} has no shadow mode; batches that do: ${SHADOW_BATCHES.join(", ")}`
@@ -370,7 +370,7 @@ const batchMode = (batch: string) =>
       }
       return mode.value
     }
-    return SHADOW_BATCHES.includes(batch) ? all : "act"
+    return shadowCapable(batch) ? all : "act"
   })
 
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */

@@ -20,6 +20,8 @@ import { ExportJobStatus } from "./ExportJob.ts"
 import { FailureReasons } from "./StuckBuilds.ts"
 
 export const MODES = ["act", "shadow"] as const
+
+export const shadowCapable = (batch: string): boolean => (SHADOW_BATCHES as ReadonlyArray<string>).includes(batch)
 export type Mode = typeof MODES[number]
 
 /** `SWEEPER_MODE_DROP_CANCELING_BUILDS`, as the cron variables are named. */
@@ -70,7 +72,14 @@ export const SHADOW_WAIT: Readonly<Record<string, Duration.Duration>> = {
 }
 
 /** The batches shadow mode can reconcile (each ports a GitLab worker whose effect can be read back). */
-export const SHADOW_BATCHES: ReadonlyArray<string> = Object.keys(SHADOW_WAIT)
+export const SHADOW_BATCHES = [
+  "drop-canceling-builds",
+  "drop-pending-builds",
+  "drop-running-builds",
+  "drop-scheduled-builds",
+  "stuck-export-jobs",
+  "delete-stale-direct-uploads"
+] as const
 
 export const dueAt = (batch: string, proposedAt: Date): Date =>
   new Date(proposedAt.getTime() + Duration.toMillis(SHADOW_WAIT[batch] ?? Duration.minutes(75)))

@@ -94,7 +94,8 @@ describe("Beside GitLab's schema", () => {
             "sweeper_relayed",
             "sweeper_relayed_keys",
             "sweeper_runs",
-            "sweeper_schema_ownership"
+            "sweeper_schema_ownership",
+            "sweeper_shadow_candidates"
           ])
           assert.lengthOf(yield* sql`SELECT * FROM sweeper_schema_ownership`, 0)
           // Still gitlab after its own migrations ran.

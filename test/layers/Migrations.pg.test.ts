@@ -269,7 +269,7 @@ describe("Migrations on PostgreSQL", () => {
               WHERE table_schema = 'public' ORDER BY table_name`
             return { recorded: Number(recorded[0]!.n), tables: tables.map((t) => t.table_name) }
           }))
-          assert.strictEqual(check.recorded, 9)
+          assert.strictEqual(check.recorded, 11)
           for (const table of [...Object.keys(EXPECTED), "sweeper_lease_fences"]) assert.include(check.tables, table)
         }))
       }

@@ -23,7 +23,8 @@ import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
 import { ShadowLedger } from "../../src/services/ShadowLedger.ts"
 import { RedisServices, RepairSteps, ShadowLayers, SqlBackends } from "../../src/supervisor/App.ts"
 import { runBatch } from "../../src/supervisor/RunGuard.ts"
-import { PgTest } from "../support/postgres.ts"
+import { runCli } from "../support/cli.ts"
+import { PgTest, TestDatabaseUrl } from "../support/postgres.ts"
 import { RedisTopologyTest, scanKeys, TestRedisStores } from "../support/redisTopology.ts"
 
 const Platform = Layer.mergeAll(ShadowLayers, RepairSteps).pipe(
@@ -134,6 +135,30 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow mode on 
       assert.deepInclude(report!, { matched: 1, mismatched: 2, sweeperOnly: 1, gitlabOnly: 0, ignored: 2 })
       assert.strictEqual(report!.agreement, 0.25)
       assert.sameMembers(report!.samples.map((s) => s.entity), ["build:2", "build:3", "build:6"])
+
+      // The operator's view: `sweeper shadow report --json`, one object per batch.
+      const env = { DATABASE_URL: yield* TestDatabaseUrl, ...(yield* TestRedisStores).env }
+      const cli = yield* Effect.promise(() =>
+        runCli(["shadow", "report", "--batch", "drop-canceling-builds", "--since", "1d", "--json"], env)
+      )
+      assert.strictEqual(cli.code, 0, cli.stderr)
+      const printed = JSON.parse(cli.stdout) as ReadonlyArray<Record<string, unknown>>
+      assert.strictEqual(printed.length, 1)
+      assert.deepInclude(printed[0]!, {
+        batch: "drop-canceling-builds",
+        matched: 1,
+        mismatched: 2,
+        sweeperOnly: 1,
+        gitlabOnly: 0,
+        ignored: 2,
+        agreement: 0.25
+      })
+      const sample = (printed[0]!.samples as ReadonlyArray<Record<string, unknown>>).find((x) => x.entity === "build:2")
+      assert.deepInclude(sample!, { verdict: "mismatched", rule: "canceling" })
+      assert.deepStrictEqual(sample!.outcome, { status: "failed", failure_reason: 3 })
+      assert.deepInclude(sample!.observed as object, { status: "canceled" })
+      const text = yield* Effect.promise(() => runCli(["shadow", "report", "--since", "1d"], env))
+      assert.include(text.stdout, "drop-canceling-builds: agreement 25.0% — matched 1, mismatched 2, sweeperOnly 1")
     }))
 
   it.effect("drop-running-builds: a build GitLab failed as stuck that Sweeper never proposed is gitlabOnly, once", () =>
