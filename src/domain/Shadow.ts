@@ -15,9 +15,11 @@
  *   ignored      changed by something else (finished, cancelled, re-enqueued, re-registered, gone).
  * These are pure decisions on what was read; reading is the ShadowObserver's.
  */
+import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import { ExportJobStatus } from "./ExportJob.ts"
-import { FailureReasons } from "./StuckBuilds.ts"
+import { cancelingEnd, CurrentFailureReasonSet, FailureReasons } from "./StuckBuilds.ts"
 
 export const MODES = ["act", "shadow"] as const
 
@@ -132,11 +134,18 @@ export const buildVerdict = (
 export const buildProposal = (
   rule: string,
   outcome: { readonly status: string; readonly failureReason: number | null },
-  build: { readonly status: string; readonly lockVersion: number; readonly updatedAt: Date }
+  build: { readonly status: string; readonly lockVersion: number; readonly updatedAt: DateTime.Utc }
 ): ShadowProposal => ({
   rule,
   outcome: { status: outcome.status, failure_reason: outcome.failureReason },
-  facts: { status: build.status, lock_version: build.lockVersion, updated_at: build.updatedAt.toISOString() }
+  facts: { status: build.status, lock_version: build.lockVersion, updated_at: DateTime.formatIso(build.updatedAt) }
+})
+
+/** drop-canceling-builds' proposal under the failure-reason set in force (its end: failed or canceled). */
+export const cancelingProposal = Effect.map(CurrentFailureReasonSet, (set) => {
+  const end = cancelingEnd(set)
+  return (build: Parameters<typeof buildProposal>[2]) =>
+    buildProposal("canceling", { status: end.status, failureReason: end.written }, build)
 })
 
 // ---------------------------------------------------------------------------------------------

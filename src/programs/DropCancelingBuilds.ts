@@ -27,8 +27,7 @@ import {
   DROPPING_MESSAGE,
   droppingFields
 } from "../domain/Build.ts"
-import { buildProposal } from "../domain/Shadow.ts"
-import { cancelingEnd, CurrentFailureReasonSet } from "../domain/StuckBuilds.ts"
+import { cancelingProposal } from "../domain/Shadow.ts"
 import { type Held, keysetPages, logLocked } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
@@ -52,7 +51,6 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   const now = yield* decisionTime
   yield* Effect.logInfo("Cleaning canceling, timed-out builds")
   const cutoff = cancelingCutoff(now)
-  const end = cancelingEnd(yield* CurrentFailureReasonSet)
 
   // Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. Rows
   // another transaction holds (in the page write or in a retry) are skipped and logged once.
@@ -94,11 +92,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     revisit: (after) => builds.revisitWritten({ cutoff, after }),
     unit: {
       target: (build) => `build:${build.id}`,
-      propose: (build) =>
-        buildProposal("canceling", { status: end.status, failureReason: end.written }, {
-          ...build,
-          updatedAt: DateTime.toDateUtc(build.updatedAt)
-        }),
+      propose: yield* cancelingProposal,
       dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }),
       write: dropPage,
       fence: false

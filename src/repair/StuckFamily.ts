@@ -101,10 +101,7 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
       unit: {
         target: (build) => `build:${build.id}`,
         propose: (build) =>
-          buildProposal(`${rule.status} ${rule.stuckType}`, { status: "failed", failureReason: reasonCode }, {
-            ...build,
-            updatedAt: DateTime.toDateUtc(build.updatedAt)
-          }),
+          buildProposal(`${rule.status} ${rule.stuckType}`, { status: "failed", failureReason: reasonCode }, build),
         dry: (page) => ({ ...ZERO, dropped: actionable(page).length }),
         write: dropPage,
         fence: false
