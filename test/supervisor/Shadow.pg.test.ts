@@ -125,7 +125,7 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow mode on 
         "build:3": "mismatched",
         "build:4": "ignored",
         "build:5": "ignored",
-        // Still stuck: judged sweeperOnly, and proposed again by the last run (open once more).
+        // Still stuck once GitLab's window is over: the next run proposes it again, a new open row.
         "build:6": "sweeperOnly"
       })
       const [report] = yield* (yield* ShadowLedger).report({
@@ -224,7 +224,6 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow mode on 
         "export_job:1": "matched",
         "export_job:2": "ignored",
         "export_job:3": "ignored",
-        // Proposed again by the second run, after its sweeperOnly verdict.
         "export_job:4": "sweeperOnly",
         "export_job:5": "gitlabOnly"
       })
