@@ -32,6 +32,7 @@ import { attachDashedValues, budgetFlag, instantFlag, intFlag, runIdFlag } from 
 import { printEvent, printRun, printStatus } from "./CliPrint.ts"
 import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
 import * as Operator from "./Operator.ts"
+import { shadowCommand } from "./ShadowReport.ts"
 import { Supervisor } from "./SupervisorProcess.ts"
 
 export { supervisor } from "./SupervisorProcess.ts"
@@ -258,6 +259,7 @@ export const sweeper = Command.make("sweeper").pipe(
     migrateCommand,
     events.pipe(Command.withSubcommands([eventsPrune])),
     doctorCommand,
+    shadowCommand,
     simulateCommand,
     demo
   ])

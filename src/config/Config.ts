@@ -24,6 +24,7 @@ import { InvalidConfig } from "../domain/Errors.ts"
 import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
+import { type Mode, MODES, modeVariable, SHADOW_BATCHES, shadowCapable } from "../domain/Shadow.ts"
 import {
   CurrentFailureReasonSet,
   FAILURE_REASON_SETS,
@@ -348,6 +349,30 @@ const settings = Config.all({
   })
 })
 
+/**
+ * `SWEEPER_MODE` for every batch shadow mode can reconcile (the others, which port no GitLab worker
+ * whose effect can be read back, stay `act`), `SWEEPER_MODE_<BATCH>` for one; `act` by default.
+ */
+const batchMode = (batch: string) =>
+  Effect.gen(function*() {
+    const own = modeVariable(batch)
+    const mode = yield* Config.option(Config.schema(Schema.Literals(MODES), own)).pipe(Effect.mapError(invalidAs(own)))
+    const all = yield* Config.schema(Schema.Literals(MODES), "SWEEPER_MODE").pipe(
+      Config.withDefault<Mode>("act"),
+      Effect.mapError(invalidAs("SWEEPER_MODE"))
+    )
+    if (Option.isSome(mode)) {
+      if (mode.value === "shadow" && !shadowCapable(batch)) {
+        return yield* new InvalidConfig({
+          variable: own,
+          message: `batch ${batch} has no shadow mode; batches that do: ${SHADOW_BATCHES.join(", ")}`
+        })
+      }
+      return mode.value
+    }
+    return shadowCapable(batch) ? all : "act"
+  })
+
 /** A batch as configured: SWEEPER_CRON_<BATCH>, SWEEPER_LEASE_TTL_<BATCH>, SWEEPER_DISABLED_BATCHES applied. */
 export interface ConfiguredBatch<B> {
   /** The batch, its exclusive lease's TTL overridden when SWEEPER_LEASE_TTL_<BATCH> is set. */
@@ -407,8 +432,9 @@ export const configureBatches = <B extends Batch<any, any, any>>(batches: Readon
         }
         lease = Option.some({ ...lease.value, ttl: ttl.value })
       }
+      const mode = yield* batchMode(batch.name)
       configured.push({
-        batch: { ...batch, lease },
+        batch: { ...batch, lease, ...(mode === "shadow" ? { mode } : {}) },
         cronText,
         cron: cron.success,
         disabled: config.disabledBatches.includes(batch.name)

@@ -11,6 +11,7 @@ import type { BacklogReading } from "./Backlog.ts"
 import type { FenceError } from "./Errors.ts"
 import type { RedisStoreName } from "./Health.ts"
 import type { MissedRunPolicy } from "./Schedule.ts"
+import type { Mode, ShadowProposal } from "./Shadow.ts"
 
 export interface ExclusiveLeaseSpec {
   readonly name: string
@@ -48,6 +49,11 @@ export interface Batch<Summary = unknown, E = unknown, R = unknown> {
    * at BACKLOG_CAP. Sampled by the console on a timer, never per request. Absent: nothing waits.
    */
   readonly backlog?: Effect.Effect<BacklogReading, unknown, R>
+  /**
+   * `act` (absent) repairs; `shadow` runs every run as a dry run that records what it would repair,
+   * beside GitLab's own worker (SWEEPER_MODE, SWEEPER_MODE_<BATCH>; set by configuration).
+   */
+  readonly mode?: Mode
 }
 
 export interface BatchWrites {
@@ -113,8 +119,11 @@ export interface RunInfo {
    * writes (and event times) still come from the real clock.
    */
   readonly asOf?: Date | undefined
-  /** A dry run's would-be targets (streams like `build:123`); the guard lists the first 100. */
-  readonly wouldChange?: ((stream: string) => Effect.Effect<void>) | undefined
+  /**
+   * A dry run's would-be targets (streams like `build:123`); the guard lists the first 100. A shadow
+   * run also records each one's proposal (rule, outcome, facts read) in its ledger.
+   */
+  readonly wouldChange?: ((stream: string, proposal?: ShadowProposal) => Effect.Effect<void>) | undefined
 }
 
 /** Receives the work a program reports as it goes (see `reportProgress`). */
@@ -141,11 +150,11 @@ export const decisionTime: Effect.Effect<DateTime.Utc> = Effect.gen(function*() 
   return run.asOf === undefined ? yield* DateTime.now : DateTime.fromDateUnsafe(run.asOf)
 })
 
-/** Notes, in a dry run, one thing the run would have changed. */
-export const wouldChange = (stream: string): Effect.Effect<void> =>
+/** Notes, in a dry run, one thing the run would have changed (and, for shadow mode, how). */
+export const wouldChange = (stream: string, proposal?: ShadowProposal): Effect.Effect<void> =>
   Effect.gen(function*() {
     const run = yield* CurrentRun
-    if (run.wouldChange !== undefined) yield* run.wouldChange(stream)
+    if (run.wouldChange !== undefined) yield* run.wouldChange(stream, proposal)
   })
 
 /** A safe point: stop here, writing nothing more, if the run's lease was lost or cannot be read. */

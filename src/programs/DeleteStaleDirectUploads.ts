@@ -22,6 +22,7 @@ import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import * as D from "../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../domain/Errors.ts"
+import { uploadProposal } from "../domain/Shadow.ts"
 import { growingSteps } from "../repair/RepairLoop.ts"
 import * as M from "../services/Metrics.ts"
 import { PendingDirectUploads } from "../services/PendingDirectUploads.ts"
@@ -52,6 +53,7 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
     unit: {
       plan: (entries) => Effect.sync(() => met.sorted(D.staleEntries(entries, isStale))),
       target: (upload) => `direct_upload:${upload.location}:${upload.path}`,
+      propose: (upload) => uploadProposal(upload, repairs.wouldRepair([upload])[0] !== "unconfigured"),
       dry: (stale) => met.repaired(D.tallyOutcomes(repairs.wouldRepair(stale))),
       // The step is done (its fields are gone or not ours): a retried attempt will not see these again.
       write: (stale, commit) =>

@@ -27,6 +27,7 @@ import {
   DROPPING_MESSAGE,
   droppingPageFields
 } from "../domain/Build.ts"
+import { cancelingProposal } from "../domain/Shadow.ts"
 import { type Held, keysetPages, logLocked } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
@@ -92,6 +93,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     revisit: (after) => builds.revisitWritten({ cutoff, after }),
     unit: {
       target: (build) => `build:${build.id}`,
+      propose: yield* cancelingProposal,
       dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }),
       write: dropPage,
       fence: false

@@ -20,6 +20,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
+import { exportJobProposal } from "../domain/Shadow.ts"
 import { capped } from "../domain/Summary.ts"
 import { each, type Held, logIds, logLocked } from "../repair/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
@@ -80,6 +81,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
           (jobs) => jobs.filter((job) => toFail(decideStuckExport(job, now, completed)))
         ),
       target: (job: EnqueuedExportJob) => `export_job:${job.id}`,
+      propose: exportJobProposal,
       dry: (jobs) => ({ failed: jobs.length, failedJids: jobs.map((job) => job.jid), skippedLocked: 0 }),
       fence: false, // failMany fences its own statement
       write: (jobs, commit) =>

@@ -36,6 +36,7 @@ import * as Stream from "effect/Stream"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import { lockedTooOften } from "../domain/LockedRows.ts"
+import type { ShadowProposal } from "../domain/Shadow.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
@@ -66,6 +67,8 @@ export interface Unit<In, T, C extends Counts, E, R> {
   readonly plan?: ((input: In) => Effect.Effect<ReadonlyArray<T>, E, R>) | undefined
   /** A dry run's stream for `wouldChange` (e.g. `build:123`). */
   readonly target: (t: T) => string
+  /** What the write would do to a target, for shadow mode's ledger (rule, outcome, facts read). */
+  readonly propose?: ((t: T) => ShadowProposal) | undefined
   /** What a dry run counts for these targets (it writes nothing). */
   readonly dry: (targets: ReadonlyArray<T>) => C
   /** The guarded write; `commit` reports counts as they become durable (a retried run keeps them). */
@@ -153,7 +156,7 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
       const targets = spec.plan === undefined ? input as unknown as ReadonlyArray<T> : yield* spec.plan(input)
       let committed: Counts = {}
       if (run.dryRun) {
-        for (const t of targets) yield* wouldChange(spec.target(t))
+        for (const t of targets) yield* wouldChange(spec.target(t), spec.propose?.(t))
         committed = spec.dry(targets)
       } else if (targets.length > 0) {
         if (spec.fence !== false) yield* checkFence

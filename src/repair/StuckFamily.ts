@@ -14,7 +14,8 @@ import * as Option from "effect/Option"
 import { BACKLOG_CAP, type BacklogPart, type BacklogReading } from "../domain/Backlog.ts"
 import { CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { type BuildCursor, cursorOf, DropBatchSize } from "../domain/Build.ts"
-import { CurrentFailureReasonSet, reasonOf, rulesInForce, type StuckRule } from "../domain/StuckBuilds.ts"
+import { buildProposal } from "../domain/Shadow.ts"
+import { CurrentFailureReasonSet, reasonCodeOf, reasonOf, rulesInForce, type StuckRule } from "../domain/StuckBuilds.ts"
 import { RunnerAckQueue } from "../services/RunnerAckQueue.ts"
 import { type FamilyBuild, StuckBuilds } from "../services/StuckBuilds.ts"
 import { type Held, keysetPages, logIds, sumHeld } from "./RepairLoop.ts"
@@ -52,6 +53,7 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
     const reasons = yield* CurrentFailureReasonSet
     const now = yield* decisionTime
     const reason = reasonOf(rule, reasons)
+    const reasonCode = yield* reasonCodeOf(rule, reasons)
     const ackQueue = yield* RunnerAckQueue
     // Builds read whose runner may still accept them: left alone, as GitLab does. Kept beside the
     // pages (not cut from them) so the keyset still moves past them; only ever added to, since the
@@ -101,6 +103,8 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
       cursor: cursorOf,
       unit: {
         target: (build) => `build:${build.id}`,
+        propose: (build) =>
+          buildProposal(`${rule.status} ${rule.stuckType}`, { status: "failed", failureReason: reasonCode }, build),
         dry: (page) => ({ ...ZERO, dropped: actionable(page).length }),
         write: dropPage,
         fence: false

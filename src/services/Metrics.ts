@@ -172,6 +172,12 @@ export const concurrencyLimitEffectiveLimit = Metric.gauge("sidekiq_concurrency_
     "The concurrency limit in force per worker: the configured one, or lower while the health gate throttles it"
 })
 
+export const shadowOutcomesTotal = Metric.counter("sweeper_shadow_outcomes_total", {
+  description:
+    "Shadow mode's verdicts on what a batch proposed or GitLab repaired (matched, mismatched, sweeperOnly, gitlabOnly, ignored)",
+  incremental: true
+})
+
 export const ticksMissedTotal = Metric.counter("sweeper_ticks_missed_total", {
   description:
     "Scheduled ticks that did not run, by batch and reason (downtime, overlap, lease_unavailable, breaker_open, disabled, paused, …)",

@@ -54,6 +54,8 @@ import { migrateWith, pendingMigrations } from "../layers/postgres/Migrations.ts
 import { OutboxRepairEvents } from "../layers/postgres/Outbox.ts"
 import { PlatformRecordsSql } from "../layers/postgres/PlatformRecordsSql.ts"
 import { layerEmbedded, layerServer } from "../layers/postgres/Postgres.ts"
+import { ShadowLedgerSql } from "../layers/postgres/ShadowLedgerSql.ts"
+import { ShadowObserverSql } from "../layers/postgres/ShadowObserverSql.ts"
 import { StuckBuildsSql } from "../layers/postgres/StuckBuildsSql.ts"
 import { MetricsPrometheus } from "../layers/prometheus/MetricsPrometheus.ts"
 import { RebalanceRescheduleLive } from "../layers/protocols/RebalanceRescheduleLive.ts"
@@ -79,6 +81,9 @@ import { RunLedger } from "../services/RunLedger.ts"
  * composition provides them on top of its backends.
  */
 export const RepairSteps = Layer.mergeAll(StaleUploadRepairLive, RebalanceRescheduleLive)
+
+/** Shadow mode's ledger (main) and its reads of GitLab's state (ci's builds, main's jobs, the uploads hash). */
+export const ShadowLayers = Layer.mergeAll(ShadowLedgerSql, ShadowObserverSql)
 
 /** The services backed by Redis, given the store connections (Redis.layerStores). */
 export const RedisServices = Layer.mergeAll(
@@ -465,7 +470,7 @@ export const appLayer = (access: SchemaAccess) =>
       onNone: () => Layer.provideMerge(platform, MemoryBackends),
       onSome: (urls) => Layer.provideMerge(platform, RedisBackends(urls))
     }))
-    return Layer.merge(healthLayer(settings), RepairSteps).pipe(
+    return Layer.mergeAll(healthLayer(settings), RepairSteps, ShadowLayers).pipe(
       Layer.provideMerge(Layer.provideMerge(backends, MetricsPrometheus)),
       Layer.provideMerge(databaseLayer(settings, access))
     )

@@ -24,6 +24,7 @@ import { type Batch, CurrentRun, type Fence, HARD_TIMEOUT_GRACE, type Outcome } 
 import type { LastRun } from "../domain/BatchState.ts"
 import { describeError, isTransient, LeaseLost, type RedisError } from "../domain/Errors.ts"
 import { LeaseLostEvent, RunFinished, RunStarted } from "../domain/Events.ts"
+import type { ShadowProposal } from "../domain/Shadow.ts"
 import { repairedItems, RunProgress } from "../domain/Summary.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease, type LeaseHandle } from "../services/Lease.ts"
@@ -40,6 +41,7 @@ import {
 import { RunLedger } from "../services/RunLedger.ts"
 import { closeAbandonedRuns } from "./AbandonedRuns.ts"
 import { trackRun } from "./LiveProgress.ts"
+import { shadowStep } from "./ShadowReconcile.ts"
 
 export type Trigger = "schedule" | "manual" | "startup"
 
@@ -207,15 +209,20 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
     const events = yield* EventLog
     const ledger = yield* RunLedger
     const runId = randomUUID()
-    const dryRun = options.dryRun === true
+    // A batch in shadow mode runs as a dry run that records what it proposes (see ShadowReconcile);
+    // `--dry-run` stays a plain dry run, recording nothing.
+    const shadow = batch.mode === "shadow" && options.dryRun !== true
+    const dryRun = options.dryRun === true || shadow
+    const proposals: Array<readonly [string, ShadowProposal]> = []
     const budget = options.budget ?? batch.budget
     const startedAt = yield* DateTime.now
     const startedMs = DateTime.toEpochMillis(startedAt)
     const targets: Array<string> = []
     let targetsTotal = 0
-    const wouldChange = (stream: string) =>
+    const wouldChange = (stream: string, proposal?: ShadowProposal) =>
       Effect.sync(() => {
         if (targetsTotal++ < MAX_LISTED_TARGETS) targets.push(stream)
+        if (shadow && proposal !== undefined) proposals.push([stream, proposal])
       })
     // One deadline for the whole run, whatever runs under it (loops, workers, retried attempts).
     const deadline = startedMs + Duration.toMillis(budget)
@@ -408,6 +415,13 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       const exit = yield* Effect.exit(program).pipe(
         Effect.onInterrupt(() => finish("failed", reported(), { reason: "interrupted" }))
       )
+      if (Exit.isSuccess(exit) && shadow && Option.isSome(exit.value)) {
+        const now = DateTime.toDateUtc(yield* DateTime.now)
+        const tally = yield* Effect.exit(shadowStep(batch.name, runId, proposals, now))
+        return Exit.isSuccess(tally)
+          ? yield* finish("succeeded", { ...(exit.value.value as object), shadow: tally.value })
+          : yield* finish("failed", exit.value.value, { reason: "shadow ledger", error: describe(tally.cause) })
+      }
       if (Exit.isSuccess(exit)) {
         return Option.isSome(exit.value)
           ? yield* finish("succeeded", exit.value.value)

@@ -111,6 +111,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           plan.stdout.trim(),
           "Pending (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
             + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, 0010_relay_keys, "
+            + "0011_shadow_candidates, "
             + ONLINE.map((step) => `${step} (online)`).join(", ")
         )
         assert.deepStrictEqual(yield* tables(url), before)
@@ -121,6 +122,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           migrated.stdout.trim(),
           "Applied (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
             + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, 0010_relay_keys, "
+            + "0011_shadow_candidates, "
             + ONLINE.join(", ")
         )
         assert.strictEqual(

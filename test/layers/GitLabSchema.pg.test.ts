@@ -70,12 +70,13 @@ describe("Beside GitLab's schema", () => {
             "0006_ledger_rollup",
             "0008_event_relay",
             "0009_transition_tables",
-            "0010_relay_keys"
+            "0010_relay_keys",
+            "0011_shadow_candidates"
           ])
 
           const applied = yield* migrate
           // Sweeper's own transactional migrations (never the platform tables), then its online steps.
-          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 9, 10, 4, 4, 5, 6, 6])
+          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 9, 10, 11, 4, 4, 5, 6, 6])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
           assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
@@ -93,7 +94,8 @@ describe("Beside GitLab's schema", () => {
             "sweeper_relayed",
             "sweeper_relayed_keys",
             "sweeper_runs",
-            "sweeper_schema_ownership"
+            "sweeper_schema_ownership",
+            "sweeper_shadow_candidates"
           ])
           assert.lengthOf(yield* sql`SELECT * FROM sweeper_schema_ownership`, 0)
           // Still gitlab after its own migrations ran.

@@ -32,6 +32,7 @@ import { stuckBuildsFamily } from "./migrations/0007_stuck_builds_family.ts"
 import { ciOutbox, eventRelay } from "./migrations/0008_event_relay.ts"
 import { transitionTables } from "./migrations/0009_transition_tables.ts"
 import { outboxKeys, relayKeys } from "./migrations/0010_relay_keys.ts"
+import { shadowCandidates } from "./migrations/0011_shadow_candidates.ts"
 import { ownTable, PlatformTablesOf } from "./migrations/Ownership.ts"
 
 const ALL = {
@@ -44,7 +45,8 @@ const ALL = {
   "0007_stuck_builds_family": stuckBuildsFamily,
   "0008_event_relay": eventRelay,
   "0009_transition_tables": transitionTables(ownTable),
-  "0010_relay_keys": relayKeys
+  "0010_relay_keys": relayKeys,
+  "0011_shadow_candidates": shadowCandidates
 } as const
 
 /** A separate ci database's migrations (its own sweeper_migrations): the outbox, and ci's platform tables. */

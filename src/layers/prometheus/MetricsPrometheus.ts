@@ -10,6 +10,7 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
 import { monitorEventLoopDelay } from "node:perf_hooks"
+import { shadowCapable, VERDICTS } from "../../domain/Shadow.ts"
 import {
   directUploadsVanishedTotal,
   eventsPrunedTotal,
@@ -19,6 +20,7 @@ import {
   outboxRelayOwed,
   OUTCOMES,
   runsTotal,
+  shadowOutcomesTotal,
   ticksMissedTotal
 } from "../../services/Metrics.ts"
 
@@ -74,7 +76,11 @@ export const MetricsPrometheus = Layer.effect(
         Effect.forEach(batches, (batch) =>
           Effect.all([
             Effect.forEach(OUTCOMES, (outcome) => update(runsTotal, 0, { batch, outcome })),
-            Effect.forEach(MISSED_REASONS, (reason) => update(ticksMissedTotal, 0, { batch, reason }))
+            Effect.forEach(MISSED_REASONS, (reason) => update(ticksMissedTotal, 0, { batch, reason })),
+            // At 0 from start-up, so the disagreement alert's increase() sees a batch's first verdicts.
+            shadowCapable(batch)
+              ? Effect.forEach(VERDICTS, (outcome) => update(shadowOutcomesTotal, 0, { batch, outcome }))
+              : Effect.void
           ]), { discard: true }).pipe(
             Effect.andThen(update(eventsPrunedTotal, 0)),
             Effect.andThen(update(directUploadsVanishedTotal, 0)),

@@ -1,0 +1,164 @@
+/**
+ * A shadow run's own step, after its program ran as a dry run: record what it proposed, then judge
+ * the batch's open proposals against GitLab's state read back by their own keys, and record what
+ * GitLab repaired that Sweeper never proposed (bounded). Writes only Sweeper's ledger.
+ */
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as S from "../domain/Shadow.ts"
+import { CurrentFailureReasonSet } from "../domain/StuckBuilds.ts"
+import { increment, shadowOutcomesTotal } from "../services/Metrics.ts"
+import { type GitLabOnly, type Settled, ShadowLedger } from "../services/ShadowLedger.ts"
+import { ShadowObserver } from "../services/ShadowObserver.ts"
+
+/** Shadow mode needs the ledger and the observer; a composition without them cannot shadow. */
+export class ShadowUnavailable extends Data.TaggedError("ShadowUnavailable")<{ readonly batch: string }> {
+  override get message() {
+    return `batch ${this.batch} is in shadow mode, but this process has no shadow ledger`
+  }
+}
+
+export interface ShadowTally {
+  readonly proposed: number
+  readonly matched: number
+  readonly mismatched: number
+  readonly sweeperOnly: number
+  readonly gitlabOnly: number
+  readonly ignored: number
+  readonly waiting: number
+  /** A gitlabOnly read stopped at its bound: its count is a sample. */
+  readonly gitlabOnlyBounded: boolean
+}
+
+const idOf = (entity: string) => Number(entity.slice(entity.indexOf(":") + 1))
+
+/** Each open proposal's verdict (or still waiting), from what is read back now. */
+const judge = (batch: string, open: ReadonlyArray<S.ShadowCandidate>, now: Date) =>
+  Effect.gen(function*() {
+    const observer = yield* ShadowObserver
+    const verdicts: Array<[S.ShadowCandidate, S.Verdict | S.Pending, Record<string, unknown> | null]> = []
+    if (S.BUILD_BATCHES.includes(batch)) {
+      const builds = yield* observer.builds(open.map((c) => idOf(c.entity)))
+      for (const c of open) {
+        const build = builds.get(idOf(c.entity)) ?? null
+        const observed = build === null
+          ? null
+          : { status: build.status, failure_reason: build.failureReason, updated_at: build.updatedAt.toISOString() }
+        verdicts.push([c, S.buildVerdict(c, now, build), observed])
+      }
+    } else if (batch === "stuck-export-jobs") {
+      const jobs = yield* observer.exportJobs(open.map((c) => idOf(c.entity)))
+      for (const c of open) {
+        const job = jobs.get(idOf(c.entity)) ?? null
+        verdicts.push([c, S.exportJobVerdict(c, now, job), job === null ? null : { ...job }])
+      }
+    } else if (batch === "delete-stale-direct-uploads") {
+      const values = yield* observer.uploadValues(open.map((c) => String(c.facts.field)))
+      open.forEach((c, i) => {
+        const value = values[i] ?? null
+        verdicts.push([c, S.uploadVerdict(c, now, value), { value }])
+      })
+    }
+    return verdicts
+  })
+
+/** GitLab's repairs in the window that no proposal names. */
+const gitlabOnly = (batch: string, now: Date) =>
+  Effect.gen(function*() {
+    const observer = yield* ShadowObserver
+    const ledger = yield* ShadowLedger
+    const since = new Date(now.getTime() - Duration.toMillis(S.GITLAB_ONLY_REPAIRED_WITHIN))
+    let found: ReadonlyArray<GitLabOnly> = []
+    let bounded = false
+    if (S.BUILD_BATCHES.includes(batch)) {
+      const answers = S.gitlabOnlyBuilds(batch, yield* CurrentFailureReasonSet)
+      if (answers === null) return { found, bounded }
+      const read = yield* observer.failedBuilds({
+        reasons: answers.reasons,
+        since,
+        createdSince: new Date(now.getTime() - Duration.toMillis(S.GITLAB_ONLY_CREATED_WITHIN)),
+        bound: S.GITLAB_ONLY_BOUND
+      })
+      bounded = read.bounded
+      found = read.found.filter((b) => (b.startedAt !== null && b.startedAt !== undefined) === answers.started).map((
+        b
+      ) => ({
+        batch,
+        entity: `build:${b.id}`,
+        rule: "failed by GitLab",
+        outcome: { status: b.status, failure_reason: b.failureReason ?? null },
+        facts: { started_at: b.startedAt?.toISOString() ?? null },
+        at: b.at
+      }))
+    } else if (batch === "stuck-export-jobs") {
+      const read = yield* observer.failedExportJobs({ since, bound: S.GITLAB_ONLY_BOUND })
+      bounded = read.bounded
+      found = read.found.map((j) => ({
+        batch,
+        entity: `export_job:${j.id}`,
+        rule: "failed by GitLab",
+        outcome: { status: j.status },
+        facts: {},
+        at: j.at
+      }))
+    }
+    const family = S.BUILD_BATCHES.includes(batch) ? S.BUILD_BATCHES : [batch]
+    const proposed = yield* ledger.proposed(family, found.map((f) => f.entity))
+    return { found: found.filter((f) => !proposed.has(f.entity)), bounded }
+  })
+
+/**
+ * Records the run's proposals, judges the batch's open ones, adds GitLab's unproposed repairs; the
+ * tally goes into the run's summary and `sweeper_shadow_outcomes_total`.
+ */
+export const shadowStep = (
+  batch: string,
+  runId: string,
+  proposals: ReadonlyArray<readonly [string, S.ShadowProposal]>,
+  now: Date
+) =>
+  Effect.gen(function*() {
+    const ledgerOption = yield* Effect.serviceOption(ShadowLedger)
+    const observerOption = yield* Effect.serviceOption(ShadowObserver)
+    if (Option.isNone(ledgerOption) || Option.isNone(observerOption)) return yield* new ShadowUnavailable({ batch })
+    const ledger = ledgerOption.value
+    yield* ledger.record(proposals.map(([entity, proposal]) => ({
+      ...proposal,
+      batch,
+      entity,
+      runId,
+      proposedAt: now,
+      dueAt: S.dueAt(batch, now)
+    })))
+    const open = yield* ledger.open(batch, S.RECONCILE_BOUND)
+    const judged = yield* judge(batch, open, now).pipe(Effect.provideService(ShadowObserver, observerOption.value))
+    const settled: Array<Settled> = []
+    let waiting = 0
+    for (const [candidate, verdict, observed] of judged) {
+      if (verdict === "waiting" || verdict === "gitlabOnly") waiting++
+      else settled.push({ batch, entity: candidate.entity, verdict, observed, at: now })
+    }
+    yield* ledger.settle(settled)
+    const extra = yield* gitlabOnly(batch, now).pipe(
+      Effect.provideService(ShadowObserver, observerOption.value),
+      Effect.provideService(ShadowLedger, ledger)
+    )
+    const newGitlabOnly = yield* ledger.gitlabOnly(extra.found)
+    const count = (verdict: S.Verdict) => settled.filter((s) => s.verdict === verdict).length
+    const tally: ShadowTally = {
+      proposed: proposals.length,
+      matched: count("matched"),
+      mismatched: count("mismatched"),
+      sweeperOnly: count("sweeperOnly"),
+      gitlabOnly: newGitlabOnly,
+      ignored: count("ignored"),
+      waiting,
+      gitlabOnlyBounded: extra.bounded
+    }
+    for (const outcome of S.VERDICTS) {
+      if (tally[outcome] > 0) yield* increment(shadowOutcomesTotal, tally[outcome], { batch, outcome })
+    }
+    return tally
+  })
