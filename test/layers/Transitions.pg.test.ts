@@ -442,7 +442,7 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
           const committing: JobQueue["Service"] = {
             ...queue,
             pushOnce: (request) =>
-              Effect.andThen(
+              Effect.tap(
                 queue.pushOnce(request),
                 pushes++ === 0
                   ? sql`INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
