@@ -67,8 +67,11 @@ export interface Unit<In, T, C extends Counts, E, R> {
   readonly plan?: ((input: In) => Effect.Effect<ReadonlyArray<T>, E, R>) | undefined
   /** A dry run's stream for `wouldChange` (e.g. `build:123`). */
   readonly target: (t: T) => string
-  /** What the write would do to a target, for shadow mode's ledger (rule, outcome, facts read). */
-  readonly propose?: ((t: T) => ShadowProposal) | undefined
+  /**
+   * What the write would do to a target, for shadow mode's ledger (rule, outcome, facts read);
+   * undefined for a target the write would pass over.
+   */
+  readonly propose?: ((t: T) => ShadowProposal | undefined) | undefined
   /** What a dry run counts for these targets (it writes nothing). */
   readonly dry: (targets: ReadonlyArray<T>) => C
   /** The guarded write; `commit` reports counts as they become durable (a retried run keeps them). */

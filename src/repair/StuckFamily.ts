@@ -103,8 +103,11 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
       cursor: cursorOf,
       unit: {
         target: (build) => `build:${build.id}`,
+        // A build waiting for its runner's acknowledgement is left alone: nothing to propose.
         propose: (build) =>
-          buildProposal(`${rule.status} ${rule.stuckType}`, { status: "failed", failureReason: reasonCode }, build),
+          waiting.has(build)
+            ? undefined
+            : buildProposal(`${rule.status} ${rule.stuckType}`, { status: "failed", failureReason: reasonCode }, build),
         dry: (page) => ({ ...ZERO, dropped: actionable(page).length }),
         write: dropPage,
         fence: false

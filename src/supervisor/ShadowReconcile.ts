@@ -124,7 +124,11 @@ export const shadowStep = (
     const observerOption = yield* Effect.serviceOption(ShadowObserver)
     if (Option.isNone(ledgerOption) || Option.isNone(observerOption)) return yield* new ShadowUnavailable({ batch })
     const ledger = ledgerOption.value
-    yield* ledger.record(proposals.map(([entity, proposal]) => ({
+    // A dry run walks every rule over unchanged rows, so a build two rules match is proposed twice;
+    // the first rule (GitLab's order) is the one that would have dropped it.
+    const first = new Map<string, S.ShadowProposal>()
+    for (const [entity, proposal] of proposals) if (!first.has(entity)) first.set(entity, proposal)
+    yield* ledger.record([...first].map(([entity, proposal]) => ({
       ...proposal,
       batch,
       entity,
@@ -148,7 +152,7 @@ export const shadowStep = (
     const newGitlabOnly = yield* ledger.gitlabOnly(extra.found)
     const count = (verdict: S.Verdict) => settled.filter((s) => s.verdict === verdict).length
     const tally: ShadowTally = {
-      proposed: proposals.length,
+      proposed: first.size,
       matched: count("matched"),
       mismatched: count("mismatched"),
       sweeperOnly: count("sweeperOnly"),

@@ -7,17 +7,19 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { createHash } from "node:crypto"
 import { SweeperConfig, TuningFromConfig } from "../../src/config/Config.ts"
 import type { Batch } from "../../src/domain/Batch.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
+import { runnerAckQueueKey, RunnerProvisioningTimeoutReason } from "../../src/domain/StuckBuilds.ts"
 import { ObjectStorageLocal } from "../../src/layers/objectStorage/ObjectStorageLocal.ts"
 import { MainDatabaseLive, SingleDatabase } from "../../src/layers/postgres/Databases.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { SharedStateRedis } from "../../src/layers/redis/Redis.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
+import { DropPendingBuilds } from "../../src/programs/DropPendingBuilds.ts"
 import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
 import { ShadowLedger } from "../../src/services/ShadowLedger.ts"
@@ -189,6 +191,31 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow mode on 
         "build:10": "gitlabOnly",
         "build:12": "matched"
       })
+    }))
+
+  it.effect("drop-pending-builds: one proposal per build, by the first rule that would drop it; none while its runner may still ack", () =>
+    Effect.gen(function*() {
+      yield* reset
+      const sql = yield* PgClient.PgClient
+      // Both pending for two hours with a runner; 21's runner may still acknowledge it.
+      yield* sql`INSERT INTO ci_builds (id, project_id, status, runner_id, created_at, updated_at)
+        SELECT i, 1, 'pending', 7, now() AT TIME ZONE 'UTC' - interval '2 hours',
+          now() AT TIME ZONE 'UTC' - interval '2 hours'
+        FROM generate_series(20, 21) AS i`
+      const redis = (yield* SharedStateRedis).client
+      yield* Effect.promise(() => redis.set(runnerAckQueueKey(21), "7", "EX", 600))
+      const run = yield* runBatch(shadow(DropPendingBuilds), { trigger: "manual" }).pipe(
+        Effect.provideService(RunnerProvisioningTimeoutReason, Option.some(24))
+      )
+      assert.strictEqual(run.outcome, "succeeded", run.error)
+      // Both matched by two rules; each proposed once, by the first rule that would drop it. 21 is
+      // passed over by the waiting-for-ack rule, so only the stuck rule (no online runner) proposes it.
+      assert.deepInclude((run.summary as { shadow: object }).shadow, { proposed: 2 })
+      const open = yield* (yield* ShadowLedger).open("drop-pending-builds", 10)
+      assert.deepStrictEqual(open.map((c) => [c.entity, c.rule]), [
+        ["build:20", "pending waiting_for_ack"],
+        ["build:21", "pending stuck"]
+      ])
     }))
 
   it.effect("stuck-export-jobs: matched, sweeperOnly, ignored (re-enqueued, finished), gitlabOnly", () =>
