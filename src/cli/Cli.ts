@@ -263,6 +263,16 @@ export const sweeper = Command.make("sweeper").pipe(
   ])
 )
 
+/**
+ * Commands that run on their own and also have subcommands: their usage shows the subcommand as
+ * optional (effect's help marks every subcommand mandatory).
+ */
+export const OPTIONAL_SUBCOMMANDS: ReadonlySet<string> = new Set(["sweeper events"])
+
+/** `sweeper help [command…]` is `sweeper [command…] --help`, the spelling many tools accept. */
+export const helpAsFlag = (args: ReadonlyArray<string>): ReadonlyArray<string> =>
+  args[0] === "help" ? [...args.slice(1), "--help"] : args
+
 export const cli = Effect.suspend(() =>
-  Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(process.argv.slice(2)))
+  Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(helpAsFlag(process.argv.slice(2))))
 )

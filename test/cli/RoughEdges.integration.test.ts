@@ -24,4 +24,47 @@ describe("a new user's first commands", () => {
       assert.strictEqual(help.code, 0, help.stderr)
       assert.include(help.stdout, "keeping the events each batch's state is folded from")
     }))
+
+  it.live("`events --help` shows its subcommand as optional; `sweeper help [command]` is the help", () =>
+    Effect.gen(function*() {
+      const events = yield* cli(["events", "--help"])
+      assert.include(events.stdout, "sweeper events [<subcommand>] [flags]")
+      const help = yield* cli(["help"])
+      assert.strictEqual(help.code, 0, help.stderr)
+      assert.include(help.stdout, "sweeper <subcommand> [flags]")
+      const run = yield* cli(["help", "run"])
+      assert.strictEqual(run.code, 0, run.stderr)
+      assert.include(run.stdout, "sweeper run [flags] <batch>")
+    }))
+
+  it.live("configuration and flag errors share one shape: what, the value given, what is expected", () =>
+    Effect.gen(function*() {
+      const firstLine = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+        Effect.map(cli(args, env), (result) => {
+          assert.strictEqual(result.code, 2, result.stderr)
+          return result.stderr.trim().split("\n")[0]!
+        })
+      const [redisUrl, port, now, limit] = yield* Effect.all([
+        firstLine(["status"], { DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere", REDIS_URL: "garbage" }),
+        firstLine(["status"], { SWEEPER_HTTP_PORT: "abc" }),
+        firstLine(["run", "drop-canceling-builds", "--dry-run", "--now", "yesterday"]),
+        firstLine(["events", "--limit", "0"])
+      ], { concurrency: "unbounded" })
+      assert.strictEqual(
+        redisUrl,
+        "sweeper: invalid configuration: REDIS_URL=\"garbage\": expected a redis:// or rediss:// URL (a comma list of them for a cluster)"
+      )
+      assert.strictEqual(
+        port,
+        "sweeper: invalid configuration: SWEEPER_HTTP_PORT=\"abc\": expected a decimal port number 0-65535"
+      )
+      assert.strictEqual(
+        now,
+        "sweeper: invalid flag: --now=\"yesterday\": expected an ISO-8601 instant (2026-01-01T05:00:00Z) or a duration ago (1h, 30m, 7d) (see: sweeper run --help)"
+      )
+      assert.strictEqual(
+        limit,
+        "sweeper: invalid flag: --limit=\"0\": expected a whole number from 1 to 1000 (see: sweeper events --help)"
+      )
+    }))
 })
