@@ -47,6 +47,9 @@ const batchArgument = Argument.Literals("batch", batchNames).pipe(
 /** Runs `body` with the Operator configuration picks (the supervisor's API, or the backends). */
 const withOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.layer)
 
+/** The same, for a command that only reads: it never creates a store where there is none. */
+const withReadingOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.readingLayer)
+
 const runCommand = Command.make(
   "run",
   {
@@ -154,7 +157,7 @@ const events = Command.make(
       limit
     })
     for (const event of [...found].reverse()) yield* printEvent(event, json)
-  }, withOperator)
+  }, withReadingOperator)
 ).pipe(Command.withDescription("Show recorded events, newest last"))
 
 /**
@@ -211,7 +214,7 @@ const status = Command.make(
   { json: jsonFlag },
   Effect.fn("Cli.status")(function*({ json }) {
     yield* printStatus(yield* (yield* Operator.Operator).views, json)
-  }, withOperator)
+  }, withReadingOperator)
 ).pipe(Command.withDescription("Each batch's state, schedule, next tick and last run"))
 
 const pauseOrResume = (action: "pause" | "resume") =>

@@ -5,6 +5,9 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { existsSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { batches } from "../../src/programs/index.ts"
 import { runCli } from "../support/cli.ts"
 
@@ -66,5 +69,17 @@ describe("a new user's first commands", () => {
         limit,
         "sweeper: invalid flag: --limit=\"0\": expected a whole number from 1 to 1000 (see: sweeper events --help)"
       )
+    }))
+
+  it.live("a command that only reads, pointed at a mistyped SWEEPER_DATA_DIR, creates nothing and says so (exit 3)", () =>
+    Effect.gen(function*() {
+      const typo = join(tmpdir(), `sweeper-typo-${process.pid}`, "sweper")
+      for (const args of [["status"], ["events"]]) {
+        const result = yield* cli(args, { SWEEPER_DATA_DIR: typo })
+        assert.strictEqual(result.code, 3, result.stderr)
+        assert.strictEqual(result.stdout, "")
+        assert.match(result.stderr.trim(), new RegExp(`^sweeper: no Sweeper data in ${typo} \\(SWEEPER_DATA_DIR\\)`))
+        assert.isFalse(existsSync(typo), `${args.join(" ")} created ${typo}`)
+      }
     }))
 })
