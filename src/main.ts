@@ -90,6 +90,7 @@ cli.pipe(
     InfrastructureUnavailable: (error) => fail(3, error.message),
     NoSupervisor: (error) => fail(3, error.message),
     NoStoreThere: (error) => fail(3, error.message),
+    PortInUse: (error) => usageError(error.message),
     PauseNotRecorded: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs: one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),

@@ -6,6 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { existsSync } from "node:fs"
+import { type AddressInfo, createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { batches } from "../../src/programs/index.ts"
@@ -82,4 +83,32 @@ describe("a new user's first commands", () => {
         assert.isFalse(existsSync(typo), `${args.join(" ")} created ${typo}`)
       }
     }))
+
+  it.live("a taken HTTP port is one line naming the address and SWEEPER_HTTP_PORT, exit 2, before anything migrates", () =>
+    Effect.acquireUseRelease(
+      Effect.callback<Server>((resume) => {
+        const holder = createServer()
+        holder.listen({ host: "127.0.0.1", port: 0 }, () => resume(Effect.succeed(holder)))
+      }),
+      (holder) =>
+        Effect.gen(function*() {
+          const port = (holder.address() as AddressInfo).port
+          const dataDir = join(tmpdir(), `sweeper-port-${process.pid}`)
+          for (const command of ["start", "demo"]) {
+            const result = yield* cli([command], { SWEEPER_DATA_DIR: dataDir, SWEEPER_HTTP_PORT: String(port) })
+            assert.strictEqual(result.code, 2, result.stderr)
+            const errors = result.stderr.split("\n").filter((line) => line.startsWith("sweeper:"))
+            assert.deepStrictEqual(errors, [
+              `sweeper: 127.0.0.1:${port} is already in use (SWEEPER_HTTP_PORT=${port}): stop what listens there, or set SWEEPER_HTTP_PORT to a free port (0: any free one)`
+            ], result.stderr)
+            assert.notInclude(result.stderr, "ServeError")
+            assert.notInclude(result.stderr, "Migration")
+          }
+          assert.isFalse(existsSync(join(dataDir, "pgdata")), "start opened (and migrated) its database first")
+        }),
+      (holder) =>
+        Effect.callback<void>((resume) => {
+          holder.close(() => resume(Effect.void))
+        })
+    ))
 })
