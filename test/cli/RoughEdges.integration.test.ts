@@ -5,7 +5,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { existsSync } from "node:fs"
+import { existsSync, rmSync } from "node:fs"
 import { type AddressInfo, createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -111,4 +111,13 @@ describe("a new user's first commands", () => {
           holder.close(() => resume(Effect.void))
         })
     ))
+
+  it.live("a dry run's counts say what it would do, the main count first", () =>
+    Effect.gen(function*() {
+      const dataDir = join(tmpdir(), `sweeper-dry-${process.pid}`)
+      const dry = yield* cli(["run", "drop-canceling-builds", "--dry-run"], { SWEEPER_DATA_DIR: dataDir })
+      assert.strictEqual(dry.code, 0, dry.stderr)
+      assert.match(dry.stdout, /^drop-canceling-builds \(dry run\) succeeded: would drop 0, would doom 0, /)
+      rmSync(dataDir, { recursive: true, force: true })
+    }))
 })
