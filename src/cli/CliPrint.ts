@@ -8,6 +8,7 @@ import * as Effect from "effect/Effect"
 import { summaryLabel } from "../http/Dashboard.ts"
 import { fullyRecorded } from "../supervisor/RunGuard.ts"
 import { dryRunLabel, orderedSummary } from "../views/SummaryOrder.ts"
+import { formatUtc } from "../views/Time.ts"
 import type { EventView, RunView, View } from "./Operator.ts"
 
 export const printRun = (result: RunView, asJson: boolean) =>
@@ -78,7 +79,7 @@ export const printEvent = (shown: EventView, asJson: boolean) => {
   return Console.log(
     asJson
       ? JSON.stringify(event)
-      : `${event.occurredAt} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${
+      : `${formatUtc(event.occurredAt)} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${
         event.runId ? ` run=${event.runId}` : ""
       }`
   )
@@ -100,9 +101,11 @@ const ago = (iso: string | null, now: number) => {
 export const stateDetail = (view: View) => {
   switch (view.state) {
     case "paused":
-      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${view.paused?.at ? ` at ${view.paused.at}` : ""}`
+      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${
+        view.paused?.at ? ` at ${formatUtc(view.paused.at)}` : ""
+      }`
     case "breaker_open":
-      return `breaker open until ${view.breaker.until}`
+      return `breaker open until ${view.breaker.until === null ? "?" : formatUtc(view.breaker.until)}`
     case "disabled":
       return "disabled (SWEEPER_DISABLED_BATCHES)"
     default:
@@ -136,7 +139,7 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
         stateDetail(v),
         ...(decomposed ? [v.database] : []),
         `${v.cronInWords} (${v.timezone})`,
-        v.nextTick ?? "-",
+        v.nextTick === null ? "-" : formatUtc(v.nextTick),
         ago(v.lastRun?.finishedAt ?? null, now),
         v.lastOutcome ?? "-",
         String(v.consecutiveFailures)
@@ -153,7 +156,7 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
       // A RunStarted with no RunFinished: running, or killed (the next run closes it as abandoned).
       if (v.openRun !== null) {
         yield* Console.log(
-          `${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${
+          `${v.name}: run ${v.openRun.runId} started ${formatUtc(v.openRun.startedAt)} on ${v.openRun.node} ${
             v.openRun.overdue
               ? "never finished: killed; the next run closes it as abandoned"
               : "has not finished: running, or killed"

@@ -22,6 +22,7 @@ import type { LiveRun } from "../supervisor/LiveProgress.ts"
 import type { BatchView } from "../views/BatchView.ts"
 import type { RunRecord } from "../views/Runs.ts"
 import { dryRunLabel, orderedSummary } from "../views/SummaryOrder.ts"
+import { formatUtc } from "../views/Time.ts"
 import { bucketCharts, BY_BUCKET, historyCharts, type HistoryWindow, WINDOW_WORDS, WINDOWS } from "./Charts.ts"
 import { ASSET_VERSION, SCRIPT_PATH, STYLE_PATH } from "./console/assets.ts"
 
@@ -38,15 +39,9 @@ const e = (value: unknown) =>
   escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
 
 /**
- * One date format on every page: `2026-11-25 17:56 UTC`, seconds only when there are some (a
- * seconds cron's ticks), so minute crons stay short. The script writes the viewer's local time into
- * the tooltip; "ago" times (how fresh a run or a sample is) say "3m ago" with both in the tooltip.
+ * One date format on every page and in the CLI (views/Time.ts). The script writes the viewer's local
+ * time into the tooltip; "ago" times (how fresh a run or a sample is) say "3m ago" with both in the tooltip.
  */
-export const formatUtc = (iso: string) => {
-  const [date = "", clock = ""] = iso.split("T")
-  const hms = clock.replace(/(\.\d+)?Z$/, "")
-  return `${date} ${hms.endsWith(":00") ? hms.slice(0, 5) : hms} UTC`
-}
 
 const time = (iso: string | null, mode: "ago" | "at" = "ago") =>
   iso === null
