@@ -20,7 +20,8 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Runtime from "effect/Runtime"
-import { cli, supervisor } from "./cli/Cli.ts"
+import { cli, OPTIONAL_SUBCOMMANDS, supervisor } from "./cli/Cli.ts"
+import { givenValue, invalidInput } from "./cli/InvalidInput.ts"
 import { environment } from "./config/Config.ts"
 import { redact } from "./domain/Redaction.ts"
 import { LoggingLive } from "./supervisor/Logging.ts"
@@ -38,10 +39,21 @@ const usageError = (message: string) => fail(2, message)
  * one line on stderr instead (`--help` still prints the help on stdout).
  */
 const Presenter = CliOutput.layerPresenter({
-  present: (event) => {
+  present: (shown) => {
+    const event = shown._tag === "Help" && OPTIONAL_SUBCOMMANDS.has(shown.commandPath.join(" "))
+      ? {
+        ...shown,
+        helpDoc: { ...shown.helpDoc, usage: shown.helpDoc.usage.replace(" <subcommand>", " [<subcommand>]") }
+      }
+      : shown
     switch (event._tag) {
       case "InvalidInvocation": {
-        const first = event.errors[0]?.message.split("\n")[0] ?? "invalid invocation"
+        const error = event.errors[0]
+        const first = error?._tag === "InvalidValue"
+          ? `invalid ${error.kind}: ${
+            invalidInput(error.kind === "flag" ? `--${error.option}` : error.option, error.value, error.expected)
+          }`
+          : error?.message.split("\n")[0] ?? "invalid invocation"
         return Console.error(`sweeper: ${first} (see: ${event.commandPath.join(" ")} --help)`)
       }
       case "Help":
@@ -63,7 +75,8 @@ cli.pipe(
   Effect.provideService(ConfigProvider.ConfigProvider, environment),
   Effect.catchTags({
     // ConfigError messages span lines ("…\n  at [\"VAR\"]"): one line keeps the promise above.
-    InvalidConfig: (error) => usageError(`invalid configuration: ${error.variable}: ${error.message}`),
+    InvalidConfig: (error) =>
+      usageError(`invalid configuration: ${invalidInput(error.variable, givenValue(error.variable), error.message)}`),
     UnknownBatch: (error) => usageError(`unknown batch "${error.name}"; known batches: ${error.known.join(", ")}`),
     EmbeddedDatabaseBusy: (error) => usageError(error.message),
     InvalidFlag: (error) => usageError(`${error.flag}: ${error.message}`),
@@ -76,6 +89,8 @@ cli.pipe(
       }),
     InfrastructureUnavailable: (error) => fail(3, error.message),
     NoSupervisor: (error) => fail(3, error.message),
+    NoStoreThere: (error) => fail(3, error.message),
+    PortInUse: (error) => usageError(error.message),
     PauseNotRecorded: (error) => fail(3, error.message),
     // The schema is not what Sweeper needs: one line, nothing created.
     SchemaNotMigrated: (error) => usageError(error.message),

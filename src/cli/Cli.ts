@@ -48,6 +48,9 @@ const batchArgument = Argument.Literals("batch", batchNames).pipe(
 /** Runs `body` with the Operator configuration picks (the supervisor's API, or the backends). */
 const withOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.layer)
 
+/** The same, for a command that only reads: it never creates a store where there is none. */
+const withReadingOperator = <A, E, R>(body: Effect.Effect<A, E, R>) => Effect.provide(body, Operator.readingLayer)
+
 const runCommand = Command.make(
   "run",
   {
@@ -155,7 +158,7 @@ const events = Command.make(
       limit
     })
     for (const event of [...found].reverse()) yield* printEvent(event, json)
-  }, withOperator)
+  }, withReadingOperator)
 ).pipe(Command.withDescription("Show recorded events, newest last"))
 
 /**
@@ -212,7 +215,7 @@ const status = Command.make(
   { json: jsonFlag },
   Effect.fn("Cli.status")(function*({ json }) {
     yield* printStatus(yield* (yield* Operator.Operator).views, json)
-  }, withOperator)
+  }, withReadingOperator)
 ).pipe(Command.withDescription("Each batch's state, schedule, next tick and last run"))
 
 const pauseOrResume = (action: "pause" | "resume") =>
@@ -265,6 +268,16 @@ export const sweeper = Command.make("sweeper").pipe(
   ])
 )
 
+/**
+ * Commands that run on their own and also have subcommands: their usage shows the subcommand as
+ * optional (effect's help marks every subcommand mandatory).
+ */
+export const OPTIONAL_SUBCOMMANDS: ReadonlySet<string> = new Set(["sweeper events"])
+
+/** `sweeper help [command…]` is `sweeper [command…] --help`, the spelling many tools accept. */
+export const helpAsFlag = (args: ReadonlyArray<string>): ReadonlyArray<string> =>
+  args[0] === "help" ? [...args.slice(1), "--help"] : args
+
 export const cli = Effect.suspend(() =>
-  Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(process.argv.slice(2)))
+  Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(helpAsFlag(process.argv.slice(2))))
 )

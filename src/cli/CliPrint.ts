@@ -5,7 +5,10 @@
 import * as Console from "effect/Console"
 import * as DateTime from "effect/DateTime"
 import * as Effect from "effect/Effect"
+import { summaryLabel } from "../http/Dashboard.ts"
 import { fullyRecorded } from "../supervisor/RunGuard.ts"
+import { dryRunLabel, orderedSummary } from "../views/SummaryOrder.ts"
+import { formatUtc } from "../views/Time.ts"
 import type { EventView, RunView, View } from "./Operator.ts"
 
 export const printRun = (result: RunView, asJson: boolean) =>
@@ -16,7 +19,7 @@ export const printRun = (result: RunView, asJson: boolean) =>
         runId: result.runId,
         outcome: result.outcome,
         dryRun: result.dryRun,
-        summary: result.summary,
+        summary: orderedSummary(result.summary, result.batch),
         ...(result.reason === undefined ? {} : { reason: result.reason }),
         ...(result.error === undefined ? {} : { error: result.error }),
         ...(result.targets === undefined ? {} : { targets: result.targets, targetsTotal: result.targetsTotal }),
@@ -26,7 +29,9 @@ export const printRun = (result: RunView, asJson: boolean) =>
     } else {
       const label = result.dryRun ? `${result.batch} (dry run)` : result.batch
       yield* Console.log(
-        `${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${JSON.stringify(result.summary)}`
+        `${label} ${result.outcome}${result.reason ? ` (${result.reason})` : ""}: ${
+          summaryInWords(result.summary, result.batch, result.dryRun)
+        }`
       )
       if (result.error !== undefined) yield* Console.log(`  error: ${result.error}`)
       if (result.targets !== undefined && result.targets.length > 0) {
@@ -39,6 +44,20 @@ export const printRun = (result: RunView, asJson: boolean) =>
     else if (!fullyRecorded(result)) process.exitCode = 4
   })
 
+/**
+ * A run's summary as the console says it (SummaryOrder.ts): `dropped 5, doomed 0, batches 1, …`,
+ * the batch's repairs first; a dry run's `would drop 5, …`. Lists and records stay JSON.
+ */
+export const summaryInWords = (summary: unknown, batch: string, dryRun: boolean): string => {
+  const ordered = orderedSummary(summary, batch)
+  if (ordered === null || typeof ordered !== "object" || Array.isArray(ordered)) return JSON.stringify(ordered)
+  return Object.entries(ordered).map(([key, value]) =>
+    `${dryRunLabel(key, dryRun) ?? summaryLabel(key)} ${
+      typeof value === "object" ? JSON.stringify(value) : key.endsWith("Ms") ? `${value} ms` : String(value)
+    }`
+  ).join(", ")
+}
+
 /** What of a run the ledger does not have yet, in words. */
 const notRecorded = (result: RunView) =>
   [
@@ -49,14 +68,22 @@ const notRecorded = (result: RunView) =>
     ...(result.runFinished === "nowhere" ? ["RunFinished could not be recorded anywhere"] : [])
   ].join("; ")
 
-export const printEvent = (event: EventView, asJson: boolean) =>
-  Console.log(
+/** A run's summary inside an event (RunFinished) in the same reading order as everywhere else. */
+const withOrderedSummary = (event: EventView): EventView =>
+  "summary" in event.data && typeof event.data.batch === "string"
+    ? { ...event, data: { ...event.data, summary: orderedSummary(event.data.summary, event.data.batch) } }
+    : event
+
+export const printEvent = (shown: EventView, asJson: boolean) => {
+  const event = withOrderedSummary(shown)
+  return Console.log(
     asJson
       ? JSON.stringify(event)
-      : `${event.occurredAt} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${
+      : `${formatUtc(event.occurredAt)} ${event.stream} ${event.type} ${JSON.stringify(event.data)}${
         event.runId ? ` run=${event.runId}` : ""
       }`
   )
+}
 
 const ago = (iso: string | null, now: number) => {
   if (iso === null) return "never"
@@ -74,9 +101,11 @@ const ago = (iso: string | null, now: number) => {
 export const stateDetail = (view: View) => {
   switch (view.state) {
     case "paused":
-      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${view.paused?.at ? ` at ${view.paused.at}` : ""}`
+      return `paused${view.paused?.by ? ` by ${view.paused.by}` : ""}${
+        view.paused?.at ? ` at ${formatUtc(view.paused.at)}` : ""
+      }`
     case "breaker_open":
-      return `breaker open until ${view.breaker.until}`
+      return `breaker open until ${view.breaker.until === null ? "?" : formatUtc(view.breaker.until)}`
     case "disabled":
       return "disabled (SWEEPER_DISABLED_BATCHES)"
     default:
@@ -110,7 +139,7 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
         stateDetail(v),
         ...(decomposed ? [v.database] : []),
         `${v.cronInWords} (${v.timezone})`,
-        v.nextTick ?? "-",
+        v.nextTick === null ? "-" : formatUtc(v.nextTick),
         ago(v.lastRun?.finishedAt ?? null, now),
         v.lastOutcome ?? "-",
         String(v.consecutiveFailures)
@@ -127,7 +156,7 @@ export const printStatus = (views: ReadonlyArray<View>, json: boolean) =>
       // A RunStarted with no RunFinished: running, or killed (the next run closes it as abandoned).
       if (v.openRun !== null) {
         yield* Console.log(
-          `${v.name}: run ${v.openRun.runId} started ${v.openRun.startedAt} on ${v.openRun.node} ${
+          `${v.name}: run ${v.openRun.runId} started ${formatUtc(v.openRun.startedAt)} on ${v.openRun.node} ${
             v.openRun.overdue
               ? "never finished: killed; the next run closes it as abandoned"
               : "has not finished: running, or killed"

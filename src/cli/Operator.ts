@@ -94,6 +94,14 @@ export class NoSupervisor extends Schema.TaggedError<NoSupervisor>()("NoSupervis
   }
 }
 
+/** A command that only reads was pointed (SWEEPER_DATA_DIR) at a directory that holds no Sweeper data. */
+export class NoStoreThere extends Schema.TaggedError<NoStoreThere>()("NoStoreThere", { dataDir: Schema.String }) {
+  override get message() {
+    return `no Sweeper data in ${this.dataDir} (SWEEPER_DATA_DIR): nothing to read there, and a command that ` +
+      "only reads creates no store; check the path, or start Sweeper there first (npx sweeper start)"
+  }
+}
+
 export class Operator extends Context.Service<Operator, {
   /** What this road talks to, in words: "the supervisor at http://… (pid 42, data directory …)". */
   readonly target: string
@@ -302,34 +310,41 @@ export const local = (target: string) =>
     })
   )
 
-/** The road configuration picks (see the header), said once in the log: which supervisor, or which database. */
-export const layer = Layer.unwrap(
-  Effect.gen(function*() {
-    const settings = yield* SweeperConfig
-    const explicitUrl = yield* Config.option(Config.schema(NonEmptyText, "SWEEPER_URL"))
-    if (Option.isSome(explicitUrl)) {
-      const token = Option.match(settings.apiToken, { onNone: () => "", onSome: Redacted.value })
-      const target = `the supervisor at ${redact(explicitUrl.value)} (SWEEPER_URL)`
-      yield* Effect.logInfo(`Talking to ${target}`)
-      return remote({ url: explicitUrl.value, token }, target)
-    }
-    if (Option.isSome(settings.databaseUrl)) return local(`the database at ${describeBackends(settings).postgres}`)
-    const found = yield* findSupervisor(settings.dataDir)
-    if (Option.isSome(found)) {
-      const { url, pid } = found.value
-      const target = `the supervisor at ${url} (pid ${pid}, data directory ${resolve(settings.dataDir)})`
-      yield* Effect.logInfo(`Talking to ${target}`)
-      return remote(found.value, target)
-    }
-    // Nothing named and nothing there: opening the default directory would create an empty store
-    // and answer from it as if it were Sweeper's state.
-    const named = Option.isSome(yield* Config.option(Config.schema(Schema.String, "SWEEPER_DATA_DIR")))
-    if (!named && !existsSync(join(settings.dataDir, "pgdata"))) {
-      return yield* new NoSupervisor({ dataDir: settings.dataDir })
-    }
-    const target = `the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`
-    // Found by default rather than named: say where the answers come from, as for a supervisor.
-    if (!named) yield* Effect.logInfo(`Reading ${target}`)
-    return local(target)
-  }).pipe(Effect.provide(SweeperConfig.layer))
-)
+/**
+ * The road configuration picks (see the header), said once in the log: which supervisor, or which
+ * database. A command that only `reads` never creates the embedded store it would read from.
+ */
+const layerFor = (access: "reads" | "writes") =>
+  Layer.unwrap(
+    Effect.gen(function*() {
+      const settings = yield* SweeperConfig
+      const explicitUrl = yield* Config.option(Config.schema(NonEmptyText, "SWEEPER_URL"))
+      if (Option.isSome(explicitUrl)) {
+        const token = Option.match(settings.apiToken, { onNone: () => "", onSome: Redacted.value })
+        const target = `the supervisor at ${redact(explicitUrl.value)} (SWEEPER_URL)`
+        yield* Effect.logInfo(`Talking to ${target}`)
+        return remote({ url: explicitUrl.value, token }, target)
+      }
+      if (Option.isSome(settings.databaseUrl)) return local(`the database at ${describeBackends(settings).postgres}`)
+      const found = yield* findSupervisor(settings.dataDir)
+      if (Option.isSome(found)) {
+        const { url, pid } = found.value
+        const target = `the supervisor at ${url} (pid ${pid}, data directory ${resolve(settings.dataDir)})`
+        yield* Effect.logInfo(`Talking to ${target}`)
+        return remote(found.value, target)
+      }
+      // Nothing named and nothing there: opening the default directory would create an empty store
+      // and answer from it as if it were Sweeper's state.
+      const named = Option.isSome(yield* Config.option(Config.schema(Schema.String, "SWEEPER_DATA_DIR")))
+      const hasStore = existsSync(join(settings.dataDir, "pgdata"))
+      if (!named && !hasStore) return yield* new NoSupervisor({ dataDir: settings.dataDir })
+      if (access === "reads" && !hasStore) return yield* new NoStoreThere({ dataDir: resolve(settings.dataDir) })
+      const target = `the embedded database in ${resolve(settings.dataDir)} (no supervisor is running there)`
+      // Found by default rather than named: say where the answers come from, as for a supervisor.
+      if (!named) yield* Effect.logInfo(`Reading ${target}`)
+      return local(target)
+    }).pipe(Effect.provide(SweeperConfig.layer))
+  )
+
+export const layer = layerFor("writes")
+export const readingLayer = layerFor("reads")

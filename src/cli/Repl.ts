@@ -73,8 +73,9 @@ const sweeper = {
     })).then(withoutUndefined),
   events: (filter: EventFilter = {}) => call(operator.events({ newestFirst: true, limit: 20, ...filter })),
   status: () => call(operator.views),
-  pause: (name: string) => call(operator.setPaused(name, "pause")),
-  resume: (name: string) => call(operator.setPaused(name, "resume"))
+  // What `sweeper pause` / `resume` print, rather than `undefined`.
+  pause: (name: string) => call(operator.setPaused(name, "pause")).then(() => `${name} paused`),
+  resume: (name: string) => call(operator.setPaused(name, "resume")).then(() => `${name} resumed`)
 }
 
 process.stdout.write(
@@ -84,7 +85,31 @@ process.stdout.write(
 )
 const server = repl.start({ prompt: "sweeper> " })
 server.context.sweeper = sweeper
+
+/**
+ * One line at a time, as typed: piped input reaches the REPL faster than an awaited run answers,
+ * and Node's REPL evaluates each line as it arrives, so answers came back concurrently and out of
+ * order. Each line now waits for the one before it to be answered.
+ */
+const evaluate = server.eval
+let previous: Promise<void> = Promise.resolve()
+const inTurn: repl.REPLEval = function(this: repl.REPLServer, code, context, file, answer) {
+  previous = previous.then(() =>
+    new Promise<void>((done) => {
+      evaluate.call(this, code, context, file, (error, result) => {
+        answer(error, result)
+        done()
+      })
+    })
+  )
+}
+Object.assign(server, { eval: inTurn })
+
 server.on("exit", () => {
-  // A run asked for and then left by `.exit` would be cancelled by closing the client under it.
-  Promise.allSettled(pending).then(() => runtime.dispose()).then(() => process.exit(0), () => process.exit(1))
+  // A run asked for and then left by `.exit` (or the end of piped input) would be cancelled by
+  // closing the client under it: the lines still waiting their turn, and the calls under way, finish first.
+  previous.then(() => Promise.allSettled(pending)).then(() => runtime.dispose()).then(
+    () => process.exit(0),
+    () => process.exit(1)
+  )
 })

@@ -9,6 +9,8 @@ import * as Effect from "effect/Effect"
 import * as HttpServer from "effect/http/HttpServer"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import { createServer } from "node:net"
 import { join } from "node:path"
 import { SweeperConfig } from "../config/Config.ts"
 import { InvalidConfig } from "../domain/Errors.ts"
@@ -49,10 +51,45 @@ const Announce = Layer.effectDiscard(Effect.gen(function*() {
   supervisor.started = true
 }))
 
+/** The HTTP port is taken by another process: said before anything opens or migrates, exit 2. */
+export class PortInUse extends Schema.TaggedError<PortInUse>()("PortInUse", {
+  address: Schema.String,
+  port: Schema.Number,
+  /** The system's refusal: EADDRINUSE, or e.g. EACCES for a privileged port. */
+  code: Schema.String
+}) {
+  override get message() {
+    return `${this.address} ${
+      this.code === "EADDRINUSE" ? "is already in use" : `cannot be listened on (${this.code})`
+    } ` +
+      `(SWEEPER_HTTP_PORT=${this.port}): stop what listens there, or set SWEEPER_HTTP_PORT to a free port (0: any free one)`
+  }
+}
+
+/**
+ * Tries the configured address once and lets it go. The server binds it only after the databases
+ * are open and migrated: a taken port found then cost every migration and ended in effect's
+ * ServeError with an empty message. (Another process may still take it in between; that is rare.)
+ */
+const PortFree = Layer.effectDiscard(Effect.gen(function*() {
+  const { httpHost: host, httpPort: port } = yield* SweeperConfig
+  if (port === 0) return
+  const refused = yield* Effect.callback<string | undefined>((resume) => {
+    const probe = createServer()
+    probe.once("error", (error: NodeJS.ErrnoException) => resume(Effect.succeed(error.code ?? error.message)))
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resume(Effect.succeed(undefined))))
+  })
+  if (refused !== undefined) {
+    const address = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`
+    return yield* new PortInUse({ address, port, code: refused })
+  }
+}))
+
 export const Supervisor = Announce.pipe(
   Layer.provideMerge(HttpLive),
   Layer.provideMerge(schedulerLayer(batches)),
-  Layer.provideMerge(AppLayer)
+  Layer.provideMerge(AppLayer),
+  Layer.provideMerge(PortFree)
 )
 
 /** The supervisor with the simulator running inside it, printing the dashboard's URL on stdout. */

@@ -26,7 +26,12 @@ export const parseRedisUrl = (raw: string): ParsedRedisUrl | { readonly kind: "i
     try {
       url = new URL(part)
     } catch {
-      return { kind: "invalid", message: `not a URL: ${redact(part)}` }
+      return {
+        kind: "invalid",
+        message: parts.length === 1
+          ? "expected a redis:// or rediss:// URL (a comma list of them for a cluster)"
+          : `seed node ${redact(part)} is not a URL: expected redis:// or rediss://`
+      }
     }
     if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
       return { kind: "invalid", message: `expected redis:// or rediss://, got ${url.protocol}//` }

@@ -268,7 +268,13 @@ export const describeError = (error: unknown): string => {
     }
     // A wrapper often repeats its cause's text (or the cause repeats the wrapper's): say it once.
     if (message !== undefined && !(previous ?? "").includes(message)) text += text === "" ? message : `: ${message}`
-    if (details.length > 0) text += ` [${details.join(", ")}]`
+    if (details.length > 0) {
+      const bracket = `[${details.join(", ")}]`
+      // A cause that only adds details (a code, a host) adds them to the part before, not a segment of its own.
+      if (text !== "") text += ` ${bracket}`
+      else if (parts.length > 0) parts[parts.length - 1] += ` ${bracket}`
+      else text = bracket
+    }
     if (text !== "") parts.push(text)
     if (message !== undefined) previous = message
     node = Predicate.hasProperty(node, "reason") && typeof node.reason === "object"

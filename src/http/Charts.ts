@@ -5,6 +5,7 @@
  * for keyboards and screen readers. Pure: runs and the window in, markup out.
  */
 import type { HistoryBucket, RunPoint } from "../services/RunHistory.ts"
+import { formatUtc } from "../views/Time.ts"
 
 export const WINDOWS = {
   "1h": 3600_000,
@@ -76,12 +77,6 @@ export const niceMax = (max: number) => {
   const power = 10 ** Math.floor(Math.log10(max))
   for (const step of [1, 2, 5, 10]) if (step * power >= max) return step * power
   return 10 * power
-}
-
-/** The console's one date format (Dashboard.ts has the same): seconds only when there are some. */
-const formatUtc = (at: Date) => {
-  const text = at.toISOString().replace("T", " ").slice(0, 19)
-  return `${text.endsWith(":00") ? text.slice(0, 16) : text} UTC`
 }
 
 const label = (run: RunPoint) =>
@@ -170,11 +165,9 @@ export const historyCharts = (input: ChartInput) =>
   outcomes(input)
 
 const bucketLabel = (b: HistoryBucket) =>
-  `${b.start.toISOString().replace("T", " ").slice(0, 16)} UTC · ${b.runs} run${
-    b.runs === 1 ? "" : "s"
-  } (${b.failed} failed${b.dryRuns > 0 ? `, ${b.dryRuns} dry` : ""}) · ${b.repairs} repair${
-    b.repairs === 1 ? "" : "s"
-  } · slowest ${formatMs(b.durationMsMax)}`
+  `${formatUtc(b.start)} · ${b.runs} run${b.runs === 1 ? "" : "s"} (${b.failed} failed${
+    b.dryRuns > 0 ? `, ${b.dryRuns} dry` : ""
+  }) · ${b.repairs} repair${b.repairs === 1 ? "" : "s"} · slowest ${formatMs(b.durationMsMax)}`
 
 const bucketBars = (
   kind: string,

@@ -21,6 +21,8 @@ import {
 import type { LiveRun } from "../supervisor/LiveProgress.ts"
 import type { BatchView } from "../views/BatchView.ts"
 import type { RunRecord } from "../views/Runs.ts"
+import { dryRunLabel, orderedSummary } from "../views/SummaryOrder.ts"
+import { formatUtc } from "../views/Time.ts"
 import { bucketCharts, BY_BUCKET, historyCharts, type HistoryWindow, WINDOW_WORDS, WINDOWS } from "./Charts.ts"
 import { ASSET_VERSION, SCRIPT_PATH, STYLE_PATH } from "./console/assets.ts"
 
@@ -37,15 +39,9 @@ const e = (value: unknown) =>
   escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
 
 /**
- * One date format on every page: `2026-11-25 17:56 UTC`, seconds only when there are some (a
- * seconds cron's ticks), so minute crons stay short. The script writes the viewer's local time into
- * the tooltip; "ago" times (how fresh a run or a sample is) say "3m ago" with both in the tooltip.
+ * One date format on every page and in the CLI (views/Time.ts). The script writes the viewer's local
+ * time into the tooltip; "ago" times (how fresh a run or a sample is) say "3m ago" with both in the tooltip.
  */
-export const formatUtc = (iso: string) => {
-  const [date = "", clock = ""] = iso.split("T")
-  const hms = clock.replace(/(\.\d+)?Z$/, "")
-  return `${date} ${hms.endsWith(":00") ? hms.slice(0, 5) : hms} UTC`
-}
 
 const time = (iso: string | null, mode: "ago" | "at" = "ago") =>
   iso === null
@@ -110,19 +106,20 @@ const countValue = (key: string, value: unknown) =>
     : e(value)
 
 /**
- * The summary's scalar counts (`dropped 3 · doomed 0`) under human labels; the key itself stays in
- * `data-key` for scripts and tests. Nested values are left to the run page.
+ * The summary's scalar counts (`dropped 3 · doomed 0`) under human labels, the batch's repairs
+ * first (SummaryOrder.ts; a dry run's say `would drop`); the key itself stays in `data-key` for
+ * scripts and tests. Nested values are left to the run page.
  */
-const counts = (summary: unknown) => {
+const counts = (summary: unknown, batch: string, dryRun = false) => {
   if (summary === null || typeof summary !== "object" || Array.isArray(summary)) {
     return summary === null || summary === undefined ? "" : e(summary)
   }
-  return Object.entries(summary as Record<string, unknown>)
+  return Object.entries(orderedSummary(summary, batch) as Record<string, unknown>)
     .filter(([, v]) => typeof v === "number" || typeof v === "boolean")
     .map(([k, v]) =>
-      `<span class="count" data-key="${e(k)}" data-value="${e(v)}"><span class="muted">${e(summaryLabel(k))}</span> ${
-        countValue(k, v)
-      }</span>`
+      `<span class="count" data-key="${e(k)}" data-value="${e(v)}"><span class="muted">${
+        e(dryRunLabel(k, dryRun) ?? summaryLabel(k))
+      }</span> ${countValue(k, v)}</span>`
     )
     .join(" ")
 }
@@ -168,12 +165,12 @@ const backlogLine = (backlog: (BatchBacklog & { readonly sampledAt: Date | null 
         : ` <span class="muted small">(read ${time(backlog.sampledAt.toISOString())})</span>`
     }</dd>`
 
-const progressLine = (live: LiveRun | null | undefined) =>
+const progressLine = (live: LiveRun | null | undefined, batch: string) =>
   live === null || live === undefined
     ? ""
     : `<dt>Progress</dt><dd class="progress" data-units="${live.units}"><a href="/runs/${e(live.runId)}">${
       plural(live.units, "unit")
-    } done</a> ${counts(live.counts)}</dd>`
+    } done</a> ${counts(live.counts, batch)}</dd>`
 
 /** A batch's card: the overview draws them all, and the shared stream sends one when it changes. */
 export const card = (view: CardView) => {
@@ -202,13 +199,13 @@ export const card = (view: CardView) => {
         duration(last.durationMs)
       }${last.reason ? ` <span class="muted">(${e(last.reason)})</span>` : ""}`
   }</dd>
-  ${last?.summary ? `<dt>Counts</dt><dd>${counts(last.summary)}</dd>` : ""}
+  ${last?.summary ? `<dt>Counts</dt><dd>${counts(last.summary, view.name)}</dd>` : ""}
   ${last?.error ? `<dt>Error</dt><dd class="error">${e(last.error)}</dd>` : ""}
   <dt>Failures</dt><dd>${
     view.consecutiveFailures === 0 ? "0" : `<strong class="bad">${view.consecutiveFailures} in a row</strong>`
   }</dd>
   ${backlogLine(view.backlog)}
-  ${progressLine(view.live)}
+  ${progressLine(view.live, view.name)}
 </dl>
 ${buttons(view)}
 </section>`
@@ -292,7 +289,7 @@ const runRow = (run: RunRecord) =>
   }</td>
 <td>${outcomeBadge(run.outcome, run.dryRun)}${
     run.reason ? ` <span class="muted small">${e(run.reason)}</span>` : ""
-  }</td><td>${counts(run.summary)}${
+  }</td><td>${counts(run.summary, run.batch, run.dryRun)}${
     run.dryRun && run.targets !== null && run.targets.length > 0
       ? `<div class="small muted">would change ${e(run.targetsTotal)}: ${
         run.targets.slice(0, 20).map((t) =>
@@ -463,7 +460,7 @@ export const runPage = (
         : `${time(run.finishedAt.toISOString(), "at")} <span class="muted">in</span> ${duration(run.durationMs)}`
     }</dd>
 ${run.reason === null ? "" : `<dt>Reason</dt><dd>${e(run.reason)}</dd>`}
-<dt>Summary</dt><dd>${counts(run.summary) || "<span class=\"muted\">—</span>"}</dd>
+<dt>Summary</dt><dd>${counts(run.summary, run.batch, run.dryRun) || "<span class=\"muted\">—</span>"}</dd>
 ${run.error === null ? "" : `<dt>Error</dt><dd class="error"><pre class="cause">${e(run.error)}</pre></dd>`}
 <dt>Repairs</dt><dd data-repairs="${run.repairs}">${run.repairs}</dd>
 ${pipelinesRow(run.pipelines)}

@@ -29,6 +29,12 @@ const blockAfter = (heading: string): ReadonlyArray<string> => {
 const shellEnv = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" }
 
 describe("the newcomer's path in README", () => {
+  it("README's first screen says Node 24 comes with npm ci and its EBADENGINE warnings are expected", () => {
+    const firstScreen = readme.split("\n").slice(0, 30).join("\n")
+    assert.include(firstScreen, "Node 24 comes with `npm ci`")
+    assert.match(firstScreen, /`npm warn EBADENGINE` lines:\s+they are expected/)
+  })
+
   it("the quick start names the demo, the tests and the main job, in that order", () => {
     const commands = blockAfter("## Quick start").map((line) => line.split("#")[0]!.trim()).filter((l) => l !== "")
     assert.deepStrictEqual(commands, ["npm ci && npm run demo", "npm test", "npm start"])

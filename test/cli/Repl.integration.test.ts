@@ -56,4 +56,27 @@ describe("REPL and status", () => {
         rmSync(dataDir, { recursive: true, force: true })
       }
     }), 150_000)
+
+  it.live(
+    "piped lines are answered one at a time, in order; pause and resume say what they did",
+    () =>
+      Effect.promise(async () => {
+        const dataDir = mkdtempSync(join(tmpdir(), "sweeper-repl-order-"))
+        try {
+          const session = await repl(
+            `await new Promise((answer) => setTimeout(() => answer("first"), 800))\n"second"\n` +
+              `await sweeper.pause("prune-events")\nawait sweeper.resume("prune-events")\n.exit\n`,
+            { SWEEPER_DATA_DIR: dataDir, SWEEPER_LOG_LEVEL: "Warn" }
+          )
+          assert.strictEqual(session.code, 0, session.stdout)
+          const answers = session.stdout.split("\n").map((line) => line.replace(/^(sweeper> )+/, "")).filter((line) =>
+            line.startsWith("'") || line === "undefined"
+          )
+          assert.deepStrictEqual(answers, ["'first'", "'second'", "'prune-events paused'", "'prune-events resumed'"])
+        } finally {
+          rmSync(dataDir, { recursive: true, force: true })
+        }
+      }),
+    150_000
+  )
 })

@@ -50,6 +50,19 @@ describe("describeError", () => {
     )
   })
 
+  it("a refused Redis connection is one clean line: its details join the part before, no empty segment", () => {
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6399"), {
+      code: "ECONNREFUSED",
+      address: "127.0.0.1",
+      port: 6399
+    })
+    const text = describeError(new RedisError({ operation: "connect", server: "127.0.0.1:6399", cause: refused }))
+    assert.strictEqual(
+      text,
+      "RedisError: connect ECONNREFUSED 127.0.0.1:6399 (connect on 127.0.0.1:6399) [ECONNREFUSED, host 127.0.0.1:6399]"
+    )
+  })
+
   it("an AggregateError lists its inner errors; a plain value is itself", () => {
     assert.include(
       describeError(

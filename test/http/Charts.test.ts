@@ -23,7 +23,7 @@ describe("history charts", () => {
       const section = svg.split(`data-chart="${chart}"`)[1]!.split("</figure>")[0]!
       assert.strictEqual(section.match(/class="mark"/g)?.length, 4, chart)
     }
-    assert.include(svg, "<title>2026-11-23 14:00 UTC · failed · 20 repairs · 2.0 s</title>")
+    assert.include(svg, "<title>2026-11-23 14:00:00 UTC · failed · 20 repairs · 2.0 s</title>")
     assert.include(svg, "#c0392b")
     assert.notInclude(svg, "NaN")
   })
@@ -55,7 +55,7 @@ describe("history charts", () => {
       const section = svg.split(`data-chart="${chart}"`)[1]!.split("</figure>")[0]!
       assert.strictEqual(section.match(/class="mark"/g)?.length, 2, chart)
     }
-    assert.include(svg, "<title>2026-11-23 12:00 UTC · 720 runs (0 failed) · 5000 repairs · slowest 2.0 s</title>")
+    assert.include(svg, "<title>2026-11-23 12:00:00 UTC · 720 runs (0 failed) · 5000 repairs · slowest 2.0 s</title>")
     assert.include(svg, "721 runs (0 failed, 1 dry) · 7 repairs")
     assert.notInclude(svg, "NaN")
   })

@@ -6,8 +6,9 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { chooseWindow } from "../../src/http/Charts.ts"
-import { card, formatUtc, plural, summaryLabel } from "../../src/http/Dashboard.ts"
+import { card, plural, summaryLabel } from "../../src/http/Dashboard.ts"
 import type { RunPoint } from "../../src/services/RunHistory.ts"
+import { formatUtc } from "../../src/views/Time.ts"
 
 const now = new Date("2026-11-25T18:00:00Z")
 const finishedAgo = (ms: number): RunPoint => ({
@@ -21,8 +22,8 @@ const finishedAgo = (ms: number): RunPoint => ({
 })
 
 describe("console text", () => {
-  it("one date format: minutes, seconds only when there are some, always UTC", () => {
-    assert.strictEqual(formatUtc("2026-11-25T17:56:00.000Z"), "2026-11-25 17:56 UTC")
+  it("one date format, always with seconds and UTC, so ticks of minute and seconds crons line up", () => {
+    assert.strictEqual(formatUtc("2026-11-25T17:56:00.000Z"), "2026-11-25 17:56:00 UTC")
     assert.strictEqual(formatUtc("2026-11-25T17:56:41.123Z"), "2026-11-25 17:56:41 UTC")
   })
 

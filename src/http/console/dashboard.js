@@ -6,7 +6,7 @@
  *   (`#token=…`, never sent to the server, removed from the address bar at once); otherwise the
  *   buttons ask for it the first time;
  * - sends the buttons' POSTs (Run now, Dry run, Pause, Resume) and says what came back;
- * - writes every time in one format (`2026-11-25 17:56 UTC`, seconds only when there are some),
+ * - writes every time in one format (`2026-11-25 17:56:00 UTC`, as views/Time.ts and the CLI do),
  *   with the viewer's local time in the tooltip;
  * - patches the page from the shared `/api/stream`: each `page` event carries the changed cards'
  *   HTML, so a change costs the server nothing per tab. A batch page re-reads its history only when
@@ -56,7 +56,7 @@
       ? [d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()]
       : [d.getFullYear(), d.getMonth() + 1, d.getDate(), d.getHours(), d.getMinutes(), d.getSeconds()]
     const [y, mo, da, h, mi, s] = parts
-    const date = `${y}-${pad(mo)}-${pad(da)} ${pad(h)}:${pad(mi)}${s ? `:${pad(s)}` : ""}`
+    const date = `${y}-${pad(mo)}-${pad(da)} ${pad(h)}:${pad(mi)}:${pad(s)}`
     if (utc) return `${date} UTC`
     const offset = -d.getTimezoneOffset()
     const sign = offset < 0 ? "−" : "+"
