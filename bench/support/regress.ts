@@ -62,7 +62,9 @@ export const sideFigures = (perSecond: ReadonlyArray<number>): SideFigures => {
 const commit = () => {
   try {
     const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
-    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src", "bench"], { encoding: "utf8" }).trim()
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src", "bench", ":!bench/results"], {
+      encoding: "utf8"
+    }).trim()
     return dirty === "" ? head : `${head}+changes`
   } catch {
     return "unknown"

@@ -444,13 +444,14 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
             pushOnce: (request) =>
               Effect.tap(
                 queue.pushOnce(request),
-                pushes++ === 0
-                  ? sql`INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
+                () =>
+                  pushes++ === 0
+                    ? sql`INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
                       VALUES (${late}::uuid, 'Ci::BuildFinishedWorker', 'default', '[99]'::jsonb)`.pipe(
-                    Effect.orDie,
-                    Effect.asVoid
-                  )
-                  : Effect.void
+                      Effect.orDie,
+                      Effect.asVoid
+                    )
+                    : Effect.void
               )
           }
           yield* relayJobOutbox(sql, committing, "00000000-0000-4000-8000-00000000000d")
