@@ -131,7 +131,7 @@ describe("configuration is validated at the edge (real CLI)", () => {
     assert.strictEqual(result.code, 2, result.stderr)
     const lines = result.stderr.split("\n").filter((line) => line.trim().length > 0)
     assert.lengthOf(lines, 1, result.stderr)
-    assert.match(lines[0]!, new RegExp(`^sweeper: invalid configuration: ${variable}(="[^"]*")?: `))
+    assert.match(lines[0]!, new RegExp(`^sweeper: invalid configuration: ${variable}(=".*")?: `))
     assert.strictEqual(result.stdout, "")
   })
 
