@@ -20,6 +20,7 @@ import { EventLog } from "../../src/services/EventLog.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
 import { HealthReport } from "../../src/services/HealthReport.ts"
 import { loadHistory } from "../../src/supervisor/Scheduler.ts"
+import { settled } from "../support/gate.ts"
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
 const RESUME: GatedBatch = {
@@ -86,7 +87,7 @@ describe("HealthGate at its edges", () => {
       values.replicationLagBytes = 38_000_000
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
-      yield* Effect.yieldNow
+      yield* settled
       values.replicationLagBytes = "no answer within 2s"
       yield* seconds(3)
       assert.isUndefined(fiber.pollUnsafe(), "still held")
@@ -169,11 +170,13 @@ describe("HealthGate at its edges", () => {
         [1, 2, 3],
         () => gate.beforeUnit({ batch: DROP.name }).pipe(run, Effect.forkChild)
       )
+      yield* settled
       yield* seconds(3)
       assert.isFalse((yield* Fiber.join(early)).proceed)
       // The others still wait on the same hold: it was not closed.
       assert.deepStrictEqual((yield* gateEvents).map((e) => e.type), ["RepairHeld"])
       yield* seconds(4)
+      yield* settled
       values.replicationLagBytes = 1_000_000
       yield* second
       const verdicts = yield* Effect.forEach(waiters, Fiber.join)

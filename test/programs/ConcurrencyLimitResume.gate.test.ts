@@ -14,6 +14,7 @@ import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { HealthSignalsMemory, MemorySignalValues } from "../../src/layers/memory/HealthSignalsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
+import { settled } from "../support/gate.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -61,6 +62,7 @@ describe("concurrency-limit-resume under the health gate", () => {
       values.replicationLagBytes = 38_000_000
       yield* TestClock.adjust(Duration.seconds(1))
       const fiber = yield* ConcurrencyLimitResume.run.pipe(Effect.forkChild)
+      yield* settled
       yield* TestClock.adjust(Duration.seconds(10))
       values.replicationLagBytes = 0
       yield* TestClock.adjust(Duration.minutes(2))

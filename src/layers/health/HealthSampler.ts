@@ -19,6 +19,8 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import {
   addSample,
@@ -91,7 +93,15 @@ interface SamplerState {
   lastRoundAt: number | null
   /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
   lastDemandAt: number
+  /**
+   * How many times the readings have been published (a round, a fresh read before a unit): held
+   * waiters wait for it to move instead of polling on a timer.
+   */
+  readonly published: SubscriptionRef.SubscriptionRef<number>
 }
+
+/** New readings are in the slots: wake whoever waits on them. */
+const publish = (state: SamplerState) => SubscriptionRef.update(state.published, (n) => n + 1)
 
 /** What the sampler reads through. */
 export interface SignalReaders {
@@ -153,11 +163,27 @@ const asReading = (effect: Effect.Effect<number, SignalUnreadable>) =>
 const replicationReading = (result: Lag, measure: "bytes" | "seconds") =>
   asReading(Effect.map(result, (lag) => lag[measure]))
 
+/**
+ * Whether a failed read leaves the slot's last reading in place: it does while that reading is still
+ * fresh (read within STALE_AFTER) and over stop. A read that fails or times out when the primary is
+ * struggling is no news that it has stopped struggling; replacing a fresh bad value with "unknown"
+ * would let a rule that treats unknown as healthy wave the next unit through.
+ */
+const keepsWorse = (slot: Slot, reading: Reading, at: number): boolean => {
+  if (reading._tag !== "Unknown" || slot.readAt === null || at - slot.readAt > Duration.toMillis(STALE_AFTER)) {
+    return false
+  }
+  const last = Option.getOrUndefined(slot.reading)
+  return last !== undefined && last._tag === "Value" && satisfies(slot.rule.stop, last.value, slot.baseline)
+}
+
 /** A slot's new reading: counted while unknown, logged when it becomes unknown and when it recovers. */
 const record = (slot: Slot, reading: Reading, at: number) =>
   Effect.gen(function*() {
-    slot.reading = Option.some(reading)
-    slot.readAt = at
+    if (!keepsWorse(slot, reading, at)) {
+      slot.reading = Option.some(reading)
+      slot.readAt = at
+    }
     const where = {
       signal: slot.rule.signal,
       ...(slot.subject === "" ? {} : { subject: slot.subject }),
@@ -303,6 +329,7 @@ const sampleRound = (state: SamplerState, readers: SignalReaders) =>
     for (const slot of state.slots.values()) if (isRelative(slot.rule)) slot.baseline = warmBaseline(slot.samples)
     state.lastRoundAt = at
     yield* setSignalGauges(state.slotGroups)
+    yield* publish(state)
   })
 
 /**
@@ -332,6 +359,7 @@ const replicationTickets = (state: SamplerState, readers: SignalReaders) =>
             const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
             yield* record(slot, yield* replicationReading(lag, source.measure), at)
           }
+          yield* publish(state)
         }))
       })
   })
@@ -383,6 +411,10 @@ export interface Sampler extends BatchReadings {
     now: number,
     deadlineMillis: number | undefined
   ) => Effect.Effect<void, never, Metrics>
+  /** How many times readings have been published so far. */
+  readonly published: Effect.Effect<number>
+  /** Returns once readings newer than publication `seen` are out (a round, a fresh read). */
+  readonly publishedAfter: (seen: number) => Effect.Effect<void>
   readonly signalReports: () => Array<SignalReport>
   /** sweeper_health_signal_unknown at 0 for every rule (and database) from start-up. */
   readonly seriesAtStart: Effect.Effect<void, never, Metrics>
@@ -398,7 +430,8 @@ export const makeSampler = (options: SamplerOptions) =>
       databases: [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))],
       previousWal: new Map(),
       lastRoundAt: null,
-      lastDemandAt: Number.NEGATIVE_INFINITY
+      lastDemandAt: Number.NEGATIVE_INFINITY,
+      published: yield* SubscriptionRef.make(0)
     }
     const roundLock = yield* Semaphore.make(1)
     const round = sampleRound(state, options)
@@ -471,6 +504,13 @@ export const makeSampler = (options: SamplerOptions) =>
       },
       ensureFresh,
       freshReplication,
+      published: SubscriptionRef.get(state.published),
+      publishedAfter: (seen) =>
+        SubscriptionRef.changes(state.published).pipe(
+          Stream.filter((n) => n > seen),
+          Stream.take(1),
+          Stream.runDrain
+        ),
       readingsFor,
       baselineOf,
       signalReports: () => [...slots.values()].map(slotReport),
