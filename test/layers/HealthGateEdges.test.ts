@@ -80,6 +80,22 @@ describe("HealthGate at its edges", () => {
       assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [false, ["replicationLag"]])
     }).pipe(Effect.provide(Gate(LAG))))
 
+  it.effect("a failed read never hides a fresh reading over stop: the unit's own read failing still holds it", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      // The round a moment ago read the standby 9 MB behind, over the 8 MB stop.
+      values.replicationLagBytes = 9_000_000
+      yield* second
+      // The primary struggles: the unit's own read of the lag fails (onUnknown is healthy).
+      values.replicationLagBytes = "no answer within 2s"
+      const verdict = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+      assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [false, ["replicationLag"]])
+      // Once that reading is no longer fresh, unknown is what it is: healthy, as configured.
+      yield* seconds(6)
+      assert.isTrue((yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })).proceed)
+    }).pipe(Effect.provide(Gate(LAG))))
+
   it.effect("an unknown reading keeps a hold (one slow read mid-incident writes no page)", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
