@@ -30,7 +30,17 @@ const RESUME: GatedBatch = {
 
 const health = (json: unknown): HealthConfig => Schema.decodeUnknownSync(HealthJson)(JSON.stringify(json))
 
-const Gate = (json: unknown) =>
+/** An event log whose appends take a few scheduler turns, as a PostgreSQL insert takes a round trip. */
+const SlowAppends = Layer.effect(
+  EventLog,
+  Effect.map(EventLog, (log) => ({
+    ...log,
+    append: (event: Parameters<typeof log.append>[0]) =>
+      Effect.andThen(Effect.repeat(Effect.yieldNow, { times: 5 }), log.append(event))
+  }))
+).pipe(Layer.provide(EventLogMemory))
+
+const Gate = (json: unknown, events: Layer.Layer<EventLog, never, MemoryEvents> = EventLogMemory) =>
   HealthGateLive({
     config: health(json),
     batches: [DROP, RESUME],
@@ -38,7 +48,7 @@ const Gate = (json: unknown) =>
   }).pipe(
     Layer.provideMerge(HealthSignalsMemory),
     Layer.provideMerge(MemorySignalValues.layer),
-    Layer.provideMerge(EventLogMemory),
+    Layer.provideMerge(events),
     Layer.provideMerge(MemoryEvents.layer),
     Layer.provideMerge(MetricsPrometheus)
   )
@@ -204,6 +214,33 @@ describe("HealthGate at its edges", () => {
       assert.strictEqual(summed, events[1]!.heldMs)
       assert.strictEqual(summed, 8_000)
     }).pipe(Effect.provide(Gate(LAG))))
+
+  it.effect("two waiters and two signals: one RepairHeld per signal and hold, never a duplicate", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      values.replicationLagBytes = 38_000_000
+      values.oldestTransaction = 3600
+      yield* second
+      const run = inRun({ runId: "run-1" })
+      const waiters = yield* Effect.forEach(
+        [1, 2],
+        () => gate.beforeUnit({ batch: DROP.name, deadlineMillis: 3_000 }).pipe(run, Effect.forkChild)
+      )
+      yield* settled
+      yield* seconds(3)
+      yield* Effect.forEach(waiters, Fiber.join)
+      const events = yield* gateEvents
+      assert.deepStrictEqual(
+        events.map((e) => [e.type, e.signal]).sort(),
+        [
+          ["RepairHeld", "longTransactions"],
+          ["RepairHeld", "replicationLag"],
+          ["RepairReleased", "longTransactions"],
+          ["RepairReleased", "replicationLag"]
+        ]
+      )
+    }).pipe(Effect.provide(Gate({ ...LAG, longTransactions: { stop: "10m" } }, SlowAppends))))
 
   it.effect("gate events stay out of the batch's folded state: a thousand holds keep the last RunStarted", () =>
     Effect.gen(function*() {
