@@ -28,9 +28,10 @@
  * end of a hold.
  *
  * The parts, each in its own file: what the gate knows of its batches (HealthGateBatches.ts), the
- * sampler and its freshness (HealthSampler.ts), the runs' holds and their events (HealthGateHolds.ts)
- * and the throttled concurrency limits (HealthGateThrottle.ts). This file composes them and decides a
- * unit: a dry run's verdict, or a real run's wait until its holds release or its deadline passes.
+ * sampler and its freshness (HealthSampler.ts), and the actor that owns the runs' holds, their events
+ * and the throttled concurrency limits (HealthGateActor.ts). This file composes them and decides a
+ * unit: a dry run's verdict, or a real run's wait — asking the actor, then sleeping until the sampler
+ * publishes new readings or the deadline comes — until its holds release or its deadline passes.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
