@@ -452,6 +452,20 @@ export const baselineOf = (samples: ReadonlyArray<Sample>): Option.Option<number
   return median(samples)
 }
 
+/**
+ * The lowest a relative `walRate` baseline goes: the median of a quiet database can be 0 B/s, and
+ * "three times nothing" would hold on any WAL at all (50 B/s held a batch). Under 1 MB/s a database
+ * is quiet; a multiple of that is still no burst worth holding repairs for.
+ */
+export const WAL_RATE_BASELINE_FLOOR = 1_000_000
+
+/** A rule's baseline as its thresholds use it: the warmed-up median, never under the rule's floor. */
+export const ruleBaseline = (rule: SignalRule, samples: ReadonlyArray<Sample>): Option.Option<number> =>
+  Option.map(
+    baselineOf(samples),
+    (median) => rule.source._tag === "WalRate" ? Math.max(median, WAL_RATE_BASELINE_FLOOR) : median
+  )
+
 /** The median of the samples (None when there are none). */
 export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
   if (samples.length === 0) return Option.none()

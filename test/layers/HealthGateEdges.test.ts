@@ -297,6 +297,20 @@ describe("HealthGate at its edges", () => {
       assert.deepStrictEqual(verdict.heldBy, ["longTransactions"])
     }).pipe(Effect.provide(Gate({ longTransactions: { stop: "10m" } }))))
 
+  it.effect("a relative walRate has a floor: a quiet database's median of 0 B/s does not hold on 50 B/s", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      // Ten minutes of a database writing nothing: the baseline is warmed up at a median of 0.
+      values.walPosition = 1_000
+      yield* seconds(600)
+      assert.isTrue((yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })).proceed)
+      values.walPosition = 1_050
+      yield* second
+      const verdict = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+      assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [true, []])
+    }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
+
   it.effect("a relative walRate's baseline leaves out WAL written while this process's batches ran", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate

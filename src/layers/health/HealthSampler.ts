@@ -24,13 +24,13 @@ import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import {
   addSample,
-  baselineOf as warmBaseline,
   databaseOfSubject,
   formatThreshold,
   formatValue,
   type Reading,
   RECHECK_INTERVAL,
   type RedisStoreName,
+  ruleBaseline,
   type Sample,
   satisfies,
   type SignalRule,
@@ -326,7 +326,9 @@ const sampleRound = (state: SamplerState, readers: SignalReaders) =>
         yield* record(slot, r, at)
       }), { concurrency: "unbounded", discard: true })
     // Baselines once per round, not per unit or per report.
-    for (const slot of state.slots.values()) if (isRelative(slot.rule)) slot.baseline = warmBaseline(slot.samples)
+    for (const slot of state.slots.values()) {
+      if (isRelative(slot.rule)) slot.baseline = ruleBaseline(slot.rule, slot.samples)
+    }
     state.lastRoundAt = at
     yield* setSignalGauges(state.slotGroups)
     yield* publish(state)
