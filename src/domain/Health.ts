@@ -140,7 +140,7 @@ const comparison = (path: string, text: string): Parsed<Threshold> => {
  * A rule written without `resume` still gets hysteresis, else a reading hovering at the stop
  * threshold would hold and release on every unit. The defaults: half of stop for sizes, durations
  * and rates (`8MB` → `4MB`, `3x` → `1.5x`: a clear recovery, yet reachable on a busy platform);
- * 0.05 under stop for Redis memory (a ratio that sits near a steady level, which half would never
+ * 0.05 under stop for Redis memory, half of a stop of 0.1 or less (a ratio that sits near a steady level, which half would never
  * reach); one part in a thousand past stop for a Prometheus rule, whose scale Sweeper cannot know
  * (`< 0.99` → `>= 0.99099`).
  */
@@ -320,8 +320,11 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
     rules.push(rule)
   }
   if (raw.redisMemory !== undefined) {
+    // A stop at or under the gap would get a resume of 0, which no store in use ever reaches: half
+    // of stop there, as for the other signals.
+    const stop = raw.redisMemory.stop
     const resume = raw.redisMemory.resume ??
-      Math.max(0, Math.round((raw.redisMemory.stop - REDIS_MEMORY_GAP) * 1e6) / 1e6)
+      Math.round((stop > 2 * REDIS_MEMORY_GAP ? stop - REDIS_MEMORY_GAP : stop * HALF_OF_STOP) * 1e6) / 1e6
     const rule: SignalRule = {
       signal: "redisMemory",
       source: { _tag: "RedisMemory" },
