@@ -40,6 +40,12 @@ const SlowAppends = Layer.effect(
   }))
 ).pipe(Layer.provide(EventLogMemory))
 
+/** An event log whose appends never return, as an insert into a ledger whose table is locked. */
+const HungAppends = Layer.effect(
+  EventLog,
+  Effect.map(EventLog, (log) => ({ ...log, append: () => Effect.never }))
+).pipe(Layer.provide(EventLogMemory))
+
 const Gate = (json: unknown, events: Layer.Layer<EventLog, never, MemoryEvents> = EventLogMemory) =>
   HealthGateLive({
     config: health(json),
@@ -241,6 +247,20 @@ describe("HealthGate at its edges", () => {
         ]
       )
     }).pipe(Effect.provide(Gate({ ...LAG, longTransactions: { stop: "10m" } }, SlowAppends))))
+
+  it.effect("a gate event append that hangs does not hang the gate: the unit still gets its verdict at its deadline", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      values.replicationLagBytes = 38_000_000
+      yield* second
+      const fiber = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 3_000 }).pipe(Effect.forkChild)
+      yield* settled
+      yield* seconds(20)
+      yield* settled
+      const verdict = fiber.pollUnsafe()
+      assert.isDefined(verdict, "answered")
+    }).pipe(Effect.provide(Gate(LAG, HungAppends))))
 
   it.effect("gate events stay out of the batch's folded state: a thousand holds keep the last RunStarted", () =>
     Effect.gen(function*() {
