@@ -22,6 +22,14 @@ import { type DatabaseName, databaseOfTable, databaseOfWrites } from "./Database
 /** GitLab's Redis stores, by the names the Redis layer gives them. */
 export type RedisStoreName = "sharedState" | "queues" | "queuesMetadata"
 
+/** Whether a subject names one of the Redis stores (a redisMemory slot's subject always does). */
+export const isRedisStoreName: (subject: string) => subject is RedisStoreName = Schema.is(
+  Schema.Literals(["sharedState", "queues", "queuesMetadata"])
+)
+
+/** What a batch unknown to the gate writes: nothing, so no rule applies to it. */
+export const NO_WRITES: WriteSet = { tables: [], redisStores: [], queues: [], databases: [] }
+
 export type Comparison = "<" | "<=" | ">" | ">="
 
 /** A number, or a multiple of the signal's own median over the last hour (`"3x"`). */
@@ -478,10 +486,10 @@ export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> =>
 }
 
 /** The threshold as a number now (a relative one needs a baseline; None without one). */
-export const thresholdValue = (threshold: Threshold, baseline: Option.Option<number>): Option.Option<number> =>
-  threshold.bound._tag === "Absolute"
-    ? Option.some(threshold.bound.value)
-    : Option.map(baseline, (b) => b * (threshold.bound as { factor: number }).factor)
+export const thresholdValue = (threshold: Threshold, baseline: Option.Option<number>): Option.Option<number> => {
+  const bound = threshold.bound
+  return bound._tag === "Absolute" ? Option.some(bound.value) : Option.map(baseline, (b) => b * bound.factor)
+}
 
 const compare = (op: Comparison, a: number, b: number) =>
   op === "<" ? a < b : op === "<=" ? a <= b : op === ">" ? a > b : a >= b

@@ -27,9 +27,10 @@ import {
   databaseOfSubject,
   formatThreshold,
   formatValue,
+  isRedisStoreName,
+  NO_WRITES,
   type Reading,
   RECHECK_INTERVAL,
-  type RedisStoreName,
   ruleBaseline,
   type Sample,
   satisfies,
@@ -41,7 +42,7 @@ import {
   type WriteSet
 } from "../../domain/Health.ts"
 import type { SignalReport } from "../../services/HealthReport.ts"
-import type { HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+import { type HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
 import {
   healthSignal,
   healthSignalUnknown,
@@ -260,6 +261,14 @@ const walRate = (state: SamplerState, readers: SignalReaders, slot: Slot, databa
     return Option.some(value(rate))
   })
 
+/** A read the round shares, by database: every database a slot reads has one (sharedReads). */
+const sharedRead = <A>(
+  reads: ReadonlyMap<DatabaseName, Effect.Effect<A, SignalUnreadable>>,
+  database: DatabaseName
+): Effect.Effect<A, SignalUnreadable> =>
+  reads.get(database) ??
+    Effect.fail(new SignalUnreadable({ source: database, reason: "not read this round" }))
+
 /** A slot's reading in the round that began at `at`; None when it was read but has nothing to judge yet. */
 const readSlot = (
   state: SamplerState,
@@ -272,18 +281,22 @@ const readSlot = (
   const database = slot.database ?? "main"
   switch (source._tag) {
     case "ReplicationLag":
-      return Effect.map(replicationReading(shared.replication.get(database)!, source.measure), Option.some)
+      return Effect.map(replicationReading(sharedRead(shared.replication, database), source.measure), Option.some)
     case "WalRate":
       return walRate(state, readers, slot, database, at)
     case "Autovacuum":
       return Effect.map(
-        asReading(Effect.map(shared.vacuumed.get(database)!, (tables) => tables.includes(slot.subject) ? 1 : 0)),
+        asReading(
+          Effect.map(sharedRead(shared.vacuumed, database), (tables) => tables.includes(slot.subject) ? 1 : 0)
+        ),
         Option.some
       )
     case "LongTransactions":
       return Effect.map(asReading(readers.signalsOf(database).oldestTransaction), Option.some)
     case "RedisMemory":
-      return Effect.map(asReading(readers.signals.redisMemory(slot.subject as RedisStoreName)), Option.some)
+      return isRedisStoreName(slot.subject)
+        ? Effect.map(asReading(readers.signals.redisMemory(slot.subject)), Option.some)
+        : Effect.succeed(Option.some(unknown(`${slot.subject} is not a Redis store`)))
     case "QueueLatency":
       return Effect.map(asReading(readers.signals.queueLatency(slot.subject)), Option.some)
     case "Prometheus":
@@ -358,7 +371,8 @@ const replicationTickets = (state: SamplerState, readers: SignalReaders) =>
           const at = yield* Clock.currentTimeMillis
           const lag = yield* Effect.cached(readers.signalsOf(database).replicationLag)
           for (const slot of mine) {
-            const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
+            const source = slot.rule.source
+            if (source._tag !== "ReplicationLag") continue
             yield* record(slot, yield* replicationReading(lag, source.measure), at)
           }
           yield* publish(state)
@@ -476,12 +490,12 @@ export const makeSampler = (options: SamplerOptions) =>
       Effect.asVoid(Effect.timeoutOption(replicationOf(database), waitBound(now, deadlineMillis)))
 
     const baselineOf = (rule: SignalRule, batch: string): Option.Option<number> => {
-      const subject = subjectsFor(rule, options.writeSets.get(batch)!)[0] ?? ""
+      const subject = subjectsFor(rule, options.writeSets.get(batch) ?? NO_WRITES)[0] ?? ""
       const slot = slots.get(slotKey(rule.signal, subject)) ?? [...slots.values()].find((s) => s.rule === rule)
       return slot === undefined ? Option.none() : slot.baseline
     }
     const readingsFor = (rule: SignalRule, batch: string, now: number): ReadonlyArray<Reading> =>
-      subjectsFor(rule, options.writeSets.get(batch)!).flatMap((subject) => {
+      subjectsFor(rule, options.writeSets.get(batch) ?? NO_WRITES).flatMap((subject) => {
         const slot = slots.get(slotKey(rule.signal, subject))
         if (slot === undefined) return []
         if (slot.readAt === null) return [unknown("not read yet")]
