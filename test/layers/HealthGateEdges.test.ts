@@ -162,6 +162,24 @@ describe("HealthGate at its edges", () => {
       assert.match(String(held.unknown), /not read for \d+ s/)
     }).pipe(Effect.provide(Gate({ longTransactions: { stop: "10m", onUnknown: "hold" } }))))
 
+  it.effect("the throttle's wait for a fresh round ends at the run's deadline, not 5 s later", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      yield* second
+      values.replicationLagBytes = { _tag: "Hang" }
+      yield* seconds(2)
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      const fiber = yield* gate.effectiveLimit({ batch: RESUME.name, worker: "W", limit: 10 }).pipe(
+        inRun({ deadline: now + 1_000 }),
+        Effect.forkChild
+      )
+      yield* settled
+      yield* second
+      yield* settled
+      assert.isDefined(fiber.pollUnsafe(), "answered by the run's deadline")
+    }).pipe(Effect.provide(Gate({ ...LAG, throttleLimits: true }))))
+
   it.effect("a dry run is never held, writes no gate event, and names what would have held it", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
