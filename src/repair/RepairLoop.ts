@@ -520,7 +520,19 @@ export const underLease = <A, E, R>(
         if (!kept) lost = true
         return kept
       })
-      yield* Effect.suspend(() => lost ? Effect.succeed(false) : Effect.orElseSucceed(renew, () => true)).pipe(
+      // An error says nothing about who holds the lease: logged, and left to the next renewal (and to
+      // `renew`, which reports it to the body).
+      const backgroundRenewal = renew.pipe(
+        Effect.catch((error) =>
+          Effect.as(
+            Effect.logWarning("Lease renewal failed; trying again at the next renewal", error).pipe(
+              Effect.annotateLogs({ lease: name })
+            ),
+            true
+          )
+        )
+      )
+      yield* Effect.suspend(() => lost ? Effect.succeed(false) : backgroundRenewal).pipe(
         Effect.delay(Duration.divideUnsafe(ttl, 3)),
         Effect.repeat({ while: (kept) => kept }),
         Effect.forkScoped
