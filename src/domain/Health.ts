@@ -148,9 +148,9 @@ const comparison = (path: string, text: string): Parsed<Threshold> => {
  * A rule written without `resume` still gets hysteresis, else a reading hovering at the stop
  * threshold would hold and release on every unit. The defaults: half of stop for sizes, durations
  * and rates (`8MB` → `4MB`, `3x` → `1.5x`: a clear recovery, yet reachable on a busy platform);
- * 0.05 under stop for Redis memory, half of a stop of 0.1 or less (a ratio that sits near a steady level, which half would never
- * reach); one part in a thousand past stop for a Prometheus rule, whose scale Sweeper cannot know
- * (`< 0.99` → `>= 0.99099`).
+ * 0.05 under stop for Redis memory, half of a stop of 0.1 or less (a ratio that sits near a steady
+ * level, which half would never reach); one part in a thousand past stop for a Prometheus rule,
+ * whose scale Sweeper cannot know (`< 0.99` → `>= 0.99099`).
  */
 export const HALF_OF_STOP = 0.5
 export const REDIS_MEMORY_GAP = 0.05

@@ -51,26 +51,6 @@ const NAME = "reschedule-stuck-issue-rebalances"
 // A read of a small set, two primary-key look-ups and two pushes: minutes would mean trouble.
 const BUDGET = Duration.minutes(5)
 
-/**
- * The containers of one unit still in the running set, read again right before their push: the
- * unit may have waited on the health gate, and a rebalance that finished meanwhile must not get a
- * new full rebalance. (Whether the container still exists was read just before; a push for one
- * deleted since is a no-op for GitLab's worker, a push for a finished rebalance is not.)
- */
-const stillRunning = (state: RebalancingState["Service"], type: R.RebalanceType, ids: ReadonlyArray<number>) =>
-  Effect.gen(function*() {
-    if (ids.length === 0) return []
-    const running = R.parseRunningRebalances(yield* state.runningMembers)
-    const runningIds = new Set(type === R.RebalanceContainer.namespace ? running.namespaceIds : running.projectIds)
-    const finished = ids.filter((id) => !runningIds.has(id))
-    if (finished.length > 0) {
-      yield* Effect.logInfo("Not rescheduling rebalances that finished since they were read").pipe(
-        Effect.annotateLogs({ type: R.rebalanceTypeName(type), ids: finished })
-      )
-    }
-    return ids.filter((id) => runningIds.has(id)).map((id) => ({ type, id }))
-  })
-
 const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   const records = yield* PlatformRecords
   const { dryRun } = yield* CurrentRun
@@ -108,7 +88,8 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
     initial: R.enqueuedCounts(undefined, 0),
     inputs: R.rebalanceUnits(existing),
     unit: {
-      plan: ({ type, ids }) => stillRunning(state, type, ids),
+      // Re-read right before the push: a rebalance that finished during a gate hold is not pushed.
+      plan: ({ ids, type }) => Effect.map(state.runningMembers, (members) => R.stillRunning(type, ids, members)),
       target: ({ type, id }) => `rebalance:${type}/${id}`,
       dry: (targets) => R.enqueuedCounts(targets[0]?.type, targets.length),
       write: (targets, commit) =>
