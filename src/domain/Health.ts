@@ -22,6 +22,14 @@ import { type DatabaseName, databaseOfTable, databaseOfWrites } from "./Database
 /** GitLab's Redis stores, by the names the Redis layer gives them. */
 export type RedisStoreName = "sharedState" | "queues" | "queuesMetadata"
 
+/** Whether a subject names one of the Redis stores (a redisMemory slot's subject always does). */
+export const isRedisStoreName: (subject: string) => subject is RedisStoreName = Schema.is(
+  Schema.Literals(["sharedState", "queues", "queuesMetadata"])
+)
+
+/** What a batch unknown to the gate writes: nothing, so no rule applies to it. */
+export const NO_WRITES: WriteSet = { tables: [], redisStores: [], queues: [], databases: [] }
+
 export type Comparison = "<" | "<=" | ">" | ">="
 
 /** A number, or a multiple of the signal's own median over the last hour (`"3x"`). */
@@ -140,9 +148,9 @@ const comparison = (path: string, text: string): Parsed<Threshold> => {
  * A rule written without `resume` still gets hysteresis, else a reading hovering at the stop
  * threshold would hold and release on every unit. The defaults: half of stop for sizes, durations
  * and rates (`8MB` → `4MB`, `3x` → `1.5x`: a clear recovery, yet reachable on a busy platform);
- * 0.05 under stop for Redis memory (a ratio that sits near a steady level, which half would never
- * reach); one part in a thousand past stop for a Prometheus rule, whose scale Sweeper cannot know
- * (`< 0.99` → `>= 0.99099`).
+ * 0.05 under stop for Redis memory, half of a stop of 0.1 or less (a ratio that sits near a steady
+ * level, which half would never reach); one part in a thousand past stop for a Prometheus rule,
+ * whose scale Sweeper cannot know (`< 0.99` → `>= 0.99099`).
  */
 export const HALF_OF_STOP = 0.5
 export const REDIS_MEMORY_GAP = 0.05
@@ -320,8 +328,11 @@ export const compileHealth = (raw: RawHealth): Parsed<HealthConfig> => {
     rules.push(rule)
   }
   if (raw.redisMemory !== undefined) {
+    // A stop at or under the gap would get a resume of 0, which no store in use ever reaches: half
+    // of stop there, as for the other signals.
+    const stop = raw.redisMemory.stop
     const resume = raw.redisMemory.resume ??
-      Math.max(0, Math.round((raw.redisMemory.stop - REDIS_MEMORY_GAP) * 1e6) / 1e6)
+      Math.round((stop > 2 * REDIS_MEMORY_GAP ? stop - REDIS_MEMORY_GAP : stop * HALF_OF_STOP) * 1e6) / 1e6
     const rule: SignalRule = {
       signal: "redisMemory",
       source: { _tag: "RedisMemory" },
@@ -452,6 +463,20 @@ export const baselineOf = (samples: ReadonlyArray<Sample>): Option.Option<number
   return median(samples)
 }
 
+/**
+ * The lowest a relative `walRate` baseline goes: the median of a quiet database can be 0 B/s, and
+ * "three times nothing" would hold on any WAL at all (50 B/s held a batch). Under 1 MB/s a database
+ * is quiet; a multiple of that is still no burst worth holding repairs for.
+ */
+export const WAL_RATE_BASELINE_FLOOR = 1_000_000
+
+/** A rule's baseline as its thresholds use it: the warmed-up median, never under the rule's floor. */
+export const ruleBaseline = (rule: SignalRule, samples: ReadonlyArray<Sample>): Option.Option<number> =>
+  Option.map(
+    baselineOf(samples),
+    (median) => rule.source._tag === "WalRate" ? Math.max(median, WAL_RATE_BASELINE_FLOOR) : median
+  )
+
 /** The median of the samples (None when there are none). */
 export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
   if (samples.length === 0) return Option.none()
@@ -461,10 +486,10 @@ export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> =>
 }
 
 /** The threshold as a number now (a relative one needs a baseline; None without one). */
-export const thresholdValue = (threshold: Threshold, baseline: Option.Option<number>): Option.Option<number> =>
-  threshold.bound._tag === "Absolute"
-    ? Option.some(threshold.bound.value)
-    : Option.map(baseline, (b) => b * (threshold.bound as { factor: number }).factor)
+export const thresholdValue = (threshold: Threshold, baseline: Option.Option<number>): Option.Option<number> => {
+  const bound = threshold.bound
+  return bound._tag === "Absolute" ? Option.some(bound.value) : Option.map(baseline, (b) => b * bound.factor)
+}
 
 const compare = (op: Comparison, a: number, b: number) =>
   op === "<" ? a < b : op === "<=" ? a <= b : op === ">" ? a > b : a >= b

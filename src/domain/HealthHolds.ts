@@ -1,5 +1,5 @@
 /**
- * The health gate's holds, as a pure state machine the layer (src/layers/health/HealthGateHolds.ts)
+ * The health gate's holds, as a pure state machine the gate's actor (src/layers/health/HealthGateActor.ts)
  * keeps one of per run. A hold belongs to a run, not to whichever of its waiters saw it first:
  * concurrent units of one run (the resume workers, the export slices) share its holds, so one
  * RepairHeld … RepairReleased pair is written per signal and hold, however many wait on it.

@@ -115,3 +115,14 @@ export const rebalanceUnits = (
     { type: RebalanceContainer.namespace, ids: existing.namespaces },
     { type: RebalanceContainer.project, ids: existing.projects }
   ] as const
+
+/**
+ * The containers of one unit still in the running set as read again right before their push (a unit
+ * may have waited on the health gate; a rebalance that finished meanwhile must not get a new full
+ * rebalance).
+ */
+export const stillRunning = (type: RebalanceType, ids: ReadonlyArray<number>, members: ReadonlyArray<unknown>) => {
+  const running = parseRunningRebalances(members)
+  const runningIds = new Set(type === RebalanceContainer.namespace ? running.namespaceIds : running.projectIds)
+  return ids.filter((id) => runningIds.has(id)).map((id) => ({ type, id }))
+}

@@ -55,8 +55,9 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
   const records = yield* PlatformRecords
   const { dryRun } = yield* CurrentRun
 
+  const state = yield* RebalancingState
   const { namespaceIds, projectIds, invalidMembers, invalidSample } = R.parseRunningRebalances(
-    yield* (yield* RebalancingState).runningMembers
+    yield* state.runningMembers
   )
   if (invalidMembers > 0) {
     yield* Effect.logWarning("Ignoring invalid running-rebalance members").pipe(
@@ -87,7 +88,8 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
     initial: R.enqueuedCounts(undefined, 0),
     inputs: R.rebalanceUnits(existing),
     unit: {
-      plan: ({ type, ids }) => Effect.succeed(ids.map((id) => ({ type, id }))),
+      // Re-read right before the push: a rebalance that finished during a gate hold is not pushed.
+      plan: ({ ids, type }) => Effect.map(state.runningMembers, (members) => R.stillRunning(type, ids, members)),
       target: ({ type, id }) => `rebalance:${type}/${id}`,
       dry: (targets) => R.enqueuedCounts(targets[0]?.type, targets.length),
       write: (targets, commit) =>

@@ -139,10 +139,17 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
   let totals: C = initial
   let units = 0
   let stop: Stop = "done"
+  /**
+   * Whether the gate held the unit that asked last. Per unit, not from heldMs: concurrent units of a
+   * run share its holds and the held time is reported to one of them only, yet every one of them
+   * waited, and each must re-read what it is about to repair.
+   */
+  let lastHeld = false
 
   /** Before a unit: the health gate. false: stop, writing nothing more. */
   const before = Effect.gen(function*() {
     const verdict = yield* gate.beforeUnit({ batch, deadlineMillis: clock.deadlineMillis })
+    lastHeld = !run.dryRun && verdict.heldBy.length > 0
     if (verdict.heldMs > 0 || verdict.heldBy.length > 0) {
       yield* Ref.update(
         held,
@@ -193,7 +200,18 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
   })
   /** Time this loop has waited on the gate so far. */
   const heldMillis = Effect.map(Ref.get(held), (h) => h.heldMs)
-  return { run, clock, before, unit, after, fold, result, heldMillis, setStop: (s: Stop) => void (stop = s) }
+  return {
+    run,
+    clock,
+    before,
+    unit,
+    after,
+    fold,
+    result,
+    heldMillis,
+    wasHeld: () => lastHeld,
+    setStop: (s: Stop) => void (stop = s)
+  }
 })
 
 /**
@@ -403,11 +421,10 @@ export const passes = <P, E, R>(options: {
           loop.setStop("budget")
           return "stop"
         }
-        const heldBefore = yield* loop.heldMillis
         if (!(yield* loop.before)) return "stop"
         // After the gate, right before the pass: a hold may have lasted long enough for the lease
         // under these passes to be lost, and a pass must not run on a lease that is not ours.
-        const held = (yield* loop.heldMillis) > heldBefore
+        const held = loop.wasHeld()
         if ((!first || held) && options.between !== undefined && !(yield* options.between)) return "stop"
         const result = yield* options.pass(first)
         if (Option.isNone(result)) return "stop"
@@ -509,7 +526,19 @@ export const underLease = <A, E, R>(
         if (!kept) lost = true
         return kept
       })
-      yield* Effect.suspend(() => lost ? Effect.succeed(false) : Effect.orElseSucceed(renew, () => true)).pipe(
+      // An error says nothing about who holds the lease: logged, and left to the next renewal (and to
+      // `renew`, which reports it to the body).
+      const backgroundRenewal = renew.pipe(
+        Effect.catch((error) =>
+          Effect.as(
+            Effect.logWarning("Lease renewal failed; trying again at the next renewal", error).pipe(
+              Effect.annotateLogs({ lease: name })
+            ),
+            true
+          )
+        )
+      )
+      yield* Effect.suspend(() => lost ? Effect.succeed(false) : backgroundRenewal).pipe(
         Effect.delay(Duration.divideUnsafe(ttl, 3)),
         Effect.repeat({ while: (kept) => kept }),
         Effect.forkScoped

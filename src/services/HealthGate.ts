@@ -47,7 +47,7 @@ export interface LimitRequest {
 export interface HealthGateShape {
   /**
    * Returns at once when the batch may proceed; otherwise holds (no writes, the lease kept and
-   * renewed by the run guard) and re-checks every second until released or the deadline passes.
+   * renewed by the run guard) and re-checks on each new round of readings until released or the deadline passes.
    * A dry run (`CurrentRun.dryRun`) is never held and writes no gate event.
    * Never fails: a signal that cannot be read is `unknown`, treated as its configuration says.
    */

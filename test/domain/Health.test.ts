@@ -123,6 +123,14 @@ describe("SWEEPER_HEALTH", () => {
     assert.deepStrictEqual([apdex.resume.op, apdex.resume.bound], [">=", { _tag: "Absolute", value: 0.99099 }])
   })
 
+  it("a low redisMemory stop still gets a default resume a reading can reach: half of stop, never 0", () => {
+    const r = rule({ redisMemory: { stop: 0.04 } })
+    const resume = r.resume.bound._tag === "Absolute" ? r.resume.bound.value : Number.NaN
+    assert.strictEqual(resume, 0.02)
+    // A store using 1 % of its memory releases a hold (with a default of 0 it never would).
+    assert.isFalse(nextHeld(r, true, value(0.01)))
+  })
+
   it("a rule without resume still has hysteresis: a reading hovering at stop does not hold and release on every check", () => {
     const bounds = (json: unknown) => {
       const r = rule(json)

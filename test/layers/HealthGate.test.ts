@@ -17,6 +17,7 @@ import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus
 import { HealthGate } from "../../src/services/HealthGate.ts"
 import { HealthReport } from "../../src/services/HealthReport.ts"
 import { prometheusText } from "../../src/services/Metrics.ts"
+import { settled } from "../support/gate.ts"
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
 const UPLOADS: GatedBatch = {
@@ -72,7 +73,7 @@ describe("HealthGate layer", () => {
       values.replicationLagBytes = 38_000_000
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
-      yield* Effect.yieldNow
+      yield* settled
       assert.deepStrictEqual(yield* gateEvents, [{
         type: "RepairHeld",
         batch: DROP.name,
@@ -130,6 +131,7 @@ describe("HealthGate layer", () => {
       values.replicationLagBytes = 100_000_000
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 3_500 }).pipe(Effect.forkChild)
+      yield* settled
       yield* seconds(3)
       const verdict = yield* Fiber.join(fiber)
       assert.deepStrictEqual(verdict, { proceed: false, heldMs: 2_500, heldBy: ["replicationLag"] })
@@ -182,7 +184,7 @@ describe("HealthGate layer", () => {
       values.oldestTransaction = "connection refused"
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
-      yield* Effect.yieldNow
+      yield* settled
       const events = yield* gateEvents
       assert.deepStrictEqual(events.map((e) => [e.signal, e.value, e.unknown]), [[
         "longTransactions",
@@ -238,7 +240,7 @@ describe("HealthGate layer", () => {
       yield* at(10e6, 11)
       yield* at(50e6, 2)
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
-      yield* Effect.yieldNow
+      yield* settled
       assert.deepStrictEqual((yield* gateEvents).map((e) => [e.type, e.signal]), [["RepairHeld", "walRate"]])
       assert.match(
         (yield* (yield* HealthReport).snapshot).holds[0]!.text,

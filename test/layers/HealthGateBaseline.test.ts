@@ -19,7 +19,7 @@ import { HealthReport } from "../../src/services/HealthReport.ts"
 // The gate's own import of the domain's median, wrapped so the test can count its calls.
 vi.mock("../../src/domain/Health.ts", async (importOriginal) => {
   const actual = await importOriginal<typeof import("../../src/domain/Health.ts")>()
-  return { ...actual, baselineOf: vi.fn(actual.baselineOf) }
+  return { ...actual, ruleBaseline: vi.fn(actual.ruleBaseline) }
 })
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
@@ -36,10 +36,10 @@ const Gate = HealthGateLive({
   Layer.provideMerge(MetricsPrometheus)
 )
 
-const baselineCalls = () => vi.mocked(Health.baselineOf).mock.calls.length
+const baselineCalls = () => vi.mocked(Health.ruleBaseline).mock.calls.length
 
 describe("HealthGate's relative baselines", () => {
-  afterEach(() => vi.mocked(Health.baselineOf).mockClear())
+  afterEach(() => vi.mocked(Health.ruleBaseline).mockClear())
 
   it.effect("are computed once per sampler round, not per unit or per report reader", () =>
     Effect.gen(function*() {
@@ -54,7 +54,7 @@ describe("HealthGate's relative baselines", () => {
       assert.strictEqual((yield* report.snapshot).signals[0]!.stop, "3x median (30 MB/s)")
 
       // Within one round: a hundred units ask and fifty readers read; nothing is recomputed.
-      vi.mocked(Health.baselineOf).mockClear()
+      vi.mocked(Health.ruleBaseline).mockClear()
       for (let i = 0; i < 100; i++) yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
       for (let i = 0; i < 50; i++) yield* report.snapshot
       assert.strictEqual(baselineCalls(), 0)

@@ -23,6 +23,7 @@ import { batches } from "../../src/programs/index.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
 import { HealthReport } from "../../src/services/HealthReport.ts"
 import { prometheusText } from "../../src/services/Metrics.ts"
+import { settled } from "../support/gate.ts"
 
 /** The registry's own batches, with what they really write. */
 const registered = (name: string): GatedBatch => {
@@ -109,7 +110,7 @@ describe("HealthGate per database (decomposed GitLab)", () => {
       ci.replicationLagBytes = 38_000_000
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
-      yield* Effect.yieldNow
+      yield* settled
       const report = yield* (yield* HealthReport).snapshot
       assert.deepStrictEqual(report.holds.map((h) => [h.database, h.text]), [
         ["ci", "drop-canceling-builds held by replicationLag on ci: 38 MB > 8 MB since 00:00:01"]

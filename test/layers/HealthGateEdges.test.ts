@@ -20,6 +20,7 @@ import { EventLog } from "../../src/services/EventLog.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
 import { HealthReport } from "../../src/services/HealthReport.ts"
 import { loadHistory } from "../../src/supervisor/Scheduler.ts"
+import { settled } from "../support/gate.ts"
 
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
 const RESUME: GatedBatch = {
@@ -29,7 +30,23 @@ const RESUME: GatedBatch = {
 
 const health = (json: unknown): HealthConfig => Schema.decodeUnknownSync(HealthJson)(JSON.stringify(json))
 
-const Gate = (json: unknown) =>
+/** An event log whose appends take a few scheduler turns, as a PostgreSQL insert takes a round trip. */
+const SlowAppends = Layer.effect(
+  EventLog,
+  Effect.map(EventLog, (log) => ({
+    ...log,
+    append: (event: Parameters<typeof log.append>[0]) =>
+      Effect.andThen(Effect.repeat(Effect.yieldNow, { times: 5 }), log.append(event))
+  }))
+).pipe(Layer.provide(EventLogMemory))
+
+/** An event log whose appends never return, as an insert into a ledger whose table is locked. */
+const HungAppends = Layer.effect(
+  EventLog,
+  Effect.map(EventLog, (log) => ({ ...log, append: () => Effect.never }))
+).pipe(Layer.provide(EventLogMemory))
+
+const Gate = (json: unknown, events: Layer.Layer<EventLog, never, MemoryEvents> = EventLogMemory) =>
   HealthGateLive({
     config: health(json),
     batches: [DROP, RESUME],
@@ -37,7 +54,7 @@ const Gate = (json: unknown) =>
   }).pipe(
     Layer.provideMerge(HealthSignalsMemory),
     Layer.provideMerge(MemorySignalValues.layer),
-    Layer.provideMerge(EventLogMemory),
+    Layer.provideMerge(events),
     Layer.provideMerge(MemoryEvents.layer),
     Layer.provideMerge(MetricsPrometheus)
   )
@@ -79,6 +96,22 @@ describe("HealthGate at its edges", () => {
       assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [false, ["replicationLag"]])
     }).pipe(Effect.provide(Gate(LAG))))
 
+  it.effect("a failed read never hides a fresh reading over stop: the unit's own read failing still holds it", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      // The round a moment ago read the standby 9 MB behind, over the 8 MB stop.
+      values.replicationLagBytes = 9_000_000
+      yield* second
+      // The primary struggles: the unit's own read of the lag fails (onUnknown is healthy).
+      values.replicationLagBytes = "no answer within 2s"
+      const verdict = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+      assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [false, ["replicationLag"]])
+      // Once that reading is no longer fresh, unknown is what it is: healthy, as configured.
+      yield* seconds(6)
+      assert.isTrue((yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })).proceed)
+    }).pipe(Effect.provide(Gate(LAG))))
+
   it.effect("an unknown reading keeps a hold (one slow read mid-incident writes no page)", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
@@ -86,7 +119,7 @@ describe("HealthGate at its edges", () => {
       values.replicationLagBytes = 38_000_000
       yield* second
       const fiber = yield* gate.beforeUnit({ batch: DROP.name }).pipe(Effect.forkChild)
-      yield* Effect.yieldNow
+      yield* settled
       values.replicationLagBytes = "no answer within 2s"
       yield* seconds(3)
       assert.isUndefined(fiber.pollUnsafe(), "still held")
@@ -129,6 +162,24 @@ describe("HealthGate at its edges", () => {
       assert.match(String(held.unknown), /not read for \d+ s/)
     }).pipe(Effect.provide(Gate({ longTransactions: { stop: "10m", onUnknown: "hold" } }))))
 
+  it.effect("the throttle's wait for a fresh round ends at the run's deadline, not 5 s later", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      yield* second
+      values.replicationLagBytes = { _tag: "Hang" }
+      yield* seconds(2)
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      const fiber = yield* gate.effectiveLimit({ batch: RESUME.name, worker: "W", limit: 10 }).pipe(
+        inRun({ deadline: now + 1_000 }),
+        Effect.forkChild
+      )
+      yield* settled
+      yield* second
+      yield* settled
+      assert.isDefined(fiber.pollUnsafe(), "answered by the run's deadline")
+    }).pipe(Effect.provide(Gate({ ...LAG, throttleLimits: true }))))
+
   it.effect("a dry run is never held, writes no gate event, and names what would have held it", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
@@ -169,11 +220,13 @@ describe("HealthGate at its edges", () => {
         [1, 2, 3],
         () => gate.beforeUnit({ batch: DROP.name }).pipe(run, Effect.forkChild)
       )
+      yield* settled
       yield* seconds(3)
       assert.isFalse((yield* Fiber.join(early)).proceed)
       // The others still wait on the same hold: it was not closed.
       assert.deepStrictEqual((yield* gateEvents).map((e) => e.type), ["RepairHeld"])
       yield* seconds(4)
+      yield* settled
       values.replicationLagBytes = 1_000_000
       yield* second
       const verdicts = yield* Effect.forEach(waiters, Fiber.join)
@@ -185,6 +238,47 @@ describe("HealthGate at its edges", () => {
       assert.strictEqual(summed, events[1]!.heldMs)
       assert.strictEqual(summed, 8_000)
     }).pipe(Effect.provide(Gate(LAG))))
+
+  it.effect("two waiters and two signals: one RepairHeld per signal and hold, never a duplicate", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      values.replicationLagBytes = 38_000_000
+      values.oldestTransaction = 3600
+      yield* second
+      const run = inRun({ runId: "run-1" })
+      const waiters = yield* Effect.forEach(
+        [1, 2],
+        () => gate.beforeUnit({ batch: DROP.name, deadlineMillis: 3_000 }).pipe(run, Effect.forkChild)
+      )
+      yield* settled
+      yield* seconds(3)
+      yield* Effect.forEach(waiters, Fiber.join)
+      const events = yield* gateEvents
+      assert.deepStrictEqual(
+        events.map((e) => [e.type, e.signal]).sort(),
+        [
+          ["RepairHeld", "longTransactions"],
+          ["RepairHeld", "replicationLag"],
+          ["RepairReleased", "longTransactions"],
+          ["RepairReleased", "replicationLag"]
+        ]
+      )
+    }).pipe(Effect.provide(Gate({ ...LAG, longTransactions: { stop: "10m" } }, SlowAppends))))
+
+  it.effect("a gate event append that hangs does not hang the gate: the unit still gets its verdict at its deadline", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      values.replicationLagBytes = 38_000_000
+      yield* second
+      const fiber = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 3_000 }).pipe(Effect.forkChild)
+      yield* settled
+      yield* seconds(20)
+      yield* settled
+      const verdict = fiber.pollUnsafe()
+      assert.isDefined(verdict, "answered")
+    }).pipe(Effect.provide(Gate(LAG, HungAppends))))
 
   it.effect("gate events stay out of the batch's folded state: a thousand holds keep the last RunStarted", () =>
     Effect.gen(function*() {
@@ -240,6 +334,20 @@ describe("HealthGate at its edges", () => {
       const verdict = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
       assert.deepStrictEqual(verdict.heldBy, ["longTransactions"])
     }).pipe(Effect.provide(Gate({ longTransactions: { stop: "10m" } }))))
+
+  it.effect("a relative walRate has a floor: a quiet database's median of 0 B/s does not hold on 50 B/s", () =>
+    Effect.gen(function*() {
+      const gate = yield* HealthGate
+      const values = yield* MemorySignalValues
+      // Ten minutes of a database writing nothing: the baseline is warmed up at a median of 0.
+      values.walPosition = 1_000
+      yield* seconds(600)
+      assert.isTrue((yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })).proceed)
+      values.walPosition = 1_050
+      yield* second
+      const verdict = yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+      assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [true, []])
+    }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
 
   it.effect("a relative walRate's baseline leaves out WAL written while this process's batches ran", () =>
     Effect.gen(function*() {

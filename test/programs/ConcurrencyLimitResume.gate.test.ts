@@ -7,13 +7,15 @@ import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Fiber, Layer, Option, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { CurrentRun } from "../../src/domain/Batch.ts"
-import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
+import { workerKeys, workerLeaseName } from "../../src/domain/ConcurrencyLimit.ts"
 import { HealthJson } from "../../src/domain/Health.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { HealthGateLive } from "../../src/layers/health/HealthGateLive.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { HealthSignalsMemory, MemorySignalValues } from "../../src/layers/memory/HealthSignalsMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
+import { settled } from "../support/gate.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
 const NOW = DateTime.makeUnsafe("2026-03-01T12:00:00Z")
@@ -61,6 +63,7 @@ describe("concurrency-limit-resume under the health gate", () => {
       values.replicationLagBytes = 38_000_000
       yield* TestClock.adjust(Duration.seconds(1))
       const fiber = yield* ConcurrencyLimitResume.run.pipe(Effect.forkChild)
+      yield* settled
       yield* TestClock.adjust(Duration.seconds(10))
       values.replicationLagBytes = 0
       yield* TestClock.adjust(Duration.minutes(2))
@@ -69,6 +72,26 @@ describe("concurrency-limit-resume under the health gate", () => {
       assert.isAtLeast(summary.heldMs, 10_000)
       assert.isAtMost(summary.heldMs, 11_000, `${summary.heldMs} ms: one copy of the hold, not one per worker`)
       assert.deepStrictEqual(yield* gateEvents, ["RepairHeld", "RepairReleased"])
+    }).pipe(atNow))
+
+  it.effect("after a shared hold every worker re-checks its own lease: leases taken by another process during it resume nothing", () =>
+    Effect.gen(function*() {
+      yield* seed
+      const values = yield* MemorySignalValues
+      values.replicationLagBytes = 38_000_000
+      yield* TestClock.adjust(Duration.seconds(1))
+      const fiber = yield* ConcurrencyLimitResume.run.pipe(Effect.forkChild)
+      yield* settled
+      // Held 3 s (under a third of the lease TTL: no background renewal sees it), while another
+      // process takes over every worker's lease.
+      const redis = yield* MemoryRedis
+      for (const worker of WORKERS) redis.set(leaseKey(workerLeaseName(worker)), "another-process", { exSeconds: 60 })
+      yield* TestClock.adjust(Duration.seconds(3))
+      values.replicationLagBytes = 0
+      yield* TestClock.adjust(Duration.minutes(2))
+      const summary = yield* Fiber.join(fiber)
+      assert.strictEqual(summary.resumedJobs, 0, "no worker resumed on a lease that is not its own")
+      for (const worker of WORKERS) assert.strictEqual(redis.llen(workerKeys(worker).deferred), 2)
     }).pipe(atNow))
 
   it.effect("a dry run during the hold returns at once, writes no gate event, and names what would hold it", () =>

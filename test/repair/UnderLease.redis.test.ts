@@ -4,8 +4,9 @@
  * another process take the lease and run the same worker at the same time.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Duration, Effect, Layer, Option } from "effect"
+import { Duration, Effect, Layer, Logger, Option } from "effect"
 import { randomUUID } from "node:crypto"
+import { RedisError } from "../../src/domain/Errors.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { LeaseRedis } from "../../src/layers/redis/LeaseRedis.ts"
 import { Redis } from "../../src/layers/redis/Redis.ts"
@@ -43,6 +44,38 @@ describe("underLease on real Redis", () => {
       assert.isTrue(Option.isNone(taken), "another process took the lease during the hold")
       assert.deepStrictEqual(Option.map(ran, (r) => r.results), Option.some([true, false]))
     }).pipe(Effect.provide(LeaseRedis.pipe(Layer.provideMerge(RedisTest)))), 20_000)
+
+  it.live(
+    "a background renewal that errs says so in a log line (and is left to the next one)",
+    () =>
+      Effect.gen(function*() {
+        const lease = yield* Lease
+        const warnings: Array<string> = []
+        const collector = Logger.make((options) => {
+          if (options.logLevel === "Warn") warnings.push(String(options.message))
+        })
+        // Redis refuses every renewal; the body waits 1.2 s, long enough for the renewal at a third of 3 s.
+        const refusing = Lease.of({
+          ...lease,
+          renew: () =>
+            Effect.fail(new RedisError({ operation: "lease.renew", cause: new Error("OOM command not allowed") }))
+        })
+        const ran = yield* underLease(
+          `sweeper/test/${randomUUID()}`,
+          Duration.seconds(3),
+          () => Effect.sleep("1200 millis")
+        ).pipe(
+          Effect.provideService(Lease, refusing),
+          Effect.provide(Logger.layer([collector]))
+        )
+        assert.isTrue(Option.isSome(ran))
+        assert.isTrue(
+          warnings.some((message) => message.includes("Lease renewal failed")),
+          `warnings: ${JSON.stringify(warnings)}`
+        )
+      }).pipe(Effect.provide(LeaseRedis.pipe(Layer.provideMerge(RedisTest)))),
+    20_000
+  )
 
   it.live("a lease taken by another process during a hold: the held pass does not run", () =>
     Effect.gen(function*() {

@@ -9,6 +9,7 @@ import {
   databaseOfSubject,
   databasesOf,
   type HealthConfig,
+  NO_WRITES,
   type SignalRule,
   subjectsFor,
   throttlesInsteadOfHolding,
@@ -69,7 +70,7 @@ export const gateBatches = (
   }
   const databaseFor = (signal: string, batch: string): DatabaseName | undefined => {
     const rule = config.rules.find((r) => r.signal === signal)
-    const subject = rule === undefined ? undefined : subjectsFor(rule, writeSets.get(batch)!)[0]
+    const subject = rule === undefined ? undefined : subjectsFor(rule, writeSets.get(batch) ?? NO_WRITES)[0]
     return rule === undefined || subject === undefined ? undefined : databaseOfSubject(rule, subject, decomposed)
   }
   return { writeSets, throttling, holdingRules, databaseFor }

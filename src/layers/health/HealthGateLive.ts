@@ -28,26 +28,28 @@
  * end of a hold.
  *
  * The parts, each in its own file: what the gate knows of its batches (HealthGateBatches.ts), the
- * sampler and its freshness (HealthSampler.ts), the runs' holds and their events (HealthGateHolds.ts)
- * and the throttled concurrency limits (HealthGateThrottle.ts). This file composes them and decides a
- * unit: a dry run's verdict, or a real run's wait until its holds release or its deadline passes.
+ * sampler and its freshness (HealthSampler.ts), and the actor that owns the runs' holds, their events
+ * and the throttled concurrency limits (HealthGateActor.ts). This file composes them and decides a
+ * unit: a dry run's verdict, or a real run's wait — asking the actor, then sleeping until the sampler
+ * publishes new readings or the deadline comes — until its holds release or its deadline passes.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import { CurrentRun } from "../../domain/Batch.ts"
 import type { DatabaseName } from "../../domain/Databases.ts"
-import { type HealthConfig, judge, RECHECK_INTERVAL, type SignalRule } from "../../domain/Health.ts"
+import { type HealthConfig, judge, type SignalRule } from "../../domain/Health.ts"
 import { HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
 import { HealthReport, type HealthSnapshot } from "../../services/HealthReport.ts"
 import { DatabaseSignals, HealthSignals } from "../../services/HealthSignals.ts"
 import { Metrics } from "../../services/Metrics.ts"
+import { makeGateActor } from "./HealthGateActor.ts"
 import { gateBatches, type GatedBatch } from "./HealthGateBatches.ts"
-import { makeGateHolds } from "./HealthGateHolds.ts"
-import { makeThrottle } from "./HealthGateThrottle.ts"
 import { makeSampler } from "./HealthSampler.ts"
 
 export { type GatedBatch, writeSetOf } from "./HealthGateBatches.ts"
@@ -85,8 +87,12 @@ export const makeHealthGate = (options: GateOptions) =>
       signals,
       signalsOf
     })
-    const holds = yield* makeGateHolds(batches, config.rules, sampler)
-    const throttle = makeThrottle(config, batches.throttling, options.concurrencyLimits, sampler)
+    const actor = yield* makeGateActor({
+      config,
+      batches,
+      readings: sampler,
+      concurrencyLimits: options.concurrencyLimits
+    })
 
     const dryLogged = new Map<string, string>()
     /** A dry run: judged as if nothing held it, waiting for nothing and writing nothing. */
@@ -105,7 +111,10 @@ export const makeHealthGate = (options: GateOptions) =>
         return wouldHold.length === 0 ? PROCEED : { proceed: true, heldMs: 0, heldBy: wouldHold }
       })
 
-    /** A real run's unit: checked every RECHECK_INTERVAL until its holds release or its deadline passes. */
+    /**
+     * A real run's unit: the WAL position read fresh, then the actor asked; while held, the waiter
+     * sleeps until the sampler publishes new readings or its deadline comes, and asks again.
+     */
     const waitForRelease = (
       key: string,
       batch: string,
@@ -115,25 +124,29 @@ export const makeHealthGate = (options: GateOptions) =>
       Effect.gen(function*() {
         const writtenDatabases = batches.writeSets.get(batch)?.databases ?? []
         const heldBy = new Set<string>()
+        let first = true
         while (true) {
           const asked = yield* Clock.currentTimeMillis
+          // A held batch keeps the sampler at its active pace: its readings are what wakes it.
           if (writtenDatabases.length > 0) sampler.demanded(asked)
           yield* sampler.ensureFresh(asked, deadlineMillis)
-          for (const database of writtenDatabases) yield* sampler.freshReplication(database, asked, deadlineMillis)
+          // The unit's own read of the WAL position; a held waiter is woken by a round that read it.
+          if (first) {
+            for (const database of writtenDatabases) yield* sampler.freshReplication(database, asked, deadlineMillis)
+          }
+          first = false
+          const seen = yield* sampler.published
+          const reply = yield* actor.ask(key, batch, rules, deadlineMillis)
+          for (const signal of reply.holding) heldBy.add(signal)
+          if (!reply.held) {
+            return heldBy.size === 0 ? PROCEED : { proceed: true, heldMs: reply.heldMs, heldBy: [...heldBy] }
+          }
+          if (reply.pastDeadline) return { proceed: false, heldMs: reply.heldMs, heldBy: [...heldBy] }
           const now = yield* Clock.currentTimeMillis
-          for (const signal of yield* holds.check(key, batch, rules, now)) heldBy.add(signal)
-          if (!holds.held(key, batch)) {
-            return heldBy.size === 0
-              ? PROCEED
-              : { proceed: true, heldMs: holds.takeHeld(key, now), heldBy: [...heldBy] }
-          }
-          if (deadlineMillis !== undefined && now >= deadlineMillis) {
-            return { proceed: false, heldMs: holds.takeHeld(key, now), heldBy: [...heldBy] }
-          }
-          const wait = deadlineMillis === undefined
-            ? Duration.toMillis(RECHECK_INTERVAL)
-            : Math.min(Duration.toMillis(RECHECK_INTERVAL), deadlineMillis - now)
-          yield* Effect.sleep(Duration.millis(Math.max(1, wait)))
+          const untilNews = sampler.publishedAfter(seen)
+          yield* deadlineMillis === undefined
+            ? untilNews
+            : Effect.timeoutOption(untilNews, Duration.millis(Math.max(1, deadlineMillis - now)))
         }
       })
 
@@ -148,29 +161,37 @@ export const makeHealthGate = (options: GateOptions) =>
             return yield* dryVerdict(batch, rules, yield* Clock.currentTimeMillis)
           }
           const key = run.runId ?? `batch:${batch}`
-          holds.enter(key, batch)
-          return yield* waitForRelease(key, batch, rules, deadlineMillis).pipe(
-            // Returned, reached its deadline or interrupted: the last waiter out closes what is still open.
-            Effect.ensuring(holds.leave(key))
+          // Returned, reached its deadline or interrupted: the last waiter out closes what is still open.
+          return yield* Effect.acquireUseRelease(
+            actor.enter(key, batch, run),
+            () => waitForRelease(key, batch, rules, deadlineMillis),
+            // An interrupted waiter does not wait for the actor (which may be closing with the gate).
+            (_, exit) => actor.leave(key, !Exit.hasInterrupts(exit))
           )
         }),
         Metrics,
         metrics
       )
 
-    const effectiveLimit: HealthGateShape["effectiveLimit"] = (request) =>
-      Effect.provideService(throttle.effectiveLimit(request), Metrics, metrics)
+    const effectiveLimit: HealthGateShape["effectiveLimit"] = ({ batch, limit, worker }) =>
+      Effect.gen(function*() {
+        if (!config.throttleLimits || !batches.throttling.has(batch)) return limit
+        const run = yield* CurrentRun
+        const asked = yield* Clock.currentTimeMillis
+        if (!run.dryRun) sampler.demanded(asked)
+        yield* sampler.ensureFresh(asked, run.deadline)
+        return yield* actor.throttle(batch, worker, limit, run.dryRun)
+      }).pipe(Effect.provideService(Metrics, metrics))
 
     // Every series exists from start-up, at rest, so that rate() and the dashboard see its first change.
-    yield* holds.seriesAtStart
-    yield* sampler.seriesAtStart
-    yield* throttle.seriesAtStart
+    yield* actor.seriesAtStart
+    yield* Effect.provideService(sampler.seriesAtStart, Metrics, metrics)
 
-    const snapshot: Effect.Effect<HealthSnapshot> = Effect.sync(() => ({
+    const snapshot: Effect.Effect<HealthSnapshot> = Effect.map(SubscriptionRef.get(actor.view), (view) => ({
       configured: true,
       signals: sampler.signalReports(),
-      holds: holds.holdReports(),
-      throttled: throttle.throttleReports()
+      holds: view.holds,
+      throttled: view.throttled
     }))
 
     return { gate: { beforeUnit, effectiveLimit } satisfies HealthGateShape, report: { snapshot } }

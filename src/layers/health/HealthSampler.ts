@@ -19,16 +19,19 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import {
   addSample,
-  baselineOf as warmBaseline,
   databaseOfSubject,
   formatThreshold,
   formatValue,
+  isRedisStoreName,
+  NO_WRITES,
   type Reading,
   RECHECK_INTERVAL,
-  type RedisStoreName,
+  ruleBaseline,
   type Sample,
   satisfies,
   type SignalRule,
@@ -39,7 +42,7 @@ import {
   type WriteSet
 } from "../../domain/Health.ts"
 import type { SignalReport } from "../../services/HealthReport.ts"
-import type { HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+import { type HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
 import {
   healthSignal,
   healthSignalUnknown,
@@ -91,7 +94,15 @@ interface SamplerState {
   lastRoundAt: number | null
   /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
   lastDemandAt: number
+  /**
+   * How many times the readings have been published (a round, a fresh read before a unit): held
+   * waiters wait for it to move instead of polling on a timer.
+   */
+  readonly published: SubscriptionRef.SubscriptionRef<number>
 }
+
+/** New readings are in the slots: wake whoever waits on them. */
+const publish = (state: SamplerState) => SubscriptionRef.update(state.published, (n) => n + 1)
 
 /** What the sampler reads through. */
 export interface SignalReaders {
@@ -153,11 +164,27 @@ const asReading = (effect: Effect.Effect<number, SignalUnreadable>) =>
 const replicationReading = (result: Lag, measure: "bytes" | "seconds") =>
   asReading(Effect.map(result, (lag) => lag[measure]))
 
+/**
+ * Whether a failed read leaves the slot's last reading in place: it does while that reading is still
+ * fresh (read within STALE_AFTER) and over stop. A read that fails or times out when the primary is
+ * struggling is no news that it has stopped struggling; replacing a fresh bad value with "unknown"
+ * would let a rule that treats unknown as healthy wave the next unit through.
+ */
+const keepsWorse = (slot: Slot, reading: Reading, at: number): boolean => {
+  if (reading._tag !== "Unknown" || slot.readAt === null || at - slot.readAt > Duration.toMillis(STALE_AFTER)) {
+    return false
+  }
+  const last = Option.getOrUndefined(slot.reading)
+  return last !== undefined && last._tag === "Value" && satisfies(slot.rule.stop, last.value, slot.baseline)
+}
+
 /** A slot's new reading: counted while unknown, logged when it becomes unknown and when it recovers. */
 const record = (slot: Slot, reading: Reading, at: number) =>
   Effect.gen(function*() {
-    slot.reading = Option.some(reading)
-    slot.readAt = at
+    if (!keepsWorse(slot, reading, at)) {
+      slot.reading = Option.some(reading)
+      slot.readAt = at
+    }
     const where = {
       signal: slot.rule.signal,
       ...(slot.subject === "" ? {} : { subject: slot.subject }),
@@ -234,6 +261,14 @@ const walRate = (state: SamplerState, readers: SignalReaders, slot: Slot, databa
     return Option.some(value(rate))
   })
 
+/** A read the round shares, by database: every database a slot reads has one (sharedReads). */
+const sharedRead = <A>(
+  reads: ReadonlyMap<DatabaseName, Effect.Effect<A, SignalUnreadable>>,
+  database: DatabaseName
+): Effect.Effect<A, SignalUnreadable> =>
+  reads.get(database) ??
+    Effect.fail(new SignalUnreadable({ source: database, reason: "not read this round" }))
+
 /** A slot's reading in the round that began at `at`; None when it was read but has nothing to judge yet. */
 const readSlot = (
   state: SamplerState,
@@ -246,18 +281,22 @@ const readSlot = (
   const database = slot.database ?? "main"
   switch (source._tag) {
     case "ReplicationLag":
-      return Effect.map(replicationReading(shared.replication.get(database)!, source.measure), Option.some)
+      return Effect.map(replicationReading(sharedRead(shared.replication, database), source.measure), Option.some)
     case "WalRate":
       return walRate(state, readers, slot, database, at)
     case "Autovacuum":
       return Effect.map(
-        asReading(Effect.map(shared.vacuumed.get(database)!, (tables) => tables.includes(slot.subject) ? 1 : 0)),
+        asReading(
+          Effect.map(sharedRead(shared.vacuumed, database), (tables) => tables.includes(slot.subject) ? 1 : 0)
+        ),
         Option.some
       )
     case "LongTransactions":
       return Effect.map(asReading(readers.signalsOf(database).oldestTransaction), Option.some)
     case "RedisMemory":
-      return Effect.map(asReading(readers.signals.redisMemory(slot.subject as RedisStoreName)), Option.some)
+      return isRedisStoreName(slot.subject)
+        ? Effect.map(asReading(readers.signals.redisMemory(slot.subject)), Option.some)
+        : Effect.succeed(Option.some(unknown(`${slot.subject} is not a Redis store`)))
     case "QueueLatency":
       return Effect.map(asReading(readers.signals.queueLatency(slot.subject)), Option.some)
     case "Prometheus":
@@ -300,9 +339,12 @@ const sampleRound = (state: SamplerState, readers: SignalReaders) =>
         yield* record(slot, r, at)
       }), { concurrency: "unbounded", discard: true })
     // Baselines once per round, not per unit or per report.
-    for (const slot of state.slots.values()) if (isRelative(slot.rule)) slot.baseline = warmBaseline(slot.samples)
+    for (const slot of state.slots.values()) {
+      if (isRelative(slot.rule)) slot.baseline = ruleBaseline(slot.rule, slot.samples)
+    }
     state.lastRoundAt = at
     yield* setSignalGauges(state.slotGroups)
+    yield* publish(state)
   })
 
 /**
@@ -329,9 +371,11 @@ const replicationTickets = (state: SamplerState, readers: SignalReaders) =>
           const at = yield* Clock.currentTimeMillis
           const lag = yield* Effect.cached(readers.signalsOf(database).replicationLag)
           for (const slot of mine) {
-            const source = slot.rule.source as { readonly measure: "bytes" | "seconds" }
+            const source = slot.rule.source
+            if (source._tag !== "ReplicationLag") continue
             yield* record(slot, yield* replicationReading(lag, source.measure), at)
           }
+          yield* publish(state)
         }))
       })
   })
@@ -383,6 +427,10 @@ export interface Sampler extends BatchReadings {
     now: number,
     deadlineMillis: number | undefined
   ) => Effect.Effect<void, never, Metrics>
+  /** How many times readings have been published so far. */
+  readonly published: Effect.Effect<number>
+  /** Returns once readings newer than publication `seen` are out (a round, a fresh read). */
+  readonly publishedAfter: (seen: number) => Effect.Effect<void>
   readonly signalReports: () => Array<SignalReport>
   /** sweeper_health_signal_unknown at 0 for every rule (and database) from start-up. */
   readonly seriesAtStart: Effect.Effect<void, never, Metrics>
@@ -398,7 +446,8 @@ export const makeSampler = (options: SamplerOptions) =>
       databases: [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))],
       previousWal: new Map(),
       lastRoundAt: null,
-      lastDemandAt: Number.NEGATIVE_INFINITY
+      lastDemandAt: Number.NEGATIVE_INFINITY,
+      published: yield* SubscriptionRef.make(0)
     }
     const roundLock = yield* Semaphore.make(1)
     const round = sampleRound(state, options)
@@ -441,12 +490,12 @@ export const makeSampler = (options: SamplerOptions) =>
       Effect.asVoid(Effect.timeoutOption(replicationOf(database), waitBound(now, deadlineMillis)))
 
     const baselineOf = (rule: SignalRule, batch: string): Option.Option<number> => {
-      const subject = subjectsFor(rule, options.writeSets.get(batch)!)[0] ?? ""
+      const subject = subjectsFor(rule, options.writeSets.get(batch) ?? NO_WRITES)[0] ?? ""
       const slot = slots.get(slotKey(rule.signal, subject)) ?? [...slots.values()].find((s) => s.rule === rule)
       return slot === undefined ? Option.none() : slot.baseline
     }
     const readingsFor = (rule: SignalRule, batch: string, now: number): ReadonlyArray<Reading> =>
-      subjectsFor(rule, options.writeSets.get(batch)!).flatMap((subject) => {
+      subjectsFor(rule, options.writeSets.get(batch) ?? NO_WRITES).flatMap((subject) => {
         const slot = slots.get(slotKey(rule.signal, subject))
         if (slot === undefined) return []
         if (slot.readAt === null) return [unknown("not read yet")]
@@ -471,6 +520,13 @@ export const makeSampler = (options: SamplerOptions) =>
       },
       ensureFresh,
       freshReplication,
+      published: SubscriptionRef.get(state.published),
+      publishedAfter: (seen) =>
+        SubscriptionRef.changes(state.published).pipe(
+          Stream.filter((n) => n > seen),
+          Stream.take(1),
+          Stream.runDrain
+        ),
       readingsFor,
       baselineOf,
       signalReports: () => [...slots.values()].map(slotReport),

@@ -1,0 +1,441 @@
+/**
+ * The health gate's actor: the one fiber that owns the gate's state — every run's holds
+ * (domain/HealthHolds.ts), the held-seconds bookkeeping and the throttled concurrency limits — and
+ * writes every RepairHeld / RepairReleased event. Waiters never touch that state: they put a request
+ * on the actor's queue and wait on the Deferred it completes. The actor takes one request at a time,
+ * events and metrics included, so a check can never act on holds another check changed while it
+ * yielded (which is how two waiters of one run once wrote two RepairHeld for one hold).
+ *
+ *   waiter ──offer(Ask, Deferred)──▶ queue ──take──▶ actor: judge the run's rules on the latest
+ *   readings, open/close holds, write their events ──succeed(Deferred)──▶ waiter
+ *
+ * What the actor holds is published in a SubscriptionRef after every request, so the report reads
+ * a snapshot instead of reaching into the actor's maps.
+ */
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as SubscriptionRef from "effect/SubscriptionRef"
+import { CurrentRun, type RunInfo } from "../../domain/Batch.ts"
+import { RepairHeld, RepairReleased } from "../../domain/Events.ts"
+import {
+  formatThreshold,
+  formatValue,
+  type HealthConfig,
+  holdText,
+  judge,
+  type Reading,
+  type SignalRule,
+  thresholdValue,
+  throttlesInsteadOfHolding,
+  type ThrottleState,
+  throttleStep
+} from "../../domain/Health.ts"
+import * as Holds from "../../domain/HealthHolds.ts"
+import { EventLog } from "../../services/EventLog.ts"
+import type { HoldReport, ThrottleReport } from "../../services/HealthReport.ts"
+import {
+  concurrencyLimitEffectiveLimit,
+  increment,
+  Metrics,
+  repairHeld,
+  repairHeldSecondsTotal,
+  setGauge
+} from "../../services/Metrics.ts"
+import { type GateBatches, signalLabels } from "./HealthGateBatches.ts"
+import type { BatchReadings } from "./HealthSampler.ts"
+
+/**
+ * How long the actor waits for one gate event to be appended. The event log is a PostgreSQL
+ * insert; one that hangs must not stop the gate from answering every other run.
+ */
+export const EVENT_APPEND_TIMEOUT = Duration.seconds(5)
+
+/** What one ask of a run's waiter hears back. */
+export interface AskReply {
+  /** The signals holding the run after this check (opened now or kept). */
+  readonly holding: ReadonlyArray<string>
+  /** Some hold of the run is open. */
+  readonly held: boolean
+  /**
+   * The run's held time not reported by an earlier verdict, taken when this reply is the waiter's
+   * last (released, or its deadline passed); 0 otherwise.
+   */
+  readonly heldMs: number
+  /** The run's deadline has passed while held: the waiter's last reply. */
+  readonly pastDeadline: boolean
+}
+
+/** What the actor holds now, published after each request. */
+export interface ActorView {
+  readonly holds: ReadonlyArray<HoldReport>
+  readonly throttled: ReadonlyArray<ThrottleReport>
+}
+
+type Request =
+  | { readonly _tag: "Enter"; readonly run: string; readonly batch: string; readonly info: RunInfo }
+  | {
+    readonly _tag: "Ask"
+    readonly run: string
+    readonly batch: string
+    readonly rules: ReadonlyArray<SignalRule>
+    readonly deadlineMillis: number | undefined
+    readonly reply: Deferred.Deferred<AskReply>
+  }
+  | { readonly _tag: "Leave"; readonly run: string; readonly reply: Deferred.Deferred<void> }
+  | {
+    readonly _tag: "Throttle"
+    readonly batch: string
+    readonly worker: string
+    readonly limit: number
+    readonly dryRun: boolean
+    readonly reply: Deferred.Deferred<number>
+  }
+
+export interface GateActor {
+  /**
+   * A waiter of the run enters the gate (its holds then end only when the last waiter leaves). Put on
+   * the queue without waiting: the actor takes requests in order, so the waiter's asks come after it.
+   */
+  readonly enter: (run: string, batch: string, info: RunInfo) => Effect.Effect<void>
+  /** One check of the batch's rules against the run's holds, on the readings published now. */
+  readonly ask: (
+    run: string,
+    batch: string,
+    rules: ReadonlyArray<SignalRule>,
+    deadlineMillis: number | undefined
+  ) => Effect.Effect<AskReply>
+  /**
+   * A waiter leaves its run: the last one ends the holds still open (its deadline, an interruption).
+   * `wait`: return once the actor has done it (the holds it ends are written); an interrupted waiter
+   * only puts it on the queue.
+   */
+  readonly leave: (run: string, wait: boolean) => Effect.Effect<void>
+  /** concurrency-limit-resume's throttled limit for a pass (a dry run's moves nothing). */
+  readonly throttle: (batch: string, worker: string, limit: number, dryRun: boolean) => Effect.Effect<number>
+  readonly view: SubscriptionRef.SubscriptionRef<ActorView>
+  /** sweeper_repair_held and its seconds, and every effective limit, at rest from start-up. */
+  readonly seriesAtStart: Effect.Effect<void>
+}
+
+/** Events of a run the actor never saw enter (none in practice): written with no run id. */
+const NO_RUN: RunInfo = { runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() }
+
+/** The key of a run's hold on a signal. */
+const holdKey = (run: string, signal: string) => `${run}\u0000${signal}`
+
+/** What the report says of a run's open hold. */
+const holdReport = (
+  batches: GateBatches,
+  rules: ReadonlyArray<SignalRule>,
+  batch: string,
+  signal: string,
+  hold: Holds.OpenHold
+): HoldReport => {
+  const rule = rules.find((r) => r.signal === signal)
+  const database = batches.databaseFor(signal, batch)
+  return {
+    batch,
+    signal,
+    ...(database === undefined ? {} : { database }),
+    value: hold.value,
+    display: hold.display,
+    threshold: hold.threshold,
+    since: new Date(hold.since).toISOString(),
+    text: holdText({
+      batch,
+      signal,
+      database,
+      display: hold.display,
+      threshold: hold.threshold,
+      prometheus: rule?.source._tag === "Prometheus",
+      since: hold.since
+    })
+  }
+}
+
+/** The actor, its fiber forked in the current scope: it answers as long as the scope lives. */
+export const makeGateActor = (options: {
+  readonly config: HealthConfig
+  readonly batches: GateBatches
+  readonly readings: BatchReadings
+  readonly concurrencyLimits: Readonly<Record<string, { readonly limit: number }>>
+}) =>
+  Effect.gen(function*() {
+    const { batches, config, readings } = options
+    const events = yield* EventLog
+    const metrics = yield* Metrics
+    const queue = yield* Queue.unbounded<Request>()
+    const view = yield* SubscriptionRef.make<ActorView>({ holds: [], throttled: [] })
+
+    // The actor's state: read and written by the actor fiber alone.
+    /** Runs by key (run id, or the batch for a run without one), with the batch they belong to. */
+    const runs = new Map<string, { readonly batch: string; readonly info: RunInfo; state: Holds.RunHolds }>()
+    /** When each open hold's seconds were last added to sweeper_repair_held_seconds_total. */
+    const counted = new Map<string, number>()
+    const throttles = new Map<
+      string,
+      { readonly state: ThrottleState; readonly limit: number; readonly held: ReadonlyMap<string, boolean> }
+    >()
+
+    const runOf = (key: string, batch: string, info: RunInfo = NO_RUN) => {
+      let entry = runs.get(key)
+      if (entry === undefined) runs.set(key, entry = { batch, info, state: Holds.emptyRun })
+      return entry
+    }
+    const heldLabels = (batch: string, signal: string) => ({
+      batch,
+      ...signalLabels(signal, batches.databaseFor(signal, batch))
+    })
+    /** A gate event of run `key`, written as that run's (its run id on the row). */
+    const append = (key: string, event: RepairHeld | RepairReleased) =>
+      events.append(event).pipe(
+        Effect.provideService(CurrentRun, runs.get(key)?.info ?? NO_RUN),
+        Effect.timeoutOrElse({
+          duration: EVENT_APPEND_TIMEOUT,
+          orElse: () => Effect.logError("Health gate event not recorded within its timeout", { type: event._tag })
+        }),
+        Effect.catchCause((cause) => Effect.logError("Could not record health gate event", Cause.pretty(cause)))
+      )
+
+    const startHold = Effect.fnUntraced(
+      function*(key: string, batch: string, rule: SignalRule, reading: Reading, now: number) {
+        const baseline = readings.baselineOf(rule, batch)
+        const database = batches.databaseFor(rule.signal, batch)
+        const threshold = Option.getOrNull(thresholdValue(rule.stop, baseline))
+        const v = reading._tag === "Value" ? reading.value : null
+        const display = reading._tag === "Value" ? formatValue(rule.unit, reading.value) : `unknown (${reading.reason})`
+        const thresholdText = formatThreshold(rule, rule.stop, baseline)
+        const entry = runOf(key, batch)
+        entry.state = Holds.openHold(entry.state, rule.signal, {
+          since: now,
+          value: v,
+          display,
+          threshold: thresholdText
+        })
+        counted.set(holdKey(key, rule.signal), now)
+        yield* setGauge(repairHeld, 1, heldLabels(batch, rule.signal))
+        yield* append(
+          key,
+          new RepairHeld({
+            batch,
+            signal: rule.signal,
+            value: v,
+            threshold,
+            stop: rule.stop.text,
+            unit: rule.unit,
+            ...(reading._tag === "Unknown" ? { unknown: reading.reason } : {}),
+            ...(database === undefined ? {} : { database })
+          })
+        )
+        yield* Effect.logWarning("Repair held", {
+          batch,
+          signal: rule.signal,
+          ...(database === undefined ? {} : { database }),
+          value: display,
+          threshold: thresholdText
+        })
+      }
+    )
+
+    const countHeld = (key: string, batch: string, signal: string, now: number) => {
+      const last = counted.get(holdKey(key, signal)) ?? now
+      counted.set(holdKey(key, signal), now)
+      const seconds = (now - last) / 1000
+      return seconds > 0 ? increment(repairHeldSecondsTotal, seconds, heldLabels(batch, signal)) : Effect.void
+    }
+
+    const endHold = Effect.fnUntraced(function*(key: string, signal: string, now: number, reason?: "budget") {
+      const entry = runs.get(key)
+      const hold = entry?.state.holds.get(signal)
+      if (entry === undefined || hold === undefined) return
+      const batch = entry.batch
+      entry.state = Holds.closeHold(entry.state, signal, now)
+      yield* countHeld(key, batch, signal, now)
+      counted.delete(holdKey(key, signal))
+      yield* setGauge(repairHeld, 0, heldLabels(batch, signal))
+      const heldMs = now - hold.since
+      const database = batches.databaseFor(signal, batch)
+      const where = database === undefined ? {} : { database }
+      const why = reason === undefined ? {} : { reason }
+      yield* append(key, new RepairReleased({ batch, signal, heldMs, ...why, ...where }))
+      yield* Effect.logInfo("Repair released", { batch, signal, ...where, held_ms: heldMs, ...why })
+    })
+
+    const ask = Effect.fnUntraced(function*(
+      key: string,
+      batch: string,
+      rules: ReadonlyArray<SignalRule>,
+      deadlineMillis: number | undefined
+    ) {
+      const now = yield* Clock.currentTimeMillis
+      const step = Holds.check(
+        runOf(key, batch).state,
+        rules,
+        (rule) => readings.readingsFor(rule, batch, now),
+        (rule) => readings.baselineOf(rule, batch)
+      )
+      for (const { reading, rule } of step.open) yield* startHold(key, batch, rule, reading, now)
+      for (const signal of step.close) yield* endHold(key, signal, now)
+      for (const signal of step.keep) yield* countHeld(key, batch, signal, now)
+      const entry = runOf(key, batch)
+      const held = entry.state.holds.size > 0
+      const pastDeadline = held && deadlineMillis !== undefined && now >= deadlineMillis
+      let heldMs = 0
+      if (!held || pastDeadline) {
+        const [taken, state] = Holds.takeHeld(entry.state, now)
+        entry.state = state
+        heldMs = taken
+      }
+      return {
+        holding: [...step.open.map(({ rule }) => rule.signal), ...step.keep],
+        held,
+        heldMs,
+        pastDeadline
+      } satisfies AskReply
+    })
+
+    const leave = Effect.fnUntraced(function*(key: string) {
+      const entry = runs.get(key)
+      if (entry === undefined) return
+      const [ending, state] = Holds.leave(entry.state)
+      entry.state = state
+      const now = yield* Clock.currentTimeMillis
+      for (const signal of ending) yield* endHold(key, signal, now, "budget")
+      if (Holds.idle(entry.state)) runs.delete(key)
+    })
+
+    const throttle = Effect.fnUntraced(
+      function*(batch: string, worker: string, limit: number, dryRun: boolean) {
+        const now = yield* Clock.currentTimeMillis
+        const previous = throttles.get(worker)
+        const held = new Map(previous?.held ?? [])
+        let unhealthy = false
+        for (const rule of config.rules.filter(throttlesInsteadOfHolding)) {
+          const ruleReadings = readings.readingsFor(rule, batch, now)
+          if (ruleReadings.length === 0) continue
+          const isHeld = judge(rule, held.get(rule.signal) === true, ruleReadings, readings.baselineOf(rule, batch))
+            .held
+          held.set(rule.signal, isHeld)
+          unhealthy ||= isHeld
+        }
+        const state = throttleStep(limit, Option.map(Option.fromUndefinedOr(previous), (p) => p.state), unhealthy)
+        // A dry run says what the limit would be, and leaves the throttle where the real runs put it.
+        if (dryRun) return state.effective
+        throttles.set(worker, { state, limit, held })
+        yield* setGauge(concurrencyLimitEffectiveLimit, state.effective, { worker })
+        if (state.effective !== limit) {
+          yield* Effect.logInfo("Concurrency limit throttled", { worker, limit, effective: state.effective })
+        }
+        return state.effective
+      }
+    )
+
+    const publish = Effect.suspend(() =>
+      SubscriptionRef.set(view, {
+        holds: [...runs.values()].flatMap(({ batch, state }) =>
+          [...state.holds].map(([signal, hold]) => holdReport(batches, config.rules, batch, signal, hold))
+        ),
+        throttled: [...throttles].map(([worker, t]) => ({ worker, limit: t.limit, effective: t.state.effective }))
+      })
+    )
+
+    /** The view is published before the waiter hears back: what it reads next already shows its request. */
+    const answer = <A>(reply: Deferred.Deferred<A>, value: A) => Effect.andThen(publish, Deferred.succeed(reply, value))
+
+    const handle = (request: Request): Effect.Effect<void, never, Metrics> => {
+      switch (request._tag) {
+        case "Enter":
+          return Effect.sync(() => {
+            const entry = runOf(request.run, request.batch, request.info)
+            entry.state = Holds.enter(entry.state)
+          })
+        case "Ask":
+          return Effect.flatMap(
+            ask(request.run, request.batch, request.rules, request.deadlineMillis),
+            (reply) => answer(request.reply, reply)
+          )
+        case "Leave":
+          return Effect.andThen(leave(request.run), answer(request.reply, undefined))
+        case "Throttle":
+          return Effect.flatMap(
+            throttle(request.batch, request.worker, request.limit, request.dryRun),
+            (limit) => answer(request.reply, limit)
+          )
+      }
+    }
+
+    /** The waiter of a request whose handling died hears the defect instead of waiting forever. */
+    const dieReply = (request: Request, defect: unknown): Effect.Effect<boolean> => {
+      switch (request._tag) {
+        case "Enter":
+          return Effect.succeed(false)
+        case "Leave":
+          return Deferred.die(request.reply, defect)
+        case "Ask":
+          return Deferred.die(request.reply, defect)
+        case "Throttle":
+          return Deferred.die(request.reply, defect)
+      }
+    }
+
+    // One request at a time, for as long as the gate lives. A request whose handling dies (a bug) is
+    // logged and its waiter hears a defect, and the actor goes on with the next request.
+    yield* Queue.take(queue).pipe(
+      Effect.flatMap((request) =>
+        handle(request).pipe(
+          Effect.catchCause((cause) =>
+            Effect.andThen(
+              Effect.logError("Health gate request failed", Cause.pretty(cause)),
+              dieReply(request, Cause.squash(cause))
+            )
+          )
+        )
+      ),
+      Effect.forever,
+      Effect.provideService(Metrics, metrics),
+      Effect.forkScoped
+    )
+
+    /** Offer a request and wait on what the actor completes. */
+    const request = <A>(make: (reply: Deferred.Deferred<A>) => Request) =>
+      Effect.gen(function*() {
+        const reply = yield* Deferred.make<A>()
+        yield* Queue.offer(queue, make(reply))
+        return yield* Deferred.await(reply)
+      })
+
+    const seriesAtStart = Effect.gen(function*() {
+      for (const batch of batches.writeSets.keys()) {
+        for (const rule of batches.holdingRules(batch)) {
+          yield* setGauge(repairHeld, 0, heldLabels(batch, rule.signal))
+          // `increment` skips 0; the series must exist at 0 so rate() and the dashboard see the first hold.
+          yield* Metric.update(Metric.withAttributes(repairHeldSecondsTotal, heldLabels(batch, rule.signal)), 0)
+        }
+      }
+      for (const [worker, setting] of Object.entries(options.concurrencyLimits)) {
+        yield* setGauge(concurrencyLimitEffectiveLimit, setting.limit, { worker })
+      }
+    }).pipe(Effect.provideService(Metrics, metrics))
+
+    return {
+      enter: (run, batch, info) => Effect.asVoid(Queue.offer(queue, { _tag: "Enter", run, batch, info })),
+      ask: (run, batch, rules, deadlineMillis) =>
+        request<AskReply>((reply) => ({ _tag: "Ask", run, batch, rules, deadlineMillis, reply })),
+      leave: (run, wait) =>
+        Effect.gen(function*() {
+          const reply = yield* Deferred.make<void>()
+          yield* Queue.offer(queue, { _tag: "Leave", run, reply })
+          if (wait) yield* Deferred.await(reply)
+        }),
+      throttle: (batch, worker, limit, dryRun) =>
+        request<number>((reply) => ({ _tag: "Throttle", batch, worker, limit, dryRun, reply })),
+      view,
+      seriesAtStart
+    } satisfies GateActor
+  })
