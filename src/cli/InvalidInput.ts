@@ -1,3 +1,5 @@
+import { redact } from "../domain/Redaction.ts"
+
 /**
  * One shape for every configuration and flag error a user reads: what was wrong, the value given,
  * and what is expected — `SWEEPER_HTTP_PORT="abc": expected a decimal port number 0-65535`,
@@ -28,11 +30,15 @@ const peel = (message: string): string =>
     .replace(/, got ("[^"]*"|\S+)$/, "")
     .trim()
 
-/** `name="value": problem`, or `name: problem` when no value was given (or it is not shown). */
+/**
+ * `name="value": problem`, or `name: problem` when no value was given (or it is not shown). The
+ * value is redacted before it is quoted: quoting escapes a JSON configuration's quotes, and the
+ * redaction knows its secrets (`"aws_secret_access_key": "…"`) only unescaped.
+ */
 export const invalidInput = (name: string, given: string | undefined, problem: string): string =>
   given === undefined
     ? `${name}: ${plainProblem(problem)}`
-    : `${name}=${JSON.stringify(given)}: ${plainProblem(problem)}`
+    : `${name}=${JSON.stringify(redact(given))}: ${plainProblem(problem)}`
 
 /** The value a variable was given, when one was and it may be shown. */
 export const givenValue = (variable: string, env: Record<string, string | undefined> = process.env) =>
