@@ -50,8 +50,9 @@ describe("nothing running, nothing configured", () => {
       Effect.promise(async () => {
         const cwd = mkdtempSync(join(tmpdir(), "sweeper-stopped-"))
         try {
-          // Named once, the store is made (as `npx sweeper start` would); then found by default.
-          const made = await bare(cwd, [main, "status"], "", { SWEEPER_DATA_DIR: join(cwd, ".sweeper") })
+          // Named once, the store is made (as `npx sweeper start` would; `status` only reads, and
+          // makes none); then found by default.
+          const made = await bare(cwd, [main, "migrate"], "", { SWEEPER_DATA_DIR: join(cwd, ".sweeper") })
           assert.strictEqual(made.code, 0, made.stderr)
           const status = await bare(cwd, [main, "status", "--json"])
           assert.strictEqual(status.code, 0, status.stderr)

@@ -96,7 +96,9 @@ describe("the newcomer's path in README", () => {
 
           // The REPL's answers to README's two runs (top-level objects as util.inspect prints them,
           // in whatever order they finished): the real one is the one that is not a dry run.
-          const answers = played.stdout.match(/^\{\n {2}batch: 'drop-canceling-builds',[\s\S]*?^\}$/gm) ?? []
+          // The first follows the REPL's prompt on its line.
+          const answers = played.stdout.match(/^(?:sweeper> )*\{\n {2}batch: 'drop-canceling-builds',[\s\S]*?^\}$/gm) ??
+            []
           assert.lengthOf(answers, 2, played.stdout)
           const answer = answers.find((a) => !a.includes("dryRun: true")) ?? ""
           const runId = /runId: '([0-9a-f-]{36})'/.exec(answer)?.[1]
