@@ -34,6 +34,16 @@ const Platform = Layer.mergeAll(ShadowLayers, RepairSteps).pipe(
 
 const shadow = <S, E, R>(batch: Batch<S, E, R>): Batch<S, E, R> => ({ ...batch, mode: "shadow" })
 
+/** A tick of both batches in shadow mode. */
+const shadowRuns = Effect.gen(function*() {
+  for (
+    const run of [
+      yield* runBatch(shadow(DropCancelingBuilds), { trigger: "manual" }),
+      yield* runBatch(shadow(StuckExportJobs), { trigger: "manual" })
+    ]
+  ) assert.strictEqual(run.outcome, "succeeded", run.error)
+})
+
 layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow beside the simulated GitLab", (it) => {
   it.effect("GitLab's canceling loop stuck behind a refused drop: matched and sweeperOnly; exports matched", () =>
     Effect.gen(function*() {
@@ -56,10 +66,7 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow beside t
       const running = yield* seedExportJob({ projectId: home.projectId, createdAtMillis: now - 60_000 })
 
       // Sweeper proposes first (its tick), writing nothing of GitLab's.
-      for (const batch of [DropCancelingBuilds, StuckExportJobs]) {
-        const run = yield* runBatch(shadow(batch), { trigger: "manual" })
-        assert.strictEqual(run.outcome, "succeeded", run.error)
-      }
+      yield* shadowRuns
       const stillCanceling = yield* sql<{ n: string }>`SELECT count(*) AS n FROM ${
         sql(table)
       } WHERE status = 'canceling'`
@@ -74,10 +81,7 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow beside t
 
       // GitLab's window has passed (what an hour and a quarter would do), and Sweeper's next tick judges.
       yield* sql`UPDATE sweeper_shadow_candidates SET due_at = now() - interval '1 second' WHERE verdict IS NULL`
-      for (const batch of [DropCancelingBuilds, StuckExportJobs]) {
-        const run = yield* runBatch(shadow(batch), { trigger: "manual" })
-        assert.strictEqual(run.outcome, "succeeded", run.error)
-      }
+      yield* shadowRuns
 
       const [drops, exports] = yield* (yield* ShadowLedger).report({
         since: new Date(now - 3_600_000),
