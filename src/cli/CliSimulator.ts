@@ -7,7 +7,7 @@ import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Console from "effect/Console"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
@@ -18,6 +18,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { configureBatches, redisConfigured, SweeperConfig } from "../config/Config.ts"
+import { modeVariable, ShadowWaitOverride } from "../domain/Shadow.ts"
 import { batches } from "../programs/index.ts"
 import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
 import { parseScenarios, simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
@@ -113,6 +114,12 @@ const decomposedEnvironment = (
     )
     : Effect.succeed({})
 
+/** The batches whose GitLab worker the simulator plays (GitLabWorkers.ts): `--shadow` shadows these. */
+const PLAYED_WORKERS = ["drop-canceling-builds", "stuck-export-jobs"] as const
+
+/** How often the demo's simulated GitLab runs its own workers (hourly on a real GitLab). */
+const DEMO_GITLAB_PERIOD = Duration.seconds(15)
+
 export const demo = Command.make(
   "demo",
   {
@@ -123,9 +130,16 @@ export const demo = Command.make(
           "a second embedded one, or CI_DATABASE_URL beside DATABASE_URL"
       ),
       Flag.withDefault(false)
+    ),
+    shadow: Flag.Boolean("shadow").pipe(
+      Flag.withDescription(
+        "drop-canceling-builds and stuck-export-jobs in shadow mode, beside GitLab's own workers played by the " +
+          "simulator: see each batch's agreement with GitLab on its shadow page"
+      ),
+      Flag.withDefault(false)
     )
   },
-  Effect.fn("Cli.demo")(function*({ decomposed, rate }) {
+  Effect.fn("Cli.demo")(function*({ decomposed, rate, shadow: shadowFlag }) {
     const ci = decomposed ? yield* decomposedEnvironment(process.env) : {}
     // A fresh directory per demo unless one is given; ours is removed when the demo stops.
     const own = process.env.SWEEPER_DATA_DIR === undefined ? mkdtempSync(join(tmpdir(), "sweeper-demo-")) : undefined
@@ -136,10 +150,16 @@ export const demo = Command.make(
       ...demoEnvironment(own ?? process.env.SWEEPER_DATA_DIR!),
       ...(token === undefined ? {} : { SWEEPER_API_TOKEN: token }),
       ...process.env,
-      // The flag is asked for on this very command line: it wins over the environment.
-      ...ci
+      // The flags are asked for on this very command line: they win over the environment.
+      ...ci,
+      ...(shadowFlag ? Object.fromEntries(PLAYED_WORKERS.map((batch) => [modeVariable(batch), "shadow"])) : {})
     } as Record<string, string>
-    const options = yield* simulationOptions({ rate, scenario: "all", duration: Option.none() })
+    const shadow = env.SWEEPER_MODE === "shadow" ||
+      PLAYED_WORKERS.some((batch) => env[modeVariable(batch)] === "shadow")
+    const options = {
+      ...yield* simulationOptions({ rate, scenario: "all", duration: Option.none() }),
+      ...(shadow ? { gitlabWorkers: { every: DEMO_GITLAB_PERIOD } } : {})
+    }
     yield* Console.log(
       `Sweeper demo: the supervisor and a simulated GitLab in one process, data under ${env.SWEEPER_DATA_DIR}${
         decomposed ? "; GitLab decomposed: ci tables in a database of their own" : ""
@@ -153,7 +173,11 @@ export const demo = Command.make(
         yield* Effect.logInfo("Demo backends", describeBackends(settings))
       }
       const reach = (url: string) => Console.log(demoReachText({ url, dataDir: env.SWEEPER_DATA_DIR!, token }))
-      return yield* Layer.launch(superviseWithSimulator(options, reach))
+      return yield* Layer.launch(superviseWithSimulator(options, reach)).pipe(
+        // GitLab's workers run every DEMO_GITLAB_PERIOD here, not hourly: a proposal still stuck
+        // after two of their turns is one GitLab's worker did not repair.
+        shadow ? Effect.provideService(ShadowWaitOverride, Duration.times(DEMO_GITLAB_PERIOD, 2)) : (e) => e
+      )
     }).pipe(
       Effect.provide(SweeperConfig.layer),
       Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env, preserveEmptyStrings: true })),

@@ -15,6 +15,7 @@
  *   ignored      changed by something else (finished, cancelled, re-enqueued, re-registered, gone).
  * These are pure decisions on what was read; reading is the ShadowObserver's.
  */
+import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -83,8 +84,17 @@ export const SHADOW_BATCHES = [
   "delete-stale-direct-uploads"
 ] as const
 
-export const dueAt = (batch: string, proposedAt: Date): Date =>
-  new Date(proposedAt.getTime() + Duration.toMillis(SHADOW_WAIT[batch] ?? Duration.minutes(75)))
+export const dueAt = (batch: string, proposedAt: Date, wait?: Duration.Duration): Date =>
+  new Date(proposedAt.getTime() + Duration.toMillis(wait ?? SHADOW_WAIT[batch] ?? Duration.minutes(75)))
+
+/**
+ * A wait for every batch in place of SHADOW_WAIT: only where GitLab's workers run on other timings
+ * than GitLab's crons (the demo's simulated GitLab runs them every few seconds, not hourly).
+ */
+export const ShadowWaitOverride = Context.Reference<Duration.Duration | undefined>(
+  "sweeper/domain/Shadow/ShadowWaitOverride",
+  { defaultValue: () => undefined }
+)
 
 /** Not yet a verdict: GitLab's worker may still have its turn. */
 export type Pending = "waiting"

@@ -20,6 +20,7 @@ import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as Schema from "effect/Schema"
+import { MODES } from "../domain/Shadow.ts"
 import { ConsoleApi, EventSchema } from "./ConsoleApi.ts"
 
 /** An error of the one shape, for one code at one status. */
@@ -74,6 +75,8 @@ export const BatchViewSchema = Schema.Struct({
   name: Schema.String,
   worker: Schema.String,
   description: Schema.String,
+  /** act, or shadow (proposes beside GitLab's worker); a supervisor of an earlier release sends none: act. */
+  mode: Schema.Literals(MODES).pipe(Schema.withDecodingDefaultKey(Effect.succeed("act" as const))),
   cron: Schema.String,
   cronInWords: Schema.String,
   timezone: Schema.String,

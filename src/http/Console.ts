@@ -4,6 +4,8 @@
  *   GET /                  every batch as a card, with its backlog and, while it runs, its progress
  *   GET /batches/:name     a batch: its card, configuration, history charts (?window=1h|24h|7d|30d;
  *                          by default the one its runs call for), runs
+ *   GET /batches/:name/shadow  a batch in shadow mode beside GitLab's worker: agreement, counts
+ *                          per verdict and the latest disagreements with their facts (?window=)
  *   GET /runs/:id          a run: outcome, trigger, node, timings, summary, error, holds, and its
  *                          repairs paged by keyset (?type=…&after=<event id>)
  *   GET /favicon.svg, /favicon.ico
@@ -32,12 +34,14 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { SweeperConfig } from "../config/Config.ts"
 import { describeError } from "../domain/Errors.ts"
+import { shadowCapable } from "../domain/Shadow.ts"
 import { CiDatabase } from "../layers/postgres/Databases.ts"
 import { RunHistorySql } from "../layers/postgres/RunHistorySql.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { HealthReport } from "../services/HealthReport.ts"
 import { RunHistory } from "../services/RunHistory.ts"
+import type { ShadowLedger } from "../services/ShadowLedger.ts"
 import { describePostgres } from "../supervisor/App.ts"
 import { liveRun } from "../supervisor/LiveProgress.ts"
 import { type BatchSnapshot, Scheduler } from "../supervisor/Scheduler.ts"
@@ -46,7 +50,7 @@ import { snapshotView } from "../views/BatchView.ts"
 import { recentRuns } from "../views/Runs.ts"
 import { chooseWindow, isWindow, WINDOWS } from "./Charts.ts"
 import { SCRIPT, SCRIPT_PATH, STYLE, STYLE_PATH } from "./console/assets.ts"
-import { positiveInteger, readHistory, readRun } from "./ConsoleApi.ts"
+import { positiveInteger, readHistory, readRun, readShadow } from "./ConsoleApi.ts"
 import {
   batchHistory,
   batchPage,
@@ -57,6 +61,7 @@ import {
   holdsBanner,
   runPage
 } from "./Dashboard.ts"
+import { SHADOW_DEFAULT_WINDOW, shadowPage } from "./ShadowView.ts"
 
 const DEFAULT_EVENTS = 100
 const BATCH_PAGE_RUNS = 50
@@ -250,7 +255,7 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
   const scheduler = yield* Scheduler
   const events = yield* EventLog
   const health = yield* HealthReport
-  const context = yield* Effect.context<RunHistory | Backlog | Scheduler>()
+  const context = yield* Effect.context<RunHistory | Backlog | Scheduler | ShadowLedger>()
   // Decomposed, the overview names both databases (as the start-up log does); one database, nothing.
   const ci = yield* Effect.serviceOption(CiDatabase)
   const databases = Option.exists(ci, (found) => found.decomposed) ? describePostgres(yield* SweeperConfig) : undefined
@@ -272,7 +277,7 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
     ) as Effect.Effect<
       HttpServerResponse.HttpServerResponse,
       never,
-      Exclude<R, EventLog | RunHistory | Backlog | Scheduler>
+      Exclude<R, EventLog | RunHistory | Backlog | Scheduler | ShadowLedger>
     >
 
   const favicon = HttpServerResponse.text(FAVICON, {
@@ -321,6 +326,25 @@ export const ConsolePages = HttpRouter.use(Effect.fn(function*(router) {
       const requested = (yield* query).get("window") ?? ""
       const history = isWindow(requested) ? yield* readHistory(view.name, requested) : yield* chosenHistory(view.name)
       return html(batchPage(view, yield* recentRuns({ batch: view.name, limit: BATCH_PAGE_RUNS }), history))
+    }))
+  )
+
+  yield* router.add(
+    "GET",
+    "/batches/:name/shadow",
+    page(Effect.gen(function*() {
+      const { name } = yield* HttpRouter.params
+      const view = (yield* views).find((v) => v.name === name)
+      if (view === undefined || !shadowCapable(view.name)) {
+        return html(
+          `<!doctype html><title>No shadow mode</title><p>no shadow mode for ${(name ?? "").replace(/</g, "&lt;")}</p>`,
+          404
+        )
+      }
+      const requested = (yield* query).get("window") ?? ""
+      const window = isWindow(requested) ? requested : SHADOW_DEFAULT_WINDOW
+      const { report } = yield* readShadow(view.name, window)
+      return html(shadowPage(view, report, window))
     }))
   )
 

@@ -5,6 +5,8 @@
  *   GET /api/runs/:id?after=&type=&limit=    a run (timings, error, holds) and a page of its repairs
  *   GET /api/batches/:name/history?window=   a batch's runs over 1h | 24h | 7d | 30d (the charts' numbers)
  *   GET /api/backlog                         what waits per batch and the oldest's age (last sample)
+ *   GET /api/batches/:name/shadow?window=    shadow mode's agreement, counts and latest disagreements
+ *                                            over 1h | 24h | 7d | 30d (7d by default), as the CLI's report
  *
  * Errors have the API's one shape, `{"error": {"code", "message"}}`.
  */
@@ -17,9 +19,11 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as Schema from "effect/Schema"
 import { describeError } from "../domain/Errors.ts"
 import type { StoredEvent } from "../domain/Events.ts"
+import { shadowCapable } from "../domain/Shadow.ts"
 import { batchNames } from "../programs/index.ts"
 import { Backlog, type BacklogSnapshot } from "../services/Backlog.ts"
 import { REPAIRS_PAGE, REPAIRS_PAGE_MAX, RunHistory, type RunPoint } from "../services/RunHistory.ts"
+import { ShadowLedger } from "../services/ShadowLedger.ts"
 import { BUCKETS, isWindow, WINDOWS } from "./Charts.ts"
 
 /**
@@ -126,6 +130,31 @@ export const BacklogResponse = Schema.Struct({
   }))
 })
 
+const ShadowSampleJson = Schema.Struct({
+  entity: Schema.String,
+  verdict: Schema.String,
+  rule: Schema.String,
+  outcome: Schema.Record(Schema.String, Schema.Unknown),
+  facts: Schema.Record(Schema.String, Schema.Unknown),
+  observed: Schema.NullOr(Schema.Record(Schema.String, Schema.Unknown)),
+  settledAt: Schema.String
+})
+
+/** One batch's shadow report (the ledger's, as `sweeper shadow report --json` prints it) and its window. */
+export const ShadowResponse = Schema.Struct({
+  batch: Schema.String,
+  window: Window,
+  since: Schema.String,
+  matched: Schema.Number,
+  mismatched: Schema.Number,
+  sweeperOnly: Schema.Number,
+  gitlabOnly: Schema.Number,
+  ignored: Schema.Number,
+  waiting: Schema.Number,
+  agreement: Schema.NullOr(Schema.Number),
+  samples: Schema.Array(ShadowSampleJson)
+})
+
 export class ConsoleApi extends HttpApiGroup.make("console").add(
   HttpApiEndpoint.get("run", "/api/runs/:id", {
     params: { id: Schema.String },
@@ -144,7 +173,13 @@ export class ConsoleApi extends HttpApiGroup.make("console").add(
     success: HistoryResponse,
     error: [NotFound, BadRequest, Internal]
   }),
-  HttpApiEndpoint.get("backlog", "/api/backlog", { success: BacklogResponse })
+  HttpApiEndpoint.get("backlog", "/api/backlog", { success: BacklogResponse }),
+  HttpApiEndpoint.get("shadow", "/api/batches/:name/shadow", {
+    params: { name: Schema.String },
+    query: { window: Schema.optional(Schema.String) },
+    success: ShadowResponse,
+    error: [NotFound, BadRequest, Internal]
+  })
 ) {}
 
 const iso = (date: Date | null) => date?.toISOString() ?? null
@@ -213,13 +248,20 @@ export const readHistory = Effect.fnUntraced(function*(batch: string, window: ke
   return { batch, window, since, until, runs, bucketMs, buckets, totals }
 })
 
+/** A batch's shadow report over the window: the ledger's one read, the CLI's report's. */
+export const readShadow = Effect.fnUntraced(function*(batch: string, window: keyof typeof WINDOWS) {
+  const since = new Date((yield* nowDate).getTime() - WINDOWS[window])
+  const [report] = yield* (yield* ShadowLedger).report({ since, batches: [batch] })
+  return { report: report!, since }
+})
+
 /**
  * The console group's handlers, for `HttpApiBuilder.group(<the API>, "console", consoleHandlers)`.
  * The services are taken when the group is built, so the group's layer (not each request) needs them.
  */
 export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Handlers.FromGroup<typeof ConsoleApi>) {
-  const services = yield* Effect.context<RunHistory | Backlog>()
-  const withServices = <A, E>(effect: Effect.Effect<A, E, RunHistory | Backlog>) =>
+  const services = yield* Effect.context<RunHistory | Backlog | ShadowLedger>()
+  const withServices = <A, E>(effect: Effect.Effect<A, E, RunHistory | Backlog | ShadowLedger>) =>
     Effect.provideContext(effect, services)
   return handlers
     .handle("run", ({ params, query }) =>
@@ -259,5 +301,15 @@ export const consoleHandlers = Effect.fn(function*(handlers: HttpApiBuilder.Hand
       withServices(Effect.gen(function*() {
         const snapshot = yield* (yield* Backlog).current
         return backlogJson(snapshot, yield* nowDate)
+      })))
+    .handle("shadow", ({ params, query }) =>
+      withServices(Effect.gen(function*() {
+        if (!shadowCapable(params.name)) {
+          return yield* notFound("unknown_batch", `no shadow mode for "${params.name}"`)
+        }
+        const window = query.window ?? "7d"
+        if (!isWindow(window)) return yield* badRequest("window: expected 1h, 24h, 7d or 30d")
+        const { report, since } = yield* readShadow(params.name, window).pipe(internal)
+        return { ...report, window, since: since.toISOString() }
       })))
 })

@@ -35,7 +35,7 @@ export type CardView = BatchView & {
 export const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
 
-const e = (value: unknown) =>
+export const e = (value: unknown) =>
   escapeHtml(value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value))
 
 /**
@@ -43,7 +43,7 @@ const e = (value: unknown) =>
  * time into the tooltip; "ago" times (how fresh a run or a sample is) say "3m ago" with both in the tooltip.
  */
 
-const time = (iso: string | null, mode: "ago" | "at" = "ago") =>
+export const time = (iso: string | null, mode: "ago" | "at" = "ago") =>
   iso === null
     ? "<span class=\"muted\">never</span>"
     : `<time datetime="${e(iso)}" data-mode="${mode}" title="${e(formatUtc(iso))}">${e(formatUtc(iso))}</time>`
@@ -176,7 +176,11 @@ const progressLine = (live: LiveRun | null | undefined, batch: string) =>
 export const card = (view: CardView) => {
   const last = view.lastRun
   return `<section class="card" data-batch="${e(view.name)}" data-last-run="${e(last?.runId ?? "")}">
-<header><h2><a href="/batches/${encodeURIComponent(view.name)}">${e(view.name)}</a></h2>${stateBadge(view)}</header>
+<header><h2><a href="/batches/${encodeURIComponent(view.name)}">${e(view.name)}</a></h2>${stateBadge(view)}${
+    view.mode === "shadow"
+      ? ` <a class="badge mode-shadow" href="/batches/${encodeURIComponent(view.name)}/shadow">shadow</a>`
+      : ""
+  }</header>
 <p class="muted small">${e(view.description)}</p>
 <dl>
   <dt>Schedule</dt><dd>${e(view.cronInWords)} <code>${e(view.cron)}</code> <span class="muted">${
@@ -240,7 +244,7 @@ const searchResults = (stream: string, events: ReadonlyArray<StoredEvent>) =>
         }</tbody></table></div>`
     }</section>`
 
-const layout = (title: string, body: string, bodyAttributes = "") =>
+export const layout = (title: string, body: string, bodyAttributes = "") =>
   `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${e(title)}</title><link rel="icon" href="/favicon.svg" type="image/svg+xml">
@@ -382,7 +386,13 @@ export const batchPage = (view: CardView, runs: ReadonlyArray<RunRecord>, histor
         ? "<span class=\"muted\">none (may overlap across nodes)</span>"
         : `<code>${e(view.config.lease.name)}</code> TTL ${e(view.config.lease.ttl)}`
     }</dd>
-<dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>
+<dt>Missed runs</dt><dd>${e(view.config.missedRuns)}</dd>${
+      view.mode === "shadow"
+        ? `<dt>Mode</dt><dd data-mode="shadow">shadow: proposes beside GitLab's worker, writes nothing of GitLab's — <a href="/batches/${
+          encodeURIComponent(view.name)
+        }/shadow">agreement with GitLab</a></dd>`
+        : ""
+    }
 <dt>Overlap</dt><dd>one run at a time per process; ticks during a run coalesce</dd>
 </dl></section>${backlogDetail(view.backlog)}</div>
 ${batchHistory(view.name, runs, history)}</div>`,

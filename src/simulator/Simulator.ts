@@ -41,6 +41,7 @@ import {
 } from "../domain/Rebalancing.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
 import { runConsumer } from "./Consumer.ts"
+import { gitlabDropCanceling, gitlabStuckExportJobs, RefusedDrops } from "./GitLabWorkers.ts"
 import { emptyLedger, type Ledger, ledgerCounts } from "./Ledger.ts"
 import { SimulatorObjects, SimulatorObjectsFromConfig } from "./Objects.ts"
 import { enqueueBuild, queueTables, seedPipeline, trackRunning } from "./Pipelines.ts"
@@ -98,6 +99,14 @@ export interface SimulateOptions {
   readonly threads?: number
   readonly jobDuration?: Duration.Duration
   readonly ledger?: Ledger
+  /**
+   * Also play GitLab's own DropCancelingWorker and StuckExportJobsWorker (GitLabWorkers.ts) this
+   * often, for a Sweeper in shadow mode to be judged against; one canceling build made on the third
+   * tick is one GitLab's drop refuses every time. None: GitLab's workers are off (Sweeper acts).
+   */
+  readonly gitlabWorkers?: { readonly every: Duration.Duration } | undefined
+  /** The builds GitLab's drop refuses (filled by `produce`, read by GitLab's worker). */
+  readonly refusedDrops?: Set<number> | undefined
 }
 
 /** Limited workers as the simulated GitLab sees them: configured ones, else the default one (published in Redis). */
@@ -237,7 +246,11 @@ export const produce = Effect.fn("Simulator.produce")(function*(options: Simulat
     const stuck = (id: number) => Effect.sync(() => ledger.builds.stuck.push(id))
     const healthy = (id: number) => Effect.sync(() => ledger.builds.healthy.push(id))
     for (let i = 0; i < options.rate; i++) {
-      yield* stuck(yield* build({ status: "canceling", now, age: AGES.stuckBuild, pipelineId: stuckPipeline }))
+      const canceling = yield* build({ status: "canceling", now, age: AGES.stuckBuild, pipelineId: stuckPipeline })
+      // GitLab's loop stops at this one for good (GitLab #590004): every canceling build after it
+      // stays stuck for GitLab's worker, and only Sweeper's keyset walk passes it.
+      if (tickNumber === 2 && i === 0) options.refusedDrops?.add(canceling)
+      yield* stuck(canceling)
       if (i % 2 === 0) {
         yield* healthy(yield* build({ status: "canceling", now, age: AGES.recentBuild, pipelineId: healthyPipeline }))
       } else {
@@ -377,6 +390,22 @@ export const consume = Effect.fn("Simulator.consume")(function*(options: Simulat
   })
 })
 
+/** GitLab's own workers, each `every`, their drops refused for `refused`; a failed turn is logged, not fatal. */
+const playGitLabWorkers = (every: Duration.Duration, refused: ReadonlySet<number>) =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const dropped = yield* gitlabDropCanceling(now)
+    const failed = yield* gitlabStuckExportJobs(now)
+    if (dropped.length + failed.length > 0) {
+      yield* Effect.logInfo("GitLab's workers", { droppedCanceling: dropped.length, failedExports: failed.length })
+    }
+  }).pipe(
+    Effect.provideService(RefusedDrops, refused),
+    Effect.catchCause((cause) => Effect.logWarning("GitLab's workers failed this turn", cause)),
+    Effect.delay(every),
+    Effect.forever
+  )
+
 /**
  * The whole simulation: the consumer in the background, things made each tick, the ledger's
  * counts logged every 10 s. Runs until interrupted, or for `duration` (then returns the ledger,
@@ -392,7 +421,11 @@ export const simulate = Effect.fn("Simulator.simulate")(function*(options: Simul
       Effect.forever
     )
   )
-  yield* produce(options, ledger)
+  const refusedDrops = options.refusedDrops ?? new Set<number>()
+  if (options.gitlabWorkers !== undefined) {
+    yield* Effect.forkScoped(playGitLabWorkers(options.gitlabWorkers.every, refusedDrops))
+  }
+  yield* produce({ ...options, refusedDrops }, ledger)
   yield* Effect.logInfo("Simulator finished", ledgerCounts(ledger))
   return ledger
 }, Effect.scoped)

@@ -124,6 +124,7 @@ export const shadowStep = (
     const observerOption = yield* Effect.serviceOption(ShadowObserver)
     if (Option.isNone(ledgerOption) || Option.isNone(observerOption)) return yield* new ShadowUnavailable({ batch })
     const ledger = ledgerOption.value
+    const wait = yield* S.ShadowWaitOverride
     // A dry run walks every rule over unchanged rows, so a build two rules match is proposed twice;
     // the first rule (GitLab's order) is the one that would have dropped it.
     const first = new Map<string, S.ShadowProposal>()
@@ -134,7 +135,7 @@ export const shadowStep = (
       entity,
       runId,
       proposedAt: now,
-      dueAt: S.dueAt(batch, now)
+      dueAt: S.dueAt(batch, now, wait)
     })))
     const open = yield* ledger.open(batch, S.RECONCILE_BOUND)
     const judged = yield* judge(batch, open, now).pipe(Effect.provideService(ShadowObserver, observerOption.value))

@@ -98,6 +98,8 @@ export const batchView = (input: BatchInput, now: Date) => {
     name: batch.name,
     worker: batch.worker,
     description: batch.description,
+    // Shadow: the batch proposes beside GitLab's worker and writes nothing of GitLab's.
+    mode: batch.mode ?? "act",
     cron: input.cronText,
     cronInWords: cronInWords(input.cronText),
     timezone: input.timezone,
