@@ -52,7 +52,7 @@ export const chooseWindow = (runsInDay: ReadonlyArray<RunPoint>, now: Date): His
 const WIDTH = 640
 const HEIGHT = 150
 /** Room for the value labels, which grow (in drawing units) on a narrow screen. */
-const LEFT = 100
+const LEFT = 124
 const BOTTOM = 4
 const TOP = 8
 
