@@ -51,8 +51,9 @@ export const chooseWindow = (runsInDay: ReadonlyArray<RunPoint>, now: Date): His
 
 const WIDTH = 640
 const HEIGHT = 150
-const LEFT = 80
-const BOTTOM = 18
+/** Room for the value labels, which grow (in drawing units) on a narrow screen. */
+const LEFT = 124
+const BOTTOM = 4
 const TOP = 8
 
 const esc = (text: string) =>
@@ -90,6 +91,13 @@ interface ChartInput {
   readonly until: Date
 }
 
+/**
+ * The window's ends under the drawing, in HTML: text inside the SVG scales with it, to about 5 px on
+ * a phone, where these dates would also run into each other.
+ */
+const timeAxis = (input: { readonly since: Date; readonly until: Date }) =>
+  `<div class="xaxis"><span>${esc(formatUtc(input.since))}</span><span>${esc(formatUtc(input.until))}</span></div>`
+
 const frame = (kind: string, title: string, yMax: string, body: string, input: ChartInput) =>
   `<figure class="chart" data-chart="${kind}"><figcaption>${esc(title)}</figcaption>
 <svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="${esc(`${title}: ${input.runs.length} runs`)}">
@@ -97,9 +105,7 @@ const frame = (kind: string, title: string, yMax: string, body: string, input: C
 <line class="axis" x1="${LEFT}" y1="${TOP}" x2="${LEFT}" y2="${HEIGHT - BOTTOM}"/>
 <text class="tick" x="${LEFT - 4}" y="${TOP + 8}" text-anchor="end">${esc(yMax)}</text>
 <text class="tick" x="${LEFT - 4}" y="${HEIGHT - BOTTOM}" text-anchor="end">0</text>
-<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(formatUtc(input.since))}</text>
-<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(formatUtc(input.until))}</text>
-${body}</svg></figure>`
+${body}</svg>${timeAxis(input)}</figure>`
 
 const xOf = (input: ChartInput) => {
   const span = Math.max(1, input.until.getTime() - input.since.getTime())
@@ -153,9 +159,8 @@ const outcomes = (input: ChartInput) => {
   return `<figure class="chart" data-chart="outcomes"><figcaption>Outcomes</figcaption>
 <svg viewBox="0 0 ${WIDTH} ${HEIGHT}" role="img" aria-label="Outcomes: ${input.runs.length} runs">
 <line class="axis" x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH}" y2="${HEIGHT - BOTTOM}"/>
-${names}<text class="tick" x="${LEFT}" y="${HEIGHT - 4}">${esc(formatUtc(input.since))}</text>
-<text class="tick" x="${WIDTH}" y="${HEIGHT - 4}" text-anchor="end">${esc(formatUtc(input.until))}</text>
-${marks}</svg></figure>`
+${names}
+${marks}</svg>${timeAxis(input)}</figure>`
 }
 
 /** The three charts of a window: repairs per run, duration per run, outcomes. */

@@ -216,9 +216,13 @@ ${buttons(view)}
 }
 
 const eventRow = (event: StoredEvent) =>
-  `<tr><td>${time(event.occurredAt.toISOString(), "at")}</td><td><code>${
+  `<tr><td data-label="When">${
+    time(event.occurredAt.toISOString(), "at")
+  }</td><td data-label="Event"><code class="type">${
     e(event.type)
-  }</code></td><td class="data"><code>${e(event.data)}</code></td><td class="small">${
+  }</code></td><td class="data" data-label="Data"><code>${
+    e(event.data)
+  }</code></td><td class="small" data-label="Run">${
     event.runId === null
       ? ""
       : `<a href="/runs/${e(event.runId)}" aria-label="run ${e(event.runId)}"><code>${
@@ -239,7 +243,7 @@ const searchResults = (stream: string, events: ReadonlyArray<StoredEvent>) =>
     : `<section class="history" id="history"><h2>History of <code>${e(stream)}</code></h2>${
       events.length === 0
         ? `<p class="muted">No events for this stream.</p>`
-        : `<div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Data</th><th>Run</th></tr></thead><tbody>${
+        : `<div class="scroll"><table class="stack"><thead><tr><th>When</th><th>Event</th><th>Data</th><th>Run</th></tr></thead><tbody>${
           [...events].map(eventRow).join("")
         }</tbody></table></div>`
     }</section>`
@@ -271,8 +275,12 @@ export const dashboardPage = (
         ? ""
         : `<p class="databases muted small" data-databases>GitLab decomposed: ${e(search.databases)}</p>`
     }${searchForm(search.stream)}<div id="flash" role="status"></div>
-<div data-live data-overview>${holdsBanner(search.holds ?? [])}<div class="grid">${views.map(card).join("\n")}</div>
-${searchResults(search.stream, search.events)}</div>`
+${
+      // Above the cards, so what Search found is what the page shows first, on a phone too.
+      searchResults(search.stream, search.events)}<div data-live data-overview>${
+      holdsBanner(search.holds ?? [])
+    }<div class="grid">${views.map(card).join("\n")}</div>
+</div>`
   )
 
 /** The health gate's holds, one line each: what holds which batch, since when. */
@@ -284,16 +292,16 @@ export const holdsBanner = (holds: ReadonlyArray<string>) =>
     }</ul></section>`
 
 const runRow = (run: RunRecord) =>
-  `<tr data-run="${e(run.runId)}"><td>${
+  `<tr data-run="${e(run.runId)}"><td data-label="Started">${
     run.runId === null
       ? time(run.startedAt ?? run.finishedAt, "at")
       : `<a class="run-link" href="/runs/${e(run.runId)}">${time(run.startedAt ?? run.finishedAt, "at")}</a>`
-  }</td><td>${e(run.trigger ?? "")}</td><td class="hide-narrow">${e(run.node ?? "")}</td><td>${
-    duration(run.durationMs)
-  }</td>
-<td>${outcomeBadge(run.outcome, run.dryRun)}${
+  }</td><td data-label="Trigger">${e(run.trigger ?? "")}</td><td class="hide-narrow" data-label="Node">${
+    e(run.node ?? "")
+  }</td><td data-label="Duration">${duration(run.durationMs)}</td>
+<td data-label="Outcome">${outcomeBadge(run.outcome, run.dryRun)}${
     run.reason ? ` <span class="muted small">${e(run.reason)}</span>` : ""
-  }</td><td>${counts(run.summary, run.batch, run.dryRun)}${
+  }</td><td class="summary" data-label="Summary">${counts(run.summary, run.batch, run.dryRun)}${
     run.dryRun && run.targets !== null && run.targets.length > 0
       ? `<div class="small muted">would change ${e(run.targetsTotal)}: ${
         run.targets.slice(0, 20).map((t) =>
@@ -302,7 +310,7 @@ const runRow = (run: RunRecord) =>
       }</div>`
       : ""
   }</td>
-<td class="error">${e(run.error ?? "")}</td></tr>`
+<td class="error" data-label="Error">${e(run.error ?? "")}</td></tr>`
 
 const windowLinks = (name: string, current: HistoryWindow) =>
   `<nav class="windows" aria-label="History window">${
@@ -367,7 +375,7 @@ export const batchHistory = (name: string, runs: ReadonlyArray<RunRecord>, histo
   `${historySection(name, history)}
 <section class="runs"><h2>${
     runs.length === 1 ? "The last run" : `Last ${runs.length} runs`
-  }</h2><div class="scroll"><table><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
+  }</h2><div class="scroll"><table class="stack"><thead><tr><th>Started</th><th>Trigger</th><th class="hide-narrow">Node</th><th>Duration</th><th>Outcome</th><th>Summary</th><th>Error</th></tr></thead>
 <tbody>${
     runs.length === 0 ? "<tr><td colspan=\"7\" class=\"muted\">No runs yet.</td></tr>" : runs.map(runRow).join("\n")
   }</tbody></table></div></section>`
@@ -412,12 +420,12 @@ export const REPAIR_TYPES = [
 ] as const
 
 const repairRow = (event: StoredEvent) =>
-  `<tr data-event="${event.id}"><td>${time(event.occurredAt.toISOString(), "at")}</td><td><code>${
-    e(event.type)
-  }</code></td>
-<td><a class="entity" href="/?stream=${encodeURIComponent(event.stream)}#history">${
+  `<tr data-event="${event.id}"><td data-label="When">${
+    time(event.occurredAt.toISOString(), "at")
+  }</td><td data-label="Event"><code class="type">${e(event.type)}</code></td>
+<td data-label="Entity"><a class="entity" href="/?stream=${encodeURIComponent(event.stream)}#history">${
     e(event.stream)
-  }</a></td><td class="data"><code>${e(event.data)}</code></td></tr>`
+  }</a></td><td class="data" data-label="Data"><code>${e(event.data)}</code></td></tr>`
 
 const runQuery = (runId: string, params: { readonly type: string | null; readonly after?: number | undefined }) => {
   const q = new URLSearchParams()
@@ -481,7 +489,7 @@ ${pipelinesRow(run.pipelines)}
       REPAIR_TYPES.map((t) => `<option${filter.type === t ? " selected" : ""}>${t}</option>`).join("")
     }</select>
 <button type="submit">Filter</button></form>
-<div class="scroll"><table><thead><tr><th>When</th><th>Event</th><th>Entity</th><th>Data</th></tr></thead>
+<div class="scroll"><table class="stack"><thead><tr><th>When</th><th>Event</th><th>Entity</th><th>Data</th></tr></thead>
 <tbody>${
       page.events.length === 0
         ? `<tr><td colspan="4" class="muted">No repairs${filter.type === null ? "" : ` of type ${e(filter.type)}`}${
