@@ -28,7 +28,11 @@ export const sweeperPlatform = (context: PhaseContext, settings: Partial<Sweeper
   const roots = settings.objectStorage?._tag === "Local" ? settings.objectStorage.roots : {}
   const redis = Redacted.make(context.redisUrl)
   // One database (ci in main): the gate reads every PostgreSQL signal there, as main.
-  const gate = healthLayer({ health: all.health ?? Option.none(), concurrencyLimits: all.concurrencyLimits ?? {} })
+  const gate = healthLayer({
+    health: all.health ?? Option.none(),
+    healthStandbys: all.healthStandbys ?? {},
+    concurrencyLimits: all.concurrencyLimits ?? {}
+  })
     .pipe(Layer.provide(SingleDatabase))
   return Layer.merge(gate, RepairSteps).pipe(
     Layer.provideMerge(

@@ -25,6 +25,7 @@ import { type HealthConfig, HealthJson } from "../domain/Health.ts"
 import { EVENT_RETENTION, EventRetentionPeriod, MIN_EVENT_RETENTION } from "../domain/Retention.ts"
 import { CRON_HORIZON, cronVariable, firesWithin, leaseTtlVariable, parseCron } from "../domain/Schedule.ts"
 import { type Mode, MODES, modeVariable, SHADOW_BATCHES, shadowCapable } from "../domain/Shadow.ts"
+import { NO_SELECTION, type StandbySelection, StandbySelectionJson } from "../domain/Standbys.ts"
 import {
   CurrentFailureReasonSet,
   FAILURE_REASON_SETS,
@@ -93,6 +94,8 @@ export interface SweeperSettings {
   readonly eventRetention: Duration.Duration
   /** `SWEEPER_HEALTH`: the health gate's signals and thresholds; none = no gate. */
   readonly health: Option.Option<HealthConfig>
+  /** `SWEEPER_HEALTH_STANDBYS`: standbys replicationLag watches or ignores besides its default (domain/Standbys.ts). */
+  readonly healthStandbys: StandbySelection
   /** `SWEEPER_PG_*_TIMEOUT`: what every connection to a GitLab database sets for its session. */
   readonly databaseTimeouts: DatabaseTimeouts
 }
@@ -340,6 +343,9 @@ const settings = Config.all({
     Config.withDefault(EVENT_RETENTION)
   ),
   health: Config.option(Config.schema(HealthJson, "SWEEPER_HEALTH")),
+  healthStandbys: Config.option(Config.schema(StandbySelectionJson, "SWEEPER_HEALTH_STANDBYS")).pipe(
+    Config.map((selection): StandbySelection => Option.getOrElse(selection, () => NO_SELECTION))
+  ),
   databaseTimeouts: Config.all({
     statement: Config.Duration("SWEEPER_PG_STATEMENT_TIMEOUT").pipe(Config.withDefault(DATABASE_TIMEOUTS.statement)),
     lock: Config.Duration("SWEEPER_PG_LOCK_TIMEOUT").pipe(Config.withDefault(DATABASE_TIMEOUTS.lock)),
@@ -483,6 +489,7 @@ export class SweeperConfig extends Context.Service<SweeperConfig, SweeperSetting
       transitionQueues: DEFAULT_ROUTING,
       eventRetention: EVENT_RETENTION,
       health: Option.none(),
+      healthStandbys: NO_SELECTION,
       databaseTimeouts: DATABASE_TIMEOUTS,
       ...overrides
     })

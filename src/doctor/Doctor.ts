@@ -36,7 +36,7 @@ import {
 } from "../layers/postgres/TransitionsSql.ts"
 import { QueuesMetadataRedis, QueuesRedis, type Redis, SharedStateRedis } from "../layers/redis/Redis.ts"
 import { batches } from "../programs/index.ts"
-import { HealthSignals } from "../services/HealthSignals.ts"
+import { HealthSignals, HealthStandbys, type StandbyStatus } from "../services/HealthSignals.ts"
 import { describeBackends, ReadOnlyAppLayer } from "../supervisor/App.ts"
 import {
   type DatabasesReport,
@@ -211,6 +211,18 @@ const healthCheck = Effect.gen(function*() {
           formatValue("bytes", lag.bytes)
         }, ${formatValue("seconds", lag.seconds)}`
     ),
+    // Each standby on its own line: which the gate watches, and why a delayed or ignored one is not.
+    ...(yield* signals.standbys.pipe(Effect.orElseSucceed((): ReadonlyArray<StandbyStatus> => []))).map((
+      standby
+    ): SignalCheck => ({
+      signal: "replicationLag",
+      subject: `standby ${standby.name}`,
+      configured: configured.has("replicationLag"),
+      readable: true,
+      reading: `${standby.watched ? "watched" : "NOT watched"} (${standby.reason}); replay ${
+        formatValue("bytes", standby.bytes)
+      } behind`
+    })),
     yield* check(
       "walRate",
       "",
@@ -265,7 +277,11 @@ const healthCheck = Effect.gen(function*() {
     }
   }
   return { ...privileges, signals: checks } satisfies HealthCheck
-}).pipe(Effect.provide(HealthSignalsLive))
+}).pipe(
+  Effect.provide(HealthSignalsLive),
+  // The operator's named standbys, read when the signals' layer is built.
+  Effect.provideServiceEffect(HealthStandbys, Effect.map(SweeperConfig, (s) => s.healthStandbys))
+)
 
 /** Single server or cluster, as Redis.ts built the store's connection (its URL had commas or not). */
 export const storeKind = (redis: Redis["Service"]): "single" | "cluster" => redis.kind

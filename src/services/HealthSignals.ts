@@ -12,6 +12,15 @@ import type * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { DatabaseName } from "../domain/Databases.ts"
 import type { RedisStoreName } from "../domain/Health.ts"
+import { NO_SELECTION, type StandbyRow, type StandbySelection, type StandbyVerdict } from "../domain/Standbys.ts"
+
+/** Which standbys the operator named to watch or ignore (`SWEEPER_HEALTH_STANDBYS`); none by default. */
+export const HealthStandbys = Context.Reference<StandbySelection>("sweeper/services/HealthStandbys", {
+  defaultValue: () => NO_SELECTION
+})
+
+/** A physical standby and whether replicationLag counts it, with why. */
+export interface StandbyStatus extends StandbyRow, StandbyVerdict {}
 
 export class SignalUnreadable extends Schema.TaggedError<SignalUnreadable>()("SignalUnreadable", {
   /** What was being read: `pg_stat_replication`, `INFO memory on queues`, `queue:default`, a PromQL query. */
@@ -24,7 +33,7 @@ export class SignalUnreadable extends Schema.TaggedError<SignalUnreadable>()("Si
 }
 
 export interface ReplicationLag {
-  /** Standbys streaming from this database (rows of pg_stat_replication). */
+  /** Standbys streaming from this database and watched (physical, not delayed unless named). */
   readonly standbys: number
   /** The largest replay lag: bytes behind pg_current_wal_lsn(); 0 with no standby. */
   readonly bytes: number
@@ -45,6 +54,8 @@ export interface SignalPrivileges {
 export class HealthSignals extends Context.Service<HealthSignals, {
   /** pg_stat_replication on the repaired database. */
   readonly replicationLag: Effect.Effect<ReplicationLag, SignalUnreadable>
+  /** Every physical standby of this database, watched or not and why (`sweeper doctor`). */
+  readonly standbys: Effect.Effect<ReadonlyArray<StandbyStatus>, SignalUnreadable>
   /** pg_current_wal_lsn() as bytes since 0/0: two samples make the WAL rate. */
   readonly walPosition: Effect.Effect<number, SignalUnreadable>
   /** Which of `tables` (or their partitions) a VACUUM — autovacuum or manual — is working on now. */

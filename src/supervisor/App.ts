@@ -70,6 +70,7 @@ import { RebalancingStateRedis } from "../layers/redis/RebalancingStateRedis.ts"
 import { Redis, type StoreUrls } from "../layers/redis/Redis.ts"
 import { RunnerAckQueueRedis } from "../layers/redis/RunnerAckQueueRedis.ts"
 import { batches } from "../programs/index.ts"
+import { HealthStandbys } from "../services/HealthSignals.ts"
 import type { JobQueue } from "../services/JobQueue.ts"
 import type { Metrics } from "../services/Metrics.ts"
 import type { ObjectStorage } from "../services/ObjectStorage.ts"
@@ -446,13 +447,14 @@ export const storeUrls = (settings: SweeperSettings): Option.Option<StoreUrls> =
  * (PostgreSQL's on main and, when ci is a database of its own, on ci too: needs CiDatabase).
  * Absent, both references keep their defaults (a gate that never holds, a report saying so).
  */
-export const healthLayer = (settings: Pick<SweeperSettings, "health" | "concurrencyLimits">) =>
+export const healthLayer = (settings: Pick<SweeperSettings, "health" | "healthStandbys" | "concurrencyLimits">) =>
   Option.match(settings.health, {
     onNone: () => Layer.empty,
     onSome: (config) =>
       HealthGateLive({ config, batches, concurrencyLimits: settings.concurrencyLimits }).pipe(
         Layer.provide(DatabaseSignalsLive),
-        Layer.provide(HealthSignalsLive)
+        Layer.provide(HealthSignalsLive),
+        Layer.provide(Layer.succeed(HealthStandbys, settings.healthStandbys))
       )
   })
 

@@ -9,8 +9,9 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { spawn } from "node:child_process"
+import type { StandbySelection } from "../../src/domain/Standbys.ts"
 import { HealthSignalsLive } from "../../src/layers/health/HealthSignalsLive.ts"
-import { HealthSignals, SignalUnreadable } from "../../src/services/HealthSignals.ts"
+import { HealthSignals, HealthStandbys, SignalUnreadable } from "../../src/services/HealthSignals.ts"
 import { type ReplicatedPostgres, replicatedPostgres } from "../support/pgStandby.ts"
 
 class Pair extends Context.Service<Pair, ReplicatedPostgres>()("test/HealthSignals/Pair") {}
@@ -25,6 +26,13 @@ const readWith = <A, E>(url: string, f: (signals: HealthSignals["Service"]) => E
       return yield* f(yield* HealthSignals)
     }).pipe(Effect.provide(signalsOn(url)))
   )
+
+/** As readWith, with the operator's SWEEPER_HEALTH_STANDBYS. */
+const readSelecting = <A, E>(
+  url: string,
+  selection: StandbySelection,
+  f: (signals: HealthSignals["Service"]) => Effect.Effect<A, E>
+) => readWith(url, f).pipe(Effect.provideService(HealthStandbys, selection))
 
 const sleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))
 
@@ -300,5 +308,50 @@ layer(PairLive, { excludeTestServices: true, timeout: "360 seconds" })(
         const error = yield* Effect.flip(readWith(pair.standbyUrl, (s) => s.walPosition))
         assert.instanceOf(error, SignalUnreadable)
       }))
+
+    it.effect(
+      "a delayed standby the operator ignores is not lag: 8 MB behind on a 1 h recovery_min_apply_delay",
+      () =>
+        Effect.gen(function*() {
+          const pair = yield* Pair
+          yield* Effect.acquireRelease(
+            Effect.promise(async () => {
+              await pair.standby("ALTER SYSTEM SET recovery_min_apply_delay = '1h'")
+              await pair.standby("SELECT pg_reload_conf()")
+            }),
+            () =>
+              Effect.promise(async () => {
+                await pair.standby("ALTER SYSTEM RESET recovery_min_apply_delay")
+                await pair.standby("SELECT pg_reload_conf()")
+              })
+          )
+          const [[name]] = yield* Effect.promise(() => pair.primary("SELECT application_name FROM pg_stat_replication"))
+          yield* sleep(1500)
+          // The delay holds back commit records: the first commit stops replay, and what follows piles up.
+          yield* Effect.promise(() => pair.primary("CREATE TABLE IF NOT EXISTS delayed_marker (id int)"))
+          yield* Effect.promise(() =>
+            pair.primary(
+              "CREATE TABLE IF NOT EXISTS filler (id int, pad text); INSERT INTO filler SELECT g, repeat('x', 1000) FROM generate_series(1, 8000) g"
+            )
+          )
+          let written = yield* Effect.promise(() => pair.lagBytes())
+          for (let i = 0; i < 600 && written <= 8_000_000; i++) {
+            yield* sleep(100)
+            written = yield* Effect.promise(() => pair.lagBytes())
+          }
+          // Unnamed, a freshly delayed standby has no replay_lag to tell it by yet: it counts.
+          const unnamed = yield* readWith(pair.primaryUrl, (s) => s.replicationLag)
+          assert.isAbove(unnamed.bytes, 8_000_000)
+          const ignore = { ignore: [name!] }
+          const ignored = yield* readSelecting(pair.primaryUrl, ignore, (s) => s.replicationLag)
+          assert.deepStrictEqual(ignored, { standbys: 0, bytes: 0, seconds: 0 })
+          const listed = yield* readSelecting(pair.primaryUrl, ignore, (s) => s.standbys)
+          assert.deepStrictEqual(listed.map((s) => [s.name, s.watched, s.reason]), [
+            [name, false, "ignored by SWEEPER_HEALTH_STANDBYS"]
+          ])
+          assert.isAbove(listed[0]!.bytes, 8_000_000)
+        }),
+      300_000
+    )
   }
 )

@@ -43,21 +43,24 @@ const PairsLive = Layer.effect(
 
 /** The gate as App.ts builds it, over main's and ci's primaries. */
 const GateLive = Layer.unwrap(
-  Effect.map(Pairs, ({ ci, main }) =>
-    healthLayer({ health: Option.some(HEALTH), concurrencyLimits: {} }).pipe(
-      Layer.provideMerge(
-        ciClientLayer({
-          ciDatabaseUrl: Option.some(Redacted.make(ci.primaryUrl)),
-          embeddedCiDatabase: false,
-          dataDir: ""
-        })
-      ),
-      Layer.provideMerge(PgClient.layer({ url: Redacted.make(main.primaryUrl), maxConnections: 2 })),
-      Layer.provideMerge(EventLogMemory),
-      Layer.provideMerge(MemoryEvents.layer),
-      Layer.provideMerge(MetricsPrometheus),
-      Layer.orDie
-    ))
+  Effect.map(
+    Pairs,
+    ({ ci, main }) =>
+      healthLayer({ health: Option.some(HEALTH), healthStandbys: {}, concurrencyLimits: {} }).pipe(
+        Layer.provideMerge(
+          ciClientLayer({
+            ciDatabaseUrl: Option.some(Redacted.make(ci.primaryUrl)),
+            embeddedCiDatabase: false,
+            dataDir: ""
+          })
+        ),
+        Layer.provideMerge(PgClient.layer({ url: Redacted.make(main.primaryUrl), maxConnections: 2 })),
+        Layer.provideMerge(EventLogMemory),
+        Layer.provideMerge(MemoryEvents.layer),
+        Layer.provideMerge(MetricsPrometheus),
+        Layer.orDie
+      )
+  )
 )
 
 const sleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))

@@ -31,7 +31,14 @@ import * as Schema from "effect/Schema"
 import { Cluster } from "ioredis"
 import { describeError } from "../../domain/Errors.ts"
 import type { RedisStoreName } from "../../domain/Health.ts"
-import { DatabaseSignals, HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
+import { standbyVerdict } from "../../domain/Standbys.ts"
+import {
+  DatabaseSignals,
+  HealthSignals,
+  HealthStandbys,
+  SignalUnreadable,
+  type StandbyStatus
+} from "../../services/HealthSignals.ts"
 import { CiDatabase } from "../postgres/Databases.ts"
 import { type RedisClient, RedisStores } from "../redis/Redis.ts"
 
@@ -133,34 +140,57 @@ export const HealthSignalsWith = Layer.effect(
         ? Effect.fail(new SignalUnreadable({ source, reason: MISSING_PRIVILEGE }))
         : Effect.succeed(rows[0])
 
-    const replicationLag = bounded(
+    const selection = yield* HealthStandbys
+
+    const standbys = bounded(
       "pg_stat_replication",
       Effect.gen(function*() {
-        const rows = yield* sql<
-          { can_read: boolean; standbys: string; hidden: string; bytes: number | null; seconds: number | null }
-        >`
-        SELECT ${canReadAll} AS can_read,
-               count(*)::text AS standbys,
-               count(*) FILTER (WHERE r.state IS NULL)::text AS hidden,
-               max(pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn))::float8 AS bytes,
-               max(extract(epoch FROM r.replay_lag))::float8 AS seconds
-        FROM pg_stat_replication r
-        -- Physical standbys only: a logical walsender (a CDC consumer) always streams from a logical
-        -- slot, and how slowly it consumes harms no replica Sweeper's writes would.
-        WHERE NOT EXISTS (
+        const rows = yield* sql<{
+          can_read: boolean
+          present: boolean
+          hidden: boolean
+          name: string | null
+          bytes: number | null
+          flush_s: number | null
+          replay_s: number | null
+        }>`
+        SELECT ${canReadAll} AS can_read, r.pid IS NOT NULL AS present, r.state IS NULL AS hidden, r.application_name AS name,
+               pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn)::float8 AS bytes,
+               extract(epoch FROM r.flush_lag)::float8 AS flush_s,
+               extract(epoch FROM r.replay_lag)::float8 AS replay_s
+        FROM (SELECT 1) one
+        LEFT JOIN pg_stat_replication r ON NOT EXISTS (
+          -- Physical standbys only: a logical walsender (a CDC consumer) always streams from a logical
+          -- slot, and how slowly it consumes harms no replica Sweeper's writes would.
           SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical'
         )`
-        const row = yield* requireStats("pg_stat_replication", rows)
-        if (Number(row.hidden) > 0) {
+        yield* requireStats("pg_stat_replication", rows)
+        // Without pg_read_all_stats a standby's row shows its pid only: unreadable, never "no standby".
+        if (rows.some((row) => row.present && row.hidden)) {
           return yield* new SignalUnreadable({ source: "pg_stat_replication", reason: MISSING_PRIVILEGE })
         }
-        return {
-          standbys: Number(row.standbys),
-          bytes: Math.max(0, row.bytes ?? 0),
-          seconds: Math.max(0, row.seconds ?? 0)
-        }
+        return rows.flatMap((row): Array<StandbyStatus> => {
+          if (!row.present) return []
+          const standby = {
+            name: row.name ?? "",
+            bytes: Math.max(0, row.bytes ?? 0),
+            flushLagS: row.flush_s,
+            replayLagS: row.replay_s
+          }
+          return [{ ...standby, ...standbyVerdict(standby, selection) }]
+        })
       })
     )
+
+    // The watched standbys' worst: a delayed one (or one the operator ignores) is not lag the gate holds on.
+    const replicationLag = Effect.map(standbys, (all) => {
+      const watched = all.filter((standby) => standby.watched)
+      return {
+        standbys: watched.length,
+        bytes: Math.max(0, ...watched.map((standby) => standby.bytes)),
+        seconds: Math.max(0, ...watched.map((standby) => standby.replayLagS ?? 0))
+      }
+    })
 
     const walPosition = bounded(
       "pg_current_wal_lsn()",
@@ -308,6 +338,7 @@ export const HealthSignalsWith = Layer.effect(
 
     return HealthSignals.of({
       replicationLag,
+      standbys,
       walPosition,
       vacuuming,
       oldestTransaction,

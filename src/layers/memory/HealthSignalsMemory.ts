@@ -56,6 +56,11 @@ export const memorySignals = (values: SignalValues): HealthSignals["Service"] =>
       bytes: read("pg_stat_replication", () => values.replicationLagBytes),
       seconds: read("pg_stat_replication.seconds", () => values.replicationLagSeconds)
     }).pipe(Effect.map((lag) => ({ standbys: 1, ...lag }))),
+    standbys: read("pg_stat_replication", () => values.replicationLagBytes).pipe(
+      Effect.map((bytes) => [
+        { name: "memory", bytes, flushLagS: null, replayLagS: null, watched: true, reason: "streaming standby" }
+      ])
+    ),
     walPosition: read("pg_current_wal_lsn()", () => values.walPosition),
     vacuuming: (tables) =>
       Effect.suspend(() => {
