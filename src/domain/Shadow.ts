@@ -239,8 +239,8 @@ export interface ShadowSample {
   readonly settledAt: string
 }
 
-export interface ShadowBatchReport {
-  readonly batch: string
+/** How many proposals got each verdict, and how many have none yet. */
+export interface VerdictCounts {
   readonly matched: number
   readonly mismatched: number
   readonly sweeperOnly: number
@@ -248,6 +248,10 @@ export interface ShadowBatchReport {
   readonly ignored: number
   /** Proposals with no verdict yet (GitLab's worker may still run). */
   readonly waiting: number
+}
+
+export interface ShadowBatchReport extends VerdictCounts {
+  readonly batch: string
   /** matched / (matched + mismatched + sweeperOnly + gitlabOnly); null when none of those. */
   readonly agreement: number | null
   /** The latest disagreements, at most SHADOW_SAMPLES, each with the facts behind it. */

@@ -20,14 +20,8 @@ export class ShadowUnavailable extends Data.TaggedError("ShadowUnavailable")<{ r
   }
 }
 
-export interface ShadowTally {
+export interface ShadowTally extends S.VerdictCounts {
   readonly proposed: number
-  readonly matched: number
-  readonly mismatched: number
-  readonly sweeperOnly: number
-  readonly gitlabOnly: number
-  readonly ignored: number
-  readonly waiting: number
   /** A gitlabOnly read stopped at its bound: its count is a sample. */
   readonly gitlabOnlyBounded: boolean
 }
