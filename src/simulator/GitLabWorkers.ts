@@ -8,9 +8,9 @@
  *   (GitLab's `loop { relation.limit(100).each { drop } }`), each dropped as GitLab's drop ends a
  *   canceling build (`canceled` on GitLab 19, `failed`/stuck_or_timeout_failure before). A build
  *   whose drop is refused each time stays at the head, so GitLab's loop reads it again and again
- *   and never gets past it (GitLab issue 590004): it and every build behind it stay stuck until
- *   the worker's time runs out. Sweeper's keyset walk passes such a row; its proposals for the
- *   builds behind it are the sweeperOnly verdicts worth explaining.
+ *   and never gets past it (https://gitlab.com/gitlab-org/gitlab/-/issues/590004): it and every
+ *   build behind it stay stuck until the worker's time runs out. Sweeper's keyset walk passes such
+ *   a row; its proposals for the builds behind it are the sweeperOnly verdicts worth explaining.
  * - `StuckExportJobsWorker` (`30 * * * *`): export jobs `queued` or `started` whose jid's Sidekiq
  *   status key is gone are failed, except a parallel export (one with relation exports) still
  *   inside EXPORT_JOBS_EXPIRATION of its creation.

@@ -2,7 +2,7 @@
  * Shadow mode against the simulated GitLab's own workers (real PostgreSQL, the embedded Redis):
  * drop-canceling-builds and stuck-export-jobs run in shadow beside GitLab's DropCancelingWorker and
  * StuckExportJobsWorker as the simulator plays them. GitLab's canceling loop drops the builds ahead
- * of one whose drop it is refused every time and never gets past that one (GitLab issue 590004), so
+ * of one whose drop it is refused every time and never gets past that one (https://gitlab.com/gitlab-org/gitlab/-/issues/590004), so
  * the report has the builds GitLab dropped as matched and the refused one and those behind it as
  * sweeperOnly; the export GitLab failed is matched, the one still running is not proposed at all.
  */
