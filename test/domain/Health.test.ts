@@ -12,15 +12,12 @@ import { InvalidConfig } from "../../src/domain/Errors.ts"
 import {
   addSample,
   baselineOf,
-  compileHealth,
   databaseOfSubject,
   databasesOf,
-  HealthJson,
   judge,
   median,
   nextHeld,
   openHolds,
-  RawHealth,
   type Sample,
   type SignalRule,
   subjectsFor,
@@ -30,6 +27,7 @@ import {
   value,
   worstOf
 } from "../../src/domain/Health.ts"
+import { compileHealth, HealthJson, RawHealth } from "../../src/domain/HealthConfig.ts"
 
 const decode = (json: unknown) => Schema.decodeUnknownResult(HealthJson)(JSON.stringify(json))
 const rules = (json: unknown): ReadonlyArray<SignalRule> => {

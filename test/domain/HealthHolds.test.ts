@@ -4,7 +4,8 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Option, Schema } from "effect"
-import { HealthJson, type Reading, unknown, value } from "../../src/domain/Health.ts"
+import { type Reading, unknown, value } from "../../src/domain/Health.ts"
+import { HealthJson } from "../../src/domain/HealthConfig.ts"
 import * as Holds from "../../src/domain/HealthHolds.ts"
 
 const hold = (since: number): Holds.OpenHold => ({ since, value: 1, display: "1", threshold: "0" })

@@ -9,6 +9,7 @@ import { Duration, Effect, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import { afterEach, vi } from "vitest"
 import * as Health from "../../src/domain/Health.ts"
+import { HealthJson } from "../../src/domain/HealthConfig.ts"
 import { type GatedBatch, HealthGateLive } from "../../src/layers/health/HealthGateLive.ts"
 import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { HealthSignalsMemory, MemorySignalValues } from "../../src/layers/memory/HealthSignalsMemory.ts"
@@ -25,7 +26,7 @@ vi.mock("../../src/domain/Health.ts", async (importOriginal) => {
 const DROP: GatedBatch = { name: "drop-canceling-builds", writes: { tables: ["ci_builds", "sweeper_events"] } }
 
 const Gate = HealthGateLive({
-  config: Schema.decodeUnknownSync(Health.HealthJson)(JSON.stringify({ walRate: { stop: "3x" } })),
+  config: Schema.decodeUnknownSync(HealthJson)(JSON.stringify({ walRate: { stop: "3x" } })),
   batches: [DROP],
   concurrencyLimits: {}
 }).pipe(

@@ -9,7 +9,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import { type HealthConfig, HealthJson } from "../../src/domain/Health.ts"
+import type { HealthConfig } from "../../src/domain/Health.ts"
+import { HealthJson } from "../../src/domain/HealthConfig.ts"
 import { type GatedBatch, HealthGateLive } from "../../src/layers/health/HealthGateLive.ts"
 import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import {

@@ -8,7 +8,7 @@ import { DateTime, Duration, Effect, Fiber, Layer, Option, Schema } from "effect
 import { TestClock } from "effect/testing"
 import { CurrentRun } from "../../src/domain/Batch.ts"
 import { workerKeys, workerLeaseName } from "../../src/domain/ConcurrencyLimit.ts"
-import { HealthJson } from "../../src/domain/Health.ts"
+import { HealthJson } from "../../src/domain/HealthConfig.ts"
 import { leaseKey } from "../../src/domain/Lease.ts"
 import { HealthGateLive } from "../../src/layers/health/HealthGateLive.ts"
 import { MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"

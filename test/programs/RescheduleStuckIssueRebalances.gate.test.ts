@@ -7,7 +7,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Fiber, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import { HealthJson } from "../../src/domain/Health.ts"
+import { HealthJson } from "../../src/domain/HealthConfig.ts"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
 import { HealthGateLive } from "../../src/layers/health/HealthGateLive.ts"

@@ -11,7 +11,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
 import { Clock, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
-import { HealthJson } from "../../src/domain/Health.ts"
+import { HealthJson } from "../../src/domain/HealthConfig.ts"
 import { EventLogMemory, MemoryEvents } from "../../src/layers/memory/EventLogMemory.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { HealthGate } from "../../src/services/HealthGate.ts"
