@@ -8,7 +8,7 @@ import { Effect, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { layerServer } from "../../src/layers/postgres/Postgres.ts"
 import { freshDatabase } from "../support/postgres.ts"
-import { startSweeper } from "../support/processes.ts"
+import { scopedSweeper } from "../support/processes.ts"
 import { freshRedisUrl } from "../support/redis.ts"
 
 const TOKEN = "test-token"
@@ -20,22 +20,13 @@ describe("HTTP", () => {
       Effect.gen(function*() {
         const db = yield* freshDatabase
         const redisUrl = yield* freshRedisUrl
-        const sweeper = yield* Effect.acquireRelease(
-          Effect.sync(() =>
-            startSweeper("http", {
-              DATABASE_URL: db.url,
-              REDIS_URL: redisUrl,
-              SWEEPER_HTTP_PORT: "0",
-              SWEEPER_API_TOKEN: TOKEN,
-              SWEEPER_CRON_STUCK_EXPORT_JOBS: "* * * * * *"
-            })
-          ),
-          (p) =>
-            Effect.promise(async () => {
-              p.child.kill("SIGKILL")
-              await p.exited
-            })
-        )
+        const sweeper = yield* scopedSweeper("http", {
+          DATABASE_URL: db.url,
+          REDIS_URL: redisUrl,
+          SWEEPER_HTTP_PORT: "0",
+          SWEEPER_API_TOKEN: TOKEN,
+          SWEEPER_CRON_STUCK_EXPORT_JOBS: "* * * * * *"
+        })
         const base = yield* Effect.promise(() => sweeper.listening)
         const get = (path: string, init: RequestInit = {}) =>
           Effect.promise(async () => {
@@ -215,16 +206,10 @@ describe("HTTP", () => {
 
   it.live("without SWEEPER_API_TOKEN the mutating actions are refused", () =>
     Effect.gen(function*() {
-      const sweeper = yield* Effect.acquireRelease(
-        Effect.sync(() =>
-          startSweeper("no-token", { SWEEPER_HTTP_PORT: "0", SWEEPER_DATA_DIR: `/tmp/sweeper-http-${process.pid}` })
-        ),
-        (p) =>
-          Effect.promise(async () => {
-            p.child.kill("SIGKILL")
-            await p.exited
-          })
-      )
+      const sweeper = yield* scopedSweeper("no-token", {
+        SWEEPER_HTTP_PORT: "0",
+        SWEEPER_DATA_DIR: `/tmp/sweeper-http-${process.pid}`
+      })
       const base = yield* Effect.promise(() => sweeper.listening)
       const response = yield* Effect.promise(() =>
         fetch(`${base}/api/batches/drop-canceling-builds/run`, { method: "POST" })
@@ -242,21 +227,12 @@ describe("HTTP", () => {
       Effect.gen(function*() {
         const db = yield* freshDatabase
         const redisUrl = yield* freshRedisUrl
-        const sweeper = yield* Effect.acquireRelease(
-          Effect.sync(() =>
-            startSweeper("http-abandoned", {
-              DATABASE_URL: db.url,
-              REDIS_URL: redisUrl,
-              SWEEPER_HTTP_PORT: "0",
-              SWEEPER_API_TOKEN: TOKEN
-            })
-          ),
-          (p) =>
-            Effect.promise(async () => {
-              p.child.kill("SIGKILL")
-              await p.exited
-            })
-        )
+        const sweeper = yield* scopedSweeper("http-abandoned", {
+          DATABASE_URL: db.url,
+          REDIS_URL: redisUrl,
+          SWEEPER_HTTP_PORT: "0",
+          SWEEPER_API_TOKEN: TOKEN
+        })
         const base = yield* Effect.promise(() => sweeper.listening)
         // A run killed three hours ago: started, never finished, long past its budget.
         const abandoned = randomUUID()

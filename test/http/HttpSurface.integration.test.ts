@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { request } from "node:http"
 import { freshDatabase } from "../support/postgres.ts"
-import { startSweeper } from "../support/processes.ts"
+import { scopedSweeper } from "../support/processes.ts"
 import { freshRedisUrl } from "../support/redis.ts"
 
 const TOKEN = "surface-token"
@@ -89,21 +89,12 @@ describe("HTTP surface guards", () => {
       Effect.gen(function*() {
         const db = yield* freshDatabase
         const redisUrl = yield* freshRedisUrl
-        const sweeper = yield* Effect.acquireRelease(
-          Effect.sync(() =>
-            startSweeper("surface", {
-              DATABASE_URL: db.url,
-              REDIS_URL: redisUrl,
-              SWEEPER_API_TOKEN: TOKEN,
-              SWEEPER_HTTP_ALLOWED_HOSTS: "sweeper.internal, Ops.Example.com"
-            })
-          ),
-          (p) =>
-            Effect.promise(async () => {
-              p.child.kill("SIGKILL")
-              await p.exited
-            })
-        )
+        const sweeper = yield* scopedSweeper("surface", {
+          DATABASE_URL: db.url,
+          REDIS_URL: redisUrl,
+          SWEEPER_API_TOKEN: TOKEN,
+          SWEEPER_HTTP_ALLOWED_HOSTS: "sweeper.internal, Ops.Example.com"
+        })
         const port = Number(new URL(yield* Effect.promise(() => sweeper.listening)).port)
 
         // The server's own names: its address, localhost, and those configured (any port, any case).

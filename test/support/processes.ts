@@ -1,4 +1,5 @@
 /** Long-running Sweeper processes for multi-process and start-up tests. */
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -72,3 +73,14 @@ export const waitFor = async <A>(
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
 }
+
+/** `startSweeper` for a scope: the process is killed (SIGKILL) and awaited when the scope closes. */
+export const scopedSweeper = (name: string, env: Record<string, string>, args?: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.sync(() => startSweeper(name, env, args)),
+    (p) =>
+      Effect.promise(async () => {
+        p.child.kill("SIGKILL")
+        await p.exited
+      })
+  )
