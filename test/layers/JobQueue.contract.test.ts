@@ -340,7 +340,8 @@ describe("makeJobQueue", () => {
           steps.push(`push ${jobs.length}`)
           pushed.push(jobs)
         }),
-      pushOnce: () => Effect.succeed(true)
+      pushOnce: () => Effect.succeed(true),
+      peek: () => Effect.succeed([])
     }
     return { steps, pushed, store }
   }
