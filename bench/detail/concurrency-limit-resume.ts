@@ -135,6 +135,7 @@ const InstrumentedLimits = Layer.effect(
       workersWithDeferredJobs: real.workersWithDeferredJobs,
       knownDeferredWorkers: real.knownDeferredWorkers,
       oldestDeferred: real.oldestDeferred,
+      deferredDigests: real.deferredDigests,
       limitOf: (worker) => track(real.limitOf(worker), true),
       queueSize: (worker) => track(real.queueSize(worker)),
       currentConcurrency: (worker) => track(real.currentConcurrency(worker)),

@@ -18,7 +18,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { configureBatches, redisConfigured, SweeperConfig } from "../config/Config.ts"
-import { modeVariable, ShadowWaitOverride } from "../domain/Shadow.ts"
+import { modeVariable, SHADOW_BATCHES, ShadowWaitOverride } from "../domain/Shadow.ts"
 import { batches } from "../programs/index.ts"
 import { emptyLedger, ledgerCounts } from "../simulator/Ledger.ts"
 import { parseScenarios, simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
@@ -114,8 +114,8 @@ const decomposedEnvironment = (
     )
     : Effect.succeed({})
 
-/** The batches whose GitLab worker the simulator plays (GitLabWorkers.ts): `--shadow` shadows these. */
-const PLAYED_WORKERS = ["drop-canceling-builds", "stuck-export-jobs"] as const
+/** Every batch shadow mode judges: the simulator plays its GitLab worker (GitLabWorkers.ts), `--shadow` shadows it. */
+const PLAYED_WORKERS = SHADOW_BATCHES
 
 /** How often the demo's simulated GitLab runs its own workers (hourly on a real GitLab). */
 const DEMO_GITLAB_PERIOD = Duration.seconds(15)
@@ -133,8 +133,8 @@ export const demo = Command.make(
     ),
     shadow: Flag.Boolean("shadow").pipe(
       Flag.withDescription(
-        "drop-canceling-builds and stuck-export-jobs in shadow mode, beside GitLab's own workers played by the " +
-          "simulator: see each batch's agreement with GitLab on its shadow page"
+        `every batch that has a shadow mode (${SHADOW_BATCHES.join(", ")}) in shadow mode, beside GitLab's ` +
+          "own workers played by the simulator: see each batch's agreement with GitLab on its shadow page"
       ),
       Flag.withDefault(false)
     )

@@ -11,6 +11,7 @@ import * as Schema from "effect/Schema"
 import { decodeUtf8 } from "./Bytes.ts"
 import { ConcurrencyLimitJobsDead, ConcurrencyLimitJobsResumed } from "./Events.ts"
 import { hashTagOf } from "./RedisKey.ts"
+import type { Pending, ShadowCandidate, ShadowProposal, Verdict } from "./Shadow.ts"
 import { type SidekiqJob, sidekiqJob } from "./Sidekiq.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -523,3 +524,84 @@ export const runTotals = (
     held: outcomes.flatMap((outcome) => "held" in outcome ? [outcome.held] : [])
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shadow mode (docs/from-gitlab-workers.md): what a proposal is, and its verdict
+
+/** A dry run's view of the deferred head it would move: digests of exact element bytes. */
+export interface DeferredPreview {
+  /** The first and the last element the move would take. */
+  readonly first: string
+  readonly last: string
+  /** The element right after them (the first the move would leave); null when the move empties the list. */
+  readonly next: string | null
+}
+
+/** A worker's deferred list now, as far as its proposal needs it. */
+export interface DeferredReading {
+  /** Digests of the list's first elements (the proposal's count and one more, at most). */
+  readonly head: ReadonlyArray<string>
+  /** LLEN now. */
+  readonly length: number
+  /** The worker's limit now (the Redis override, else configuration); null when it has none. */
+  readonly limit: number | null
+}
+
+/** ConcurrencyLimit::ResumeWorker's BATCH_SIZE: what one of its passes moves for an unlimited worker. */
+export const GITLAB_RESUME_BATCH = 1000
+/** ResumeWorker reschedules a worker's pass this much later while jobs remain. */
+export const GITLAB_RESUME_RESCHEDULE = Duration.seconds(1)
+
+/** One worker's proposal: the jobs a pass would move (how many, and which: the head's digests). */
+export const resumeProposal = (
+  read: { readonly limit: number; readonly current: number; readonly queueSize: number },
+  queue: string,
+  jids: ReadonlyArray<string>,
+  dead: ReadonlyArray<unknown>,
+  preview: DeferredPreview
+): ShadowProposal => ({
+  rule: read.limit === 0 ? "unlimited" : "free capacity",
+  outcome: { resumed: jids.length, dead: dead.length, queue },
+  facts: {
+    limit: read.limit,
+    current: read.current,
+    queue_size: read.queueSize,
+    taken: jids.length + dead.length,
+    ...preview
+  }
+})
+
+/**
+ * The same way: every job Sweeper would move has left the head, FIFO (GitLab's passes resumed them;
+ * further ones after them too, as Sweeper's next passes would). Another way: only some of them left
+ * (GitLab resumed a different number). Still at the head once GitLab's window is over: sweeperOnly.
+ * Ignored: the limit changed (override set or cleared, breaker opened), jobs were put back ahead of
+ * them, or more left the list than ResumeWorker can move in the time since (a pass at most every
+ * second, `limit` jobs each, 1000 when unlimited): cleared by something else.
+ */
+export const resumeVerdict = (
+  candidate: Pick<ShadowCandidate, "facts" | "dueAt" | "proposedAt">,
+  now: Date,
+  reading: DeferredReading
+): Verdict | Pending => {
+  const facts = candidate.facts
+  const limit = Number(facts.limit)
+  if (reading.limit !== limit) return "ignored"
+  const at = (digest: unknown) => typeof digest === "string" ? reading.head.indexOf(digest) : -1
+  const first = at(facts.first)
+  if (first === 0) return now.getTime() < candidate.dueAt.getTime() ? "waiting" : "sweeperOnly"
+  if (first > 0) return "ignored"
+  if (at(facts.last) >= 0) return "mismatched"
+  const gone = Number(facts.queue_size) - reading.length
+  const passes = Math.floor(
+    (now.getTime() - candidate.proposedAt.getTime()) / Duration.toMillis(GITLAB_RESUME_RESCHEDULE)
+  ) + 1
+  return gone > (limit > 0 ? limit : GITLAB_RESUME_BATCH) * passes ? "ignored" : "matched"
+}
+
+const ResumedJob = Schema.Struct({ class: Schema.String, concurrency_limit_resume: Schema.Literal(true) })
+const decodeResumed = Schema.decodeUnknownOption(Schema.fromJsonString(ResumedJob))
+
+/** The worker of a job in a Sidekiq queue that a concurrency-limit resume pushed; None for any other job. */
+export const resumedJobWorker = (raw: Uint8Array): Option.Option<string> =>
+  Option.map(Option.flatMap(decodeUtf8(raw), decodeResumed), (job) => job.class)

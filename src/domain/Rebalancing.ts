@@ -10,6 +10,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SchemaTransformation from "effect/SchemaTransformation"
 import { decodeUtf8, escapeBytes } from "./Bytes.ts"
+import type { Pending, ShadowCandidate, ShadowProposal, Verdict } from "./Shadow.ts"
 
 /** SADDed by the rebalancer when it starts a rebalance, SREMed when it finishes. */
 export const RUNNING_REBALANCES_KEY = "gitlab:issues-position-rebalances:running_rebalances"
@@ -28,6 +29,19 @@ export const MAX_NUMBER_OF_CONCURRENT_REBALANCES = 5
 
 export const REBALANCING_WORKER = "Issues::RebalancingWorker"
 export const REBALANCING_QUEUE = "issues_rebalancing"
+/**
+ * The class older GitLab releases' reschedule worker pushes instead (`IssueRebalancingWorker`, queue
+ * `issue_rebalancing`): the same rebalance as another job, which shadow mode tells apart.
+ */
+export const LEGACY_REBALANCING_WORKER = "IssueRebalancingWorker"
+export const LEGACY_REBALANCING_QUEUE = "issue_rebalancing"
+/** GitLab's cron worker this batch ports: the `meta.caller_id` of the jobs it pushes. */
+export const RESCHEDULE_WORKER = "Issues::RescheduleStuckIssueRebalancesWorker"
+
+/** `State.recently_finished_key`: set (`true`, for an hour) by the rebalancer when a rebalance finishes. */
+export const recentlyFinishedKey = (type: RebalanceType, id: number) =>
+  `gitlab:issues-position-rebalances:recently_finished:${type}:${id}`
+export const RECENTLY_FINISHED_TTL = Duration.hours(1)
 
 /** `Issues::RebalancingWorker#perform(ignore = nil, project_id = nil, root_namespace_id = nil)`. */
 export const rebalancingWorkerArgs = (type: RebalanceType, id: number): ReadonlyArray<number | null> =>
@@ -126,3 +140,79 @@ export const stillRunning = (type: RebalanceType, ids: ReadonlyArray<number>, me
   const runningIds = new Set(type === RebalanceContainer.namespace ? running.namespaceIds : running.projectIds)
   return ids.filter((id) => runningIds.has(id)).map((id) => ({ type, id }))
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shadow mode (docs/from-gitlab-workers.md): what a proposal is, and its verdict
+
+/** What a rebalance's own keys say now. */
+export interface RebalanceReading {
+  /** Its member is still in the running-rebalances set. */
+  readonly running: boolean
+  /** GitLab's `recently_finished` mark: the rebalance ran to its end within the last hour. */
+  readonly finished: boolean
+  /** The jid holding the until_executed claim of the job Sweeper would push (pending or running), or null. */
+  readonly job: string | null
+  /** The same for the legacy `IssueRebalancingWorker` job older GitLab releases push instead. */
+  readonly legacyJob: string | null
+}
+
+/** A rebalance's proposal: the Issues::RebalancingWorker job Sweeper would push for its container. */
+export const rebalanceProposal = (
+  container: { readonly type: RebalanceType; readonly id: number }
+): ShadowProposal => ({
+  rule: "still running",
+  outcome: {
+    job: REBALANCING_WORKER,
+    queue: REBALANCING_QUEUE,
+    args: rebalancingWorkerArgs(container.type, container.id)
+  },
+  facts: { member: rebalanceMember(container.type, container.id) }
+})
+
+/** `rebalance:1/5` → the container. */
+export const rebalanceOfEntity = (entity: string): { readonly type: RebalanceType; readonly id: number } => {
+  const [type, id] = entity.slice("rebalance:".length).split("/")
+  return { type: Number(type) === RebalanceContainer.project ? 2 : 1, id: Number(id) }
+}
+
+/**
+ * The same way: GitLab's worker re-enqueued the same job (its until_executed claim is held: pending
+ * or running), or the rebalance ran to its end (GitLab's `recently_finished` mark, not there when
+ * proposed: `facts.finished_before`). Another way: the
+ * rebalance re-enqueued as the legacy `IssueRebalancingWorker`. Out of the running set with neither
+ * mark nor job: removed by something else (by hand, the set expired).
+ */
+export const rebalanceVerdict = (
+  candidate: Pick<ShadowCandidate, "dueAt" | "facts">,
+  now: Date,
+  reading: RebalanceReading
+): Verdict | Pending => {
+  if (reading.job !== null || (reading.finished && candidate.facts.finished_before !== true)) return "matched"
+  if (reading.legacyJob !== null) return "mismatched"
+  if (!reading.running) return "ignored"
+  return now.getTime() < candidate.dueAt.getTime() ? "waiting" : "sweeperOnly"
+}
+
+const RescheduledJob = Schema.Struct({
+  class: Schema.Literal(REBALANCING_WORKER),
+  args: Schema.Tuple([Schema.Unknown, Schema.NullOr(Schema.Int), Schema.NullOr(Schema.Int)]),
+  "meta.caller_id": Schema.Literal(RESCHEDULE_WORKER)
+})
+const decodeRescheduled = Schema.decodeUnknownOption(Schema.fromJsonString(RescheduledJob))
+
+/**
+ * The container of a job in `queue:issues_rebalancing` that GitLab's reschedule worker pushed (its
+ * `meta.caller_id`); None for any other job (a rebalance started by a position update, say).
+ */
+export const rescheduledRebalance = (
+  raw: Uint8Array
+): Option.Option<{ readonly type: RebalanceType; readonly id: number }> =>
+  Option.flatMap(
+    Option.flatMap(decodeUtf8(raw), decodeRescheduled),
+    ({ args: [, project, namespace] }) =>
+      namespace !== null && namespace > 0
+        ? Option.some({ type: RebalanceContainer.namespace, id: namespace })
+        : project !== null && project > 0
+        ? Option.some({ type: RebalanceContainer.project, id: project })
+        : Option.none()
+  )

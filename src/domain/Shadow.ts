@@ -71,7 +71,12 @@ export const SHADOW_WAIT: Readonly<Record<string, Duration.Duration>> = {
   // StuckExportJobsWorker: `30 * * * *`.
   "stuck-export-jobs": Duration.minutes(75),
   // DeleteStaleDirectUploadsWorker: `*/6 * * * *`, up to 250 s a run.
-  "delete-stale-direct-uploads": Duration.minutes(12)
+  "delete-stale-direct-uploads": Duration.minutes(12),
+  // Issues::RescheduleStuckIssueRebalancesWorker: `*/15 * * * *`, one bulk push; its job is then
+  // pending (or running) until Sidekiq's issues_rebalancing queue gets to it.
+  "reschedule-stuck-issue-rebalances": Duration.minutes(20),
+  // ConcurrencyLimit::ResumeWorker: `* * * * *`, each worker's pass again 1 s later while jobs remain.
+  "concurrency-limit-resume": Duration.minutes(2)
 }
 
 /** The batches shadow mode can reconcile (each ports a GitLab worker whose effect can be read back). */
@@ -81,7 +86,9 @@ export const SHADOW_BATCHES = [
   "drop-running-builds",
   "drop-scheduled-builds",
   "stuck-export-jobs",
-  "delete-stale-direct-uploads"
+  "delete-stale-direct-uploads",
+  "reschedule-stuck-issue-rebalances",
+  "concurrency-limit-resume"
 ] as const
 
 export const dueAt = (batch: string, proposedAt: Date, wait?: Duration.Duration): Date =>
@@ -316,5 +323,7 @@ export const GITLAB_ONLY_CREATED_WITHIN = Duration.days(7)
 export const GITLAB_ONLY_REPAIRED_WITHIN = Duration.days(1)
 /** Rows a gitlabOnly read examines per run at most: beyond it, the count is a sample (`bounded`). */
 export const GITLAB_ONLY_BOUND = 5000
+/** Jobs of a Sidekiq queue a gitlabOnly read looks at per queue (the rebalancing queue, a worker's queue). */
+export const GITLAB_ONLY_QUEUE_BOUND = 1000
 /** Open proposals judged per run at most (each read by its own key). */
 export const RECONCILE_BOUND = 10_000

@@ -67,8 +67,9 @@ const pass = Effect.fnUntraced(function*(worker: string, first: boolean) {
     Effect.annotateLogs({ worker, limit, queue_size: queueSize, current })
   )
   if (toResume <= 0) return Option.some<C.PassResult>({ ...stats, effectiveLimit })
-  const { jids, dead } = yield* limits.resume({ worker, queue, max: toResume, dryRun }, record)
-  if (dryRun && jids.length > 0) yield* wouldChange(`concurrency_limit:${worker}`)
+  const { jids, dead, preview } = yield* limits.resume({ worker, queue, max: toResume, dryRun }, record)
+  // A dry run's preview says which jobs of the head it would move: shadow mode's proposal.
+  if (preview) yield* wouldChange(`concurrency_limit:${worker}`, C.resumeProposal(stats, queue, jids, dead, preview))
   if (!dryRun && jids.length > 0) {
     yield* Effect.all([
       M.increment(M.concurrencyLimitResumedJobsTotal, jids.length, { worker }),

@@ -91,6 +91,7 @@ const run = Effect.fn("RescheduleStuckIssueRebalances.run")(function*() {
       // Re-read right before the push: a rebalance that finished during a gate hold is not pushed.
       plan: ({ ids, type }) => Effect.map(state.runningMembers, (members) => R.stillRunning(type, ids, members)),
       target: ({ type, id }) => `rebalance:${type}/${id}`,
+      propose: R.rebalanceProposal,
       dry: (targets) => R.enqueuedCounts(targets[0]?.type, targets.length),
       write: (targets, commit) =>
         Effect.gen(function*() {

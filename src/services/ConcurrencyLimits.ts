@@ -12,7 +12,7 @@ import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
 import type { SqlError } from "effect/sql/SqlError"
-import type { ConcurrencyLimitSetting, DeferredJob, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
+import type { ConcurrencyLimitSetting, DeferredJob, DeferredPreview, WorkerLimit } from "../domain/ConcurrencyLimit.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import type { EventLog } from "./EventLog.ts"
 
@@ -34,6 +34,8 @@ export interface ResumeResult {
   readonly jids: ReadonlyArray<string>
   /** Unparsable elements moved to the dead list, byte for byte as they were. */
   readonly dead: ReadonlyArray<Uint8Array>
+  /** A dry run's: which elements the move would take (digests, `deferredDigests`'), for shadow mode. */
+  readonly preview?: DeferredPreview | undefined
 }
 
 /** What one move did: its jobs, in their queue now (exactly once), and its dead elements. */
@@ -92,6 +94,11 @@ export class ConcurrencyLimits extends Context.Service<ConcurrencyLimits, {
   oldestDeferred(worker: string): Effect.Effect<Option.Option<DeferredJob>, RedisError | WrongTypeKey>
   /** The Redis `current_limit` override, else the configured limit; None for an unknown worker. */
   limitOf(worker: string): Effect.Effect<Option.Option<WorkerLimit>, RedisError | WrongTypeKey>
+  /**
+   * Digests (SHA-256 of the exact bytes, 16 hex digits) of the first `count` deferred elements: shadow
+   * mode's bounded look at whether the jobs it proposed left the head.
+   */
+  deferredDigests(worker: string, count: number): Effect.Effect<ReadonlyArray<string>, RedisError | WrongTypeKey>
   /** LLEN of the deferred list. */
   queueSize(worker: string): Effect.Effect<number, RedisError | WrongTypeKey>
   /** HLEN(executing) + pending_resumed. */

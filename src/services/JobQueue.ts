@@ -24,6 +24,8 @@ export interface BulkEnqueue {
   readonly args: ReadonlyArray<JobArgs>
   /** `until_executed`: at most one pending job per (class, args); default none. */
   readonly deduplicate?: "until_executed" | "none"
+  /** Further top-level job keys (GitLab's context, e.g. `meta.caller_id`), for the simulator's GitLab. */
+  readonly extra?: Readonly<Record<string, unknown>>
 }
 
 export type EnqueueOutcome =
@@ -77,4 +79,16 @@ export class JobQueue extends Context.Service<JobQueue, {
    * own after-transition jobs, which GitLab's server-side de-duplication handles as it does its own.
    */
   pushOnce(request: PushOnce): Effect.Effect<"pushed" | "already", RedisError>
+  /**
+   * Who holds the `until_executed` claim of the job (class, args) in `queue`: its jid, `""` when
+   * the claim's value is unreadable, null when nobody does. One key read: shadow mode's way to see
+   * whether GitLab pushed the job Sweeper proposed.
+   */
+  claimHolder(
+    queue: string,
+    workerClass: string,
+    args: ReadonlyArray<unknown>
+  ): Effect.Effect<string | null, RedisError>
+  /** The first `count` jobs of `queue:<queue>` (the next Sidekiq takes last), as bytes; shadow mode's bounded read. */
+  peek(queue: string, count: number): Effect.Effect<ReadonlyArray<Uint8Array>, RedisError>
 }>()("sweeper/services/JobQueue") {}

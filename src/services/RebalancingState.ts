@@ -17,4 +17,14 @@ export class RebalancingState extends Context.Service<RebalancingState, {
   readonly runningMembers: Effect.Effect<ReadonlyArray<Uint8Array>, RedisError>
   /** Marks a container as being rebalanced, as GitLab's rebalancer does when it starts. */
   track(type: RebalanceType, id: number): Effect.Effect<void, RedisError>
+  /**
+   * Whether GitLab's `recently_finished` mark of the container is there (set for an hour when its
+   * rebalance finishes): shadow mode's sign that a proposed rebalance ran.
+   */
+  recentlyFinished(type: RebalanceType, id: number): Effect.Effect<boolean, RedisError>
+  /**
+   * What the rebalancer does when a rebalance finishes (`cleanup_cache`): the member out of the set,
+   * then the mark, for the simulator's and tests' GitLab.
+   */
+  finish(type: RebalanceType, id: number): Effect.Effect<void, RedisError>
 }>()("sweeper/services/RebalancingState") {}

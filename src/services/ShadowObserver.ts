@@ -5,6 +5,8 @@
  */
 import * as Context from "effect/Context"
 import type * as Effect from "effect/Effect"
+import type { DeferredReading } from "../domain/ConcurrencyLimit.ts"
+import type { RebalanceReading, RebalanceType } from "../domain/Rebalancing.ts"
 import type { BuildReading, ExportJobReading } from "../domain/Shadow.ts"
 
 /** A repair found in GitLab's tables, with what it wrote. */
@@ -43,4 +45,35 @@ export class ShadowObserver extends Context.Service<ShadowObserver, {
   readonly failedExportJobs: (
     options: { readonly since: Date; readonly bound: number }
   ) => Effect.Effect<FoundRepairs, unknown>
+  /**
+   * Each rebalance's own keys: its member of the running set (one SMEMBERS of a set of at most a
+   * few), GitLab's `recently_finished` mark, and the until_executed claims of the job Sweeper would
+   * push and of the legacy one (a GET each).
+   */
+  readonly rebalances: (
+    containers: ReadonlyArray<{ readonly type: RebalanceType; readonly id: number }>
+  ) => Effect.Effect<ReadonlyArray<RebalanceReading>, unknown>
+  /**
+   * The containers of the jobs GitLab's reschedule worker pushed that are still waiting in
+   * `queue:issues_rebalancing` (their `meta.caller_id`), among its first `bound` jobs.
+   */
+  readonly rescheduledRebalances: (bound: number) => Effect.Effect<
+    { readonly found: ReadonlyArray<{ readonly type: RebalanceType; readonly id: number }>; readonly bounded: boolean },
+    unknown
+  >
+  /**
+   * Each worker's deferred list: digests of its first `count` elements (LRANGE, bounded by the
+   * proposal), its length and the worker's limit now.
+   */
+  readonly deferredHeads: (
+    requests: ReadonlyArray<{ readonly worker: string; readonly count: number }>
+  ) => Effect.Effect<ReadonlyArray<DeferredReading>, unknown>
+  /**
+   * Workers whose Sidekiq queue holds jobs a concurrency-limit resume pushed (GitLab's, in shadow
+   * mode: Sweeper pushes none), among the first `bound` jobs of each known worker's queue.
+   */
+  readonly resumedByGitLab: (bound: number) => Effect.Effect<
+    { readonly found: ReadonlyArray<{ readonly worker: string; readonly jobs: number }>; readonly bounded: boolean },
+    unknown
+  >
 }>()("sweeper/services/ShadowObserver") {}

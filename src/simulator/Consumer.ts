@@ -26,13 +26,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Semaphore from "effect/Semaphore"
 import { parseCounter, parseLimitOverride, workerKeys } from "../domain/ConcurrencyLimit.ts"
-import {
-  RebalanceContainer,
-  rebalanceMember,
-  REBALANCING_QUEUE,
-  REBALANCING_WORKER,
-  RUNNING_REBALANCES_KEY
-} from "../domain/Rebalancing.ts"
+import { RebalanceContainer, rebalanceMember, REBALANCING_QUEUE, REBALANCING_WORKER } from "../domain/Rebalancing.ts"
 import { queueKey } from "../domain/Sidekiq.ts"
 import {
   ASSIGN_RESOURCE_WORKER,
@@ -41,6 +35,7 @@ import {
   type TransitionQueues
 } from "../domain/TransitionJobs.ts"
 import { duplicateKey } from "../layers/protocols/JobQueueShared.ts"
+import { RebalancingState } from "../services/RebalancingState.ts"
 import type { Ledger } from "./Ledger.ts"
 import { processPipeline } from "./Pipelines.ts"
 import { deferJob } from "./Seed.ts"
@@ -91,8 +86,12 @@ const runRebalancingWorker = Effect.fn("Consumer.RebalancingWorker")(
       )
       : [Number(projectId)]
     if (projectIds.length > 0) yield* rebalance(projectIds)
-    // What GitLab's rebalancer does when it finishes, and Sidekiq's until_executed when the job ran.
-    yield* stores.srem("sharedState", RUNNING_REBALANCES_KEY, member)
+    // What GitLab's rebalancer does when it finishes (the member out, the recently_finished mark),
+    // and Sidekiq's until_executed when the job ran.
+    yield* (yield* RebalancingState).finish(
+      typeof namespaceId === "number" ? RebalanceContainer.namespace : RebalanceContainer.project,
+      typeof namespaceId === "number" ? namespaceId : Number(projectId)
+    ).pipe(Effect.orDie)
     yield* stores.del("queuesMetadata", duplicateKey(REBALANCING_QUEUE, REBALANCING_WORKER, args))
     ledger.rebalances.ran[member] = (ledger.rebalances.ran[member] ?? 0) + 1
   }

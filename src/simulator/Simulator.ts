@@ -41,7 +41,15 @@ import {
 } from "../domain/Rebalancing.ts"
 import type { JobStatus } from "../services/JobStatus.ts"
 import { runConsumer } from "./Consumer.ts"
-import { gitlabDropCanceling, gitlabStuckExportJobs, RefusedDrops } from "./GitLabWorkers.ts"
+import {
+  gitlabConcurrencyLimitResume,
+  gitlabDeleteStaleDirectUploads,
+  gitlabDropCanceling,
+  gitlabRescheduleStuckIssueRebalances,
+  gitlabStuckCiJobs,
+  gitlabStuckExportJobs,
+  RefusedDrops
+} from "./GitLabWorkers.ts"
 import { emptyLedger, type Ledger, ledgerCounts } from "./Ledger.ts"
 import { SimulatorObjects, SimulatorObjectsFromConfig } from "./Objects.ts"
 import { enqueueBuild, queueTables, seedPipeline, trackRunning } from "./Pipelines.ts"
@@ -100,7 +108,7 @@ export interface SimulateOptions {
   readonly jobDuration?: Duration.Duration
   readonly ledger?: Ledger
   /**
-   * Also play GitLab's own DropCancelingWorker and StuckExportJobsWorker (GitLabWorkers.ts) this
+   * Also play GitLab's own workers for every batch shadow mode can judge (GitLabWorkers.ts) this
    * often, for a Sweeper in shadow mode to be judged against; one canceling build made on the third
    * tick is one GitLab's drop refuses every time. None: GitLab's workers are off (Sweeper acts).
    */
@@ -390,15 +398,26 @@ export const consume = Effect.fn("Simulator.consume")(function*(options: Simulat
   })
 })
 
-/** GitLab's own workers, each `every`, their drops refused for `refused`; a failed turn is logged, not fatal. */
-const playGitLabWorkers = (every: Duration.Duration, refused: ReadonlySet<number>) =>
+/**
+ * GitLab's own workers (every batch shadow mode can judge), each `every`, their drops refused for
+ * `refused`, the resume over `limited`; a failed turn is logged, not fatal.
+ */
+const playGitLabWorkers = (
+  every: Duration.Duration,
+  refused: ReadonlySet<number>,
+  limited: Readonly<Record<string, { readonly limit: number; readonly queue: string }>>
+) =>
   Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
-    const dropped = yield* gitlabDropCanceling(now)
-    const failed = yield* gitlabStuckExportJobs(now)
-    if (dropped.length + failed.length > 0) {
-      yield* Effect.logInfo("GitLab's workers", { droppedCanceling: dropped.length, failedExports: failed.length })
+    const turn = {
+      droppedCanceling: (yield* gitlabDropCanceling(now)).length,
+      droppedStuck: (yield* gitlabStuckCiJobs(now)).length,
+      failedExports: (yield* gitlabStuckExportJobs(now)).length,
+      removedUploads: yield* gitlabDeleteStaleDirectUploads(now),
+      rescheduledRebalances: yield* gitlabRescheduleStuckIssueRebalances(),
+      resumedJobs: yield* gitlabConcurrencyLimitResume(limited, now)
     }
+    if (Object.values(turn).some((n) => n > 0)) yield* Effect.logInfo("GitLab's workers", turn)
   }).pipe(
     Effect.provideService(RefusedDrops, refused),
     Effect.catchCause((cause) => Effect.logWarning("GitLab's workers failed this turn", cause)),
@@ -423,7 +442,8 @@ export const simulate = Effect.fn("Simulator.simulate")(function*(options: Simul
   )
   const refusedDrops = options.refusedDrops ?? new Set<number>()
   if (options.gitlabWorkers !== undefined) {
-    yield* Effect.forkScoped(playGitLabWorkers(options.gitlabWorkers.every, refusedDrops))
+    const limited = options.scenarios.includes("throttled") ? yield* limitedWorkers() : {}
+    yield* Effect.forkScoped(playGitLabWorkers(options.gitlabWorkers.every, refusedDrops, limited))
   }
   yield* produce({ ...options, refusedDrops }, ledger)
   yield* Effect.logInfo("Simulator finished", ledgerCounts(ledger))

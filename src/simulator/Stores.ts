@@ -27,6 +27,8 @@ export class SimulatorStores extends Context.Service<SimulatorStores, {
   /** LPUSH plus SADD to `queues`: a Sidekiq client push. */
   lpush(store: Store, key: string, value: string): Effect.Effect<void>
   rpop(store: Store, key: string): Effect.Effect<string | null>
+  /** The head, as GitLab's concurrency-limit resume takes its deferred jobs. */
+  lpop(store: Store, key: string): Effect.Effect<string | null>
   llen(store: Store, key: string): Effect.Effect<number>
   sadd(store: Store, key: string, member: string): Effect.Effect<void>
   srem(store: Store, key: string, member: string): Effect.Effect<void>
@@ -54,6 +56,7 @@ const memory = (redis: MemoryRedisStore) =>
         redis.lpush(key, value)
       }),
     rpop: (_s, key) => Effect.sync(() => redis.rpop(key)),
+    lpop: (_s, key) => Effect.sync(() => redis.lpop(key, 1)[0] ?? null),
     llen: (_s, key) => Effect.sync(() => redis.llen(key)),
     sadd: (_s, key, member) => Effect.sync(() => void redis.sadd(key, member)),
     srem: (_s, key, member) => Effect.sync(() => void redis.srem(key, member)),
@@ -86,6 +89,7 @@ const servers = (clients: Record<Store, RedisClient>) => {
         await clients[s].lpush(key, value)
       }),
     rpop: (s, key) => p(() => clients[s].rpop(key)),
+    lpop: (s, key) => p(() => clients[s].lpop(key)),
     llen: (s, key) => p(() => clients[s].llen(key)),
     sadd: (s, key, member) => p(() => clients[s].sadd(key, member)).pipe(Effect.asVoid),
     srem: (s, key, member) => p(() => clients[s].srem(key, member)).pipe(Effect.asVoid),

@@ -7,6 +7,13 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import { resumeVerdict } from "../domain/ConcurrencyLimit.ts"
+import {
+  rebalanceOfEntity,
+  rebalanceVerdict,
+  REBALANCING_WORKER,
+  rebalancingWorkerArgs
+} from "../domain/Rebalancing.ts"
 import * as S from "../domain/Shadow.ts"
 import { CurrentFailureReasonSet } from "../domain/StuckBuilds.ts"
 import { increment, shadowOutcomesTotal } from "../services/Metrics.ts"
@@ -54,6 +61,23 @@ const judge = (batch: string, open: ReadonlyArray<S.ShadowCandidate>, now: Date)
         const value = values[i] ?? null
         verdicts.push([c, S.uploadVerdict(c, now, value), { value }])
       })
+    } else if (batch === "reschedule-stuck-issue-rebalances") {
+      const readings = yield* observer.rebalances(open.map((c) => rebalanceOfEntity(c.entity)))
+      open.forEach((c, i) => {
+        const reading = readings[i]!
+        verdicts.push([c, rebalanceVerdict(c, now, reading), { ...reading }])
+      })
+    } else if (batch === "concurrency-limit-resume") {
+      // As many elements as the proposal would take, and the one after: bounded by the move's size.
+      const readings = yield* observer.deferredHeads(open.map((c) => ({
+        worker: c.entity.slice("concurrency_limit:".length),
+        count: Number(c.facts.taken) + 1
+      })))
+      open.forEach((c, i) => {
+        const reading = readings[i]!
+        const observed = { head: reading.head.slice(0, 3), length: reading.length, limit: reading.limit }
+        verdicts.push([c, resumeVerdict(c, now, reading), observed])
+      })
     }
     return verdicts
   })
@@ -97,10 +121,49 @@ const gitlabOnly = (batch: string, now: Date) =>
         facts: {},
         at: j.at
       }))
+    } else if (batch === "reschedule-stuck-issue-rebalances") {
+      const read = yield* observer.rescheduledRebalances(S.GITLAB_ONLY_QUEUE_BOUND)
+      bounded = read.bounded
+      found = read.found.map(({ id, type }) => ({
+        batch,
+        entity: `rebalance:${type}/${id}`,
+        rule: "re-enqueued by GitLab",
+        outcome: { job: REBALANCING_WORKER, args: rebalancingWorkerArgs(type, id) },
+        facts: {},
+        at: now
+      }))
+    } else if (batch === "concurrency-limit-resume") {
+      const read = yield* observer.resumedByGitLab(S.GITLAB_ONLY_QUEUE_BOUND)
+      bounded = read.bounded
+      found = read.found.map(({ jobs, worker }) => ({
+        batch,
+        entity: `concurrency_limit:${worker}`,
+        rule: "resumed by GitLab",
+        outcome: { resumed: jobs },
+        facts: {},
+        at: now
+      }))
     }
     const family = S.BUILD_BATCHES.includes(batch) ? S.BUILD_BATCHES : [batch]
     const proposed = yield* ledger.proposed(family, found.map((f) => f.entity))
     return { found: found.filter((f) => !proposed.has(f.entity)), bounded }
+  })
+
+/**
+ * A rebalance whose job is already pending is not re-enqueued by Sweeper's act run (a duplicate,
+ * nothing pushed): no proposal. A `recently_finished` mark already there is noted, so only a newer
+ * finish counts as the rebalance having run.
+ */
+const rebalancesAsPushed = (proposals: Map<string, S.ShadowProposal>) =>
+  Effect.gen(function*() {
+    const entities = [...proposals.keys()]
+    const readings = yield* (yield* ShadowObserver).rebalances(entities.map(rebalanceOfEntity))
+    entities.forEach((entity, i) => {
+      const reading = readings[i]!
+      const proposal = proposals.get(entity)!
+      if (reading.job !== null) proposals.delete(entity)
+      else proposals.set(entity, { ...proposal, facts: { ...proposal.facts, finished_before: reading.finished } })
+    })
   })
 
 /**
@@ -123,6 +186,9 @@ export const shadowStep = (
     // the first rule (GitLab's order) is the one that would have dropped it.
     const first = new Map<string, S.ShadowProposal>()
     for (const [entity, proposal] of proposals) if (!first.has(entity)) first.set(entity, proposal)
+    if (batch === "reschedule-stuck-issue-rebalances") {
+      yield* rebalancesAsPushed(first).pipe(Effect.provideService(ShadowObserver, observerOption.value))
+    }
     yield* ledger.record([...first].map(([entity, proposal]) => ({
       ...proposal,
       batch,
@@ -136,7 +202,10 @@ export const shadowStep = (
     const settled: Array<Settled> = []
     let waiting = 0
     for (const [candidate, verdict, observed] of judged) {
-      if (verdict === "waiting" || verdict === "gitlabOnly") waiting++
+      // Proposed by this very run: nothing of GitLab's can have happened since (a job already
+      // pending would otherwise be judged again each run that proposes it again).
+      const fresh = candidate.proposedAt.getTime() >= now.getTime()
+      if (fresh || verdict === "waiting" || verdict === "gitlabOnly") waiting++
       else settled.push({ batch, entity: candidate.entity, verdict, observed, at: now })
     }
     yield* ledger.settle(settled)

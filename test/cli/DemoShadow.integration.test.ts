@@ -1,10 +1,12 @@
 /**
  * `npm run demo -- --shadow` as a newcomer runs it: within a couple of minutes drop-canceling-builds'
  * shadow view has matched builds (GitLab's played worker dropped them the same way) and sweeperOnly
- * ones (the refused build GitLab's loop never gets past, and those behind it), and stuck-export-jobs
- * has matched exports; the other batches act.
+ * ones (the refused build GitLab's loop never gets past, and those behind it), stuck-export-jobs
+ * has matched exports, and every other batch that has a shadow mode is in it beside its played
+ * GitLab worker; prune-events acts.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { SHADOW_BATCHES } from "../../src/domain/Shadow.ts"
 import { startDemo } from "../support/demo.ts"
 import { waitFor } from "../support/processes.ts"
 
@@ -40,7 +42,14 @@ describe("the demo in shadow mode", () => {
       )
       assert.deepStrictEqual(
         listed.filter((b) => b.mode === "shadow").map((b) => b.name).sort(),
-        ["drop-canceling-builds", "stuck-export-jobs"]
+        [...SHADOW_BATCHES].sort()
+      )
+      // GitLab's played RescheduleStuckIssueRebalancesWorker re-enqueues the demo's stalled rebalances.
+      await waitFor(
+        "a rebalance GitLab re-enqueued as Sweeper proposed",
+        async () => ((await shadow("reschedule-stuck-issue-rebalances")).matched > 0 ? true : undefined),
+        120_000,
+        2000
       )
     } finally {
       await demo.cleanUp()

@@ -9,6 +9,7 @@ import { existsSync, rmSync } from "node:fs"
 import { type AddressInfo, createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { SHADOW_BATCHES } from "../../src/domain/Shadow.ts"
 import { batches } from "../../src/programs/index.ts"
 import { runCli } from "../support/cli.ts"
 
@@ -22,6 +23,8 @@ describe("a new user's first commands", () => {
       const help = yield* cli(["demo", "--help"])
       assert.strictEqual(help.code, 0, help.stderr)
       assert.include(help.stdout, `watch its ${batches.length} batches repair`)
+      // --shadow names every batch it puts in shadow mode: each one whose GitLab worker the simulator plays.
+      for (const batch of SHADOW_BATCHES) assert.include(help.stdout, batch)
     }))
 
   it.live("prune-events describes itself in a sentence that parses", () =>

@@ -5,6 +5,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Effect } from "effect"
 import { configureBatches, SweeperConfig } from "../../src/config/Config.ts"
+import { resumeVerdict } from "../../src/domain/ConcurrencyLimit.ts"
+import { rebalanceVerdict } from "../../src/domain/Rebalancing.ts"
 import {
   agreementOf,
   buildVerdict,
@@ -97,6 +99,61 @@ describe("agreement and gitlabOnly", () => {
   })
 })
 
+describe("rebalanceVerdict", () => {
+  const reading = { running: true, finished: false, job: null, legacyJob: null }
+  const proposal = (dueAt: Date, finishedBefore = false) => ({ dueAt, facts: { finished_before: finishedBefore } })
+
+  it("GitLab's job pending, or the rebalance finished since: matched; the legacy job: mismatched", () => {
+    assert.strictEqual(rebalanceVerdict(proposal(DUE_LATER), NOW, { ...reading, job: "abc" }), "matched")
+    assert.strictEqual(
+      rebalanceVerdict(proposal(DUE_LATER), NOW, { ...reading, running: false, finished: true }),
+      "matched"
+    )
+    assert.strictEqual(rebalanceVerdict(proposal(DUE_LATER), NOW, { ...reading, legacyJob: "abc" }), "mismatched")
+  })
+
+  it("still running: waiting, then sweeperOnly; gone without a mark, or a mark older than the proposal: ignored", () => {
+    assert.strictEqual(rebalanceVerdict(proposal(DUE_LATER), NOW, reading), "waiting")
+    assert.strictEqual(rebalanceVerdict(proposal(DUE_PAST), NOW, reading), "sweeperOnly")
+    assert.strictEqual(rebalanceVerdict(proposal(DUE_PAST), NOW, { ...reading, running: false }), "ignored")
+    assert.strictEqual(
+      rebalanceVerdict(proposal(DUE_PAST, true), NOW, { ...reading, running: false, finished: true }),
+      "ignored"
+    )
+  })
+})
+
+describe("resumeVerdict", () => {
+  // Two jobs proposed (a, b) of five; c is the first the move would leave.
+  const proposal = (dueAt: Date) => ({
+    dueAt,
+    proposedAt: new Date(NOW.getTime() - 10_000),
+    facts: { limit: 2, queue_size: 5, taken: 2, first: "a", last: "b", next: "c" }
+  })
+  const reading = (head: ReadonlyArray<string>, length: number, limit: number | null = 2) => ({ head, length, limit })
+
+  it("both gone, FIFO: matched (further ones gone too still is); one of them gone: mismatched", () => {
+    assert.strictEqual(resumeVerdict(proposal(DUE_LATER), NOW, reading(["c", "d", "e"], 3)), "matched")
+    assert.strictEqual(resumeVerdict(proposal(DUE_LATER), NOW, reading(["d", "e"], 2)), "matched")
+    assert.strictEqual(resumeVerdict(proposal(DUE_LATER), NOW, reading(["b", "c", "d"], 4)), "mismatched")
+  })
+
+  it("still at the head: waiting, then sweeperOnly", () => {
+    assert.strictEqual(resumeVerdict(proposal(DUE_LATER), NOW, reading(["a", "b", "c"], 5)), "waiting")
+    assert.strictEqual(resumeVerdict(proposal(DUE_PAST), NOW, reading(["a", "b", "c"], 5)), "sweeperOnly")
+  })
+
+  it("the limit changed, jobs put back ahead, or more gone than ResumeWorker moves in the time: ignored", () => {
+    assert.strictEqual(resumeVerdict(proposal(DUE_PAST), NOW, reading(["a", "b", "c"], 5, -1)), "ignored")
+    assert.strictEqual(resumeVerdict(proposal(DUE_PAST), NOW, reading(["a", "b", "c"], 5, null)), "ignored")
+    assert.strictEqual(resumeVerdict(proposal(DUE_PAST), NOW, reading(["x", "a", "b"], 6)), "ignored")
+    // 10 s since the proposal: at most 11 passes of 2 jobs each.
+    const big = { ...proposal(DUE_PAST), facts: { ...proposal(DUE_PAST).facts, queue_size: 100 } }
+    assert.strictEqual(resumeVerdict(big, NOW, reading([], 0)), "ignored")
+    assert.strictEqual(resumeVerdict(big, NOW, reading(["z"], 78)), "matched")
+  })
+})
+
 describe("SWEEPER_MODE and SWEEPER_MODE_<BATCH>", () => {
   const modes = (env: Record<string, string>) =>
     configureBatches(batches).pipe(
@@ -111,7 +168,8 @@ describe("SWEEPER_MODE and SWEEPER_MODE_<BATCH>", () => {
       const all = yield* modes({ SWEEPER_MODE: "shadow" })
       assert.strictEqual(all["drop-canceling-builds"], "shadow")
       assert.strictEqual(all["delete-stale-direct-uploads"], "shadow")
-      assert.strictEqual(all["concurrency-limit-resume"], "act")
+      assert.strictEqual(all["concurrency-limit-resume"], "shadow")
+      assert.strictEqual(all["reschedule-stuck-issue-rebalances"], "shadow")
       assert.strictEqual(all["prune-events"], "act")
     }))
 

@@ -278,6 +278,12 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       assert.lengthOf(result.jids, 3)
       assert.deepStrictEqual(result.dead.map(text), ["{broken"])
       assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
+      // Which elements it would take (the first four: three jobs and the broken one) and the one after.
+      const digests = yield* limits.deferredDigests(W, 5)
+      assert.lengthOf(digests, 5)
+      for (const digest of digests) assert.match(digest, /^[0-9a-f]{16}$/)
+      assert.strictEqual(new Set(digests).size, 5)
+      assert.deepStrictEqual(result.preview, { first: digests[0], last: digests[3], next: digests[4] })
     }))
 
   it.effect("a list of only unparsable elements is emptied into the dead list without reserving slots", () =>

@@ -209,6 +209,30 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.lengthOf(yield* keys.list(queueKey(QUEUE)), 2)
       }).pipe(Effect.provide(backend)))
 
+    it.effect("claimHolder reads a job's until_executed claim; peek the queue's first jobs as bytes; extra keys ride along", () =>
+      Effect.gen(function*() {
+        const queue = yield* JobQueue
+        assert.isNull(yield* queue.claimHolder(QUEUE, WORKER, [null, null, 5]))
+        assert.deepStrictEqual(yield* queue.peek(QUEUE, 10), [])
+        const [pushed] = yield* queue.bulkEnqueue({
+          workerClass: WORKER,
+          queue: QUEUE,
+          args: [[null, null, 5], [null, 6, null]],
+          deduplicate: "until_executed",
+          extra: { "meta.caller_id": "Issues::RescheduleStuckIssueRebalancesWorker" }
+        })
+        assert.strictEqual(yield* queue.claimHolder(QUEUE, WORKER, [null, null, 5]), jidOf(pushed!))
+        assert.isNull(yield* queue.claimHolder(QUEUE, "IssueRebalancingWorker", [null, null, 5]))
+        const [head] = yield* queue.peek(QUEUE, 1)
+        const job = JSON.parse(Buffer.from(head!).toString("utf8")) as Record<string, unknown>
+        // LPUSH: the last pushed is at the head.
+        assert.deepStrictEqual(job.args, [null, 6, null])
+        assert.strictEqual(job["meta.caller_id"], "Issues::RescheduleStuckIssueRebalancesWorker")
+        assert.lengthOf(yield* queue.peek(QUEUE, 10), 2)
+        yield* (yield* Keys).setString(duplicateKey(QUEUE, WORKER, [1]), "x")
+        assert.strictEqual(yield* queue.claimHolder(QUEUE, WORKER, [1]), "x")
+      }).pipe(Effect.provide(backend)))
+
     it.effect("the same args twice in one bulk push: the second is a duplicate of the first", () =>
       Effect.gen(function*() {
         const queue = yield* JobQueue
@@ -340,7 +364,8 @@ describe("makeJobQueue", () => {
           steps.push(`push ${jobs.length}`)
           pushed.push(jobs)
         }),
-      pushOnce: () => Effect.succeed(true)
+      pushOnce: () => Effect.succeed(true),
+      peek: () => Effect.succeed([])
     }
     return { steps, pushed, store }
   }

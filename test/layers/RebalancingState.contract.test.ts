@@ -64,6 +64,18 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.deepStrictEqual(yield* (yield* RebalancingState).runningMembers, [])
       }).pipe(Effect.provide(backend)))
 
+    it.effect("finish does the rebalancer's clean-up: the member out, recently_finished set for an hour", () =>
+      Effect.gen(function*() {
+        const state = yield* RebalancingState
+        yield* state.track(1, 10)
+        yield* state.track(2, 20)
+        assert.isFalse(yield* state.recentlyFinished(1, 10))
+        yield* state.finish(1, 10)
+        assert.isTrue(yield* state.recentlyFinished(1, 10))
+        assert.isFalse(yield* state.recentlyFinished(2, 10), "per container type")
+        assert.deepStrictEqual(text(yield* state.runningMembers), ["2/20"])
+      }).pipe(Effect.provide(backend)))
+
     it.effect("runningMembers is SMEMBERS, verbatim (including junk)", () =>
       Effect.gen(function*() {
         yield* (yield* RawSet).add("1/10", "2/20", "junk", "")

@@ -55,7 +55,8 @@ const runKilledAt = (k: number, after: boolean) =>
     const killing: JobQueueStore = {
       checkClaims: (keys) => counted(store.checkClaims(keys)),
       push: (queue, jobs) => counted(store.push(queue, jobs)),
-      pushOnce: store.pushOnce
+      pushOnce: store.pushOnce,
+      peek: store.peek
     }
     return yield* Effect.exit(RescheduleStuckIssueRebalances.run.pipe(
       // The push step built over the killing queue and the counting log (fresh: layers are memoized).

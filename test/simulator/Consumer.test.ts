@@ -113,7 +113,12 @@ describe("simulator consumer", () => {
         assert.strictEqual(ledger.unknownJobs, 0)
         yield* Fiber.interrupt(consumer)
       }).pipe(
-        Effect.provide(SimulatorStoresLive.pipe(Layer.provideMerge(MemoryRedis.layer), Layer.provideMerge(PgTest)))
+        Effect.provide(
+          Layer.mergeAll(SimulatorStoresLive, RebalancingStateMemory).pipe(
+            Layer.provideMerge(MemoryRedis.layer),
+            Layer.provideMerge(PgTest)
+          )
+        )
       ),
     30_000
   )

@@ -3,7 +3,7 @@
  * they would): a shadow run writes nothing outside Sweeper's own tables (GitLab's tables and every
  * Redis key compared before and after), records its proposals, and a later run gives each one its
  * verdict — matched, mismatched, sweeperOnly, ignored — and counts GitLab's unproposed repairs
- * (gitlabOnly), per batch.
+ * (gitlabOnly), per batch: every class for the rebalances and the concurrency-limit resume too.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
@@ -11,17 +11,31 @@ import { Effect, Layer, Option } from "effect"
 import { createHash } from "node:crypto"
 import { SweeperConfig, TuningFromConfig } from "../../src/config/Config.ts"
 import type { Batch } from "../../src/domain/Batch.ts"
+import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
+import {
+  LEGACY_REBALANCING_QUEUE,
+  LEGACY_REBALANCING_WORKER,
+  RebalanceContainer,
+  REBALANCING_QUEUE,
+  REBALANCING_WORKER,
+  RESCHEDULE_WORKER,
+  RUNNING_REBALANCES_KEY
+} from "../../src/domain/Rebalancing.ts"
 import { runnerAckQueueKey, RunnerProvisioningTimeoutReason } from "../../src/domain/StuckBuilds.ts"
 import { ObjectStorageLocal } from "../../src/layers/objectStorage/ObjectStorageLocal.ts"
 import { MainDatabaseLive, SingleDatabase } from "../../src/layers/postgres/Databases.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { SharedStateRedis } from "../../src/layers/redis/Redis.ts"
+import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { DeleteStaleDirectUploads } from "../../src/programs/DeleteStaleDirectUploads.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { DropPendingBuilds } from "../../src/programs/DropPendingBuilds.ts"
 import { DropRunningBuilds } from "../../src/programs/DropRunningBuilds.ts"
+import { RescheduleStuckIssueRebalances } from "../../src/programs/RescheduleStuckIssueRebalances.ts"
 import { StuckExportJobs } from "../../src/programs/StuckExportJobs.ts"
+import { JobQueue } from "../../src/services/JobQueue.ts"
+import { RebalancingState } from "../../src/services/RebalancingState.ts"
 import { ShadowLedger } from "../../src/services/ShadowLedger.ts"
 import { RedisServices, RepairSteps, ShadowLayers, SqlBackends } from "../../src/supervisor/App.ts"
 import { runBatch } from "../../src/supervisor/RunGuard.ts"
@@ -80,7 +94,8 @@ const verdicts = (batch: string) =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const rows = yield* sql<{ entity: string; verdict: string | null }>`SELECT entity, verdict
-      FROM sweeper_shadow_candidates WHERE batch = ${batch} AND verdict IS NOT NULL ORDER BY entity`
+      FROM sweeper_shadow_candidates WHERE batch = ${batch} AND verdict IS NOT NULL ORDER BY entity, proposed_at DESC`
+    // Each entity's first proposal's verdict (a later one for the same entity comes first, and is overwritten).
     return Object.fromEntries(rows.map((row) => [row.entity, row.verdict]))
   })
 
@@ -293,6 +308,147 @@ layer(Platform, { excludeTestServices: true, timeout: 60_000 })("shadow mode on 
         "direct_upload:uploads:tmp/b:c": "mismatched",
         "direct_upload:uploads:tmp/d": "ignored",
         "direct_upload:uploads:tmp/e": "sweeperOnly"
+      })
+    }))
+
+  it.effect("reschedule-stuck-issue-rebalances: nothing of GitLab's written; matched, mismatched, sweeperOnly, ignored, gitlabOnly", () =>
+    Effect.gen(function*() {
+      yield* reset
+      const sql = yield* PgClient.PgClient
+      const redis = (yield* SharedStateRedis).client
+      const state = yield* RebalancingState
+      const jobs = yield* JobQueue
+      yield* sql`INSERT INTO namespaces (id, name, path) SELECT i, 'n' || i, 'n' || i FROM generate_series(1, 9) AS i`
+      yield* sql`INSERT INTO projects (id, namespace_id, name, path) VALUES (1, 1, 'p', 'p')`
+      for (const id of [1, 2, 3, 4]) yield* state.track(RebalanceContainer.namespace, id)
+      yield* state.track(RebalanceContainer.project, 1)
+      // A member Sweeper refuses ("09" is no canonical id) and GitLab's `to_i` reads as namespace 9.
+      yield* Effect.promise(() => redis.sadd(RUNNING_REBALANCES_KEY, "1/09"))
+      const before = yield* gitlabState
+      const first = yield* runBatch(shadow(RescheduleStuckIssueRebalances), { trigger: "manual" })
+      assert.strictEqual(first.outcome, "succeeded", first.error)
+      assert.isTrue(first.dryRun)
+      assert.deepStrictEqual(yield* gitlabState, before)
+      assert.deepInclude((first.summary as { shadow: object }).shadow, { proposed: 5, waiting: 5, gitlabOnly: 0 })
+
+      // GitLab's RescheduleStuckIssueRebalancesWorker and the rebalancer at work:
+      const gitlabPush = (workerClass: string, queue: string, args: ReadonlyArray<ReadonlyArray<unknown>>) =>
+        jobs.bulkEnqueue({
+          workerClass,
+          queue,
+          args,
+          deduplicate: "until_executed",
+          extra: { "meta.caller_id": RESCHEDULE_WORKER }
+        })
+      // 1/1 re-enqueued as Sweeper would; 1/9 too (from the member Sweeper refused).
+      yield* gitlabPush(REBALANCING_WORKER, REBALANCING_QUEUE, [[null, null, 1], [null, null, 9]])
+      yield* state.finish(RebalanceContainer.namespace, 2) // 1/2's rebalance ran to its end
+      // 1/3 re-enqueued by an older GitLab as the legacy IssueRebalancingWorker
+      yield* gitlabPush(LEGACY_REBALANCING_WORKER, LEGACY_REBALANCING_QUEUE, [[null, null, 3]])
+      yield* Effect.promise(() => redis.srem(RUNNING_REBALANCES_KEY, "1/4")) // removed by hand: no mark
+      // 2/1: GitLab's worker never got to it
+
+      const early = yield* runBatch(shadow(RescheduleStuckIssueRebalances), { trigger: "manual" })
+      assert.deepInclude((early.summary as { shadow: object }).shadow, {
+        matched: 2,
+        mismatched: 1,
+        ignored: 1,
+        sweeperOnly: 0,
+        gitlabOnly: 1
+      })
+      yield* windowPassed
+      const late = yield* runBatch(shadow(RescheduleStuckIssueRebalances), { trigger: "manual" })
+      assert.deepInclude((late.summary as { shadow: object }).shadow, { sweeperOnly: 1, gitlabOnly: 0 })
+      const judged = yield* verdicts("reschedule-stuck-issue-rebalances")
+      assert.deepStrictEqual(judged, {
+        "rebalance:1/1": "matched",
+        "rebalance:1/2": "matched",
+        "rebalance:1/3": "mismatched",
+        "rebalance:1/4": "ignored",
+        "rebalance:1/9": "gitlabOnly",
+        "rebalance:2/1": "sweeperOnly"
+      })
+      // 1/1's job is pending: Sweeper's act run would push nothing (a duplicate), so no new proposal.
+      const open = yield* (yield* ShadowLedger).open("reschedule-stuck-issue-rebalances", 10)
+      assert.notInclude(open.map((c) => c.entity), "rebalance:1/1")
+    }))
+
+  it.effect("concurrency-limit-resume: nothing of GitLab's written; matched, mismatched, sweeperOnly, ignored, gitlabOnly", () =>
+    Effect.gen(function*() {
+      yield* reset
+      const redis = (yield* SharedStateRedis).client
+      const element = (worker: string, i: number) =>
+        JSON.stringify({ args: [worker, i], context: {}, buffered_at: 1_700_000_000 + i })
+      const defer = (worker: string, limit: number, count: number) =>
+        Effect.promise(async () => {
+          const keys = workerKeys(worker)
+          await redis.set(keys.currentLimit, String(limit))
+          for (let i = 0; i < count; i += 500) {
+            await redis.rpush(
+              keys.deferred,
+              ...Array.from({ length: Math.min(500, count - i) }, (_, j) => element(worker, i + j))
+            )
+          }
+        })
+      yield* defer("Shadow::MatchedWorker", 2, 5)
+      yield* defer("Shadow::FewerWorker", 2, 5)
+      yield* defer("Shadow::StuckWorker", 2, 5)
+      yield* defer("Shadow::LimitChangedWorker", 2, 5)
+      yield* defer("Shadow::ClearedWorker", 1, 2000)
+      // No free slot by Sweeper's count (one resumed job not yet started): Sweeper proposes nothing.
+      yield* defer("Shadow::UnproposedWorker", 1, 3)
+      yield* Effect.promise(() => redis.set(workerKeys("Shadow::UnproposedWorker").pendingResumed, "1", "EX", 60))
+      const before = yield* gitlabState
+      const first = yield* runBatch(shadow(ConcurrencyLimitResume), { trigger: "manual" })
+      assert.strictEqual(first.outcome, "succeeded", first.error)
+      assert.isTrue(first.dryRun)
+      assert.deepStrictEqual(yield* gitlabState, before)
+      assert.deepInclude((first.summary as { shadow: object }).shadow, { proposed: 5, waiting: 5 })
+
+      // GitLab's ResumeWorker (and the world) at work: resumed jobs go to `queue:default`.
+      const resume = (worker: string, count: number) =>
+        Effect.promise(async () => {
+          const taken = await redis.lpop(workerKeys(worker).deferred, count)
+          for (const raw of taken ?? []) {
+            const deferred = JSON.parse(raw) as { args: Array<unknown>; buffered_at: number }
+            await redis.lpush(
+              "queue:default",
+              JSON.stringify({
+                class: worker,
+                args: deferred.args,
+                jid: `gitlab-${worker}-${deferred.buffered_at}`,
+                queue: "default",
+                concurrency_limit_resume: true,
+                concurrency_limit_buffered_at: deferred.buffered_at
+              })
+            )
+          }
+        })
+      yield* resume("Shadow::MatchedWorker", 2) // the same two jobs
+      yield* resume("Shadow::FewerWorker", 1) // one of the two
+      yield* resume("Shadow::UnproposedWorker", 1) // GitLab counts a free slot Sweeper did not
+      yield* Effect.promise(() => redis.set(workerKeys("Shadow::LimitChangedWorker").currentLimit, "-1"))
+      yield* Effect.promise(() => redis.del(workerKeys("Shadow::ClearedWorker").deferred)) // cleared by hand
+      // Shadow::StuckWorker: ResumeWorker never got to it
+
+      const early = yield* runBatch(shadow(ConcurrencyLimitResume), { trigger: "manual" })
+      assert.deepInclude((early.summary as { shadow: object }).shadow, {
+        matched: 1,
+        mismatched: 1,
+        ignored: 2,
+        sweeperOnly: 0,
+        gitlabOnly: 1
+      })
+      yield* windowPassed
+      const late = yield* runBatch(shadow(ConcurrencyLimitResume), { trigger: "manual" })
+      assert.deepInclude((late.summary as { shadow: object }).shadow, { sweeperOnly: 1, gitlabOnly: 0 })
+      assert.deepStrictEqual(yield* verdicts("concurrency-limit-resume"), {
+        "concurrency_limit:Shadow::MatchedWorker": "matched",
+        "concurrency_limit:Shadow::FewerWorker": "mismatched",
+        "concurrency_limit:Shadow::StuckWorker": "sweeperOnly",
+        "concurrency_limit:Shadow::LimitChangedWorker": "ignored",
+        "concurrency_limit:Shadow::ClearedWorker": "ignored",
+        "concurrency_limit:Shadow::UnproposedWorker": "gitlabOnly"
       })
     }))
 })

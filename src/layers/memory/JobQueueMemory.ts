@@ -47,7 +47,8 @@ export const jobQueueMemoryStore = (store: MemoryRedisStore): JobQueueStore => (
       if (!store.set(marker, "1", { nx: true, exSeconds: ttlSeconds })) return false
       store.lpush(queueKey(queue), ...payloads)
       return true
-    })
+    }),
+  peek: (queue, count) => step("jobQueue.peek", () => store.lrangeBuffer(queueKey(queue), 0, count - 1))
 })
 
 export const JobQueueMemory = Layer.effect(

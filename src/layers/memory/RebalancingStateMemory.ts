@@ -6,6 +6,8 @@ import { RedisError } from "../../domain/Errors.ts"
 import {
   rebalanceMember,
   type RebalanceType,
+  RECENTLY_FINISHED_TTL,
+  recentlyFinishedKey,
   REDIS_EXPIRY_TIME,
   RUNNING_REBALANCES_KEY
 } from "../../domain/Rebalancing.ts"
@@ -24,6 +26,13 @@ export const RebalancingStateMemory = Layer.effect(
         attempt("rebalancing.track", () => {
           store.sadd(RUNNING_REBALANCES_KEY, rebalanceMember(type, id))
           store.expire(RUNNING_REBALANCES_KEY, Duration.toSeconds(REDIS_EXPIRY_TIME))
+        }),
+      recentlyFinished: (type: RebalanceType, id: number) =>
+        attempt("rebalancing.recentlyFinished", () => store.exists(recentlyFinishedKey(type, id))),
+      finish: (type: RebalanceType, id: number) =>
+        attempt("rebalancing.finish", () => {
+          store.srem(RUNNING_REBALANCES_KEY, rebalanceMember(type, id))
+          store.set(recentlyFinishedKey(type, id), "true", { exSeconds: Duration.toSeconds(RECENTLY_FINISHED_TTL) })
         })
     })
   })

@@ -7,10 +7,25 @@
 import { PgClient } from "@effect/sql-pg"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
+import { resumedJobWorker } from "../../domain/ConcurrencyLimit.ts"
 import { ExportJobStatus } from "../../domain/ExportJob.ts"
+import {
+  LEGACY_REBALANCING_QUEUE,
+  LEGACY_REBALANCING_WORKER,
+  parseRunningRebalances,
+  RebalanceContainer,
+  REBALANCING_QUEUE,
+  REBALANCING_WORKER,
+  rebalancingWorkerArgs,
+  rescheduledRebalance
+} from "../../domain/Rebalancing.ts"
 import type { BuildReading, ExportJobReading } from "../../domain/Shadow.ts"
+import { ConcurrencyLimits } from "../../services/ConcurrencyLimits.ts"
+import { JobQueue } from "../../services/JobQueue.ts"
 import { PendingDirectUploads } from "../../services/PendingDirectUploads.ts"
+import { RebalancingState } from "../../services/RebalancingState.ts"
 import { ShadowObserver } from "../../services/ShadowObserver.ts"
 import { CiDatabase } from "./Databases.ts"
 import { detectBuildsTable } from "./DatabaseSchema.ts"
@@ -21,6 +36,9 @@ export const ShadowObserverSql = Layer.effect(
     const main = yield* PgClient.PgClient
     const ci = (yield* CiDatabase).sql
     const pending = yield* PendingDirectUploads
+    const rebalancing = yield* RebalancingState
+    const jobQueue = yield* JobQueue
+    const limits = yield* ConcurrencyLimits
     const buildsTable = Effect.provideService(detectBuildsTable, SqlClient.SqlClient, ci)
 
     return ShadowObserver.of({
@@ -93,6 +111,59 @@ export const ShadowObserverSql = Layer.effect(
             })),
             bounded: rows.length > bound
           }
+        }),
+      rebalances: (containers) =>
+        Effect.gen(function*() {
+          if (containers.length === 0) return []
+          const running = parseRunningRebalances(yield* rebalancing.runningMembers)
+          return yield* Effect.forEach(containers, ({ id, type }) =>
+            Effect.gen(function*() {
+              const args = rebalancingWorkerArgs(type, id)
+              return {
+                running: (type === RebalanceContainer.namespace ? running.namespaceIds : running.projectIds)
+                  .includes(id),
+                finished: yield* rebalancing.recentlyFinished(type, id),
+                job: yield* jobQueue.claimHolder(REBALANCING_QUEUE, REBALANCING_WORKER, args),
+                legacyJob: yield* jobQueue.claimHolder(LEGACY_REBALANCING_QUEUE, LEGACY_REBALANCING_WORKER, args)
+              }
+            }))
+        }),
+      rescheduledRebalances: (bound) =>
+        Effect.map(jobQueue.peek(REBALANCING_QUEUE, bound + 1), (jobs) => ({
+          found: jobs.slice(0, bound).flatMap((job) => Option.toArray(rescheduledRebalance(job))),
+          bounded: jobs.length > bound
+        })),
+      deferredHeads: (requests) =>
+        Effect.forEach(requests, ({ count, worker }) =>
+          Effect.gen(function*() {
+            const setting = yield* limits.limitOf(worker)
+            return {
+              head: yield* limits.deferredDigests(worker, count),
+              length: yield* limits.queueSize(worker),
+              limit: Option.match(setting, { onNone: () => null, onSome: (found) => found.limit })
+            }
+          })),
+      resumedByGitLab: (bound) =>
+        Effect.gen(function*() {
+          let bounded = false
+          const found: Array<{ readonly worker: string; readonly jobs: number }> = []
+          for (const worker of yield* limits.workersWithDeferredJobs) {
+            // A worker whose keys hold the wrong type is the batch's to report, not the observer's.
+            const setting = yield* Effect.catchTag(limits.limitOf(worker), "WrongTypeKey", () =>
+              Effect.succeed(Option.none()))
+            if (Option.isNone(setting)) {
+              continue
+            }
+            const jobs = yield* jobQueue.peek(setting.value.queue, bound + 1)
+            bounded ||= jobs.length > bound
+            const resumed = jobs.slice(0, bound).filter((job) =>
+              Option.getOrNull(resumedJobWorker(job)) === worker
+            ).length
+            if (resumed > 0) {
+              found.push({ worker, jobs: resumed })
+            }
+          }
+          return { found, bounded }
         })
     })
   })

@@ -16,6 +16,7 @@ import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
 import type { SqlError } from "effect/sql/SqlError"
+import { createHash } from "node:crypto"
 import { decodeUtf8 } from "../../domain/Bytes.ts"
 import {
   camelize,
@@ -167,6 +168,10 @@ const MOVE_ATTEMPTS = 3
 /** However many dead elements lie at the head, one pass reads at most this many beyond `max`. */
 const MAX_DEAD_PER_PASS = 1000
 
+/** A deferred element's identity for shadow mode: SHA-256 of its exact bytes, 16 hex digits. */
+export const deferredDigest = (element: Uint8Array): string =>
+  createHash("sha256").update(element).digest("hex").slice(0, 16)
+
 export const makeConcurrencyLimits = (
   store: ConcurrencyLimitStore,
   configured: Readonly<Record<string, ConcurrencyLimitSetting>>
@@ -238,6 +243,13 @@ export const makeConcurrencyLimits = (
       sweptKeys: sweep.keys
     } satisfies KnownDeferredWorkers
   })
+
+  const deferredDigests = (worker: string, count: number) => {
+    const key = workerKeys(worker).deferred
+    return count <= 0
+      ? Effect.succeed([])
+      : Effect.map(onKey(key, store.lrange(key, 0, count - 1)), (elements) => elements.map(deferredDigest))
+  }
 
   const oldestDeferred = (worker: string) => {
     const key = workerKeys(worker).deferred
@@ -456,7 +468,16 @@ export const makeConcurrencyLimits = (
           jids.push(jid)
           payloads.push(JSON.stringify(resumedJob({ worker, queue, deferred: deferred.value, jid, nowMillis })))
         }
-        if (dryRun) return { jids, dead } satisfies ResumeResult
+        if (dryRun) {
+          // Which elements it would take, and the first it would leave, for shadow mode's proposal.
+          const [after] = yield* onKey(keys.deferred, store.lrange(keys.deferred, expected.length, expected.length))
+          const preview = {
+            first: deferredDigest(expected[0]!),
+            last: deferredDigest(expected[expected.length - 1]!),
+            next: after === undefined ? null : deferredDigest(after)
+          }
+          return { jids, dead, preview } satisfies ResumeResult
+        }
         const batch = jidFrom(random)
         const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker, dead: dead.length })
         const outcome = yield* onKey(
@@ -518,6 +539,7 @@ export const makeConcurrencyLimits = (
     knownDeferredWorkers,
     oldestDeferred,
     limitOf,
+    deferredDigests,
     queueSize,
     currentConcurrency,
     cleanupStaleTrackers,

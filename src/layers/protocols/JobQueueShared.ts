@@ -57,12 +57,14 @@ export interface JobQueueStore {
     ttlSeconds: number,
     payloads: ReadonlyArray<string>
   ): Effect.Effect<boolean, RedisError>
+  /** LRANGE queue:<queue> 0 count-1, as bytes (read only). */
+  peek(queue: string, count: number): Effect.Effect<ReadonlyArray<Uint8Array>, RedisError>
 }
 
 export const makeJobQueue = (store: JobQueueStore): JobQueue["Service"] => {
   const bulkEnqueue = <E, R>(request: BulkEnqueue, beforePush?: BeforePush<E, R>) =>
     Effect.gen(function*() {
-      const { workerClass, queue } = request
+      const { workerClass, queue, extra } = request
       const deduplicate = request.deduplicate === "until_executed"
       const nowMillis = yield* Clock.currentTimeMillis
       const random = yield* Random.Random
@@ -70,7 +72,7 @@ export const makeJobQueue = (store: JobQueueStore): JobQueue["Service"] => {
       for (let start = 0; start < request.args.length; start += BULK_PUSH_SLICE) {
         const slice = request.args.slice(start, start + BULK_PUSH_SLICE)
         const prepared = slice.map((args): PreparedJob => {
-          const job = sidekiqJob({ workerClass, args, queue, jid: jidFrom(random), nowMillis })
+          const job = sidekiqJob({ workerClass, args, queue, jid: jidFrom(random), nowMillis, ...(extra && { extra }) })
           return {
             jid: job.jid,
             payload: JSON.stringify(job),
@@ -147,5 +149,11 @@ export const makeJobQueue = (store: JobQueueStore): JobQueue["Service"] => {
       const pushed = yield* store.pushOnce(request.queue, request.marker, request.ttlSeconds, payloads)
       return pushed ? "pushed" as const : "already" as const
     }).pipe(Effect.withSpan("JobQueue.pushOnce"))
-  return JobQueue.of({ bulkEnqueue, pushOnce })
+  const claimHolder = (queue: string, workerClass: string, args: ReadonlyArray<unknown>) =>
+    Effect.map(
+      store.checkClaims([duplicateKey(queue, workerClass, args)]),
+      ([holder]) => holder?.held === true ? holder.jid ?? "" : null
+    )
+  const peek = (queue: string, count: number) => count <= 0 ? Effect.succeed([]) : store.peek(queue, count)
+  return JobQueue.of({ bulkEnqueue, pushOnce, claimHolder, peek })
 }

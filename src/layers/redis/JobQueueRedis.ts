@@ -112,6 +112,8 @@ export const JobQueueRedis = Layer.effect(
       }
     )
 
-    return makeJobQueue({ checkClaims, push, pushOnce })
+    const peek = (queue: string, count: number) =>
+      queues.use("jobQueue.peek", (client) => client.lrangeBuffer(queueKey(queue), 0, count - 1))
+    return makeJobQueue({ checkClaims, push, pushOnce, peek })
   })
 )

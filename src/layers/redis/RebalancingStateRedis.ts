@@ -5,6 +5,8 @@ import * as Layer from "effect/Layer"
 import {
   rebalanceMember,
   type RebalanceType,
+  RECENTLY_FINISHED_TTL,
+  recentlyFinishedKey,
   REDIS_EXPIRY_TIME,
   RUNNING_REBALANCES_KEY
 } from "../../domain/Rebalancing.ts"
@@ -30,6 +32,14 @@ export const RebalancingStateRedis = Layer.effect(
         if (failed !== undefined) throw failed[0]
       })
     })
-    return RebalancingState.of({ runningMembers, track })
+    const recentlyFinished = (type: RebalanceType, id: number) =>
+      redis.use("rebalancing.recentlyFinished", (client) => client.exists(recentlyFinishedKey(type, id)))
+        .pipe(Effect.map((n) => n > 0))
+    const finish = (type: RebalanceType, id: number) =>
+      redis.use("rebalancing.finish", async (client) => {
+        await client.srem(RUNNING_REBALANCES_KEY, rebalanceMember(type, id))
+        await client.set(recentlyFinishedKey(type, id), "true", "EX", Duration.toSeconds(RECENTLY_FINISHED_TTL))
+      })
+    return RebalancingState.of({ runningMembers, track, recentlyFinished, finish })
   })
 )
