@@ -54,6 +54,7 @@ describe("what `sweeper start` loads", () => {
     assert.deepStrictEqual(offending, [])
     assert.isTrue(loaded.has("src/cli/Start.ts"), "start is routed by main.ts itself")
     assert.isFalse(loaded.has("src/cli/Cli.ts"), "the command line is imported on demand")
+    assert.deepStrictEqual([...loaded.keys()].filter((file) => file.startsWith("src/simulator/")), [])
   })
 
   it("bundled: the entry chunk and what it imports hold no command-line code; the build runs", () => {
