@@ -5,8 +5,8 @@
  * Every repair appends one event row, and each row enters every index of sweeper_events. The B-tree
  * on `(stream, id)` was the dearest of them: repair streams are long, distinct texts
  * (`direct_upload:<bucket>/<path>`, `build:<id>`), so each row's entry lands on a random leaf page
- * and carries the whole text; a hash index stores a 4-byte hash code. Measured on this machine,
- * 100 pages of 1000 such rows: a ledger with the B-tree took 1.5–2× as long to append as one without.
+ * and carries the whole text; a hash index stores a 4-byte hash code. Measured (BENCHMARKS.md):
+ * appending 1000-row pages took 1.3–1.7× as long with that B-tree as without it.
  *
  * What the B-tree served: `stream = $1 ORDER BY id [DESC] LIMIT n`. A repair stream holds a few rows,
  * so the hash index finds them and a top-n sort orders them. A batch's streams (`batch:<name>`,
