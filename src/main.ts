@@ -13,15 +13,14 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Cause from "effect/Cause"
-import * as CliOutput from "effect/cli/CliOutput"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Runtime from "effect/Runtime"
-import { cli, OPTIONAL_SUBCOMMANDS, supervisor } from "./cli/Cli.ts"
 import { givenValue, invalidInput } from "./cli/InvalidInput.ts"
+import { isPlainStart, startSupervisor, supervisor } from "./cli/Start.ts"
 import { environment } from "./config/Config.ts"
 import { redact } from "./domain/Redaction.ts"
 import { LoggingLive } from "./supervisor/Logging.ts"
@@ -34,43 +33,15 @@ const fail = (code: 2 | 3, message: string) =>
 /** Bad input or a busy embedded database: one line on stderr, exit 2. */
 const usageError = (message: string) => fail(2, message)
 
-/**
- * effect/cli prints the whole help on stdout for a parse error; an operator piping `--json` gets
- * one line on stderr instead (`--help` still prints the help on stdout).
- */
-const Presenter = CliOutput.layerPresenter({
-  present: (shown) => {
-    const event = shown._tag === "Help" && OPTIONAL_SUBCOMMANDS.has(shown.commandPath.join(" "))
-      ? {
-        ...shown,
-        helpDoc: { ...shown.helpDoc, usage: shown.helpDoc.usage.replace(" <subcommand>", " [<subcommand>]") }
-      }
-      : shown
-    switch (event._tag) {
-      case "InvalidInvocation": {
-        const error = event.errors[0]
-        const first = error?._tag === "InvalidValue"
-          ? `invalid ${error.kind}: ${
-            invalidInput(error.kind === "flag" ? `--${error.option}` : error.option, error.value, error.expected)
-          }`
-          : error?.message.split("\n")[0] ?? "invalid invocation"
-        return Console.error(`sweeper: ${first} (see: ${event.commandPath.join(" ")} --help)`)
-      }
-      case "Help":
-        return event.reason === "Implicit"
-          ? Effect.gen(function*() {
-            const formatter = yield* CliOutput.Formatter
-            yield* Console.error(formatter.formatHelpDoc(event.helpDoc))
-          })
-          : CliOutput.defaultPresenter.present(event)
-      default:
-        return CliOutput.defaultPresenter.present(event)
-    }
-  }
-})
+const args = process.argv.slice(2)
 
-cli.pipe(
-  Effect.provide(Layer.mergeAll(NodeServices.layer, Presenter, LoggingLive)),
+// `sweeper start` alone skips the command line's modules (they are loaded only for other commands).
+const program = isPlainStart(args)
+  ? startSupervisor
+  : Effect.flatMap(Effect.promise(() => import("./cli/Cli.ts")), (commandLine) => commandLine.cli(args))
+
+program.pipe(
+  Effect.provide(Layer.mergeAll(NodeServices.layer, LoggingLive)),
   // Outermost, so LoggingLive reads the environment the same way: an empty value is not "unset".
   Effect.provideService(ConfigProvider.ConfigProvider, environment),
   Effect.catchTags({

@@ -1,5 +1,5 @@
 /**
- * The supervisor's idle footprint against real servers (issue 9: ≤ 100 MB RSS): what `npm start`
+ * The supervisor's idle footprint against real servers (≤ 90 MB RSS): what `npm start`
  * runs (package.json's start script: its node flags and entry point), as its own process on a fresh
  * database and the bench Redis, every batch scheduled, read from /proc once it has listened and
  * sat idle for a while. A `--help` run first fills Node's compile cache, as any earlier start of
@@ -90,6 +90,6 @@ export const idleFootprint = Effect.scoped(Effect.gen(function*() {
       args.join(" ")
     }; DATABASE_URL + REDIS_URL, all batches scheduled, ${IDLE_SECONDS} s after start)`
   )
-  console.log(`  RSS ${mb(rss)}, peak ${mb(peak)} (target ≤ 100 MB)`)
+  console.log(`  RSS ${mb(rss)}, peak ${mb(peak)} (target ≤ 90 MB)`)
   return { rssBytes: rss, peakBytes: peak }
 }))

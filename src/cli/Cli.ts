@@ -5,15 +5,15 @@
  * CliSimulator.ts.
  */
 import * as Argument from "effect/cli/Argument"
+import * as CliOutput from "effect/cli/CliOutput"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Console from "effect/Console"
 import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import { configureBatches, redisConfigured, SweeperConfig } from "../config/Config.ts"
+import { configureBatches, SweeperConfig } from "../config/Config.ts"
 import { doctorCommand } from "../doctor/Doctor.ts"
 import { refusesLookAhead } from "../domain/Batch.ts"
 import { CiDatabase } from "../layers/postgres/Databases.ts"
@@ -21,19 +21,14 @@ import { detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { pendingPlan } from "../layers/postgres/Migrations.ts"
 import { batches, batchNames } from "../programs/index.ts"
 import { PruneEvents } from "../programs/PruneEvents.ts"
-import {
-  databaseClientsLayer,
-  describeBackends,
-  migrateDatabases,
-  pendingDatabases,
-  reachingMain
-} from "../supervisor/App.ts"
+import { databaseClientsLayer, migrateDatabases, pendingDatabases, reachingMain } from "../supervisor/App.ts"
 import { attachDashedValues, budgetFlag, instantFlag, intFlag, runIdFlag } from "./CliFlags.ts"
 import { printEvent, printRun, printStatus } from "./CliPrint.ts"
 import { demo, InvalidFlag, simulateCommand } from "./CliSimulator.ts"
+import { invalidInput } from "./InvalidInput.ts"
 import * as Operator from "./Operator.ts"
 import { shadowCommand } from "./ShadowReport.ts"
-import { Supervisor } from "./SupervisorProcess.ts"
+import { startSupervisor } from "./Start.ts"
 
 export { supervisor } from "./SupervisorProcess.ts"
 
@@ -233,23 +228,9 @@ const pauseOrResume = (action: "pause" | "resume") =>
       : "Let a paused batch's ticks run again"
   ))
 
-const start = Command.make(
-  "start",
-  {},
-  Effect.fn("Cli.start")(function*() {
-    const settings = yield* SweeperConfig
-    // Refuse bad per-batch variables before opening any database (the scheduler checks them the same way).
-    yield* configureBatches(batches)
-    const embedded = Option.isNone(settings.databaseUrl) && !redisConfigured(settings)
-    yield* Effect.logInfo(
-      embedded
-        ? "Sweeper starting on the embedded default (no DATABASE_URL / REDIS_URL): PGlite + in-memory Redis"
-        : "Sweeper starting",
-      describeBackends(settings)
-    )
-    return yield* Layer.launch(Supervisor)
-  }, Effect.provide(SweeperConfig.layer))
-).pipe(Command.withDescription("Run the supervisor: every batch on its schedule, plus the HTTP server"))
+const start = Command.make("start", {}, () => startSupervisor).pipe(
+  Command.withDescription("Run the supervisor: every batch on its schedule, plus the HTTP server")
+)
 
 export const sweeper = Command.make("sweeper").pipe(
   Command.withDescription("Finds and repairs stuck state in a GitLab-style platform"),
@@ -278,6 +259,43 @@ export const OPTIONAL_SUBCOMMANDS: ReadonlySet<string> = new Set(["sweeper event
 export const helpAsFlag = (args: ReadonlyArray<string>): ReadonlyArray<string> =>
   args[0] === "help" ? [...args.slice(1), "--help"] : args
 
-export const cli = Effect.suspend(() =>
-  Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(helpAsFlag(process.argv.slice(2))))
-)
+/**
+ * effect/cli prints the whole help on stdout for a parse error; an operator piping `--json` gets
+ * one line on stderr instead (`--help` still prints the help on stdout).
+ */
+const Presenter = CliOutput.layerPresenter({
+  present: (shown) => {
+    const event = shown._tag === "Help" && OPTIONAL_SUBCOMMANDS.has(shown.commandPath.join(" "))
+      ? {
+        ...shown,
+        helpDoc: { ...shown.helpDoc, usage: shown.helpDoc.usage.replace(" <subcommand>", " [<subcommand>]") }
+      }
+      : shown
+    switch (event._tag) {
+      case "InvalidInvocation": {
+        const error = event.errors[0]
+        const first = error?._tag === "InvalidValue"
+          ? `invalid ${error.kind}: ${
+            invalidInput(error.kind === "flag" ? `--${error.option}` : error.option, error.value, error.expected)
+          }`
+          : error?.message.split("\n")[0] ?? "invalid invocation"
+        return Console.error(`sweeper: ${first} (see: ${event.commandPath.join(" ")} --help)`)
+      }
+      case "Help":
+        return event.reason === "Implicit"
+          ? Effect.gen(function*() {
+            const formatter = yield* CliOutput.Formatter
+            yield* Console.error(formatter.formatHelpDoc(event.helpDoc))
+          })
+          : CliOutput.defaultPresenter.present(event)
+      default:
+        return CliOutput.defaultPresenter.present(event)
+    }
+  }
+})
+
+/** Runs the command `args` names (`process.argv` without node and the script). */
+export const cli = (args: ReadonlyArray<string>) =>
+  Effect.suspend(() => Command.runWith(sweeper, { version: "0.1.0" })(attachDashedValues(helpAsFlag(args)))).pipe(
+    Effect.provide(Presenter)
+  )

@@ -18,7 +18,7 @@ import { cronVariable } from "../domain/Schedule.ts"
 import { HttpLive } from "../http/Http.ts"
 import { detectCiSchemaMode, detectSchemaMode } from "../layers/postgres/DatabaseSchema.ts"
 import { batches } from "../programs/index.ts"
-import { simulate, type SimulateOptions, SimulatorLive } from "../simulator/Simulator.ts"
+import type { SimulateOptions } from "../simulator/Simulator.ts"
 import { AppLayer, databaseClientLayer } from "../supervisor/App.ts"
 import { Scheduler, schedulerLayer } from "../supervisor/Scheduler.ts"
 import { publishAddress } from "../supervisor/SupervisorAddress.ts"
@@ -102,6 +102,8 @@ export const superviseWithSimulator = (
     const url = `${HttpServer.formatAddress(server.address)}/`
     yield* Console.log(`Dashboard: ${url}`)
     yield* announce(url)
+    // Imported here, not at the top: `start` never runs it, and its modules would stay loaded (idle RSS).
+    const { simulate, SimulatorLive } = yield* Effect.promise(() => import("../simulator/Simulator.ts"))
     yield* Effect.forkScoped(simulate(options).pipe(Effect.provide(SimulatorLive)))
   })).pipe(Layer.provide(Supervisor))
 

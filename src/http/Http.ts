@@ -29,7 +29,7 @@ import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { createHash, timingSafeEqual } from "node:crypto"
-import { createServer } from "node:http"
+import { createRequire } from "node:module"
 import { SweeperConfig } from "../config/Config.ts"
 import { refusesLookAhead } from "../domain/Batch.ts"
 import { describeError, type PauseNotRecorded } from "../domain/Errors.ts"
@@ -56,6 +56,10 @@ import { Authorized, ErrorShape, RunBody, SweeperApi } from "./Api.ts"
 import { ConsoleRoutes, ConsoleServices, consoleViews } from "./Console.ts"
 import { consoleHandlers } from "./ConsoleApi.ts"
 import { HttpGuards, isBodyTooLarge, payloadTooLarge } from "./HttpGuards.ts"
+
+// node:http through require, not `import`: its ESM namespace evaluates the lazy WebSocket export,
+// which loads undici (fetch), never used here and held for the life of the process (idle RSS).
+const { createServer } = createRequire(import.meta.url)("node:http") as typeof import("node:http")
 
 export const lastSuccessAgeSeconds = Metric.gauge("sweeper_last_success_age_seconds", {
   description: "Seconds since each batch's last successful run (absent until its first success)"

@@ -42,7 +42,9 @@ const ONLINE = [
   "0004_build index_sweeper_events_on_batch_streams concurrently",
   "0005_build index_sweeper_events_on_run_id_and_id concurrently",
   "0006_backfill sweeper_runs in id ranges",
-  "0006_drop index_sweeper_events_on_run_id concurrently"
+  "0006_drop index_sweeper_events_on_run_id concurrently",
+  "0012_build index_sweeper_events_on_stream_hash concurrently",
+  "0012_drop index_sweeper_events_on_stream_and_id concurrently"
 ]
 
 const CLI_TIMEOUT = 150_000

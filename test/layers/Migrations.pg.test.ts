@@ -238,6 +238,37 @@ describe("Migrations on PostgreSQL", () => {
         assert.include(index[0]!.indexdef, "(created_at, project_id, id)")
         assert.include(index[0]!.indexdef, "'canceling'")
       }))
+
+    // Each repair appends a ledger row into every index of sweeper_events: the long, random stream
+    // texts of repair streams go into a hash index, not a (stream, id) B-tree (migration 0012).
+    it.effect("the ledger's indexes: stream by hash, a batch's stream through the partial B-tree in id order", () =>
+      Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        const indexes = yield* sql<{ indexname: string; indexdef: string }>`SELECT indexname, indexdef
+          FROM pg_indexes WHERE tablename = 'sweeper_events' ORDER BY indexname`
+        assert.deepStrictEqual(
+          indexes.map((i) => i.indexdef.replace(/^.* ON public\.sweeper_events /, "")),
+          [
+            "USING btree (stream, id) WHERE (stream ~~ 'batch:%'::text)",
+            "USING btree (occurred_at)",
+            "USING btree (run_id, id) WHERE (run_id IS NOT NULL)",
+            "USING hash (stream)",
+            "USING btree (type, occurred_at)",
+            "USING btree (id)"
+          ]
+        )
+        // EventLogSql's query for a batch's newest events, as it writes it for a `batch:` stream.
+        const plan = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SET LOCAL enable_seqscan = off`
+          return yield* sql<
+            { "QUERY PLAN": string }
+          >`EXPLAIN SELECT id, stream, type, data, run_id, occurred_at FROM sweeper_events
+            WHERE stream = ${"batch:drop-canceling-builds"} AND stream LIKE 'batch:%' ORDER BY id DESC LIMIT 10`
+        }))
+        const text = plan.map((row) => row["QUERY PLAN"]).join("\n")
+        assert.include(text, "Scan Backward using index_sweeper_events_on_batch_streams", text)
+        assert.notInclude(text, "Sort", text)
+      }))
   })
 
   it.live("two clients migrating the same fresh database at once both succeed (advisory lock)", () =>
@@ -258,7 +289,7 @@ describe("Migrations on PostgreSQL", () => {
           const results = yield* Effect.all([client, client], { concurrency: "unbounded" })
           assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [
             // The transactional migrations, then the online steps (indexes, backfill, index drop).
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 4, 4, 5, 6, 6],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 4, 4, 5, 6, 6, 12, 12],
             []
           ])
           assert.deepStrictEqual(results.map((r) => r.ready), [3, 3])

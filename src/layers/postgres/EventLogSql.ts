@@ -85,6 +85,9 @@ export const EventLogSqlInto = (table: EventsTable) =>
       const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {
         const clauses = [
           filter.stream !== undefined ? sql`stream = ${filter.stream}` : undefined,
+          // Written literally, so the planner reads a batch's stream through the partial (stream, id)
+          // index, in id order (migration 0012: the other streams have a hash index only).
+          filter.stream?.startsWith("batch:") === true ? sql`stream LIKE 'batch:%'` : undefined,
           filter.streamPrefix !== undefined
             ? sql`stream LIKE ${filter.streamPrefix.replace(/[%_\\]/g, "\\$&") + "%"}`
             : undefined,

@@ -33,6 +33,7 @@ import { ciOutbox, eventRelay } from "./migrations/0008_event_relay.ts"
 import { transitionTables } from "./migrations/0009_transition_tables.ts"
 import { outboxKeys, relayKeys } from "./migrations/0010_relay_keys.ts"
 import { shadowCandidates } from "./migrations/0011_shadow_candidates.ts"
+import { STREAM_BTREE_INDEX, STREAM_HASH_DEFINITION, STREAM_HASH_INDEX } from "./migrations/0012_ledger_stream_hash.ts"
 import { ownTable, PlatformTablesOf } from "./migrations/Ownership.ts"
 
 const ALL = {
@@ -161,16 +162,13 @@ const backfillRuns: OnlineStep = {
   })
 }
 
-/** (run_id) alone: (run_id, id) serves every read it served, and one index less on the append path. */
-const dropRunIdIndex: OnlineStep = {
-  id: 6,
-  name: "drop index_sweeper_events_on_run_id concurrently",
-  pending: Effect.map(indexState("index_sweeper_events_on_run_id"), (state) => state !== "missing"),
-  run: Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) => sql`DROP INDEX CONCURRENTLY IF EXISTS index_sweeper_events_on_run_id`
-  )
-}
+/** An index dropped concurrently: a step that is pending until it is gone. */
+const droppedIndex = (id: number, name: string): OnlineStep => ({
+  id,
+  name: `drop ${name} concurrently`,
+  pending: Effect.map(indexState(name), (state) => state !== "missing"),
+  run: Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`))
+})
 
 export const ONLINE_STEPS: ReadonlyArray<OnlineStep> = [
   concurrentIndex(4, "index_sweeper_events_on_occurred_at", "(occurred_at)"),
@@ -181,7 +179,10 @@ export const ONLINE_STEPS: ReadonlyArray<OnlineStep> = [
   // index on (run_id) alone orders ties by heap position, so paging would sort the whole run.
   concurrentIndex(5, "index_sweeper_events_on_run_id_and_id", "(run_id, id) WHERE run_id IS NOT NULL"),
   backfillRuns,
-  dropRunIdIndex
+  // (run_id) alone: (run_id, id) serves every read it served, and one index less on the append path.
+  droppedIndex(6, "index_sweeper_events_on_run_id"),
+  concurrentIndex(12, STREAM_HASH_INDEX, STREAM_HASH_DEFINITION),
+  droppedIndex(12, STREAM_BTREE_INDEX)
 ]
 
 const stepLabel = (step: OnlineStep) => `${String(step.id).padStart(4, "0")}_${step.name}`
