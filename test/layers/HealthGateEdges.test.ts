@@ -350,23 +350,30 @@ describe("HealthGate at its edges", () => {
       assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [true, []])
     }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
 
-  it.effect("a relative walRate's baseline leaves out WAL written while this process's batches ran", () =>
+  it.effect("a relative walRate's baseline takes out the WAL this process's batches wrote, not their samples", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
       const values = yield* MemorySignalValues
       let position = 0
-      const at = (rate: number, n: number, unit: boolean) =>
+      const write = (bytes: number) =>
+        Effect.sync(() => {
+          position += bytes
+          values.walPosition = position
+        })
+      const at = (rate: number, n: number, own: number) =>
         Effect.gen(function*() {
           for (let i = 0; i < n; i++) {
-            position += rate
-            values.walPosition = position
-            if (unit) yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+            yield* write(rate)
+            if (own > 0) {
+              yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+              yield* gate.ownWrite(DROP.name)(write(own))
+            }
             yield* second
           }
         })
-      // Ten quiet minutes at the platform's normal, then twenty with a batch writing (its own WAL on top).
-      yield* at(10e6, 600, false)
-      yield* at(20e6, 1200, true)
+      // Ten quiet minutes at the platform's normal, then twenty with a batch writing 10 MB/s of its own on top.
+      yield* at(10e6, 600, 0)
+      yield* at(10e6, 1200, 10e6)
       const report = yield* (yield* HealthReport).snapshot
       assert.strictEqual(report.signals[0]!.stop, "3x median (30 MB/s)")
     }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))

@@ -17,10 +17,12 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import type * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
+import * as SynchronizedRef from "effect/SynchronizedRef"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import {
   addSample,
@@ -41,6 +43,7 @@ import {
   worstOf,
   type WriteSet
 } from "../../domain/Health.ts"
+import * as OwnWal from "../../domain/WalBaseline.ts"
 import type { SignalReport } from "../../services/HealthReport.ts"
 import { type HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
 import {
@@ -63,6 +66,11 @@ export const FRESH_ROUND = Duration.millis(1500)
 export const STALE_AFTER = Duration.seconds(5)
 /** The longest a unit waits for a fresh round when it has no deadline of its own. */
 export const ROUND_WAIT = Duration.seconds(5)
+/**
+ * The longest a write waits for the WAL position at its span's edge: past it the span is unmeasured
+ * (that round adds no baseline sample) and the write goes on.
+ */
+export const OWN_WAL_MARK_WAIT = Duration.seconds(1)
 
 interface Slot {
   readonly rule: SignalRule
@@ -89,10 +97,16 @@ interface SamplerState {
   readonly slotGroups: ReadonlyArray<SlotGroup>
   /** The databases some slot reads, each once per round whatever number of batches write it. */
   readonly databases: ReadonlyArray<DatabaseName>
-  readonly previousWal: Map<DatabaseName, { at: number; position: number }>
+  readonly previousWal: Map<DatabaseName, OwnWal.WalMark>
+  /**
+   * Sweeper's own writing per database a relative walRate is read on: spans opened and closed by the
+   * units' writes, taken by the round (domain/WalBaseline.ts). A SynchronizedRef, so that a span's
+   * edge and the round's position are read and folded in one step, never interleaved.
+   */
+  readonly ownWal: ReadonlyMap<DatabaseName, SynchronizedRef.SynchronizedRef<OwnWal.OwnWal>>
   /** When the newest round started (null before the first). */
   lastRoundAt: number | null
-  /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
+  /** When a real run of a batch that writes the database last asked the gate (the sampler's pace). */
   lastDemandAt: number
   /**
    * How many times the readings have been published (a round, a fresh read before a unit): held
@@ -241,25 +255,86 @@ const sharedReads = (state: SamplerState, readers: SignalReaders) =>
 
 /**
  * The WAL rate since the position the previous round read on the database. None for the first sample,
- * which has nothing to take a rate against (no reading yet, not unknown).
+ * which has nothing to take a rate against (no reading yet, not unknown). A relative rule's sample is
+ * the platform's rate with Sweeper's own writes taken out (domain/WalBaseline.ts), read and folded in
+ * one step with the spans the units' writes open and close.
  */
-const walRate = (state: SamplerState, readers: SignalReaders, slot: Slot, database: DatabaseName, at: number) =>
-  Effect.map(Effect.result(readers.signalsOf(database).walPosition), (result) => {
+const walRate = (state: SamplerState, readers: SignalReaders, slot: Slot, database: DatabaseName, at: number) => {
+  const own = isRelative(slot.rule) ? state.ownWal.get(database) : undefined
+  const read = Effect.result(readers.signalsOf(database).walPosition)
+  const rateOf = (
+    result: Result.Result<number, SignalUnreadable>,
+    ownShare: (mark: OwnWal.WalMark) => OwnWal.OwnShare
+  ): Option.Option<Reading> => {
     if (result._tag === "Failure") {
       state.previousWal.delete(database)
       return Option.some(unknown(result.failure.message))
     }
     const before = state.previousWal.get(database)
-    state.previousWal.set(database, { at, position: result.success })
+    const mark = { at, position: result.success }
+    state.previousWal.set(database, mark)
     if (before === undefined || at <= before.at) return Option.none()
-    const rate = Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))
-    // The baseline is the platform's normal: WAL written while this process's batches
-    // wrote (within ACTIVE_WINDOW) is partly Sweeper's own, so it is left out of it.
-    if (isRelative(slot.rule) && before.at - state.lastDemandAt > Duration.toMillis(ACTIVE_WINDOW)) {
-      slot.samples = addSample(slot.samples, at, rate)
+    const share = ownShare(mark)
+    if (isRelative(slot.rule)) {
+      const sample = OwnWal.platformRate(before, mark, share)
+      if (Option.isSome(sample)) slot.samples = addSample(slot.samples, at, sample.value)
     }
-    return Option.some(value(rate))
-  })
+    return Option.some(value(Math.max(0, (mark.position - before.position) / ((at - before.at) / 1000))))
+  }
+  if (own === undefined) return Effect.map(read, (result) => rateOf(result, () => NOTHING_OWN))
+  return SynchronizedRef.modifyEffect(own, (ownState) =>
+    Effect.map(read, (result) => {
+      let next = ownState
+      const reading = rateOf(result, (mark) => {
+        const [share, after] = OwnWal.takeOwn(ownState, mark)
+        next = after
+        return share
+      })
+      return [reading, next] as const
+    }))
+}
+
+const NOTHING_OWN: OwnWal.OwnShare = { bytes: 0, millis: 0, unmeasured: false }
+
+/**
+ * `write`, with the span it writes the databases recorded as Sweeper's own: the position read when the
+ * first unit starts writing and when the last one stops (concurrent units share one span).
+ */
+const ownWrite =
+  (state: SamplerState, readers: SignalReaders, databases: ReadonlyArray<DatabaseName>) =>
+  <A, E, R>(write: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
+    const refs = databases.flatMap((database) => {
+      const ref = state.ownWal.get(database)
+      return ref === undefined ? [] : [[database, ref] as const]
+    })
+    if (refs.length === 0) return write
+    const mark = (database: DatabaseName) =>
+      Effect.gen(function*() {
+        const position = yield* Effect.option(
+          Effect.timeoutOption(readers.signalsOf(database).walPosition, OWN_WAL_MARK_WAIT)
+        )
+        const at = yield* Clock.currentTimeMillis
+        return Option.map(Option.flatten(position), (p): OwnWal.WalMark => ({ at, position: p }))
+      })
+    const edge = (
+      needsMark: (s: OwnWal.OwnWal) => boolean,
+      step: (s: OwnWal.OwnWal, m: Option.Option<OwnWal.WalMark>) => OwnWal.OwnWal
+    ) =>
+      Effect.forEach(
+        refs,
+        ([database, ref]) =>
+          SynchronizedRef.updateEffect(ref, (s) =>
+            needsMark(s) ? Effect.map(mark(database), (m) => step(s, m)) : Effect.succeed(step(s, Option.none()))),
+        {
+          discard: true
+        }
+      )
+    return Effect.acquireUseRelease(
+      edge(OwnWal.startsSpan, OwnWal.writeStarted),
+      () => write,
+      () => edge(OwnWal.endsSpan, OwnWal.writeEnded)
+    )
+  }
 
 /** A read the round shares, by database: every database a slot reads has one (sharedReads). */
 const sharedRead = <A>(
@@ -338,9 +413,12 @@ const sampleRound = (state: SamplerState, readers: SignalReaders) =>
         }
         yield* record(slot, r, at)
       }), { concurrency: "unbounded", discard: true })
-    // Baselines once per round, not per unit or per report.
+    // Baselines once per round, not per unit or per report, over the window as of this round: samples
+    // older than it are forgotten whether or not this round added one.
     for (const slot of state.slots.values()) {
-      if (isRelative(slot.rule)) slot.baseline = ruleBaseline(slot.rule, slot.samples)
+      if (!isRelative(slot.rule)) continue
+      slot.samples = OwnWal.windowed(slot.samples, at)
+      slot.baseline = ruleBaseline(slot.rule, slot.samples)
     }
     state.lastRoundAt = at
     yield* setSignalGauges(state.slotGroups)
@@ -419,6 +497,10 @@ export interface BatchReadings {
 export interface Sampler extends BatchReadings {
   /** A batch of this process asked the gate at `at`: the sampler stays at RECHECK_INTERVAL a while. */
   readonly demanded: (at: number) => void
+  /** A unit's write on the databases, its WAL counted as Sweeper's own (not the platform's baseline). */
+  readonly ownWrite: (
+    databases: ReadonlyArray<DatabaseName>
+  ) => <A, E, R>(write: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /** Readings from a round no older than FRESH_ROUND, waiting at most ROUND_WAIT and never past the deadline. */
   readonly ensureFresh: (now: number, deadlineMillis: number | undefined) => Effect.Effect<void, never, Metrics>
   /** The database's replication lag read after this call, waiting as `ensureFresh` does. */
@@ -440,11 +522,18 @@ export interface Sampler extends BatchReadings {
 export const makeSampler = (options: SamplerOptions) =>
   Effect.gen(function*() {
     const slots = slotsFor(options)
+    const ownWal = new Map<DatabaseName, SynchronizedRef.SynchronizedRef<OwnWal.OwnWal>>()
+    for (const slot of slots.values()) {
+      if (slot.rule.source._tag === "WalRate" && isRelative(slot.rule) && slot.database !== undefined) {
+        ownWal.set(slot.database, yield* SynchronizedRef.make(OwnWal.NO_OWN_WAL))
+      }
+    }
     const state: SamplerState = {
       slots,
       slotGroups: slotGroupsOf(options.rules, slots),
       databases: [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))],
       previousWal: new Map(),
+      ownWal,
       lastRoundAt: null,
       lastDemandAt: Number.NEGATIVE_INFINITY,
       published: yield* SubscriptionRef.make(0)
@@ -518,6 +607,7 @@ export const makeSampler = (options: SamplerOptions) =>
       demanded: (at) => {
         state.lastDemandAt = at
       },
+      ownWrite: (databases) => ownWrite(state, options, databases),
       ensureFresh,
       freshReplication,
       published: SubscriptionRef.get(state.published),
