@@ -378,3 +378,29 @@ describe("HealthGate at its edges", () => {
       assert.strictEqual(report.signals[0]!.stop, "3x median (30 MB/s)")
     }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
 })
+
+describe("HealthGate's readings have one writer", () => {
+  it.effect("a unit that stops waiting leaves its fresh lag read running: the sampler publishes it for the others", () =>
+    Effect.gen(function*() {
+      const values = yield* MemorySignalValues
+      const report = yield* HealthReport
+      const gate = yield* HealthGate
+      // A batch of this process is running: a round every second.
+      yield* gate.beforeUnit({ batch: DROP.name })
+      yield* seconds(2)
+      // From now on the primary answers in 3 s, 9 MB behind.
+      values.replicationLagBytes = { _tag: "Slow", millis: 3_000, value: 9_000_000 }
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      // A unit whose deadline is a second away asks for its fresh read, and gives up waiting at the deadline.
+      const unit = yield* Effect.forkChild(gate.beforeUnit({ batch: DROP.name, deadlineMillis: now + 1_000 }))
+      yield* settled
+      yield* second
+      yield* settled
+      assert.isTrue((yield* Fiber.join(unit)).proceed)
+      // Its read, begun a second before the sampler's next round, is in at 3 s; that round is not yet.
+      yield* seconds(2)
+      yield* settled
+      const lag = (yield* report.snapshot).signals.find((s) => s.signal === "replicationLag")!
+      assert.deepStrictEqual([lag.display, lag.state], ["9 MB", "over"])
+    }).pipe(Effect.provide(Gate(LAG))))
+})

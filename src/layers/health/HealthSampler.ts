@@ -14,12 +14,14 @@
  */
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import type * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
 import type * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
-import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import * as SynchronizedRef from "effect/SynchronizedRef"
@@ -89,7 +91,8 @@ interface Slot {
 /** A rule's slots on one database (undefined: a signal not read on PostgreSQL). */
 type SlotGroup = readonly [SignalRule, DatabaseName | undefined, ReadonlyArray<Slot>]
 
-type Lag = Effect.Effect<{ readonly bytes: number; readonly seconds: number }, SignalUnreadable>
+type LagValue = { readonly bytes: number; readonly seconds: number }
+type Lag = Effect.Effect<LagValue, SignalUnreadable>
 
 /** What the sampler keeps between rounds. */
 interface SamplerState {
@@ -253,48 +256,69 @@ const sharedReads = (state: SamplerState, readers: SignalReaders) =>
     return { replication, vacuumed } satisfies SharedReads
   })
 
+/** What a round read of a slot, before the sampler applies it to the slot. */
+type SlotRead =
+  | { readonly _tag: "Reading"; readonly reading: Reading }
+  | {
+    readonly _tag: "WalPosition"
+    readonly result: Result.Result<number, SignalUnreadable>
+    /** Sweeper's own writing taken out of this round's WAL (nothing for an absolute rule). */
+    readonly own: OwnWal.OwnShare
+  }
+
+const NOTHING_OWN: OwnWal.OwnShare = { bytes: 0, millis: 0, unmeasured: false }
+
+/**
+ * The database's WAL position, read in one step with the spans the units' writes open and close
+ * (a relative rule's own share; domain/WalBaseline.ts), so no span edge falls between the two.
+ */
+const readWalPosition = (
+  state: SamplerState,
+  readers: SignalReaders,
+  slot: Slot,
+  database: DatabaseName,
+  at: number
+): Effect.Effect<SlotRead> => {
+  const own = isRelative(slot.rule) ? state.ownWal.get(database) : undefined
+  const read = Effect.result(readers.signalsOf(database).walPosition)
+  if (own === undefined) return Effect.map(read, (result) => ({ _tag: "WalPosition", result, own: NOTHING_OWN }))
+  return SynchronizedRef.modifyEffect(
+    own,
+    (ownState) =>
+      Effect.map(read, (result): readonly [SlotRead, OwnWal.OwnWal] => {
+        if (result._tag === "Failure") return [{ _tag: "WalPosition", result, own: NOTHING_OWN }, ownState]
+        const [share, next] = OwnWal.takeOwn(ownState, { at, position: result.success })
+        return [{ _tag: "WalPosition", result, own: share }, next]
+      })
+  )
+}
+
 /**
  * The WAL rate since the position the previous round read on the database. None for the first sample,
  * which has nothing to take a rate against (no reading yet, not unknown). A relative rule's sample is
- * the platform's rate with Sweeper's own writes taken out (domain/WalBaseline.ts), read and folded in
- * one step with the spans the units' writes open and close.
+ * the platform's rate, Sweeper's own writing taken out.
  */
-const walRate = (state: SamplerState, readers: SignalReaders, slot: Slot, database: DatabaseName, at: number) => {
-  const own = isRelative(slot.rule) ? state.ownWal.get(database) : undefined
-  const read = Effect.result(readers.signalsOf(database).walPosition)
-  const rateOf = (
-    result: Result.Result<number, SignalUnreadable>,
-    ownShare: (mark: OwnWal.WalMark) => OwnWal.OwnShare
-  ): Option.Option<Reading> => {
-    if (result._tag === "Failure") {
-      state.previousWal.delete(database)
-      return Option.some(unknown(result.failure.message))
-    }
-    const before = state.previousWal.get(database)
-    const mark = { at, position: result.success }
-    state.previousWal.set(database, mark)
-    if (before === undefined || at <= before.at) return Option.none()
-    const share = ownShare(mark)
-    if (isRelative(slot.rule)) {
-      const sample = OwnWal.platformRate(before, mark, share)
-      if (Option.isSome(sample)) slot.samples = addSample(slot.samples, at, sample.value)
-    }
-    return Option.some(value(Math.max(0, (mark.position - before.position) / ((at - before.at) / 1000))))
+const applyWalPosition = (
+  state: SamplerState,
+  slot: Slot,
+  database: DatabaseName,
+  at: number,
+  read: Extract<SlotRead, { _tag: "WalPosition" }>
+): Option.Option<Reading> => {
+  if (read.result._tag === "Failure") {
+    state.previousWal.delete(database)
+    return Option.some(unknown(read.result.failure.message))
   }
-  if (own === undefined) return Effect.map(read, (result) => rateOf(result, () => NOTHING_OWN))
-  return SynchronizedRef.modifyEffect(own, (ownState) =>
-    Effect.map(read, (result) => {
-      let next = ownState
-      const reading = rateOf(result, (mark) => {
-        const [share, after] = OwnWal.takeOwn(ownState, mark)
-        next = after
-        return share
-      })
-      return [reading, next] as const
-    }))
+  const before = state.previousWal.get(database)
+  const mark = { at, position: read.result.success }
+  state.previousWal.set(database, mark)
+  if (before === undefined || at <= before.at) return Option.none()
+  if (isRelative(slot.rule)) {
+    const sample = OwnWal.platformRate(before, mark, read.own)
+    if (Option.isSome(sample)) slot.samples = addSample(slot.samples, at, sample.value)
+  }
+  return Option.some(value(Math.max(0, (mark.position - before.position) / ((at - before.at) / 1000))))
 }
-
-const NOTHING_OWN: OwnWal.OwnShare = { bytes: 0, millis: 0, unmeasured: false }
 
 /**
  * `write`, with the span it writes the databases recorded as Sweeper's own: the position read when the
@@ -344,38 +368,37 @@ const sharedRead = <A>(
   reads.get(database) ??
     Effect.fail(new SignalUnreadable({ source: database, reason: "not read this round" }))
 
-/** A slot's reading in the round that began at `at`; None when it was read but has nothing to judge yet. */
+/** What the round that began at `at` reads of a slot: it reads, and writes nothing to the slot. */
 const readSlot = (
   state: SamplerState,
   readers: SignalReaders,
   shared: SharedReads,
   slot: Slot,
   at: number
-): Effect.Effect<Option.Option<Reading>> => {
+): Effect.Effect<SlotRead> => {
   const source = slot.rule.source
   const database = slot.database ?? "main"
+  const reading = (effect: Effect.Effect<Reading>): Effect.Effect<SlotRead> =>
+    Effect.map(effect, (r) => ({ _tag: "Reading", reading: r }))
   switch (source._tag) {
     case "ReplicationLag":
-      return Effect.map(replicationReading(sharedRead(shared.replication, database), source.measure), Option.some)
+      return reading(replicationReading(sharedRead(shared.replication, database), source.measure))
     case "WalRate":
-      return walRate(state, readers, slot, database, at)
+      return readWalPosition(state, readers, slot, database, at)
     case "Autovacuum":
-      return Effect.map(
-        asReading(
-          Effect.map(sharedRead(shared.vacuumed, database), (tables) => tables.includes(slot.subject) ? 1 : 0)
-        ),
-        Option.some
-      )
+      return reading(asReading(
+        Effect.map(sharedRead(shared.vacuumed, database), (tables) => tables.includes(slot.subject) ? 1 : 0)
+      ))
     case "LongTransactions":
-      return Effect.map(asReading(readers.signalsOf(database).oldestTransaction), Option.some)
+      return reading(asReading(readers.signalsOf(database).oldestTransaction))
     case "RedisMemory":
       return isRedisStoreName(slot.subject)
-        ? Effect.map(asReading(readers.signals.redisMemory(slot.subject)), Option.some)
-        : Effect.succeed(Option.some(unknown(`${slot.subject} is not a Redis store`)))
+        ? reading(asReading(readers.signals.redisMemory(slot.subject)))
+        : Effect.succeed({ _tag: "Reading", reading: unknown(`${slot.subject} is not a Redis store`) })
     case "QueueLatency":
-      return Effect.map(asReading(readers.signals.queueLatency(slot.subject)), Option.some)
+      return reading(asReading(readers.signals.queueLatency(slot.subject)))
     case "Prometheus":
-      return Effect.map(asReading(readers.signals.prometheus(source.url, source.query)), Option.some)
+      return reading(asReading(readers.signals.prometheus(source.url, source.query)))
   }
 }
 
@@ -394,25 +417,43 @@ const setSignalGauges = (slotGroups: ReadonlyArray<SlotGroup>) =>
     }
   })
 
-/** One round: every slot read, baselines updated once, the signal gauges set. */
-const sampleRound = (state: SamplerState, readers: SignalReaders) =>
+/** What one round read: every slot's read, from the time it began. */
+interface RoundRead {
+  readonly at: number
+  readonly reads: ReadonlyArray<readonly [Slot, SlotRead]>
+}
+
+/** One round's reads, every slot concurrently; nothing is written until the sampler applies them. */
+const readRound = (state: SamplerState, readers: SignalReaders): Effect.Effect<RoundRead> =>
   Effect.gen(function*() {
     const at = yield* Clock.currentTimeMillis
     const shared = yield* sharedReads(state, readers)
-    yield* Effect.forEach([...state.slots.values()], (slot) =>
-      Effect.gen(function*() {
-        const reading = yield* readSlot(state, readers, shared, slot, at)
-        if (Option.isNone(reading)) {
-          // Read, but nothing to judge yet (the WAL rate's first sample).
-          slot.readAt = at
-          return
-        }
-        const r = reading.value
-        if (r._tag === "Value" && isRelative(slot.rule) && slot.rule.source._tag !== "WalRate") {
-          slot.samples = addSample(slot.samples, at, r.value)
-        }
-        yield* record(slot, r, at)
-      }), { concurrency: "unbounded", discard: true })
+    const reads = yield* Effect.forEach(
+      [...state.slots.values()],
+      (slot) => Effect.map(readSlot(state, readers, shared, slot, at), (read) => [slot, read] as const),
+      { concurrency: "unbounded" }
+    )
+    return { at, reads }
+  })
+
+/** A round applied by the sampler's fiber: every slot's reading, baselines once, the signal gauges. */
+const applyRound = (state: SamplerState, { at, reads }: RoundRead) =>
+  Effect.gen(function*() {
+    for (const [slot, read] of reads) {
+      const reading = read._tag === "Reading"
+        ? Option.some(read.reading)
+        : applyWalPosition(state, slot, slot.database ?? "main", at, read)
+      if (Option.isNone(reading)) {
+        // Read, but nothing to judge yet (the WAL rate's first sample).
+        slot.readAt = at
+        continue
+      }
+      const r = reading.value
+      if (r._tag === "Value" && isRelative(slot.rule) && slot.rule.source._tag !== "WalRate") {
+        slot.samples = addSample(slot.samples, at, r.value)
+      }
+      yield* record(slot, r, at)
+    }
     // Baselines once per round, not per unit or per report, over the window as of this round: samples
     // older than it are forgotten whether or not this round added one.
     for (const slot of state.slots.values()) {
@@ -425,37 +466,173 @@ const sampleRound = (state: SamplerState, readers: SignalReaders) =>
     yield* publish(state)
   })
 
-/**
- * The WAL-position signal read fresh before a unit, on the database the batch writes. Each ask takes a
- * ticket; a read covers every ticket issued before it began, so concurrent units share a read but none
- * uses one begun before it asked.
- */
-const replicationTickets = (state: SamplerState, readers: SignalReaders) =>
+/** The replication lag read fresh on a database, applied by the sampler's fiber to its lag slots. */
+const applyLag = (
+  state: SamplerState,
+  database: DatabaseName,
+  at: number,
+  lag: Result.Result<LagValue, SignalUnreadable>
+) =>
   Effect.gen(function*() {
-    const replicationSlots = [...state.slots.values()].filter((slot) => slot.rule.source._tag === "ReplicationLag")
-    const tickets = new Map<DatabaseName, { readonly lock: Semaphore.Semaphore; issued: number; covered: number }>()
-    for (const database of state.databases) {
-      tickets.set(database, { lock: yield* Semaphore.make(1), issued: 0, covered: 0 })
+    for (const slot of state.slots.values()) {
+      const source = slot.rule.source
+      if (source._tag !== "ReplicationLag" || slot.database !== database) continue
+      yield* record(
+        slot,
+        lag._tag === "Failure"
+          ? unknown(lag.failure.reason === "" ? lag.failure.message : `${lag.failure.source}: ${lag.failure.reason}`)
+          : value(lag.success[source.measure]),
+        at
+      )
     }
-    return (database: DatabaseName) =>
+    yield* publish(state)
+  })
+
+/**
+ * A read forked by the sampler's fiber starts at once: one that needs no I/O wait (a reading at hand)
+ * is back in the mailbox before the fiber takes its next message.
+ */
+const IMMEDIATELY = { startImmediately: true } as const
+
+/** What the sampler's fiber is asked, and what the reads it forked tell it back. */
+type Message =
+  | { readonly _tag: "Round"; readonly when: (now: number) => boolean; readonly reply: Deferred.Deferred<void> | null }
+  | { readonly _tag: "RoundRead"; readonly exit: Exit.Exit<RoundRead> }
+  | { readonly _tag: "FreshLag"; readonly database: DatabaseName; readonly reply: Deferred.Deferred<void> }
+  | {
+    readonly _tag: "LagRead"
+    readonly database: DatabaseName
+    readonly at: number
+    readonly lag: Result.Result<LagValue, SignalUnreadable>
+  }
+
+/** A unit waiting on a round: `when` says whether it still needs one once the round in flight is in. */
+interface RoundWaiter {
+  readonly when: (now: number) => boolean
+  readonly reply: Deferred.Deferred<void>
+  /** It joined a round that began before it asked. */
+  readonly joined: boolean
+}
+
+/**
+ * The sampler's fiber: the one writer of the slots. Rounds and fresh lag reads are asked of it through
+ * its mailbox; it forks the reads (a slow server never keeps it from answering) and applies what they
+ * bring back, one message at a time, then publishes. A fresh lag read serves the units that asked
+ * before it began; those asking while it is in flight get the next one. A unit that stops waiting
+ * (its deadline) leaves the read running for the others.
+ */
+const startSampling = (state: SamplerState, readers: SignalReaders) =>
+  Effect.gen(function*() {
+    const mailbox = yield* Queue.unbounded<Message>()
+    const lagDatabases = new Set(
+      [...state.slots.values()].flatMap((slot) =>
+        slot.rule.source._tag === "ReplicationLag" && slot.database !== undefined ? [slot.database] : []
+      )
+    )
+    // The fiber's own bookkeeping: the round being read (null: none) and each database's lag read.
+    let round: Array<RoundWaiter> | null = null
+    const lagReads = new Map<
+      DatabaseName,
+      { readonly waiting: Array<Deferred.Deferred<void>>; next: Array<Deferred.Deferred<void>> }
+    >()
+    const done = (replies: ReadonlyArray<Deferred.Deferred<void>>) =>
+      Effect.forEach(replies, (reply) => Deferred.succeed(reply, undefined), { discard: true })
+
+    const startRound = (waiters: Array<RoundWaiter>) =>
       Effect.suspend(() => {
-        const mine = replicationSlots.filter((slot) => slot.database === database)
-        const reads = tickets.get(database)
-        if (mine.length === 0 || reads === undefined) return Effect.void
-        const ticket = ++reads.issued
-        return reads.lock.withPermits(1)(Effect.gen(function*() {
-          if (reads.covered >= ticket) return
-          reads.covered = reads.issued
-          const at = yield* Clock.currentTimeMillis
-          const lag = yield* Effect.cached(readers.signalsOf(database).replicationLag)
-          for (const slot of mine) {
-            const source = slot.rule.source
-            if (source._tag !== "ReplicationLag") continue
-            yield* record(slot, yield* replicationReading(lag, source.measure), at)
-          }
-          yield* publish(state)
-        }))
+        round = waiters
+        return Effect.asVoid(
+          Effect.forkChild(IMMEDIATELY)(
+            Effect.flatMap(
+              Effect.exit(readRound(state, readers)),
+              (exit) => Queue.offer(mailbox, { _tag: "RoundRead", exit })
+            )
+          )
+        )
       })
+    const startLag = (database: DatabaseName, waiting: Array<Deferred.Deferred<void>>) =>
+      Effect.suspend(() => {
+        lagReads.set(database, { waiting, next: [] })
+        return Effect.asVoid(
+          Effect.forkChild(IMMEDIATELY)(Effect.gen(function*() {
+            const at = yield* Clock.currentTimeMillis
+            const lag = yield* Effect.result(readers.signalsOf(database).replicationLag)
+            yield* Queue.offer(mailbox, { _tag: "LagRead", database, at, lag })
+          }))
+        )
+      })
+
+    const handle = (message: Message): Effect.Effect<void, never, Metrics> => {
+      switch (message._tag) {
+        case "Round": {
+          const waiter = message.reply === null ? [] : [{ when: message.when, reply: message.reply, joined: true }]
+          if (round !== null) return Effect.sync(() => void round?.push(...waiter))
+          return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            message.when(now)
+              ? startRound(waiter.map((w) => ({ ...w, joined: false })))
+              : done(waiter.map((w) => w.reply)))
+        }
+        case "RoundRead": {
+          const waiters = round ?? []
+          round = null
+          return Effect.gen(function*() {
+            if (message.exit._tag === "Success") yield* applyRound(state, message.exit.value)
+            else yield* Effect.logError("Health sampler round failed; the next one is on schedule", message.exit.cause)
+            // Who joined a round begun before it asked and still finds the readings stale gets one more.
+            const now = yield* Clock.currentTimeMillis
+            const again = waiters.filter((w) => w.joined && w.when(now)).map((w) => ({ ...w, joined: false }))
+            yield* done(waiters.filter((w) => !again.some((a) => a.reply === w.reply)).map((w) => w.reply))
+            if (again.length > 0) yield* startRound(again)
+          })
+        }
+        case "FreshLag": {
+          if (!lagDatabases.has(message.database)) return Deferred.succeed(message.reply, undefined)
+          const inFlight = lagReads.get(message.database)
+          if (inFlight !== undefined) return Effect.sync(() => void inFlight.next.push(message.reply))
+          return startLag(message.database, [message.reply])
+        }
+        case "LagRead": {
+          const reads = lagReads.get(message.database)
+          lagReads.delete(message.database)
+          return Effect.gen(function*() {
+            yield* applyLag(state, message.database, message.at, message.lag)
+            yield* done(reads?.waiting ?? [])
+            if (reads !== undefined && reads.next.length > 0) yield* startLag(message.database, reads.next)
+          })
+        }
+      }
+    }
+
+    // One message at a time, for as long as the sampler lives; one whose handling dies (a bug) is logged.
+    yield* Queue.take(mailbox).pipe(
+      Effect.flatMap((message) =>
+        handle(message).pipe(
+          Effect.catchCause((cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.logError("Health sampler message failed", Cause.pretty(cause))
+          )
+        )
+      ),
+      Effect.forever,
+      Effect.forkScoped
+    )
+
+    const ask = (make: (reply: Deferred.Deferred<void>) => Message) =>
+      Effect.gen(function*() {
+        const reply = yield* Deferred.make<void>()
+        yield* Queue.offer(mailbox, make(reply))
+        yield* Deferred.await(reply)
+      })
+    return {
+      /** A round if `when` says one is due (a schedule tick): nothing waits for it. */
+      tick: (when: (now: number) => boolean) =>
+        Effect.asVoid(Queue.offer(mailbox, { _tag: "Round", when, reply: null })),
+      /** A round if `when` says one is due, returning once its readings are published. */
+      round: (when: (now: number) => boolean) => ask((reply) => ({ _tag: "Round", when, reply })),
+      /** The database's replication lag read after this call, returning once it is published. */
+      freshLag: (database: DatabaseName) => ask((reply) => ({ _tag: "FreshLag", database, reply }))
+    }
   })
 
 /** How long a unit may wait for a reading: ROUND_WAIT, and never past its deadline. */
@@ -538,29 +715,15 @@ export const makeSampler = (options: SamplerOptions) =>
       lastDemandAt: Number.NEGATIVE_INFINITY,
       published: yield* SubscriptionRef.make(0)
     }
-    const roundLock = yield* Semaphore.make(1)
-    const round = sampleRound(state, options)
-
-    /** One round at a time; a round that fails or dies is logged, and the next one is still taken. */
-    const guardedRound = (when: (now: number) => boolean) =>
-      roundLock.withPermits(1)(
-        Effect.flatMap(Clock.currentTimeMillis, (now) => when(now) ? round : Effect.void)
-      ).pipe(
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.logError("Health sampler round failed; the next one is on schedule", cause)
-        )
-      )
+    const sampling = yield* startSampling(state, options)
     const isStale = (now: number) =>
       state.lastRoundAt === null || now - state.lastRoundAt > Duration.toMillis(FRESH_ROUND)
     const active = (now: number) => now - state.lastDemandAt <= Duration.toMillis(ACTIVE_WINDOW)
 
-    // Supervised by its schedule, which ticks every RECHECK_INTERVAL: a round on every tick while a
-    // batch of this process runs, on every IDLE_INTERVAL otherwise, so a starting batch is never
-    // left waiting on an idle sleep.
+    // The schedule ticks every RECHECK_INTERVAL: a round on every tick while a batch of this process
+    // runs, on every IDLE_INTERVAL otherwise, so a starting batch is never left waiting on an idle sleep.
     // A round a unit took itself less than half a tick ago serves the tick.
-    yield* guardedRound((now) =>
+    yield* sampling.tick((now) =>
       state.lastRoundAt === null ||
       (active(now)
         ? now - state.lastRoundAt >= Duration.toMillis(RECHECK_INTERVAL) / 2
@@ -572,11 +735,10 @@ export const makeSampler = (options: SamplerOptions) =>
 
     const ensureFresh = (now: number, deadlineMillis: number | undefined) =>
       isStale(now)
-        ? guardedRound(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
+        ? sampling.round(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
         : Effect.void
-    const replicationOf = yield* replicationTickets(state, options)
     const freshReplication = (database: DatabaseName, now: number, deadlineMillis: number | undefined) =>
-      Effect.asVoid(Effect.timeoutOption(replicationOf(database), waitBound(now, deadlineMillis)))
+      Effect.asVoid(Effect.timeoutOption(sampling.freshLag(database), waitBound(now, deadlineMillis)))
 
     const baselineOf = (rule: SignalRule, batch: string): Option.Option<number> => {
       const subject = subjectsFor(rule, options.writeSets.get(batch) ?? NO_WRITES)[0] ?? ""
