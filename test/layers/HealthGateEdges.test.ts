@@ -403,4 +403,27 @@ describe("HealthGate's readings have one writer", () => {
       const lag = (yield* report.snapshot).signals.find((s) => s.signal === "replicationLag")!
       assert.deepStrictEqual([lag.display, lag.state], ["9 MB", "over"])
     }).pipe(Effect.provide(Gate(LAG))))
+
+  it.effect("a fresh lag read whose reader dies is an unknown reading, and the next unit still gets its own read", () =>
+    Effect.gen(function*() {
+      const values = yield* MemorySignalValues
+      const gate = yield* HealthGate
+      yield* gate.beforeUnit({ batch: DROP.name })
+      yield* second
+      yield* settled
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      values.replicationLagBytes = { _tag: "Die", message: "bug in a reader" }
+      const first = yield* Effect.forkChild(gate.beforeUnit({ batch: DROP.name, deadlineMillis: now + 10_000 }))
+      yield* settled
+      // The primary answers again, 9 MB behind: the next unit's read sees it (its deadline has passed, so
+      // a hold answers at once).
+      values.replicationLagBytes = 9_000_000
+      const next = yield* Effect.forkChild(gate.beforeUnit({ batch: DROP.name, deadlineMillis: now }))
+      yield* settled
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* settled
+      const verdict = yield* Fiber.join(next)
+      assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [false, ["replicationLag"]])
+      yield* Fiber.interrupt(first)
+    }).pipe(Effect.provide(Gate(LAG))))
 })

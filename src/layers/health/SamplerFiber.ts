@@ -11,7 +11,7 @@ import type * as Exit from "effect/Exit"
 import * as Queue from "effect/Queue"
 import type * as Result from "effect/Result"
 import type { DatabaseName } from "../../domain/Databases.ts"
-import type { SignalUnreadable } from "../../services/HealthSignals.ts"
+import { SignalUnreadable } from "../../services/HealthSignals.ts"
 import type { Metrics } from "../../services/Metrics.ts"
 import { readRound } from "./SamplerReads.ts"
 import {
@@ -20,7 +20,8 @@ import {
   type LagValue,
   type RoundRead,
   type SamplerState,
-  type SignalReaders
+  type SignalReaders,
+  STALE_AFTER
 } from "./SamplerSlots.ts"
 
 /**
@@ -29,10 +30,17 @@ import {
  */
 export const IMMEDIATELY = { startImmediately: true } as const
 
+/**
+ * The longest a forked read may take before the fiber gives up on it (a reader with no bound of its
+ * own, a bug): past it a round counts as failed and a lag read as unreadable, so one stuck read can
+ * never stop the rounds after it. The live readers are bounded well under it (READ_TIMEOUT).
+ */
+export const READ_BOUND = STALE_AFTER
+
 /** What the sampler's fiber is asked, and what the reads it forked tell it back. */
 export type Message =
   | { readonly _tag: "Round"; readonly when: (now: number) => boolean; readonly reply: Deferred.Deferred<void> | null }
-  | { readonly _tag: "RoundRead"; readonly exit: Exit.Exit<RoundRead> }
+  | { readonly _tag: "RoundRead"; readonly exit: Exit.Exit<RoundRead, Cause.TimeoutError> }
   | { readonly _tag: "FreshLag"; readonly database: DatabaseName; readonly reply: Deferred.Deferred<void> }
   | {
     readonly _tag: "LagRead"
@@ -70,6 +78,7 @@ export const startSampling = (state: SamplerState, readers: SignalReaders) =>
       DatabaseName,
       { readonly waiting: Array<Deferred.Deferred<void>>; next: Array<Deferred.Deferred<void>> }
     >()
+    const unreadable = (reason: string) => new SignalUnreadable({ source: "pg_stat_replication", reason })
     const done = (replies: ReadonlyArray<Deferred.Deferred<void>>) =>
       Effect.forEach(replies, (reply) => Deferred.succeed(reply, undefined), { discard: true })
 
@@ -79,7 +88,7 @@ export const startSampling = (state: SamplerState, readers: SignalReaders) =>
         return Effect.asVoid(
           Effect.forkChild(IMMEDIATELY)(
             Effect.flatMap(
-              Effect.exit(readRound(state, readers)),
+              Effect.exit(Effect.timeout(readRound(state, readers), READ_BOUND)),
               (exit) => Queue.offer(mailbox, { _tag: "RoundRead", exit })
             )
           )
@@ -91,7 +100,13 @@ export const startSampling = (state: SamplerState, readers: SignalReaders) =>
         return Effect.asVoid(
           Effect.forkChild(IMMEDIATELY)(Effect.gen(function*() {
             const at = yield* Clock.currentTimeMillis
-            const lag = yield* Effect.result(readers.signalsOf(database).replicationLag)
+            const lag = yield* Effect.result(
+              readers.signalsOf(database).replicationLag.pipe(
+                Effect.timeoutOrElse({ duration: READ_BOUND, orElse: () => Effect.fail(unreadable("no answer")) }),
+                // A reader that dies is a reading that could not be taken, not a sampler that stops.
+                Effect.catchDefect((defect) => Effect.fail(unreadable(String(defect))))
+              )
+            )
             yield* Queue.offer(mailbox, { _tag: "LagRead", database, at, lag })
           }))
         )
