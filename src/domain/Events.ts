@@ -194,8 +194,12 @@ export class RepairReleased extends Schema.TaggedClass<RepairReleased>()("Repair
   batch: Schema.String,
   signal: Schema.String,
   heldMs: Schema.Number,
-  /** `budget`: the run's budget ended while held (the next tick carries on); absent: the signal recovered. */
-  reason: Schema.optionalKey(Schema.Literals(["budget"])),
+  /**
+   * `budget`: the run's budget ended while held (the next tick carries on); `run_ended`: written by a
+   * later process for a hold whose run ended without releasing it (its process stopped; `heldMs` runs
+   * to the run's RunFinished); absent: the signal recovered.
+   */
+  reason: Schema.optionalKey(Schema.Literals(["budget", "run_ended"])),
   /** As in its RepairHeld. */
   database: Schema.optionalKey(Schema.Literals(["main", "ci"]))
 }) {}

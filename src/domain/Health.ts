@@ -15,6 +15,7 @@ import * as Duration from "effect/Duration"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { type DatabaseName, databaseOfTable, databaseOfWrites } from "./Databases.ts"
+import { type LedgerEvent, leftOpen } from "./HealthLedger.ts"
 
 /** GitLab's Redis stores, by the names the Redis layer gives them. */
 export type RedisStoreName = "sharedState" | "queues" | "queuesMetadata"
@@ -357,48 +358,47 @@ export interface OpenHold {
   readonly text: string
 }
 
+/** What a RepairHeld's fields say, as the dashboard writes them: the reading and the threshold it passed. */
+export const heldDisplay = (held: Record<string, unknown>): {
+  readonly display: string
+  readonly threshold: string
+  readonly value: number | null
+  readonly prometheus: boolean
+  readonly database: string | undefined
+} => {
+  const unit = isUnit(held.unit) ? held.unit : "value"
+  const v = typeof held.value === "number" ? held.value : null
+  const t = typeof held.threshold === "number" ? held.threshold : null
+  const stop = typeof held.stop === "string" ? held.stop : ""
+  const prometheus = /^\s*[<>]/.test(stop)
+  return {
+    display: v === null ? `unknown (${String(held.unknown ?? "")})` : formatValue(unit, v),
+    threshold: prometheus || t === null ? stop : formatValue(unit, t),
+    value: v,
+    prometheus,
+    database: typeof held.database === "string" ? held.database : undefined
+  }
+}
+
+const isUnit = Schema.is(Schema.Literals(["bytes", "seconds", "bytes/s", "ratio", "tables", "value"]))
+
 /**
  * The holds still open in a batch's stream (oldest event first): a RepairHeld with no
- * RepairReleased after it for the same signal, whose run has not finished (a run killed while
- * held leaves no RepairReleased; its RunFinished — even `abandoned` — closes the hold).
+ * RepairReleased of its run after it, whose run has not finished (a run killed while held leaves no
+ * RepairReleased; its RunFinished — even `abandoned` — closes the hold). The fold is domain/HealthLedger.ts'.
  */
-export const openHolds = (
-  events: ReadonlyArray<{
-    readonly type: string
-    readonly data: Record<string, unknown>
-    readonly runId: string | null
-    readonly occurredAt: Date
-  }>
-): ReadonlyArray<OpenHold> => {
-  const open = new Map<string, OpenHold & { readonly runId: string | null }>()
-  for (const event of events) {
-    const signal = typeof event.data.signal === "string" ? event.data.signal : ""
-    const batch = typeof event.data.batch === "string" ? event.data.batch : ""
-    if (event.type === "RepairHeld") {
-      const unit = (typeof event.data.unit === "string" ? event.data.unit : "value") as Unit
-      const v = typeof event.data.value === "number" ? event.data.value : null
-      const t = typeof event.data.threshold === "number" ? event.data.threshold : null
-      const stop = typeof event.data.stop === "string" ? event.data.stop : ""
-      const prometheus = /^\s*[<>]/.test(stop)
-      const display = v === null ? `unknown (${String(event.data.unknown ?? "")})` : formatValue(unit, v)
-      const threshold = prometheus || t === null ? stop : formatValue(unit, t)
-      const database = typeof event.data.database === "string" ? event.data.database : undefined
-      open.set(signal, {
-        batch,
-        signal,
-        ...(database === undefined ? {} : { database }),
-        since: event.occurredAt,
-        runId: event.runId,
-        text: holdText({ batch, signal, database, display, threshold, prometheus, since: event.occurredAt.getTime() })
-      })
-    } else if (event.type === "RepairReleased") {
-      open.delete(signal)
-    } else if (event.type === "RunFinished") {
-      for (const [key, hold] of open) if (hold.runId === event.runId) open.delete(key)
+export const openHolds = (events: ReadonlyArray<LedgerEvent>): ReadonlyArray<OpenHold> =>
+  leftOpen(events).filter((hold) => hold.finishedAt === null).map((hold) => {
+    const { database, display, prometheus, threshold } = heldDisplay(hold.held)
+    const { batch, signal, since } = hold
+    return {
+      batch,
+      signal,
+      ...(database === undefined ? {} : { database }),
+      since: new Date(since),
+      text: holdText({ batch, signal, database, display, threshold, prometheus, since })
     }
-  }
-  return [...open.values()].map(({ runId: _, ...hold }) => hold)
-}
+  })
 
 // ---------------------------------------------------------------------------------------------
 // Throttled concurrency limits (GitLab's numbers)

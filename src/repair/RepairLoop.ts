@@ -170,13 +170,14 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
         committed = spec.dry(targets)
       } else if (targets.length > 0) {
         if (spec.fence !== false) yield* checkFence
-        yield* spec.write(targets, (counts) =>
+        // Through the gate: the WAL written meanwhile is Sweeper's own, not the platform's normal.
+        yield* gate.ownWrite(batch)(spec.write(targets, (counts) =>
           Effect.andThen(
             reportProgress(counts),
             Effect.sync(() => {
               committed = addSummaries(committed, counts) as Counts
             })
-          ))
+          )))
       }
       units++
       return committed
@@ -203,6 +204,7 @@ const make = Effect.fnUntraced(function*<C extends Counts>(batch: string, fallba
   return {
     run,
     clock,
+    gate,
     before,
     unit,
     after,
@@ -426,7 +428,7 @@ export const passes = <P, E, R>(options: {
         // under these passes to be lost, and a pass must not run on a lease that is not ours.
         const held = loop.wasHeld()
         if ((!first || held) && options.between !== undefined && !(yield* options.between)) return "stop"
-        const result = yield* options.pass(first)
+        const result = yield* loop.gate.ownWrite(options.batch)(options.pass(first))
         if (Option.isNone(result)) return "stop"
         results.push(result.value)
         const next = loop.run.dryRun ? "stop" : options.next(result.value)

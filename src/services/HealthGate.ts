@@ -57,6 +57,12 @@ export interface HealthGateShape {
    * recovering max(+1, ×1.1) per healthy pass up to `limit`). Without throttling: `limit`.
    */
   readonly effectiveLimit: (request: LimitRequest) => Effect.Effect<number>
+  /**
+   * A unit's write (a page, a step, a pass), run as is: the gate notes when this process starts and
+   * stops writing the batch's database, so that a relative `walRate` learns the platform's normal rate
+   * with Sweeper's own WAL taken out instead of skipping every sample taken while a batch ran.
+   */
+  readonly ownWrite: (batch: string) => <A, E, R>(write: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }
 
 const PROCEED: GateVerdict = { proceed: true, heldMs: 0, heldBy: [] }
@@ -64,7 +70,8 @@ const PROCEED: GateVerdict = { proceed: true, heldMs: 0, heldBy: [] }
 /** The gate that never holds: no `SWEEPER_HEALTH`, or a program run bare. */
 export const openGate: HealthGateShape = {
   beforeUnit: () => Effect.succeed(PROCEED),
-  effectiveLimit: ({ limit }) => Effect.succeed(limit)
+  effectiveLimit: ({ limit }) => Effect.succeed(limit),
+  ownWrite: () => (write) => write
 }
 
 export const HealthGate = Context.Reference<HealthGateShape>("sweeper/services/HealthGate", {

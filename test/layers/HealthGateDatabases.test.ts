@@ -132,6 +132,8 @@ describe("HealthGate per database (decomposed GitLab)", () => {
       const ci = yield* MemoryCiSignalValues
       const gate = yield* HealthGate
       yield* second
+      // The round's readings are in (the sampler's fiber applies what its reads bring back).
+      yield* settled
       const before = { main: main.reads["pg_stat_replication"] ?? 0, ci: ci.reads["pg_stat_replication"] ?? 0 }
       // WAL written since the round (same instant): only ci's standby fell behind.
       ci.replicationLagBytes = 9_000_000

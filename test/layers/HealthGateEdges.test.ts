@@ -350,24 +350,80 @@ describe("HealthGate at its edges", () => {
       assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [true, []])
     }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
 
-  it.effect("a relative walRate's baseline leaves out WAL written while this process's batches ran", () =>
+  it.effect("a relative walRate's baseline takes out the WAL this process's batches wrote, not their samples", () =>
     Effect.gen(function*() {
       const gate = yield* HealthGate
       const values = yield* MemorySignalValues
       let position = 0
-      const at = (rate: number, n: number, unit: boolean) =>
+      const write = (bytes: number) =>
+        Effect.sync(() => {
+          position += bytes
+          values.walPosition = position
+        })
+      const at = (rate: number, n: number, own: number) =>
         Effect.gen(function*() {
           for (let i = 0; i < n; i++) {
-            position += rate
-            values.walPosition = position
-            if (unit) yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+            yield* write(rate)
+            if (own > 0) {
+              yield* gate.beforeUnit({ batch: DROP.name, deadlineMillis: 0 })
+              yield* gate.ownWrite(DROP.name)(write(own))
+            }
             yield* second
           }
         })
-      // Ten quiet minutes at the platform's normal, then twenty with a batch writing (its own WAL on top).
-      yield* at(10e6, 600, false)
-      yield* at(20e6, 1200, true)
+      // Ten quiet minutes at the platform's normal, then twenty with a batch writing 10 MB/s of its own on top.
+      yield* at(10e6, 600, 0)
+      yield* at(10e6, 1200, 10e6)
       const report = yield* (yield* HealthReport).snapshot
       assert.strictEqual(report.signals[0]!.stop, "3x median (30 MB/s)")
     }).pipe(Effect.provide(Gate({ walRate: { stop: "3x" } }))))
+})
+
+describe("HealthGate's readings have one writer", () => {
+  it.effect("a unit that stops waiting leaves its fresh lag read running: the sampler publishes it for the others", () =>
+    Effect.gen(function*() {
+      const values = yield* MemorySignalValues
+      const report = yield* HealthReport
+      const gate = yield* HealthGate
+      // A batch of this process is running: a round every second.
+      yield* gate.beforeUnit({ batch: DROP.name })
+      yield* seconds(2)
+      // From now on the primary answers in 3 s, 9 MB behind.
+      values.replicationLagBytes = { _tag: "Slow", millis: 3_000, value: 9_000_000 }
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      // A unit whose deadline is a second away asks for its fresh read, and gives up waiting at the deadline.
+      const unit = yield* Effect.forkChild(gate.beforeUnit({ batch: DROP.name, deadlineMillis: now + 1_000 }))
+      yield* settled
+      yield* second
+      yield* settled
+      assert.isTrue((yield* Fiber.join(unit)).proceed)
+      // Its read, begun a second before the sampler's next round, is in at 3 s; that round is not yet.
+      yield* seconds(2)
+      yield* settled
+      const lag = (yield* report.snapshot).signals.find((s) => s.signal === "replicationLag")!
+      assert.deepStrictEqual([lag.display, lag.state], ["9 MB", "over"])
+    }).pipe(Effect.provide(Gate(LAG))))
+
+  it.effect("a fresh lag read whose reader dies is an unknown reading, and the next unit still gets its own read", () =>
+    Effect.gen(function*() {
+      const values = yield* MemorySignalValues
+      const gate = yield* HealthGate
+      yield* gate.beforeUnit({ batch: DROP.name })
+      yield* second
+      yield* settled
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      values.replicationLagBytes = { _tag: "Die", message: "bug in a reader" }
+      const first = yield* Effect.forkChild(gate.beforeUnit({ batch: DROP.name, deadlineMillis: now + 10_000 }))
+      yield* settled
+      // The primary answers again, 9 MB behind: the next unit's read sees it (its deadline has passed, so
+      // a hold answers at once).
+      values.replicationLagBytes = 9_000_000
+      const next = yield* Effect.forkChild(gate.beforeUnit({ batch: DROP.name, deadlineMillis: now }))
+      yield* settled
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* settled
+      const verdict = yield* Fiber.join(next)
+      assert.deepStrictEqual([verdict.proceed, verdict.heldBy], [false, ["replicationLag"]])
+      yield* Fiber.interrupt(first)
+    }).pipe(Effect.provide(Gate(LAG))))
 })

@@ -22,11 +22,13 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import { CurrentRun, type RunInfo } from "../../domain/Batch.ts"
-import { RepairHeld, RepairReleased } from "../../domain/Events.ts"
+import { DATABASE_NAMES } from "../../domain/Databases.ts"
+import { healthStream, RepairHeld, RepairReleased } from "../../domain/Events.ts"
 import {
   formatThreshold,
   formatValue,
   type HealthConfig,
+  heldDisplay,
   holdText,
   judge,
   type Reading,
@@ -37,6 +39,7 @@ import {
   throttleStep
 } from "../../domain/Health.ts"
 import * as Holds from "../../domain/HealthHolds.ts"
+import * as Ledger from "../../domain/HealthLedger.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import type { HoldReport, ThrottleReport } from "../../services/HealthReport.ts"
 import {
@@ -55,6 +58,11 @@ import type { BatchReadings } from "./HealthSampler.ts"
  * insert; one that hangs must not stop the gate from answering every other run.
  */
 export const EVENT_APPEND_TIMEOUT = Duration.seconds(5)
+/**
+ * How far back a batch's gate events (and its RunFinished events) are read for holds a stopped
+ * process left open: a hold is a pair of events, and a run writes a few pairs at most.
+ */
+export const RECALL_EVENTS = 200
 
 /** What one ask of a run's waiter hears back. */
 export interface AskReply {
@@ -88,6 +96,7 @@ type Request =
     readonly reply: Deferred.Deferred<AskReply>
   }
   | { readonly _tag: "Leave"; readonly run: string; readonly reply: Deferred.Deferred<void> }
+  | { readonly _tag: "Recall"; readonly batch: string }
   | {
     readonly _tag: "Throttle"
     readonly batch: string
@@ -182,6 +191,11 @@ export const makeGateActor = (options: {
       string,
       { readonly state: ThrottleState; readonly limit: number; readonly held: ReadonlyMap<string, boolean> }
     >()
+    /**
+     * Holds the event log says a run of another process left open (a stopped process, or a live one
+     * still holding), by batch: reported, and closed once their run's RunFinished is in the log.
+     */
+    const inherited = new Map<string, ReadonlyArray<Ledger.LeftOpen>>()
 
     const runOf = (key: string, batch: string, info: RunInfo = NO_RUN) => {
       let entry = runs.get(key)
@@ -193,9 +207,10 @@ export const makeGateActor = (options: {
       ...signalLabels(signal, batches.databaseFor(signal, batch))
     })
     /** A gate event of run `key`, written as that run's (its run id on the row). */
-    const append = (key: string, event: RepairHeld | RepairReleased) =>
+    const append = (key: string, event: RepairHeld | RepairReleased) => appendAs(runs.get(key)?.info ?? NO_RUN, event)
+    const appendAs = (run: RunInfo, event: RepairHeld | RepairReleased) =>
       events.append(event).pipe(
-        Effect.provideService(CurrentRun, runs.get(key)?.info ?? NO_RUN),
+        Effect.provideService(CurrentRun, run),
         Effect.timeoutOrElse({
           duration: EVENT_APPEND_TIMEOUT,
           orElse: () => Effect.logError("Health gate event not recorded within its timeout", { type: event._tag })
@@ -266,6 +281,54 @@ export const makeGateActor = (options: {
       yield* append(key, new RepairReleased({ batch, signal, heldMs, ...why, ...where }))
       yield* Effect.logInfo("Repair released", { batch, signal, ...where, held_ms: heldMs, ...why })
     })
+
+    /**
+     * A batch's holds left open in the event log, folded (domain/HealthLedger.ts): those whose run
+     * finished are closed now, as of their run's end, under that run's id; the others are kept to report.
+     */
+    const recall = Effect.fnUntraced(function*(batch: string) {
+      const gate = yield* events.query({ stream: healthStream(batch), newestFirst: true, limit: RECALL_EVENTS })
+      const finished = yield* events.query({
+        stream: `batch:${batch}`,
+        type: "RunFinished",
+        newestFirst: true,
+        limit: RECALL_EVENTS
+      })
+      // This process's own runs' holds are the actor's already (a later recall sees them in the log); a
+      // hold with no run id is a bare run's (a spec, the REPL), which no supervisor ran.
+      const ours = new Set([...runs.values()].flatMap(({ info }) => info.runId ?? []))
+      const open = Ledger.leftOpen([...gate, ...finished].sort((a, b) => a.id - b.id))
+        .filter((hold) => hold.runId !== null && !ours.has(hold.runId))
+      const now = yield* Clock.currentTimeMillis
+      for (const hold of open) {
+        if (hold.finishedAt === null) continue
+        const heldMs = Ledger.heldUntilEnd(hold, now)
+        const database = DATABASE_NAMES.find((name) => name === hold.held.database)
+        const where = database === undefined ? {} : { database }
+        const run: RunInfo = { ...NO_RUN, runId: hold.runId, batch }
+        yield* appendAs(run, new RepairReleased({ batch, signal: hold.signal, heldMs, reason: "run_ended", ...where }))
+        yield* Effect.logWarning("Repair released: its run ended while held", {
+          batch,
+          signal: hold.signal,
+          ...where,
+          held_ms: heldMs,
+          held_run_id: hold.runId
+        })
+      }
+      const still = open.filter((hold) => hold.finishedAt === null)
+      if (still.length === 0) inherited.delete(batch)
+      else inherited.set(batch, still)
+    }, (effect, batch) =>
+      effect.pipe(
+        // The actor answers every run: a log that hangs delays it by this much once, then is left.
+        Effect.timeoutOrElse({
+          duration: EVENT_APPEND_TIMEOUT,
+          orElse: () => Effect.logWarning("Holds left open not read within its timeout", { batch })
+        }),
+        Effect.catchCause((cause) =>
+          Effect.logWarning("Could not read the holds left open", { batch }, Cause.pretty(cause))
+        )
+      ))
 
     const ask = Effect.fnUntraced(function*(
       key: string,
@@ -338,9 +401,20 @@ export const makeGateActor = (options: {
 
     const publish = Effect.suspend(() =>
       SubscriptionRef.set(view, {
-        holds: [...runs.values()].flatMap(({ batch, state }) =>
-          [...state.holds].map(([signal, hold]) => holdReport(batches, config.rules, batch, signal, hold))
-        ),
+        holds: [
+          ...[...runs.values()].flatMap(({ batch, state }) =>
+            [...state.holds].map(([signal, hold]) => holdReport(batches, config.rules, batch, signal, hold))
+          ),
+          ...[...inherited.values()].flat().map((hold) => {
+            const { display, threshold, value } = heldDisplay(hold.held)
+            return holdReport(batches, config.rules, hold.batch, hold.signal, {
+              since: hold.since,
+              value,
+              display,
+              threshold
+            })
+          })
+        ],
         throttled: [...throttles].map(([worker, t]) => ({ worker, limit: t.limit, effective: t.state.effective }))
       })
     )
@@ -351,10 +425,18 @@ export const makeGateActor = (options: {
     const handle = (request: Request): Effect.Effect<void, never, Metrics> => {
       switch (request._tag) {
         case "Enter":
-          return Effect.sync(() => {
+          return Effect.gen(function*() {
             const entry = runOf(request.run, request.batch, request.info)
             entry.state = Holds.enter(entry.state)
+            // A run of the batch starting is when a run another process left held may have been
+            // closed (the run guard closes abandoned runs first): its holds are closed with it.
+            if (inherited.has(request.batch)) {
+              yield* recall(request.batch)
+              yield* publish
+            }
           })
+        case "Recall":
+          return Effect.andThen(recall(request.batch), publish)
         case "Ask":
           return Effect.flatMap(
             ask(request.run, request.batch, request.rules, request.deadlineMillis),
@@ -374,6 +456,7 @@ export const makeGateActor = (options: {
     const dieReply = (request: Request, defect: unknown): Effect.Effect<boolean> => {
       switch (request._tag) {
         case "Enter":
+        case "Recall":
           return Effect.succeed(false)
         case "Leave":
           return Deferred.die(request.reply, defect)
@@ -401,6 +484,9 @@ export const makeGateActor = (options: {
       Effect.provideService(Metrics, metrics),
       Effect.forkScoped
     )
+
+    // Its first requests: each batch's holds left open by a process that stopped, from the event log.
+    for (const batch of batches.writeSets.keys()) yield* Queue.offer(queue, { _tag: "Recall", batch })
 
     /** Offer a request and wait on what the actor completes. */
     const request = <A>(make: (reply: Deferred.Deferred<A>) => Request) =>

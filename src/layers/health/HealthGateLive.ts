@@ -183,6 +183,10 @@ export const makeHealthGate = (options: GateOptions) =>
         return yield* actor.throttle(batch, worker, limit, run.dryRun)
       }).pipe(Effect.provideService(Metrics, metrics))
 
+    const ownWrite: HealthGateShape["ownWrite"] = (batch) => (write) =>
+      Effect.flatMap(CurrentRun, (run) =>
+        run.dryRun ? write : sampler.ownWrite(batches.writeSets.get(batch)?.databases ?? [])(write))
+
     // Every series exists from start-up, at rest, so that rate() and the dashboard see its first change.
     yield* actor.seriesAtStart
     yield* Effect.provideService(sampler.seriesAtStart, Metrics, metrics)
@@ -194,7 +198,7 @@ export const makeHealthGate = (options: GateOptions) =>
       throttled: view.throttled
     }))
 
-    return { gate: { beforeUnit, effectiveLimit } satisfies HealthGateShape, report: { snapshot } }
+    return { gate: { beforeUnit, effectiveLimit, ownWrite } satisfies HealthGateShape, report: { snapshot } }
   })
 
 /** HealthGate and HealthReport as configured; needs HealthSignals and EventLog, samples while the layer lives. */

@@ -11,47 +11,49 @@
  *   units that asked before it began.
  * - Shared reads: replication lag and vacuums are read once per round and database, whatever number of
  *   slots need them.
+ * - One writer: the sampler's fiber applies every reading; a unit asks it for a round or a fresh lag
+ *   read and waits (bounded) for what it publishes.
+ *
+ * The parts, each in its own file: the slots and how a reading is applied to them (SamplerSlots.ts),
+ * what a round reads (SamplerReads.ts), the fiber that owns the slots (SamplerFiber.ts), and the
+ * measure of Sweeper's own WAL for a relative walRate (OwnWalSpans.ts). This file composes them: the
+ * schedule, the freshness waits and the readings as a batch is judged on them.
  */
-import * as Cause from "effect/Cause"
-import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
+import * as SynchronizedRef from "effect/SynchronizedRef"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import {
-  addSample,
-  databaseOfSubject,
-  formatThreshold,
-  formatValue,
-  isRedisStoreName,
   NO_WRITES,
   type Reading,
   RECHECK_INTERVAL,
-  ruleBaseline,
-  type Sample,
-  satisfies,
   type SignalRule,
   subjectsFor,
-  unknown,
-  value,
-  worstOf,
-  type WriteSet
+  unknown
 } from "../../domain/Health.ts"
+import * as OwnWal from "../../domain/WalBaseline.ts"
 import type { SignalReport } from "../../services/HealthReport.ts"
-import { type HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
-import {
-  healthSignal,
-  healthSignalUnknown,
-  healthSignalUnknownTotal,
-  increment,
-  type Metrics,
-  setGauge
-} from "../../services/Metrics.ts"
+import { healthSignalUnknown, type Metrics, setGauge } from "../../services/Metrics.ts"
 import { signalLabels } from "./HealthGateBatches.ts"
+import { ownWrite } from "./OwnWalSpans.ts"
+import { startSampling } from "./SamplerFiber.ts"
+import {
+  isRelative,
+  type SamplerOptions,
+  type SamplerState,
+  slotGroupsOf,
+  slotKey,
+  slotReport,
+  slotsFor,
+  STALE_AFTER
+} from "./SamplerSlots.ts"
+
+export { OWN_WAL_MARK_WAIT } from "./OwnWalSpans.ts"
+export { type SamplerOptions, type SignalReaders, STALE_AFTER } from "./SamplerSlots.ts"
 
 /** How often the sampler reads while no batch of this process has written for ACTIVE_WINDOW. */
 export const IDLE_INTERVAL = Duration.seconds(10)
@@ -59,354 +61,12 @@ export const IDLE_INTERVAL = Duration.seconds(10)
 export const ACTIVE_WINDOW = Duration.seconds(30)
 /** A unit never decides on a round older than this: it takes a new one first (an idle sampler's are older). */
 export const FRESH_ROUND = Duration.millis(1500)
-/** A subject not read for this long (a few rounds: a hung server, a failing sampler) is unknown. */
-export const STALE_AFTER = Duration.seconds(5)
 /** The longest a unit waits for a fresh round when it has no deadline of its own. */
 export const ROUND_WAIT = Duration.seconds(5)
-
-interface Slot {
-  readonly rule: SignalRule
-  readonly subject: string
-  /** The database a PostgreSQL signal is read on; undefined for the others. */
-  readonly database: DatabaseName | undefined
-  reading: Option.Option<Reading>
-  readAt: number | null
-  samples: ReadonlyArray<Sample>
-  /** The relative baseline, computed once per round from `samples` (None while warming up). */
-  baseline: Option.Option<number>
-  /** The reason last logged as unknown (so a signal down for an hour is one line, not 3,600). */
-  unknownLogged: string | undefined
-}
-
-/** A rule's slots on one database (undefined: a signal not read on PostgreSQL). */
-type SlotGroup = readonly [SignalRule, DatabaseName | undefined, ReadonlyArray<Slot>]
-
-type Lag = Effect.Effect<{ readonly bytes: number; readonly seconds: number }, SignalUnreadable>
-
-/** What the sampler keeps between rounds. */
-interface SamplerState {
-  readonly slots: ReadonlyMap<string, Slot>
-  readonly slotGroups: ReadonlyArray<SlotGroup>
-  /** The databases some slot reads, each once per round whatever number of batches write it. */
-  readonly databases: ReadonlyArray<DatabaseName>
-  readonly previousWal: Map<DatabaseName, { at: number; position: number }>
-  /** When the newest round started (null before the first). */
-  lastRoundAt: number | null
-  /** When a real run of a batch that writes the database last asked the gate (its own WAL). */
-  lastDemandAt: number
-  /**
-   * How many times the readings have been published (a round, a fresh read before a unit): held
-   * waiters wait for it to move instead of polling on a timer.
-   */
-  readonly published: SubscriptionRef.SubscriptionRef<number>
-}
-
-/** New readings are in the slots: wake whoever waits on them. */
-const publish = (state: SamplerState) => SubscriptionRef.update(state.published, (n) => n + 1)
-
-/** What the sampler reads through. */
-export interface SignalReaders {
-  readonly signals: HealthSignals["Service"]
-  /** The PostgreSQL signals of one database. */
-  readonly signalsOf: (database: DatabaseName) => HealthSignals["Service"]
-}
-
-export interface SamplerOptions extends SignalReaders {
-  readonly rules: ReadonlyArray<SignalRule>
-  readonly writeSets: ReadonlyMap<string, WriteSet>
-  /** ci is a database of its own (its PostgreSQL signals are read there, not on main). */
-  readonly decomposed: boolean
-}
-
-const slotKey = (signal: string, subject: string) => `${signal}\u0000${subject}`
-
-const isRelative = (rule: SignalRule) => rule.stop.bound._tag === "Relative" || rule.resume.bound._tag === "Relative"
-
-/** One slot per rule and subject any batch needs: the sampler's work list. */
-const slotsFor = (options: SamplerOptions): Map<string, Slot> => {
-  const slots = new Map<string, Slot>()
-  for (const rule of options.rules) {
-    for (const writes of options.writeSets.values()) {
-      for (const subject of subjectsFor(rule, writes)) {
-        const key = slotKey(rule.signal, subject)
-        if (!slots.has(key)) {
-          slots.set(key, {
-            rule,
-            subject,
-            database: databaseOfSubject(rule, subject, options.decomposed),
-            reading: Option.none(),
-            readAt: null,
-            samples: [],
-            baseline: Option.none(),
-            unknownLogged: undefined
-          })
-        }
-      }
-    }
-  }
-  return slots
-}
-
-const slotGroupsOf = (rules: ReadonlyArray<SignalRule>, slots: ReadonlyMap<string, Slot>): Array<SlotGroup> =>
-  rules.flatMap((rule) => {
-    const ruleSlots = [...slots.values()].filter((slot) => slot.rule === rule)
-    return [...new Set(ruleSlots.map((slot) => slot.database))].map((database) =>
-      [rule, database, ruleSlots.filter((slot) => slot.database === database)] as const
-    )
-  })
-
-const asReading = (effect: Effect.Effect<number, SignalUnreadable>) =>
-  Effect.match(effect, {
-    onFailure: (error) => unknown(error.reason === "" ? error.message : `${error.source}: ${error.reason}`),
-    onSuccess: value
-  })
-
-const replicationReading = (result: Lag, measure: "bytes" | "seconds") =>
-  asReading(Effect.map(result, (lag) => lag[measure]))
-
-/**
- * Whether a failed read leaves the slot's last reading in place: it does while that reading is still
- * fresh (read within STALE_AFTER) and over stop. A read that fails or times out when the primary is
- * struggling is no news that it has stopped struggling; replacing a fresh bad value with "unknown"
- * would let a rule that treats unknown as healthy wave the next unit through.
- */
-const keepsWorse = (slot: Slot, reading: Reading, at: number): boolean => {
-  if (reading._tag !== "Unknown" || slot.readAt === null || at - slot.readAt > Duration.toMillis(STALE_AFTER)) {
-    return false
-  }
-  const last = Option.getOrUndefined(slot.reading)
-  return last !== undefined && last._tag === "Value" && satisfies(slot.rule.stop, last.value, slot.baseline)
-}
-
-/** A slot's new reading: counted while unknown, logged when it becomes unknown and when it recovers. */
-const record = (slot: Slot, reading: Reading, at: number) =>
-  Effect.gen(function*() {
-    if (!keepsWorse(slot, reading, at)) {
-      slot.reading = Option.some(reading)
-      slot.readAt = at
-    }
-    const where = {
-      signal: slot.rule.signal,
-      ...(slot.subject === "" ? {} : { subject: slot.subject }),
-      ...(slot.database === undefined ? {} : { database: slot.database })
-    }
-    if (reading._tag === "Unknown") {
-      yield* increment(healthSignalUnknownTotal, 1, signalLabels(slot.rule.signal, slot.database))
-      if (slot.unknownLogged !== reading.reason) {
-        slot.unknownLogged = reading.reason
-        yield* Effect.logWarning("Health signal unknown", {
-          ...where,
-          reason: reading.reason,
-          treatedAs: slot.rule.onUnknown
-        })
-      }
-    } else if (slot.unknownLogged !== undefined) {
-      slot.unknownLogged = undefined
-      yield* Effect.logInfo("Health signal readable again", where)
-    }
-  })
-
-/** The tables whose vacuums some slot watches on the database. */
-const vacuumTables = (slots: ReadonlyMap<string, Slot>, database: DatabaseName) => [
-  ...new Set(
-    [...slots.values()].filter((slot) => slot.rule.source._tag === "Autovacuum" && slot.database === database)
-      .map((slot) => slot.subject)
-  )
-]
-
-/** What one round reads once per database and shares between the slots that need it. */
-interface SharedReads {
-  readonly replication: ReadonlyMap<DatabaseName, Lag>
-  readonly vacuumed: ReadonlyMap<DatabaseName, Effect.Effect<ReadonlyArray<string>, SignalUnreadable>>
-}
-
-const sharedReads = (state: SamplerState, readers: SignalReaders) =>
-  Effect.gen(function*() {
-    const replication = new Map<DatabaseName, Lag>()
-    const vacuumed = new Map<DatabaseName, Effect.Effect<ReadonlyArray<string>, SignalUnreadable>>()
-    for (const database of state.databases) {
-      replication.set(database, yield* Effect.cached(readers.signalsOf(database).replicationLag))
-      const tables = vacuumTables(state.slots, database)
-      vacuumed.set(
-        database,
-        yield* Effect.cached(
-          tables.length === 0
-            ? Effect.succeed([] as ReadonlyArray<string>)
-            : readers.signalsOf(database).vacuuming(tables)
-        )
-      )
-    }
-    return { replication, vacuumed } satisfies SharedReads
-  })
-
-/**
- * The WAL rate since the position the previous round read on the database. None for the first sample,
- * which has nothing to take a rate against (no reading yet, not unknown).
- */
-const walRate = (state: SamplerState, readers: SignalReaders, slot: Slot, database: DatabaseName, at: number) =>
-  Effect.map(Effect.result(readers.signalsOf(database).walPosition), (result) => {
-    if (result._tag === "Failure") {
-      state.previousWal.delete(database)
-      return Option.some(unknown(result.failure.message))
-    }
-    const before = state.previousWal.get(database)
-    state.previousWal.set(database, { at, position: result.success })
-    if (before === undefined || at <= before.at) return Option.none()
-    const rate = Math.max(0, (result.success - before.position) / ((at - before.at) / 1000))
-    // The baseline is the platform's normal: WAL written while this process's batches
-    // wrote (within ACTIVE_WINDOW) is partly Sweeper's own, so it is left out of it.
-    if (isRelative(slot.rule) && before.at - state.lastDemandAt > Duration.toMillis(ACTIVE_WINDOW)) {
-      slot.samples = addSample(slot.samples, at, rate)
-    }
-    return Option.some(value(rate))
-  })
-
-/** A read the round shares, by database: every database a slot reads has one (sharedReads). */
-const sharedRead = <A>(
-  reads: ReadonlyMap<DatabaseName, Effect.Effect<A, SignalUnreadable>>,
-  database: DatabaseName
-): Effect.Effect<A, SignalUnreadable> =>
-  reads.get(database) ??
-    Effect.fail(new SignalUnreadable({ source: database, reason: "not read this round" }))
-
-/** A slot's reading in the round that began at `at`; None when it was read but has nothing to judge yet. */
-const readSlot = (
-  state: SamplerState,
-  readers: SignalReaders,
-  shared: SharedReads,
-  slot: Slot,
-  at: number
-): Effect.Effect<Option.Option<Reading>> => {
-  const source = slot.rule.source
-  const database = slot.database ?? "main"
-  switch (source._tag) {
-    case "ReplicationLag":
-      return Effect.map(replicationReading(sharedRead(shared.replication, database), source.measure), Option.some)
-    case "WalRate":
-      return walRate(state, readers, slot, database, at)
-    case "Autovacuum":
-      return Effect.map(
-        asReading(
-          Effect.map(sharedRead(shared.vacuumed, database), (tables) => tables.includes(slot.subject) ? 1 : 0)
-        ),
-        Option.some
-      )
-    case "LongTransactions":
-      return Effect.map(asReading(readers.signalsOf(database).oldestTransaction), Option.some)
-    case "RedisMemory":
-      return isRedisStoreName(slot.subject)
-        ? Effect.map(asReading(readers.signals.redisMemory(slot.subject)), Option.some)
-        : Effect.succeed(Option.some(unknown(`${slot.subject} is not a Redis store`)))
-    case "QueueLatency":
-      return Effect.map(asReading(readers.signals.queueLatency(slot.subject)), Option.some)
-    case "Prometheus":
-      return Effect.map(asReading(readers.signals.prometheus(source.url, source.query)), Option.some)
-  }
-}
-
-/** Per signal (and database) the worst reading over its subjects, and whether any is unknown. */
-const setSignalGauges = (slotGroups: ReadonlyArray<SlotGroup>) =>
-  Effect.gen(function*() {
-    for (const [rule, database, group] of slotGroups) {
-      const readings = group.flatMap((slot) => Option.toArray(slot.reading))
-      if (readings.length === 0) continue
-      const known = readings.filter((r) => r._tag === "Value")
-      // Nothing readable: NaN, not a reassuring 0 (sweeper_health_signal_unknown says why).
-      const worst = known.length === 0 ? value(Number.NaN) : worstOf(rule, known)
-      const labels = signalLabels(rule.signal, database)
-      yield* setGauge(healthSignal, worst._tag === "Value" ? worst.value : Number.NaN, labels)
-      yield* setGauge(healthSignalUnknown, readings.some((r) => r._tag === "Unknown") ? 1 : 0, labels)
-    }
-  })
-
-/** One round: every slot read, baselines updated once, the signal gauges set. */
-const sampleRound = (state: SamplerState, readers: SignalReaders) =>
-  Effect.gen(function*() {
-    const at = yield* Clock.currentTimeMillis
-    const shared = yield* sharedReads(state, readers)
-    yield* Effect.forEach([...state.slots.values()], (slot) =>
-      Effect.gen(function*() {
-        const reading = yield* readSlot(state, readers, shared, slot, at)
-        if (Option.isNone(reading)) {
-          // Read, but nothing to judge yet (the WAL rate's first sample).
-          slot.readAt = at
-          return
-        }
-        const r = reading.value
-        if (r._tag === "Value" && isRelative(slot.rule) && slot.rule.source._tag !== "WalRate") {
-          slot.samples = addSample(slot.samples, at, r.value)
-        }
-        yield* record(slot, r, at)
-      }), { concurrency: "unbounded", discard: true })
-    // Baselines once per round, not per unit or per report.
-    for (const slot of state.slots.values()) {
-      if (isRelative(slot.rule)) slot.baseline = ruleBaseline(slot.rule, slot.samples)
-    }
-    state.lastRoundAt = at
-    yield* setSignalGauges(state.slotGroups)
-    yield* publish(state)
-  })
-
-/**
- * The WAL-position signal read fresh before a unit, on the database the batch writes. Each ask takes a
- * ticket; a read covers every ticket issued before it began, so concurrent units share a read but none
- * uses one begun before it asked.
- */
-const replicationTickets = (state: SamplerState, readers: SignalReaders) =>
-  Effect.gen(function*() {
-    const replicationSlots = [...state.slots.values()].filter((slot) => slot.rule.source._tag === "ReplicationLag")
-    const tickets = new Map<DatabaseName, { readonly lock: Semaphore.Semaphore; issued: number; covered: number }>()
-    for (const database of state.databases) {
-      tickets.set(database, { lock: yield* Semaphore.make(1), issued: 0, covered: 0 })
-    }
-    return (database: DatabaseName) =>
-      Effect.suspend(() => {
-        const mine = replicationSlots.filter((slot) => slot.database === database)
-        const reads = tickets.get(database)
-        if (mine.length === 0 || reads === undefined) return Effect.void
-        const ticket = ++reads.issued
-        return reads.lock.withPermits(1)(Effect.gen(function*() {
-          if (reads.covered >= ticket) return
-          reads.covered = reads.issued
-          const at = yield* Clock.currentTimeMillis
-          const lag = yield* Effect.cached(readers.signalsOf(database).replicationLag)
-          for (const slot of mine) {
-            const source = slot.rule.source
-            if (source._tag !== "ReplicationLag") continue
-            yield* record(slot, yield* replicationReading(lag, source.measure), at)
-          }
-          yield* publish(state)
-        }))
-      })
-  })
 
 /** How long a unit may wait for a reading: ROUND_WAIT, and never past its deadline. */
 const waitBound = (now: number, deadlineMillis: number | undefined) =>
   Duration.millis(Math.max(1, Math.min(Duration.toMillis(ROUND_WAIT), (deadlineMillis ?? Infinity) - now)))
-
-/** What the report says of a slot. */
-const slotReport = (slot: Slot): SignalReport => {
-  const baseline = slot.baseline
-  const reading = Option.getOrUndefined(slot.reading)
-  const base = {
-    signal: slot.rule.signal,
-    subject: slot.subject,
-    ...(slot.database === undefined ? {} : { database: slot.database }),
-    stop: formatThreshold(slot.rule, slot.rule.stop, baseline),
-    resume: formatThreshold(slot.rule, slot.rule.resume, baseline),
-    readAt: slot.readAt === null ? null : new Date(slot.readAt).toISOString()
-  }
-  if (reading === undefined) return { ...base, state: "pending" as const, value: null, display: "not read yet" }
-  if (reading._tag === "Unknown") {
-    return { ...base, state: "unknown" as const, value: null, display: "unknown", reason: reading.reason }
-  }
-  return {
-    ...base,
-    state: satisfies(slot.rule.stop, reading.value, baseline) ? "over" as const : "ok" as const,
-    value: reading.value,
-    display: formatValue(slot.rule.unit, reading.value)
-  }
-}
 
 /** The sampler's latest readings as a batch is judged on them. */
 export interface BatchReadings {
@@ -419,6 +79,10 @@ export interface BatchReadings {
 export interface Sampler extends BatchReadings {
   /** A batch of this process asked the gate at `at`: the sampler stays at RECHECK_INTERVAL a while. */
   readonly demanded: (at: number) => void
+  /** A unit's write on the databases, its WAL counted as Sweeper's own (not the platform's baseline). */
+  readonly ownWrite: (
+    databases: ReadonlyArray<DatabaseName>
+  ) => <A, E, R>(write: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /** Readings from a round no older than FRESH_ROUND, waiting at most ROUND_WAIT and never past the deadline. */
   readonly ensureFresh: (now: number, deadlineMillis: number | undefined) => Effect.Effect<void, never, Metrics>
   /** The database's replication lag read after this call, waiting as `ensureFresh` does. */
@@ -440,38 +104,31 @@ export interface Sampler extends BatchReadings {
 export const makeSampler = (options: SamplerOptions) =>
   Effect.gen(function*() {
     const slots = slotsFor(options)
+    const ownWal = new Map<DatabaseName, SynchronizedRef.SynchronizedRef<OwnWal.OwnWal>>()
+    for (const slot of slots.values()) {
+      if (slot.rule.source._tag === "WalRate" && isRelative(slot.rule) && slot.database !== undefined) {
+        ownWal.set(slot.database, yield* SynchronizedRef.make(OwnWal.NO_OWN_WAL))
+      }
+    }
     const state: SamplerState = {
       slots,
       slotGroups: slotGroupsOf(options.rules, slots),
       databases: [...new Set([...slots.values()].flatMap((slot) => slot.database ?? []))],
       previousWal: new Map(),
+      ownWal,
       lastRoundAt: null,
       lastDemandAt: Number.NEGATIVE_INFINITY,
       published: yield* SubscriptionRef.make(0)
     }
-    const roundLock = yield* Semaphore.make(1)
-    const round = sampleRound(state, options)
-
-    /** One round at a time; a round that fails or dies is logged, and the next one is still taken. */
-    const guardedRound = (when: (now: number) => boolean) =>
-      roundLock.withPermits(1)(
-        Effect.flatMap(Clock.currentTimeMillis, (now) => when(now) ? round : Effect.void)
-      ).pipe(
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.logError("Health sampler round failed; the next one is on schedule", cause)
-        )
-      )
+    const sampling = yield* startSampling(state, options)
     const isStale = (now: number) =>
       state.lastRoundAt === null || now - state.lastRoundAt > Duration.toMillis(FRESH_ROUND)
     const active = (now: number) => now - state.lastDemandAt <= Duration.toMillis(ACTIVE_WINDOW)
 
-    // Supervised by its schedule, which ticks every RECHECK_INTERVAL: a round on every tick while a
-    // batch of this process runs, on every IDLE_INTERVAL otherwise, so a starting batch is never
-    // left waiting on an idle sleep.
+    // The schedule ticks every RECHECK_INTERVAL: a round on every tick while a batch of this process
+    // runs, on every IDLE_INTERVAL otherwise, so a starting batch is never left waiting on an idle sleep.
     // A round a unit took itself less than half a tick ago serves the tick.
-    yield* guardedRound((now) =>
+    yield* sampling.tick((now) =>
       state.lastRoundAt === null ||
       (active(now)
         ? now - state.lastRoundAt >= Duration.toMillis(RECHECK_INTERVAL) / 2
@@ -483,11 +140,10 @@ export const makeSampler = (options: SamplerOptions) =>
 
     const ensureFresh = (now: number, deadlineMillis: number | undefined) =>
       isStale(now)
-        ? guardedRound(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
+        ? sampling.round(isStale).pipe(Effect.timeoutOption(waitBound(now, deadlineMillis)), Effect.asVoid)
         : Effect.void
-    const replicationOf = yield* replicationTickets(state, options)
     const freshReplication = (database: DatabaseName, now: number, deadlineMillis: number | undefined) =>
-      Effect.asVoid(Effect.timeoutOption(replicationOf(database), waitBound(now, deadlineMillis)))
+      Effect.asVoid(Effect.timeoutOption(sampling.freshLag(database), waitBound(now, deadlineMillis)))
 
     const baselineOf = (rule: SignalRule, batch: string): Option.Option<number> => {
       const subject = subjectsFor(rule, options.writeSets.get(batch) ?? NO_WRITES)[0] ?? ""
@@ -518,6 +174,7 @@ export const makeSampler = (options: SamplerOptions) =>
       demanded: (at) => {
         state.lastDemandAt = at
       },
+      ownWrite: (databases) => ownWrite(state, options, databases),
       ensureFresh,
       freshReplication,
       published: SubscriptionRef.get(state.published),

@@ -10,8 +10,14 @@ import * as Layer from "effect/Layer"
 import type { RedisStoreName } from "../../domain/Health.ts"
 import { DatabaseSignals, HealthSignals, SignalUnreadable } from "../../services/HealthSignals.ts"
 
-/** A reader that never answers (a hung server with no timeout) or dies (a defect in the reader). */
-export type Fault = { readonly _tag: "Hang" } | { readonly _tag: "Die"; readonly message: string }
+/**
+ * A reader that never answers (a hung server with no timeout), dies (a defect in the reader), or
+ * answers `value` only after `millis` (a slow server; under TestClock, once the clock passes it).
+ */
+export type Fault =
+  | { readonly _tag: "Hang" }
+  | { readonly _tag: "Die"; readonly message: string }
+  | { readonly _tag: "Slow"; readonly millis: number; readonly value: number }
 type Value = number | string | Fault
 
 export interface SignalValues {
@@ -48,7 +54,16 @@ export const memorySignals = (values: SignalValues): HealthSignals["Service"] =>
     Effect.suspend(() => {
       values.reads[source] = (values.reads[source] ?? 0) + 1
       const v = get() ?? fallback
-      if (typeof v === "object") return v._tag === "Hang" ? Effect.never : Effect.die(new Error(v.message))
+      if (typeof v === "object") {
+        switch (v._tag) {
+          case "Hang":
+            return Effect.never
+          case "Die":
+            return Effect.die(new Error(v.message))
+          case "Slow":
+            return Effect.as(Effect.sleep(v.millis), v.value)
+        }
+      }
       return typeof v === "string" ? Effect.fail(new SignalUnreadable({ source, reason: v })) : Effect.succeed(v)
     })
   return HealthSignals.of({
