@@ -35,12 +35,10 @@ import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
-import { lockedTooOften } from "../domain/LockedRows.ts"
 import type { ShadowProposal } from "../domain/Shadow.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
-import { LockedRows } from "../services/LockedRows.ts"
 
 /** What every batch's summary gains: time held by the health gate and the signals that held it. */
 export interface Held {
@@ -468,34 +466,6 @@ export const NOT_HELD: Held = { heldMs: 0, heldBy: [] }
  */
 export const logIds = (message: string, key: string, ids: ReadonlyArray<string | number>): Effect.Effect<void> =>
   ids.length === 0 ? Effect.void : Effect.logInfo(message, { [key]: capped(ids), count: ids.length })
-
-/**
- * Rows a unit skipped because another open transaction held them: logged like `logIds`, and each
- * row's skip counted across runs (`LockedRows`), so a row held run after run is not silent
- * forever: from LOCKED_RUNS_WARNING runs in a row on, each run warns about it with its count. The
- * count is a diagnostic: a dry run writes none, and a count that cannot be written fails nothing.
- */
-export const logLocked = (
-  batch: string,
-  message: string,
-  key: string,
-  ids: ReadonlyArray<string | number>
-): Effect.Effect<void> =>
-  Effect.gen(function*() {
-    if (ids.length === 0) return
-    yield* logIds(message, key, ids)
-    if ((yield* CurrentRun).dryRun) return
-    const counts = yield* (yield* LockedRows).skipped(batch, ids).pipe(
-      Effect.tapError((error) => Effect.logDebug("Could not count locked rows", error)),
-      Effect.orElseSucceed((): ReadonlyArray<number> => [])
-    )
-    for (const { id, runs } of lockedTooOften(ids, counts)) {
-      yield* Effect.logWarning("Row skipped as locked by another transaction run after run", {
-        [key.replace(/s$/, "")]: id,
-        runs
-      })
-    }
-  })
 
 /**
  * `body` under its own exclusive lease `name` (a dry run takes none: it writes nothing), released
