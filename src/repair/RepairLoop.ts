@@ -29,12 +29,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
-import * as Predicate from "effect/Predicate"
 import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
-import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
+import { type RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import type { ShadowProposal } from "../domain/Shadow.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
@@ -563,8 +562,8 @@ export interface KeyFailure<K> {
  * it, and the other keys are fine), so that key is skipped and reported, never retried.
  */
 const wrongTypeKey = <K>(of: K, error: unknown): Option.Option<KeyFailure<K>> =>
-  Predicate.isTagged(error, "WrongTypeKey")
-    ? Option.some({ of, key: (error as WrongTypeKey).key, error: (error as WrongTypeKey).message })
+  error instanceof WrongTypeKey
+    ? Option.some({ of, key: error.key, error: error.message })
     : Option.none()
 
 /**
