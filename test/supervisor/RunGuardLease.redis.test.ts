@@ -87,8 +87,7 @@ const renewalRefusedPastItsRetries = (afterOutage: (direct: IORedis, key: string
     )
     const [result] = yield* Effect.all([
       runBatch(batch, { trigger: "manual" }).pipe(
-        Effect.provide(leaseAt(`redis://127.0.0.1:${port}`)),
-        Effect.provide(Logger.layer([watcher]))
+        Effect.provide(Layer.merge(leaseAt(`redis://127.0.0.1:${port}`), Logger.layer([watcher])))
       ),
       outage
     ], { concurrency: 2 })
