@@ -132,6 +132,20 @@ export class StaleDirectUploadDeleted
   })
 {}
 
+/**
+ * A stale upload whose location has no object store configured: nothing could be deleted, so only
+ * its pending entry was removed (GitLab does the same); `reason` says so, where a
+ * StaleDirectUploadDeleted would claim an object gone.
+ */
+export class StaleDirectUploadEntryRemoved
+  extends Schema.TaggedClass<StaleDirectUploadEntryRemoved>()("StaleDirectUploadEntryRemoved", {
+    location: Schema.String,
+    path: Schema.String,
+    preparedAt: Schema.Number,
+    reason: Schema.Literal("no object store")
+  })
+{}
+
 export class RebalanceRescheduled extends Schema.TaggedClass<RebalanceRescheduled>()("RebalanceRescheduled", {
   type: Schema.Literals([1, 2]),
   id: Schema.Number,
@@ -219,6 +233,7 @@ export const DomainEvent = Schema.Union([
   BuildDoomed,
   ExportJobFailed,
   StaleDirectUploadDeleted,
+  StaleDirectUploadEntryRemoved,
   RebalanceRescheduled,
   ConcurrencyLimitJobsResumed,
   ConcurrencyLimitJobsDead,
@@ -254,6 +269,7 @@ export const streamOf = (event: DomainEvent): string => {
     case "ExportJobFailed":
       return `export_job:${event.id}`
     case "StaleDirectUploadDeleted":
+    case "StaleDirectUploadEntryRemoved":
       return `direct_upload:${event.location}:${event.path}`
     case "RebalanceRescheduled":
       return `rebalance:${event.type}/${event.id}`

@@ -413,6 +413,7 @@ export const REPAIR_TYPES = [
   "BuildDoomed",
   "ExportJobFailed",
   "StaleDirectUploadDeleted",
+  "StaleDirectUploadEntryRemoved",
   "RebalanceRescheduled",
   "ConcurrencyLimitJobsResumed",
   "ConcurrencyLimitJobsDead",

@@ -6,7 +6,8 @@
  * keeps changing under us (optimistic lock conflicts) is retried on its own, then doomed as
  * data_integrity_failure so it cannot stay stuck forever (`Builds.retryOrDoom`). A build whose row
  * another open transaction holds is skipped, never waited for (a page must not stall on
- * it): counted in `skippedLocked`, logged once per page with its ids, and found again by the next run.
+ * it): counted once per run in `skippedLocked`, logged once per page with its ids, counted across runs
+ * (`repair/LockedRowTally.ts`), and found again by the next run.
  *
  * Paging, read-ahead, the revisit walk of committed pages, budget, gate and dry run are the repair
  * loop's (repair/RepairLoop.ts `keysetPages`).
@@ -28,7 +29,8 @@ import {
   droppingPageFields
 } from "../domain/Build.ts"
 import { cancelingProposal } from "../domain/Shadow.ts"
-import { type Held, keysetPages, logLocked } from "../repair/RepairLoop.ts"
+import { lockedRowTally } from "../repair/LockedRowTally.ts"
+import { type Held, keysetPages } from "../repair/RepairLoop.ts"
 import { Builds } from "../services/Builds.ts"
 import { buildsDoomedTotal, buildsDroppedTotal, increment } from "../services/Metrics.ts"
 import { dropCancelingBuildsBacklog } from "./DropCancelingBuildsBacklog.ts"
@@ -51,6 +53,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
   const now = yield* decisionTime
   yield* Effect.logInfo("Cleaning canceling, timed-out builds")
   const cutoff = cancelingCutoff(now)
+  const locked = yield* lockedRowTally(NAME, "build_ids", "Skipped builds locked by another transaction")
 
   // Attempt 1 for the whole page in one transaction; the rows that lost the race one by one. Rows
   // another transaction holds (in the page write or in a retry) are skipped and logged once.
@@ -64,26 +67,22 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
       const written = yield* builds.dropMany(page, yield* DateTime.now)
       const won = new Set(written.dropped)
       const skipped = new Set(written.locked)
-      yield* commit({ dropped: won.size, doomed: 0, skippedLocked: skipped.size })
+      yield* commit({ dropped: won.size, doomed: 0, skippedLocked: 0 })
       for (const lost of page.filter((build) => !won.has(build) && !skipped.has(build))) {
         const outcome = yield* builds.retryOrDoom(lost, now)
         if (outcome === "locked") skipped.add(lost)
         yield* commit({
           dropped: outcome === "dropped" ? 1 : 0,
           doomed: outcome === "doomed" ? 1 : 0,
-          skippedLocked: outcome === "locked" ? 1 : 0
+          skippedLocked: 0
         })
       }
       // Info per page; a build held run after run is warned about on its own.
-      yield* logLocked(
-        NAME,
-        "Skipped builds locked by another transaction",
-        "build_ids",
-        [...skipped].map((build) => build.id)
-      )
+      const firstSkipped = yield* locked.unit(page.map((build) => build.id), [...skipped].map((build) => build.id))
+      if (firstSkipped > 0) yield* commit({ dropped: 0, doomed: 0, skippedLocked: firstSkipped })
     })
 
-  const { totals: { dropped, doomed, skippedLocked }, units: batches, heldMs, heldBy } = yield* keysetPages({
+  const { totals: { dropped, doomed, skippedLocked }, units: batches, stop, heldMs, heldBy } = yield* keysetPages({
     batch: NAME,
     budget: BUDGET,
     initial: { dropped: 0, doomed: 0, skippedLocked: 0 },
@@ -100,6 +99,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     }
   })
 
+  if (stop === "done") yield* locked.complete
   if (!dryRun) yield* Effect.all([increment(buildsDroppedTotal, dropped), increment(buildsDoomedTotal, doomed)])
   return { dropped, doomed, batches, skippedLocked, heldMs, heldBy } satisfies DropCancelingBuildsSummary
 })

@@ -16,7 +16,8 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { EventRetentionPeriod, pruneCutoff, PrunePageSize } from "../domain/Retention.ts"
-import { type Held, logIds, repeatUntilDone } from "../repair/RepairLoop.ts"
+import { lockedRowTally } from "../repair/LockedRowTally.ts"
+import { type Held, repeatUntilDone } from "../repair/RepairLoop.ts"
 import { EventRetention } from "../services/EventRetention.ts"
 import { eventsPrunedTotal, increment } from "../services/Metrics.ts"
 
@@ -50,29 +51,32 @@ const run = Effect.fn("PruneEvents.run")(function*() {
 
   // A page at a time, each its own fenced transaction, until a short page or the budget (a page is
   // a second or so, so the run ends within a page of its budget; the next daily run carries on).
-  // Held rows are met again by every later page (they are the oldest): counted once each.
-  const held = new Set<number>()
-  const { totals: { pruned, pages }, stop, heldMs, heldBy } = yield* repeatUntilDone({
+  // Held rows are met again by every later page (they are the oldest): the tally counts them once
+  // per run. A page names only the rows it skipped; the rows it deleted are gone for good, and a
+  // run that prunes to the end forgets every other count.
+  const tally = yield* lockedRowTally(NAME, "event_ids", "Skipped events locked by another transaction")
+  const { totals: { pruned, pages, skippedLocked }, stop, heldMs, heldBy } = yield* repeatUntilDone({
     batch: NAME,
     budget: PRUNE_BUDGET,
-    initial: { pruned: 0, pages: 0 },
+    initial: { pruned: 0, pages: 0, skippedLocked: 0 },
     fence: false,
-    dry: Effect.map(retention.countPrunable(cutoff, kept), (count) => ({ pruned: count, pages: 0 })),
+    dry: Effect.map(retention.countPrunable(cutoff, kept), (count) => ({ pruned: count, pages: 0, skippedLocked: 0 })),
     write: (commit) =>
       Effect.gen(function*() {
         const { pruned: count, locked } = yield* retention.prunePage(cutoff, kept, pageSize)
-        const newlyHeld = locked.filter((id) => !held.has(id))
-        newlyHeld.forEach((id) => held.add(id))
-        yield* logIds("Skipped events locked by another transaction", "event_ids", newlyHeld)
-        if (count === 0) return false
-        yield* commit({ pruned: count, pages: 1 })
+        const firstSkipped = yield* tally.unit([], locked)
+        if (count === 0) {
+          if (firstSkipped > 0) yield* commit({ pruned: 0, pages: 0, skippedLocked: firstSkipped })
+          return false
+        }
+        yield* commit({ pruned: count, pages: 1, skippedLocked: firstSkipped })
         yield* increment(eventsPrunedTotal, count)
         return count === pageSize
       })
   })
+  if (stop === "done") yield* tally.complete
   const keptForState = kept.length
   const executionTimeout = stop !== "done"
-  const skippedLocked = held.size
   if (dryRun) {
     yield* Effect.logInfo("Would prune events").pipe(
       Effect.annotateLogs({ before, pruned, kept_for_state: keptForState })

@@ -11,7 +11,8 @@
  * instant is never overwritten. Parallel exports (with relation exports) keep running in other
  * workers after the main worker completes, so they get EXPORT_JOBS_EXPIRATION (6 h) first.
  * A job whose row another open transaction holds is skipped rather than waited for:
- * counted in `skippedLocked`, logged with its id, found again by the next run.
+ * counted once per run in `skippedLocked`, logged with its id, counted across runs
+ * (`repair/LockedRowTally.ts`), found again by the next run.
  */
 import * as Arr from "effect/Array"
 import * as DateTime from "effect/DateTime"
@@ -22,7 +23,8 @@ import { type Batch, CurrentRun, decisionTime } from "../domain/Batch.ts"
 import { decideStuckExport, type EnqueuedExportJob, FAIL_SLICE, type StuckExportDecision } from "../domain/ExportJob.ts"
 import { exportJobProposal } from "../domain/Shadow.ts"
 import { capped } from "../domain/Summary.ts"
-import { each, type Held, logIds, logLocked } from "../repair/RepairLoop.ts"
+import { lockedRowTally } from "../repair/LockedRowTally.ts"
+import { each, type Held, logIds } from "../repair/RepairLoop.ts"
 import { ExportJobs } from "../services/ExportJobs.ts"
 import { JobStatus } from "../services/JobStatus.ts"
 import { increment, stuckExportJobsFailedTotal } from "../services/Metrics.ts"
@@ -68,7 +70,8 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
   // slices are in flight at once, on two pooled connections (they share no row), so one slice's
   // re-read overlaps the other's write; totals in slice order whatever order they finish in.
   // A job another open transaction holds is skipped, logged with its id.
-  const { totals: { failed, failedJids, skippedLocked }, heldMs, heldBy } = yield* each({
+  const tally = yield* lockedRowTally(NAME, "export_job_ids", "Export jobs locked by another transaction, skipped")
+  const { totals: { failed, failedJids, skippedLocked }, stop, heldMs, heldBy } = yield* each({
     batch: NAME,
     budget: BUDGET,
     concurrency: 2,
@@ -87,8 +90,8 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
       write: (jobs, commit) =>
         Effect.gen(function*() {
           const { failed: done, locked } = yield* exportJobs.failMany(jobs, yield* DateTime.now)
-          yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: locked.length })
-          yield* logLocked(NAME, "Export jobs locked by another transaction, skipped", "export_job_ids", locked)
+          const firstSkipped = yield* tally.unit(jobs.map((job) => job.id), locked)
+          yield* commit({ failed: done.length, failedJids: capped(done), skippedLocked: firstSkipped })
           yield* logIds(
             "Export jobs changed meanwhile, not failed",
             "export_job_ids",
@@ -98,6 +101,7 @@ const run = Effect.fn("StuckExportJobs.run")(function*() {
     }
   })
 
+  if (stop === "done") yield* tally.complete
   yield* Effect.logInfo(dryRun ? "Would mark stuck export jobs as failed" : "Marked stuck export jobs as failed").pipe(
     Effect.annotateLogs({ jids: failedJids, failed })
   )

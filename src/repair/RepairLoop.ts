@@ -29,18 +29,15 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
-import * as Predicate from "effect/Predicate"
 import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
-import type { RedisError, WrongTypeKey } from "../domain/Errors.ts"
-import { lockedTooOften } from "../domain/LockedRows.ts"
+import { type RedisError, WrongTypeKey } from "../domain/Errors.ts"
 import type { ShadowProposal } from "../domain/Shadow.ts"
 import { addSummaries, capped } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 import { Lease } from "../services/Lease.ts"
-import { LockedRows } from "../services/LockedRows.ts"
 
 /** What every batch's summary gains: time held by the health gate and the signals that held it. */
 export interface Held {
@@ -472,34 +469,6 @@ export const logIds = (message: string, key: string, ids: ReadonlyArray<string |
   ids.length === 0 ? Effect.void : Effect.logInfo(message, { [key]: capped(ids), count: ids.length })
 
 /**
- * Rows a unit skipped because another open transaction held them: logged like `logIds`, and each
- * row's skip counted across runs (`LockedRows`), so a row held run after run is not silent
- * forever: from LOCKED_RUNS_WARNING runs in a row on, each run warns about it with its count. The
- * count is a diagnostic: a dry run writes none, and a count that cannot be written fails nothing.
- */
-export const logLocked = (
-  batch: string,
-  message: string,
-  key: string,
-  ids: ReadonlyArray<string | number>
-): Effect.Effect<void> =>
-  Effect.gen(function*() {
-    if (ids.length === 0) return
-    yield* logIds(message, key, ids)
-    if ((yield* CurrentRun).dryRun) return
-    const counts = yield* (yield* LockedRows).skipped(batch, ids).pipe(
-      Effect.tapError((error) => Effect.logDebug("Could not count locked rows", error)),
-      Effect.orElseSucceed((): ReadonlyArray<number> => [])
-    )
-    for (const { id, runs } of lockedTooOften(ids, counts)) {
-      yield* Effect.logWarning("Row skipped as locked by another transaction run after run", {
-        [key.replace(/s$/, "")]: id,
-        runs
-      })
-    }
-  })
-
-/**
  * `body` under its own exclusive lease `name` (a dry run takes none: it writes nothing), released
  * at the end: None when another process holds it. `body` gets `renew`, which extends the lease
  * (before each further pass) and says false once it was lost. Between those, the lease is also
@@ -595,8 +564,8 @@ export interface KeyFailure<K> {
  * it, and the other keys are fine), so that key is skipped and reported, never retried.
  */
 const wrongTypeKey = <K>(of: K, error: unknown): Option.Option<KeyFailure<K>> =>
-  Predicate.isTagged(error, "WrongTypeKey")
-    ? Option.some({ of, key: (error as WrongTypeKey).key, error: (error as WrongTypeKey).message })
+  error instanceof WrongTypeKey
+    ? Option.some({ of, key: error.key, error: error.message })
     : Option.none()
 
 /**

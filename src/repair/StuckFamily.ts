@@ -18,7 +18,8 @@ import { buildProposal } from "../domain/Shadow.ts"
 import { CurrentFailureReasonSet, reasonCodeOf, reasonOf, rulesInForce, type StuckRule } from "../domain/StuckBuilds.ts"
 import { RunnerAckQueue } from "../services/RunnerAckQueue.ts"
 import { type FamilyBuild, StuckBuilds } from "../services/StuckBuilds.ts"
-import { type Held, keysetPages, logIds, sumHeld } from "./RepairLoop.ts"
+import { type LockedRowTally, lockedRowTally } from "./LockedRowTally.ts"
+import { type Held, keysetPages, logIds, type Stop, sumHeld } from "./RepairLoop.ts"
 
 export interface StuckFamilySummary extends Held {
   readonly dropped: number
@@ -46,7 +47,8 @@ const logDropping = (rule: StuckRule, reason: string, page: ReadonlyArray<Family
     builds: page.map((build) => ({ build_id: build.id, runner_id: build.runnerId, build_status: build.status }))
   })
 
-export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: StuckRule) =>
+/** One rule's walk; its locked rows go to the run's `locked` tally, shared by the run's walks. */
+export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: StuckRule, locked: LockedRowTally) =>
   Effect.gen(function*() {
     const builds = yield* StuckBuilds
     const size = yield* DropBatchSize
@@ -78,19 +80,21 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
         const won = new Set(written.dropped)
         const skipped = new Set(written.locked)
         const refused: Array<number> = []
-        yield* commit({ ...ZERO, dropped: won.size, skippedLocked: skipped.size })
+        yield* commit({ ...ZERO, dropped: won.size })
         for (const lost of page.filter((build) => !won.has(build) && !skipped.has(build))) {
           const outcome = yield* builds.retryOrDoom(rule, reasons, lost, now)
           if (outcome === "locked") skipped.add(lost)
           if (outcome === "refused") refused.push(lost.id)
           yield* commit({
+            ...ZERO,
             dropped: outcome === "dropped" ? 1 : 0,
             doomed: outcome === "doomed" ? 1 : 0,
-            skippedLocked: outcome === "locked" ? 1 : 0,
             refused: outcome === "refused" ? 1 : 0
           })
         }
-        yield* logIds("Skipped builds locked by another transaction", "build_ids", [...skipped].map((b) => b.id))
+        // The whole page: a build waiting for its runner was met too, and is not locked.
+        const firstSkipped = yield* locked.unit(whole.map((build) => build.id), [...skipped].map((b) => b.id))
+        if (firstSkipped > 0) yield* commit({ ...ZERO, skippedLocked: firstSkipped })
         yield* logIds("Skipped builds whose write was refused", "build_ids", refused)
       })
 
@@ -126,16 +130,20 @@ export const dropStuckRules = (batch: string, budget: Duration.Duration, rules: 
     const run = yield* CurrentRun
     const budgetMs = Duration.toMillis(Option.getOrElse(run.budget, () => budget))
     const started = yield* Clock.currentTimeMillis
-    const walks: Array<StuckFamilySummary> = []
-    for (const rule of yield* rulesInForce(rules)) {
+    const walks: Array<StuckFamilySummary & { readonly stop: Stop }> = []
+    // One tally for the run's walks: a row's count is the batch's, whichever rule met it.
+    const locked = yield* lockedRowTally(batch, "build_ids", "Skipped builds locked by another transaction")
+    const inForce = yield* rulesInForce(rules)
+    for (const rule of inForce) {
       const left = budgetMs - ((yield* Clock.currentTimeMillis) - started)
       if (walks.length > 0 && left <= 0) break
-      const walk = yield* dropStuckRule(batch, budget, rule).pipe(
+      const walk = yield* dropStuckRule(batch, budget, rule, locked).pipe(
         Effect.provideService(CurrentRun, { ...run, budget: Option.some(Duration.millis(Math.max(0, left))) })
       )
       walks.push(walk)
       if (walk.stop !== "done") break
     }
+    if (walks.length === inForce.length && walks.every((walk) => walk.stop === "done")) yield* locked.complete
     const sum = (key: "dropped" | "doomed" | "batches" | "skippedLocked" | "refused") =>
       walks.reduce((total, walk) => total + walk[key], 0)
     return {

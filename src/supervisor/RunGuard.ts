@@ -133,41 +133,49 @@ export const describe = (cause: Cause.Cause<unknown>): string => describeError(C
 const renewalRetry = Schedule.exponential("100 millis").pipe(Schedule.upTo({ times: 4 }))
 
 /**
- * Holds the batch's exclusive lease for the scope: renewed every TTL/3. Only a renewal that finds
- * another token (or none) means lost: the next safe point (`Fence.check`) stops the run with
- * LeaseLost. A renewal that errs is retried on `renewalRetry`; if it still errs, the cause is
- * logged and every check fails with that error (transient: the guard retries the run) until a
- * later renewal gets through, since an error says nothing about who holds the lease. Each check
- * also reads the lease; a read that fails fails the check the same way. Released when the scope closes.
+ * What the run knows of its lease: held, lost (another token, or no key: never ours again), or
+ * unknown since a renewal erred (the error, which says nothing about who holds it).
+ */
+type LeaseState = "held" | "lost" | RedisError
+
+/**
+ * Holds the batch's exclusive lease for the scope: renewed every TTL/3. Only a renewal or a read
+ * that finds another token (or none) means lost: the next safe point (`Fence.check`) stops the run
+ * with LeaseLost. A renewal that errs is retried on `renewalRetry`; if it still errs, the cause is
+ * logged and the lease is unknown. The next check does not trust that error either: it renews once
+ * more (the same compare-and-extend, on the same retry), and the run goes on if the lease is still
+ * ours; only if that errs too does the check fail with the error (transient: the guard retries the
+ * run, whose first write checks again). A held lease is read at each check; a read that fails fails
+ * the check the same way. Released when the scope closes.
  */
 const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
   const lease = yield* Lease
-  const state = yield* Ref.make<"held" | "lost" | RedisError>("held")
+  const state = yield* Ref.make<LeaseState>("held")
+  // Lost is final: a check that found the lease ours a moment ago must not undo a later renewal's "lost".
+  const learn = (next: LeaseState) => Ref.update(state, (now) => now === "lost" ? now : next)
+  const annotated = Effect.annotateLogs({ lease: handle.name })
   const renewEvery = Duration.divideUnsafe(handle.ttl, 3)
-  const renewal = lease.renew(handle).pipe(
+  /** Compare-and-extend, retried on `renewalRetry`: true while ours, false once lost; records either. */
+  const renewed = lease.renew(handle).pipe(
     Effect.retry(renewalRetry),
-    Effect.matchEffect({
-      onFailure: (error) =>
-        Effect.as(
-          Effect.andThen(
-            Ref.set(state, error),
-            Effect.logWarning("Exclusive lease renewal failed; writing nothing until it is renewed", error).pipe(
-              Effect.annotateLogs({ lease: handle.name })
-            )
-          ),
-          true
-        ),
-      onSuccess: (renewed) =>
-        renewed
-          ? Effect.as(Ref.set(state, "held"), true)
-          : Effect.as(
-            Effect.andThen(
-              Ref.set(state, "lost"),
-              Effect.logWarning("Exclusive lease lost").pipe(Effect.annotateLogs({ lease: handle.name }))
-            ),
-            false
+    Effect.tap((ours) =>
+      ours
+        ? learn("held")
+        : Effect.andThen(learn("lost"), Effect.logWarning("Exclusive lease lost").pipe(annotated))
+    )
+  )
+  const renewal = renewed.pipe(
+    Effect.catch((error) =>
+      Effect.as(
+        Effect.andThen(
+          learn(error),
+          Effect.logWarning("Exclusive lease renewal failed; the next check reads the lease again", error).pipe(
+            annotated
           )
-    })
+        ),
+        true
+      )
+    )
   )
   yield* renewal.pipe(
     Effect.delay(renewEvery),
@@ -176,25 +184,36 @@ const holdLease = Effect.fnUntraced(function*(handle: LeaseHandle) {
   )
   yield* Effect.addFinalizer(() => lease.release(handle).pipe(Effect.ignore))
   const fail = new LeaseLost({ lease: handle.name, epoch: handle.epoch })
+  /** After a renewal erred: renew again; ours → held, on with the run; not ours → lost; an error → the check fails. */
+  const reconfirm = renewed.pipe(
+    Effect.tapError((error) =>
+      Effect.andThen(
+        learn(error),
+        Effect.logWarning("Lease still unknown; writing nothing until it can be renewed", describeError(error))
+          .pipe(annotated)
+      )
+    ),
+    Effect.flatMap((ours) =>
+      ours ? Effect.logInfo("Exclusive lease renewed after a failed renewal").pipe(annotated) : fail
+    )
+  )
   const fence: Fence = {
     lease: handle.name,
     epoch: handle.epoch,
     check: Effect.gen(function*() {
       const now = yield* Ref.get(state)
       if (now === "lost") return yield* fail
-      if (now !== "held") return yield* now
+      if (now !== "held") return yield* reconfirm
       // A read that fails says nothing about who holds the lease: no write on an unknown lease.
       // The RedisError is transient, so the guard retries the run, whose first write checks again.
       const held = yield* lease.isHeld(handle).pipe(
         Effect.tapError((error) =>
           Effect.logWarning("Lease check failed; writing nothing until the lease can be read", describeError(error))
-            .pipe(
-              Effect.annotateLogs({ lease: handle.name })
-            )
+            .pipe(annotated)
         )
       )
       if (!held) {
-        yield* Ref.set(state, "lost")
+        yield* learn("lost")
         return yield* fail
       }
     })

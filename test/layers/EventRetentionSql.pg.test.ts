@@ -6,7 +6,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Logger } from "effect"
 import { SweeperConfig, TuningFromConfig } from "../../src/config/Config.ts"
 import { foldHistory, unfinishedRuns } from "../../src/domain/BatchState.ts"
 import type { StoredEvent } from "../../src/domain/Events.ts"
@@ -16,6 +16,7 @@ import { EventRetentionSql, keptQuery, prunePageQuery } from "../../src/layers/p
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { PruneEvents } from "../../src/programs/PruneEvents.ts"
 import { EventLog } from "../../src/services/EventLog.ts"
+import { LockedRows } from "../../src/services/LockedRows.ts"
 import { MemoryBackends } from "../../src/supervisor/App.ts"
 import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { randomHistory, type SeedEvent } from "../support/eventHistory.ts"
@@ -166,6 +167,39 @@ layer(Platform, { excludeTestServices: true, timeout: "60 seconds" })("EventRete
       assert.strictEqual((again.summary as { pruned: number; skippedLocked: number }).pruned, 3)
       assert.strictEqual((again.summary as { skippedLocked: number }).skippedLocked, 0)
       assert.deepStrictEqual((yield* all).filter((e) => e.type === "ExportJobFailed").map((e) => e.id), [101])
+    }))
+
+  it.effect("events held run after run: counted once per run however many pages meet them, warned about from the 3rd run, forgotten once pruned", () =>
+    Effect.gen(function*() {
+      yield* reset
+      const rows = yield* LockedRows
+      yield* rows.passed("prune-events", yield* rows.counted("prune-events"))
+      // 30 old repair events (ids 1–30) and one recent; 3 and 4, the oldest but two, held FOR UPDATE
+      // elsewhere: every page of 10 meets them again.
+      yield* insert(repairsAt([...Array.from({ length: 30 }, (_, i) => CUTOFF - 1000 + i), NOW_MS - DAY]))
+      const release = yield* holdLocks((other) => other`SELECT 1 FROM sweeper_events WHERE id IN (3, 4) FOR UPDATE`)
+      const warnings: Array<[unknown, unknown]> = []
+      const collector = Logger.make((options) => {
+        const message = Array.isArray(options.message) ? options.message : [options.message]
+        if (options.logLevel !== "Warn" || !String(message[0]).includes("run after run")) return
+        warnings.push([message[1]?.event_id, message[1]?.runs])
+      })
+      const held: Array<unknown> = []
+      for (let run = 1; run <= 3; run++) {
+        const result = yield* prune().pipe(
+          Effect.provideService(PrunePageSize, 10),
+          Effect.provide(Logger.layer([collector]))
+        )
+        assert.strictEqual(result.outcome, "succeeded", result.error)
+        held.push((result.summary as { skippedLocked: number }).skippedLocked)
+      }
+      assert.deepStrictEqual(held, [2, 2, 2])
+      assert.deepStrictEqual(warnings, [[3, 3], [4, 3]])
+      assert.deepStrictEqual([...(yield* rows.counted("prune-events"))].sort(), ["3", "4"])
+      yield* release
+      const pruned = yield* prune().pipe(Effect.provideService(PrunePageSize, 10))
+      assert.strictEqual((pruned.summary as { pruned: number }).pruned, 2)
+      assert.deepStrictEqual(yield* rows.counted("prune-events"), [])
     }))
 
   it.effect("a stale fence (a newer holder has written) stops the prune before its first page: nothing deleted", () =>

@@ -127,9 +127,11 @@ describe("delete-stale-direct-uploads", () => {
         path: "state/1",
         outcome: "unconfigured"
       }])
-      assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.stream).sort(), [
-        "direct_upload:artifacts:gone",
-        "direct_upload:terraform_state:state/1"
+      // No object was deleted where no store is configured: its event says the entry alone went, and why.
+      const events = (yield* MemoryEvents).map((e) => [e.stream, e.type, e.data.reason])
+      assert.deepStrictEqual(events.sort(), [
+        ["direct_upload:artifacts:gone", "StaleDirectUploadDeleted", undefined],
+        ["direct_upload:terraform_state:state/1", "StaleDirectUploadEntryRemoved", "no object store"]
       ])
     }).pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.provide(MemoryPlatform())))
 

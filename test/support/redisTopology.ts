@@ -255,6 +255,19 @@ export const startCluster = (): Promise<RedisServers> => (cluster ??= startServe
     }
   }))
 
+/**
+ * One server of the caller's own for the current scope (stopped when it closes), for a test that
+ * makes Redis misbehave (a busy script, CONFIG SET) where other tests would feel it.
+ */
+export const privateServer = Effect.acquireRelease(
+  Effect.promise(() => startServers(1, async () => [])),
+  (servers) => Effect.promise(servers.stop)
+).pipe(
+  Effect.flatMap(({ ports: [port] }) =>
+    port === undefined ? Effect.die(new Error("no private redis-server started")) : Effect.succeed(port)
+  )
+)
+
 /** The URL list a Sweeper process takes for the test cluster (the seed-node form). */
 export const clusterUrl = (servers: RedisServers) => servers.ports.map((p) => `redis://127.0.0.1:${p}`).join(",")
 

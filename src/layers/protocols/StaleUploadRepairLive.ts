@@ -7,7 +7,7 @@ import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
 import type { Location, StaleUpload, StaleUploadOutcome } from "../../domain/DirectUpload.ts"
 import type { ObjectStorageError } from "../../domain/Errors.ts"
-import { StaleDirectUploadDeleted } from "../../domain/Events.ts"
+import { StaleDirectUploadDeleted, StaleDirectUploadEntryRemoved } from "../../domain/Events.ts"
 import { EventLog } from "../../services/EventLog.ts"
 import { ObjectStorage } from "../../services/ObjectStorage.ts"
 import { PendingDirectUploads } from "../../services/PendingDirectUploads.ts"
@@ -64,10 +64,13 @@ const repairWith = (
       })
     }
     // Deleted, already missing, or a location without a store: each recorded, its entry removed.
+    // Without a store no object was touched: that event says the entry alone went.
     const ours = uploads.flatMap((_, i) => typeof results[i] === "string" && results[i] !== "vanished" ? [i] : [])
     yield* events.appendAll(ours.map((i) => {
       const { location, path, preparedAt } = uploads[i]!
-      return new StaleDirectUploadDeleted({ location, path, preparedAt })
+      return results[i] === "unconfigured"
+        ? new StaleDirectUploadEntryRemoved({ location, path, preparedAt, reason: "no object store" })
+        : new StaleDirectUploadDeleted({ location, path, preparedAt })
     }))
     yield* pending.removeUnchanged(ours.map((i) => ({ field: uploads[i]!.field, value: uploads[i]!.value })))
     return results
