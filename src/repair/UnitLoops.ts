@@ -1,0 +1,185 @@
+/**
+ * The sources of units a program's loop walks, each the repair loop's bookkeeping
+ * (`loopBookkeeping` in LoopBookkeeping.ts) plus how its units are found: keyset pages with read-ahead,
+ * a write repeated until it changes nothing, scan steps that grow, a list.
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import { type Counts, loopBookkeeping, type Unit } from "./LoopBookkeeping.ts"
+
+/**
+ * Keyset pages with read-ahead: the next page is read (on another pooled connection) while the
+ * current one is written; a short page is the last. `revisit` is housekeeping after commit, walked
+ * one page behind (see DropCancelingBuilds): each committed page start is walked twice, and the
+ * walk's failure fails nothing.
+ */
+export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  readonly size: number
+  readonly read: (after: Option.Option<Cur>) => Effect.Effect<ReadonlyArray<A>, E2, R2>
+  readonly cursor: (a: A) => Cur
+  readonly revisit?: ((after: Option.Option<Cur>) => Effect.Effect<void, unknown, R2>) | undefined
+  readonly unit: Unit<ReadonlyArray<A>, A, C, E, R>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* loopBookkeeping(options.batch, options.budget, options.initial)
+    const revisit = (after: Option.Option<Cur>) =>
+      options.revisit === undefined ? Effect.void : options.revisit(after).pipe(Effect.ignore)
+    let pageAfter = Option.none<Cur>()
+    let committed: ReadonlyArray<Option.Option<Cur>> = []
+    let page = yield* options.read(Option.none())
+    while (page.length > 0 && (yield* loop.before)) {
+      const upTo = options.cursor(page[page.length - 1]!)
+      const next = page.length < options.size ? Effect.succeed<ReadonlyArray<A>>([]) : options.read(Option.some(upTo))
+      // The read writes nothing (no fence needed), its rows are strictly after this page in keyset
+      // order, and each row's guard is checked again when its own page is written. Before it, the
+      // same fiber revisits the page two before (committed before this write began). If the write
+      // fails, the read is interrupted with it.
+      const ahead = loop.run.dryRun || committed.length === 0 ? next : Effect.andThen(revisit(committed[0]!), next)
+      const [done, nextPage] = yield* Effect.all([loop.unit(options.unit, page), ahead], {
+        concurrency: loop.run.dryRun ? 1 : 2
+      })
+      if (!loop.run.dryRun) {
+        committed = [...committed, pageAfter].slice(-2)
+        pageAfter = Option.some(upTo)
+      }
+      page = nextPage
+      if (!(yield* loop.after(done))) break
+    }
+    // The last pages written have not been walked twice yet.
+    if (committed.length > 0) yield* revisit(committed[0]!)
+    return yield* loop.result
+  })
+
+/** Whether a unit's committed counts changed anything (a positive count, a non-empty list, a true). */
+const changedAnything = (committed: Counts) =>
+  Object.values(committed).some((v) => typeof v === "number" ? v > 0 : Array.isArray(v) ? v.length > 0 : v === true)
+
+/**
+ * Units from a repeated write until it reports that nothing is left (`more`), e.g. a page deleted
+ * by one statement with no cursor of its own. A unit that changed nothing twice ends it.
+ */
+export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  /** One unit: write and commit; true while more may be left. */
+  readonly write: (commit: (counts: C) => Effect.Effect<void>) => Effect.Effect<boolean, E, R>
+  /** A dry run's one unit: what the writes would count, without writing. */
+  readonly dry: Effect.Effect<C, E2, R2>
+  /** false when the write checks the fence in its own transaction; default true. */
+  readonly fence?: boolean | undefined
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* loopBookkeeping(options.batch, options.budget, options.initial)
+    if (loop.run.dryRun) {
+      if (yield* loop.before) loop.fold(yield* options.dry)
+      return yield* loop.result
+    }
+    // Set by each write: a field, so the loop's condition visibly reads state the unit changes.
+    const pending = { more: true }
+    const unit: Unit<ReadonlyArray<null>, null, C, E, R> = {
+      target: () => "",
+      dry: () => options.initial,
+      write: (_, commit) => Effect.map(options.write(commit), (m) => void (pending.more = m)),
+      fence: options.fence
+    }
+    let idle = false
+    while (pending.more && (yield* loop.before)) {
+      const done = yield* loop.unit(unit, [null])
+      // Said more is left but changed nothing, twice: repeating it would only spin.
+      if (!changedAnything(done) && idle) {
+        yield* Effect.logWarning("Stopped a repeated write that made no progress twice").pipe(
+          Effect.annotateLogs({ batch: options.batch })
+        )
+        break
+      }
+      idle = !changedAnything(done)
+      if (!pending.more) loop.fold(done)
+      else if (!(yield* loop.after(done))) break
+    }
+    return yield* loop.result
+  })
+
+/** What `growingSteps` grows by: the first step, the factor, the cap (a page). */
+export interface Growth {
+  readonly first: number
+  readonly factor: number
+  readonly max: number
+}
+
+/**
+ * A scan's pages cut into steps that grow (first, ×factor, … capped by `max` and by what the time
+ * per item so far says still fits the budget), the budget checked after each: `--budget 0s`
+ * handles exactly `first` items, and a run overshoots by at most about one step.
+ */
+export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  readonly source: Stream.Stream<In, E2, R2>
+  readonly growth: Growth
+  readonly unit: Unit<ReadonlyArray<In>, T, C, E, R>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* loopBookkeeping(options.batch, options.budget, options.initial)
+    let step = options.growth.first
+    let handled = 0
+    const handlePage = (page: ReadonlyArray<In>) =>
+      Effect.gen(function*() {
+        for (let offset = 0; offset < page.length;) {
+          if (!(yield* loop.before)) return false
+          const slice = page.slice(offset, offset + step)
+          offset += slice.length
+          const done = yield* loop.unit(options.unit, slice)
+          handled += slice.length
+          if (!(yield* loop.after(done))) return false
+          step = Math.max(
+            1,
+            Math.min(
+              step * options.growth.factor,
+              yield* loop.clock.fits(handled, yield* loop.heldMillis),
+              options.growth.max
+            )
+          )
+        }
+        return true
+      })
+    yield* Stream.runForEachWhile(Stream.chunks(options.source), handlePage)
+    return yield* loop.result
+  })
+
+/**
+ * A list of units (slices of ids, pushes of one kind), `concurrency` at a time; totals fold in
+ * list order whatever order they finish in. Once one unit finds the gate shut or the budget spent,
+ * the units not yet started are not started.
+ */
+export const each = <In, T, C extends Counts, E, R>(options: {
+  readonly batch: string
+  readonly budget: Duration.Duration
+  readonly initial: C
+  readonly inputs: ReadonlyArray<In>
+  readonly concurrency?: number | undefined
+  readonly unit: Unit<In, T, C, E, R>
+}) =>
+  Effect.gen(function*() {
+    const loop = yield* loopBookkeeping(options.batch, options.budget, options.initial)
+    let stopped = false
+    const done = yield* Effect.forEach(options.inputs, (input) =>
+      Effect.gen(function*() {
+        if (stopped || !(yield* loop.before)) {
+          stopped = true
+          return Option.none<Counts>()
+        }
+        const committed = yield* loop.unit(options.unit, input)
+        if (yield* loop.clock.spent) stopped = true
+        return Option.some(committed)
+      }), { concurrency: loop.run.dryRun ? 1 : (options.concurrency ?? 1) })
+    for (const committed of done) if (Option.isSome(committed)) loop.fold(committed.value)
+    if (stopped && loop.run.dryRun === false && (yield* loop.clock.spent)) loop.setStop("budget")
+    return yield* loop.result
+  })
