@@ -82,7 +82,9 @@ const renewalRefusedPastItsRetries = (afterOutage: (direct: IORedis, key: string
       Effect.andThen(Effect.sync(() => void blocker.eval("while true do end", 0).catch(() => undefined))),
       Effect.andThen(Deferred.await(gaveUp)),
       Effect.andThen(Effect.promise(() => direct.script("KILL"))),
-      Effect.andThen(Effect.promise(() => afterOutage(direct, key))),
+      // SCRIPT KILL answers before the script has stopped: on a loaded machine the next command can
+      // still be answered BUSY, so it is repeated until the server takes it.
+      Effect.andThen(Effect.promise(() => untilNotBusy(() => afterOutage(direct, key)))),
       Effect.andThen(Deferred.succeed(go, undefined))
     )
     const [result] = yield* Effect.all([
@@ -93,6 +95,18 @@ const renewalRefusedPastItsRetries = (afterOutage: (direct: IORedis, key: string
     ], { concurrency: 2 })
     return result
   })
+
+/** `command` again while the server answers BUSY (at most 10 s). */
+const untilNotBusy = async <A>(command: () => Promise<A>): Promise<A> => {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await command()
+    } catch (error) {
+      if (attempt >= 200 || !String(error).includes("BUSY")) throw error
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+}
 
 /** The run's events by type. */
 const types = Effect.map(MemoryEvents, (events) => events.map((e) => e.type))
