@@ -76,7 +76,24 @@ describe("Beside GitLab's schema", () => {
 
           const applied = yield* migrate
           // Sweeper's own transactional migrations (never the platform tables), then its online steps.
-          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [2, 3, 4, 5, 6, 8, 9, 10, 11, 4, 4, 5, 6, 6, 12, 12])
+          assert.deepStrictEqual(applied.map(([id]) => Number(id)), [
+            2,
+            3,
+            4,
+            5,
+            6,
+            8,
+            9,
+            10,
+            11,
+            4,
+            4,
+            5,
+            6,
+            6,
+            12,
+            12
+          ])
           assert.deepStrictEqual(yield* migrate, [])
           const isSweepers = (row: { tablename: string }) => row.tablename.startsWith("sweeper_")
           assert.deepStrictEqual((yield* allIndexes).filter((r) => !isSweepers(r)), indexesBefore)
