@@ -91,6 +91,8 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     cursor: cursorOf,
     revisit: (after) => builds.revisitWritten({ cutoff, after }),
     unit: {
+      // The page read is what the write drops (its guard re-checks each row).
+      plan: Effect.succeed,
       target: (build) => `build:${build.id}`,
       propose: yield* cancelingProposal,
       dry: (page) => ({ dropped: page.length, doomed: 0, skippedLocked: 0 }),

@@ -35,8 +35,8 @@ export interface LoopResult<C extends Counts> extends Held {
 
 /** One unit of work as a program writes it: what it would change, and how to change it. */
 export interface Unit<In, T, C extends Counts, E, R> {
-  /** Reads and decides; never writes. Default: the input is the targets. */
-  readonly plan?: ((input: In) => Effect.Effect<ReadonlyArray<T>, E, R>) | undefined
+  /** Reads and decides; never writes. `Effect.succeed` when the input already is the targets. */
+  readonly plan: (input: In) => Effect.Effect<ReadonlyArray<T>, E, R>
   /** A dry run's stream for `wouldChange` (e.g. `build:123`). */
   readonly target: (t: T) => string
   /**
@@ -136,7 +136,7 @@ export const loopBookkeeping = Effect.fnUntraced(
     /** One unit: plan, dry run or fence + write; its commits folded in order. Returns what it committed. */
     const unit = <In, T, E, R>(spec: Unit<In, T, C, E, R>, input: In) =>
       Effect.gen(function*() {
-        const targets = spec.plan === undefined ? input as unknown as ReadonlyArray<T> : yield* spec.plan(input)
+        const targets = yield* spec.plan(input)
         let committed: Counts = {}
         if (run.dryRun) {
           for (const t of targets) yield* wouldChange(spec.target(t), spec.propose?.(t))

@@ -28,7 +28,7 @@
  * Lease contracts), so programs may import it as they import those.
  */
 export { leasedPasses, type Next, passes, underLease } from "./Cadence.ts"
-export { isolatedEach, type KeyFailure } from "./IsolatedKeys.ts"
+export { isolatedEach, isolatedEachWith, type KeyFailure } from "./IsolatedKeys.ts"
 export {
   type Budget,
   budget,

@@ -106,6 +106,7 @@ export const dropStuckRule = (batch: string, budget: Duration.Duration, rule: St
       read,
       cursor: cursorOf,
       unit: {
+        plan: Effect.succeed,
         target: (build) => `build:${build.id}`,
         // A build waiting for its runner's acknowledgement is left alone: nothing to propose.
         propose: (build) =>

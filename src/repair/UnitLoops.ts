@@ -3,6 +3,7 @@
  * (`loopBookkeeping` in LoopBookkeeping.ts) plus how its units are found: keyset pages with read-ahead,
  * a write repeated until it changes nothing, scan steps that grow, a list.
  */
+import * as Arr from "effect/Array"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -32,14 +33,15 @@ export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
     let pageAfter = Option.none<Cur>()
     let committed: ReadonlyArray<Option.Option<Cur>> = []
     let page = yield* options.read(Option.none())
-    while (page.length > 0 && (yield* loop.before)) {
-      const upTo = options.cursor(page[page.length - 1]!)
+    while (Arr.isReadonlyArrayNonEmpty(page) && (yield* loop.before)) {
+      const upTo = options.cursor(Arr.lastNonEmpty(page))
       const next = page.length < options.size ? Effect.succeed<ReadonlyArray<A>>([]) : options.read(Option.some(upTo))
       // The read writes nothing (no fence needed), its rows are strictly after this page in keyset
       // order, and each row's guard is checked again when its own page is written. Before it, the
       // same fiber revisits the page two before (committed before this write began). If the write
       // fails, the read is interrupted with it.
-      const ahead = loop.run.dryRun || committed.length === 0 ? next : Effect.andThen(revisit(committed[0]!), next)
+      const twoBefore = Arr.head(committed)
+      const ahead = loop.run.dryRun || Option.isNone(twoBefore) ? next : Effect.andThen(revisit(twoBefore.value), next)
       const [done, nextPage] = yield* Effect.all([loop.unit(options.unit, page), ahead], {
         concurrency: loop.run.dryRun ? 1 : 2
       })
@@ -51,7 +53,8 @@ export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
       if (!(yield* loop.after(done))) break
     }
     // The last pages written have not been walked twice yet.
-    if (committed.length > 0) yield* revisit(committed[0]!)
+    const unwalked = Arr.head(committed)
+    if (Option.isSome(unwalked)) yield* revisit(unwalked.value)
     return yield* loop.result
   })
 
@@ -83,6 +86,7 @@ export const repeatUntilDone = <C extends Counts, E, R, E2, R2>(options: {
     // Set by each write: a field, so the loop's condition visibly reads state the unit changes.
     const pending = { more: true }
     const unit: Unit<ReadonlyArray<null>, null, C, E, R> = {
+      plan: Effect.succeed,
       target: () => "",
       dry: () => options.initial,
       write: (_, commit) => Effect.map(options.write(commit), (m) => void (pending.more = m)),

@@ -3,7 +3,15 @@ import { Clock, Duration, Effect, Exit, Fiber, Logger, Option, References, Strea
 import { TestClock } from "effect/testing"
 import { CurrentRun, type RunInfo } from "../../src/domain/Batch.ts"
 import { WrongTypeKey } from "../../src/domain/Errors.ts"
-import { each, growingSteps, isolatedEach, keysetPages, passes, repeatUntilDone } from "../../src/repair/RepairLoop.ts"
+import {
+  each,
+  growingSteps,
+  isolatedEach,
+  isolatedEachWith,
+  keysetPages,
+  passes,
+  repeatUntilDone
+} from "../../src/repair/RepairLoop.ts"
 import { type GateVerdict, HealthGate, openGate } from "../../src/services/HealthGate.ts"
 
 const bare: RunInfo = { runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() }
@@ -26,7 +34,7 @@ describe("repair loop", () => {
   it.effect("isolatedEach: a failure the caller isolates is reported with its key, the others' results kept", () =>
     Effect.gen(function*() {
       const logged: Array<string> = []
-      const result = yield* isolatedEach(
+      const result = yield* isolatedEachWith(
         ["a", "bad", "c"],
         (key) => key === "bad" ? Effect.fail({ _tag: "Permanent" as const, key }) : Effect.succeed(key.toUpperCase()),
         {
@@ -79,7 +87,7 @@ describe("repair loop", () => {
       const ran: Array<string> = []
       const logged: Array<string> = []
       const exit = yield* Effect.exit(
-        isolatedEach(
+        isolatedEachWith(
           ["boom", "b", "c"],
           (key) => key === "boom" ? Effect.fail("transient") : Effect.sync(() => void ran.push(key)),
           {
@@ -133,6 +141,7 @@ describe("repair loop", () => {
         source: Stream.fromIterable(Array.from({ length: 10_000 }, (_, i) => i)).pipe(Stream.rechunk(5000)),
         growth: { first: 1, factor: 8, max: 5000 },
         unit: {
+          plan: Effect.succeed,
           target: String,
           dry: () => ({ seen: 0 }),
           fence: false,
@@ -156,6 +165,7 @@ describe("repair loop", () => {
         source: Stream.fromIterable(Array.from({ length: 5000 }, (_, i) => i)).pipe(Stream.rechunk(5000)),
         growth: { first: 1, factor: 8, max: 5000 },
         unit: {
+          plan: Effect.succeed,
           target: String,
           dry: () => ({ seen: 0 }),
           fence: false,
@@ -191,6 +201,7 @@ describe("repair loop", () => {
         source: Stream.fromIterable(Array.from({ length: 10_000 }, (_, i) => i)).pipe(Stream.rechunk(5000)),
         growth: { first: 1, factor: 8, max: 5000 },
         unit: {
+          plan: Effect.succeed,
           target: String,
           dry: () => ({ seen: 0 }),
           fence: false,
@@ -269,6 +280,7 @@ describe("repair loop", () => {
         cursor: (id) => id,
         revisit: () => Effect.die("a dry run revisits nothing"),
         unit: {
+          plan: Effect.succeed,
           target: (id) => `build:${id}`,
           dry: (page) => ({ dropped: page.length }),
           write: () => Effect.die("a dry run writes nothing")
@@ -288,6 +300,7 @@ describe("repair loop", () => {
         initial: { written: 0 },
         inputs: [[1], [2], [3], [4]],
         unit: {
+          plan: Effect.succeed,
           target: String,
           dry: () => ({ written: 0 }),
           fence: false,
@@ -312,7 +325,7 @@ describe("repair loop", () => {
         budget: Duration.seconds(10),
         initial: {},
         inputs: [],
-        unit: { target: String, dry: () => ({}), write: () => Effect.void }
+        unit: { plan: Effect.succeed, target: String, dry: () => ({}), write: () => Effect.void }
       })
       assert.strictEqual(result.heldMs, 0)
       assert.deepStrictEqual(result.heldBy, [])
