@@ -32,6 +32,8 @@ export const parseBytes = (text: string): Option.Option<number> =>
   Option.map(ByteSize.fromString(text.trim()), (size) => Number(ByteSize.toBigInt(size)))
 
 const RELATIVE = /^\s*(\d+(?:\.\d+)?)\s*x\s*$/
+/** The operators COMPARISON's first group matches, as `Comparison`. */
+const isComparison: (u: unknown) => u is Comparison = Schema.is(Schema.Literals(["<", "<=", ">", ">="]))
 const COMPARISON = /^\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*$/i
 
 const above = (value: number, text: string): Threshold => ({ op: ">", bound: { _tag: "Absolute", value }, text })
@@ -68,9 +70,10 @@ const duration = (path: string, text: string): Parsed<number> =>
 
 const comparison = (path: string, text: string): Parsed<Threshold> => {
   const match = COMPARISON.exec(text)
-  if (match === null) return bad(path, `a comparison like "< 0.99" or ">= 0.995"`, text)
+  const op = match?.[1]
+  if (match === null || !isComparison(op)) return bad(path, `a comparison like "< 0.99" or ">= 0.995"`, text)
   return Result.succeed({
-    op: match[1] as Comparison,
+    op,
     bound: { _tag: "Absolute", value: Number(match[2]) },
     text: text.trim()
   })

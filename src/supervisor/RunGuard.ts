@@ -16,6 +16,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
 import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
 import { randomUUID } from "node:crypto"
@@ -437,8 +438,10 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
       if (Exit.isSuccess(exit) && shadow && Option.isSome(exit.value)) {
         const now = DateTime.toDateUtc(yield* DateTime.now)
         const tally = yield* Effect.exit(shadowStep(batch.name, runId, proposals, now))
+        // A program's summary is an object; the shadow tally is added beside its fields.
+        const summary = Predicate.isObjectKeyword(exit.value.value) ? exit.value.value : {}
         return Exit.isSuccess(tally)
-          ? yield* finish("succeeded", { ...(exit.value.value as object), shadow: tally.value })
+          ? yield* finish("succeeded", { ...summary, shadow: tally.value })
           : yield* finish("failed", exit.value.value, { reason: "shadow ledger", error: describe(tally.cause) })
       }
       if (Exit.isSuccess(exit)) {

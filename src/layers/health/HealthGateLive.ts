@@ -44,7 +44,7 @@ import * as SubscriptionRef from "effect/SubscriptionRef"
 import { CurrentRun } from "../../domain/Batch.ts"
 import type { DatabaseName } from "../../domain/Databases.ts"
 import { type HealthConfig, judge, type SignalRule } from "../../domain/Health.ts"
-import { HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
+import { type GateVerdict, HealthGate, type HealthGateShape } from "../../services/HealthGate.ts"
 import { HealthReport, type HealthSnapshot } from "../../services/HealthReport.ts"
 import { DatabaseSignals, HealthSignals } from "../../services/HealthSignals.ts"
 import { Metrics } from "../../services/Metrics.ts"
@@ -62,7 +62,7 @@ export interface GateOptions {
   readonly concurrencyLimits: Readonly<Record<string, { readonly limit: number; readonly queue: string }>>
 }
 
-const PROCEED = { proceed: true, heldMs: 0, heldBy: [] as ReadonlyArray<string> }
+const PROCEED: GateVerdict = { proceed: true, heldMs: 0, heldBy: [] }
 
 /** The gate and its report, over HealthSignals and EventLog; its sampler lives as long as the layer. */
 export const makeHealthGate = (options: GateOptions) =>

@@ -57,7 +57,7 @@ export const sharedReads = (state: SamplerState, readers: SignalReaders) =>
         database,
         yield* Effect.cached(
           tables.length === 0
-            ? Effect.succeed([] as ReadonlyArray<string>)
+            ? Effect.succeed<ReadonlyArray<string>>([])
             : readers.signalsOf(database).vacuuming(tables)
         )
       )
