@@ -10,7 +10,8 @@
  *   readings, open/close holds, write their events ──succeed(Deferred)──▶ waiter
  *
  * What the actor holds is published in a SubscriptionRef after every request, so the report reads
- * a snapshot instead of reaching into the actor's maps.
+ * a snapshot instead of reaching into the actor's maps. Its requests, replies and view are in
+ * GateActorProtocol.ts.
  */
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -29,7 +30,6 @@ import {
   formatValue,
   type HealthConfig,
   heldDisplay,
-  holdText,
   judge,
   type Reading,
   type SignalRule,
@@ -41,7 +41,6 @@ import {
 import * as Holds from "../../domain/HealthHolds.ts"
 import * as Ledger from "../../domain/HealthLedger.ts"
 import { EventLog } from "../../services/EventLog.ts"
-import type { HoldReport, ThrottleReport } from "../../services/HealthReport.ts"
 import {
   concurrencyLimitEffectiveLimit,
   increment,
@@ -50,6 +49,7 @@ import {
   repairHeldSecondsTotal,
   setGauge
 } from "../../services/Metrics.ts"
+import { type ActorView, type AskReply, type GateActor, holdReport, type Request } from "./GateActorProtocol.ts"
 import { type GateBatches, signalLabels } from "./HealthGateBatches.ts"
 import type { BatchReadings } from "./HealthSampler.ts"
 
@@ -64,109 +64,11 @@ export const EVENT_APPEND_TIMEOUT = Duration.seconds(5)
  */
 export const RECALL_EVENTS = 200
 
-/** What one ask of a run's waiter hears back. */
-export interface AskReply {
-  /** The signals holding the run after this check (opened now or kept). */
-  readonly holding: ReadonlyArray<string>
-  /** Some hold of the run is open. */
-  readonly held: boolean
-  /**
-   * The run's held time not reported by an earlier verdict, taken when this reply is the waiter's
-   * last (released, or its deadline passed); 0 otherwise.
-   */
-  readonly heldMs: number
-  /** The run's deadline has passed while held: the waiter's last reply. */
-  readonly pastDeadline: boolean
-}
-
-/** What the actor holds now, published after each request. */
-export interface ActorView {
-  readonly holds: ReadonlyArray<HoldReport>
-  readonly throttled: ReadonlyArray<ThrottleReport>
-}
-
-type Request =
-  | { readonly _tag: "Enter"; readonly run: string; readonly batch: string; readonly info: RunInfo }
-  | {
-    readonly _tag: "Ask"
-    readonly run: string
-    readonly batch: string
-    readonly rules: ReadonlyArray<SignalRule>
-    readonly deadlineMillis: number | undefined
-    readonly reply: Deferred.Deferred<AskReply>
-  }
-  | { readonly _tag: "Leave"; readonly run: string; readonly reply: Deferred.Deferred<void> }
-  | { readonly _tag: "Recall"; readonly batch: string }
-  | {
-    readonly _tag: "Throttle"
-    readonly batch: string
-    readonly worker: string
-    readonly limit: number
-    readonly dryRun: boolean
-    readonly reply: Deferred.Deferred<number>
-  }
-
-export interface GateActor {
-  /**
-   * A waiter of the run enters the gate (its holds then end only when the last waiter leaves). Put on
-   * the queue without waiting: the actor takes requests in order, so the waiter's asks come after it.
-   */
-  readonly enter: (run: string, batch: string, info: RunInfo) => Effect.Effect<void>
-  /** One check of the batch's rules against the run's holds, on the readings published now. */
-  readonly ask: (
-    run: string,
-    batch: string,
-    rules: ReadonlyArray<SignalRule>,
-    deadlineMillis: number | undefined
-  ) => Effect.Effect<AskReply>
-  /**
-   * A waiter leaves its run: the last one ends the holds still open (its deadline, an interruption).
-   * `wait`: return once the actor has done it (the holds it ends are written); an interrupted waiter
-   * only puts it on the queue.
-   */
-  readonly leave: (run: string, wait: boolean) => Effect.Effect<void>
-  /** concurrency-limit-resume's throttled limit for a pass (a dry run's moves nothing). */
-  readonly throttle: (batch: string, worker: string, limit: number, dryRun: boolean) => Effect.Effect<number>
-  readonly view: SubscriptionRef.SubscriptionRef<ActorView>
-  /** sweeper_repair_held and its seconds, and every effective limit, at rest from start-up. */
-  readonly seriesAtStart: Effect.Effect<void>
-}
-
 /** Events of a run the actor never saw enter (none in practice): written with no run id. */
 const NO_RUN: RunInfo = { runId: null, batch: null, dryRun: false, budget: Option.none(), fence: Option.none() }
 
 /** The key of a run's hold on a signal. */
 const holdKey = (run: string, signal: string) => `${run}\u0000${signal}`
-
-/** What the report says of a run's open hold. */
-const holdReport = (
-  batches: GateBatches,
-  rules: ReadonlyArray<SignalRule>,
-  batch: string,
-  signal: string,
-  hold: Holds.OpenHold
-): HoldReport => {
-  const rule = rules.find((r) => r.signal === signal)
-  const database = batches.databaseFor(signal, batch)
-  return {
-    batch,
-    signal,
-    ...(database === undefined ? {} : { database }),
-    value: hold.value,
-    display: hold.display,
-    threshold: hold.threshold,
-    since: new Date(hold.since).toISOString(),
-    text: holdText({
-      batch,
-      signal,
-      database,
-      display: hold.display,
-      threshold: hold.threshold,
-      prometheus: rule?.source._tag === "Prometheus",
-      since: hold.since
-    })
-  }
-}
 
 /** The actor, its fiber forked in the current scope: it answers as long as the scope lives. */
 export const makeGateActor = (options: {
