@@ -10,6 +10,7 @@
  * seconds, WAL rate in bytes per second, Redis memory as a used/max ratio, autovacuum as the number
  * of the batch's tables being vacuumed, a Prometheus rule in whatever its query returns.
  */
+import * as Arr from "effect/Array"
 import * as ByteSize from "effect/ByteSize"
 import * as Duration from "effect/Duration"
 import * as Option from "effect/Option"
@@ -119,8 +120,9 @@ export const BASELINE_WARMUP_SPAN = Duration.minutes(5)
 
 /** The median once warmed up (BASELINE_WARMUP_SAMPLES over BASELINE_WARMUP_SPAN), else None. */
 export const baselineOf = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
-  if (samples.length < BASELINE_WARMUP_SAMPLES) return Option.none()
-  if (samples[samples.length - 1]!.at - samples[0]!.at < Duration.toMillis(BASELINE_WARMUP_SPAN)) return Option.none()
+  if (!Arr.isReadonlyArrayNonEmpty(samples) || samples.length < BASELINE_WARMUP_SAMPLES) return Option.none()
+  const span = Arr.lastNonEmpty(samples).at - Arr.headNonEmpty(samples).at
+  if (span < Duration.toMillis(BASELINE_WARMUP_SPAN)) return Option.none()
   return median(samples)
 }
 
@@ -140,10 +142,13 @@ export const ruleBaseline = (rule: SignalRule, samples: ReadonlyArray<Sample>): 
 
 /** The median of the samples (None when there are none). */
 export const median = (samples: ReadonlyArray<Sample>): Option.Option<number> => {
-  if (samples.length === 0) return Option.none()
   const sorted = samples.map((sample) => sample.value).sort((a, b) => a - b)
   const mid = Math.floor(sorted.length / 2)
-  return Option.some(sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2)
+  const upper = sorted[mid]
+  const lower = sorted[mid - 1]
+  // No upper middle: no samples. An odd count has one middle; an even one, the mean of its two.
+  if (upper === undefined) return Option.none()
+  return Option.some(sorted.length % 2 === 1 || lower === undefined ? upper : (lower + upper) / 2)
 }
 
 /** The threshold as a number now (a relative one needs a baseline; None without one). */

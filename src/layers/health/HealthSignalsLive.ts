@@ -19,6 +19,7 @@
  * stuck sampler.
  */
 import { PgClient } from "@effect/sql-pg"
+import * as Arr from "effect/Array"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -104,10 +105,11 @@ export const promNumber = (body: unknown): { ok: number } | { error: string } =>
   } else if (resultType === "vector") {
     const series = Option.getOrUndefined(Schema.decodeUnknownOption(VectorResult)(result))
     if (series === undefined) return { error: "unexpected vector shape" }
-    if (series.length !== 1) {
+    const only = series.length === 1 ? series[0] : undefined
+    if (only === undefined) {
       return { error: `returned ${series.length} series, expected one (aggregate it, e.g. min(...))` }
     }
-    text = series[0]!.value[1]
+    text = only.value[1]
   } else {
     return { error: `returned a ${resultType}, expected one number` }
   }
@@ -198,7 +200,8 @@ export const HealthSignalsWith = Layer.effect(
         const rows = yield* sql<
           { position: number }
         >`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 AS position`
-        return rows[0]!.position
+        // One row always; none would be an unreadable position, never a crash of the round.
+        return (yield* Effect.fromOption(Arr.head(rows))).position
       })
     )
 
@@ -326,7 +329,7 @@ export const HealthSignalsWith = Layer.effect(
                (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser,
                pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS read_all,
                pg_is_in_recovery() AS in_recovery`
-        const row = rows[0]!
+        const row = yield* Effect.fromOption(Arr.head(rows))
         return {
           role: row.role,
           superuser: row.superuser,
