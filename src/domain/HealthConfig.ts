@@ -58,8 +58,8 @@ const rate = (path: string, text: string): Parsed<Bound> => {
     const factor = Number(relative[1])
     return factor > 0 ? Result.succeed({ _tag: "Relative", factor }) : bad(path, "a factor above 0", text)
   }
-  const perSecond = /^(.*)\/s$/.exec(text.trim())
-  const bytes = perSecond === null ? Option.none() : parseBytes(perSecond[1]!)
+  const perSecond = /^(.*)\/s$/.exec(text.trim())?.[1]
+  const bytes = perSecond === undefined ? Option.none() : parseBytes(perSecond)
   return Option.isSome(bytes)
     ? Result.succeed({ _tag: "Absolute", value: bytes.value })
     : bad(path, `a rate like "48MB/s" or a multiple of its median like "3x"`, text)

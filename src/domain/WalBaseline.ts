@@ -125,5 +125,6 @@ export const windowed = (
   window: Duration.Duration = BASELINE_WINDOW
 ): ReadonlyArray<Sample> => {
   const from = now - Duration.toMillis(window)
-  return samples.length === 0 || samples[0]!.at > from ? samples : samples.filter((sample) => sample.at > from)
+  const oldest = samples[0]
+  return oldest === undefined || oldest.at > from ? samples : samples.filter((sample) => sample.at > from)
 }
