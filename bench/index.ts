@@ -49,8 +49,10 @@ const positional = rest.filter((arg, i) =>
   !arg.startsWith("--") && (scaleAt < 0 || i !== scaleAt + 1) && (roundsAt < 0 || i !== roundsAt + 1)
 )
 const name = regressing && command === "regress" ? (positional[0] ?? "all") : positional[0]
-/** CI's smoke run: Sweeper and the raw baseline only (see RunOptions in support/compare.ts). */
+/** CI's smoke run: Sweeper and the raw baselines only (see RunOptions in support/compare.ts). */
 const perRecord = !args.includes("--no-per-record")
+/** regress: a `sweeper+gate` phase (the health gate configured and healthy) in every round too. */
+const gate = args.includes("--gate")
 
 const usage = () => {
   console.error(
@@ -58,7 +60,7 @@ const usage = () => {
       [...scenarios, "idle", "all"].join("|")
     }> [--scale small|full] [--no-per-record]\n       npm run bench -- <${
       details.join("|")
-    }>\n       npm run bench -- regress [<scenario>|all] [--scale full|small] [--rounds N]\n       npm run bench -- compare [<before.json> <after.json>]`
+    }>\n       npm run bench -- regress [<scenario>|all] [--scale full|small] [--rounds N] [--gate]\n       npm run bench -- compare [<before.json> <after.json>]`
   )
   process.exit(2)
 }
@@ -81,7 +83,7 @@ if (command === "compare") {
   const program = Effect.gen(function*() {
     const figures = []
     for (const scenarioName of name === "all" ? scenarios : [name]) {
-      figures.push(yield* regressScenario(yield* loadScenario(scenarioName), scale, rounds))
+      figures.push(yield* regressScenario(yield* loadScenario(scenarioName), scale, rounds, { gate }))
     }
     const results = regressResults(scale, rounds, figures)
     console.log(`\n${regressTable(results)}\n`)

@@ -2,17 +2,25 @@
  * concurrency-limit-resume with limit 0 (unlimited): one worker's deferred list holds GitLab's
  * `{args, context, buffered_at}` elements; all of them go back to its Sidekiq queue.
  *   raw        a Lua script that pops 5000 elements and pushes the Sidekiq jobs it builds with cjson,
- *              called until the list is empty (the issue's "Lua move building Sidekiq jobs")
+ *              called until the list is empty (the issue's "Lua move building Sidekiq jobs"), each
+ *              call followed by one INSERT of its ConcurrencyLimitJobsResumed row: Sweeper writes one
+ *              per move (the journaled move's: `{worker, queue, count, limit, jids}`), not one per
+ *              job, so the raw baseline does the same. It checks it wrote one row per call that
+ *              moved jobs and that their counts sum to the jobs queued.
+ *   raw-no-ledger  the script alone (the baseline before 2026-11-26 late)
  *   per-record GitLab's loop: LPOP one element, build its job, LPUSH it — two round trips a job
  * Repaired = jobs in queue:default afterwards.
  */
+import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect } from "effect"
+import { performance } from "node:perf_hooks"
 import { workerKeys } from "../../src/domain/ConcurrencyLimit.ts"
 import { queueKey } from "../../src/domain/Sidekiq.ts"
 import { ConcurrencyLimitResume } from "../../src/programs/ConcurrencyLimitResume.ts"
 import { seedDeferredJobs } from "../../src/simulator/Fixtures.ts"
 import type { PhaseContext, Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
+import { expectLedgerRows, rawRunId } from "../support/ledger.ts"
 import { runOnce } from "./platform.ts"
 
 interface Size {
@@ -47,6 +55,51 @@ end
 redis.call('SADD', KEYS[3], ARGV[3])
 return #items`
 
+// RAW_SCRIPT that also answers the jids it built, as a JSON array (empty list: nothing moved).
+const RAW_SCRIPT_JIDS = RAW_SCRIPT
+  .replace("if not items then return 0 end", "if not items then return '[]' end\nlocal jids = {}")
+  .replace(
+    "redis.call('LPUSH', KEYS[2], cjson.encode(job))",
+    "jids[i] = job.jid\n  redis.call('LPUSH', KEYS[2], cjson.encode(job))"
+  )
+  .replace("return #items", "return cjson.encode(jids)")
+
+/**
+ * The raw limit: RAW_SCRIPT called until the list is empty; with `ledger`, after each call one
+ * INSERT of its ConcurrencyLimitJobsResumed row (the row Sweeper's journaled move writes per move:
+ * stream `concurrency_limit:<worker>`, `{worker, queue, count, limit: 0, jids}`, a run id), the jids
+ * the script answered passed through as jsonb. No journal, reservation, marker or lease.
+ */
+const rawMove = (ledger: boolean) => (context: PhaseContext) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const runId = rawRunId()
+    let moves = 0
+    let events = 0
+    const start = performance.now()
+    while (true) {
+      const call = moves++
+      const args = [keys.deferred, queueKey(QUEUE), "queues", RAW_MOVE, WORKER, QUEUE, Date.now() / 1000, `raw-${call}`]
+      if (!ledger) {
+        const moved = yield* Effect.promise(() => context.redis.eval(RAW_SCRIPT, 3, ...args) as Promise<number>)
+        if (moved === 0) break
+        continue
+      }
+      const jids = yield* Effect.promise(() => context.redis.eval(RAW_SCRIPT_JIDS, 3, ...args) as Promise<string>)
+      if (jids === "[]") break
+      events++
+      yield* sql`INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+        SELECT ${`concurrency_limit:${WORKER}`}, 'ConcurrencyLimitJobsResumed', jsonb_build_object(
+            'worker', ${WORKER}::text, 'queue', ${QUEUE}::text, 'count', jsonb_array_length(j), 'limit', 0, 'jids', j),
+          ${runId}::uuid, now()
+        FROM (SELECT ${jids}::jsonb AS j) AS moved`
+    }
+    const seconds = (performance.now() - start) / 1000
+    const repaired = yield* queued(context)
+    if (ledger) yield* expectLedgerRows("ConcurrencyLimitJobsResumed", events, repaired)
+    return { repaired, seconds, notes: { scriptCalls: moves, events } }
+  })
+
 export const scenario: Scenario<Size> = {
   name: "concurrency-limit-resume",
   description: "deferred jobs of a throttled worker with limit 0 moved back to its queue",
@@ -67,29 +120,8 @@ export const scenario: Scenario<Size> = {
       return { repaired: yield* queued(context), seconds, notes: { resumedJobs: Number(summary.resumedJobs ?? 0) } }
     }),
 
-  raw: () => (context) =>
-    Effect.gen(function*() {
-      let moves = 0
-      yield* Effect.promise(async () => {
-        while (true) {
-          const moved = await context.redis.eval(
-            RAW_SCRIPT,
-            3,
-            keys.deferred,
-            queueKey(QUEUE),
-            "queues",
-            RAW_MOVE,
-            WORKER,
-            QUEUE,
-            Date.now() / 1000,
-            `raw-${moves}`
-          ) as number
-          moves++
-          if (moved === 0) break
-        }
-      })
-      return { repaired: yield* queued(context), notes: { scriptCalls: moves } }
-    }),
+  raw: () => rawMove(true),
+  rawNoLedger: () => rawMove(false),
 
   perRecord: () => (context) =>
     Effect.gen(function*() {

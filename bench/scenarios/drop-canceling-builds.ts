@@ -14,13 +14,14 @@
 import { PgClient } from "@effect/sql-pg"
 import { DateTime, Effect, Option } from "effect"
 import { performance } from "node:perf_hooks"
-import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX } from "../../src/domain/Build.ts"
+import { DROP_BATCH_SIZE, DROP_BATCH_SIZE_MAX, FailureReason } from "../../src/domain/Build.ts"
 import { queueKey, sidekiqJob } from "../../src/domain/Sidekiq.ts"
 import { stuckCancelingQuery } from "../../src/layers/postgres/BuildsSql.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { seedBuildsWithStuckCanceling } from "../../src/simulator/Fixtures.ts"
 import type { PhaseContext, Scenario } from "../support/compare.ts"
 import { fmt } from "../support/harness.ts"
+import { expectLedgerRows, rawRunId } from "../support/ledger.ts"
 import { runOnce, succeeded, withSweeper } from "./platform.ts"
 
 interface Size {
@@ -97,6 +98,50 @@ const settings = (): { readonly dropBatchSize?: number } => {
   return { dropBatchSize: size }
 }
 
+/**
+ * The raw limit: one guarded UPDATE of every stuck build with GitLab's queue-row DELETEs and (with
+ * `ledger`) the INSERT of each dropped build's BuildDropped row in the same statement, then the jobs
+ * LPUSHed in slices of 1000. The row is the one Sweeper's page statement writes
+ * (BuildsSql.buildEventFields under the default reason set: stream `build:<id>`, `{id, project_id,
+ * runner_id, pipeline_id when it has one, failure_reason: 3}`, a run id, the decision time).
+ */
+const rawDrop = (ledger: boolean) => (context: PhaseContext) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const runId = rawRunId()
+    const at = sql`${NOW}::timestamptz AT TIME ZONE 'UTC'`
+    const logged = ledger
+      ? sql`, logged AS (
+        INSERT INTO sweeper_events (stream, type, data, run_id, occurred_at)
+        SELECT 'build:' || id, 'BuildDropped', jsonb_build_object('id', id, 'project_id', project_id,
+            'runner_id', runner_id, 'failure_reason', ${FailureReason.stuck_or_timeout_failure}::int)
+          || CASE WHEN commit_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('pipeline_id', commit_id) END,
+          ${runId}::uuid, ${NOW}::timestamptz
+        FROM dropped ORDER BY id)`
+      : sql``
+    const start = performance.now()
+    const rows = yield* sql<{ id: string; pipeline_id: string | null }>`
+      WITH dropped AS (
+        UPDATE ci_builds SET status = 'failed', failure_reason = ${FailureReason.stuck_or_timeout_failure},
+          finished_at = ${at}, updated_at = ${at},
+          lock_version = lock_version + 1, processed = coalesce(retried, false)
+        WHERE status = 'canceling' AND type = 'Ci::Build'
+          AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
+          AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
+        RETURNING id, project_id, runner_id, commit_id),
+      unqueued AS (DELETE FROM ci_pending_builds q USING dropped d WHERE q.build_id = d.id),
+      untracked AS (DELETE FROM ci_running_builds q USING dropped d WHERE q.build_id = d.id)${logged}
+      SELECT id, commit_id AS pipeline_id FROM dropped`
+    yield* Effect.promise(() => pushJobs(context, jobsOf(rows)))
+    const seconds = (performance.now() - start) / 1000
+    const events = ledger ? yield* expectLedgerRows("BuildDropped", rows.length) : 0
+    // Not timed: what the first scan after a repair that leaves its dead index entries behind
+    // costs (the Sweeper phase revisits its pages; this one does not).
+    const first = yield* explainScan
+    const jobs = yield* Effect.promise(() => context.redis.llen(queueKey("default")))
+    return { repaired: rows.length, seconds, notes: { "first scan after": first, jobs, events } }
+  })
+
 export const scenario: Scenario<Size> = {
   name: "drop-canceling-builds",
   description: "builds stuck in canceling, failed with stuck_or_timeout_failure, their jobs pushed to Sidekiq",
@@ -121,29 +166,8 @@ export const scenario: Scenario<Size> = {
       }
     }),
 
-  raw: () => (context) =>
-    Effect.gen(function*() {
-      const sql = yield* PgClient.PgClient
-      const start = performance.now()
-      const rows = yield* sql<{ id: string; pipeline_id: string | null }>`
-        WITH dropped AS (
-          UPDATE ci_builds SET status = 'failed', failure_reason = 3,
-            finished_at = ${NOW}::timestamptz AT TIME ZONE 'UTC', updated_at = ${NOW}::timestamptz AT TIME ZONE 'UTC',
-            lock_version = lock_version + 1, processed = coalesce(retried, false)
-          WHERE status = 'canceling' AND type = 'Ci::Build'
-            AND created_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC' AND updated_at < ${CUTOFF}::timestamptz AT TIME ZONE 'UTC'
-          RETURNING id, commit_id),
-        unqueued AS (DELETE FROM ci_pending_builds q USING dropped d WHERE q.build_id = d.id),
-        untracked AS (DELETE FROM ci_running_builds q USING dropped d WHERE q.build_id = d.id)
-        SELECT id, commit_id AS pipeline_id FROM dropped`
-      yield* Effect.promise(() => pushJobs(context, jobsOf(rows)))
-      const seconds = (performance.now() - start) / 1000
-      // Not timed: what the first scan after a repair that leaves its dead index entries behind
-      // costs (the Sweeper phase revisits its pages; this one does not).
-      const first = yield* explainScan
-      const jobs = yield* Effect.promise(() => context.redis.llen(queueKey("default")))
-      return { repaired: rows.length, seconds, notes: { "first scan after": first, jobs } }
-    }),
+  raw: () => rawDrop(true),
+  rawNoLedger: () => rawDrop(false),
 
   perRecord: () => (context) =>
     Effect.gen(function*() {

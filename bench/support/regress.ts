@@ -1,9 +1,11 @@
 /**
  * The regression benchmark: `npm run bench -- regress [scenario|all] [--scale full|small]
- * [--rounds N]` repairs each scenario's data `rounds` times by Sweeper and by the raw baseline,
- * alternating (sweeper, raw, sweeper, raw, …: a load that comes and goes hits both sides alike),
- * each phase on freshly seeded data, and stores in bench/results/regress-<date>-<scale>.json every
- * round's rate for both sides and Sweeper / raw per round, with the medians, the spread the run
+ * [--rounds N] [--gate]` repairs each scenario's data `rounds` times by Sweeper, by the raw baseline
+ * (writing the same ledger rows) and by the raw baseline without the ledger, alternating (sweeper,
+ * raw, raw-no-ledger, sweeper, …: a load that comes and goes hits every side alike; `--gate` adds
+ * `sweeper+gate`, Sweeper with the health gate configured and healthy, after `raw`), each phase on
+ * freshly seeded data, and stores in bench/results/regress-<date>-<scale>.json every round's rate
+ * for every side and Sweeper / each baseline per round, with the medians, the spread the run
  * measured (its noise), the commit and the load average at each phase.
  *
  * `npm run bench -- compare [old.json new.json]` (default: the two newest regress files of the
@@ -15,7 +17,7 @@ import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { loadavg } from "node:os"
-import { machine, runPhase, type Scale, type Scenario } from "./compare.ts"
+import { machine, type RegressPhase, runPhase, type Scale, type Scenario } from "./compare.ts"
 import { fmt } from "./harness.ts"
 
 /** One side's rounds: records per second each round, their median and their spread. */
@@ -31,11 +33,24 @@ export interface RegressScenario {
   readonly size: string
   readonly stuck: number
   readonly sweeper: SideFigures
+  /**
+   * The raw baseline. With `rawWritesLedger` it writes the same ledger rows as Sweeper; files
+   * written before it did (no such field) hold the ledger-less baseline here.
+   */
   readonly raw: SideFigures
-  /** Sweeper / raw per round (the pair run back to back) and their median and spread. */
+  readonly rawWritesLedger?: true
+  /** Sweeper / raw per round (the phases of one round run back to back) and their median and spread. */
   readonly ratio: SideFigures
-  /** The 1-minute load average as each phase started, in run order (sweeper, raw, sweeper, …). */
+  /** The ledger-less raw baseline (`raw-no-ledger`) and Sweeper / it per round. */
+  readonly rawNoLedger?: SideFigures
+  readonly ratioNoLedger?: SideFigures
+  /** With `--gate`: Sweeper with the health gate configured and healthy, and it / raw per round. */
+  readonly gated?: SideFigures
+  readonly gatedRatio?: SideFigures
+  /** The 1-minute load average as each phase started, in run order (`phases` of each round in turn). */
   readonly load: ReadonlyArray<number>
+  /** The phases of a round, in the order they ran. */
+  readonly phases?: ReadonlyArray<RegressPhase>
 }
 
 export interface RegressResults {
@@ -71,31 +86,59 @@ const commit = () => {
   }
 }
 
-/** `rounds` alternations of Sweeper and the raw baseline on one scenario. */
-export const regressScenario = <Size>(scenario: Scenario<Size>, scale: Scale, rounds: number) =>
+/** The phases of one round: Sweeper, the raw baseline with and without the ledger, and with `gate` Sweeper gated. */
+export const regressPhases = (gate: boolean): ReadonlyArray<RegressPhase> =>
+  gate ? ["sweeper", "raw", "sweeper+gate", "raw-no-ledger"] : ["sweeper", "raw", "raw-no-ledger"]
+
+/**
+ * `rounds` alternations of the phases on one scenario, each on freshly seeded data, so a load that
+ * comes and goes hits every side alike. A phase that did not repair exactly the stuck records (or
+ * a raw phase that did not write its ledger rows) fails the run: its rate would mean nothing.
+ */
+export const regressScenario = <Size>(
+  scenario: Scenario<Size>,
+  scale: Scale,
+  rounds: number,
+  options: { readonly gate?: boolean } = {}
+) =>
   Effect.gen(function*() {
     const size = scenario.sizes[scale]
-    console.log(`\n${scenario.name} (${scale}, ${rounds} rounds): ${scenario.describeSize(size)}`)
-    const sweeper: Array<number> = []
-    const raw: Array<number> = []
+    const phases = regressPhases(options.gate === true)
+    console.log(`\n${scenario.name} (${scale}, ${rounds} rounds, ${phases.join(", ")}): ${scenario.describeSize(size)}`)
+    const rates = new Map<RegressPhase, Array<number>>(phases.map((phase) => [phase, []]))
     const load: Array<number> = []
     let stuck = 0
     for (let round = 0; round < rounds; round++) {
-      for (const [name, into] of [["sweeper", sweeper], ["raw", raw]] as const) {
+      for (const name of phases) {
         load.push(loadavg()[0]!)
         const figures = yield* runPhase(scenario, size, name)
         stuck = figures.stuck
-        into.push(figures.phase.perSecond)
+        if (figures.phase.repaired !== stuck) {
+          return yield* Effect.die(new Error(`${scenario.name}/${name} repaired ${figures.phase.repaired} of ${stuck}`))
+        }
+        rates.get(name)!.push(figures.phase.perSecond)
       }
     }
+    const sweeper = rates.get("sweeper")!
+    const raw = rates.get("raw")!
+    const rawNoLedger = rates.get("raw-no-ledger")!
+    const gated = rates.get("sweeper+gate")
     return {
       scenario: scenario.name,
       size: scenario.describeSize(size),
       stuck,
       sweeper: sideFigures(sweeper),
       raw: sideFigures(raw),
+      rawWritesLedger: true,
       ratio: sideFigures(sweeper.map((s, i) => s / raw[i]!)),
-      load
+      rawNoLedger: sideFigures(rawNoLedger),
+      ratioNoLedger: sideFigures(sweeper.map((s, i) => s / rawNoLedger[i]!)),
+      ...(gated === undefined ? {} : {
+        gated: sideFigures(gated),
+        gatedRatio: sideFigures(gated.map((g, i) => g / raw[i]!))
+      }),
+      load,
+      phases
     } satisfies RegressScenario
   })
 
@@ -109,24 +152,37 @@ export const writeRegress = (results: RegressResults) => {
   return file.pathname
 }
 
+const rate = (figures: SideFigures | undefined) =>
+  figures === undefined ? "–" : `${fmt(figures.median)}/s ±${pct(figures.spread / 2)}`
+const ratios = (figures: SideFigures | undefined) =>
+  figures === undefined
+    ? "–"
+    : `${figures.perSecond.map((r) => r.toFixed(2)).join(", ")} (**${figures.median.toFixed(2)}**)`
+
+/**
+ * The run as a table: each side's median rate (± half its spread), and Sweeper / raw per round with
+ * the median, against the raw baseline with the ledger, without it, and gated / raw.
+ */
 export const regressTable = (results: RegressResults) =>
   [
-    `| scenario | data | Sweeper (median, spread) | raw (median, spread) | Sweeper / raw per round | median | load |`,
-    "|---|---|---|---|---|---|---|",
-    ...results.scenarios.map((s) =>
-      `| ${s.scenario} | ${s.size} | ${fmt(s.sweeper.median)}/s ±${pct(s.sweeper.spread / 2)} | ${
-        fmt(s.raw.median)
-      }/s ±${pct(s.raw.spread / 2)} | ${s.ratio.perSecond.map((r) => r.toFixed(2)).join(", ")} | **${
-        s.ratio.median.toFixed(2)
-      }** | ${Math.min(...s.load).toFixed(1)}–${Math.max(...s.load).toFixed(1)} |`
-    )
+    "| scenario | data | Sweeper | raw (ledger) | raw, no ledger | Sweeper+gate | Sweeper / raw | " +
+    "Sweeper / raw no ledger | gated / raw | load |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+    ...results.scenarios.map((s) => {
+      const ledger = s.rawWritesLedger === true
+      return `| ${s.scenario} | ${s.size} | ${rate(s.sweeper)} | ${ledger ? rate(s.raw) : "–"} | ${
+        rate(ledger ? s.rawNoLedger : s.raw)
+      } | ${rate(s.gated)} | ${ledger ? ratios(s.ratio) : "–"} | ${ratios(ledger ? s.ratioNoLedger : s.ratio)} | ${
+        ratios(s.gatedRatio)
+      } | ${Math.min(...s.load).toFixed(1)}–${Math.max(...s.load).toFixed(1)} |`
+    })
   ].join("\n")
 
 const pct = (x: number) => `${(100 * x).toFixed(0)}%`
 
 /** What one figure did between two runs: moved (which way) or stayed within the noise. */
 export interface Movement {
-  readonly metric: "sweeper" | "raw" | "ratio"
+  readonly metric: "sweeper" | "raw" | "ratio" | "raw-no-ledger" | "ratio-no-ledger" | "sweeper+gate" | "gated-ratio"
   readonly before: number
   readonly after: number
   /** after / before − 1. */
@@ -150,17 +206,33 @@ export const movement = (metric: Movement["metric"], before: SideFigures, after:
   }
 }
 
+/**
+ * A run's baselines by what they do: `raw` only when it writes the ledger, `raw-no-ledger` the one
+ * that does not (a file from before the raw baseline wrote the ledger has it under `raw`), so a
+ * comparison never sets one baseline against the other.
+ */
+const baselines = (s: RegressScenario) =>
+  s.rawWritesLedger === true
+    ? { raw: s.raw, ratio: s.ratio, rawNoLedger: s.rawNoLedger, ratioNoLedger: s.ratioNoLedger }
+    : { raw: undefined, ratio: undefined, rawNoLedger: s.raw, ratioNoLedger: s.ratio }
+
 export const compareRegress = (before: RegressResults, after: RegressResults) =>
   after.scenarios.flatMap((s) => {
     const old = before.scenarios.find((o) => o.scenario === s.scenario && o.size === s.size)
     if (old === undefined) return []
+    const [was, now] = [baselines(old), baselines(s)]
+    const pairs: ReadonlyArray<readonly [Movement["metric"], SideFigures | undefined, SideFigures | undefined]> = [
+      ["sweeper", old.sweeper, s.sweeper],
+      ["raw", was.raw, now.raw],
+      ["ratio", was.ratio, now.ratio],
+      ["raw-no-ledger", was.rawNoLedger, now.rawNoLedger],
+      ["ratio-no-ledger", was.ratioNoLedger, now.ratioNoLedger],
+      ["sweeper+gate", old.gated, s.gated],
+      ["gated-ratio", old.gatedRatio, s.gatedRatio]
+    ]
     return [{
       scenario: s.scenario,
-      movements: [
-        movement("sweeper", old.sweeper, s.sweeper),
-        movement("raw", old.raw, s.raw),
-        movement("ratio", old.ratio, s.ratio)
-      ]
+      movements: pairs.flatMap(([metric, a, b]) => a === undefined || b === undefined ? [] : [movement(metric, a, b)])
     }]
   })
 
@@ -180,18 +252,19 @@ export const describeComparison = (before: RegressResults, after: RegressResults
     `after:  ${after.date} (${after.commit}, ${after.rounds} rounds, load ${loadRange(after)})`,
     ""
   ]
-  const unit = (m: Movement) => m.metric === "ratio" ? m.before.toFixed(3) : `${fmt(m.before)}/s`
-  const unitAfter = (m: Movement) => m.metric === "ratio" ? m.after.toFixed(3) : `${fmt(m.after)}/s`
+  const isRatio = (m: Movement) => m.metric.includes("ratio")
+  const unit = (m: Movement) => isRatio(m) ? m.before.toFixed(3) : `${fmt(m.before)}/s`
+  const unitAfter = (m: Movement) => isRatio(m) ? m.after.toFixed(3) : `${fmt(m.after)}/s`
   for (const { scenario, movements } of compareRegress(before, after)) {
     for (const m of movements) {
       const sign = m.change >= 0 ? "+" : ""
       const verdict = m.verdict === "within noise"
         ? "within noise"
-        : m.metric === "ratio"
-        ? (m.verdict === "faster" ? "RATIO UP" : "RATIO DOWN")
+        : isRatio(m)
+        ? `${m.metric.toUpperCase()} ${m.verdict === "faster" ? "UP" : "DOWN"}`
         : `${m.metric.toUpperCase()} ${m.verdict.toUpperCase()}`
       lines.push(
-        `${scenario.padEnd(28)} ${m.metric.padEnd(7)} ${unit(m).padStart(12)} → ${unitAfter(m).padStart(12)}  ${
+        `${scenario.padEnd(28)} ${m.metric.padEnd(15)} ${unit(m).padStart(12)} → ${unitAfter(m).padStart(12)}  ${
           `${sign}${pct(m.change)}`.padStart(6)
         } (noise ±${pct(m.noise)})  ${verdict}`
       )

@@ -7,7 +7,8 @@ import {
   sideFigures
 } from "../../bench/support/regress.ts"
 
-const scenario = (sweeper: ReadonlyArray<number>, raw: ReadonlyArray<number>): RegressScenario => ({
+/** A run from before the raw baseline wrote the ledger: its `raw` is the ledger-less baseline. */
+const legacy = (sweeper: ReadonlyArray<number>, raw: ReadonlyArray<number>): RegressScenario => ({
   scenario: "drop-canceling-builds",
   size: "1,000,000 builds, 100,000 stuck",
   stuck: 100_000,
@@ -15,6 +16,11 @@ const scenario = (sweeper: ReadonlyArray<number>, raw: ReadonlyArray<number>): R
   raw: sideFigures(raw),
   ratio: sideFigures(sweeper.map((s, i) => s / raw[i]!)),
   load: [1, 1]
+})
+
+const scenario = (sweeper: ReadonlyArray<number>, raw: ReadonlyArray<number>): RegressScenario => ({
+  ...legacy(sweeper, raw),
+  rawWritesLedger: true
 })
 
 const results = (s: RegressScenario): RegressResults => ({
@@ -53,6 +59,44 @@ describe("the regression benchmark's comparison", () => {
       ["sweeper", "within noise"],
       ["raw", "faster"],
       ["ratio", "slower"]
+    ])
+  })
+
+  it("a run from before the raw baseline wrote the ledger is compared with the ledger-less baseline only", () => {
+    const old = legacy([25_000, 25_000, 25_000], [80_000, 80_000, 80_000])
+    const now: RegressScenario = {
+      ...scenario([25_000, 25_000, 25_000], [50_000, 50_000, 50_000]),
+      rawWritesLedger: true,
+      rawNoLedger: sideFigures([80_000, 80_000, 80_000]),
+      ratioNoLedger: sideFigures([0.3125, 0.3125, 0.3125])
+    }
+    const [compared] = compareRegress(results(old), results(now))
+    // The old `raw` is the ledger-less baseline: set against `raw-no-ledger`, never the ledger one.
+    assert.deepStrictEqual(compared!.movements.map((m) => [m.metric, m.verdict]), [
+      ["sweeper", "within noise"],
+      ["raw-no-ledger", "within noise"],
+      ["ratio-no-ledger", "within noise"]
+    ])
+  })
+
+  it("two runs with the ledger baseline and the gated phase compare every side", () => {
+    const side = (raw: number, gated: number): RegressScenario => ({
+      ...scenario([25_000, 25_000], [raw, raw]),
+      rawWritesLedger: true,
+      rawNoLedger: sideFigures([80_000, 80_000]),
+      ratioNoLedger: sideFigures([0.3125, 0.3125]),
+      gated: sideFigures([gated, gated]),
+      gatedRatio: sideFigures([gated / raw, gated / raw])
+    })
+    const [compared] = compareRegress(results(side(50_000, 25_000)), results(side(50_000, 20_000)))
+    assert.deepStrictEqual(compared!.movements.map((m) => [m.metric, m.verdict]), [
+      ["sweeper", "within noise"],
+      ["raw", "within noise"],
+      ["ratio", "within noise"],
+      ["raw-no-ledger", "within noise"],
+      ["ratio-no-ledger", "within noise"],
+      ["sweeper+gate", "slower"],
+      ["gated-ratio", "slower"]
     ])
   })
 })
