@@ -4,6 +4,12 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The CLI and supervisors the tests start run the bundled build (test/support/cli.ts): built once here.
+    // PgTest's databases are copies of one migrated per run (test/support/postgres.globalSetup.ts).
+    globalSetup: [
+      fileURLToPath(new URL("./test/support/bundle.globalSetup.ts", import.meta.url)),
+      fileURLToPath(new URL("./test/support/postgres.globalSetup.ts", import.meta.url))
+    ],
     // Integration tests start real processes (the CLI, a supervisor); on a loaded 2-core machine each
     // start can take tens of seconds, so a test's limit is generous: it only bounds a hang.
     testTimeout: 180_000,

@@ -13,7 +13,8 @@ import { fileURLToPath } from "node:url"
 import { batchNames } from "../../src/programs/index.ts"
 import { runToEnd } from "../support/cli.ts"
 
-const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
+/** What `npx sweeper` runs: the bundle (test/support/cli.ts says why). */
+const main = fileURLToPath(new URL("../../bin/sweeper.mjs", import.meta.url))
 const repl = fileURLToPath(new URL("../../src/cli/Repl.ts", import.meta.url))
 
 /** A command run in `cwd` with nothing configured (no SWEEPER_* variable, no DATABASE_URL) but `env`. */

@@ -9,7 +9,9 @@ import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option } from "effect"
 import { SqlClient } from "effect/sql"
+import { Redis as IORedis } from "ioredis"
 import { CurrentRun } from "../../src/domain/Batch.ts"
+import { leaseKey } from "../../src/domain/Lease.ts"
 import { MainDatabase } from "../../src/layers/postgres/Databases.ts"
 import { OutboxRepairEvents, relayOutbox, RepairEvents } from "../../src/layers/postgres/Outbox.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
@@ -84,6 +86,23 @@ const leftInOutbox = (db: Decomposed, n: number) =>
 
 const metricsOf = (address: string) => Effect.promise(() => fetch(`${address}/metrics`).then((r) => r.text()))
 
+/**
+ * Until drop-canceling-builds' lease is free: released by a run that ended, or lapsed (its TTL is
+ * 3 s here) after one that was killed, so the next run takes it instead of finding it held.
+ */
+const leaseFree = (db: Decomposed) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => new IORedis(db.env.REDIS_URL, { maxRetriesPerRequest: 1 })),
+    (redis) =>
+      until(
+        "drop-canceling-builds' lease free",
+        async () => (await redis.exists(leaseKey("ci/stuck_builds/drop_canceling_worker"))) === 0 || undefined,
+        30_000,
+        100
+      ),
+    (redis) => Effect.promise(() => redis.quit())
+  )
+
 describe("the ci relay at its edges", () => {
   it.live(
     "a relay main refuses at start-up fails neither run nor start: degraded, logged once, retried",
@@ -114,14 +133,14 @@ describe("the ci relay at its edges", () => {
           Effect.runPromise(metricsOf(address)).then((text) =>
             /^sweeper_outbox_relay_owed(\{\})? 1$/m.test(text) || undefined
           ))
-        // Retried every few seconds, logged once.
-        yield* Effect.sleep("12 seconds")
+        // Retried every few seconds (RELAY_RETRY), logged once: once it has failed again, still one line.
+        const retried = /^sweeper_outbox_relay_failures_total(\{\})? ([2-9]|\d\d+)$/m
+        yield* until("a retry in the background", () =>
+          Effect.runPromise(metricsOf(address)).then((text) =>
+            retried.test(text) || undefined
+          ))
         assert.lengthOf(supervisor.output().match(/not yet relayed/g) ?? [], 1, supervisor.output())
-        assert.match(
-          yield* metricsOf(address),
-          /^sweeper_outbox_relay_failures_total(\{\})? ([2-9]|\d\d+)$/m,
-          "retried in the background"
-        )
+        assert.match(yield* metricsOf(address), retried, "retried in the background")
         assert.strictEqual(yield* repairEventsInMain(db), 0)
 
         yield* lift
@@ -282,7 +301,7 @@ describe("the ci relay at its edges", () => {
         yield* Effect.promise(() => proxy.accept())
         yield* db.ci.unsafe("DROP TRIGGER test_slow_page ON ci_builds")
         // The next run relays what waits (its RunFinished too) and does not take that run for abandoned.
-        yield* Effect.sleep("3500 millis")
+        yield* leaseFree(db)
         const next = yield* cli(["run", "drop-canceling-builds", "--json"], db.env)
         assert.strictEqual(next.code, 0, next.stderr)
         yield* drained(db)
@@ -366,7 +385,7 @@ describe("the ci relay at its edges", () => {
         // Point-in-time restore of ci to the backup: the outbox rows and its sequence come back.
         yield* db.ci.unsafe("INSERT INTO sweeper_outbox SELECT * FROM test_backup")
         yield* db.ci.unsafe("SELECT setval('sweeper_outbox_id_seq', (SELECT last_value FROM test_backup_seq))")
-        yield* Effect.sleep("3500 millis")
+        yield* leaseFree(db)
         const next = yield* cli(["run", "drop-canceling-builds", "--json"], db.env)
         assert.strictEqual(next.code, 0, next.stderr)
         yield* drained(db)
@@ -425,7 +444,7 @@ describe("the ci relay at its edges", () => {
         // Failover to a standby that had not seen the outbox's last ids: they are handed out again.
         yield* db.ci.unsafe("ALTER SEQUENCE sweeper_outbox_id_seq RESTART WITH 1")
         yield* seed(db, 50)
-        yield* Effect.sleep("3500 millis")
+        yield* leaseFree(db)
         const response = yield* Effect.promise(() =>
           fetch(`${address}/api/batches/drop-canceling-builds/run`, {
             method: "POST",

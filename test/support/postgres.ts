@@ -30,13 +30,19 @@ export const databaseUrl = (name: string) => {
   return patient(url)
 }
 
-/** Creates a fresh, empty database named `<prefix>_<random>`; yields its URL; drops it at scope close. */
-export const freshDatabaseNamed = (prefix: string) =>
+/** The migrated database of this run PgTest's are cloned from (test/support/postgres.globalSetup.ts). */
+export const TEMPLATE_VARIABLE = "SWEEPER_TEST_TEMPLATE_DATABASE"
+
+/**
+ * Creates a fresh database named `<prefix>_<random>`, empty or a copy of `template`; yields its
+ * URL; drops it at scope close.
+ */
+export const freshDatabaseNamed = (prefix: string, template?: string) =>
   Effect.acquireRelease(
     Effect.gen(function*() {
       const name = `${prefix}_${randomBytes(6).toString("hex")}`
       const sql = yield* PgClient.PgClient
-      yield* sql.unsafe(`CREATE DATABASE ${name}`)
+      yield* sql.unsafe(`CREATE DATABASE ${name}${template === undefined ? "" : ` TEMPLATE ${template}`}`)
       return { name, url: databaseUrl(name) }
     }).pipe(Effect.provide(admin)),
     ({ name }) =>
@@ -51,9 +57,12 @@ export const freshDatabase = freshDatabaseNamed("sweeper_t")
 
 export class TestDatabaseUrl extends Context.Service<TestDatabaseUrl, string>()("test/support/TestDatabaseUrl") {}
 
-/** PgClient (and SqlClient) on a fresh migrated database, plus its URL for child processes. */
+/**
+ * PgClient (and SqlClient) on a fresh migrated database, plus its URL for child processes: a copy of
+ * the run's migrated template where there is one, which `migrate` then finds up to date.
+ */
 export const PgTest = Layer.unwrap(Effect.gen(function*() {
-  const { url } = yield* freshDatabase
+  const { url } = yield* freshDatabaseNamed("sweeper_t", process.env[TEMPLATE_VARIABLE])
   return Layer.effectDiscard(migrate).pipe(
     Layer.provideMerge(layerServer(Redacted.make(url))),
     Layer.merge(Layer.succeed(TestDatabaseUrl, url)),

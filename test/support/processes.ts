@@ -4,6 +4,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { fromSource, sweeperEntry } from "./cli.ts"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
 
@@ -25,7 +26,7 @@ export const startSweeper = (
   env: Record<string, string>,
   args: ReadonlyArray<string> = ["start"]
 ): SweeperProcess => {
-  const child = spawn(process.execPath, ["src/main.ts", ...args], {
+  const child = spawn(process.execPath, [sweeperEntry, ...args], {
     cwd: root,
     env: {
       PATH: process.env.PATH ?? "",
@@ -33,6 +34,7 @@ export const startSweeper = (
       SWEEPER_DATA_DIR: scratchDataDir,
       SWEEPER_HTTP_PORT: "0",
       SWEEPER_NODE_NAME: name,
+      ...fromSource,
       ...env
     },
     stdio: ["ignore", "pipe", "pipe"]
