@@ -37,17 +37,23 @@ export const addSummaries = (earlier: unknown, later: unknown): unknown => {
   if (typeof earlier === "number" && typeof later === "number") return earlier + later
   if (typeof earlier === "boolean" && typeof later === "boolean") return earlier || later
   if (Array.isArray(earlier) && Array.isArray(later)) return capped([...earlier, ...later])
-  if (isRecord(earlier) && isRecord(later)) {
-    const merged: Record<string, unknown> = {}
-    for (const [key, value] of Object.entries(later)) {
-      merged[key] = key in earlier
-        ? addSummaries(earlier[key], value)
-        : value
-    }
-    for (const [key, value] of Object.entries(earlier)) if (!(key in later)) merged[key] = value
-    return merged
-  }
+  if (isRecord(earlier) && isRecord(later)) return mergeSummaries(earlier, later)
   return later
+}
+
+/** Two summaries merged key by key, as `addSummaries` merges records (the later's keys first). */
+export const mergeSummaries = (
+  earlier: Readonly<Record<string, unknown>>,
+  later: Readonly<Record<string, unknown>>
+): Record<string, unknown> => {
+  const merged: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(later)) {
+    merged[key] = key in earlier
+      ? addSummaries(earlier[key], value)
+      : value
+  }
+  for (const [key, value] of Object.entries(earlier)) if (!(key in later)) merged[key] = value
+  return merged
 }
 
 /**
@@ -61,11 +67,11 @@ export class RunProgress {
   private attempts = 0
 
   readonly report = (counts: Readonly<Record<string, unknown>>): void => {
-    this.current = addSummaries(this.current, counts) as Record<string, unknown>
+    this.current = mergeSummaries(this.current, counts)
   }
 
   newAttempt(): void {
-    if (this.attempts++ > 0) this.failed = addSummaries(this.failed, this.current) as Record<string, unknown>
+    if (this.attempts++ > 0) this.failed = mergeSummaries(this.failed, this.current)
     this.current = {}
   }
 
@@ -79,7 +85,7 @@ export class RunProgress {
    * attempt reported, the last one included; null when nothing was reported.
    */
   reported(): Record<string, unknown> | null {
-    const all = addSummaries(this.failed, this.current) as Record<string, unknown>
+    const all = mergeSummaries(this.failed, this.current)
     return Object.keys(all).length === 0 ? null : all
   }
 }

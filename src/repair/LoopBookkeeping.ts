@@ -11,7 +11,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import { checkFence, CurrentRun, reportProgress, wouldChange } from "../domain/Batch.ts"
 import type { ShadowProposal } from "../domain/Shadow.ts"
-import { addSummaries, capped } from "../domain/Summary.ts"
+import { addSummaries, capped, mergeSummaries } from "../domain/Summary.ts"
 import { HealthGate } from "../services/HealthGate.ts"
 
 /** What every batch's summary gains: time held by the health gate and the signals that held it. */
@@ -148,7 +148,7 @@ export const loopBookkeeping = Effect.fnUntraced(
             Effect.andThen(
               reportProgress(counts),
               Effect.sync(() => {
-                committed = addSummaries(committed, counts) as Counts
+                committed = mergeSummaries(committed, counts)
               })
             )))
         }
