@@ -25,6 +25,7 @@ import { PgClient } from "@effect/sql-pg"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Latch from "effect/Latch"
 import * as Layer from "effect/Layer"
 import * as Random from "effect/Random"
@@ -160,8 +161,8 @@ export const JOB_RELAY_RETRY = Duration.seconds(5)
  * and the jobs of many pages go out in one relay round (RELAY_BATCHES batches a claim) instead of
  * three more round trips a page. A relay that fails does not fail the drop that committed before it
  * (its jobs are safe in the outbox): logged once, owed, tried again every JOB_RELAY_RETRY while the
- * layer lives; releasing the layer relays once more (a `sweeper run` pushes its jobs before it
- * exits), then stops the fiber.
+ * layer lives; releasing the layer stops the fiber, then relays once more (a `sweeper run` pushes
+ * its jobs before it exits): one relay round at a time, always.
  */
 export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
   Layer.effect(
@@ -197,13 +198,20 @@ export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
       // Woken by every drop that wrote jobs, and every JOB_RELAY_RETRY while a relay is owed.
       const wake = yield* Latch.make(false)
       const relayWhenWoken = Latch.await(wake).pipe(Effect.andThen(Latch.close(wake)), Effect.andThen(relay))
-      yield* relayWhenWoken.pipe(Effect.forever, Effect.forkScoped)
+      const relaying = yield* relayWhenWoken.pipe(Effect.forever, Effect.forkScoped)
       yield* Effect.when(Latch.open(wake), Ref.get(owed)).pipe(
         Effect.repeat(Schedule.spaced(JOB_RELAY_RETRY)),
         Effect.forkScoped
       )
-      // Added after the forks, so it runs before their interruption: whatever is left goes out.
-      yield* Effect.addFinalizer(() => relay.pipe(Effect.timeout(JOB_RELAY_RETRY), Effect.ignore))
+      // Releasing the layer relays whatever is left, but never beside a round of the fiber: both claim
+      // as `relayer`, so the last relay would take the rows that round holds and both would push and
+      // delete them at once (their UPDATE and DELETE locking the same rows in different orders: a
+      // deadlock). The fiber is stopped first, its round left as a crash would leave it (claimed rows
+      // are the relayer's own to claim again, a batch it pushed is refused by its marker), and its
+      // statement in flight ends before the interruption does.
+      yield* Effect.addFinalizer(() =>
+        Fiber.interrupt(relaying).pipe(Effect.andThen(relay), Effect.timeout(JOB_RELAY_RETRY), Effect.ignore)
+      )
       return { committed: Effect.asVoid(Latch.open(wake)) }
     })
   )
