@@ -13,7 +13,7 @@
  *    `sweeper:job_outbox:{queue:<q>}:<batch>` (NX, TTL PUSHED_MARKER_TTL) and, only if it was not
  *    there, LPUSHes the batch's jobs, in GitLab's wire format. A second push of the same batch, by
  *    this relay after a crash or by another that took over its claim, finds the marker: nothing.
- * 3. DELETE the batch's rows.
+ * 3. DELETE the batch's rows (the ones claimed: a batch is written by one statement, so all of them).
  *
  * Killed before 2: the rows wait, claimed, until the lease passes; then relayed. Killed between 2 and
  * 3: the next relay pushes nothing (the marker) and deletes them. A relay runs soon after every drop
@@ -79,6 +79,13 @@ interface OutboxRow {
  * (a retry of its own failed push), those whose claim passed OUTBOX_CLAIM_LEASE, and with
  * `takeOver` (start-up: whoever claimed them before may have died a moment ago) every one. Claims
  * only save work: a batch claimed twice is still pushed once (the marker).
+ *
+ * Its rows are locked in id order before they are stamped, as `forget` locks them: two relays on
+ * the same rows (a start-up's takeover beside a live relay's DELETE) then wait for each other
+ * instead of deadlocking. Left to the plan, the UPDATE locked in seq-scan order, which on an outbox
+ * larger than a quarter of shared_buffers starts wherever a concurrent scan is (synchronized scans)
+ * and wraps around. No SKIP LOCKED: a batch must be claimed whole, or its marker would let one part
+ * through and refuse the rest.
  */
 const claim = (sql: PgClient.PgClient, relayer: string, takeOver: boolean) => {
   const stale = sql`now() - ${`${Duration.toSeconds(OUTBOX_CLAIM_LEASE)} seconds`}::interval`
@@ -86,13 +93,24 @@ const claim = (sql: PgClient.PgClient, relayer: string, takeOver: boolean) => {
     ? sql`TRUE`
     : sql`(claimed_at IS NULL OR claimed_at < ${stale} OR claimed_by = ${relayer}::uuid)`
   return sql<OutboxRow>`
-    UPDATE sweeper_job_outbox SET claimed_at = now(), claimed_by = ${relayer}::uuid
-    WHERE batch IN (
-        SELECT batch FROM sweeper_job_outbox WHERE ${claimable}
-        GROUP BY batch ORDER BY min(id) LIMIT ${RELAY_BATCHES})
-      AND ${claimable}
-    RETURNING id, batch, worker, queue, args, created_at`
+    WITH claimed AS MATERIALIZED (
+      SELECT id FROM sweeper_job_outbox
+      WHERE batch IN (
+          SELECT batch FROM sweeper_job_outbox WHERE ${claimable}
+          GROUP BY batch ORDER BY min(id) LIMIT ${RELAY_BATCHES})
+        AND ${claimable}
+      ORDER BY id FOR UPDATE)
+    UPDATE sweeper_job_outbox o SET claimed_at = now(), claimed_by = ${relayer}::uuid
+    FROM claimed WHERE o.id = claimed.id
+    RETURNING o.id, o.batch, o.worker, o.queue, o.args, o.created_at`
 }
+
+/** Step 3: deletes the rows a claim returned, locking them in id order first (see `claim`). */
+const forget = (sql: PgClient.PgClient, ids: ReadonlyArray<string>) =>
+  sql`
+    WITH forgotten AS MATERIALIZED (
+      SELECT id FROM sweeper_job_outbox WHERE id = ANY (${ids}::bigint[]) ORDER BY id FOR UPDATE)
+    DELETE FROM sweeper_job_outbox o USING forgotten WHERE o.id = forgotten.id`
 
 /** Steps 2 and 3 for what one claim returned; the number of jobs pushed now (refused ones not counted). */
 const pushAndForget = (sql: PgClient.PgClient, queue: JobQueue["Service"], rows: ReadonlyArray<OutboxRow>) =>
@@ -120,8 +138,7 @@ const pushAndForget = (sql: PgClient.PgClient, queue: JobQueue["Service"], rows:
       })
       if (outcome === "pushed") pushed += group.length
     }
-    const batches = [...new Set(rows.map((row) => row.batch))]
-    yield* sql`DELETE FROM sweeper_job_outbox WHERE batch = ANY (${batches}::uuid[])`
+    yield* forget(sql, rows.map((row) => row.id))
     return pushed
   })
 
