@@ -7,7 +7,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Layer, Ref, Scope } from "effect"
+import { Context, Deferred, Effect, Exit, Layer, Logger, Ref, Scope } from "effect"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
 import { JobOutboxRelay, TransitionJobRelay } from "../../src/layers/postgres/JobOutbox.ts"
@@ -62,9 +62,15 @@ describe("JobOutboxRelay", () => {
             generate_series(1, ${JOBS_A_BATCH}) AS j
           ORDER BY b.n, j`
         const watched = yield* watchedQueue
+        // A relay that fails (a deadlock among them) logs one warning and is retried.
+        const warnings: Array<unknown> = []
+        const collector = Logger.make((options) => {
+          if (options.logLevel === "Warn") warnings.push(options.message)
+        })
         const scope = yield* Scope.make()
         const relay = yield* Layer.buildWithScope(JobOutboxRelay({ recover: false }), scope).pipe(
-          Effect.provideService(JobQueue, watched.queue)
+          Effect.provideService(JobQueue, watched.queue),
+          Effect.provide(Logger.layer([collector]))
         )
         // A drop committed: the background fiber claims every batch and starts pushing the first.
         yield* Context.get(relay, TransitionJobRelay).committed
@@ -76,6 +82,7 @@ describe("JobOutboxRelay", () => {
         assert.lengthOf(pushed, BATCHES * JOBS_A_BATCH)
         assert.strictEqual(new Set(pushed).size, pushed.length, "a job pushed twice")
         assert.deepStrictEqual(yield* sql`SELECT id FROM sweeper_job_outbox`, [])
+        assert.deepStrictEqual(warnings, [], "a relay failed")
       }).pipe(
         Effect.provide(
           Layer.mergeAll(PgTest, MetricsPrometheus, JobQueueMemory.pipe(Layer.provide(MemoryRedis.layer)))

@@ -82,10 +82,9 @@ interface OutboxRow {
  *
  * Its rows are locked in id order before they are stamped, as `forget` locks them: two relays on
  * the same rows (a start-up's takeover beside a live relay's DELETE) then wait for each other
- * instead of deadlocking. Left to the plan, the UPDATE locked in seq-scan order, which on an outbox
- * larger than a quarter of shared_buffers starts wherever a concurrent scan is (synchronized scans)
- * and wraps around. No SKIP LOCKED: a batch must be claimed whole, or its marker would let one part
- * through and refuse the rest.
+ * instead of deadlocking. Left to their plans, the UPDATE locked in its join's order and the DELETE
+ * in its bitmap scan's: at 1000-build pages, the two met in a deadlock. No SKIP LOCKED: a batch must
+ * be claimed whole, or its marker would let one part through and refuse the rest.
  */
 const claim = (sql: PgClient.PgClient, relayer: string, takeOver: boolean) => {
   const stale = sql`now() - ${`${Duration.toSeconds(OUTBOX_CLAIM_LEASE)} seconds`}::interval`
