@@ -13,7 +13,7 @@
  *    `sweeper:job_outbox:{queue:<q>}:<batch>` (NX, TTL PUSHED_MARKER_TTL) and, only if it was not
  *    there, LPUSHes the batch's jobs, in GitLab's wire format. A second push of the same batch, by
  *    this relay after a crash or by another that took over its claim, finds the marker: nothing.
- * 3. DELETE the batch's rows.
+ * 3. DELETE the batch's rows (the ones claimed: a batch is written by one statement, so all of them).
  *
  * Killed before 2: the rows wait, claimed, until the lease passes; then relayed. Killed between 2 and
  * 3: the next relay pushes nothing (the marker) and deletes them. A relay runs soon after every drop
@@ -25,6 +25,7 @@ import { PgClient } from "@effect/sql-pg"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Latch from "effect/Latch"
 import * as Layer from "effect/Layer"
 import * as Random from "effect/Random"
@@ -78,6 +79,12 @@ interface OutboxRow {
  * (a retry of its own failed push), those whose claim passed OUTBOX_CLAIM_LEASE, and with
  * `takeOver` (start-up: whoever claimed them before may have died a moment ago) every one. Claims
  * only save work: a batch claimed twice is still pushed once (the marker).
+ *
+ * Its rows are locked in id order before they are stamped, as `forget` locks them: two relays on
+ * the same rows (a start-up's takeover beside a live relay's DELETE) then wait for each other
+ * instead of deadlocking. Left to their plans, the UPDATE locked in its join's order and the DELETE
+ * in its bitmap scan's: at 1000-build pages, the two met in a deadlock. No SKIP LOCKED: a batch must
+ * be claimed whole, or its marker would let one part through and refuse the rest.
  */
 const claim = (sql: PgClient.PgClient, relayer: string, takeOver: boolean) => {
   const stale = sql`now() - ${`${Duration.toSeconds(OUTBOX_CLAIM_LEASE)} seconds`}::interval`
@@ -85,13 +92,24 @@ const claim = (sql: PgClient.PgClient, relayer: string, takeOver: boolean) => {
     ? sql`TRUE`
     : sql`(claimed_at IS NULL OR claimed_at < ${stale} OR claimed_by = ${relayer}::uuid)`
   return sql<OutboxRow>`
-    UPDATE sweeper_job_outbox SET claimed_at = now(), claimed_by = ${relayer}::uuid
-    WHERE batch IN (
-        SELECT batch FROM sweeper_job_outbox WHERE ${claimable}
-        GROUP BY batch ORDER BY min(id) LIMIT ${RELAY_BATCHES})
-      AND ${claimable}
-    RETURNING id, batch, worker, queue, args, created_at`
+    WITH claimed AS MATERIALIZED (
+      SELECT id FROM sweeper_job_outbox
+      WHERE batch IN (
+          SELECT batch FROM sweeper_job_outbox WHERE ${claimable}
+          GROUP BY batch ORDER BY min(id) LIMIT ${RELAY_BATCHES})
+        AND ${claimable}
+      ORDER BY id FOR UPDATE)
+    UPDATE sweeper_job_outbox o SET claimed_at = now(), claimed_by = ${relayer}::uuid
+    FROM claimed WHERE o.id = claimed.id
+    RETURNING o.id, o.batch, o.worker, o.queue, o.args, o.created_at`
 }
+
+/** Step 3: deletes the rows a claim returned, locking them in id order first (see `claim`). */
+const forget = (sql: PgClient.PgClient, ids: ReadonlyArray<string>) =>
+  sql`
+    WITH forgotten AS MATERIALIZED (
+      SELECT id FROM sweeper_job_outbox WHERE id = ANY (${ids}::bigint[]) ORDER BY id FOR UPDATE)
+    DELETE FROM sweeper_job_outbox o USING forgotten WHERE o.id = forgotten.id`
 
 /** Steps 2 and 3 for what one claim returned; the number of jobs pushed now (refused ones not counted). */
 const pushAndForget = (sql: PgClient.PgClient, queue: JobQueue["Service"], rows: ReadonlyArray<OutboxRow>) =>
@@ -119,8 +137,7 @@ const pushAndForget = (sql: PgClient.PgClient, queue: JobQueue["Service"], rows:
       })
       if (outcome === "pushed") pushed += group.length
     }
-    const batches = [...new Set(rows.map((row) => row.batch))]
-    yield* sql`DELETE FROM sweeper_job_outbox WHERE batch = ANY (${batches}::uuid[])`
+    yield* forget(sql, rows.map((row) => row.id))
     return pushed
   })
 
@@ -160,8 +177,8 @@ export const JOB_RELAY_RETRY = Duration.seconds(5)
  * and the jobs of many pages go out in one relay round (RELAY_BATCHES batches a claim) instead of
  * three more round trips a page. A relay that fails does not fail the drop that committed before it
  * (its jobs are safe in the outbox): logged once, owed, tried again every JOB_RELAY_RETRY while the
- * layer lives; releasing the layer relays once more (a `sweeper run` pushes its jobs before it
- * exits), then stops the fiber.
+ * layer lives; releasing the layer stops the fiber, then relays once more (a `sweeper run` pushes
+ * its jobs before it exits): one relay round at a time, always.
  */
 export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
   Layer.effect(
@@ -197,13 +214,20 @@ export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
       // Woken by every drop that wrote jobs, and every JOB_RELAY_RETRY while a relay is owed.
       const wake = yield* Latch.make(false)
       const relayWhenWoken = Latch.await(wake).pipe(Effect.andThen(Latch.close(wake)), Effect.andThen(relay))
-      yield* relayWhenWoken.pipe(Effect.forever, Effect.forkScoped)
+      const relaying = yield* relayWhenWoken.pipe(Effect.forever, Effect.forkScoped)
       yield* Effect.when(Latch.open(wake), Ref.get(owed)).pipe(
         Effect.repeat(Schedule.spaced(JOB_RELAY_RETRY)),
         Effect.forkScoped
       )
-      // Added after the forks, so it runs before their interruption: whatever is left goes out.
-      yield* Effect.addFinalizer(() => relay.pipe(Effect.timeout(JOB_RELAY_RETRY), Effect.ignore))
+      // Releasing the layer relays whatever is left, but never beside a round of the fiber: both claim
+      // as `relayer`, so the last relay would take the rows that round holds and both would push and
+      // delete them at once (their UPDATE and DELETE locking the same rows in different orders: a
+      // deadlock). The fiber is stopped first, its round left as a crash would leave it (claimed rows
+      // are the relayer's own to claim again, a batch it pushed is refused by its marker), and its
+      // statement in flight ends before the interruption does.
+      yield* Effect.addFinalizer(() =>
+        Fiber.interrupt(relaying).pipe(Effect.andThen(relay), Effect.timeout(JOB_RELAY_RETRY), Effect.ignore)
+      )
       return { committed: Effect.asVoid(Latch.open(wake)) }
     })
   )
