@@ -72,8 +72,29 @@ export class MemoryRedisStore {
   }
 
   private create<T extends Value>(key: string, data: T): T {
+    this.added()
     this.entries.set(key, { data, expiresAt: undefined })
     return data
+  }
+
+  /** Keys added since the last eviction of expired ones, and how many more start the next one. */
+  private addedSinceEviction = 0
+  private evictionAfter = 64
+
+  /**
+   * Expired keys are evicted here too, not only when read: a key that is never read again (a tick's
+   * lease, a finished job's marker) would otherwise stay for the life of the process, as it would in
+   * a Redis without active expiry. One walk per as many additions as the store holds keeps the cost
+   * constant per addition and the expired keys held at most about as many as the live ones.
+   */
+  private added() {
+    if (++this.addedSinceEviction < this.evictionAfter) return
+    const now = this.now()
+    for (const [key, entry] of this.entries) {
+      if (entry.expiresAt !== undefined && entry.expiresAt <= now) this.entries.delete(key)
+    }
+    this.addedSinceEviction = 0
+    this.evictionAfter = Math.max(this.entries.size, 64)
   }
 
   private dropIfEmpty(key: string, size: number) {
@@ -95,8 +116,11 @@ export class MemoryRedisStore {
     return [...this.entries.keys()].filter((key) => re.test(key) && this.live(key) !== undefined)
   }
 
-  /** Scan order of keys: a sequence number per key name, given the first time a SCAN sees it. */
-  private readonly keyScanOrder = new Map<string, number>()
+  /**
+   * Scan order of keys: a sequence number per key name, given the first time a SCAN sees it and
+   * kept while the key exists (each SCAN carries over the positions of the keys it finds).
+   */
+  private keyScanOrder = new Map<string, number>()
   private keyScanSeq = 0
 
   /**
@@ -107,18 +131,14 @@ export class MemoryRedisStore {
    */
   scan(cursor: string, pattern: string, count: number): [string, Array<string>] {
     const re = globToRegExp(pattern)
-    const order: Array<[string, number]> = []
+    const order = new Map<string, number>()
     for (const key of Array.from(this.entries.keys())) {
       if (this.live(key) === undefined) continue
-      let seq = this.keyScanOrder.get(key)
-      if (seq === undefined) {
-        seq = ++this.keyScanSeq
-        this.keyScanOrder.set(key, seq)
-      }
-      order.push([key, seq])
+      order.set(key, this.keyScanOrder.get(key) ?? ++this.keyScanSeq)
     }
+    this.keyScanOrder = order
     const after = Number(cursor)
-    const remaining = order.filter(([, seq]) => seq > after).sort((a, b) => a[1] - b[1])
+    const remaining = [...order].filter(([, seq]) => seq > after).sort((a, b) => a[1] - b[1])
     const page = remaining.slice(0, count)
     const next = remaining.length <= count ? "0" : String(page[page.length - 1]![1])
     return [next, page.map(([key]) => key).filter((key) => re.test(key))]
@@ -145,6 +165,7 @@ export class MemoryRedisStore {
 
   set(key: string, value: string, options: { readonly exSeconds?: number; readonly nx?: boolean } = {}): boolean {
     if (options.nx === true && this.live(key) !== undefined) return false
+    this.added()
     this.entries.set(key, {
       data: { type: "string", value },
       expiresAt: options.exSeconds === undefined ? undefined : this.now() + options.exSeconds * 1000
@@ -325,6 +346,11 @@ export class MemoryRedisStore {
 
   flushAll(): void {
     this.entries.clear()
+  }
+
+  /** What the store holds in memory: keys (expired ones not yet evicted included) and SCAN positions. */
+  held(): { readonly keys: number; readonly scanPositions: number } {
+    return { keys: this.entries.size, scanPositions: this.keyScanOrder.size }
   }
 }
 
