@@ -347,11 +347,18 @@ describe("the ci relay at its edges", () => {
           )
           yield* release
           yield* unblock
+          // Main's commit comes before ci's outbox DELETE (two databases, two commits): wait for both.
           yield* until(
-            "the events in main, no further commit",
-            probe(Effect.map(repairEventsInMain(db), (n) => n === 20 || undefined)),
+            "the events in main and gone from ci's outbox, no further commit",
+            probe(
+              Effect.map(
+                Effect.all([repairEventsInMain(db), outboxRows(db)]),
+                ([inMain, left]) => (inMain === 20 && left === 0) || undefined
+              )
+            ),
             30_000
           )
+          assert.strictEqual(yield* repairEventsInMain(db), 20)
           assert.strictEqual(yield* outboxRows(db), 0)
         }).pipe(Effect.provide(layer))
       })),
