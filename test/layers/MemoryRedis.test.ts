@@ -58,7 +58,9 @@ describe("MemoryRedisStore: what it holds over a long run", () => {
       store.del(`k${step}`)
       store.set(`new${step++}`, "x")
       cursor = next
-    } while (cursor !== "0")
+    } while (cursor !== "0" && step < 100)
+    // A scan that renumbered its keys on every call would never reach cursor 0: fail, do not hang.
+    expect(cursor).toBe("0")
     for (let i = step; i < 30; i++) expect(seen.has(`k${i}`)).toBe(true)
   })
 })
