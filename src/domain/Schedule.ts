@@ -42,6 +42,22 @@ export const latestTick = (cron: Cron.Cron, at: Date): Date => {
 export const periodAt = (cron: Cron.Cron, tick: Date): Duration.Duration =>
   Duration.millis(Cron.next(cron, tick).getTime() - tick.getTime())
 
+/** Never shorter than this: the replicas' clocks and schedulers agree on a tick within far less. */
+export const TICK_CLAIM_FLOOR = Duration.minutes(10)
+/** Never longer: a daily batch's claim outlives its next tick's. */
+export const TICK_CLAIM_CEILING = Duration.hours(25)
+
+/**
+ * How long a tick's claim (one replica in the cluster runs it) is kept: two periods, within
+ * [TICK_CLAIM_FLOOR, TICK_CLAIM_CEILING]. Another replica fires the same tick within its clock skew,
+ * or catches it up at start-up only while it is younger than one period (`planStartup`), and by then
+ * the run's RunStarted or TickMissed in the ledger covers it. Claims are never released, so one key a
+ * batch a tick is alive at a time for as long as this: at a two-second cadence a day's worth was
+ * 43,200 keys a batch; now 300.
+ */
+export const tickClaimTtl = (period: Duration.Duration): Duration.Duration =>
+  Duration.clamp(Duration.times(period, 2), { minimum: TICK_CLAIM_FLOOR, maximum: TICK_CLAIM_CEILING })
+
 /**
  * The length of the period `at` falls in (latest tick to the next one). For an irregular cron
  * (`0 9,17 * * *`) it changes through the day; "two periods without success" is then judged against

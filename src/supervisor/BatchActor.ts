@@ -12,7 +12,7 @@ import * as FiberSet from "effect/FiberSet"
 import * as Queue from "effect/Queue"
 import * as Ref from "effect/Ref"
 import { type BatchHistory, isBreakerOpen, withRun } from "../domain/BatchState.ts"
-import { nextTick, periodAt } from "../domain/Schedule.ts"
+import { nextTick, periodAt, tickClaimTtl } from "../domain/Schedule.ts"
 import type { Actor, Message, Runs } from "./Actor.ts"
 import { flushUnrecorded, recordMissed } from "./MissedTicks.ts"
 import { refreshPaused } from "./PauseState.ts"
@@ -72,7 +72,9 @@ const execute = (
         dryRun: options.dryRun,
         asOf: options.asOf,
         scheduledAt: options.scheduledAt === undefined ? undefined : DateTime.fromDateUnsafe(options.scheduledAt),
-        claimTick: options.scheduledAt !== undefined
+        tickClaimTtl: options.scheduledAt === undefined
+          ? undefined
+          : tickClaimTtl(periodAt(actor.cron, options.scheduledAt))
       })
     )
     const result = yield* Fiber.join(fiber)

@@ -5,10 +5,10 @@
  */
 import * as Cause from "effect/Cause"
 import * as DateTime from "effect/DateTime"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import { TickMissed } from "../domain/Events.ts"
+import { periodAt, tickClaimTtl } from "../domain/Schedule.ts"
 import { EventLog } from "../services/EventLog.ts"
 import { Lease } from "../services/Lease.ts"
 import { increment, ticksMissedTotal } from "../services/Metrics.ts"
@@ -72,7 +72,9 @@ export const recordMissed = (
     const lease = yield* Lease
     const at = DateTime.fromDateUnsafe(scheduledAt)
     if (reason !== "lease_unavailable" && reason !== "database_unavailable") {
-      if (!(yield* lease.claim(tickLeaseName(actor.batch.name, at), Duration.hours(25)))) return
+      if (
+        !(yield* lease.claim(tickLeaseName(actor.batch.name, at), tickClaimTtl(periodAt(actor.cron, scheduledAt))))
+      ) return
     }
     yield* increment(ticksMissedTotal, 1, { batch: actor.batch.name, reason })
     yield* log

@@ -51,9 +51,10 @@ export interface RunOptions {
   readonly dryRun?: boolean | undefined
   /** Overrides the batch's budget for this run. */
   readonly budget?: Duration.Duration | undefined
-  /** The cron tick this run is for; with `claimTick` only one process in the cluster runs it. */
+  /** The cron tick this run is for; with `tickClaimTtl` only one process in the cluster runs it. */
   readonly scheduledAt?: DateTime.Utc | undefined
-  readonly claimTick?: boolean | undefined
+  /** How long the tick's claim is kept (domain/Schedule.ts's `tickClaimTtl` of the batch's period). */
+  readonly tickClaimTtl?: Duration.Duration | undefined
   /** `--now T`: the instant the program judges thresholds at (events and writes keep the real clock). */
   readonly asOf?: Date | undefined
 }
@@ -120,9 +121,6 @@ export const transientDefectsAsFailures = <A, E, R>(effect: Effect.Effect<A, E, 
     }
     return transient === undefined ? Effect.failCause(cause) : Effect.fail(transient.error)
   })
-
-/** How long a claimed tick stays claimed: longer than any period, so no replica re-runs it. */
-const TICK_CLAIM_TTL = Duration.hours(25)
 
 export const tickLeaseName = (batch: string, scheduledAt: DateTime.Utc) =>
   `sweeper/tick/${batch}/${DateTime.formatIso(scheduledAt)}`
@@ -362,9 +360,9 @@ export const runBatch = <S, E, R>(batch: Batch<S, E, R>, options: RunOptions) =>
 
     const guarded = Effect.scoped(Effect.gen(function*() {
       // One replica per scheduled tick: the claim is never released, it simply expires.
-      if (options.claimTick === true && options.scheduledAt !== undefined) {
+      if (options.tickClaimTtl !== undefined && options.scheduledAt !== undefined) {
         // A claim, not a fenced lease: no epoch key is created for a tick.
-        const claim = yield* lease.claim(tickLeaseName(batch.name, options.scheduledAt), TICK_CLAIM_TTL).pipe(
+        const claim = yield* lease.claim(tickLeaseName(batch.name, options.scheduledAt), options.tickClaimTtl).pipe(
           Effect.map(Option.some),
           Effect.catchCause((cause) =>
             Effect.as(Effect.logWarning("Tick lease unavailable", describe(cause)), Option.none<boolean>())

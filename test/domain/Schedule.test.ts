@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Result } from "effect"
-import { CRON_HORIZON, currentPeriod, firesWithin, parseCron } from "../../src/domain/Schedule.ts"
+import { CRON_HORIZON, currentPeriod, firesWithin, parseCron, tickClaimTtl } from "../../src/domain/Schedule.ts"
 
 const cron = (expression: string) => Result.getOrThrow(parseCron(expression, "UTC"))
 
@@ -33,5 +33,17 @@ describe("currentPeriod", () => {
     assert.strictEqual(seconds("0 9,17 * * *", "2026-01-01T16:59:59Z"), 8 * 3600)
     assert.strictEqual(seconds("0 9,17 * * *", "2026-01-01T17:00:00Z"), 16 * 3600)
     assert.strictEqual(seconds("0 9,17 * * *", "2026-01-02T03:00:00Z"), 16 * 3600)
+  })
+})
+
+describe("tickClaimTtl", () => {
+  const minutes = (period: Duration.Duration) => Duration.toMinutes(tickClaimTtl(period))
+  it("is two periods, at least ten minutes and at most 25 hours", () => {
+    assert.strictEqual(minutes(Duration.seconds(2)), 10)
+    assert.strictEqual(minutes(Duration.minutes(1)), 10)
+    assert.strictEqual(minutes(Duration.minutes(15)), 30)
+    assert.strictEqual(minutes(Duration.hours(1)), 120)
+    assert.strictEqual(minutes(Duration.days(1)), 25 * 60)
+    assert.strictEqual(minutes(Duration.days(7)), 25 * 60)
   })
 })

@@ -1,6 +1,6 @@
 /**
  * Beside GitLab's own keys, every Redis key Sweeper creates has a TTL, and nothing grows with time. 100 scheduled
- * ticks of every batch go through the run guard as the scheduler drives them (`claimTick`, a
+ * ticks of every batch go through the run guard as the scheduler drives them (`tickClaimTtl`, a
  * distinct `scheduledAt` each), on real Redis stores in each deployment; then every key in every
  * store is SCANned and must expire.
  *
@@ -11,10 +11,11 @@
  * (SQL-side services run in memory here: this test is about Redis keys.)
  */
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Effect, Layer } from "effect"
+import { DateTime, Duration, Effect, Layer } from "effect"
 import { SweeperConfig } from "../../src/config/Config.ts"
 import { PENDING_DIRECT_UPLOADS_KEY } from "../../src/domain/DirectUpload.ts"
 import { RUNNING_REBALANCES_KEY } from "../../src/domain/Rebalancing.ts"
+import { tickClaimTtl } from "../../src/domain/Schedule.ts"
 import { BuildsMemory } from "../../src/layers/memory/BuildsMemory.ts"
 import { EventLogMemory } from "../../src/layers/memory/EventLogMemory.ts"
 import { EventRetentionMemory } from "../../src/layers/memory/EventRetentionMemory.ts"
@@ -73,11 +74,13 @@ describe("key hygiene", () => {
           })
 
           const start = DateTime.makeUnsafe("2026-03-01T00:00:00Z")
+          // A tick a minute, claimed as the scheduler claims it.
+          const tickClaim = tickClaimTtl(Duration.minutes(1))
           let runs = 0
           for (let tick = 0; tick < TICKS; tick++) {
             const scheduledAt = DateTime.add(start, { minutes: tick })
             for (const batch of batches) {
-              const result = yield* runBatch(batch, { trigger: "schedule", scheduledAt, claimTick: true })
+              const result = yield* runBatch(batch, { trigger: "schedule", scheduledAt, tickClaimTtl: tickClaim })
               assert.notStrictEqual(result.outcome, "failed", `${batch.name} tick ${tick}: ${result.error}`)
               runs++
             }
@@ -99,6 +102,13 @@ describe("key hygiene", () => {
           // The tick claims are there (one per batch and tick), with no fencing epoch of their own.
           const tickClaims = checked.filter((key) => key.startsWith("gitlab:exclusive_lease:sweeper/tick/"))
           assert.strictEqual(tickClaims.length, TICKS * batches.length)
+          // …each kept two periods (at least ten minutes), not a day: one a batch a tick is alive at once.
+          for (const store of stores) {
+            for (const key of tickClaims) {
+              const ttl = yield* store.use("pttl", (c) => c.pttl(key))
+              if (ttl !== -2) assert.isAtMost(ttl, Duration.toMillis(tickClaim), key)
+            }
+          }
           assert.deepStrictEqual(
             checked.filter((key) => key.includes("exclusive_lease_epoch:{gitlab:exclusive_lease:sweeper/tick/")),
             []

@@ -250,8 +250,8 @@ describe("runBatch (run guard)", () => {
       const runs = yield* Ref.make(0)
       const batch = fake(Ref.updateAndGet(runs, (n) => n + 1))
       const tick = DateTime.makeUnsafe("2026-01-01T00:00:00Z")
-      const first = yield* guard(batch, { trigger: "schedule", scheduledAt: tick, claimTick: true })
-      const second = yield* guard(batch, { trigger: "schedule", scheduledAt: tick, claimTick: true })
+      const first = yield* guard(batch, { trigger: "schedule", scheduledAt: tick, tickClaimTtl: Duration.minutes(10) })
+      const second = yield* guard(batch, { trigger: "schedule", scheduledAt: tick, tickClaimTtl: Duration.minutes(10) })
       assert.strictEqual(first.outcome, "succeeded")
       assert.strictEqual(second.outcome, "skipped")
       assert.strictEqual(second.reason, "tick claimed elsewhere")
@@ -263,7 +263,7 @@ describe("runBatch (run guard)", () => {
       const next = yield* guard(batch, {
         trigger: "schedule",
         scheduledAt: DateTime.makeUnsafe("2026-01-01T00:01:00Z"),
-        claimTick: true
+        tickClaimTtl: Duration.minutes(10)
       })
       assert.strictEqual(next.outcome, "succeeded")
       assert.strictEqual(yield* Ref.get(runs), 2)

@@ -384,6 +384,21 @@ describe("Scheduler: batch actors", () => {
       assert.strictEqual(yield* Ref.get(runs), 1)
     }).pipe(Effect.provide(platform())))
 
+  it.effect("a tick's claim is kept two periods, then gone: claims do not pile up", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const redis = yield* MemoryRedis
+      const { batch, runs } = yield* testBatch(() => Effect.void)
+      yield* startScheduler(batch)
+      yield* TestClock.adjust("9 minutes")
+      assert.strictEqual(yield* Ref.get(runs), 1)
+      const claim = leaseKey(`sweeper/tick/test-batch/${at("00:10:00")}`)
+      assert.strictEqual(redis.pttl(claim), Duration.toMillis(Duration.minutes(20)))
+      yield* TestClock.adjust("20 minutes")
+      assert.isFalse(redis.exists(claim))
+      assert.strictEqual(yield* Ref.get(runs), 3)
+    }).pipe(Effect.provide(platform())))
+
   it.effect("configuration: SWEEPER_CRON_<BATCH> overrides; invalid cron and unknown disabled batches fail start-up", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(T0)
