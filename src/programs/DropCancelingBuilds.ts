@@ -90,6 +90,9 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
     read: (after) => builds.findStuckCanceling({ cutoff, after, limit: size }),
     cursor: cursorOf,
     revisit: (after) => builds.revisitWritten({ cutoff, after }),
+    // Two pages written at once: pages share no build, and a page claims its rows without waiting
+    // (SKIP LOCKED), so one page's statement runs while the page before it commits.
+    writesInFlight: 2,
     unit: {
       // The page read is what the write drops (its guard re-checks each row).
       plan: Effect.succeed,

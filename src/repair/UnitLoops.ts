@@ -6,15 +6,22 @@
 import * as Arr from "effect/Array"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
+import type { FenceError } from "../domain/Errors.ts"
 import { type Counts, loopBookkeeping, type Unit } from "./LoopBookkeeping.ts"
 
 /**
  * Keyset pages with read-ahead: the next page is read (on another pooled connection) while the
- * current one is written; a short page is the last. `revisit` is housekeeping after commit, walked
- * one page behind (see DropCancelingBuilds): each committed page start is walked twice, and the
- * walk's failure fails nothing.
+ * current one is written; a short page is the last. With `writesInFlight` n > 1, up to n pages are
+ * written at once, each started while the ones before it still commit (their statements on pooled
+ * connections of their own): for writes whose pages share no row and claim without waiting. Each
+ * page passes the gate before its write starts, and their counts fold in page order; once the
+ * budget is spent no page starts, and the ones in flight finish (up to n − 1 past the one that spent it).
+ * `revisit` is housekeeping after commit, walked one page behind the committed ones (see
+ * DropCancelingBuilds): each committed page start is walked twice, and the walk's failure fails
+ * nothing.
  */
 export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
   readonly batch: string
@@ -25,33 +32,44 @@ export const keysetPages = <A, Cur, C extends Counts, E, R, E2, R2>(options: {
   readonly cursor: (a: A) => Cur
   readonly revisit?: ((after: Option.Option<Cur>) => Effect.Effect<void, unknown, R2>) | undefined
   readonly unit: Unit<ReadonlyArray<A>, A, C, E, R>
+  readonly writesInFlight?: number | undefined
 }) =>
   Effect.gen(function*() {
     const loop = yield* loopBookkeeping(options.batch, options.budget, options.initial)
+    const inFlight = loop.run.dryRun ? 1 : Math.max(1, options.writesInFlight ?? 1)
     const revisit = (after: Option.Option<Cur>) =>
       options.revisit === undefined ? Effect.void : options.revisit(after).pipe(Effect.ignore)
-    let pageAfter = Option.none<Cur>()
+    // Pages being written, the oldest first, each with the cursor it starts after.
+    const writing: Array<
+      { readonly write: Fiber.Fiber<Counts, E | FenceError>; readonly startsAfter: Option.Option<Cur> }
+    > = []
+    // The starts of the last two pages committed, the newer last.
     let committed: ReadonlyArray<Option.Option<Cur>> = []
-    let page = yield* options.read(Option.none())
+    /** Waits for the oldest write and folds it in; false once the budget is spent. */
+    const settleOldest = Effect.gen(function*() {
+      const [oldest] = writing.splice(0, 1)
+      if (oldest === undefined) return true
+      const done = yield* Fiber.join(oldest.write)
+      if (!loop.run.dryRun) committed = [...committed, oldest.startsAfter].slice(-2)
+      return yield* loop.after(done)
+    })
+    let startsAfter = Option.none<Cur>()
+    let page = yield* options.read(startsAfter)
     while (Arr.isReadonlyArrayNonEmpty(page) && (yield* loop.before)) {
       const upTo = options.cursor(Arr.lastNonEmpty(page))
-      const next = page.length < options.size ? Effect.succeed<ReadonlyArray<A>>([]) : options.read(Option.some(upTo))
+      writing.push({ write: yield* Effect.forkChild(loop.unit(options.unit, page)), startsAfter })
+      startsAfter = Option.some(upTo)
       // The read writes nothing (no fence needed), its rows are strictly after this page in keyset
-      // order, and each row's guard is checked again when its own page is written. Before it, the
-      // same fiber revisits the page two before (committed before this write began). If the write
-      // fails, the read is interrupted with it.
+      // order, and each row's guard is checked again when its own page is written. Before it, this
+      // fiber revisits from the start of the older of the last two committed pages. If a write
+      // fails, the loop fails when it is joined, and the writes still in flight are interrupted.
+      const next = page.length < options.size ? Effect.succeed<ReadonlyArray<A>>([]) : options.read(startsAfter)
       const twoBefore = Arr.head(committed)
-      const ahead = loop.run.dryRun || Option.isNone(twoBefore) ? next : Effect.andThen(revisit(twoBefore.value), next)
-      const [done, nextPage] = yield* Effect.all([loop.unit(options.unit, page), ahead], {
-        concurrency: loop.run.dryRun ? 1 : 2
-      })
-      if (!loop.run.dryRun) {
-        committed = [...committed, pageAfter].slice(-2)
-        pageAfter = Option.some(upTo)
-      }
-      page = nextPage
-      if (!(yield* loop.after(done))) break
+      page =
+        yield* (loop.run.dryRun || Option.isNone(twoBefore) ? next : Effect.andThen(revisit(twoBefore.value), next))
+      if (writing.length >= inFlight && !(yield* settleOldest)) break
     }
+    while (writing.length > 0) yield* settleOldest
     // The last pages written have not been walked twice yet.
     const unwalked = Arr.head(committed)
     if (Option.isSome(unwalked)) yield* revisit(unwalked.value)

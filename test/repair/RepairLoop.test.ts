@@ -361,3 +361,92 @@ describe("repair loop", () => {
       assert.deepStrictEqual(result.totals, { pruned: 3 })
     }))
 })
+
+describe("keyset pages with writes in flight", () => {
+  /** Pages of one id each from 1 to `last`; every write takes 10 s and logs its start and end. */
+  const pagesOf = (
+    last: number,
+    log: Array<string>,
+    options: { writesInFlight: number; budget?: Duration.Duration; fails?: number }
+  ) =>
+    keysetPages({
+      batch: "b",
+      budget: options.budget ?? Duration.minutes(10),
+      initial: { written: 0, pages: [] as ReadonlyArray<number> },
+      size: 1,
+      read: (after: Option.Option<number>) =>
+        Effect.succeed(
+          Option.match(after, { onNone: () => 1, onSome: (a) => a + 1 }) <= last
+            ? [Option.match(after, { onNone: () => 1, onSome: (a) => a + 1 })]
+            : []
+        ),
+      cursor: (id) => id,
+      revisit: (after) => Effect.sync(() => log.push(`revisit after ${Option.getOrElse(after, () => 0)}`)),
+      writesInFlight: options.writesInFlight,
+      unit: {
+        plan: Effect.succeed,
+        target: String,
+        dry: () => ({ written: 0, pages: [] }),
+        fence: false,
+        write: ([id], commit) =>
+          Effect.gen(function*() {
+            log.push(`start ${id}`)
+            yield* Effect.sleep(id === options.fails ? "5 seconds" : "10 seconds")
+            if (id === options.fails) return yield* Effect.fail(`page ${id} refused`)
+            yield* commit({ written: 1, pages: [id!] })
+            log.push(`end ${id}`)
+          })
+      }
+    })
+
+  const runFor = <A, E>(loop: Effect.Effect<A, E>, seconds: number) =>
+    Effect.gen(function*() {
+      const fiber = yield* Effect.forkChild(loop)
+      yield* TestClock.adjust(Duration.seconds(seconds))
+      return yield* Fiber.await(fiber)
+    })
+
+  it.effect("two in flight: a page's write starts while the one before it commits; counts fold in page order", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const exit = yield* runFor(pagesOf(4, log, { writesInFlight: 2 }), 60)
+      assert.isTrue(Exit.isSuccess(exit))
+      const writes = log.filter((line) => !line.startsWith("revisit"))
+      assert.deepStrictEqual(writes, ["start 1", "start 2", "end 1", "start 3", "end 2", "start 4", "end 3", "end 4"])
+      if (Exit.isSuccess(exit)) assert.deepStrictEqual(exit.value.totals, { written: 4, pages: [1, 2, 3, 4] })
+      // Housekeeping walks only from starts of committed pages: the page starting after n ends first.
+      for (const [index, line] of log.entries()) {
+        const walked = /^revisit after (\d+)$/.exec(line)
+        if (walked !== null) assert.include(log.slice(0, index), `end ${Number(walked[1]) + 1}`, line)
+      }
+    }).pipe(withRun({})))
+
+  it.effect("one in flight (the default): each write ends before the next starts", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      yield* runFor(pagesOf(3, log, { writesInFlight: 1 }), 60)
+      const writes = log.filter((line) => !line.startsWith("revisit"))
+      assert.deepStrictEqual(writes, ["start 1", "end 1", "start 2", "end 2", "start 3", "end 3"])
+    }).pipe(withRun({})))
+
+  it.effect("budget: once spent no page starts; the pages in flight finish and are counted", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const exit = yield* runFor(pagesOf(6, log, { writesInFlight: 2, budget: Duration.seconds(15) }), 60)
+      assert.isTrue(Exit.isSuccess(exit))
+      assert.notInclude(log, "start 5")
+      assert.include(log, "end 4")
+      if (Exit.isSuccess(exit)) {
+        assert.deepStrictEqual(exit.value.totals, { written: 4, pages: [1, 2, 3, 4] })
+        assert.strictEqual(exit.value.stop, "budget")
+      }
+    }).pipe(withRun({})))
+
+  it.effect("a write that fails fails the loop; the write in flight beside it is interrupted", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const exit = yield* runFor(pagesOf(4, log, { writesInFlight: 2, fails: 1 }), 60)
+      assert.isTrue(Exit.isFailure(exit))
+      assert.deepStrictEqual(log.filter((line) => !line.startsWith("revisit")), ["start 1", "start 2"])
+    }).pipe(withRun({})))
+})

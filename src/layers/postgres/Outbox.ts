@@ -19,10 +19,10 @@
  * keys to commit and appends nothing for them. Main keeps keys for RELAYED_KEYS_KEPT, so rows a ci
  * restored to an earlier point brings back are recognised too.
  *
- * Order: a run writes its pages one after another, so whenever a row of a run is visible, every
- * earlier row of that run is too (or already in main); a round reads without skipping anything and
- * appends in id order, so in main a run's events keep the order the run wrote them in, whichever
- * relay appends them. A run's end (RunLedger.eventsOwed) gives the relay a bounded chance to bring
+ * Order: a round reads without skipping anything visible and appends in id order, so in main a run's
+ * events keep the order they committed in ci, whichever relay appends them. A row that commits after
+ * rows with higher ids (two pages of a run written at once) is read by a later round, never lost:
+ * rounds read the oldest rows, not the rows after a cursor. A run's end (RunLedger.eventsOwed) gives the relay a bounded chance to bring
  * all of the run's events before RunFinished; what is still owed then is said in RunFinished
  * (`eventsOwed`) and registered in `sweeper_owed_runs` in the same transaction, and the first pass
  * that finds none of the run's rows left in ci appends its RunEventsRelayed, after all of them.
