@@ -7,7 +7,8 @@
  * steps (`StaleUploadRepair`: one layer-side operation, in the order that loses nothing). Walking
  * the hash is cooperative (the repair loop's `growingSteps`): after every step the run stops once
  * its budget (250 s, GitLab's MAX_EXEC_DURATION) is spent, and the next run, six minutes later,
- * carries on.
+ * carries on. The next page's HSCAN runs beside a step's writes (after its re-read): only reads go
+ * ahead, so the budget still stops the writes after the step that spent it.
  *
  * Unlike GitLab: a path keeps every `:` after the first; malformed entries (a value that is not a
  * number would read as 0 — "stale" — under Ruby's to_i; a field or value that is not UTF-8, which a
@@ -56,8 +57,8 @@ const run = Effect.fn("DeleteStaleDirectUploads.run")(function*() {
       propose: (upload) => uploadProposal(upload, repairs.wouldRepair([upload])[0] !== "unconfigured"),
       dry: (stale) => met.repaired(D.tallyOutcomes(repairs.wouldRepair(stale))),
       // The step is done (its fields are gone or not ours): a retried attempt will not see these again.
-      write: (stale, commit) =>
-        Effect.flatMap(repairs.repair(stale), (outcomes) => {
+      write: (stale, commit, readsDone) =>
+        Effect.flatMap(repairs.repair(stale, readsDone), (outcomes) => {
           const step = met.repaired(D.tallyOutcomes(outcomes))
           return step.totalDeletedStaleEntries + step.vanished > 0 ? commit(step) : Effect.void
         })

@@ -46,8 +46,17 @@ export interface Unit<In, T, C extends Counts, E, R> {
   readonly propose?: ((t: T) => ShadowProposal | undefined) | undefined
   /** What a dry run counts for these targets (it writes nothing). */
   readonly dry: (targets: ReadonlyArray<T>) => C
-  /** The guarded write; `commit` reports counts as they become durable (a retried run keeps them). */
-  readonly write: (targets: ReadonlyArray<T>, commit: (counts: C) => Effect.Effect<void>) => Effect.Effect<void, E, R>
+  /**
+   * The guarded write; `commit` reports counts as they become durable (a retried run keeps them).
+   * `readsDone`, run by a write that reads before it writes once those reads are answered, lets a
+   * loop that reads ahead (`growingSteps`) send its next read then rather than ahead of them; a
+   * write that never runs it has the read-ahead wait for its end.
+   */
+  readonly write: (
+    targets: ReadonlyArray<T>,
+    commit: (counts: C) => Effect.Effect<void>,
+    readsDone: Effect.Effect<void>
+  ) => Effect.Effect<void, E, R>
   /** false when the write checks the fence inside its own statement (a fenced SQL write); default true. */
   readonly fence?: boolean | undefined
 }
@@ -134,7 +143,7 @@ export const loopBookkeeping = Effect.fnUntraced(
     })
 
     /** One unit: plan, dry run or fence + write; its commits folded in order. Returns what it committed. */
-    const unit = <In, T, E, R>(spec: Unit<In, T, C, E, R>, input: In) =>
+    const unit = <In, T, E, R>(spec: Unit<In, T, C, E, R>, input: In, readsDone: Effect.Effect<void> = Effect.void) =>
       Effect.gen(function*() {
         const targets = yield* spec.plan(input)
         let committed: Counts = {}
@@ -150,7 +159,7 @@ export const loopBookkeeping = Effect.fnUntraced(
               Effect.sync(() => {
                 committed = mergeSummaries(committed, counts)
               })
-            )))
+            ), readsDone))
         }
         units++
         return committed

@@ -4,10 +4,12 @@
  * a write repeated until it changes nothing, scan steps that grow, a list.
  */
 import * as Arr from "effect/Array"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Pull from "effect/Pull"
 import * as Stream from "effect/Stream"
 import type { FenceError } from "../domain/Errors.ts"
 import { type Counts, loopBookkeeping, type Unit } from "./LoopBookkeeping.ts"
@@ -138,6 +140,11 @@ export interface Growth {
  * A scan's pages cut into steps that grow (first, ×factor, … capped by `max` and by what the time
  * per item so far says still fits the budget), the budget checked after each: `--budget 0s`
  * handles exactly `first` items, and a run overshoots by at most about one step.
+ *
+ * The next page is read while the current page's last step writes, from the moment that write's own
+ * reads are answered (its `readsDone`): a read sent before them would queue ahead of them on the
+ * same server. Only the read goes ahead: every step still writes after the one before it has
+ * finished and the budget and the gate were checked, and a page read past the budget is dropped.
  */
 export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
   readonly batch: string
@@ -147,33 +154,54 @@ export const growingSteps = <In, T, C extends Counts, E, R, E2, R2>(options: {
   readonly growth: Growth
   readonly unit: Unit<ReadonlyArray<In>, T, C, E, R>
 }) =>
-  Effect.gen(function*() {
+  Effect.scoped(Effect.gen(function*() {
     const loop = yield* loopBookkeeping(options.batch, options.budget, options.initial)
+    const pull = yield* Stream.toPull(options.source)
+    const nextPage = Pull.catchDone(pull, () => Effect.succeed(undefined))
     let step = options.growth.first
     let handled = 0
-    const handlePage = (page: ReadonlyArray<In>) =>
-      Effect.gen(function*() {
-        for (let offset = 0; offset < page.length;) {
-          if (!(yield* loop.before)) return false
-          const slice = page.slice(offset, offset + step)
-          offset += slice.length
-          const done = yield* loop.unit(options.unit, slice)
-          handled += slice.length
-          if (!(yield* loop.after(done))) return false
-          step = Math.max(
-            1,
-            Math.min(
-              step * options.growth.factor,
-              yield* loop.clock.fits(handled, yield* loop.heldMillis),
-              options.growth.max
-            )
-          )
+    let page: ReadonlyArray<In> | undefined = yield* nextPage
+    while (page !== undefined) {
+      let following: ReadonlyArray<In> | undefined = undefined
+      for (let offset = 0; offset < page.length;) {
+        if (!(yield* loop.before)) return yield* loop.result
+        // At full size, a page's rest too short to be worth a step of its own goes with this one (a
+        // scan's page size is a hint: HSCAN's page of 5000 often comes back a few entries longer).
+        const rest = page.length - (offset + step)
+        const end = step >= options.growth.max && rest <= options.growth.max / options.growth.factor
+          ? page.length
+          : offset + step
+        const slice = page.slice(offset, end)
+        offset += slice.length
+        let done: Counts
+        if (offset < page.length || loop.run.dryRun) {
+          done = yield* loop.unit(options.unit, slice)
+        } else {
+          const readsDone = yield* Deferred.make<void>()
+          const [written, read] = yield* Effect.all([
+            loop.unit(options.unit, slice, Deferred.succeed(readsDone, undefined)).pipe(
+              Effect.ensuring(Deferred.succeed(readsDone, undefined))
+            ),
+            Effect.andThen(Deferred.await(readsDone), nextPage)
+          ], { concurrency: 2 })
+          done = written
+          following = read
         }
-        return true
-      })
-    yield* Stream.runForEachWhile(Stream.chunks(options.source), handlePage)
+        handled += slice.length
+        if (!(yield* loop.after(done))) return yield* loop.result
+        step = Math.max(
+          1,
+          Math.min(
+            step * options.growth.factor,
+            yield* loop.clock.fits(handled, yield* loop.heldMillis),
+            options.growth.max
+          )
+        )
+      }
+      page = loop.run.dryRun ? yield* nextPage : following
+    }
     return yield* loop.result
-  })
+  }))
 
 /**
  * A list of units (slices of ids, pushes of one kind), `concurrency` at a time; totals fold in

@@ -18,10 +18,12 @@ export class StaleUploadRepair extends Context.Service<StaleUploadRepair, {
    * others' objects deleted per location in bulk (one that cannot be deleted keeps its entry, gets
    * no event, and the rest go on); an event for every object deleted, in one INSERT; then their
    * fields removed only while still holding the bytes read. The caller checks the fence before (the
-   * repair loop does).
+   * repair loop does). `readsDone` runs once the fields are re-read, before the first write (the
+   * repair loop then reads its next page beside the writes).
    */
   repair(
-    uploads: ReadonlyArray<StaleUpload>
+    uploads: ReadonlyArray<StaleUpload>,
+    readsDone?: Effect.Effect<void>
   ): Effect.Effect<ReadonlyArray<StaleUploadOutcome<ObjectStorageError>>, RedisError | SqlError>
   /**
    * What `repair` would do, writing nothing (a dry run): "deleted", or "unconfigured" for a

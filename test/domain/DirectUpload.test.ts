@@ -1,9 +1,13 @@
 import { assert, describe, it } from "@effect/vitest"
-import { DateTime, Duration, Result } from "effect"
+import { DateTime, Duration, Option, Result, Schema } from "effect"
 import { escapeBytes } from "../../src/domain/Bytes.ts"
 import {
+  decodeEpochSeconds,
+  decodeLocation,
+  EpochSeconds,
   type InvalidReason,
   isStale,
+  Location,
   LOCATIONS,
   MAX_EXEC_DURATION,
   parseEntry,
@@ -38,6 +42,56 @@ const reasonOf = (field: string | Uint8Array, value: string | Uint8Array): Inval
   )
   return result.failure.reason
 }
+
+describe("DirectUpload's plain decoders answer as the schemas do", () => {
+  it("locations: every known one, and names that only look like one", () => {
+    const names = [...LOCATIONS, "Artifacts", "artifacts ", " lfs", "", "lfs\0", "__proto__", "toString", "constructor"]
+    for (const name of names) {
+      assert.deepStrictEqual(decodeLocation(name), Schema.decodeUnknownOption(Location)(name), JSON.stringify(name))
+    }
+  })
+
+  it("epoch seconds: edge cases and 5000 strings drawn from the characters a number is made of", () => {
+    const edges = [
+      "0",
+      "1700000000",
+      "1.5",
+      "01",
+      "1.",
+      ".5",
+      "1e9",
+      "-1",
+      "+1",
+      " 1",
+      "1 ",
+      "0x10",
+      "",
+      "Infinity",
+      "NaN",
+      "١٢",
+      "1,5",
+      "9".repeat(400),
+      `${"9".repeat(400)}.5`,
+      "1.2.3",
+      "12\n"
+    ]
+    const alphabet = ["0", "1", "9", ".", "e", "-", "+", " ", "x", "\n", "١"]
+    let seed = 7
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31)
+    const drawn = Array.from(
+      { length: 5000 },
+      () => Array.from({ length: next() % 8 }, () => alphabet[next() % alphabet.length]!).join("")
+    )
+    for (const text of [...edges, ...drawn]) {
+      assert.deepStrictEqual(
+        decodeEpochSeconds(text),
+        Schema.decodeUnknownOption(EpochSeconds)(text),
+        JSON.stringify(text)
+      )
+    }
+    assert.deepStrictEqual(decodeEpochSeconds("1.5"), Option.some(1.5))
+  })
+})
 
 describe("DirectUpload.parseEntry", () => {
   it("splits the field at the first colon and reads the value as epoch seconds", () => {

@@ -106,6 +106,28 @@ const eventLogContract = (test: Register) => {
   )
 
   test(
+    "appendAll keeps the batch's order and every byte of streams and payloads an array literal would quote",
+    Effect.gen(function*() {
+      const log = yield* EventLog
+      const runId = randomUUID()
+      const paths = ["NULL", "", "a,b", "{x}", "q\"uote", "back\\slash", "line\nbreak", " spaced ", "ünï 💥", "'"]
+      const batch = paths.map((path, i) =>
+        new StaleDirectUploadDeleted({ location: "uploads", path, preparedAt: i === 0 ? 1.5 : i })
+      )
+      yield* log.appendAll(batch).pipe(inRun(runId), at("2026-01-01T05:00:00.123Z"))
+      const found = yield* log.query({})
+      assert.deepStrictEqual(found.map((e) => e.stream), paths.map((path) => `direct_upload:uploads:${path}`))
+      assert.deepStrictEqual(
+        found.map((e) => e.data),
+        paths.map((path, i) => ({ location: "uploads", path, preparedAt: i === 0 ? 1.5 : i }))
+      )
+      assert.isTrue(found.every((e) => e.runId === runId && e.type === "StaleDirectUploadDeleted"))
+      assert.isTrue(found.every((e) => e.occurredAt.toISOString() === "2026-01-01T05:00:00.123Z"))
+      assert.isTrue(found.every((e, i) => i === 0 || e.id > found[i - 1]!.id))
+    })
+  )
+
+  test(
     "streams follow streamOf for every kind of event",
     Effect.gen(function*() {
       const log = yield* EventLog

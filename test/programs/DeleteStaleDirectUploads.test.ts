@@ -16,6 +16,7 @@ import {
   directUploadsVanishedTotal
 } from "../../src/services/Metrics.ts"
 import { PendingDirectUploads } from "../../src/services/PendingDirectUploads.ts"
+import { StaleUploadRepair } from "../../src/services/StaleUploadRepair.ts"
 import { runBatch } from "../../src/supervisor/RunGuard.ts"
 import { MemoryPlatform } from "../support/memory.ts"
 
@@ -166,6 +167,37 @@ describe("delete-stale-direct-uploads", () => {
         "deleted"
       ]])
       assert.deepStrictEqual((yield* MemoryEvents).map((e) => e.data.path), ["a", "c"])
+    }).pipe(Effect.provide(MemoryPlatform())))
+
+  it.effect("the repair step runs readsDone after its re-read, before its first write", () =>
+    Effect.gen(function*() {
+      yield* seed({ "artifacts:ahead/a": STALE })
+      const storage = yield* MemoryObjectStorage
+      putObjects(storage, "artifacts", "ahead/a")
+      const events = yield* EventLog
+      const pending = yield* PendingDirectUploads
+      const log: Array<string> = []
+      const repairs = yield* StaleUploadRepair.pipe(
+        Effect.provide(Layer.fresh(StaleUploadRepairLive)),
+        Effect.provideService(EventLog, {
+          ...events,
+          appendAll: (batch) => Effect.andThen(Effect.sync(() => log.push("events")), events.appendAll(batch))
+        }),
+        Effect.provideService(PendingDirectUploads, {
+          ...pending,
+          values: (fields) => Effect.andThen(Effect.sync(() => log.push("reread")), pending.values(fields)),
+          removeUnchanged: (entries) =>
+            Effect.andThen(Effect.sync(() => log.push("entries")), pending.removeUnchanged(entries))
+        })
+      )
+      const field = new TextEncoder().encode("artifacts:ahead/a")
+      const upload = { field, location: "artifacts", path: "ahead/a", preparedAt: Number(STALE) } as const
+      const outcomes = yield* repairs.repair(
+        [{ ...upload, value: new TextEncoder().encode(STALE) }],
+        Effect.sync(() => log.push(`readsDone, ${storage.deletes.length} objects deleted`))
+      )
+      assert.deepStrictEqual(outcomes, ["deleted"])
+      assert.deepStrictEqual(log, ["reread", "readsDone, 0 objects deleted", "events", "entries"])
     }).pipe(Effect.provide(MemoryPlatform())))
 
   // A crash (kill -9) is the process stopping between two steps: here the next step dies instead.

@@ -218,6 +218,111 @@ describe("repair loop", () => {
       assert.strictEqual(result.heldMs, 60_000)
     }))
 
+  it.effect("growing steps: the next page is read while a page's last step writes, after its reads", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      // Three pages of 5000 (page 0 then 1, 2): each read logged, as a scan's round trip would be.
+      const source = Stream.paginate(0, (n: number) =>
+        Effect.sync(() => {
+          log.push(`read ${n}`)
+          return [Array.from({ length: 5000 }, (_, i) => n * 5000 + i), n < 2 ? Option.some(n + 1) : Option.none()]
+        }))
+      const result = yield* growingSteps({
+        batch: "b",
+        budget: Duration.minutes(4),
+        initial: { seen: 0 },
+        source,
+        growth: { first: 5000, factor: 8, max: 5000 },
+        unit: {
+          plan: Effect.succeed,
+          target: String,
+          dry: () => ({ seen: 0 }),
+          fence: false,
+          write: (slice, commit, readsDone) =>
+            Effect.gen(function*() {
+              const page = Math.floor(slice[0]! / 5000)
+              log.push(`reread ${page}`)
+              yield* readsDone
+              yield* Effect.yieldNow
+              yield* Effect.yieldNow
+              log.push(`wrote ${page}`)
+              yield* commit({ seen: slice.length })
+            })
+        }
+      })
+      assert.deepStrictEqual(log, [
+        "read 0",
+        "reread 0",
+        "read 1",
+        "wrote 0",
+        "reread 1",
+        "read 2",
+        "wrote 1",
+        "reread 2",
+        "wrote 2"
+      ])
+      assert.deepStrictEqual(result.totals, { seen: 15_000 })
+      assert.strictEqual(result.stop, "done")
+    }))
+
+  it.effect("growing steps: a page read ahead past the budget is never written", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const source = Stream.paginate(0, (n: number) =>
+        Effect.sync(() => {
+          log.push(`read ${n}`)
+          return [Array.from({ length: 5000 }, (_, i) => n * 5000 + i), n < 2 ? Option.some(n + 1) : Option.none()]
+        }))
+      const result = yield* growingSteps({
+        batch: "b",
+        budget: Duration.seconds(1),
+        initial: { seen: 0 },
+        source,
+        growth: { first: 5000, factor: 8, max: 5000 },
+        unit: {
+          plan: Effect.succeed,
+          target: String,
+          dry: () => ({ seen: 0 }),
+          fence: false,
+          // Each step takes the whole budget.
+          write: (slice, commit, readsDone) =>
+            Effect.gen(function*() {
+              yield* readsDone
+              yield* TestClock.adjust("1 second")
+              log.push(`wrote ${Math.floor(slice[0]! / 5000)}`)
+              yield* commit({ seen: slice.length })
+            })
+        }
+      })
+      assert.deepStrictEqual(log, ["read 0", "read 1", "wrote 0"])
+      assert.deepStrictEqual(result.totals, { seen: 5000 })
+      assert.strictEqual(result.stop, "budget")
+    }))
+
+  it.effect("growing steps: at full size, a page a few entries longer than a step is one step", () =>
+    Effect.gen(function*() {
+      const sizes: Array<number> = []
+      yield* growingSteps({
+        batch: "b",
+        budget: Duration.minutes(4),
+        initial: { seen: 0 },
+        // Pages as HSCAN's COUNT 5000 returns them: a few entries more, now and then.
+        source: Stream.fromIterable(Array.from({ length: 15_009 }, (_, i) => i)).pipe(Stream.rechunk(5003)),
+        growth: { first: 1, factor: 8, max: 5000 },
+        unit: {
+          plan: Effect.succeed,
+          target: String,
+          dry: () => ({ seen: 0 }),
+          fence: false,
+          write: (slice, commit) =>
+            Effect.andThen(Effect.sync(() => sizes.push(slice.length)), commit({ seen: slice.length }))
+        }
+      })
+      // The first page grows (its 322 left over are a step of their own: the step is not yet at
+      // full size); the next two are one step each, not 5000 and then 3.
+      assert.deepStrictEqual(sizes, [1, 8, 64, 512, 4096, 322, 5003, 5003])
+    }))
+
   it.effect("cadence: one delay between passes that wait, none between passes that go on at once", () =>
     Effect.gen(function*() {
       const at: Array<number> = []

@@ -67,19 +67,23 @@ export const EventLogSqlInto = (table: EventsTable) =>
         yield* sql`INSERT INTO ${sql(table)} (stream, type, data, run_id, occurred_at) VALUES (
         ${streamOf(event)}, ${event._tag}, ${sql.json(dataOf(event))}, ${run.runId}, ${DateTime.toDateUtc(now)})`
       })
-      // One INSERT for the whole batch, its rows as one jsonb parameter (ROWS FROM … WITH ORDINALITY
-      // keeps their order, so ids follow the batch): a page of repairs costs one round trip and three
+      // One INSERT for the whole batch, its columns as three array parameters (unnest … WITH ORDINALITY
+      // keeps their order, so ids follow the batch): a page of repairs costs one round trip and a few
       // parameters for its events, not one round trip per row nor five parameters per row (which the
       // driver would type and encode one by one, a CPU cost that showed in profiles at 1000 a page).
+      // Arrays rather than one jsonb document of the rows (jsonb_to_recordset): 1000 stale-upload
+      // events 7.5–8.0 ms against 8.5–9.2 ms, the server no longer parses the document and takes
+      // each row's payload back out of it.
       const appendAll = Effect.fn("EventLog.appendAll")(function*(batch: ReadonlyArray<DomainEvent>) {
         if (batch.length === 0) return
         const run = yield* CurrentRun
         const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
-        const rows = batch.map((event) => ({ stream: streamOf(event), type: event._tag, data: dataOf(event) }))
+        const streams = batch.map(streamOf)
+        const types = batch.map((event) => event._tag)
+        const data = batch.map((event) => JSON.stringify(dataOf(event)))
         yield* sql`INSERT INTO ${sql(table)} (stream, type, data, run_id, occurred_at)
-        SELECT e.stream, e.type, e.data, ${run.runId}::uuid, ${occurredAt}::timestamptz
-        FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (stream text, type text, data jsonb))
-          WITH ORDINALITY AS e(stream, type, data, n)
+        SELECT e.stream, e.type, e.data::jsonb, ${run.runId}::uuid, ${occurredAt}::timestamptz
+        FROM unnest(${streams}::text[], ${types}::text[], ${data}::text[]) WITH ORDINALITY AS e(stream, type, data, n)
         ORDER BY e.n`
       })
       const query = Effect.fn("EventLog.query")(function*(filter: EventFilter) {

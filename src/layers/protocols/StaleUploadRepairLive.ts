@@ -41,10 +41,11 @@ const repairWith = (
   pending: PendingDirectUploads["Service"],
   events: EventLog["Service"]
 ) =>
-  Effect.fnUntraced(function*(uploads: ReadonlyArray<StaleUpload>) {
+  Effect.fnUntraced(function*(uploads: ReadonlyArray<StaleUpload>, readsDone: Effect.Effect<void> = Effect.void) {
     const results: Array<Repaired> = new Array(uploads.length)
     if (uploads.length === 0) return results
     const current = yield* pending.values(uploads.map((upload) => upload.field))
+    yield* readsDone
     const byLocation = new Map<Location, Array<number>>()
     uploads.forEach((upload, i) => {
       const value = current[i]
