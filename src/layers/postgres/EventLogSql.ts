@@ -40,10 +40,14 @@ export const eventsForWrittenCte = Effect.fnUntraced(function*(
 ) {
   const run = yield* CurrentRun
   const occurredAt = DateTime.toDateUtc(yield* DateTime.now)
-  const rows = keyed.map(({ event, key }) => ({ key, stream: streamOf(event), type: event._tag, data: dataOf(event) }))
+  // Columns as arrays, as `appendAll` sends them (and for the same reason: no document to parse).
+  const keys = keyed.map(({ key }) => key)
+  const streams = keyed.map(({ event }) => streamOf(event))
+  const types = keyed.map(({ event }) => event._tag)
+  const data = keyed.map(({ event }) => JSON.stringify(dataOf(event)))
   return sql`INSERT INTO ${sql(table)} (stream, type, data, run_id, occurred_at)
-    SELECT e.stream, e.type, e.data, ${run.runId}::uuid, ${occurredAt}::timestamptz
-    FROM ROWS FROM (jsonb_to_recordset(${sql.json(rows)}) AS (key text, stream text, type text, data jsonb))
+    SELECT e.stream, e.type, e.data::jsonb, ${run.runId}::uuid, ${occurredAt}::timestamptz
+    FROM unnest(${keys}::text[], ${streams}::text[], ${types}::text[], ${data}::text[])
       WITH ORDINALITY AS e(key, stream, type, data, n)
     WHERE e.key IN (SELECT key FROM ${sql.literal(written)})
     ORDER BY e.n`
