@@ -10,9 +10,15 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Exit, Layer, Logger, Ref, Scope } from "effect"
+import { TestClock } from "effect/testing"
 import { JobQueueMemory } from "../../src/layers/memory/JobQueueMemory.ts"
 import { MemoryRedis } from "../../src/layers/memory/MemoryRedis.ts"
-import { JobOutboxRelay, relayJobOutbox, TransitionJobRelay } from "../../src/layers/postgres/JobOutbox.ts"
+import {
+  JobOutboxRelay,
+  LEGACY_OUTBOX_EVERY,
+  relayJobOutbox,
+  TransitionJobRelay
+} from "../../src/layers/postgres/JobOutbox.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { JobQueue } from "../../src/services/JobQueue.ts"
 import { PgTest } from "../support/postgres.ts"
@@ -173,6 +179,57 @@ describe("JobOutboxRelay", () => {
           "Ci::BuildFinishedWorker 1",
           "Ci::BuildFinishedWorker 3"
         ])
+      }).pipe(
+        Effect.provide(
+          Layer.mergeAll(PgTest, MetricsPrometheus, JobQueueMemory.pipe(Layer.provide(MemoryRedis.layer)))
+        )
+      ),
+    60_000
+  )
+
+  it.effect(
+    "the relay fiber claims from the old table at most every LEGACY_OUTBOX_EVERY, and wakes for it unasked: " +
+      "a row an older release left there is pushed within that",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        const queue = yield* JobQueue
+        const legacyRow = (n: number) =>
+          sql`INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
+            VALUES (gen_random_uuid(), 'Ci::BuildFinishedWorker', 'default', jsonb_build_array(${n}::int))`
+        const pushed = Effect.map(queue.peek("default", 100), (payloads) =>
+          payloads.map((payload) =>
+            (JSON.parse(new TextDecoder().decode(payload)) as { args: [number] }).args[0]
+          )
+            .toSorted((a, b) => a - b))
+        // Real time, not the test clock's: the relay's statements take it.
+        const until = <A>(check: Effect.Effect<A, unknown>, done: (a: A) => boolean) =>
+          Effect.gen(function*() {
+            for (let i = 0; i < 200; i++) {
+              if (done(yield* Effect.orDie(check))) return
+              yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 25)))
+            }
+            assert.fail("timed out")
+          })
+        yield* legacyRow(1)
+        const scope = yield* Scope.make()
+        const relay = yield* Layer.buildWithScope(JobOutboxRelay({ recover: false }), scope)
+        // Its first round claims there: row 1.
+        yield* until(pushed, (jobs) => jobs.length === 1)
+        // Drops commit within the period: their batches go, the old table waits.
+        yield* legacyRow(2)
+        yield* sql`INSERT INTO sweeper_job_outbox_batches (jobs, size)
+          VALUES ('[{"worker": "Ci::BuildFinishedWorker", "queue": "default", "args": [[3]]}]', 1)`
+        yield* Context.get(relay, TransitionJobRelay).committed
+        yield* until(pushed, (jobs) => jobs.length === 2)
+        assert.deepStrictEqual(yield* pushed, [1, 3])
+        assert.lengthOf(yield* sql`SELECT FROM sweeper_job_outbox`, 1)
+        // The period passes with no drop: the fiber wakes itself and takes row 2.
+        yield* TestClock.adjust(LEGACY_OUTBOX_EVERY)
+        yield* until(pushed, (jobs) => jobs.length === 3)
+        assert.deepStrictEqual(yield* pushed, [1, 2, 3])
+        assert.lengthOf(yield* sql`SELECT FROM sweeper_job_outbox`, 0)
+        yield* Scope.close(scope, Exit.void)
       }).pipe(
         Effect.provide(
           Layer.mergeAll(PgTest, MetricsPrometheus, JobQueueMemory.pipe(Layer.provide(MemoryRedis.layer)))

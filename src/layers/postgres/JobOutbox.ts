@@ -25,6 +25,7 @@
  * Separate from the ci event outbox's relay (Outbox.ts): different destination, different ids.
  */
 import { PgClient } from "@effect/sql-pg"
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -220,8 +221,8 @@ const pushAll = (queue: JobQueue["Service"], batches: ReadonlyArray<ClaimedBatch
 
 /**
  * Relays everything in the outbox `relayer` may claim (see `claimableBy`), RELAY_BATCHES batches a
- * round from each table (the old one first: its rows are the older release's); the jobs pushed now
- * (a batch refused by its marker counts none). A round whose claims took fewer than RELAY_BATCHES
+ * round from each table (the old one first: its rows are the older release's; with `legacy: false`
+ * only the new one); the jobs pushed now (a batch refused by its marker counts none). A round whose claims took fewer than RELAY_BATCHES
  * batches took every claimable one, so the relay stops there rather than asking again: a batch
  * committed since wakes the relay itself (`committed`), and that empty claim was one statement in
  * two during a large drop (measured: 186 claims for 100 pages).
@@ -230,14 +231,15 @@ export const relayJobOutbox = (
   sql: PgClient.PgClient,
   queue: JobQueue["Service"],
   relayer: string,
-  options: { readonly takeOver?: boolean } = {}
+  options: { readonly takeOver?: boolean; readonly legacy?: boolean } = {}
 ): Effect.Effect<number, SqlError | RedisError> =>
   Effect.gen(function*() {
     const claimable = claimableBy(sql, relayer, options.takeOver === true)
+    const tables = options.legacy === false ? [BATCH_ROWS] : [JOB_ROWS, BATCH_ROWS]
     let pushed = 0
     while (true) {
       let full = false
-      for (const table of [JOB_ROWS, BATCH_ROWS]) {
+      for (const table of tables) {
         const batches = yield* table.claim(sql, claimable, relayer)
         if (batches.length === 0) continue
         pushed += yield* pushAll(queue, batches)
@@ -250,6 +252,15 @@ export const relayJobOutbox = (
 
 /** How soon a relay that failed (Redis or the database unreachable) is tried again. */
 export const JOB_RELAY_RETRY = Duration.seconds(5)
+
+/**
+ * How often the relay fiber also claims from the older table (`sweeper_job_outbox`), and wakes for it
+ * when no drop woke it. Only a process of the previous release writes there (a rolling upgrade), and
+ * its own relay pushes what it writes; this release drains what such a process left. Claiming there
+ * in every round cost a statement a page beside the page's own (measured: 7 ms a round on a loaded
+ * machine, on an empty table). The relay at start-up and the last one at release always claim there.
+ */
+export const LEGACY_OUTBOX_EVERY = Duration.seconds(30)
 
 /**
  * The drops' TransitionJobRelay on the builds' database (the PgClient in context: ci's on a
@@ -277,32 +288,48 @@ export const JobOutboxRelay = (options: { readonly recover: boolean }) =>
       const setOwed = (value: boolean) =>
         Ref.getAndSet(owed, value).pipe(Effect.tap(metrics.setGauge(jobRelayOwed, value ? 1 : 0)))
       yield* setOwed(false)
-      const relayWith = (takeOver: boolean) =>
-        relayJobOutbox(sql, queue, relayer, { takeOver }).pipe(
-          Effect.tap((pushed) => pushed > 0 ? metrics.increment(jobsRelayedTotal, pushed) : Effect.void),
-          Effect.andThen(setOwed(false)),
-          Effect.flatMap((wasOwed) =>
-            wasOwed ? Effect.logInfo("Transition jobs relayed from the job outbox to Sidekiq again") : Effect.void
-          ),
-          Effect.catch((error) =>
-            Effect.all([setOwed(true), metrics.increment(jobRelayFailuresTotal, 1)]).pipe(Effect.flatMap(([wasOwed]) =>
-              wasOwed ? Effect.void : Effect.logWarning(
-                "Transition jobs not yet relayed from the job outbox to Sidekiq; retrying",
-                describeError(error)
+      const legacyAt = yield* Ref.make(Number.NEGATIVE_INFINITY)
+      /** Whether a round claims from the older table too: always unless `sometimes`, then every LEGACY_OUTBOX_EVERY. */
+      const legacyDue = (sometimes: boolean) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Ref.modify(legacyAt, (last) =>
+            !sometimes || now - last >= Duration.toMillis(LEGACY_OUTBOX_EVERY) ? [true, now] : [false, last]))
+      const relayWith = (takeOver: boolean, sometimes = false) =>
+        Effect.flatMap(legacyDue(sometimes), (legacy) =>
+          relayJobOutbox(sql, queue, relayer, { takeOver, legacy })).pipe(
+            Effect.tap((pushed) =>
+              pushed > 0 ? metrics.increment(jobsRelayedTotal, pushed) : Effect.void
+            ),
+            Effect.andThen(setOwed(false)),
+            Effect.flatMap((wasOwed) =>
+              wasOwed ? Effect.logInfo("Transition jobs relayed from the job outbox to Sidekiq again") : Effect.void
+            ),
+            Effect.catch((error) =>
+              Effect.all([setOwed(true), metrics.increment(jobRelayFailuresTotal, 1)]).pipe(
+                Effect.flatMap(([wasOwed]) =>
+                  wasOwed ? Effect.void : Effect.logWarning(
+                    "Transition jobs not yet relayed from the job outbox to Sidekiq; retrying",
+                    describeError(error)
+                  )
+                )
               )
-            ))
+            )
           )
-        )
       const relay = relayWith(false)
       if (options.recover) yield* relayWith(true)
-      // Woken by every drop that wrote jobs, and every JOB_RELAY_RETRY while a relay is owed.
+      // Woken by every drop that wrote jobs, every JOB_RELAY_RETRY while a relay is owed, and every
+      // LEGACY_OUTBOX_EVERY for the older table.
       const wake = yield* Latch.make(false)
-      const relayWhenWoken = Latch.await(wake).pipe(Effect.andThen(Latch.close(wake)), Effect.andThen(relay))
+      const relayWhenWoken = Latch.await(wake).pipe(
+        Effect.andThen(Latch.close(wake)),
+        Effect.andThen(relayWith(false, true))
+      )
       const relaying = yield* relayWhenWoken.pipe(Effect.forever, Effect.forkScoped)
       yield* Effect.when(Latch.open(wake), Ref.get(owed)).pipe(
         Effect.repeat(Schedule.spaced(JOB_RELAY_RETRY)),
         Effect.forkScoped
       )
+      yield* Latch.open(wake).pipe(Effect.repeat(Schedule.spaced(LEGACY_OUTBOX_EVERY)), Effect.forkScoped)
       // Releasing the layer relays whatever is left, but never beside a round of the fiber: both claim
       // as `relayer`, so the last relay would take the rows that round holds and both would push and
       // delete them at once (their UPDATE and DELETE locking the same rows in different orders: a
