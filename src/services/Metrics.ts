@@ -126,7 +126,7 @@ export const outboxRelayFailuresTotal = Metric.counter("sweeper_outbox_relay_fai
 
 export const jobRelayOwed = Metric.gauge("sweeper_job_relay_owed", {
   description:
-    "1 while dropped builds' after-transition jobs wait in sweeper_job_outbox after a relay to Sidekiq failed (retried every 5 s), else 0"
+    "1 while dropped builds' after-transition jobs wait in sweeper_job_outbox_batches after a relay to Sidekiq failed (retried every 5 s), else 0"
 })
 
 export const jobRelayFailuresTotal = Metric.counter("sweeper_job_relay_failures_total", {

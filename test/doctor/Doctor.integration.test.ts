@@ -113,7 +113,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           plan.stdout.trim(),
           "Pending (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
             + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, 0010_relay_keys, "
-            + "0011_shadow_candidates, "
+            + "0011_shadow_candidates, 0013_job_outbox_batches, "
             + ONLINE.map((step) => `${step} (online)`).join(", ")
         )
         assert.deepStrictEqual(yield* tables(url), before)
@@ -124,7 +124,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           migrated.stdout.trim(),
           "Applied (gitlab mode, detected): 0002_sweeper_tables, 0003_schema_ownership, 0004_event_retention_indexes, "
             + "0005_console_rollup, 0006_ledger_rollup, 0008_event_relay, 0009_transition_tables, 0010_relay_keys, "
-            + "0011_shadow_candidates, "
+            + "0011_shadow_candidates, 0013_job_outbox_batches, "
             + ONLINE.join(", ")
         )
         assert.strictEqual(
@@ -188,7 +188,7 @@ describe("sweeper doctor / migrate --plan / read-only commands", () => {
           "ci_builds_runner_session",
           "ci_resources",
           "p_ci_pipelines",
-          "sweeper_job_outbox"
+          "sweeper_job_outbox_batches"
         ])
         assert.deepStrictEqual(Object.values(report.transitions.queues), ["default", "default", "default"])
         assert.deepStrictEqual(report.scans.map((s) => [s.batch, s.table, s.served, s.recommended.length]), [

@@ -72,7 +72,7 @@ const checkExactlyOnce = (url: string) =>
     const processed = new Set(jobs.filter((j) => j.class === "PipelineProcessWorker").map((j) => Number(j.args[0])))
     assert.deepStrictEqual([...processed].toSorted(), Array.from({ length: PIPELINES }, (_, i) => 1001 + i))
     const left = yield* onDatabase(url)(Effect.flatMap(PgClient.PgClient, (sql) =>
-      sql<{ outbox: string; failed: string }>`SELECT (SELECT count(*) FROM sweeper_job_outbox) AS outbox,
+      sql<{ outbox: string; failed: string }>`SELECT (SELECT count(*) FROM sweeper_job_outbox_batches) AS outbox,
         (SELECT count(*) FROM p_ci_builds WHERE status = 'failed' AND lock_version = 1) AS failed`))
     assert.deepStrictEqual([Number(left[0]!.outbox), Number(left[0]!.failed)], [0, BUILDS])
   })
@@ -90,7 +90,8 @@ describe("kill -9 around the push of a drop's jobs", () => {
       const env = { DATABASE_URL: url, SWEEPER_DROP_BATCH_SIZE: "50" }
       yield* killAtCut({ ...env, REDIS_URL: proxied.toString() }, proxy.cut)
       const owed = yield* onDatabase(url)(
-        Effect.flatMap(PgClient.PgClient, (sql) => sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_job_outbox`)
+        Effect.flatMap(PgClient.PgClient, (sql) =>
+          sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_job_outbox_batches`)
       )
       assert.isAbove(Number(owed[0]!.n), 0, "the killed run had committed jobs it never pushed")
 
@@ -107,7 +108,7 @@ describe("kill -9 around the push of a drop's jobs", () => {
         const url = yield* gitlabDatabase
         const target = new URL(url)
         const proxy = yield* cutProxy({ host: target.hostname, port: Number(target.port || 5432) })
-        proxy.cutOn(Buffer.from("DELETE FROM sweeper_job_outbox"), 1)
+        proxy.cutOn(Buffer.from("DELETE FROM sweeper_job_outbox_batches"), 1)
         const proxied = new URL(url)
         proxied.port = String(proxy.port)
         const redisUrl = yield* TestRedisUrl

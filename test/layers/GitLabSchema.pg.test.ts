@@ -71,7 +71,8 @@ describe("Beside GitLab's schema", () => {
             "0008_event_relay",
             "0009_transition_tables",
             "0010_relay_keys",
-            "0011_shadow_candidates"
+            "0011_shadow_candidates",
+            "0013_job_outbox_batches"
           ])
 
           const applied = yield* migrate
@@ -86,6 +87,7 @@ describe("Beside GitLab's schema", () => {
             9,
             10,
             11,
+            13,
             4,
             4,
             5,
@@ -105,6 +107,7 @@ describe("Beside GitLab's schema", () => {
             "sweeper_backfills",
             "sweeper_events",
             "sweeper_job_outbox",
+            "sweeper_job_outbox_batches",
             "sweeper_lease_fences",
             "sweeper_migrations",
             "sweeper_owed_runs",

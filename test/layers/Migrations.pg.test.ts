@@ -151,7 +151,8 @@ describe("Migrations on PostgreSQL", () => {
           [8, "event_relay"],
           [9, "transition_tables"],
           [10, "relay_keys"],
-          [11, "shadow_candidates"]
+          [11, "shadow_candidates"],
+          [13, "job_outbox_batches"]
         ])
         assert.deepStrictEqual(yield* columns, before)
       }))
@@ -289,7 +290,7 @@ describe("Migrations on PostgreSQL", () => {
           const results = yield* Effect.all([client, client], { concurrency: "unbounded" })
           assert.deepStrictEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [
             // The transactional migrations, then the online steps (indexes, backfill, index drop).
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 4, 4, 5, 6, 6, 12, 12],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 4, 4, 5, 6, 6, 12, 12],
             []
           ])
           assert.deepStrictEqual(results.map((r) => r.ready), [3, 3])
@@ -300,7 +301,7 @@ describe("Migrations on PostgreSQL", () => {
               WHERE table_schema = 'public' ORDER BY table_name`
             return { recorded: Number(recorded[0]!.n), tables: tables.map((t) => t.table_name) }
           }))
-          assert.strictEqual(check.recorded, 11)
+          assert.strictEqual(check.recorded, 12)
           for (const table of [...Object.keys(EXPECTED), "sweeper_lease_fences"]) assert.include(check.tables, table)
         }))
       }

@@ -201,11 +201,13 @@ const runAll = (reasons: FailureReasonSet, queues?: TransitionQueues) =>
     return [canceling.dropped, pending.dropped, running.dropped, scheduled.dropped]
   })
 
-/** The job outbox as (worker, queue, args) lines, sorted. */
+/** The job outbox (both tables) as (worker, queue, args) lines, sorted. */
 const outbox = Effect.gen(function*() {
   const sql = yield* PgClient.PgClient
   const rows = yield* sql<{ worker: string; queue: string; args: ReadonlyArray<number> }>`
-    SELECT worker, queue, args FROM sweeper_job_outbox ORDER BY id`
+    SELECT r->>'worker' AS worker, r->>'queue' AS queue, a AS args
+    FROM sweeper_job_outbox_batches o, jsonb_array_elements(o.jobs) r, jsonb_array_elements(r->'args') a
+    UNION ALL SELECT worker, queue, args FROM sweeper_job_outbox`
   return rows.map((row) => `${row.worker} ${row.queue} ${JSON.stringify(row.args)}`).toSorted()
 })
 
@@ -356,6 +358,50 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
       })
     ), 120_000)
 
+  it.live(
+    "a page's jobs are one outbox row, each pushed once, in the page's order: pipelines, builds, groups",
+    () =>
+      onGitLab(
+        { partitioned: true },
+        Effect.gen(function*() {
+          const sql = yield* PgClient.PgClient
+          yield* seed(true, BUILDS, QUEUED)
+          assert.deepStrictEqual(yield* runAll("legacy"), [2, 1, 2, 1])
+          // One row per page written (each run here drops one page), its jobs counted; no row per job.
+          const rows = yield* sql<{ size: number }>`SELECT size FROM sweeper_job_outbox_batches ORDER BY id`
+          assert.deepStrictEqual(rows.map((row) => row.size), [4, 2, 4, 2])
+          assert.lengthOf(yield* sql`SELECT FROM sweeper_job_outbox`, 0)
+          assert.strictEqual(yield* relayOnce(), 12)
+          assert.strictEqual(yield* relayOnce(), 0)
+          assert.lengthOf(yield* sql`SELECT FROM sweeper_job_outbox_batches`, 0)
+          // LPUSHed, and Sidekiq takes from the tail: the list reversed is the order they run in.
+          const short: Record<string, string> = {
+            PipelineProcessWorker: "pipeline",
+            "Ci::BuildFinishedWorker": "build",
+            "Ci::ResourceGroups::AssignResourceFromResourceGroupWorker": "group"
+          }
+          assert.deepStrictEqual(
+            (yield* queued("default")).toReversed().map((job) => `${short[job.class]} ${job.args}`),
+            [
+              "pipeline 500",
+              "build 1",
+              "build 7",
+              "group 70",
+              "pipeline 501",
+              "build 2",
+              "pipeline 502",
+              "build 3",
+              "build 8",
+              "group 71",
+              "pipeline 503",
+              "build 4"
+            ]
+          )
+        })
+      ),
+    120_000
+  )
+
   for (const partitioned of [true, false]) {
     const t = tablesOf(partitioned)
     it.live(`doom is GitLab's doom!: both queue rows deleted, nothing else (${t.builds})`, () =>
@@ -446,8 +492,8 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
                 queue.pushOnce(request),
                 () =>
                   pushes++ === 0
-                    ? sql`INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
-                      VALUES (${late}::uuid, 'Ci::BuildFinishedWorker', 'default', '[99]'::jsonb)`.pipe(
+                    ? sql`INSERT INTO sweeper_job_outbox_batches (batch, jobs, size) VALUES (${late}::uuid,
+                      '[{"worker": "Ci::BuildFinishedWorker", "queue": "default", "args": [[99]]}]', 1)`.pipe(
                       Effect.orDie,
                       Effect.asVoid
                     )
@@ -455,7 +501,7 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
               )
           }
           yield* relayJobOutbox(sql, committing, "00000000-0000-4000-8000-00000000000d")
-          const left = yield* sql<{ batch: string }>`SELECT batch FROM sweeper_job_outbox`
+          const left = yield* sql<{ batch: string }>`SELECT batch FROM sweeper_job_outbox_batches`
           assert.deepStrictEqual(left.map((row) => row.batch), [late])
           // Its wake's relay pushes it.
           assert.strictEqual(yield* relayJobOutbox(sql, queue, "00000000-0000-4000-8000-00000000000d"), 1)
@@ -476,7 +522,7 @@ describe("A drop does what GitLab's transition does, beside GitLab's schema", ()
           yield* seed(true, BUILDS, QUEUED)
           yield* runAll("legacy")
           const batches = Number(
-            (yield* sql<{ n: string }>`SELECT count(DISTINCT batch) AS n FROM sweeper_job_outbox`)[0]!.n
+            (yield* sql<{ n: string }>`SELECT count(*) AS n FROM sweeper_job_outbox_batches`)[0]!.n
           )
           assert.isAtLeast(batches, 4)
           // Relay A claims every batch and dies right after its first push reached Redis: that batch

@@ -344,7 +344,7 @@ describe("decomposed GitLab: main and ci databases", () => {
         )
         assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM sweeper_outbox"), 0)
         // The drops' jobs went through ci's job outbox, beside the builds, and were relayed.
-        assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM sweeper_job_outbox"), 0)
+        assert.strictEqual(yield* count(ci, "SELECT count(*) AS n FROM sweeper_job_outbox_batches"), 0)
         const queued = yield* Effect.acquireUseRelease(
           Effect.sync(() => new IORedis(redis)),
           (client) => Effect.promise(() => client.lrange("queue:default", 0, -1)),
@@ -356,6 +356,7 @@ describe("decomposed GitLab: main and ci databases", () => {
         WHERE table_schema = 'public' AND table_name LIKE 'sweeper%' ORDER BY 1`
         assert.deepStrictEqual(ciOwn.map((row) => row.name), [
           "sweeper_job_outbox",
+          "sweeper_job_outbox_batches",
           "sweeper_lease_fences",
           "sweeper_migrations",
           "sweeper_outbox"

@@ -34,6 +34,7 @@ import { transitionTables } from "./migrations/0009_transition_tables.ts"
 import { outboxKeys, relayKeys } from "./migrations/0010_relay_keys.ts"
 import { shadowCandidates } from "./migrations/0011_shadow_candidates.ts"
 import { STREAM_BTREE_INDEX, STREAM_HASH_DEFINITION, STREAM_HASH_INDEX } from "./migrations/0012_ledger_stream_hash.ts"
+import { jobOutboxBatches } from "./migrations/0013_job_outbox_batches.ts"
 import { ownTable, PlatformTablesOf } from "./migrations/Ownership.ts"
 
 const ALL = {
@@ -47,7 +48,8 @@ const ALL = {
   "0008_event_relay": eventRelay,
   "0009_transition_tables": transitionTables(ownTable),
   "0010_relay_keys": relayKeys,
-  "0011_shadow_candidates": shadowCandidates
+  "0011_shadow_candidates": shadowCandidates,
+  "0013_job_outbox_batches": jobOutboxBatches
 } as const
 
 /** A separate ci database's migrations (its own sweeper_migrations): the outbox, and ci's platform tables. */
@@ -56,7 +58,8 @@ const CI = {
   "0007_stuck_builds_family": stuckBuildsFamily,
   "0008_ci_outbox": ciOutbox,
   "0009_transition_tables": transitionTables(ownTable),
-  "0010_outbox_keys": outboxKeys
+  "0010_outbox_keys": outboxKeys,
+  "0013_job_outbox_batches": jobOutboxBatches
 } as const
 
 /** Migrations of Sweeper's own platform tables: a gitlab-mode database never gets them. */

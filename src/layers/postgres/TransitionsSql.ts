@@ -14,7 +14,7 @@
  *                    Ci::ResourceGroups::AssignResourceFromResourceGroupWorker [resource_group_id]
  *
  * The after-commit jobs cannot be pushed in the transaction, so the statement writes them into
- * `sweeper_job_outbox` beside the builds, and the relay (JobOutbox.ts) pushes them after the commit,
+ * the job outbox (`sweeper_job_outbox_batches`, one row for all of them) beside the builds, and the relay (JobOutbox.ts) pushes them after the commit,
  * exactly once. `doom!` (data_integrity_failure) is `update_columns`, which skips every callback: it
  * deletes both queue rows and does nothing else (`dooms`).
  *
@@ -88,7 +88,7 @@ export const describeTransitionEffects = (tables: TransitionTables): ReadonlyArr
   tables.resources
     ? "a build holding a resource-group resource: ci_resources row freed"
     : "ci_resources not held here: no resource freed",
-  "after commit, through sweeper_job_outbox: PipelineProcessWorker per pipeline, Ci::BuildFinishedWorker per " +
+  "after commit, through sweeper_job_outbox_batches: PipelineProcessWorker per pipeline, Ci::BuildFinishedWorker per " +
   "build, AssignResourceFromResourceGroupWorker per resource group",
   "a doomed build (data_integrity_failure): its queue rows deleted, nothing else (GitLab's doom!)"
 ]
@@ -115,7 +115,9 @@ export const droppedColumns = (sql: PgClient.PgClient, table: BuildsTable) =>
 
 /**
  * The side-effect CTEs of a drop, each `, name AS (…)`, over the CTE `from` that returns
- * `droppedColumns`. The jobs of one statement share one batch id (drawn here, by PostgreSQL).
+ * `droppedColumns`. The jobs of one statement are one outbox row (migration 0013), in push order:
+ * runs of one worker, each run's jobs by id; its batch id is drawn by PostgreSQL (the column's
+ * default). None when the statement dropped nothing.
  */
 export const dropEffects = (
   sql: PgClient.PgClient,
@@ -146,21 +148,27 @@ export const dropEffects = (
       ? sql`, released AS (UPDATE ci_resources c SET build_id = NULL, partition_id = NULL FROM ${d} d
       WHERE c.resource_group_id = d.resource_group_id AND c.build_id = d.build_id ${resourceKey})`
       : sql``
-  }, job_batch AS (SELECT gen_random_uuid() AS id),
-    jobs AS (INSERT INTO sweeper_job_outbox (batch, worker, queue, args)
-      SELECT (SELECT id FROM job_batch), j.worker, j.queue, j.args FROM (
-        SELECT 1 AS kind, ${PIPELINE_PROCESS_WORKER}::text AS worker, ${queues[PIPELINE_PROCESS_WORKER]}::text AS queue,
-          jsonb_build_array(p.pipeline_id) AS args, p.pipeline_id AS n
-        FROM (SELECT DISTINCT pipeline_id FROM ${d} WHERE pipeline_id IS NOT NULL AND retried IS NOT TRUE) p
-        UNION ALL
-        SELECT 2, ${BUILD_FINISHED_WORKER}::text, ${queues[BUILD_FINISHED_WORKER]}::text,
-          jsonb_build_array(build_id), build_id FROM ${d}
-        UNION ALL
-        SELECT 3, ${ASSIGN_RESOURCE_WORKER}::text, ${queues[ASSIGN_RESOURCE_WORKER]}::text,
-          jsonb_build_array(g.resource_group_id), g.resource_group_id
-        FROM (SELECT DISTINCT resource_group_id FROM ${d} WHERE resource_group_id IS NOT NULL) g
-      ) j ORDER BY j.kind, j.n
-      RETURNING 1)`
+  }, jobs AS (INSERT INTO sweeper_job_outbox_batches (jobs, size)
+      SELECT jsonb_agg(jsonb_build_object('worker', r.worker, 'queue', r.queue, 'args', r.args) ORDER BY r.kind),
+        sum(r.size)
+      FROM (
+        SELECT j.kind, j.worker, j.queue, jsonb_agg(j.args ORDER BY j.n) AS args, count(*) AS size FROM (
+          SELECT 1 AS kind, ${PIPELINE_PROCESS_WORKER}::text AS worker,
+            ${
+    queues[PIPELINE_PROCESS_WORKER]
+  }::text AS queue, jsonb_build_array(p.pipeline_id) AS args, p.pipeline_id AS n
+          FROM (SELECT DISTINCT pipeline_id FROM ${d} WHERE pipeline_id IS NOT NULL AND retried IS NOT TRUE) p
+          UNION ALL
+          SELECT 2, ${BUILD_FINISHED_WORKER}::text, ${queues[BUILD_FINISHED_WORKER]}::text,
+            jsonb_build_array(build_id), build_id FROM ${d}
+          UNION ALL
+          SELECT 3, ${ASSIGN_RESOURCE_WORKER}::text, ${queues[ASSIGN_RESOURCE_WORKER]}::text,
+            jsonb_build_array(g.resource_group_id), g.resource_group_id
+          FROM (SELECT DISTINCT resource_group_id FROM ${d} WHERE resource_group_id IS NOT NULL) g
+        ) j GROUP BY j.kind, j.worker, j.queue
+      ) r
+      HAVING count(*) > 0
+      RETURNING size)`
 }
 
 /**
@@ -180,5 +188,5 @@ export const doomEffects = (sql: PgClient.PgClient, tables: TransitionTables, fr
   }`
 }
 
-/** How many outbox rows a drop statement wrote (its `jobs` CTE): whether a relay is owed. */
-export const jobsWritten = (sql: PgClient.PgClient) => sql`(SELECT count(*) FROM jobs)`
+/** How many jobs a drop statement wrote into the outbox (its `jobs` CTE): whether a relay is owed. */
+export const jobsWritten = (sql: PgClient.PgClient) => sql`(SELECT coalesce(sum(size), 0) FROM jobs)`
