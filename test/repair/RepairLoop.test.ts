@@ -30,6 +30,14 @@ const scriptedGate = (log: Array<string>, verdicts: ReadonlyArray<GateVerdict>) 
   })
 }
 
+/** Three pages of 5000 (page 0 then 1, 2): each read logged, as a scan's round trip would be. */
+const threePagesLogged = (log: Array<string>) =>
+  Stream.paginate(0, (n: number) =>
+    Effect.sync(() => {
+      log.push(`read ${n}`)
+      return [Array.from({ length: 5000 }, (_, i) => n * 5000 + i), n < 2 ? Option.some(n + 1) : Option.none()]
+    }))
+
 describe("repair loop", () => {
   it.effect("isolatedEach: a failure the caller isolates is reported with its key, the others' results kept", () =>
     Effect.gen(function*() {
@@ -221,12 +229,7 @@ describe("repair loop", () => {
   it.effect("growing steps: the next page is read while a page's last step writes, after its reads", () =>
     Effect.gen(function*() {
       const log: Array<string> = []
-      // Three pages of 5000 (page 0 then 1, 2): each read logged, as a scan's round trip would be.
-      const source = Stream.paginate(0, (n: number) =>
-        Effect.sync(() => {
-          log.push(`read ${n}`)
-          return [Array.from({ length: 5000 }, (_, i) => n * 5000 + i), n < 2 ? Option.some(n + 1) : Option.none()]
-        }))
+      const source = threePagesLogged(log)
       const result = yield* growingSteps({
         batch: "b",
         budget: Duration.minutes(4),
@@ -268,11 +271,7 @@ describe("repair loop", () => {
   it.effect("growing steps: a page read ahead past the budget is never written", () =>
     Effect.gen(function*() {
       const log: Array<string> = []
-      const source = Stream.paginate(0, (n: number) =>
-        Effect.sync(() => {
-          log.push(`read ${n}`)
-          return [Array.from({ length: 5000 }, (_, i) => n * 5000 + i), n < 2 ? Option.some(n + 1) : Option.none()]
-        }))
+      const source = threePagesLogged(log)
       const result = yield* growingSteps({
         batch: "b",
         budget: Duration.seconds(1),
