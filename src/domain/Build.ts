@@ -32,6 +32,12 @@ export const MAX_DROP_ATTEMPTS = 1 + DROP_LOCK_RETRIES
  */
 export type DropOutcome = "dropped" | "doomed" | "changed_meanwhile" | "locked"
 
+/** What a build retried on its own adds to the run's counts: a drop or a doom (changed or locked: nothing). */
+export const retriedCounts = (outcome: DropOutcome) => ({
+  dropped: outcome === "dropped" ? 1 : 0,
+  doomed: outcome === "doomed" ? 1 : 0
+})
+
 /**
  * The seed's "Dropping outdated build" line, as the message's structured value rather than
  * annotations: the JSON line is the same (supervisor/Logging.ts flattens both), and a page of 1000 logs

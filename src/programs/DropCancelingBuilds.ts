@@ -26,7 +26,8 @@ import {
   cursorOf,
   DropBatchSize,
   DROPPING_MESSAGE,
-  droppingPageFields
+  droppingPageFields,
+  retriedCounts
 } from "../domain/Build.ts"
 import { cancelingProposal } from "../domain/Shadow.ts"
 import { lockedRowTally } from "../repair/LockedRowTally.ts"
@@ -71,11 +72,7 @@ const run = Effect.fn("DropCancelingBuilds.run")(function*() {
       for (const lost of page.filter((build) => !won.has(build) && !skipped.has(build))) {
         const outcome = yield* builds.retryOrDoom(lost, now)
         if (outcome === "locked") skipped.add(lost)
-        yield* commit({
-          dropped: outcome === "dropped" ? 1 : 0,
-          doomed: outcome === "doomed" ? 1 : 0,
-          skippedLocked: 0
-        })
+        yield* commit({ ...retriedCounts(outcome), skippedLocked: 0 })
       }
       // Info per page; a build held run after run is warned about on its own.
       const firstSkipped = yield* locked.unit(page.map((build) => build.id), [...skipped].map((build) => build.id))

@@ -222,10 +222,10 @@ const pushAll = (queue: JobQueue["Service"], batches: ReadonlyArray<ClaimedBatch
 /**
  * Relays everything in the outbox `relayer` may claim (see `claimableBy`), RELAY_BATCHES batches a
  * round from each table (the old one first: its rows are the older release's; with `legacy: false`
- * only the new one); the jobs pushed now (a batch refused by its marker counts none). A round whose claims took fewer than RELAY_BATCHES
- * batches took every claimable one, so the relay stops there rather than asking again: a batch
- * committed since wakes the relay itself (`committed`), and that empty claim was one statement in
- * two during a large drop (measured: 186 claims for 100 pages).
+ * only the new one); the jobs pushed now (a batch refused by its marker counts none). A round whose
+ * claims took fewer than RELAY_BATCHES batches took every claimable one, so the relay stops there
+ * rather than asking again: a batch committed since wakes the relay itself (`committed`), and that
+ * empty claim was one statement in two during a large drop (measured: 186 claims for 100 pages).
  */
 export const relayJobOutbox = (
   sql: PgClient.PgClient,

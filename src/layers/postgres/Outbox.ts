@@ -22,11 +22,12 @@
  * Order: a round reads without skipping anything visible and appends in id order, so in main a run's
  * events keep the order they committed in ci, whichever relay appends them. A row that commits after
  * rows with higher ids (two pages of a run written at once) is read by a later round, never lost:
- * rounds read the oldest rows, not the rows after a cursor. A run's end (RunLedger.eventsOwed) gives the relay a bounded chance to bring
- * all of the run's events before RunFinished; what is still owed then is said in RunFinished
- * (`eventsOwed`) and registered in `sweeper_owed_runs` in the same transaction, and the first pass
- * that finds none of the run's rows left in ci appends its RunEventsRelayed, after all of them.
- * A RunFinished that main could not take at all waits in ci's outbox behind the run's events.
+ * rounds read the oldest rows, not the rows after a cursor. A run's end (RunLedger.eventsOwed) gives
+ * the relay a bounded chance to bring all of the run's events before RunFinished; what is still owed
+ * then is said in RunFinished (`eventsOwed`) and registered in `sweeper_owed_runs` in the same
+ * transaction, and the first pass that finds none of the run's rows left in ci appends its
+ * RunEventsRelayed, after all of them. A RunFinished that main could not take at all waits in ci's
+ * outbox behind the run's events.
  *
  * The relay runs in a fiber of its own, woken by every ci commit (the next page goes on meanwhile),
  * at start-up (whatever an earlier process left), and every RELAY_RETRY while a failure or an owed

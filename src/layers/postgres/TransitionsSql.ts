@@ -13,10 +13,11 @@
  *                    Ci::BuildFinishedWorker [build_id],
  *                    Ci::ResourceGroups::AssignResourceFromResourceGroupWorker [resource_group_id]
  *
- * The after-commit jobs cannot be pushed in the transaction, so the statement writes them into
- * the job outbox (`sweeper_job_outbox_batches`, one row for all of them) beside the builds, and the relay (JobOutbox.ts) pushes them after the commit,
- * exactly once. `doom!` (data_integrity_failure) is `update_columns`, which skips every callback: it
- * deletes both queue rows and does nothing else (`dooms`).
+ * The after-commit jobs cannot be pushed in the transaction, so the statement writes them into the job
+ * outbox (`sweeper_job_outbox_batches`, one row for all of them) beside the builds, and the relay
+ * (JobOutbox.ts) pushes them after the commit, exactly once. `doom!` (data_integrity_failure) is
+ * `update_columns`, which skips every callback: it deletes both queue rows and does nothing else
+ * (`dooms`).
  *
  * Each table is touched only where this database holds it (present, not write-locked): GitLab has
  * all of them; a database without one (an older standalone schema) does without that effect, and
