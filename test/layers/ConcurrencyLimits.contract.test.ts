@@ -389,6 +389,102 @@ const contract = (it: Vitest.MethodsNonLive<ConcurrencyLimits | Raw>) => {
       assert.deepStrictEqual(yield* raw.snapshot(W, "default"), before)
     }))
 
+  /** A store whose move scripts are slowed (they yield first) and whose calls on the deferred list are logged. */
+  const loggedStore = (log: Array<string>) =>
+    Effect.map(Raw, (raw): ConcurrencyLimitStore => {
+      const slowly = <A, E>(effect: Effect.Effect<A, E>) =>
+        Effect.andThen(Effect.repeat(Effect.yieldNow, { times: 20 }), effect)
+      return {
+        ...raw.store,
+        lrange: (key, start, stop) => {
+          if (key === K.deferred) log.push(`lrange ${start}`)
+          return raw.store.lrange(key, start, stop)
+        },
+        beginMove: (move) =>
+          Effect.gen(function*() {
+            log.push(`begin ${text(move.expected[0]!)}`)
+            const outcome = yield* slowly(raw.store.beginMove(move))
+            log.push(`began ${outcome}`)
+            return outcome
+          }),
+        endMove: (journal, header) =>
+          Effect.tap(slowly(raw.store.endMove(journal, header)), () => Effect.sync(() => log.push("ended")))
+      }
+    })
+
+  it.effect("limit 0: the next head is read (past the move's elements) before the move's scripts run, and moved next", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      yield* raw.flush
+      const total = 2 * MAX_RESUME_UNLIMITED + 3
+      yield* raw.rpush(K.deferred, ...Array.from({ length: total }, (_, i) => element(i)))
+      const log: Array<string> = []
+      const limits = makeConcurrencyLimits(yield* loggedStore(log), CONFIG)
+      const resume = limits.resume({ worker: W, queue: "default", max: MAX_RESUME_UNLIMITED, dryRun: false })
+      const first = yield* resume
+      // The head after this move, read from where the move's elements end, before BEGIN_MOVE is sent.
+      assert.deepStrictEqual(log, [
+        "lrange 0",
+        `lrange ${MAX_RESUME_UNLIMITED}`,
+        `begin ${element(0)}`,
+        "began moved",
+        "ended"
+      ])
+      log.length = 0
+      const second = yield* resume
+      // Moved as read ahead: no read of the head before its BEGIN_MOVE; it reads the one after it.
+      assert.deepStrictEqual(log, [
+        `lrange ${MAX_RESUME_UNLIMITED}`,
+        `begin ${element(MAX_RESUME_UNLIMITED)}`,
+        "began moved",
+        "ended"
+      ])
+      log.length = 0
+      const third = yield* resume
+      // The last three, as read ahead: a move that found fewer than its max reads nothing ahead.
+      assert.deepStrictEqual(log, [`begin ${element(2 * MAX_RESUME_UNLIMITED)}`, "began moved", "ended"])
+      const after = yield* raw.snapshot(W, "default")
+      assert.deepStrictEqual(consumed(after).map((job) => job.args[0]), Array.from({ length: total }, (_, i) => i))
+      assert.deepStrictEqual(consumed(after).map((job) => job.jid), [...first.jids, ...second.jids, ...third.jids])
+      assert.strictEqual(new Set(consumed(after).map((job) => job.jid)).size, total)
+      assert.deepStrictEqual(after.deferred, [])
+      assert.strictEqual(after.pendingResumed, String(total))
+    }))
+
+  it.effect("a head read ahead that another client changed is caught by the move's compare: re-read, nothing lost or twice", () =>
+    Effect.gen(function*() {
+      const raw = yield* Raw
+      yield* raw.flush
+      const total = 2 * MAX_RESUME_UNLIMITED + 2
+      yield* raw.rpush(K.deferred, ...Array.from({ length: total }, (_, i) => element(i)))
+      const log: Array<string> = []
+      const limits = makeConcurrencyLimits(yield* loggedStore(log), CONFIG)
+      const resume = limits.resume({ worker: W, queue: "default", max: MAX_RESUME_UNLIMITED, dryRun: false })
+      const first = yield* resume
+      // Between the read ahead and the next move, another mover takes the next head's first job.
+      assert.strictEqual(yield* raw.lpop(K.deferred), element(MAX_RESUME_UNLIMITED))
+      log.length = 0
+      const second = yield* resume
+      assert.deepStrictEqual(log.filter((entry) => !entry.startsWith("lrange")), [
+        `begin ${element(MAX_RESUME_UNLIMITED)}`,
+        "began changed",
+        `begin ${element(MAX_RESUME_UNLIMITED + 1)}`,
+        "began moved",
+        "ended"
+      ])
+      assert.include(log, "lrange 0", "the changed head is read again")
+      // A max other than the read-ahead head's (the limit changed between passes): that head is dropped.
+      const third = yield* limits.resume({ worker: W, queue: "default", max: 1, dryRun: false })
+      const after = yield* raw.snapshot(W, "default")
+      const taken = MAX_RESUME_UNLIMITED
+      const expected = Array.from({ length: total }, (_, i) => i).filter((i) => i !== taken).slice(0, 2 * taken + 1)
+      assert.deepStrictEqual(consumed(after).map((job) => job.args[0]), expected)
+      assert.deepStrictEqual(consumed(after).map((job) => job.jid), [...first.jids, ...second.jids, ...third.jids])
+      assert.strictEqual(new Set(consumed(after).map((job) => job.jid)).size, expected.length)
+      assert.deepStrictEqual(after.deferred, [])
+      assert.strictEqual(after.pendingResumed, String(expected.length))
+    }))
+
   it.effect("moves racing with appends: every job ends up exactly once, in buffering order", () =>
     Effect.gen(function*() {
       const raw = yield* Raw

@@ -10,8 +10,10 @@
  */
 import * as Arr from "effect/Array"
 import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
@@ -28,6 +30,7 @@ import {
   isWorkerClassName,
   JOURNAL_KEY_PATTERN,
   journalKeyFormOf,
+  MAX_RESUME_UNLIMITED,
   MOVE_JOURNAL_TTL,
   moveEvents,
   parseCounter,
@@ -49,7 +52,7 @@ import {
   workerKeys,
   type WorkerLimit
 } from "../../domain/ConcurrencyLimit.ts"
-import { isWrongType, type RedisError, refineWrongType } from "../../domain/Errors.ts"
+import { isWrongType, type RedisError, refineWrongType, type WrongTypeKey } from "../../domain/Errors.ts"
 import { jidFrom, queueKey, QUEUES_SET } from "../../domain/Sidekiq.ts"
 import {
   ConcurrencyLimits,
@@ -167,6 +170,36 @@ export interface ConcurrencyLimitStore {
 const MOVE_ATTEMPTS = 3
 /** However many dead elements lie at the head, one pass reads at most this many beyond `max`. */
 const MAX_DEAD_PER_PASS = 1000
+
+/**
+ * A head read ahead is used only this soon after its jobs were built: they carry that time as their
+ * enqueue time, so a head kept longer (a gate hold, a slow pass) is read and built again.
+ */
+const AHEAD_MAX_AGE_MILLIS = 1000
+
+/** The head a move is made of: the elements as read, and what each becomes. */
+interface PreparedHead {
+  /** The head as read (raw bytes); the move happens only if the list still starts with exactly this. */
+  readonly expected: ReadonlyArray<Uint8Array>
+  /** One per element: the Sidekiq job, or null for an unparsable element (to the dead list). */
+  readonly payloads: ReadonlyArray<string | null>
+  readonly jids: ReadonlyArray<string>
+  readonly dead: ReadonlyArray<Uint8Array>
+  /** When the jobs were built (their enqueue time). */
+  readonly builtAt: number
+}
+
+/**
+ * The next head of a worker's list, read and built while the previous move ran. Its fiber holds the
+ * head until the next move takes it, and ends, dropping it, with the fiber of the passes that forked
+ * it: no head outlives the passes that could use it.
+ */
+interface Ahead {
+  readonly queue: string
+  readonly max: number
+  readonly head: Deferred.Deferred<PreparedHead, RedisError | WrongTypeKey>
+  readonly fiber: Fiber.Fiber<never, never>
+}
 
 /** A deferred element's identity for shadow mode: SHA-256 of its exact bytes, 16 hex digits. */
 export const deferredDigest = (element: Uint8Array): string =>
@@ -422,24 +455,108 @@ export const makeConcurrencyLimits = (
 
   /**
    * The list head holding up to `max` parseable elements (plus the unparsable ones among them), each
-   * with its decoding (kept, so the move decodes every element once).
+   * with its decoding (kept, so the move decodes every element once). Read ahead (`from` > 0) it
+   * starts `from` elements in, past a move under way; further pages wait until that move has `settled`
+   * (taken its elements off the head), and are then read from the head as it is.
    */
-  const readHead = Effect.fnUntraced(function*(key: string, max: number) {
-    const elements: Array<Uint8Array> = []
-    const decoded: Array<Option.Option<DeferredJob>> = []
-    let parseable = 0
-    while (parseable < max && elements.length < max + MAX_DEAD_PER_PASS) {
-      const want = Math.min(max - parseable, max + MAX_DEAD_PER_PASS - elements.length)
-      const page = yield* onKey(key, store.lrange(key, elements.length, elements.length + want - 1))
-      for (const element of page) {
-        const deferred = parseDeferred(element)
-        elements.push(element)
-        decoded.push(deferred)
-        if (Option.isSome(deferred)) parseable++
+  const readHead = Effect.fnUntraced(
+    function*(key: string, max: number, from = 0, settled: Effect.Effect<void> = Effect.void) {
+      const elements: Array<Uint8Array> = []
+      const decoded: Array<Option.Option<DeferredJob>> = []
+      let parseable = 0
+      let offset = from
+      while (parseable < max && elements.length < max + MAX_DEAD_PER_PASS) {
+        const want = Math.min(max - parseable, max + MAX_DEAD_PER_PASS - elements.length)
+        const start = offset + elements.length
+        const page = yield* onKey(key, store.lrange(key, start, start + want - 1))
+        for (const element of page) {
+          const deferred = parseDeferred(element)
+          elements.push(element)
+          decoded.push(deferred)
+          if (Option.isSome(deferred)) parseable++
+        }
+        if (page.length < want) break
+        if (offset > 0) {
+          yield* settled
+          offset = 0
+        }
       }
-      if (page.length < want) break
+      return { elements, decoded }
     }
-    return { elements, decoded }
+  )
+
+  /** The head read (as `readHead`), its jobs built: a jid from Random each, stamped now. */
+  const prepareHead = Effect.fnUntraced(
+    function*(worker: string, queue: string, max: number, from = 0, settled: Effect.Effect<void> = Effect.void) {
+      const { decoded, elements: expected } = yield* readHead(workerKeys(worker).deferred, max, from, settled)
+      const builtAt = yield* Clock.currentTimeMillis
+      const random = yield* Random.Random
+      const jids: Array<string> = []
+      const dead: Array<Uint8Array> = []
+      const payloads: Array<string | null> = []
+      for (let i = 0; i < expected.length; i++) {
+        const deferred = decoded[i]!
+        if (Option.isNone(deferred)) {
+          dead.push(expected[i]!)
+          payloads.push(null)
+          continue
+        }
+        const jid = jidFrom(random)
+        jids.push(jid)
+        payloads.push(JSON.stringify(resumedJob({ worker, queue, deferred: deferred.value, jid, nowMillis: builtAt })))
+      }
+      return { expected, payloads, jids, dead, builtAt } satisfies PreparedHead
+    }
+  )
+
+  /**
+   * Per worker, the head its last move read ahead. Taken (and removed) synchronously by the worker's
+   * next move; one pass per worker runs at a time (its lease), and a head taken by another mover is
+   * still only a guess that BEGIN_MOVE checks.
+   */
+  const aheads = new Map<string, Ahead>()
+
+  /**
+   * While a move of `head` runs, the head after it: its first page read before BEGIN_MOVE is sent
+   * (same connection, so Redis answers it from the list before the move), decoded and built while
+   * the move's scripts run. Only for moves of MAX_RESUME_UNLIMITED that found that many (limit 0:
+   * the worker's next pass follows at once); a positive limit's next pass comes a second later, with
+   * a max of its own.
+   */
+  const readAhead = Effect.fnUntraced(function*(worker: string, queue: string, max: number, head: PreparedHead) {
+    if (max !== MAX_RESUME_UNLIMITED || head.jids.length < max) {
+      return Option.none<{ readonly ahead: Ahead; readonly settled: Deferred.Deferred<void> }>()
+    }
+    const settled = yield* Deferred.make<void>()
+    const next = yield* Deferred.make<PreparedHead, RedisError | WrongTypeKey>()
+    const prepare = prepareHead(worker, queue, max, head.expected.length, Deferred.await(settled))
+    const fiber = yield* Deferred.into(prepare, next).pipe(
+      Effect.andThen(Effect.never),
+      Effect.ensuring(Effect.sync(() => {
+        if (aheads.get(worker)?.head === next) aheads.delete(worker)
+      })),
+      Effect.forkChild({ startImmediately: true })
+    )
+    return Option.some({ ahead: { queue, max, head: next, fiber } satisfies Ahead, settled })
+  })
+
+  /** The head read ahead for this move, if it is for this queue and max, fresh, and not empty. */
+  const takeAhead = Effect.fnUntraced(function*(worker: string, queue: string, max: number) {
+    const ahead = aheads.get(worker)
+    if (ahead === undefined) return Option.none<PreparedHead>()
+    aheads.delete(worker)
+    // A head read for another queue or max (the limit changed between passes) is dropped unread.
+    const exit = ahead.queue === queue && ahead.max === max
+      ? yield* Effect.exit(Deferred.await(ahead.head))
+      : undefined
+    yield* Fiber.interrupt(ahead.fiber)
+    const now = yield* Clock.currentTimeMillis
+    // A failed read ahead is only a missed head: the move reads it again, and meets the error itself.
+    if (exit === undefined || exit._tag === "Failure") return Option.none<PreparedHead>()
+    const head = exit.value
+    return head.expected.length > 0 && now - head.builtAt <= AHEAD_MAX_AGE_MILLIS
+      ? Option.some(head)
+      : Option.none<PreparedHead>()
   })
 
   const nothing: ResumeResult = { jids: [], dead: [] }
@@ -449,25 +566,14 @@ export const makeConcurrencyLimits = (
       const { worker, queue, max, dryRun } = request
       const keys = workerKeys(worker)
       if (max <= 0) return nothing
+      // Dry run: one fresh read, nothing read ahead (it writes nothing, and makes one pass).
+      let ahead = dryRun ? Option.none<PreparedHead>() : yield* takeAhead(worker, queue, max)
       for (let attempt = 1; attempt <= MOVE_ATTEMPTS; attempt++) {
-        const { decoded, elements: expected } = yield* readHead(keys.deferred, max)
+        // A head read ahead is a guess like any read: BEGIN_MOVE compares it, a stale one answers "changed".
+        const head = Option.isSome(ahead) ? ahead.value : yield* prepareHead(worker, queue, max)
+        ahead = Option.none()
+        const { dead, expected, jids, payloads } = head
         if (expected.length === 0) return nothing
-        const nowMillis = yield* Clock.currentTimeMillis
-        const random = yield* Random.Random
-        const jids: Array<string> = []
-        const dead: Array<Uint8Array> = []
-        const payloads: Array<string | null> = []
-        for (let i = 0; i < expected.length; i++) {
-          const deferred = decoded[i]!
-          if (Option.isNone(deferred)) {
-            dead.push(expected[i]!)
-            payloads.push(null)
-            continue
-          }
-          const jid = jidFrom(random)
-          jids.push(jid)
-          payloads.push(JSON.stringify(resumedJob({ worker, queue, deferred: deferred.value, jid, nowMillis })))
-        }
         if (dryRun) {
           // Which elements it would take, and the first it would leave, for shadow mode's proposal.
           const [after] = yield* onKey(keys.deferred, store.lrange(keys.deferred, expected.length, expected.length))
@@ -478,8 +584,13 @@ export const makeConcurrencyLimits = (
           }
           return { jids, dead, preview } satisfies ResumeResult
         }
-        const batch = jidFrom(random)
+        const batch = jidFrom(yield* Random.Random)
         const header = encodeJournalHeader({ sweeper_move: 1, batch, queue, worker, dead: dead.length })
+        const next = yield* readAhead(worker, queue, max, head)
+        const dropNext = Option.match(next, {
+          onNone: () => Effect.void,
+          onSome: (n) => Fiber.interrupt(n.ahead.fiber)
+        })
         const outcome = yield* onKey(
           keys.deferred,
           store.beginMove({
@@ -490,8 +601,12 @@ export const makeConcurrencyLimits = (
             journalTtlSeconds: Duration.toSeconds(MOVE_JOURNAL_TTL),
             deadTtlSeconds: Duration.toSeconds(DEAD_LIST_TTL)
           })
-        )
+        ).pipe(Effect.onError(() => dropNext))
         if (outcome === "moved") {
+          if (Option.isSome(next)) {
+            aheads.set(worker, next.value.ahead)
+            yield* Deferred.succeed(next.value.settled, undefined)
+          }
           const jobs = payloads.filter((payload) => payload !== null)
           yield* finishMove(
             keys,
@@ -511,6 +626,8 @@ export const makeConcurrencyLimits = (
           }
           return { jids, dead } satisfies ResumeResult
         }
+        // Read past a move that did not happen: the head after it is not the next one.
+        yield* dropNext
         if (outcome === "busy") {
           // Only after a crash (one pass per worker runs at a time): finish that move, then ours.
           yield* recoverMove(worker, record)
