@@ -46,6 +46,10 @@ layer(SetupLive, { excludeTestServices: true, timeout: "120 seconds" })("health 
       yield* seedStuckCancelingBuilds(STUCK).pipe(
         Effect.provide(PgClient.layer({ url: Redacted.make(pair.urlOf(DATABASE)) }))
       )
+      // Vacuumed and analysed now, so neither autovacuum nor the first reads of the seeded rows (hint
+      // bits, full-page images after the checkpoint) write WAL while replay is paused: CI once saw the
+      // standby 13 MB behind before the run had written anything.
+      yield* Effect.promise(() => pair.primary("VACUUM (ANALYZE) ci_builds", DATABASE))
       yield* Effect.promise(() => pair.primary("CHECKPOINT"))
       // Replay stops; about 3 MB of WAL later the standby is just under the stop.
       yield* Effect.promise(() => pair.pauseReplay())
