@@ -5,14 +5,14 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
-import { DateTime, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { DateTime, Duration, Effect, Fiber, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import { CurrentRun, type Fence } from "../../src/domain/Batch.ts"
 import { type BuildCursor, type CancelingBuild, cancelingCutoff, cursorOf } from "../../src/domain/Build.ts"
 import { describeError, LeaseLost } from "../../src/domain/Errors.ts"
 import { BuildsSql, revisitWrittenQuery, stuckCancelingQuery } from "../../src/layers/postgres/BuildsSql.ts"
 import { EventLogSql } from "../../src/layers/postgres/EventLogSql.ts"
-import { FENCE_LOCK_TIMEOUT } from "../../src/layers/postgres/Fencing.ts"
+import { FENCE_LOCK_TIMEOUT, fenceWrite } from "../../src/layers/postgres/Fencing.ts"
 import { MetricsPrometheus } from "../../src/layers/prometheus/MetricsPrometheus.ts"
 import { DropCancelingBuilds } from "../../src/programs/DropCancelingBuilds.ts"
 import { Builds } from "../../src/services/Builds.ts"
@@ -313,6 +313,49 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
         assert.lengthOf(yield* allEvents, 0)
         // The holder gone, the same page goes through.
         assert.lengthOf((yield* builds.dropMany(page, NOW).pipe(withFence(2))).dropped, 2)
+      }),
+    { timeout: 60_000 }
+  )
+
+  it.effect(
+    "the same epoch's writes share the fence row: a page goes through while another write of that epoch is still open",
+    () =>
+      Effect.gen(function*() {
+        yield* reset
+        yield* seed({ id: 1 }, { id: 2 })
+        const sql = yield* PgClient.PgClient
+        const builds = yield* Builds
+        const page = (yield* findAll(10))[0]!
+        // The run's first write committed its epoch; another of its pages is still being written.
+        yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 2)`
+        const release = yield* holdLocks((other) => fenceWrite(other).pipe(withFence(2)))
+        const started = Date.now()
+        const dropped = yield* builds.dropMany(page, NOW).pipe(withFence(2), Effect.ensuring(release))
+        assert.lengthOf(dropped.dropped, 2)
+        assert.isBelow(Date.now() - started, Duration.toMillis(FENCE_LOCK_TIMEOUT) / 2)
+      }),
+    { timeout: 60_000 }
+  )
+
+  it.effect(
+    "a newer epoch waits for the older epoch's open write, then takes the fence; the older epoch is refused after",
+    () =>
+      Effect.gen(function*() {
+        yield* reset
+        yield* seed({ id: 1 }, { id: 2 })
+        const sql = yield* PgClient.PgClient
+        const builds = yield* Builds
+        yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 2)`
+        const release = yield* holdLocks((other) => fenceWrite(other).pipe(withFence(2)))
+        const newer = yield* builds.drop(yield* findBuild(1), NOW).pipe(withFence(3), Effect.forkChild)
+        yield* Effect.sleep(Duration.millis(500))
+        const waiting = newer.pollUnsafe() === undefined
+        yield* release
+        assert.isTrue(waiting, "the newer epoch's write waits for the open one")
+        assert.isTrue(yield* Fiber.join(newer))
+        const lost = yield* builds.drop(yield* findBuild(2), NOW).pipe(withFence(2), Effect.flip)
+        assert.strictEqual(lost._tag, "LeaseLost")
+        assert.strictEqual((yield* rowOf(2)).status, "canceling")
       }),
     { timeout: 60_000 }
   )

@@ -264,7 +264,7 @@ export const dropPage = Effect.fnUntraced(function*(
     readonly locked: ReadonlyArray<string>
     readonly jobs: string | number
   }>`
-    WITH fenced AS (${fence.cte}),
+    WITH ${fence.ctes},
     page AS (SELECT * FROM ${pageRecordset(sql, table, builds)}),
     claimed AS (
       SELECT ${claimedColumns}, r.read_lock_version, ${fromStatusColumn(sql)}

@@ -105,7 +105,7 @@ export const ExportJobsSql = Layer.effect(
           readonly failed: ReadonlyArray<FailedRow>
           readonly locked: ReadonlyArray<number>
         }>`
-        WITH fenced AS (${fence.cte}),
+        WITH ${fence.ctes},
         slice AS (SELECT * FROM jsonb_to_recordset(${sql.json(read)}) AS r(id bigint, jid text)),
         claimed AS (
           SELECT j.id, j.jid FROM project_export_jobs j JOIN slice r ON j.id = r.id

@@ -22,39 +22,55 @@ import { LeaseLost } from "../../domain/Errors.ts"
  */
 export const FENCE_LOCK_TIMEOUT = Duration.seconds(5)
 
-/** `INSERT … SELECT lease, epoch FROM (set_config lock_timeout)`: the fence upsert, bounded. */
-const fenceUpsert = (sql: PgClient.PgClient, lease: string, epoch: number) =>
-  sql`INSERT INTO sweeper_lease_fences (name, epoch)
-    SELECT ${lease}::text, ${epoch}::bigint
-    FROM (SELECT set_config('lock_timeout', ${`${Duration.toMillis(FENCE_LOCK_TIMEOUT)}ms`}, true)) AS bounded
-    ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
-    WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
-    RETURNING epoch`
+/**
+ * The fence as three CTEs, the last named `fenced`: one row when the write may happen, none when a
+ * newer holder has written. Why two paths: a holder's writes (two pages of a run in flight at once)
+ * would queue behind each other on the fence row if each took its exclusive lock. So a write whose
+ * epoch is already recorded takes only a share lock on the row (`fence_held`): same-epoch writes
+ * share it, and a newer holder's upsert, which locks it exclusively, waits for them to commit (and
+ * they for it: re-checked on its new version, the row no longer has their epoch). Only a write with
+ * a newer epoch, or the lease's first, upserts (`fence_bumped`). Both bounded by the lock timeout.
+ */
+const fenceCtes = (sql: PgClient.PgClient, lease: string, epoch: number) => {
+  const timeout = `${Duration.toMillis(FENCE_LOCK_TIMEOUT)}ms`
+  const bounded = sql`(SELECT set_config('lock_timeout', ${timeout}, true)) AS bounded`
+  return sql`fence_held AS (
+      SELECT f.epoch FROM ${bounded}, sweeper_lease_fences f
+      WHERE f.name = ${lease}::text AND f.epoch = ${epoch}::bigint FOR SHARE OF f),
+    fence_bumped AS (
+      INSERT INTO sweeper_lease_fences (name, epoch)
+      SELECT ${lease}::text, ${epoch}::bigint FROM ${bounded} WHERE NOT EXISTS (SELECT FROM fence_held)
+      ON CONFLICT (name) DO UPDATE SET epoch = EXCLUDED.epoch
+      WHERE sweeper_lease_fences.epoch <= EXCLUDED.epoch
+      RETURNING epoch),
+    fenced AS (SELECT epoch FROM fence_held UNION ALL SELECT epoch FROM fence_bumped)`
+}
 
 export const fenceWrite = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
   const run = yield* CurrentRun
   if (Option.isNone(run.fence)) return
   const { lease, epoch } = run.fence.value
   yield* run.fence.value.check
-  const accepted = yield* fenceUpsert(sql, lease, epoch)
+  const accepted = yield* sql`WITH ${fenceCtes(sql, lease, epoch)} SELECT epoch FROM fenced`
   if (accepted.length === 0) return yield* new LeaseLost({ lease, epoch })
 })
 
 /**
  * The fence for a write that is ONE statement (data-modifying CTEs, autocommit): the same check,
- * as a CTE body to name `fenced`. It yields one row when the write may happen (our epoch
- * recorded, or no fence at all) and none when a newer holder has written; the statement guards
- * each of its writes with `EXISTS (SELECT FROM fenced)` and reports `(SELECT count(*) FROM fenced)`,
- * and the caller fails with `lost` when that is 0 (nothing was written). One round trip for fence,
- * write and events instead of BEGIN, fence, write, events, COMMIT.
+ * as the statement's first CTEs (`WITH ${fence.ctes}, …`), the last named `fenced`. It yields one
+ * row when the write may happen (our epoch recorded, or no fence at all) and none when a newer
+ * holder has written; the statement guards each of its writes with `EXISTS (SELECT FROM fenced)`
+ * and reports `(SELECT count(*) FROM fenced)`, and the caller fails with `lost` when that is 0
+ * (nothing was written). One round trip for fence, write and events instead of BEGIN, fence,
+ * write, events, COMMIT.
  */
 export const fencedCte = Effect.fnUntraced(function*(sql: PgClient.PgClient) {
   const run = yield* CurrentRun
-  if (Option.isNone(run.fence)) return { cte: sql`SELECT 1 AS epoch`, lost: Option.none<LeaseLost>() }
+  if (Option.isNone(run.fence)) return { ctes: sql`fenced AS (SELECT 1 AS epoch)`, lost: Option.none<LeaseLost>() }
   const { lease, epoch } = run.fence.value
   yield* run.fence.value.check
   return {
-    cte: fenceUpsert(sql, lease, epoch),
+    ctes: fenceCtes(sql, lease, epoch),
     lost: Option.some(new LeaseLost({ lease, epoch }))
   }
 })
