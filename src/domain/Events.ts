@@ -281,9 +281,18 @@ export const streamOf = (event: DomainEvent): string => {
   }
 }
 
+/**
+ * Each event class's own encoder, by tag. Why not the union's: it first searches the members for
+ * the event's, and a repair page encodes a thousand events (measured: 1.9 against 1.1 µs an event).
+ */
+const encoderByTag = new Map<string, (event: DomainEvent) => unknown>(
+  DomainEvent.members.map((member) => [member.identifier, Schema.encodeSync(member as Schema.Codec<DomainEvent>)])
+)
+
 /** The jsonb `data` of an event: its fields without the tag. */
 export const dataOf = (event: DomainEvent): Record<string, unknown> => {
-  const { _tag, ...data } = Schema.encodeSync(DomainEvent)(event) as { _tag: string } & Record<string, unknown>
+  const encode = encoderByTag.get(event._tag) ?? Schema.encodeSync(DomainEvent)
+  const { _tag, ...data } = encode(event) as { _tag: string } & Record<string, unknown>
   return data
 }
 
