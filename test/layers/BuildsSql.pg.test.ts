@@ -95,13 +95,22 @@ const findAll = (limit: number) =>
 
 const findBuild = (id: number) => Effect.flatMap(Builds, (b) => Effect.map(b.find({ id }), Option.getOrThrow))
 
+const LEASE = "ci/stuck_builds/drop_canceling_worker"
+
+/** The lease's fence row as a holder's committed write at `epoch` leaves it. */
+const recordFence = (epoch: number) =>
+  Effect.flatMap(
+    PgClient.PgClient,
+    (sql) => sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES (${LEASE}, ${epoch})`
+  )
+
 const withFence = (epoch: number, check: Fence["check"] = Effect.void) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.provideService(effect, CurrentRun, {
     runId: randomUUID(),
     batch: "drop-canceling-builds",
     dryRun: false,
     budget: Option.none(),
-    fence: Option.some({ lease: "ci/stuck_builds/drop_canceling_worker", epoch, check })
+    fence: Option.some({ lease: LEASE, epoch, check })
   })
 
 /** One migrated database for the file; every test starts from empty tables. */
@@ -289,9 +298,8 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       Effect.gen(function*() {
         yield* reset
         yield* seed({ id: 1 }, { id: 2 })
-        const sql = yield* PgClient.PgClient
         const builds = yield* Builds
-        yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 1)`
+        yield* recordFence(1)
         const page = (yield* findAll(10))[0]!
         // As a holder whose process stopped in the middle of its own fenced transaction would.
         const release = yield* holdLocks((other) => other`SELECT 1 FROM sweeper_lease_fences FOR UPDATE`)
@@ -323,11 +331,10 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       Effect.gen(function*() {
         yield* reset
         yield* seed({ id: 1 }, { id: 2 })
-        const sql = yield* PgClient.PgClient
         const builds = yield* Builds
         const page = (yield* findAll(10))[0]!
         // The run's first write committed its epoch; another of its pages is still being written.
-        yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 2)`
+        yield* recordFence(2)
         const release = yield* holdLocks((other) => fenceWrite(other).pipe(withFence(2)))
         const started = Date.now()
         const dropped = yield* builds.dropMany(page, NOW).pipe(withFence(2), Effect.ensuring(release))
@@ -343,9 +350,8 @@ layer(Sql, { excludeTestServices: true })("BuildsSql on PostgreSQL", (it) => {
       Effect.gen(function*() {
         yield* reset
         yield* seed({ id: 1 }, { id: 2 })
-        const sql = yield* PgClient.PgClient
         const builds = yield* Builds
-        yield* sql`INSERT INTO sweeper_lease_fences (name, epoch) VALUES ('ci/stuck_builds/drop_canceling_worker', 2)`
+        yield* recordFence(2)
         const release = yield* holdLocks((other) => fenceWrite(other).pipe(withFence(2)))
         const newer = yield* builds.drop(yield* findBuild(1), NOW).pipe(withFence(3), Effect.forkChild)
         yield* Effect.sleep(Duration.millis(500))
